@@ -1,0 +1,24 @@
+// CUDA memory entry points for a build without CUDA: each says so and what to do.
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  fail("this dpx was built without CUDA: rebuild with -DDPX_CUDA=ON on a machine with the CUDA "
+       "toolkit, cuDNN and NCCL, or use --devices cpu");
+}
+}  // namespace
+
+bool available() { return false; }
+int device_count() { return 0; }
+void* allocate(size_t, int) { no_cuda(); }
+void release(void*, size_t, int) {}
+void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+void memset_zero(void*, size_t, int) { no_cuda(); }
+size_t bytes_in_use(int) { return 0; }
+size_t bytes_cached(int) { return 0; }
+void empty_cache(int) {}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,208 @@
+#include "core/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/cuda/memory.hpp"
+
+namespace dpx {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ")";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) fail("negative dimension in shape ", shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+Storage::~Storage() {
+  if (data && release) release(data, bytes, device);
+}
+
+namespace {
+void host_release(void* p, size_t, Device) { std::free(p); }
+void cuda_release(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d.index); }
+}  // namespace
+
+std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
+  auto s = std::make_shared<Storage>();
+  s->bytes = bytes;
+  s->device = device;
+  if (device.is_cpu()) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    s->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!s->data) fail("out of host memory allocating ", bytes, " bytes");
+    s->release = host_release;
+  } else {
+    s->data = cuda::allocate(bytes, device.index);
+    s->release = cuda_release;
+  }
+  return s;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = allocate_storage(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device.is_cpu())
+    std::memset(t.raw(), 0, t.nbytes());
+  else
+    cuda::memset_zero(t.raw(), t.nbytes(), device.index);
+  return t;
+}
+
+Tensor Tensor::from(const Shape& shape, std::initializer_list<float> values) {
+  return from(shape, std::vector<float>(values));
+}
+
+Tensor Tensor::from(const Shape& shape, const std::vector<float>& values) {
+  Tensor t = empty(shape);
+  DPX_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "Tensor::from: ", values.size(),
+            " values for shape ", shape_str(shape));
+  std::memcpy(t.raw(), values.data(), t.nbytes());
+  return t;
+}
+
+int64_t Tensor::size(int d) const {
+  int n = dim();
+  if (d < 0) d += n;
+  DPX_CHECK(d >= 0 && d < n, "dimension ", d, " out of range for shape ", shape_str(shape_));
+  return shape_[d];
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  DPX_CHECK(dim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice [", begin, ", ",
+            end, ") out of range for shape ", shape_str(shape_));
+  Tensor t = *this;
+  int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  t.shape_[0] = end - begin;
+  t.numel_ = row * (end - begin);
+  t.offset_bytes_ += static_cast<size_t>(begin * row) * dtype_size(dtype_);
+  return t;
+}
+
+Tensor Tensor::view(Shape shape) const {
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      DPX_CHECK(infer < 0, "view: only one dimension may be -1 in ", shape_str(shape));
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    DPX_CHECK(known > 0 && numel_ % known == 0, "view: cannot infer ", shape_str(shape), " from ",
+              shape_str(shape_));
+    shape[infer] = numel_ / known;
+  }
+  DPX_CHECK(shape_numel(shape) == numel_, "view: shape ", shape_str(shape), " does not hold ",
+            numel_, " elements of ", shape_str(shape_));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::view_at(int64_t offset, const Shape& shape) const {
+  int64_t n = shape_numel(shape);
+  DPX_CHECK(offset >= 0 && offset + n <= numel_, "view_at: [", offset, ", ", offset + n,
+            ") outside ", numel_, " elements");
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.numel_ = n;
+  t.offset_bytes_ += static_cast<size_t>(offset) * dtype_size(dtype_);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = empty(shape_, dtype_, device);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  DPX_CHECK(src.numel() == numel_ && src.dtype() == dtype_, "copy_from: ", shape_str(src.shape()),
+            " ", dtype_name(src.dtype()), " into ", shape_str(shape_), " ", dtype_name(dtype_));
+  if (nbytes() == 0 || (src.raw() == raw() && src.device() == device())) return;
+  if (device().is_cpu() && src.device().is_cpu())
+    std::memmove(raw(), src.raw(), nbytes());
+  else
+    cuda::copy(raw(), device(), src.raw(), src.device(), nbytes());
+}
+
+namespace {
+float load_as_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<float>(static_cast<const double*>(p)[i]);
+    case DType::f16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::i32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case DType::i64: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    case DType::u8: return static_cast<float>(static_cast<const uint8_t*>(p)[i]);
+  }
+  return 0;
+}
+void store_float(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_half(v); break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+  }
+}
+}  // namespace
+
+Tensor Tensor::cast(DType dtype) const {
+  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor out = empty(shape_, dtype);
+  if (dtype == DType::f64 && dtype_ == DType::f64) {
+    out.copy_from(host);
+  } else if (dtype == DType::i64 && dtype_ == DType::i64) {
+    out.copy_from(host);
+  } else if (dtype == DType::f64) {
+    for (int64_t i = 0; i < numel_; ++i)
+      out.data<double>()[i] = dtype_ == DType::i64 ? static_cast<double>(host.data<int64_t>()[i])
+                                                   : load_as_float(host.raw(), dtype_, i);
+  } else if (dtype_ == DType::f64 && dtype == DType::i64) {
+    for (int64_t i = 0; i < numel_; ++i) out.data<int64_t>()[i] = static_cast<int64_t>(host.data<double>()[i]);
+  } else {
+    for (int64_t i = 0; i < numel_; ++i) store_float(out.raw(), dtype, i, load_as_float(host.raw(), dtype_, i));
+  }
+  return device().is_cpu() ? out : out.to(device());
+}
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  std::vector<float> v(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) v[i] = load_as_float(host.raw(), dtype_, i);
+  return v;
+}
+
+float Tensor::item() const {
+  DPX_CHECK(numel_ == 1, "item() on a tensor of ", numel_, " elements");
+  return to_vector()[0];
+}
+
+}  // namespace dpx

@@ -1,0 +1,92 @@
+// Tensor: a cheap value type — shape, dtype, device, and a shared storage with an offset.
+// Always contiguous, row-major (NCHW for images). Views share storage: slice() along the
+// first dimension (what scatter uses) and view() with another shape of the same size.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace dpx {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+// One allocation. Freed through the allocator that made it when the last Tensor lets go.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device;
+  void (*release)(void* data, size_t bytes, Device device) = nullptr;
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+};
+
+// Allocates bytes on a device: 64-byte aligned host memory, or the CUDA caching allocator.
+std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A host f32 tensor holding `values` (its size must match the shape).
+  static Tensor from(const Shape& shape, std::initializer_list<float> values);
+  static Tensor from(const Shape& shape, const std::vector<float>& values);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int dim() const { return static_cast<int>(shape_.size()); }
+  int64_t size(int d) const;  // negative d counts from the end
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+  size_t offset_bytes() const { return offset_bytes_; }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  void* raw() const { return static_cast<char*>(storage_->data) + offset_bytes_; }
+  template <typename T>
+  T* data() const {
+    DPX_CHECK(dtype_of<T>() == dtype_, "tensor holds ", dtype_name(dtype_), ", asked for ",
+              dtype_name(dtype_of<T>()));
+    return static_cast<T*>(raw());
+  }
+
+  // Rows [begin, end) of the first dimension, sharing storage.
+  Tensor slice(int64_t begin, int64_t end) const;
+  // The same elements under another shape; one dimension may be -1.
+  Tensor view(Shape shape) const;
+  // A view of `numel(shape)` elements starting at element `offset` of this tensor.
+  Tensor view_at(int64_t offset, const Shape& shape) const;
+
+  // Deep copy onto a device (same dtype). Host<->CUDA copies are synchronous here.
+  Tensor to(Device device) const;
+  Tensor clone() const { return to(device()); }
+  // Copies src's bytes into this tensor (same numel and dtype, any devices).
+  void copy_from(const Tensor& src);
+  // Host f32 -> another dtype, or back; for safetensors and mixed precision storage.
+  Tensor cast(DType dtype) const;
+
+  // Host f32 values as a vector (copies from the device if needed); for tests and printing.
+  std::vector<float> to_vector() const;
+  float item() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace dpx

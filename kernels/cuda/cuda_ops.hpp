@@ -1,0 +1,40 @@
+// CUDA implementations of every op (cuBLAS, cuDNN and dpx kernels).
+// The same signatures as kernels/ops.hpp (which documents each op), in namespace dpx::cuda.
+#pragma once
+#include "kernels/ops.hpp"
+
+namespace dpx::cuda {
+
+using ops::Conv2dParams;
+using ops::Pool2dParams;
+using ops::SgdParams;
+
+void fill(Context& ctx, Tensor& out, float value);
+void copy(Context& ctx, Tensor& out, const Tensor& in);
+void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
+void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x);
+void scale(Context& ctx, Tensor& x, float alpha);
+void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b);
+void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x, const Tensor& w);
+void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta);
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, const Conv2dParams& p);
+void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x, const Tensor& w, const Conv2dParams& p);
+void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p);
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax);
+void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p);
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p);
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x);
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy);
+void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var, const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum, float eps);
+void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean, const Tensor& running_var, float eps);
+void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd);
+void relu_forward(Context& ctx, Tensor& y, const Tensor& x);
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y);
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed, uint64_t stream);
+void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p);
+void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tensor& logits, const Tensor& labels, float label_smoothing);
+void cross_entropy_backward(Context& ctx, Tensor& dlogits, const Tensor& probs, const Tensor& labels, float label_smoothing, float scale);
+int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels);
+void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p, bool first_step);
+
+}  // namespace dpx::cuda

@@ -1,0 +1,59 @@
+// Model: a root module plus the one contiguous buffer that holds all its parameters, and one
+// for their gradients (STYLE.md, from llm.c). Every Parameter's value and grad is a view at
+// an offset into those buffers, so broadcast, all-reduce and the optimizer work on a few large
+// ranges. Parameters are laid out in registration order.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+struct ParamSlot {
+  std::string name;     // full state_dict name
+  Parameter* param;
+  int64_t offset;       // element offset into the flat buffers
+  int64_t numel;
+};
+
+class Model {
+ public:
+  Model() = default;
+  // Takes the module, moves it to `device` and gathers its parameters into the flat buffers.
+  explicit Model(std::unique_ptr<Module> root, Device device = Device::cpu());
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
+
+  Module& root() { return *root_; }
+  Device device() const { return device_; }
+  Tensor forward(Context& ctx, const Tensor& x) { return root_->forward(ctx, x); }
+  Tensor backward(Context& ctx, const Tensor& dy) { return root_->backward(ctx, dy); }
+  void train(bool on = true) { root_->train(on); }
+  void eval() { root_->train(false); }
+
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  Tensor& flat_params() { return flat_params_; }  // (num_parameters)
+  Tensor& flat_grads() { return flat_grads_; }    // (num_parameters)
+  int64_t num_parameters() const { return flat_params_.numel(); }
+  int64_t num_trainable() const;
+  void zero_grad(Context& ctx);
+
+  // A deep copy on another (or the same) device: the replica that DataParallel makes.
+  Model clone(Device device) const;
+  // Copies parameter values and buffers from another model of the same architecture.
+  void copy_state_from(const Model& other);
+
+  // Parameters and buffers by state_dict name (views, not copies).
+  std::map<std::string, Tensor> state_dict();
+
+ private:
+  std::unique_ptr<Module> root_;
+  Device device_;
+  Tensor flat_params_, flat_grads_;
+  std::vector<ParamSlot> slots_;
+};
+
+}  // namespace dpx::nn

@@ -1,0 +1,98 @@
+// Module: the unit of a model. forward(ctx, x) computes and (in training) caches what backward
+// needs; backward(ctx, dy) accumulates parameter gradients and returns dx. There is no tape:
+// composite modules write their own backward over their children.
+//
+// Parameters, buffers and children are registered under their torchvision names, so the full
+// dotted name of a parameter is its state_dict key (`layer1.0.conv1.weight`). Subclasses reach
+// them by index (param(0), child<Conv2d>(1)), never by stored pointer, so that the generic
+// clone (copy constructor) makes an independent deep copy.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/tensor.hpp"
+
+namespace dpx::nn {
+
+struct Parameter {
+  std::string name;         // local name ("weight"); Module::named_parameters gives full names
+  Tensor value;             // a view into the model's flat parameter buffer once in a Model
+  Tensor grad;              // a view into the flat gradient buffer (undefined until then)
+  bool requires_grad = true;
+};
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module& other);  // deep copy: new parameter and buffer storage, cloned children
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
+  virtual Tensor backward(Context& ctx, const Tensor& dy) = 0;
+  virtual std::unique_ptr<Module> clone() const = 0;
+  virtual std::string type_name() const = 0;
+  // One line describing the configuration, e.g. "Conv2d(3, 64, kernel=7, stride=2, pad=3)".
+  virtual std::string describe() const { return type_name(); }
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+  // Recursive, in registration order, with full dotted names.
+  std::vector<std::pair<std::string, Parameter*>> named_parameters(const std::string& prefix = "");
+  std::vector<std::pair<std::string, Tensor*>> named_buffers(const std::string& prefix = "");
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+
+  size_t num_children() const { return children_.size(); }
+  Module& child(size_t i) { return *children_.at(i).second; }
+  template <typename M> M& child(size_t i) { return static_cast<M&>(child(i)); }
+  const std::string& child_name(size_t i) const { return children_.at(i).first; }
+  Parameter& param(size_t i) { return *params_.at(i); }
+  const Parameter& param(size_t i) const { return *params_.at(i); }
+  size_t num_params() const { return params_.size(); }
+  Tensor& buffer(size_t i) { return buffers_.at(i)->second; }
+
+  // Called with each parameter as soon as its gradient is final for this backward pass
+  // (DistributedDataParallel starts bucket all-reduces from it). Set on the root; applies to
+  // every descendant.
+  using GradReadyHook = std::function<void(Parameter&)>;
+  void set_grad_ready_hook(GradReadyHook hook);
+
+  // Moves parameter values (when not yet in a flat buffer) and buffers to a device.
+  void to(Device device);
+  // Drops tensors cached by forward for backward (frees activation memory).
+  virtual void clear_cache() {
+    for (auto& c : children_) c.second->clear_cache();
+  }
+
+ protected:
+  Parameter& add_parameter(const std::string& name, const Shape& shape, bool requires_grad = true);
+  Tensor& add_buffer(const std::string& name, Tensor value);
+  Module& add_module(const std::string& name, std::unique_ptr<Module> m);
+  void grad_ready(Parameter& p) const {
+    if (hook_ && *hook_ && p.requires_grad) (*hook_)(p);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::unique_ptr<std::pair<std::string, Tensor>>> buffers_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::shared_ptr<GradReadyHook> hook_;
+  bool training_ = true;
+};
+
+// Gives a module class its clone() through its copy constructor.
+template <typename Derived>
+class Cloneable : public Module {
+ public:
+  std::unique_ptr<Module> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
+};
+
+}  // namespace dpx::nn
