@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   bool show_version = false;
   app.add_flag("--version", show_version, "print the versions of dpx and of the libraries built in");
   dpx::tools::add_train_command(app);
+  dpx::tools::add_bench_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

@@ -1,0 +1,73 @@
+// DistributedDataParallel's gradient synchronisation, as PyTorch DDP does it: trainable
+// gradients are fused into buckets (parameters in reverse order, a small first bucket, then
+// up to bucket_cap_bytes), each bucket is all-reduced by a communication thread as soon as all
+// its gradients are ready while backward goes on, in bucket-index order on every rank, and
+// then averaged. bucket_cap_bytes = 0 gives one all-reduce per tensor.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "parallel/communicator.hpp"
+#include "parallel/grad_sync.hpp"
+
+namespace dpx::parallel {
+
+struct DdpOptions {
+  size_t bucket_cap_bytes = 25u << 20;   // --bucket-mb (PyTorch: bucket_cap_mb=25)
+  size_t first_bucket_bytes = 1u << 20;  // PyTorch: dist._DEFAULT_FIRST_BUCKET_BYTES
+  bool overlap = true;                   // false: reduce every bucket after backward (--no-overlap)
+  std::string algo = "ring";
+};
+
+struct Bucket {
+  int64_t offset = 0, numel = 0;  // a contiguous range of the flat gradient buffer
+  int params = 0;                 // parameters in it
+};
+
+// Groups the model's trainable parameters into buckets (exposed for tests and `dpx train`).
+std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& options,
+                                 std::unordered_map<const nn::Parameter*, int>* bucket_of = nullptr);
+
+class DdpSync final : public GradSync {
+ public:
+  DdpSync(Communicator& comm, DdpOptions options);
+  ~DdpSync() override;
+  void attach(nn::Model& model) override;
+  void begin_backward(bool sync) override;
+  void finish(Context& ctx, PhaseTimer& timer) override;
+  uint64_t take_sent_bytes() override;
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  void on_grad_ready(const nn::Parameter& p);
+  void comm_loop();
+  void reduce_bucket(size_t i);  // all-reduce and average; timed into comm_s_
+
+  Communicator& comm_;
+  DdpOptions options_;
+  Algorithm algo_;
+  nn::Model* model_ = nullptr;
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const nn::Parameter*, int> bucket_of_;
+  std::vector<int> pending_;          // gradients still missing per bucket
+  bool syncing_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t next_ready_ = 0;             // buckets [0, next_ready_) may be launched, in order
+  std::vector<bool> ready_;
+  size_t launched_ = 0, done_ = 0;
+  double comm_s_ = 0;                 // all-reduce time of this step (comm thread)
+  bool stop_ = false;
+  std::exception_ptr error_;
+  uint64_t bytes_mark_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace dpx::parallel

@@ -1,0 +1,49 @@
+#include "parallel/job.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "core/data/datasets.hpp"
+#include "core/data/dataset.hpp"
+#include "core/error.hpp"
+#include "zoo/registry.hpp"
+
+namespace dpx::parallel {
+
+Job::Job(const TrainOptions& o) : options(o) {
+  o.validate();
+  ranks = o.ranks();
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int total = o.threads > 0 ? o.threads : cores;
+  threads_per_rank = std::max(1, total / ranks);
+  rank_batch = o.batch_size / ranks;
+
+  data::DatasetSpec spec;
+  spec.name = o.dataset;
+  spec.dir = o.data_dir;
+  spec.image_size = o.image_size;
+  spec.channels = o.channels;
+  spec.synthetic_size = o.synthetic_size;
+  spec.num_classes = o.num_classes;
+  spec.seed = o.seed;
+  train_set = data::make_dataset(spec, data::Split::train);
+  if (o.evaluate) test_set = data::make_dataset(spec, data::Split::test);
+
+  int64_t n = train_set->size();
+  int64_t per_rank = n / ranks;
+  if (per_rank < rank_batch)
+    usage_fail("the training set has ", n, " samples: too few for ", ranks, " rank(s) x a batch of ", rank_batch,
+               " per rank; pass a smaller --batch-size or fewer ranks", o.dataset == "synthetic" ? " (or a larger --synthetic-size)" : "");
+  steps_per_epoch = per_rank / rank_batch;
+  if (o.max_steps > 0) steps_per_epoch = std::min(steps_per_epoch, o.max_steps);
+
+  Shape sample = train_set->sample_shape();  // (C, H, W)
+  zoo::ModelOptions mo;
+  mo.num_classes = static_cast<int>(train_set->num_classes());
+  mo.in_channels = static_cast<int>(sample[0]);
+  mo.image_size = static_cast<int>(sample[1]);
+  mo.seed = o.seed;
+  initial = nn::Model(zoo::build_model(o.model, mo), Device::cpu());
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,24 @@
+// What every rank of a training job shares: the options, the data sets, the initial model
+// (built once from the seed, then copied to each rank), and the thread budget per rank.
+#pragma once
+#include <memory>
+
+#include "core/data/dataset.hpp"
+#include "layers/model.hpp"
+#include "parallel/train_options.hpp"
+
+namespace dpx::parallel {
+
+struct Job {
+  explicit Job(const TrainOptions& options);
+
+  TrainOptions options;
+  int ranks = 1;
+  int threads_per_rank = 1;
+  int64_t rank_batch = 0;  // the batch one rank (one replica) processes per step
+  std::shared_ptr<const data::Dataset> train_set, test_set;  // test_set may be null
+  nn::Model initial;      // on the host; every rank starts from a copy
+  int64_t steps_per_epoch = 0;
+};
+
+}  // namespace dpx::parallel

@@ -1,0 +1,23 @@
+// The ways a job runs its ranks (internal to parallel/): SPMD (single replica, or one replica
+// per rank with DistributedDataParallel) and DataParallel's master loop.
+#pragma once
+#include <functional>
+
+#include "parallel/job.hpp"
+#include "parallel/trainer.hpp"
+
+namespace dpx::parallel {
+
+struct TrainHooks {
+  std::function<void(const StepRecord&, bool last_of_epoch)> on_step;  // rank 0's steps
+  std::function<void(const EpochRecord&)> on_epoch;
+};
+
+void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks);
+void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks);
+
+// Fills each step's `wait` phase after the run: the time from this rank's end of backward to
+// the slowest rank's end of backward in the same step (all ranks share one steady clock).
+void fill_wait_times(TrainReport& report);
+
+}  // namespace dpx::parallel

@@ -1,0 +1,162 @@
+// The SPMD training loop that every rank runs: load, forward, backward, gradient sync,
+// optimizer — each phase timed. One rank with NoSync is the single-replica run; k thread
+// ranks with DdpSync are DistributedDataParallel.
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "core/clock.hpp"
+#include "core/data/loader.hpp"
+#include "kernels/ops.hpp"
+#include "layers/loss.hpp"
+#include "layers/optim.hpp"
+#include "parallel/ddp.hpp"
+#include "parallel/evaluate.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/run_modes.hpp"
+#include "parallel/threads_backend.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+// One rank's whole run. `comm` is null for the single-replica run.
+void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, TrainReport& report,
+               std::mutex& report_mu, const TrainHooks& hooks) {
+  const TrainOptions& o = job.options;
+  Context ctx = Context::cpu(job.threads_per_rank);
+  nn::Model model = job.initial.clone(Device::cpu());
+  if (comm) {  // every replica starts from rank 0's weights, as DDP's constructor broadcasts
+    comm->broadcast(model.flat_params(), 0);
+    for (auto& [name, buffer] : model.root().named_buffers()) comm->broadcast(*buffer, 0);
+  }
+  sync.attach(model);
+  ops::SgdParams sgd;
+  sgd.lr = o.lr;
+  sgd.momentum = o.momentum;
+  sgd.weight_decay = o.weight_decay;
+  sgd.nesterov = o.nesterov;
+  nn::SGD optimizer(model, sgd);
+  nn::CrossEntropyLoss criterion(o.label_smoothing);
+
+  data::LoaderOptions lo;
+  lo.batch_size = job.rank_batch;
+  lo.shuffle = true;
+  lo.drop_last = true;
+  lo.seed = o.seed;
+  lo.rank = rank;
+  lo.world = job.ranks;
+  lo.num_workers = o.workers;
+  data::DataLoader loader(job.train_set, lo);
+
+  std::vector<StepRecord> mine;
+  int64_t global_step = 0;
+  for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
+    model.train();
+    loader.start_epoch(epoch);
+    double epoch_start = now_s(), loss_sum = 0;
+    int64_t steps = job.steps_per_epoch;
+    for (int64_t step = 0; step < steps; ++step, ++global_step) {
+      PhaseTimer timer;
+      double step_start = now_s();
+      StepRecord rec;
+      rec.rank = rank;
+      rec.epoch = epoch;
+      rec.step = step;
+      rec.global_step = global_step;
+      rec.start_s = step_start;
+      // Micro-step `step % accumulate`: communication and the optimizer run on the last one.
+      bool final_micro = (step + 1) % o.accumulate == 0 || step + 1 == steps;
+      std::optional<data::Batch> batch;
+      {
+        auto scope = timer.scope(Phase::load);
+        batch = loader.next();
+      }
+      DPX_CHECK(batch.has_value(), "the data loader ran dry at step ", step, " of ", steps);
+      Tensor logits;
+      {
+        auto scope = timer.scope(Phase::forward);
+        logits = model.forward(ctx, batch->images);
+        rec.loss = criterion.forward(ctx, logits, batch->labels);
+      }
+      {
+        auto scope = timer.scope(Phase::backward);
+        sync.begin_backward(final_micro);
+        Tensor dlogits = criterion.backward(ctx);
+        if (o.accumulate > 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(o.accumulate));
+        model.backward(ctx, dlogits);
+      }
+      rec.backward_end_s = now_s();
+      if (final_micro) {
+        sync.finish(ctx, timer);
+        auto scope = timer.scope(Phase::optimizer);
+        optimizer.step(ctx);
+        model.zero_grad(ctx);
+      }
+      rec.optimizer_step = final_micro;
+      timer.add(Phase::step, now_s() - step_start);
+      rec.times = timer.take();
+      rec.images = batch->images.size(0);
+      rec.comm_bytes = sync.take_sent_bytes();
+      loss_sum += rec.loss;
+      mine.push_back(rec);
+      if (rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
+    }
+    EpochRecord er;
+    er.epoch = epoch;
+    er.time_s = now_s() - epoch_start;
+    er.train_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0;
+    // Evaluation is sequential on rank 0, as in the studies; the other ranks wait for it.
+    if (rank == 0 && o.evaluate && job.test_set) {
+      double t = now_s();
+      Context eval_ctx = Context::cpu(job.threads_per_rank * job.ranks);
+      EvalResult ev = evaluate(eval_ctx, model, *job.test_set, std::max<int64_t>(job.rank_batch, 256));
+      er.eval_s = now_s() - t;
+      er.test_accuracy = ev.accuracy;
+      er.test_loss = ev.loss;
+    }
+    if (comm) comm->barrier();
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(report_mu);
+      report.epochs.push_back(er);
+      if (hooks.on_epoch) hooks.on_epoch(er);
+    }
+  }
+  std::lock_guard<std::mutex> lock(report_mu);
+  report.steps.insert(report.steps.end(), mine.begin(), mine.end());
+  if (rank == 0) report.final_params = model.flat_params().to_vector();
+}
+
+}  // namespace
+
+void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks) {
+  std::mutex report_mu;
+  if (job.options.parallel == ParallelMode::none) {
+    NoSync sync;
+    rank_loop(job, 0, nullptr, sync, report, report_mu, hooks);
+  } else {
+    RankOptions ro;
+    ro.pin_threads = job.options.pin_threads;
+    run_ranks(job.ranks, [&](Communicator& comm) {
+      DdpOptions d;
+      d.bucket_cap_bytes = static_cast<size_t>(job.options.bucket_mb * 1024 * 1024);
+      d.overlap = job.options.overlap;
+      d.algo = job.options.algo;
+      DdpSync sync(comm, d);
+      rank_loop(job, comm.rank(), &comm, sync, report, report_mu, hooks);
+    }, ro);
+  }
+  std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {
+    return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
+  });
+}
+
+void fill_wait_times(TrainReport& report) {
+  std::map<int64_t, double> latest;  // global step -> the slowest rank's end of backward
+  for (const auto& r : report.steps)
+    latest[r.global_step] = std::max(latest[r.global_step], r.backward_end_s);
+  for (auto& r : report.steps)
+    if (r.optimizer_step) r.times[Phase::wait] = latest[r.global_step] - r.backward_end_s;
+}
+
+}  // namespace dpx::parallel

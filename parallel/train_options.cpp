@@ -1,0 +1,79 @@
+#include "parallel/train_options.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace dpx::parallel {
+
+ParallelMode parse_parallel_mode(const std::string& s) {
+  if (s == "none") return ParallelMode::none;
+  if (s == "dp") return ParallelMode::dp;
+  if (s == "ddp") return ParallelMode::ddp;
+  usage_fail("--parallel: unknown mode '", s, "': use none, dp (DataParallel) or ddp (DistributedDataParallel)");
+}
+
+std::string parallel_mode_name(ParallelMode m) {
+  switch (m) {
+    case ParallelMode::none: return "none";
+    case ParallelMode::dp: return "dp";
+    case ParallelMode::ddp: return "ddp";
+  }
+  return "?";
+}
+
+Device TrainOptions::device() const {
+  auto colon = devices.find(':');
+  std::string kind = devices.substr(0, colon);
+  if (kind == "cpu") return Device::cpu();
+  return parse_device(devices);
+}
+
+int TrainOptions::ranks() const {
+  auto colon = devices.find(':');
+  std::string kind = devices.substr(0, colon);
+  if (kind != "cpu") return 1;
+  if (colon == std::string::npos) return 1;
+  int k = 0;
+  const char* b = devices.data() + colon + 1;
+  const char* e = devices.data() + devices.size();
+  auto r = std::from_chars(b, e, k);
+  if (r.ec != std::errc() || r.ptr != e || k < 1)
+    usage_fail("--devices '", devices, "': use cpu:K with K >= 1 thread ranks, or cuda:N");
+  return k;
+}
+
+void TrainOptions::validate() const {
+  (void)device();
+  int k = ranks();
+  if (epochs < 1) usage_fail("--epochs must be at least 1 (got ", epochs, ")");
+  if (batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", batch_size, ")");
+  if (!(lr > 0) || !std::isfinite(lr)) usage_fail("--lr must be a positive number (got ", lr, ")");
+  if (momentum < 0 || momentum >= 1) usage_fail("--momentum must be in [0, 1) (got ", momentum, ")");
+  if (weight_decay < 0) usage_fail("--weight-decay must be >= 0 (got ", weight_decay, ")");
+  if (label_smoothing < 0 || label_smoothing >= 1)
+    usage_fail("--label-smoothing must be in [0, 1) (got ", label_smoothing, ")");
+  if (threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", threads, ")");
+  if (workers < 0) usage_fail("--workers must be >= 0 (got ", workers, ")");
+  if (max_steps < 0) usage_fail("--steps must be >= 0 (got ", max_steps, ")");
+  if (warmup_steps < 0) usage_fail("--warmup must be >= 0 (got ", warmup_steps, ")");
+  if (accumulate < 1) usage_fail("--accumulate must be at least 1 (got ", accumulate, ")");
+  if (bucket_mb < 0) usage_fail("--bucket-mb must be >= 0 (0 = one all-reduce per tensor; got ", bucket_mb, ")");
+  if (image_size < 0) usage_fail("--image-size must be positive (got ", image_size, ")");
+  if (synthetic_size < 1) usage_fail("--synthetic-size must be at least 1 (got ", synthetic_size, ")");
+  if (num_classes < 2) usage_fail("--classes must be at least 2 (got ", num_classes, ")");
+  if (parallel == ParallelMode::none && k > 1)
+    usage_fail("--devices ", devices, " asks for ", k, " ranks but --parallel is none: pass --parallel ddp or dp");
+  if (parallel != ParallelMode::none && batch_size % k != 0)
+    usage_fail("--batch-size ", batch_size, " is not divisible by the ", k, " ranks of --devices ", devices,
+               ": pass a multiple of ", k, " (e.g. ", (batch_size / k + 1) * k, ")");
+  if (trace_first < 0 || trace_last < trace_first)
+    usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
+  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd")
+    usage_fail("--algo: unknown algorithm '", algo, "': use ring, tree, naive or rhd");
+  if (dataset != "fashion-mnist" && dataset != "mnist" && dataset != "synthetic")
+    usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,55 @@
+// Everything a training run is configured by. `dpx train` and `dpx bench` fill it from the
+// command line; config.json records it. validate() rejects impossible configurations.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/device.hpp"
+
+namespace dpx::parallel {
+
+enum class ParallelMode { none, dp, ddp };
+ParallelMode parse_parallel_mode(const std::string& s);
+std::string parallel_mode_name(ParallelMode m);
+
+struct TrainOptions {
+  // model and data
+  std::string model = "lenet5";
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string data_dir;                   // empty: the default location of the data set
+  int image_size = 0;                     // 0: the data set's own size (28 for MNIST)
+  int channels = 0;                       // 0: the data set's own (1 for MNIST; 3 after --grey-to-rgb)
+  int64_t synthetic_size = 8192;          // samples in the synthetic training set
+  int num_classes = 10;
+  // optimisation
+  int epochs = 1;
+  int64_t batch_size = 64;                // the global batch: split over the ranks
+  float lr = 0.01f, momentum = 0.9f, weight_decay = 0.f, label_smoothing = 0.f;
+  bool nesterov = false;
+  uint64_t seed = 0;
+  int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
+  bool evaluate = true;                   // test accuracy after each epoch
+  // execution
+  std::string devices = "cpu:1";          // cpu:K (K thread ranks) or cuda:N
+  int threads = 0;                        // CPU threads in all; 0: every core. Split over ranks.
+  int workers = 2;                        // loader threads per rank
+  ParallelMode parallel = ParallelMode::none;
+  std::string algo = "ring";
+  double bucket_mb = 25;
+  int accumulate = 1;
+  bool overlap = true;
+  bool pin_threads = false;
+  int warmup_steps = 2;                   // excluded from summaries
+  double loss_threshold = 0;              // report when the loss first falls below; 0: off
+  double log_interval_s = 2;              // progress line cadence
+  std::string trace_file;                 // Chrome trace (Perfetto)
+  int64_t trace_first = 0, trace_last = 20;
+  std::string out_dir;
+
+  // Parsed view of `devices`.
+  Device device() const;
+  int ranks() const;
+  void validate() const;  // throws dpx::UsageError
+};
+
+}  // namespace dpx::parallel

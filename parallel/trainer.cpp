@@ -1,0 +1,111 @@
+// The training driver. run_rank is the one SPMD function every rank runs (single replica and
+// DistributedDataParallel alike); DataParallel has its own master loop (data_parallel.cpp).
+#include "parallel/trainer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "core/clock.hpp"
+#include "core/data/loader.hpp"
+#include "core/error.hpp"
+#include "kernels/ops.hpp"
+#include "layers/loss.hpp"
+#include "layers/optim.hpp"
+#include "parallel/job.hpp"
+#include "parallel/run_modes.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+std::string format_duration(double s) {
+  char buf[32];
+  int total = static_cast<int>(std::lround(std::max(0.0, s)));
+  if (total >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", total / 3600, total / 60 % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", total / 60, total % 60);
+  return buf;
+}
+
+// Progress lines at a steady cadence, and epoch lines; called on rank 0 only.
+class Progress {
+ public:
+  Progress(std::ostream& log, const Job& job) : log_(log), job_(job) {}
+
+  void step(const StepRecord& r, bool force) {
+    images_ += r.images * job_.ranks;
+    double now = now_s();
+    if (!force && now - last_ < job_.options.log_interval_s) return;
+    double rate = static_cast<double>(images_ - last_images_) / std::max(1e-9, now - last_);
+    last_ = now;
+    last_images_ = images_;
+    int64_t done = r.epoch * job_.steps_per_epoch + r.step + 1;
+    int64_t total = job_.options.epochs * job_.steps_per_epoch;
+    double eta = (now - start_) / static_cast<double>(done) * static_cast<double>(total - done);
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch %lld/%d | step %lld/%lld | loss %.4f | %.1f img/s | ETA %s",
+                  static_cast<long long>(r.epoch + 1), job_.options.epochs, static_cast<long long>(r.step + 1),
+                  static_cast<long long>(job_.steps_per_epoch), r.loss, rate, format_duration(eta).c_str());
+    log_ << line << std::endl;
+  }
+
+  void epoch(const EpochRecord& e) {
+    std::ostringstream os;
+    os << "epoch " << e.epoch + 1 << "/" << job_.options.epochs << " done | train loss " << std::fixed
+       << std::setprecision(4) << e.train_loss << " | " << std::setprecision(1) << e.time_s << " s";
+    if (e.test_accuracy >= 0)
+      os << " | test accuracy " << std::setprecision(2) << 100.0 * e.test_accuracy << " % (loss "
+         << std::setprecision(4) << e.test_loss << ", " << std::setprecision(1) << e.eval_s << " s)";
+    log_ << os.str() << std::endl;
+  }
+
+ private:
+  std::ostream& log_;
+  const Job& job_;
+  double start_ = now_s(), last_ = now_s();
+  int64_t images_ = 0, last_images_ = 0;
+};
+
+}  // namespace
+
+TrainReport train(const TrainOptions& options, std::ostream& log) {
+  options.validate();
+  Job job(options);
+  TrainReport report;
+  report.options = options;
+  report.ranks = job.ranks;
+  report.threads_per_rank = job.threads_per_rank;
+  report.num_parameters = job.initial.num_parameters();
+  report.num_trainable = job.initial.num_trainable();
+  report.train_samples = job.train_set->size();
+  report.steps_per_epoch = job.steps_per_epoch;
+
+  Progress progress(log, job);
+  TrainHooks hooks{[&](const StepRecord& r, bool last) { progress.step(r, last); },
+                   [&](const EpochRecord& e) { progress.epoch(e); }};
+  double start = now_s();
+  report.start_s = start;
+  if (options.parallel == ParallelMode::dp) {
+    run_data_parallel(job, report, hooks);  // measures its own wait phase
+  } else {
+    run_spmd(job, report, hooks);
+    fill_wait_times(report);
+  }
+  report.wall_s = now_s() - start;
+  if (options.loss_threshold > 0) {
+    for (const auto& r : report.steps) {
+      if (r.rank == 0 && r.loss < options.loss_threshold) {
+        report.threshold_step = r.global_step;
+        report.threshold_epoch = r.epoch;
+        break;
+      }
+    }
+  }
+  return report;
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,53 @@
+// The training driver behind `dpx train` and `dpx bench`: builds the data, the model and the
+// ranks, runs the steps (single replica, DataParallel or DistributedDataParallel), times every
+// phase of every step on every rank, and returns what it saw. It prints progress on rank 0.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <vector>
+
+#include "core/phase_timer.hpp"
+#include "parallel/train_options.hpp"
+
+namespace dpx::parallel {
+
+struct StepRecord {
+  int rank = 0;
+  int64_t epoch = 0, step = 0;   // step within the epoch
+  int64_t global_step = 0;       // across epochs
+  double loss = 0;               // this rank's loss on its part of the batch
+  StepTimes times;
+  int64_t images = 0;            // images this rank processed in the step
+  uint64_t comm_bytes = 0;       // bytes this rank sent in the step (counted by the communicator)
+  double start_s = 0;            // steady-clock time the step started (for traces)
+  double backward_end_s = 0;     // steady-clock time backward ended (for the wait phase)
+  bool optimizer_step = true;    // false on non-final micro-steps of --accumulate
+};
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  double train_loss = 0;         // mean over the epoch's steps (rank 0)
+  double test_accuracy = -1;     // -1 when not evaluated
+  double test_loss = -1;
+  double time_s = 0;             // wall time of the epoch's training steps
+  double eval_s = 0;             // wall time of the evaluation
+};
+
+struct TrainReport {
+  TrainOptions options;
+  int ranks = 1;
+  int threads_per_rank = 1;
+  int64_t num_parameters = 0, num_trainable = 0;
+  int64_t train_samples = 0, steps_per_epoch = 0;
+  std::vector<StepRecord> steps;     // every rank's steps, in order
+  std::vector<EpochRecord> epochs;
+  double wall_s = 0;
+  double start_s = 0;                // steady-clock time the run started (trace origin)
+  int64_t threshold_step = -1, threshold_epoch = -1;  // first step whose loss < loss_threshold
+  std::vector<float> final_params;   // rank 0's parameters after training (for equivalence tests)
+};
+
+// Runs a whole training job. Progress lines go to `log` (rank 0 only).
+TrainReport train(const TrainOptions& options, std::ostream& log);
+
+}  // namespace dpx::parallel

@@ -1,0 +1,144 @@
+// End-to-end tests of the dpx binary: exit codes and messages for bad input (2 for usage,
+// 1 for runtime errors), and that a real run writes complete, parseable output files.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(DPX_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("dpx_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+const std::string kQuick = "train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 4 --epochs 1 --threads 2 ";
+
+}  // namespace
+
+TEST_CASE("--version names dpx and Eigen") {
+  Result r = run("--version");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("dpx ") != std::string::npos);
+  CHECK(r.output.find("Eigen ") != std::string::npos);
+}
+
+TEST_CASE("usage errors exit 2 with a message naming the flag") {
+  struct Case { std::string args, needle; };
+  std::vector<Case> cases = {
+      {"train --model nosuchnet", "unknown model 'nosuchnet'"},
+      {"train --nosuchflag", "nosuchflag"},
+      {kQuick + "--batch-size 0", "--batch-size must be at least 1"},
+      {kQuick + "--batch-size -3", "--batch-size"},
+      {kQuick + "--lr 0", "--lr must be a positive number"},
+      {kQuick + "--lr -1", "--lr"},
+      {kQuick + "--devices cpu:2 --parallel ddp --batch-size 7", "not divisible by the 2 ranks"},
+      {kQuick + "--devices cpu:2", "--parallel is none"},
+      {kQuick + "--devices gpu:1", "unknown device"},
+      {kQuick + "--parallel sideways", "unknown mode 'sideways'"},
+      {kQuick + "--algo bogus --devices cpu:2 --parallel ddp", "unknown algorithm 'bogus'"},
+      {kQuick + "--dataset imagenet", "unknown data set 'imagenet'"},
+      {kQuick + "--model lenet5 --image-size 8", "needs an input of at least 12x12"},
+      {kQuick + "--batch-size 512", "too few"},
+      {"bench --models lenet5 --scaling sideways", "--scaling"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    Result r = run(c.args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("dpx: error:") != std::string::npos);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+  }
+}
+
+TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
+  fs::path d = temp_dir("rt");
+  fs::create_directories(d);
+  Result missing = run("train --dataset mnist --data-dir " + (d / "nothing").string() + " --steps 2");
+  CHECK(missing.code == 1);
+  CHECK(missing.output.find("dpx: error:") != std::string::npos);
+
+  std::ofstream(d / "corrupt-images-idx3-ubyte") << "not an idx file";
+  fs::create_directories(d / "bad");
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                           "t10k-labels-idx1-ubyte"})
+    std::ofstream(d / "bad" / name) << "garbage that is not IDX";
+  Result corrupt = run("train --dataset mnist --data-dir " + (d / "bad").string() + " --steps 2");
+  CHECK(corrupt.code == 1);
+  CHECK(corrupt.output.find("magic") != std::string::npos);
+
+  std::ofstream(d / "afile") << "x";
+  Result unwritable = run(kQuick + "--out " + (d / "afile" / "sub").string());
+  CHECK(unwritable.code != 0);
+  CHECK(unwritable.output.find("dpx: error:") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") {
+  fs::path d = temp_dir("out");
+  Result r = run(kQuick + "--model mlp --devices cpu:2 --parallel ddp --batch-size 16 --warmup 1 --out " +
+                 d.string() + " --trace " + (d / "trace.json").string() + " --trace-steps 0:3");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("step 4/4") != std::string::npos);
+  CHECK(r.output.find("test accuracy") != std::string::npos);
+  std::string steps = read(d / "steps.csv");
+  CHECK(steps.rfind("rank,epoch,step,global_step,loss,load_s", 0) == 0);
+  CHECK(std::count(steps.begin(), steps.end(), '\n') == 1 + 2 * 4);  // header + 2 ranks x 4 steps
+  std::string summary = read(d / "summary.csv");
+  CHECK(std::count(summary.begin(), summary.end(), '\n') == 2);
+  CHECK(summary.find("parallel_efficiency") != std::string::npos);
+  auto config = nlohmann::json::parse(read(d / "config.json"));
+  CHECK(config["ranks"] == 2);
+  CHECK(config["parallel"] == "ddp");
+  auto trace = nlohmann::json::parse(read(d / "trace.json"));
+  CHECK(trace["traceEvents"].size() > 8);
+  for (auto& entry : fs::directory_iterator(d)) CHECK(entry.path().string().find(".tmp") == std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("bench writes results.csv with one row per configuration and POP columns") {
+  fs::path d = temp_dir("bench");
+  Result r = run("bench --models mlp --image-size 12 --synthetic-size 512 --batch-sizes 8,16 --devices cpu:1,2 "
+                 "--steps 4 --warmup 1 --threads 2 --out " + d.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  std::string csv = read(d / "results.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 4);
+  CHECK(csv.find("load_balance,comm_efficiency,parallel_efficiency") != std::string::npos);
+  CHECK(fs::exists(d / "steps" / "mlp_b16_ddp_cpu2.csv"));
+  fs::remove_all(d);
+}

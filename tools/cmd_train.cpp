@@ -1,0 +1,49 @@
+// `dpx train`: trains one model on one configuration, prints progress and test accuracy, and
+// writes steps.csv, summary.csv, config.json (and a trace) into --out.
+#include <iomanip>
+#include <iostream>
+
+#include "core/atomic_file.hpp"
+#include "parallel/metrics.hpp"
+#include "parallel/report_io.hpp"
+#include "parallel/trainer.hpp"
+#include "tools/commands.hpp"
+#include "tools/print.hpp"
+#include "tools/train_flags.hpp"
+
+namespace dpx::tools {
+
+namespace {
+
+void run_train(parallel::TrainOptions o, const TrainFlags& f) {
+  apply_train_flags(o, f);
+  o.validate();
+  if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
+  warn_if_oversubscribed(o);
+  print_config_box(std::cout, o);
+  parallel::TrainReport report = parallel::train(o, std::cout);
+  parallel::Summary s = parallel::summarize(report);
+  print_summary(std::cout, report, s);
+  if (!o.out_dir.empty()) {
+    parallel::write_steps_csv(o.out_dir + "/steps.csv", report);
+    parallel::write_summary_csv(o.out_dir + "/summary.csv", report, s);
+    parallel::write_config_json(o.out_dir + "/config.json", report);
+    std::cout << "wrote " << o.out_dir << "/{steps.csv, summary.csv, config.json}\n";
+  }
+  if (!o.trace_file.empty()) {
+    parallel::write_trace(o.trace_file, report, o.trace_first, o.trace_last);
+    std::cout << "wrote trace " << o.trace_file << " (open in https://ui.perfetto.dev)\n";
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model, timing every phase of every step");
+  auto o = std::make_shared<parallel::TrainOptions>();
+  auto f = std::make_shared<TrainFlags>();
+  add_train_flags(*cmd, *o, *f, /*for_bench=*/false);
+  cmd->callback([o, f] { run_train(*o, *f); });
+}
+
+}  // namespace dpx::tools

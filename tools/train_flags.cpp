@@ -1,0 +1,68 @@
+#include "tools/train_flags.hpp"
+
+#include "core/error.hpp"
+#include "zoo/registry.hpp"
+
+namespace dpx::tools {
+
+void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench) {
+  if (!for_bench) {
+    cmd.add_option("--model", o.model, "model to train: " + zoo::model_names())->capture_default_str();
+    cmd.add_option("--batch-size,-b", o.batch_size, "global batch size (split over the ranks)")->capture_default_str();
+    cmd.add_option("--devices", o.devices, "cpu:K (K thread ranks) or cuda:N")->capture_default_str();
+    cmd.add_option("--parallel", f.parallel, "none, dp (DataParallel) or ddp (DistributedDataParallel)")
+        ->capture_default_str();
+    cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
+    cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
+    cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");
+    cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
+  }
+  cmd.add_option("--dataset", o.dataset, "fashion-mnist, mnist or synthetic")->capture_default_str();
+  cmd.add_option("--data-dir", o.data_dir,
+                 "directory with the IDX files (default for fashion-mnist: $DPX_DATA_DIR, then the "
+                 "dataset-fashion-mnist package's)");
+  cmd.add_option("--image-size", o.image_size, "resize images to SxS (0: the data set's own size)")
+      ->capture_default_str();
+  cmd.add_option("--channels", o.channels, "image channels (1 = grey; 3 replicates grey to RGB; 0: the data set's)")
+      ->capture_default_str();
+  cmd.add_option("--synthetic-size", o.synthetic_size, "samples in the synthetic training set")->capture_default_str();
+  cmd.add_option("--classes", o.num_classes, "classes of the synthetic data set")->capture_default_str();
+  cmd.add_option("--steps", o.max_steps, "steps per epoch (0: the whole epoch)")->capture_default_str();
+  cmd.add_option("--lr", o.lr, "learning rate (SGD)")->capture_default_str();
+  cmd.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+  cmd.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
+  cmd.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
+  cmd.add_option("--threads", o.threads, "CPU threads in all, split over the ranks (0: every core)")
+      ->capture_default_str();
+  cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
+      ->capture_default_str();
+  cmd.add_option("--algo", o.algo, "all-reduce algorithm for ddp: ring, tree, naive, rhd")->capture_default_str();
+  cmd.add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB (0: one all-reduce per tensor)")
+      ->capture_default_str();
+  cmd.add_option("--accumulate", o.accumulate, "synchronise gradients every k micro-steps")->capture_default_str();
+  cmd.add_flag("--no-overlap", f.no_overlap, "DDP: all-reduce after backward instead of during it");
+  cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
+  cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();
+  cmd.add_option("--loss-threshold", o.loss_threshold, "report the first step whose loss is below this")
+      ->capture_default_str();
+  cmd.add_option("--log-interval", o.log_interval_s, "seconds between progress lines")->capture_default_str();
+  cmd.add_flag("--no-eval", f.no_eval, "skip the test-set evaluation after each epoch");
+}
+
+void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
+  o.parallel = parallel::parse_parallel_mode(f.parallel);
+  o.overlap = !f.no_overlap;
+  o.evaluate = !f.no_eval;
+  auto colon = f.trace_steps.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    o.trace_first = std::stoll(f.trace_steps.substr(0, colon));
+    o.trace_last = std::stoll(f.trace_steps.substr(colon + 1));
+  } catch (const std::exception&) {
+    usage_fail("--trace-steps '", f.trace_steps, "': use a:b, e.g. 10:20");
+  }
+}
+
+}  // namespace dpx::tools

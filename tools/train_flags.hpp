@@ -1,0 +1,22 @@
+// The command-line flags shared by `dpx train` and `dpx bench`, bound to a TrainOptions.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include "parallel/train_options.hpp"
+
+namespace dpx::tools {
+
+struct TrainFlags {
+  std::string parallel = "none";
+  std::string trace_steps = "0:20";
+  bool no_overlap = false;
+  bool no_eval = false;
+};
+
+// Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags
+// that bench sweeps itself (model, batch size, devices, parallel).
+void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench);
+// Copies the string flags into `o` (parses --parallel, --trace-steps, ...).
+void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f);
+
+}  // namespace dpx::tools

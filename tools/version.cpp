@@ -1,0 +1,52 @@
+// `dpx --version`: the versions of dpx and of every library built into this binary.
+#include <Eigen/Core>
+#include <sstream>
+
+#include "core/version_config.hpp"
+#include "tools/commands.hpp"
+
+#ifdef DPX_WITH_CUDA
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <nccl.h>
+#endif
+#ifdef DPX_WITH_MPI
+#include <mpi.h>
+#endif
+#include <zlib.h>
+
+namespace dpx::tools {
+
+std::string version_text() {
+  std::ostringstream os;
+  os << "dpx " << DPX_VERSION_STRING << " (" << DPX_BUILD_TYPE << ", " << DPX_CXX_COMPILER << ")\n";
+  os << "Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "." << EIGEN_MINOR_VERSION << "\n";
+  os << "zlib " << ZLIB_VERSION << "\n";
+#ifdef _OPENMP
+  os << "OpenMP " << _OPENMP << "\n";
+#endif
+#ifdef DPX_WITH_CUDA
+  os << "CUDA runtime (built) " << CUDART_VERSION / 1000 << "." << (CUDART_VERSION % 1000) / 10 << "\n";
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
+    os << "CUDA driver " << driver / 1000 << "." << (driver % 1000) / 10 << "\n";
+  else
+    os << "CUDA driver none (no GPU usable on this machine)\n";
+  os << "cuDNN " << CUDNN_MAJOR << "." << CUDNN_MINOR << "." << CUDNN_PATCHLEVEL << "\n";
+  os << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH << "\n";
+#else
+  os << "CUDA not built in (configure with -DDPX_CUDA=ON on a machine with CUDA, cuDNN and NCCL)\n";
+#endif
+#ifdef DPX_WITH_MPI
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  std::string first(lib, static_cast<size_t>(len));
+  os << "MPI " << MPI_VERSION << "." << MPI_SUBVERSION << " (" << first.substr(0, first.find_first_of(",\n")) << ")\n";
+#else
+  os << "MPI not built in\n";
+#endif
+  return os.str();
+}
+
+}  // namespace dpx::tools

@@ -1,0 +1,56 @@
+// Small models for teaching, tests and quick studies on MNIST-sized data:
+//   mlp    — Flatten, Linear(C·S·S → 256), ReLU, Linear(256 → 128), ReLU, Linear(128 → classes).
+//   lenet5 — LeCun et al.'s LeNet-5 with today's habits: ReLU, max-pooling and batch norm after
+//            each convolution (conv 6@5x5 pad 2, pool, conv 16@5x5, pool, fc 120, fc 84, fc classes).
+#include "layers/layers.hpp"
+#include "zoo/families.hpp"
+
+namespace dpx::zoo {
+
+namespace {
+
+std::unique_ptr<nn::Module> build_mlp(const ModelOptions& o) {
+  Rng rng(o.seed);
+  auto m = std::make_unique<nn::Sequential>();
+  m->emplace<nn::Flatten>();
+  m->emplace<nn::Linear>(int64_t{o.in_channels} * o.image_size * o.image_size, 256, rng);
+  m->emplace<nn::ReLU>();
+  m->emplace<nn::Linear>(256, 128, rng);
+  m->emplace<nn::ReLU>();
+  m->emplace<nn::Linear>(128, o.num_classes, rng);
+  return m;
+}
+
+std::unique_ptr<nn::Module> build_lenet5(const ModelOptions& o) {
+  Rng rng(o.seed);
+  auto features = std::make_unique<nn::Sequential>();
+  features->emplace<nn::Conv2d>(o.in_channels, 6, 5, rng, /*stride=*/1, /*padding=*/2);
+  features->emplace<nn::BatchNorm2d>(6);
+  features->emplace<nn::ReLU>();
+  features->emplace<nn::MaxPool2d>(2);
+  features->emplace<nn::Conv2d>(6, 16, 5, rng);
+  features->emplace<nn::BatchNorm2d>(16);
+  features->emplace<nn::ReLU>();
+  features->emplace<nn::MaxPool2d>(2);
+  int64_t side = (o.image_size / 2 - 4) / 2;
+  auto classifier = std::make_unique<nn::Sequential>();
+  classifier->emplace<nn::Linear>(16 * side * side, 120, rng);
+  classifier->emplace<nn::ReLU>();
+  classifier->emplace<nn::Linear>(120, 84, rng);
+  classifier->emplace<nn::ReLU>();
+  classifier->emplace<nn::Linear>(84, o.num_classes, rng);
+  auto m = std::make_unique<nn::Sequential>();
+  m->add("features", std::move(features));
+  m->add("flatten", std::make_unique<nn::Flatten>());
+  m->add("classifier", std::move(classifier));
+  return m;
+}
+
+}  // namespace
+
+void add_small_models(std::vector<ModelInfo>& out) {
+  out.push_back({"mlp", "mlp", 28, 1, 1, "", build_mlp});
+  out.push_back({"lenet5", "lenet", 28, 1, 12, "two 5x5 convolutions and two 2x2 poolings need 12 pixels", build_lenet5});
+}
+
+}  // namespace dpx::zoo
