@@ -1,0 +1,205 @@
+// Tests of write_file_atomic and ensure_writable_dir: contents land whole or not at all, the
+// temporary never stays behind, and failures name the path and the reason. Tests run as root,
+// so failures are forced with a path under a regular file, not with permission bits.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("dpx_test_atomic_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // Every entry of the directory, so a test sees any temporary left behind.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The message of the dpx::Error that f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const dpx::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("write_file_atomic writes the contents and leaves only the file") {
+  TempDir dir;
+  const std::string path = dir.file("out.csv");
+  dpx::write_file_atomic(path, std::string_view("a,b\n1,2\n"));
+  CHECK(slurp(path) == "a,b\n1,2\n");
+
+  const std::string big(300000, 'x');  // larger than the stream buffer: the direct-write path
+  dpx::write_file_atomic(dir.file("big.bin"), [&](std::ostream& os) {
+    os << "head";
+    os.write(big.data(), static_cast<std::streamsize>(big.size()));
+    os << "tail";
+  });
+  CHECK(slurp(dir.file("big.bin")) == "head" + big + "tail");
+  CHECK(dir.entries() == std::vector<std::string>{"big.bin", "out.csv"});
+}
+
+TEST_CASE("write_file_atomic replaces an existing file") {
+  TempDir dir;
+  const std::string path = dir.file("summary.json");
+  dpx::write_file_atomic(path, std::string_view("old"));
+  dpx::write_file_atomic(path, std::string_view("new contents"));
+  CHECK(slurp(path) == "new contents");
+  dpx::write_file_atomic(path, std::string_view(""));
+  CHECK(fs::file_size(path) == 0);
+  CHECK(dir.entries() == std::vector<std::string>{"summary.json"});
+}
+
+TEST_CASE("a writer that throws leaves the old file as it was and no temporary") {
+  TempDir dir;
+  const std::string path = dir.file("trace.json");
+  dpx::write_file_atomic(path, std::string_view("complete"));
+  auto throwing = [](std::ostream& os) {
+    os << "half of a new file";
+    throw std::runtime_error("model diverged");
+  };
+  CHECK_THROWS_WITH_AS(dpx::write_file_atomic(path, throwing), "model diverged", std::runtime_error);
+  CHECK(slurp(path) == "complete");
+  CHECK(dir.entries() == std::vector<std::string>{"trace.json"});
+
+  CHECK_THROWS_AS(dpx::write_file_atomic(dir.file("fresh.json"), throwing), std::runtime_error);
+  CHECK(dir.entries() == std::vector<std::string>{"trace.json"});
+}
+
+TEST_CASE("a stream error set by the writer fails the write") {
+  TempDir dir;
+  const std::string path = dir.file("bad.csv");
+  std::string msg = error_of([&] {
+    dpx::write_file_atomic(path, [](std::ostream& os) {
+      os << "x";
+      os.setstate(std::ios::failbit);
+    });
+  });
+  CHECK_MESSAGE(contains(msg, "cannot write " + path), msg);
+  CHECK(dir.entries().empty());
+}
+
+TEST_CASE("write_file_atomic into a missing directory names the path and the reason") {
+  TempDir dir;
+  const std::string path = dir.file("no/such/dir/steps.csv");
+  std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x")); });
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": No such file or directory"), msg);
+  CHECK_MESSAGE(contains(msg, "create the directory or pass another --out"), msg);
+  CHECK(dir.entries().empty());
+}
+
+TEST_CASE("write_file_atomic under a regular file fails and creates nothing") {
+  TempDir dir;
+  dpx::write_file_atomic(dir.file("plain"), std::string_view("i am a file"));
+  const std::string path = dir.file("plain/out.csv");
+  std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x")); });
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": Not a directory"), msg);
+  CHECK(dir.entries() == std::vector<std::string>{"plain"});
+  CHECK(slurp(dir.file("plain")) == "i am a file");
+}
+
+TEST_CASE("write_file_atomic onto a directory fails at the rename and removes the temporary") {
+  TempDir dir;
+  fs::create_directory(dir.file("results"));
+  std::string msg = error_of([&] { dpx::write_file_atomic(dir.file("results"), std::string_view("x")); });
+  CHECK_MESSAGE(contains(msg, "cannot write " + dir.file("results") + ": Is a directory"), msg);
+  CHECK(dir.entries() == std::vector<std::string>{"results"});
+  CHECK(fs::is_empty(dir.file("results")));
+}
+
+TEST_CASE("a failing write (file size limit) is reported and leaves no partial file") {
+  TempDir dir;
+  const std::string path = dir.file("weights.bin");
+  dpx::write_file_atomic(path, std::string_view("previous"));
+  // RLIMIT_FSIZE makes write() fail with EFBIG as a full disk would with ENOSPC; SIGXFSZ is
+  // ignored so the process survives. Both are restored whatever happens.
+  rlimit old_limit{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  struct sigaction ignore {}, old_action {};
+  ignore.sa_handler = SIG_IGN;
+  REQUIRE(::sigaction(SIGXFSZ, &ignore, &old_action) == 0);
+  rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  const std::string payload(1 << 20, 'w');
+  std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view(payload)); });
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::sigaction(SIGXFSZ, &old_action, nullptr);
+
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": File too large"), msg);
+  CHECK_MESSAGE(contains(msg, "free some disk space"), msg);
+  CHECK(slurp(path) == "previous");
+  CHECK(dir.entries() == std::vector<std::string>{"weights.bin"});
+}
+
+TEST_CASE("write_file_atomic refuses an empty path") {
+  CHECK_MESSAGE(contains(error_of([] { dpx::write_file_atomic("", std::string_view("x")); }), "empty path"),
+                "no error for an empty path");
+}
+
+TEST_CASE("ensure_writable_dir creates missing directories and accepts existing ones") {
+  TempDir dir;
+  const std::string out = dir.file("runs/resnet50/2024");
+  dpx::ensure_writable_dir(out);
+  CHECK(fs::is_directory(out));
+  dpx::ensure_writable_dir(out);  // again: nothing to do, no error
+  dpx::write_file_atomic(out + "/steps.csv", std::string_view("step\n"));
+  CHECK(slurp(out + "/steps.csv") == "step\n");
+  CHECK_NOTHROW(dpx::ensure_writable_dir(""));  // the current directory
+}
+
+TEST_CASE("ensure_writable_dir fails clearly where a file is in the way") {
+  TempDir dir;
+  dpx::write_file_atomic(dir.file("plain"), std::string_view("x"));
+
+  std::string msg = error_of([&] { dpx::ensure_writable_dir(dir.file("plain")); });
+  CHECK_MESSAGE(contains(msg, dir.file("plain") + " as an output directory: it exists and is not a directory"), msg);
+
+  msg = error_of([&] { dpx::ensure_writable_dir(dir.file("plain/sub/dir")); });
+  CHECK_MESSAGE(contains(msg, "cannot create directory " + dir.file("plain/sub/dir") + ": Not a directory"), msg);
+  CHECK(dir.entries() == std::vector<std::string>{"plain"});
+}
