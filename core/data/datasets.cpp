@@ -1,0 +1,57 @@
+// make_dataset: the name -> data set factory, and the small shared helpers of dataset.hpp.
+#include "core/data/datasets.hpp"
+
+#include <algorithm>
+
+#include "core/data/mnist.hpp"
+#include "core/data/synthetic.hpp"
+#include "core/data/transforms.hpp"
+
+namespace dpx::data {
+
+std::string split_name(Split s) { return s == Split::train ? "train" : "test"; }
+
+std::string describe_dataset(const std::string& name, const Dataset& d) {
+  return name + " (" + std::to_string(d.size()) + " x " + shape_str(d.sample_shape()) + ", " +
+         std::to_string(d.num_classes()) + " classes)";
+}
+
+const std::vector<std::string>& dataset_names() {
+  static const std::vector<std::string> names = {"fashion-mnist", "mnist", "synthetic"};
+  return names;
+}
+
+std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split) {
+  if (spec.image_size < 0) usage_fail("image size must be >= 0, got ", spec.image_size);
+  if (spec.channels < 0) usage_fail("channels must be >= 0, got ", spec.channels);
+  if (spec.name == "synthetic") {
+    // The test split: a sixth of the train size (Fashion-MNIST's 10000 : 60000), other noise.
+    SyntheticOptions so;
+    so.size = split == Split::train ? spec.synthetic_size : std::max<int64_t>(1, spec.synthetic_size / 6);
+    int64_t side = spec.image_size > 0 ? spec.image_size : 28;
+    so.sample_shape = {spec.channels > 0 ? spec.channels : 1, side, side};
+    so.num_classes = spec.num_classes;
+    so.seed = spec.seed;
+    so.sample_stream = split == Split::train ? 0 : 1;
+    return std::make_shared<SyntheticDataset>(so);
+  }
+  std::shared_ptr<const Dataset> base;
+  float mean = 0, std = 0;
+  if (spec.name == "fashion-mnist") {
+    base = load_fashion_mnist(spec.dir, split);
+    mean = kFashionMnistMean;
+    std = kFashionMnistStd;
+  } else if (spec.name == "mnist") {
+    base = load_mnist(spec.dir, split);
+    mean = kMnistMean;
+    std = kMnistStd;
+  } else {
+    usage_fail("unknown data set '", spec.name, "': use fashion-mnist, mnist or synthetic");
+  }
+  Shape s = base->sample_shape();
+  int64_t h = spec.image_size > 0 ? spec.image_size : s[1], w = spec.image_size > 0 ? spec.image_size : s[2];
+  int64_t c = spec.channels > 0 ? spec.channels : s[0];
+  return with_transforms(base, model_input_transforms(s, c, h, w, mean, spec.normalize ? std : 0.f));
+}
+
+}  // namespace dpx::data
