@@ -1,0 +1,117 @@
+// Micro-benchmarks of the CPU kernels that dominate training time: square GEMM and conv2d
+// forward/backward on ResNet-like shapes, each at 1 and 2 threads. GFLOP/s counts 2 FLOPs per
+// multiply-add; conv2d backward computes dx, dW and db (twice the forward's multiply-adds).
+#include <benchmark/benchmark.h>
+
+#include "core/rng.hpp"
+#include "kernels/ops.hpp"
+
+namespace {
+
+using namespace dpx;
+
+Tensor random_tensor(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape);
+  Rng rng(seed);
+  fill_uniform(t, rng, -1.f, 1.f);
+  return t;
+}
+
+void set_gflops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Args: n, threads.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Context ctx = Context::cpu(static_cast<int>(state.range(1)));
+  Tensor a = random_tensor({n, n}, 1), b = random_tensor({n, n}, 2), c = Tensor::empty({n, n});
+  for (auto _ : state) {
+    ops::matmul(ctx, c, a, b, false, false, 1.f, 0.f);
+    benchmark::DoNotOptimize(c.raw());
+  }
+  set_gflops(state, 2.0 * n * n * n);
+}
+BENCHMARK(BM_Gemm)
+    ->ArgNames({"n", "threads"})
+    ->ArgsProduct({{256, 512, 1024}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+struct ConvShape {
+  int64_t N, C, H, W, K, k;
+  int stride, pad;
+};
+// Indexed by the first benchmark argument.
+const ConvShape kConvShapes[] = {
+    {8, 64, 56, 56, 64, 3, 1, 1},    // ResNet layer1 3x3
+    {8, 128, 28, 28, 128, 3, 1, 1},  // ResNet layer2 3x3
+    {2, 3, 224, 224, 64, 7, 2, 3},   // ResNet stem 7x7 stride 2
+    {8, 256, 56, 56, 64, 1, 1, 0},   // ResNet-50 bottleneck 1x1 (no im2col)
+};
+
+struct ConvSetup {
+  ops::Conv2dParams p;
+  Tensor x, w, b, y;
+  double macs;
+  explicit ConvSetup(const ConvShape& s) {
+    p.stride_h = p.stride_w = s.stride;
+    p.pad_h = p.pad_w = s.pad;
+    const int64_t OH = ops::conv_out_size(s.H, static_cast<int>(s.k), s.stride, s.pad, 1);
+    const int64_t OW = ops::conv_out_size(s.W, static_cast<int>(s.k), s.stride, s.pad, 1);
+    x = random_tensor({s.N, s.C, s.H, s.W}, 3);
+    w = random_tensor({s.K, s.C, s.k, s.k}, 4);
+    b = random_tensor({s.K}, 5);
+    y = random_tensor({s.N, s.K, OH, OW}, 6);
+    macs = static_cast<double>(s.N) * s.K * OH * OW * s.C * s.k * s.k;
+  }
+};
+
+void conv_label(benchmark::State& state, const ConvShape& s) {
+  state.SetLabel("N=" + std::to_string(s.N) + " " + std::to_string(s.C) + "->" +
+                 std::to_string(s.K) + " " + std::to_string(s.H) + "x" + std::to_string(s.W) +
+                 " k" + std::to_string(s.k) + " s" + std::to_string(s.stride));
+}
+
+// Args: shape index, threads.
+void BM_Conv2dForward(benchmark::State& state) {
+  const ConvShape& s = kConvShapes[state.range(0)];
+  Context ctx = Context::cpu(static_cast<int>(state.range(1)));
+  ConvSetup c(s);
+  for (auto _ : state) {
+    ops::conv2d_forward(ctx, c.y, c.x, c.w, &c.b, c.p);
+    benchmark::DoNotOptimize(c.y.raw());
+  }
+  set_gflops(state, 2.0 * c.macs);
+  conv_label(state, s);
+}
+
+void BM_Conv2dBackward(benchmark::State& state) {
+  const ConvShape& s = kConvShapes[state.range(0)];
+  Context ctx = Context::cpu(static_cast<int>(state.range(1)));
+  ConvSetup c(s);
+  Tensor dx = Tensor::zeros(c.x.shape()), dw = Tensor::zeros(c.w.shape()),
+         db = Tensor::zeros({s.K});
+  for (auto _ : state) {
+    ops::conv2d_backward(ctx, &dx, &dw, &db, c.y, c.x, c.w, c.p);
+    benchmark::DoNotOptimize(dw.raw());
+  }
+  set_gflops(state, 4.0 * c.macs);  // dx and dW each cost the forward's multiply-adds
+  conv_label(state, s);
+}
+
+BENCHMARK(BM_Conv2dForward)
+    ->ArgNames({"shape", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2dBackward)
+    ->ArgNames({"shape", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

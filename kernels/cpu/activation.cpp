@@ -1,0 +1,99 @@
+// CPU activations and regularisation: ReLU and dropout, forward and backward.
+// Dropout draws element i's keep bit from Philox counter i, so the mask is the same for any
+// number of threads (and the same as the CUDA kernel draws).
+#include "core/rng.hpp"
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  const char* op = "relu_forward";
+  require_f32(op, "y", y);
+  require_f32(op, "x", x);
+  require_same_numel(op, "y", y, "x", x);
+  float* yp = y.data<float>();
+  const float* xp = x.data<float>();
+  const int64_t n = x.numel();
+  int nt = threads_for(ctx, n);
+  // `x < 0 ? 0 : x` lets NaN through, as torch.relu does.
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] < 0.f ? 0.f : xp[i];
+}
+
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  const char* op = "relu_backward";
+  require_f32(op, "dx", dx);
+  require_f32(op, "dy", dy);
+  require_f32(op, "y", y);
+  require_same_numel(op, "dx", dx, "dy", dy);
+  require_same_numel(op, "dy", dy, "y", y);
+  float* dxp = dx.data<float>();
+  const float *dyp = dy.data<float>(), *yp = y.data<float>();
+  const int64_t n = y.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) dxp[i] += yp[i] > 0.f ? dyp[i] : 0.f;
+}
+
+namespace {
+void check_p(const char* op, float p) {
+  if (!(p >= 0.f && p <= 1.f)) fail(op, ": dropout probability ", p, " must lie in [0, 1]");
+}
+// 1/(1-p), or 0 when everything is dropped (p == 1), so dropped and kept alike become 0.
+float keep_scale(float p) { return p < 1.f ? 1.f / (1.f - p) : 0.f; }
+}  // namespace
+
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed,
+                     uint64_t stream) {
+  const char* op = "dropout_forward";
+  require_f32(op, "y", y);
+  require_f32(op, "x", x);
+  require_dtype(op, "mask", mask, DType::u8);
+  require_same_numel(op, "y", y, "x", x);
+  require_same_numel(op, "mask", mask, "x", x);
+  check_p(op, p);
+  float* yp = y.data<float>();
+  uint8_t* mp = mask.data<uint8_t>();
+  const float* xp = x.data<float>();
+  const int64_t n = x.numel();
+  int nt = threads_for(ctx, n);
+  if (p == 0.f) {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < n; ++i) {
+      yp[i] = xp[i];
+      mp[i] = 1;
+    }
+    return;
+  }
+  const Rng rng(seed, stream);
+  const float s = keep_scale(p);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = rng.uniform_at(static_cast<uint64_t>(i)) >= p;
+    mp[i] = keep ? 1 : 0;
+    yp[i] = keep ? xp[i] * s : 0.f;
+  }
+}
+
+void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
+  const char* op = "dropout_backward";
+  require_f32(op, "dx", dx);
+  require_f32(op, "dy", dy);
+  require_dtype(op, "mask", mask, DType::u8);
+  require_same_numel(op, "dx", dx, "dy", dy);
+  require_same_numel(op, "mask", mask, "dy", dy);
+  check_p(op, p);
+  float* dxp = dx.data<float>();
+  const float* dyp = dy.data<float>();
+  const uint8_t* mp = mask.data<uint8_t>();
+  const float s = keep_scale(p);
+  const int64_t n = dy.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) dxp[i] += mp[i] ? dyp[i] * s : 0.f;
+}
+
+}  // namespace dpx::cpu

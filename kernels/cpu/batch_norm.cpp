@@ -1,0 +1,177 @@
+// CPU batch normalisation over (N, spatial) for each channel of x (N, C, ...): training forward
+// (batch statistics; running stats with the unbiased variance, as PyTorch), eval forward, and
+// backward. Channels are independent, and each one is summed in a fixed order, in double.
+#include <cmath>
+#include <initializer_list>
+#include <utility>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+namespace {
+
+struct BnShape {
+  int64_t N, C, S;  // S: elements per (n, c), 1 for x (N, C)
+};
+
+BnShape bn_shape(const char* op, const Tensor& x) {
+  require_f32(op, "x", x);
+  if (x.dim() < 2) fail(op, ": x must be (N, C) or (N, C, ...), got shape ", shape_str(x.shape()));
+  BnShape s{x.size(0), x.size(1), 1};
+  for (int d = 2; d < x.dim(); ++d) s.S *= x.size(d);
+  return s;
+}
+
+void require_channels(const char* op, const char* name, const Tensor& t, int64_t C) {
+  require_f32(op, name, t);
+  require_shape(op, name, t, {C});
+}
+
+}  // namespace
+
+void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                              Tensor& running_mean, Tensor& running_var, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, float momentum, float eps) {
+  const char* op = "batch_norm_forward_train";
+  const BnShape s = bn_shape(op, x);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, x.shape());
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"save_mean", &save_mean},
+                         {"save_invstd", &save_invstd},
+                         {"running_mean", &running_mean},
+                         {"running_var", &running_var},
+                         {"gamma", &gamma},
+                         {"beta", &beta}})
+    require_channels(op, name, *t, s.C);
+  const int64_t M = s.N * s.S;
+  if (M <= 1)
+    fail(op, ": expected more than 1 value per channel when training, got input ",
+         shape_str(x.shape()));
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  float *mean_p = save_mean.data<float>(), *invstd_p = save_invstd.data<float>();
+  float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
+  const float *gp = gamma.data<float>(), *bp = beta.data<float>();
+  int nt = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t c = 0; c < s.C; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* in = xp + (n * s.C + c) * s.S;
+      for (int64_t i = 0; i < s.S; ++i) sum += in[i];
+    }
+    const double mean = sum / M;
+    // Two passes: the squared deviations do not cancel the way E[x^2] - E[x]^2 does.
+    double sq = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* in = xp + (n * s.C + c) * s.S;
+      for (int64_t i = 0; i < s.S; ++i) sq += (in[i] - mean) * (in[i] - mean);
+    }
+    const double var = sq / M;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    mean_p[c] = static_cast<float>(mean);
+    invstd_p[c] = static_cast<float>(invstd);
+    rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean);
+    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * M / (M - 1));
+    // y = (x - mean) * invstd * gamma + beta = x * a + b
+    const float a = static_cast<float>(gp[c] * invstd);
+    const float b = static_cast<float>(bp[c] - mean * gp[c] * invstd);
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* in = xp + (n * s.C + c) * s.S;
+      float* out = yp + (n * s.C + c) * s.S;
+      for (int64_t i = 0; i < s.S; ++i) out[i] = in[i] * a + b;
+    }
+  }
+}
+
+void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, const Tensor& running_mean,
+                             const Tensor& running_var, float eps) {
+  const char* op = "batch_norm_forward_eval";
+  const BnShape s = bn_shape(op, x);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, x.shape());
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
+                         {"beta", &beta},
+                         {"running_mean", &running_mean},
+                         {"running_var", &running_var}})
+    require_channels(op, name, *t, s.C);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const float *gp = gamma.data<float>(), *bp = beta.data<float>();
+  const float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
+  const int64_t planes = s.N * s.C;
+  int nt = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const int64_t c = pl % s.C;
+    const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+    const float a = static_cast<float>(gp[c] * invstd);
+    const float b = static_cast<float>(bp[c] - rm[c] * gp[c] * invstd);
+    const float* in = xp + pl * s.S;
+    float* out = yp + pl * s.S;
+    for (int64_t i = 0; i < s.S; ++i) out[i] = in[i] * a + b;
+  }
+}
+
+void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                         const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd) {
+  const char* op = "batch_norm_backward";
+  const BnShape s = bn_shape(op, x);
+  require_f32(op, "dy", dy);
+  require_shape(op, "dy", dy, x.shape());
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"gamma", &gamma},
+                         {"save_mean", &save_mean},
+                         {"save_invstd", &save_invstd}})
+    require_channels(op, name, *t, s.C);
+  if (dx) {
+    require_f32(op, "dx", *dx);
+    require_shape(op, "dx", *dx, x.shape());
+  }
+  if (dgamma) require_channels(op, "dgamma", *dgamma, s.C);
+  if (dbeta) require_channels(op, "dbeta", *dbeta, s.C);
+  const int64_t M = s.N * s.S;
+  if (M == 0) return;
+  const float *xp = x.data<float>(), *dyp = dy.data<float>(), *gp = gamma.data<float>();
+  const float *mean_p = save_mean.data<float>(), *invstd_p = save_invstd.data<float>();
+  float* dxp = dx ? dx->data<float>() : nullptr;
+  float* dgp = dgamma ? dgamma->data<float>() : nullptr;
+  float* dbp = dbeta ? dbeta->data<float>() : nullptr;
+  int nt = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t c = 0; c < s.C; ++c) {
+    const double mean = mean_p[c], invstd = invstd_p[c];
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* in = xp + (n * s.C + c) * s.S;
+      const float* g = dyp + (n * s.C + c) * s.S;
+      for (int64_t i = 0; i < s.S; ++i) {
+        sum_dy += g[i];
+        sum_dy_xhat += g[i] * (in[i] - mean);
+      }
+    }
+    sum_dy_xhat *= invstd;
+    if (dbp) dbp[c] += static_cast<float>(sum_dy);
+    if (dgp) dgp[c] += static_cast<float>(sum_dy_xhat);
+    if (!dxp) continue;
+    // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * invstd
+    const float k = static_cast<float>(gp[c] * invstd);
+    const float mean_dy = static_cast<float>(sum_dy / M);
+    const float xhat_scale = static_cast<float>(invstd * sum_dy_xhat / M);
+    const float mean_f = static_cast<float>(mean);
+    for (int64_t n = 0; n < s.N; ++n) {
+      const float* in = xp + (n * s.C + c) * s.S;
+      const float* g = dyp + (n * s.C + c) * s.S;
+      float* d = dxp + (n * s.C + c) * s.S;
+      for (int64_t i = 0; i < s.S; ++i)
+        d[i] += k * (g[i] - mean_dy - (in[i] - mean_f) * xhat_scale);
+    }
+  }
+}
+
+}  // namespace dpx::cpu

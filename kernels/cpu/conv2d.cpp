@@ -1,0 +1,295 @@
+// CPU conv2d forward/backward: im2col + Eigen GEMM per (image, group, tile of output pixels);
+// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Work units depend on the
+// shapes only and dW partials are summed in a fixed order, so results never depend on threads.
+// GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
+// GEMM kernel, as maybe-uninitialised: a known false positive that would bury real warnings.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using MutMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+
+// A column tile (Kdim x tile floats) of about 512 KB stays in L2 while the GEMM packs it.
+constexpr int64_t kColTileFloats = int64_t{1} << 17;
+constexpr int64_t kMinTile = 64;
+// dW partial buffers may take this much memory; fewer slots (each summing several images in
+// order) when dW is large.
+constexpr int64_t kPartialBudgetBytes = int64_t{64} << 20;
+// dW rows per work unit, so one large group still splits over threads.
+constexpr int64_t kDwRowBlock = 128;
+
+struct ConvShape {
+  int64_t N, C, H, W, K, kh, kw, OH, OW;  // K: output channels
+  int64_t G, Cg, Kg, Kdim, HW, P;         // per group: Cg inputs, Kg outputs; P = OH * OW
+  int sh, sw, ph, pw, dh, dw;
+  bool direct;          // 1x1, stride 1, no padding: x is the column matrix
+  int64_t tile, tiles;  // output pixels per column tile, and their number
+};
+
+ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  require_f32(op, "x", x);
+  require_f32(op, "w", w);
+  require_dim(op, "x", x, 4);
+  require_dim(op, "w", w, 4);
+  if (p.groups < 1 || p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 ||
+      p.pad_h < 0 || p.pad_w < 0)
+    fail(op, ": groups ", p.groups, ", stride (", p.stride_h, ", ", p.stride_w, "), dilation (",
+         p.dilation_h, ", ", p.dilation_w, ") must be positive and padding (", p.pad_h, ", ",
+         p.pad_w, ") not negative");
+  ConvShape s{};
+  s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
+  s.K = w.size(0), s.kh = w.size(2), s.kw = w.size(3), s.G = p.groups;
+  if (s.C % s.G != 0 || s.K % s.G != 0 || w.size(1) * s.G != s.C)
+    fail(op, ": x ", shape_str(x.shape()), " and w ", shape_str(w.shape()), " do not fit ", s.G,
+         " groups: need C_in and C_out divisible by groups and w (C_out, C_in / groups, kH, kW)");
+  s.sh = p.stride_h, s.sw = p.stride_w, s.ph = p.pad_h, s.pw = p.pad_w;
+  s.dh = p.dilation_h, s.dw = p.dilation_w;
+  s.OH = ops::conv_out_size(s.H, static_cast<int>(s.kh), s.sh, s.ph, s.dh);
+  s.OW = ops::conv_out_size(s.W, static_cast<int>(s.kw), s.sw, s.pw, s.dw);
+  if (s.OH <= 0 || s.OW <= 0)
+    fail(op, ": kernel ", s.kh, "x", s.kw, " (dilation ", s.dh, "x", s.dw, ") does not fit input ",
+         shape_str(x.shape()), " padded by (", s.ph, ", ", s.pw, ")");
+  s.Cg = s.C / s.G, s.Kg = s.K / s.G, s.Kdim = s.Cg * s.kh * s.kw;
+  s.HW = s.H * s.W, s.P = s.OH * s.OW;
+  s.direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+  s.tile =
+      std::min(s.P, std::max(kMinTile, kColTileFloats / std::max<int64_t>(s.Kdim, 1) / 16 * 16));
+  s.tiles = (s.P + s.tile - 1) / s.tile;
+  return s;
+}
+
+// Output positions o in [0, O) whose input index o * stride + off lies in [0, L): [lo, hi).
+void valid_range(int64_t L, int64_t O, int stride, int64_t off, int64_t& lo, int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  hi = L - 1 - off < 0 ? 0 : std::min(O, (L - 1 - off) / stride + 1);
+  lo = std::min(lo, hi);
+}
+
+// Walks the column matrix of output pixels [p0, p0 + len) of one image and group: for each row
+// r = (c, i, j) and each run of pixels [ow, ow_end) on one output row, calls
+// fn(d, ow, ow_end, row, a, b, iw0): d is where the run starts in the tile (row r starts at
+// r * len), `row` the input row it reads (null inside vertical padding), [a, b) the output
+// columns whose input column o * stride_w + iw0 is inside the image. im2col and col2im share
+// this walk, so they agree on every index.
+template <typename T, typename Fn>
+void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, Fn&& fn) {
+  const int64_t end = p0 + len;
+  for (int64_t c = 0; c < s.Cg; ++c)
+    for (int64_t i = 0; i < s.kh; ++i)
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const int64_t r = (c * s.kh + i) * s.kw + j;
+        const int64_t iw0 = j * s.dw - s.pw;
+        int64_t ow_lo, ow_hi;
+        valid_range(s.W, s.OW, s.sw, iw0, ow_lo, ow_hi);
+        T* plane = xg + c * s.HW;
+        int64_t d = r * len;
+        for (int64_t p = p0; p < end;) {
+          const int64_t oh = p / s.OW, ow = p - oh * s.OW, ow_end = std::min(s.OW, ow + (end - p));
+          const int64_t ih = oh * s.sh - s.ph + i * s.dh;
+          fn(d, ow, ow_end, ih >= 0 && ih < s.H ? plane + ih * s.W : nullptr,
+             std::clamp(ow_lo, ow, ow_end), std::clamp(ow_hi, ow, ow_end), iw0);
+          d += ow_end - ow;
+          p += ow_end - ow;
+        }
+      }
+}
+
+// col (Kdim, len) = the input patches of output pixels [p0, p0 + len) of one image and group.
+void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, float* col) {
+  const int64_t sw = s.sw;
+  for_each_run(s, xg, p0, len,
+               [&](int64_t d, int64_t ow, int64_t ow_end, const float* row, int64_t a, int64_t b,
+                   int64_t iw0) {
+                 float* out = col + d;  // out[o - ow] holds output column o
+                 if (!row) {
+                   std::fill(out, out + (ow_end - ow), 0.f);
+                   return;
+                 }
+                 std::fill(out, out + (a - ow), 0.f);
+                 for (int64_t o = a; o < b; ++o) out[o - ow] = row[o * sw + iw0];
+                 std::fill(out + (b - ow), out + (ow_end - ow), 0.f);
+               });
+}
+
+// dxg += the column gradients dcol (Kdim, len) scattered back onto the input, in a fixed order.
+void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len, float* dxg) {
+  const int64_t sw = s.sw;
+  for_each_run(s, dxg, p0, len,
+               [&](int64_t d, int64_t ow, int64_t, float* row, int64_t a, int64_t b, int64_t iw0) {
+                 if (!row) return;
+                 const float* in = dcol + d;
+                 for (int64_t o = a; o < b; ++o) row[o * sw + iw0] += in[o - ow];
+               });
+}
+
+int64_t conv_macs(const ConvShape& s) { return s.N * s.K * s.P * s.Kdim; }
+
+}  // namespace
+
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                    const Conv2dParams& p) {
+  const char* op = "conv2d_forward";
+  const ConvShape s = conv_shape(op, x, w, p);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, {s.N, s.K, s.OH, s.OW});
+  const float* bp = nullptr;
+  if (b && b->defined()) {
+    require_f32(op, "b", *b);
+    require_shape(op, "b", *b, {s.K});
+    bp = b->data<float>();
+  }
+  const float *xp = x.data<float>(), *wp = w.data<float>();
+  float* yp = y.data<float>();
+  const int64_t units = s.N * s.G * s.tiles;
+  const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
+  std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t n = u / (s.G * s.tiles), g = (u / s.tiles) % s.G, t = u % s.tiles;
+    const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
+    const float* xg = xp + (n * s.C + g * s.Cg) * s.HW;
+    ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
+    MutMap yt(yp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
+    if (s.direct) {
+      yt.noalias() = wg * ConstMap(xg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
+    } else {
+      float* col = cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      im2col_tile(s, xg, p0, len, col);
+      yt.noalias() = wg * ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
+    }
+    if (bp)
+      for (int64_t k = 0; k < s.Kg; ++k) yt.row(k).array() += bp[g * s.Kg + k];
+  }
+}
+
+void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
+                     const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  const char* op = "conv2d_backward";
+  const ConvShape s = conv_shape(op, x, w, p);
+  require_f32(op, "dy", dy);
+  require_shape(op, "dy", dy, {s.N, s.K, s.OH, s.OW});
+  if (dx) {
+    require_f32(op, "dx", *dx);
+    require_shape(op, "dx", *dx, x.shape());
+  }
+  if (dw) {
+    require_f32(op, "dw", *dw);
+    require_shape(op, "dw", *dw, w.shape());
+  }
+  if (db) {
+    require_f32(op, "db", *db);
+    require_shape(op, "db", *db, {s.K});
+  }
+  if (s.N == 0) return;  // no images: every gradient gets nothing added
+  const float *xp = x.data<float>(), *wp = w.data<float>(), *dyp = dy.data<float>();
+  const int nt_all = threads_for(ctx, conv_macs(s));
+
+  if (dx) {
+    // One unit per image and group: tiles of one image overlap in dx, so they run in order.
+    float* dxp = dx->data<float>();
+    const int64_t units = s.N * s.G;
+    const int nt = units > 1 ? nt_all : 1;
+    std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t n = u / s.G, g = u % s.G;
+      float* dxg = dxp + (n * s.C + g * s.Cg) * s.HW;
+      ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
+      float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      for (int64_t t = 0; t < s.tiles; ++t) {
+        const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
+        ConstMap dyt(dyp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
+        if (s.direct) {
+          MutMap dxt(dxg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
+          dxt.noalias() += wg.transpose() * dyt;
+        } else {
+          MutMap dcol(col, s.Kdim, len, Eigen::OuterStride<>(len));
+          dcol.noalias() = wg.transpose() * dyt;
+          col2im_tile(s, col, p0, len, dxg);
+        }
+      }
+    }
+  }
+
+  if (dw) {
+    // Slot q sums images [q*N/S, (q+1)*N/S) into its own partial dW, in image order; the
+    // partials are then added in slot order. S depends on the shapes only, never on threads.
+    const int64_t dw_numel = s.K * s.Kdim;
+    const int64_t slots = std::clamp<int64_t>(
+        kPartialBudgetBytes / std::max<int64_t>(dw_numel * 4, 1), 1, std::max<int64_t>(s.N, 1));
+    const int64_t row_blocks = (s.Kg + kDwRowBlock - 1) / kDwRowBlock;
+    const int64_t units = slots * s.G * row_blocks;
+    const int nt = units > 1 ? nt_all : 1;
+    std::unique_ptr<float[]> partial(new float[static_cast<size_t>(slots * dw_numel)]);
+    std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t q = u / (s.G * row_blocks), g = (u / row_blocks) % s.G, rb = u % row_blocks;
+      const int64_t k0 = rb * kDwRowBlock, kr = std::min(kDwRowBlock, s.Kg - k0);
+      MutMap part(partial.get() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
+                  Eigen::OuterStride<>(s.Kdim));
+      float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      bool first = true;  // the first product assigns, so the partials need no zeroing
+      for (int64_t n = q * s.N / slots; n < (q + 1) * s.N / slots; ++n) {
+        const float* xg = xp + (n * s.C + g * s.Cg) * s.HW;
+        for (int64_t t = 0; t < s.tiles; ++t) {
+          const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
+          ConstMap dyt(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, kr, len,
+                       Eigen::OuterStride<>(s.P));
+          const float* src = xg + p0;
+          int64_t stride = s.HW;
+          if (!s.direct) {
+            im2col_tile(s, xg, p0, len, col);
+            src = col, stride = len;
+          }
+          ConstMap colt(src, s.Kdim, len, Eigen::OuterStride<>(stride));
+          if (first)
+            part.noalias() = dyt * colt.transpose();
+          else
+            part.noalias() += dyt * colt.transpose();
+          first = false;
+        }
+      }
+    }
+    float* dwp = dw->data<float>();
+    const int nt_sum = threads_for(ctx, slots * dw_numel);
+#pragma omp parallel for num_threads(nt_sum) if (nt_sum > 1)
+    for (int64_t e = 0; e < dw_numel; ++e) {
+      double acc = 0;
+      for (int64_t q = 0; q < slots; ++q) acc += partial[q * dw_numel + e];
+      dwp[e] += static_cast<float>(acc);
+    }
+  }
+
+  if (db) {
+    float* dbp = db->data<float>();
+    const int nt = threads_for(ctx, s.N * s.K * s.P);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t k = 0; k < s.K; ++k) {
+      double acc = 0;
+      for (int64_t n = 0; n < s.N; ++n) {
+        const float* row = dyp + (n * s.K + k) * s.P;
+        for (int64_t i = 0; i < s.P; ++i) acc += row[i];
+      }
+      dbp[k] += static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace dpx::cpu

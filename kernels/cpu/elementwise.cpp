@@ -1,0 +1,86 @@
+// CPU elementwise and utility ops: fill, copy, add, axpy, scale. Each element depends only on
+// its own inputs, so splitting the range over threads cannot change any result.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+void fill(Context& ctx, Tensor& out, float value) {
+  require_f32("fill", "out", out);
+  float* o = out.data<float>();
+  const int64_t n = out.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) o[i] = value;
+}
+
+// A byte copy, so any dtype works as long as both sides agree (labels are i64).
+void copy(Context& ctx, Tensor& out, const Tensor& in) {
+  const char* op = "copy";
+  require_defined(op, "out", out);
+  require_defined(op, "in", in);
+  require_same_numel(op, "out", out, "in", in);
+  if (out.dtype() != in.dtype())
+    fail(op, ": out is ", dtype_name(out.dtype()), " but in is ", dtype_name(in.dtype()),
+         "; convert with Tensor::cast");
+  if (out.raw() == in.raw()) return;
+  auto* o = static_cast<char*>(out.raw());
+  const auto* s = static_cast<const char*>(in.raw());
+  const int64_t bytes = static_cast<int64_t>(out.nbytes());
+  if (o < s + bytes && s < o + bytes) {  // partly overlapping views: only one ordered move is right
+    std::memmove(o, s, static_cast<size_t>(bytes));
+    return;
+  }
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (bytes + kChunk - 1) / kChunk;
+  int nt = threads_for(ctx, bytes / 4);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b0 = c * kChunk, len = std::min(kChunk, bytes - b0);
+    std::memmove(o + b0, s + b0, static_cast<size_t>(len));
+  }
+}
+
+void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "add";
+  require_f32(op, "out", out);
+  require_f32(op, "a", a);
+  require_f32(op, "b", b);
+  require_same_numel(op, "out", out, "a", a);
+  require_same_numel(op, "out", out, "b", b);
+  float* o = out.data<float>();
+  const float *ap = a.data<float>(), *bp = b.data<float>();
+  const int64_t n = out.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) o[i] = ap[i] + bp[i];
+}
+
+void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
+  const char* op = "axpy";
+  require_f32(op, "y", y);
+  require_f32(op, "x", x);
+  require_same_numel(op, "y", y, "x", x);
+  float* yp = y.data<float>();
+  const float* xp = x.data<float>();
+  const int64_t n = y.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) yp[i] += alpha * xp[i];
+}
+
+void scale(Context& ctx, Tensor& x, float alpha) {
+  require_f32("scale", "x", x);
+  float* xp = x.data<float>();
+  const int64_t n = x.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) xp[i] *= alpha;
+}
+
+}  // namespace dpx::cpu

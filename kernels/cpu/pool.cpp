@@ -1,0 +1,252 @@
+// CPU pooling, forward and backward: max (with arg-max indices), average (PyTorch's padding,
+// ceil_mode and count_include_pad rules) and adaptive average (PyTorch's bins). Every (n, c)
+// plane is independent, so planes are shared over threads without changing any result.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+namespace {
+
+struct PoolShape {
+  int64_t planes, H, W, OH, OW;
+};
+
+// Checks a pooling window against PyTorch's rules and returns the output size for x.
+PoolShape pool_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
+  require_f32(op, "x", x);
+  require_dim(op, "x", x, 4);
+  if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_h < 0 ||
+      p.pad_w < 0)
+    fail(op, ": kernel (", p.kernel_h, ", ", p.kernel_w, ") and stride (", p.stride_h, ", ",
+         p.stride_w, ") must be positive and padding (", p.pad_h, ", ", p.pad_w, ") not negative");
+  if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
+    fail(op, ": padding (", p.pad_h, ", ", p.pad_w, ") must be at most half the kernel (",
+         p.kernel_h, ", ", p.kernel_w, ")");
+  PoolShape s{x.size(0) * x.size(1), x.size(2), x.size(3), 0, 0};
+  s.OH = ops::conv_out_size(s.H, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+  s.OW = ops::conv_out_size(s.W, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+  if (s.OH <= 0 || s.OW <= 0)
+    fail(op, ": window (", p.kernel_h, ", ", p.kernel_w, ") does not fit input ",
+         shape_str(x.shape()), " padded by (", p.pad_h, ", ", p.pad_w, ")");
+  return s;
+}
+
+Shape out_shape(const Tensor& x, const PoolShape& s) { return {x.size(0), x.size(1), s.OH, s.OW}; }
+
+// Window [start, end) of output o along one dimension, clipped to the input [0, L); `padded`
+// is its extent clipped to the padded input instead (PyTorch's divisor with padding).
+struct Window {
+  int64_t start, end, padded;
+};
+Window window(int64_t o, int kernel, int stride, int pad, int64_t L) {
+  int64_t start = o * stride - pad, end = std::min<int64_t>(start + kernel, L + pad);
+  Window w{start, end, end - start};
+  w.start = std::max<int64_t>(w.start, 0);
+  w.end = std::min<int64_t>(w.end, L);
+  return w;
+}
+
+// Adaptive bin i of O over L: [floor(i L / O), ceil((i + 1) L / O)).
+Window bin(int64_t i, int64_t O, int64_t L) {
+  int64_t start = i * L / O, end = ((i + 1) * L + O - 1) / O;
+  return {start, end, end - start};
+}
+
+}  // namespace
+
+void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
+                        const Pool2dParams& p) {
+  const char* op = "max_pool2d_forward";
+  const PoolShape s = pool_shape(op, x, p);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, out_shape(x, s));
+  require_dtype(op, "argmax", argmax, DType::i32);
+  require_shape(op, "argmax", argmax, out_shape(x, s));
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  int32_t* ap = argmax.data<int32_t>();
+  int nt = threads_for(ctx, s.planes * s.OH * s.OW * p.kernel_h * p.kernel_w);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    const float* in = xp + pl * s.H * s.W;
+    float* out = yp + pl * s.OH * s.OW;
+    int32_t* idx = ap + pl * s.OH * s.OW;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const Window wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, s.H);
+      for (int64_t ow = 0; ow < s.OW; ++ow) {
+        const Window ww = window(ow, p.kernel_w, p.stride_w, p.pad_w, s.W);
+        float best = -std::numeric_limits<float>::infinity();
+        int64_t best_i = wh.start * s.W + ww.start;
+        // Strictly greater: the first maximum in row-major order wins; NaN propagates (PyTorch).
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) {
+            const float v = in[ih * s.W + iw];
+            if (v > best || std::isnan(v)) {
+              best = v;
+              best_i = ih * s.W + iw;
+            }
+          }
+        out[oh * s.OW + ow] = best;
+        idx[oh * s.OW + ow] = static_cast<int32_t>(best_i);
+      }
+    }
+  }
+}
+
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+  const char* op = "max_pool2d_backward";
+  require_f32(op, "dx", dx);
+  require_f32(op, "dy", dy);
+  require_dim(op, "dx", dx, 4);
+  require_dim(op, "dy", dy, 4);
+  require_dtype(op, "argmax", argmax, DType::i32);
+  require_shape(op, "argmax", argmax, dy.shape());
+  if (dx.size(0) != dy.size(0) || dx.size(1) != dy.size(1))
+    fail(op, ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()),
+         " must agree on (N, C)");
+  const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
+  const int64_t OHW = dy.size(2) * dy.size(3);
+  const int32_t* ap = argmax.data<int32_t>();
+  // A wrong index would write outside its plane: check them all before touching dx.
+  for (int64_t i = 0; i < argmax.numel(); ++i)
+    if (ap[i] < 0 || ap[i] >= HW)
+      fail(op, ": argmax ", ap[i], " at element ", i, " is outside a ", dx.size(2), "x", dx.size(3),
+           " plane; pass the argmax written by max_pool2d_forward for this dx");
+  float* dxp = dx.data<float>();
+  const float* dyp = dy.data<float>();
+  int nt = threads_for(ctx, planes * (OHW + HW));
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    float* d = dxp + pl * HW;
+    for (int64_t o = 0; o < OHW; ++o) d[ap[pl * OHW + o]] += dyp[pl * OHW + o];
+  }
+}
+
+void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  const char* op = "avg_pool2d_forward";
+  const PoolShape s = pool_shape(op, x, p);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, out_shape(x, s));
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  int nt = threads_for(ctx, s.planes * s.OH * s.OW * p.kernel_h * p.kernel_w);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    const float* in = xp + pl * s.H * s.W;
+    float* out = yp + pl * s.OH * s.OW;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const Window wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, s.H);
+      for (int64_t ow = 0; ow < s.OW; ++ow) {
+        const Window ww = window(ow, p.kernel_w, p.stride_w, p.pad_w, s.W);
+        const int64_t divisor =
+            p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+        float sum = 0.f;
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) sum += in[ih * s.W + iw];
+        out[oh * s.OW + ow] = sum / static_cast<float>(divisor);
+      }
+    }
+  }
+}
+
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+  const char* op = "avg_pool2d_backward";
+  require_f32(op, "dx", dx);
+  const PoolShape s = pool_shape(op, dx, p);
+  require_f32(op, "dy", dy);
+  require_shape(op, "dy", dy, out_shape(dx, s));
+  float* dxp = dx.data<float>();
+  const float* dyp = dy.data<float>();
+  int nt = threads_for(ctx, s.planes * s.OH * s.OW * p.kernel_h * p.kernel_w);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    float* d = dxp + pl * s.H * s.W;
+    const float* g = dyp + pl * s.OH * s.OW;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const Window wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, s.H);
+      for (int64_t ow = 0; ow < s.OW; ++ow) {
+        const Window ww = window(ow, p.kernel_w, p.stride_w, p.pad_w, s.W);
+        const int64_t divisor =
+            p.count_include_pad ? wh.padded * ww.padded : (wh.end - wh.start) * (ww.end - ww.start);
+        const float v = g[oh * s.OW + ow] / static_cast<float>(divisor);
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t iw = ww.start; iw < ww.end; ++iw) d[ih * s.W + iw] += v;
+      }
+    }
+  }
+}
+
+namespace {
+// x or dx (N, C, H, W) and y or dy (N, C, OH, OW) for adaptive pooling.
+void check_adaptive(const char* op, const char* in_name, const Tensor& in, const char* out_name,
+                    const Tensor& out) {
+  require_f32(op, in_name, in);
+  require_f32(op, out_name, out);
+  require_dim(op, in_name, in, 4);
+  require_dim(op, out_name, out, 4);
+  if (in.size(0) != out.size(0) || in.size(1) != out.size(1) || out.size(2) < 1 || out.size(3) < 1)
+    fail(op, ": ", in_name, " ", shape_str(in.shape()), " and ", out_name, " ",
+         shape_str(out.shape()), " must agree on (N, C) and the output must not be empty");
+}
+}  // namespace
+
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  const char* op = "adaptive_avg_pool2d_forward";
+  check_adaptive(op, "x", x, "y", y);
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t OH = y.size(2), OW = y.size(3);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  int nt = threads_for(ctx, planes * std::max(H * W, OH * OW));
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* in = xp + pl * H * W;
+    float* out = yp + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const Window bh = bin(oh, OH, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const Window bw = bin(ow, OW, W);
+        float sum = 0.f;
+        for (int64_t ih = bh.start; ih < bh.end; ++ih)
+          for (int64_t iw = bw.start; iw < bw.end; ++iw) sum += in[ih * W + iw];
+        const int64_t area = bh.padded * bw.padded;
+        out[oh * OW + ow] = area > 0 ? sum / static_cast<float>(area) : 0.f;
+      }
+    }
+  }
+}
+
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
+  const char* op = "adaptive_avg_pool2d_backward";
+  check_adaptive(op, "dx", dx, "dy", dy);
+  const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
+  const int64_t OH = dy.size(2), OW = dy.size(3);
+  float* dxp = dx.data<float>();
+  const float* dyp = dy.data<float>();
+  int nt = threads_for(ctx, planes * std::max(H * W, OH * OW));
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    float* d = dxp + pl * H * W;
+    const float* g = dyp + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const Window bh = bin(oh, OH, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const Window bw = bin(ow, OW, W);
+        const int64_t area = bh.padded * bw.padded;
+        if (area == 0) continue;
+        const float v = g[oh * OW + ow] / static_cast<float>(area);
+        for (int64_t ih = bh.start; ih < bh.end; ++ih)
+          for (int64_t iw = bw.start; iw < bw.end; ++iw) d[ih * W + iw] += v;
+      }
+    }
+  }
+}
+
+}  // namespace dpx::cpu

@@ -1,0 +1,46 @@
+// CPU SGD step, exactly torch.optim.SGD for one tensor: weight decay, momentum with dampening,
+// Nesterov. Elementwise, so a flat parameter buffer can be updated in one call.
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+              const SgdParams& p, bool first_step) {
+  const char* op = "sgd_step";
+  require_f32(op, "param", param);
+  require_f32(op, "grad", grad);
+  require_same_numel(op, "param", param, "grad", grad);
+  // The same rule (and wording) as torch.optim.SGD's constructor.
+  if (p.nesterov && (p.momentum <= 0.f || p.dampening != 0.f))
+    fail(op, ": Nesterov momentum requires a momentum and zero dampening (momentum ", p.momentum,
+         ", dampening ", p.dampening, ")");
+  const bool use_momentum = p.momentum != 0.f;
+  float* buf = nullptr;
+  if (use_momentum) {
+    require_f32(op, "momentum_buf", momentum_buf);
+    require_same_numel(op, "momentum_buf", momentum_buf, "param", param);
+    buf = momentum_buf.data<float>();
+  }
+  float* w = param.data<float>();
+  const float* gp = grad.data<float>();
+  const float lr = p.lr, wd = p.weight_decay, mom = p.momentum, damp = 1.f - p.dampening;
+  const bool nesterov = p.nesterov;
+  const int64_t n = param.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gp[i];
+    if (wd != 0.f) g += wd * w[i];
+    if (use_momentum) {
+      // torch keeps a clone of the first gradient, undamped.
+      buf[i] = first_step ? g : mom * buf[i] + damp * g;
+      g = nesterov ? g + mom * buf[i] : buf[i];
+    }
+    w[i] -= lr * g;
+  }
+}
+
+}  // namespace dpx::cpu

@@ -1,0 +1,161 @@
+// Tests of the CPU batch norm: training forward by hand (running stats after 2 steps, biased
+// variance to normalise, unbiased for running_var), (N, C, H, W) against plain loops, eval,
+// backward against centred differences, accumulation, and thread-count invariance.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::bitwise_equal;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+TEST_CASE("batch_norm train (N, C): hand values and running stats after two steps") {
+  Context ctx = Context::cpu();
+  // Channel 0 holds 1..4 (mean 2.5, biased var 1.25, unbiased 5/3); channel 1 ten times that.
+  Tensor x = Tensor::from({4, 2}, {1, 10, 2, 20, 3, 30, 4, 40});
+  Tensor gamma = Tensor::from({2}, {1, 2}), beta = Tensor::from({2}, {0, 1});
+  Tensor rm = Tensor::from({2}, {0, 0}), rv = Tensor::from({2}, {1, 1});
+  Tensor mean = Tensor::empty({2}), invstd = Tensor::empty({2}), y = Tensor::empty({4, 2});
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+  const double z[4] = {-1.3416354200, -0.4472118067, 0.4472118067, 1.3416354200};   // ch 0
+  const double z1[4] = {-1.3416407328, -0.4472135776, 0.4472135776, 1.3416407328};  // ch 1
+  std::vector<double> want;
+  for (int n = 0; n < 4; ++n) want.insert(want.end(), {z[n], 2 * z1[n] + 1});
+  check_close(y, want);
+  check_close(mean, {2.5, 25});
+  check_close(invstd, {0.8944236133, 0.0894427155});
+  // running = 0.9 running + 0.1 batch (unbiased variance)
+  check_close(rm, {0.25, 2.5});
+  check_close(rv, {0.9 + 0.1 * 5 / 3., 0.9 + 0.1 * 500 / 3.});
+
+  // Second step with 2x: mean 5 and 50, unbiased variance 20/3 and 2000/3.
+  Tensor x2 = Tensor::from({4, 2}, {2, 20, 4, 40, 6, 60, 8, 80});
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x2, gamma, beta, 0.1f, 1e-5f);
+  check_close(rm, {0.9 * 0.25 + 0.5, 0.9 * 2.5 + 5});
+  check_close(rv, {0.9 * (0.9 + 0.5 / 3) + 2 / 3., 0.9 * (0.9 + 50 / 3.) + 200 / 3.});
+}
+
+TEST_CASE("batch_norm train (N, C, H, W) against plain loops, then eval with the running stats") {
+  Context ctx = Context::cpu(2);
+  const int64_t N = 3, C = 4, H = 5, W = 6, S = H * W;
+  Tensor x = randn({N, C, H, W}, 1, 3.f), gamma = randn({C}, 2), beta = randn({C}, 3);
+  Tensor rm = randn({C}, 4), rv = Tensor::from({C}, {1, 2, 0.5f, 4});
+  const auto rm0 = rm.to_vector(), rv0 = rv.to_vector();
+  Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.2f, 1e-3f);
+
+  const auto xv = x.to_vector(), gv = gamma.to_vector(), bv = beta.to_vector();
+  std::vector<double> want_y(xv.size()), want_rm(C), want_rv(C), want_mean(C), want_invstd(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) m += xv[(n * C + c) * S + s];
+    m /= N * S;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) v += std::pow(xv[(n * C + c) * S + s] - m, 2);
+    const double biased = v / (N * S), unbiased = v / (N * S - 1);
+    want_mean[c] = m;
+    want_invstd[c] = 1 / std::sqrt(biased + 1e-3);
+    want_rm[c] = 0.8 * rm0[c] + 0.2 * m;
+    want_rv[c] = 0.8 * rv0[c] + 0.2 * unbiased;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = (n * C + c) * S + s;
+        want_y[i] = (xv[i] - m) * want_invstd[c] * gv[c] + bv[c];
+      }
+  }
+  check_close(y, want_y);
+  check_close(mean, want_mean);
+  check_close(invstd, want_invstd);
+  check_close(rm, want_rm);
+  check_close(rv, want_rv);
+
+  ops::batch_norm_forward_eval(ctx, y, x, gamma, beta, rm, rv, 1e-3f);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t c = (i / S) % C;
+    want_y[i] = (xv[i] - want_rm[c]) / std::sqrt(want_rv[c] + 1e-3) * gv[c] + bv[c];
+  }
+  check_close(y, want_y);
+}
+
+TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulation") {
+  Context ctx = Context::cpu();
+  const int64_t N = 3, C = 2;
+  Tensor x = randn({N, C, 2, 2}, 5, 2.f), gamma = randn({C}, 6), beta = randn({C}, 7);
+  Tensor r = randn(x.shape(), 8);
+  Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
+  Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
+  auto loss = [&]() {
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+    double l = 0;
+    for (int64_t i = 0; i < y.numel(); ++i)
+      l += static_cast<double>(y.data<float>()[i]) * r.data<float>()[i];
+    return l;
+  };
+  loss();
+  Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
+  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd);
+  auto numeric = [&](Tensor& t) {
+    std::vector<double> g(t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float& v = t.data<float>()[i];
+      const float keep = v, h = 1e-2f;
+      v = keep + h;
+      const double up = loss();
+      v = keep - h;
+      g[i] = (up - loss()) / (2.0 * h);
+      v = keep;
+    }
+    return g;
+  };
+  const auto ndx = numeric(x), ndg = numeric(gamma), ndb = numeric(beta);
+  check_close(dx, ndx, 2e-3);
+  check_close(dg, ndg, 2e-3);
+  check_close(db, ndb, 2e-3);
+
+  // Null gradients are skipped; the others add up.
+  loss();
+  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd);
+  auto twice = [](std::vector<double> v) {
+    for (double& e : v) e *= 2;
+    return v;
+  };
+  check_close(dx, twice(ndx), 2e-3);
+  check_close(dg, ndg, 2e-3);
+  check_close(db, twice(ndb), 2e-3);
+}
+
+TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
+  const int64_t N = 8, C = 16;
+  Tensor x = randn({N, C, 20, 20}, 9), gamma = randn({C}, 10), beta = randn({C}, 11);
+  Tensor dy = randn(x.shape(), 12);
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(threads);
+    Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
+    Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
+    Tensor ye = Tensor::empty(x.shape());
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+    ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f);
+    Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
+    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd);
+    return std::vector<Tensor>{y, ye, rm, rv, dx, dg, db};
+  };
+  auto one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) CHECK(bitwise_equal(one[i], two[i]));
+}
+
+TEST_CASE("batch_norm: one value per channel cannot train, channel counts must match") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::zeros({1, 3}), y = Tensor::empty({1, 3}), c3 = Tensor::zeros({3});
+  Tensor m = Tensor::empty({3}), s = Tensor::empty({3}), rm = Tensor::zeros({3}),
+         rv = Tensor::zeros({3});
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(ctx, y, m, s, rm, rv, x, c3, c3, 0.1f, 1e-5f),
+                       doctest::Contains("expected more than 1 value per channel"), Error);
+  Tensor x2 = Tensor::zeros({2, 4}), y2 = Tensor::empty({2, 4});
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_eval(ctx, y2, x2, c3, c3, rm, rv, 1e-5f),
+                       doctest::Contains("gamma has shape (3), expected (4)"), Error);
+}

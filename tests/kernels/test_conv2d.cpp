@@ -1,0 +1,206 @@
+// Tests of the CPU conv2d against a direct 7-loop reference (forward and backward) for stride,
+// padding, dilation, groups, depthwise, 1x1 and multi-tile shapes; accumulation; and bitwise
+// equality across thread counts, including when called inside an outer OpenMP region.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <array>
+
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::bitwise_equal;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+namespace {
+
+struct Case {
+  int64_t N, C, H, W, K, kh, kw;
+  ops::Conv2dParams p;
+};
+
+struct Ref {
+  std::vector<double> y, dx, dw, db;
+};
+
+// Direct convolution and its gradients for dy, in double: loops over n, k, oh, ow, c, i, j.
+Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
+              int64_t OH, int64_t OW) {
+  const auto xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector(), dyv = dy.to_vector();
+  const int64_t G = c.p.groups, Cg = c.C / G, Kg = c.K / G;
+  Ref r{std::vector<double>(c.N * c.K * OH * OW), std::vector<double>(xv.size()),
+        std::vector<double>(wv.size()), std::vector<double>(c.K)};
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t k = 0; k < c.K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t yi = ((n * c.K + k) * OH + oh) * OW + ow;
+          const double g = dyv[yi];
+          double acc = bv[k];
+          r.db[k] += g;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const int64_t ih = oh * c.p.stride_h - c.p.pad_h + i * c.p.dilation_h;
+                const int64_t iw = ow * c.p.stride_w - c.p.pad_w + j * c.p.dilation_w;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                const int64_t xi = ((n * c.C + (k / Kg) * Cg + ci) * c.H + ih) * c.W + iw;
+                const int64_t wi = ((k * Cg + ci) * c.kh + i) * c.kw + j;
+                acc += xv[xi] * wv[wi];
+                r.dx[xi] += g * wv[wi];
+                r.dw[wi] += g * xv[xi];
+              }
+          r.y[yi] = acc;
+        }
+  return r;
+}
+
+// tol: relative to max(|a|, |b|, 1); float sums of a few hundred products stay well inside 1e-5,
+// the large cases (1800 or 4608 terms per dW element) get 1e-4.
+void check_against_reference(const Case& c, double tol = 1e-5) {
+  Context ctx = Context::cpu(2);
+  const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
+  const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
+  Tensor x = randn({c.N, c.C, c.H, c.W}, 1),
+         w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 2, 0.3f);
+  Tensor b = randn({c.K}, 3), dy = randn({c.N, c.K, OH, OW}, 4);
+  const Ref r = reference(c, x, w, b, dy, OH, OW);
+
+  Tensor y = Tensor::empty({c.N, c.K, OH, OW});
+  ops::conv2d_forward(ctx, y, x, w, &b, c.p);
+  INFO("y");
+  check_close(y, r.y, tol);
+
+  Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
+  ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+  INFO("gradients");
+  check_close(dx, r.dx, tol);
+  check_close(dw, r.dw, tol);
+  check_close(db, r.db, tol);
+
+  // A second call adds the same gradients again.
+  ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+  auto twice = [](std::vector<double> v) {
+    for (double& e : v) e *= 2;
+    return v;
+  };
+  INFO("gradients after the second call");
+  check_close(dx, twice(r.dx), tol);
+  check_close(dw, twice(r.dw), tol);
+  check_close(db, twice(r.db), tol);
+}
+
+ops::Conv2dParams params(int stride, int pad, int dilation, int groups) {
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: hand values, 2x2 kernel on a 3x3 image") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::from({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor w = Tensor::from({1, 1, 2, 2}, {1, 0, 0, -1});
+  Tensor b = Tensor::from({1}, {0.5f});
+  Tensor y = Tensor::empty({1, 1, 2, 2});
+  ops::conv2d_forward(ctx, y, x, w, &b, ops::Conv2dParams{});
+  check_close(y, {-3.5, -3.5, -3.5, -3.5});  // x[i][j] - x[i+1][j+1] + 0.5
+}
+
+TEST_CASE("conv2d: stride 2, padding 1, 2 groups against the reference") {
+  check_against_reference({2, 4, 7, 6, 6, 3, 3, params(2, 1, 1, 2)});
+}
+
+TEST_CASE("conv2d: dilation 2, padding 2, non-square kernel and strides") {
+  Case c{2, 3, 8, 9, 4, 3, 2, params(1, 2, 2, 1)};
+  c.p.stride_w = 2;
+  c.p.pad_w = 1;
+  c.p.dilation_w = 3;
+  check_against_reference(c);
+}
+
+TEST_CASE("conv2d: depthwise (groups == channels) with a channel multiplier") {
+  check_against_reference({2, 4, 6, 6, 8, 3, 3, params(1, 1, 1, 4)});
+}
+
+TEST_CASE("conv2d: 1x1 stride 1 (no im2col) and 1x1 stride 2") {
+  check_against_reference({3, 5, 4, 6, 3, 1, 1, params(1, 0, 1, 1)});
+  check_against_reference({2, 5, 5, 5, 3, 1, 1, params(2, 0, 1, 1)});
+}
+
+TEST_CASE("conv2d: more output pixels than one column tile, 130 output channels") {
+  // 16 * 9 rows per column: 896 pixels a tile, so 30x30 outputs take two tiles; 130 output
+  // channels take two dW row blocks.
+  check_against_reference({2, 16, 30, 30, 4, 3, 3, params(1, 1, 1, 1)}, 1e-4);
+  check_against_reference({2, 2, 5, 5, 130, 3, 3, params(1, 0, 1, 1)});
+}
+
+TEST_CASE("conv2d: several images per dW partial slot (large dW)") {
+  // dW is 512 x 4608 floats (9.4 MB), so 64 MB of partials hold 6 slots for 8 images.
+  check_against_reference({8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}, 1e-4);
+}
+
+TEST_CASE("conv2d: bitwise identical for 1 and 2 threads, also nested in an OpenMP region") {
+  struct Out {
+    Tensor y, dx, dw, db;
+  };
+  auto run = [](int threads, const Case& c, const Tensor& x, const Tensor& w, const Tensor& b,
+                const Tensor& dy) {
+    Context ctx = Context::cpu(threads);
+    Out o{Tensor::empty(dy.shape()), Tensor::zeros(x.shape()), Tensor::zeros(w.shape()),
+          Tensor::zeros(b.shape())};
+    ops::conv2d_forward(ctx, o.y, x, w, &b, c.p);
+    ops::conv2d_backward(ctx, &o.dx, &o.dw, &o.db, dy, x, w, c.p);
+    return o;
+  };
+  for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, params(1, 1, 1, 1)},
+                        Case{3, 8, 17, 17, 8, 5, 5, params(2, 2, 1, 2)},
+                        Case{8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}}) {
+    const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
+    const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
+    Tensor x = randn({c.N, c.C, c.H, c.W}, 5), w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 6);
+    Tensor b = randn({c.K}, 7), dy = randn({c.N, c.K, OH, OW}, 8);
+    Out one = run(1, c, x, w, b, dy), two = run(2, c, x, w, b, dy);
+    CHECK(bitwise_equal(one.y, two.y));
+    CHECK(bitwise_equal(one.dx, two.dx));
+    CHECK(bitwise_equal(one.dw, two.dw));
+    CHECK(bitwise_equal(one.db, two.db));
+    // Two "ranks" as outer OpenMP threads, each running the kernel with 2 threads of its own
+    // (nesting enabled, so the inner regions really get 2 threads each).
+    std::array<Out, 2> ranks;
+    const int levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(2);
+#pragma omp parallel for num_threads(2)
+    for (int r = 0; r < 2; ++r) ranks[r] = run(2, c, x, w, b, dy);
+    omp_set_max_active_levels(levels);
+    for (const Out& o : ranks) {
+      CHECK(bitwise_equal(one.y, o.y));
+      CHECK(bitwise_equal(one.dw, o.dw));
+      CHECK(bitwise_equal(one.dx, o.dx));
+    }
+  }
+}
+
+TEST_CASE("conv2d: bad shapes and parameters are clear errors") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::zeros({1, 4, 5, 5}), w = Tensor::zeros({6, 3, 3, 3}),
+         y = Tensor::zeros({1, 6, 3, 3});
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y, x, w, nullptr, ops::Conv2dParams{}),
+                       doctest::Contains("do not fit 1 groups"), Error);
+  Tensor w4 = Tensor::zeros({6, 4, 3, 3}), y_bad = Tensor::zeros({1, 6, 4, 4});
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y_bad, x, w4, nullptr, ops::Conv2dParams{}),
+                       doctest::Contains("y has shape (1, 6, 4, 4), expected (1, 6, 3, 3)"), Error);
+  Tensor w_big = Tensor::zeros({6, 4, 7, 7});
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y, x, w_big, nullptr, ops::Conv2dParams{}),
+                       doctest::Contains("does not fit input (1, 4, 5, 5)"), Error);
+  ops::Conv2dParams zero_stride;
+  zero_stride.stride_h = 0;
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y, x, w4, nullptr, zero_stride),
+                       doctest::Contains("must be positive"), Error);
+}

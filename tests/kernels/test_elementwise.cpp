@@ -1,0 +1,139 @@
+// Tests of the CPU elementwise ops, ReLU and dropout: hand values, backward accumulating,
+// dropout's mask drawn from the documented counter (the same for 1 and 2 threads), clear errors.
+#include <doctest/doctest.h>
+
+#include "core/rng.hpp"
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::bitwise_equal;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+TEST_CASE("fill, copy, add, axpy, scale: hand values") {
+  Context ctx = Context::cpu(2);
+  Tensor a = Tensor::from({2, 2}, {1, 2, 3, 4}), b = Tensor::from({4}, {10, 20, 30, 40});
+  Tensor out = Tensor::empty({2, 2});
+  ops::fill(ctx, out, 7.f);
+  check_close(out, {7, 7, 7, 7});
+  ops::add(ctx, out, a, b);
+  check_close(out, {11, 22, 33, 44});
+  ops::axpy(ctx, out, -2.f, a);
+  check_close(out, {9, 18, 27, 36});
+  ops::scale(ctx, out, 0.5f);
+  check_close(out, {4.5, 9, 13.5, 18});
+  ops::copy(ctx, out, b);
+  check_close(out, {10, 20, 30, 40});
+  Tensor labels = dpx::test::labels_from({3, 1, 4}), labels_copy = Tensor::empty({3}, DType::i64);
+  ops::copy(ctx, labels_copy, labels);
+  CHECK(bitwise_equal(labels, labels_copy));
+}
+
+TEST_CASE("elementwise ops on large tensors match for 1 and 2 threads") {
+  const int64_t n = 100003;  // odd, so thread chunks end in the middle of vectors
+  Tensor a = randn({n}, 1), b = randn({n}, 2);
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(threads);
+    Tensor out = Tensor::empty({n});
+    ops::add(ctx, out, a, b);
+    ops::axpy(ctx, out, 0.3f, a);
+    ops::scale(ctx, out, 1.7f);
+    return out;
+  };
+  Tensor one = run(1), two = run(2);
+  CHECK(bitwise_equal(one, two));
+  auto av = a.to_vector(), bv = b.to_vector(), ov = one.to_vector();
+  for (int64_t i = 0; i < n; i += 997)
+    CHECK(ov[i] == doctest::Approx((av[i] + bv[i] + 0.3f * av[i]) * 1.7f));
+}
+
+TEST_CASE("elementwise ops: size and dtype mismatches are errors") {
+  Context ctx = Context::cpu();
+  Tensor a = Tensor::zeros({3}), b = Tensor::zeros({4}), out = Tensor::zeros({3});
+  CHECK_THROWS_WITH_AS(ops::add(ctx, out, a, b), doctest::Contains("add: out (3) and b (4)"),
+                       Error);
+  Tensor i = Tensor::zeros({3}, DType::i64);
+  CHECK_THROWS_WITH_AS(ops::copy(ctx, out, i), doctest::Contains("copy: out is f32 but in is i64"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::fill(ctx, i, 1.f), doctest::Contains("fill: out (3) must be f32"),
+                       Error);
+}
+
+TEST_CASE("relu: forward keeps positives, backward uses the output and accumulates") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::from({5}, {-2, -0.f, 0.5f, 3, -1});
+  Tensor y = Tensor::empty({5});
+  ops::relu_forward(ctx, y, x);
+  check_close(y, {0, 0, 0.5, 3, 0});
+  Tensor dy = Tensor::from({5}, {1, 2, 3, 4, 5});
+  Tensor dx = Tensor::from({5}, {10, 10, 10, 10, 10});
+  ops::relu_backward(ctx, dx, dy, y);
+  check_close(dx, {10, 10, 13, 14, 10});
+  ops::relu_backward(ctx, dx, dy, y);
+  check_close(dx, {10, 10, 16, 18, 10});
+}
+
+TEST_CASE("dropout: mask from Rng(seed, stream) counter i, scaled by 1/(1-p), any threads") {
+  const int64_t n = 200000;
+  const float p = 0.3f;
+  Tensor x = randn({n}, 3);
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(threads);
+    Tensor y = Tensor::empty({n}), mask = Tensor::empty({n}, DType::u8);
+    ops::dropout_forward(ctx, y, mask, x, p, 42, 7);
+    return std::pair{y, mask};
+  };
+  auto [y1, m1] = run(1);
+  auto [y2, m2] = run(2);
+  CHECK(bitwise_equal(m1, m2));
+  CHECK(bitwise_equal(y1, y2));
+
+  const Rng rng(42, 7);
+  const uint8_t* m = m1.data<uint8_t>();
+  const float *xv = x.data<float>(), *yv = y1.data<float>();
+  int64_t kept = 0, wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = rng.uniform_at(static_cast<uint64_t>(i)) >= p;
+    kept += keep;
+    wrong += (m[i] != keep) || (yv[i] != (keep ? xv[i] * (1.f / (1.f - p)) : 0.f));
+  }
+  CHECK(wrong == 0);
+  CHECK(static_cast<double>(kept) / n == doctest::Approx(1.0 - p).epsilon(0.01));
+
+  // A different stream gives a different mask.
+  Context ctx = Context::cpu();
+  Tensor y3 = Tensor::empty({n}), m3 = Tensor::empty({n}, DType::u8);
+  ops::dropout_forward(ctx, y3, m3, x, p, 42, 8);
+  CHECK_FALSE(bitwise_equal(m1, m3));
+
+  // Backward: dx += dy * mask / (1 - p), twice.
+  Tensor dy = randn({n}, 4), dx = Tensor::zeros({n});
+  ops::dropout_backward(ctx, dx, dy, m1, p);
+  ops::dropout_backward(ctx, dx, dy, m1, p);
+  const float* dyv = dy.data<float>();
+  const float* dxv = dx.data<float>();
+  wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float once = m[i] ? dyv[i] * (1.f / (1.f - p)) : 0.f;
+    wrong += dxv[i] != once + once;
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("dropout: p == 0 copies, p == 1 zeroes, p outside 0..1 is an error") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::from({4}, {1, -2, 3, -4});
+  Tensor y = Tensor::empty({4}), mask = Tensor::empty({4}, DType::u8);
+  ops::dropout_forward(ctx, y, mask, x, 0.f, 1, 0);
+  CHECK(bitwise_equal(y, x));
+  check_close(mask, {1, 1, 1, 1});
+  ops::dropout_forward(ctx, y, mask, x, 1.f, 1, 0);
+  check_close(y, {0, 0, 0, 0});
+  check_close(mask, {0, 0, 0, 0});
+  CHECK_THROWS_WITH_AS(ops::dropout_forward(ctx, y, mask, x, 1.5f, 1, 0),
+                       doctest::Contains("dropout probability 1.5"), Error);
+  Tensor bad_mask = Tensor::empty({4});
+  CHECK_THROWS_WITH_AS(ops::dropout_forward(ctx, y, bad_mask, x, 0.5f, 1, 0),
+                       doctest::Contains("mask (4) must be u8, got f32"), Error);
+}

@@ -1,0 +1,250 @@
+// Tests of the CPU pooling kernels: max (values, arg-max, first maximum wins, padding as -inf,
+// ceil_mode), average (count_include_pad, padding, ceil_mode) and adaptive average (bins that
+// do not divide evenly), forward and backward, against hand values and plain loops.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+namespace {
+
+Tensor iota(const Shape& shape, float start, float step = 1.f) {
+  Tensor t = Tensor::empty(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + step * i;
+  return t;
+}
+
+ops::Pool2dParams pool(int k, int s, int pad, bool ceil_mode = false, bool include_pad = true) {
+  ops::Pool2dParams p;
+  p.kernel_h = p.kernel_w = k;
+  p.stride_h = p.stride_w = s;
+  p.pad_h = p.pad_w = pad;
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = include_pad;
+  return p;
+}
+
+// Average pooling by PyTorch's rule, written out plainly: forward y and backward dx for dy.
+void avg_reference(const Tensor& x, const Tensor& dy, const ops::Pool2dParams& p,
+                   std::vector<double>& y, std::vector<double>& dx) {
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t OH = dy.size(2), OW = dy.size(3);
+  const auto xv = x.to_vector(), gv = dy.to_vector();
+  y.assign(planes * OH * OW, 0);
+  dx.assign(xv.size(), 0);
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+        int64_t h1 = std::min<int64_t>(h0 + p.kernel_h, H + p.pad_h);
+        int64_t w1 = std::min<int64_t>(w0 + p.kernel_w, W + p.pad_w);
+        int64_t padded = (h1 - h0) * (w1 - w0), inside = 0;
+        double sum = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w)
+            if (h >= 0 && h < H && w >= 0 && w < W) sum += xv[(pl * H + h) * W + w], ++inside;
+        const double div = p.count_include_pad ? padded : inside;
+        const int64_t o = (pl * OH + oh) * OW + ow;
+        y[o] = sum / div;
+        for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h1, H); ++h)
+          for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w1, W); ++w)
+            dx[(pl * H + h) * W + w] += gv[o] / div;
+      }
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d: 2x2 stride 2, hand values and arg-max") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
+  Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0));
+  check_close(y, {6, 8, 14, 16});
+  check_close(am, {5, 7, 13, 15});
+}
+
+TEST_CASE("max_pool2d: ceil_mode keeps the partial last window") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 5, 5}, 0), y = Tensor::empty({1, 1, 3, 3});
+  Tensor am = Tensor::empty({1, 1, 3, 3}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0, true));
+  check_close(y, {6, 8, 9, 16, 18, 19, 21, 23, 24});
+  check_close(am, {6, 8, 9, 16, 18, 19, 21, 23, 24});
+  // Without ceil_mode the output is 2x2, and a 3x3 y is rejected.
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0, false)),
+                       doctest::Contains("y has shape (1, 1, 3, 3), expected (1, 1, 2, 2)"), Error);
+}
+
+TEST_CASE("max_pool2d: padding never wins (it is -inf), ties go to the first maximum") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 4, 4}, -1, -1), y = Tensor::empty({1, 1, 2, 2});
+  Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, x, pool(3, 2, 1));
+  check_close(y, {-1, -2, -5, -6});
+  check_close(am, {0, 1, 4, 5});
+
+  Tensor t = Tensor::from({1, 1, 2, 4}, {3, 5, 7, 7, 5, 1, 7, 7});
+  Tensor ty = Tensor::empty({1, 1, 1, 2}), tam = Tensor::empty({1, 1, 1, 2}, DType::i32);
+  ops::max_pool2d_forward(ctx, ty, tam, t, pool(2, 2, 0));
+  check_close(ty, {5, 7});
+  check_close(tam, {1, 2});
+}
+
+TEST_CASE("max_pool2d_backward: gradient goes to the arg-max, accumulating") {
+  Context ctx = Context::cpu();
+  // Overlapping windows (3x3, stride 1) share maxima, whose gradients add up.
+  Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
+  Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, x, pool(3, 1, 0));
+  check_close(am, {10, 11, 14, 15});
+  Tensor dy = Tensor::from({1, 1, 2, 2}, {1, 2, 3, 4}), dx = Tensor::zeros({1, 1, 4, 4});
+  ops::max_pool2d_backward(ctx, dx, dy, am);
+  ops::max_pool2d_backward(ctx, dx, dy, am);
+  std::vector<double> want(16, 0);
+  want[10] = 2, want[11] = 4, want[14] = 6, want[15] = 8;
+  check_close(dx, want);
+  Tensor bad = Tensor::empty({1, 1, 2, 2}, DType::i32);
+  std::fill(bad.data<int32_t>(), bad.data<int32_t>() + 4, 16);
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dx, dy, bad),
+                       doctest::Contains("argmax 16 at element 0 is outside a 4x4 plane"), Error);
+}
+
+TEST_CASE("max_pool2d: forward and backward against plain loops, with padding and ceil_mode") {
+  Context ctx = Context::cpu(2);
+  for (const ops::Pool2dParams& p :
+       {pool(3, 2, 1), pool(2, 2, 0, true), pool(3, 2, 1, true), pool(5, 3, 2, true)}) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.ceil_mode);
+    Tensor x = randn({2, 3, 9, 8}, 5);
+    const int64_t H = 9, W = 8;
+    const int64_t OH = ops::conv_out_size(H, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+    const int64_t OW = ops::conv_out_size(W, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+    Tensor y = Tensor::empty({2, 3, OH, OW}), am = Tensor::empty({2, 3, OH, OW}, DType::i32);
+    ops::max_pool2d_forward(ctx, y, am, x, p);
+    Tensor dy = randn(y.shape(), 6), dx = Tensor::zeros(x.shape());
+    ops::max_pool2d_backward(ctx, dx, dy, am);
+    const auto xv = x.to_vector(), gv = dy.to_vector();
+    std::vector<double> want_y(y.numel()), want_am(y.numel()), want_dx(x.numel(), 0);
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double best = -INFINITY;
+          int64_t arg = -1;
+          for (int64_t h = oh * p.stride_h - p.pad_h; h < oh * p.stride_h - p.pad_h + p.kernel_h;
+               ++h)
+            for (int64_t w = ow * p.stride_w - p.pad_w; w < ow * p.stride_w - p.pad_w + p.kernel_w;
+                 ++w)
+              if (h >= 0 && h < H && w >= 0 && w < W && xv[(pl * H + h) * W + w] > best)
+                best = xv[(pl * H + h) * W + w], arg = h * W + w;
+          const int64_t o = (pl * OH + oh) * OW + ow;
+          want_y[o] = best;
+          want_am[o] = static_cast<double>(arg);
+          want_dx[pl * H * W + arg] += gv[o];
+        }
+    check_close(y, want_y, 0);
+    check_close(am, want_am, 0);
+    check_close(dx, want_dx);
+  }
+}
+
+TEST_CASE("avg_pool2d: hand values with padding, count_include_pad on and off") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
+  ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 0));
+  check_close(y, {3.5, 5.5, 11.5, 13.5});
+  // 3x3 windows, stride 2, padding 1: sums 14, 30, 57, 99 over 4, 6, 6, 9 real elements.
+  ops::avg_pool2d_forward(ctx, y, x, pool(3, 2, 1, false, true));
+  check_close(y, {14 / 9., 30 / 9., 57 / 9., 99 / 9.});
+  ops::avg_pool2d_forward(ctx, y, x, pool(3, 2, 1, false, false));
+  check_close(y, {14 / 4., 30 / 6., 57 / 6., 99 / 9.});
+}
+
+TEST_CASE("avg_pool2d: ceil_mode windows past the edge divide by what they cover") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 5, 5}, 0), y = Tensor::empty({1, 1, 3, 3});
+  ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 0, true));
+  // The last row and column of windows cover one input row / column only (PyTorch divides
+  // by the part inside the padded input, here no padding).
+  check_close(y, {3, 5, 6.5, 13, 15, 16.5, 20.5, 22.5, 24});
+}
+
+TEST_CASE("avg_pool2d: forward and backward against plain loops, accumulating") {
+  Context ctx = Context::cpu(2);
+  for (const ops::Pool2dParams& p :
+       {pool(3, 2, 1, false, true), pool(3, 2, 1, true, false), pool(2, 2, 0, true, true),
+        pool(3, 1, 1, false, false), pool(5, 3, 2, true, true)}) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.ceil_mode);
+    Tensor x = randn({2, 3, 9, 8}, 1);
+    const int64_t OH = ops::conv_out_size(9, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+    const int64_t OW = ops::conv_out_size(8, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+    Tensor y = Tensor::empty({2, 3, OH, OW}), dy = randn({2, 3, OH, OW}, 2);
+    std::vector<double> ry, rdx;
+    avg_reference(x, dy, p, ry, rdx);
+    ops::avg_pool2d_forward(ctx, y, x, p);
+    check_close(y, ry);
+    Tensor dx = Tensor::zeros(x.shape());
+    ops::avg_pool2d_backward(ctx, dx, dy, p);
+    check_close(dx, rdx);
+    ops::avg_pool2d_backward(ctx, dx, dy, p);
+    for (double& v : rdx) v *= 2;
+    check_close(dx, rdx);
+  }
+}
+
+TEST_CASE("adaptive_avg_pool2d: 5x7 to 3x4 with PyTorch bins floor(iH/OH) to ceil((i+1)H/OH)") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 1, 5, 7}, 0), y = Tensor::empty({1, 1, 3, 4});
+  ops::adaptive_avg_pool2d_forward(ctx, y, x);
+  // Row bins [0,2) [1,4) [3,5); column bins [0,2) [1,4) [3,6) [5,7). The mean of an iota
+  // block is the value at its centre: 7 * row_centre + column_centre.
+  const double rows[] = {0.5, 2, 3.5}, cols[] = {0.5, 2, 4, 5.5};
+  std::vector<double> want;
+  for (double r : rows)
+    for (double c : cols) want.push_back(7 * r + c);
+  check_close(y, want);
+
+  // Backward: each input gets dy / bin area from every bin that covers it.
+  Tensor dy = Tensor::empty({1, 1, 3, 4});
+  ops::fill(ctx, dy, 1.f);
+  Tensor dx = Tensor::zeros({1, 1, 5, 7});
+  ops::adaptive_avg_pool2d_backward(ctx, dx, dy);
+  const int64_t rb[3][2] = {{0, 2}, {1, 4}, {3, 5}}, cb[4][2] = {{0, 2}, {1, 4}, {3, 6}, {5, 7}};
+  std::vector<double> want_dx(35, 0);
+  for (auto& r : rb)
+    for (auto& c : cb)
+      for (int64_t h = r[0]; h < r[1]; ++h)
+        for (int64_t w = c[0]; w < c[1]; ++w)
+          want_dx[h * 7 + w] += 1.0 / ((r[1] - r[0]) * (c[1] - c[0]));
+  check_close(dx, want_dx);
+}
+
+TEST_CASE("adaptive_avg_pool2d: global pooling and upsampling-size outputs") {
+  Context ctx = Context::cpu(2);
+  Tensor x = randn({2, 3, 7, 7}, 3), y = Tensor::empty({2, 3, 1, 1});
+  ops::adaptive_avg_pool2d_forward(ctx, y, x);
+  auto xv = x.to_vector();
+  std::vector<double> means(6, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) means[i / 49] += xv[i] / 49.0;
+  check_close(y, means);
+  // Output larger than the input: every bin is one element, some repeated.
+  Tensor small = iota({1, 1, 2, 2}, 1), big = Tensor::empty({1, 1, 3, 3});
+  ops::adaptive_avg_pool2d_forward(ctx, big, small);
+  check_close(big, {1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4});
+}
+
+TEST_CASE("pooling: bad windows are clear errors") {
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::zeros({1, 1, 4, 4}), y = Tensor::empty({1, 1, 3, 3});
+  CHECK_THROWS_WITH_AS(ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 2)),
+                       doctest::Contains("padding (2, 2) must be at most half the kernel"), Error);
+  Tensor am = Tensor::empty({1, 1, 2, 2}), y2 = Tensor::empty({1, 1, 2, 2});
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y2, am, x, pool(2, 2, 0)),
+                       doctest::Contains("argmax (1, 1, 2, 2) must be i32, got f32"), Error);
+}
