@@ -1,0 +1,162 @@
+// BatchNorm1d/2d: training and eval forward, the training backward through
+// ops::batch_norm_backward, and the eval backward composed from existing ops.
+#include "layers/batch_norm.hpp"
+
+#include <cstdio>
+
+#include "kernels/ops.hpp"
+#include "layers/layer_util.hpp"
+
+namespace dpx::nn {
+
+namespace {
+// Python's repr of a float for the small numbers eps and momentum are: 1e-05, 0.1, 0.001.
+std::string py_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+// +1 on a 0-dim i64 counter. On a GPU this is a small synchronous round trip through the
+// host, since no op adds integers on a device; it is state only (dpx has no momentum=None
+// cumulative average that would read it).
+void increment_counter(Tensor& t) {
+  if (t.device().is_cpu()) {
+    ++t.data<int64_t>()[0];
+    return;
+  }
+  Tensor host = t.to(Device::cpu());
+  ++host.data<int64_t>()[0];
+  t.copy_from(host);
+}
+}  // namespace
+
+template <class Self>
+BatchNormBase<Self>::BatchNormBase(int64_t num_features, float eps, float momentum)
+    : c_(num_features), eps_(eps), momentum_(momentum) {
+  DPX_CHECK(num_features > 0, "BatchNorm(", num_features, "): the number of features must be positive");
+  DPX_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "BatchNorm(", num_features, ", eps=", eps,
+            ", momentum=", momentum, "): eps must be positive and momentum in [0, 1]");
+  this->add_parameter("weight", {c_});
+  this->add_parameter("bias", {c_});
+  this->add_buffer("running_mean", Tensor::zeros({c_}));
+  this->add_buffer("running_var", Tensor::zeros({c_}));
+  this->add_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
+  reset_parameters();
+}
+
+template <class Self>
+void BatchNormBase<Self>::reset_running_stats() {
+  init_constant(running_mean(), 0.f);
+  init_constant(running_var(), 1.f);
+  init_constant(num_batches_tracked(), 0.f);
+}
+
+template <class Self>
+void BatchNormBase<Self>::reset_parameters() {
+  reset_running_stats();
+  init_constant(weight().value, 1.f);
+  init_constant(bias().value, 0.f);
+}
+
+template <class Self>
+void BatchNormBase<Self>::reset_parameters(Rng&) {
+  reset_parameters();
+}
+
+template <class Self>
+std::string BatchNormBase<Self>::describe() const {
+  return dpx::detail::concat(this->type_name(), "(", c_, ", eps=", py_float(eps_), ", momentum=",
+                        py_float(momentum_), ", affine=True, track_running_stats=True)");
+}
+
+template <class Self>
+void BatchNormBase<Self>::clear_cache() {
+  x_ = save_mean_ = save_invstd_ = Tensor();
+}
+
+template <class Self>
+void BatchNormBase<Self>::check_input(const Tensor& x) const {
+  if (x.dim() < 2 || x.dim() > 4 || x.size(1) != c_)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", c_,
+         "), (N, ", c_, ", L) or (N, ", c_, ", H, W)");
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
+  check_input(x);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
+  trained_forward_ = this->training();
+  if (trained_forward_) {
+    if (x.numel() / c_ <= 1)
+      fail(describe(), " given input ", shape_str(x.shape()),
+           ": training needs more than one value per channel (use a larger batch or eval mode)");
+    save_mean_ = Tensor::empty({c_}, DType::f32, ctx.device);
+    save_invstd_ = Tensor::empty({c_}, DType::f32, ctx.device);
+    ops::batch_norm_forward_train(ctx, y, save_mean_, save_invstd_, running_mean(), running_var(),
+                                  x, weight().value, bias().value, momentum_, eps_);
+    increment_counter(num_batches_tracked());
+  } else {
+    ops::batch_norm_forward_eval(ctx, y, x, weight().value, bias().value, running_mean(),
+                                 running_var(), eps_);
+  }
+  x_ = x;
+  return y;
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (dy.shape() != x_.shape())
+    fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
+  if (!trained_forward_) return backward_eval(ctx, dy);
+  Tensor dx = zeros_on(ctx, x_.shape());
+  ops::batch_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_,
+                           weight().value, save_mean_, save_invstd_);
+  this->grad_ready(weight());
+  this->grad_ready(bias());
+  return dx;
+}
+
+// With running statistics BN is a per-channel affine map y = s * x + t, s = gamma * invstd:
+//   dx = s * dy,  dgamma = sum(dy * xhat),  dbeta = sum(dy),  xhat = (x - mean) * invstd.
+// ops.hpp has no op for that, so it is composed from ops that exist: a depthwise 1x1
+// convolution (groups = C) multiplies each channel by s and sums dy and dy * xhat per channel,
+// and the eval op itself computes s (on a row of ones, mean 0, beta 0) and xhat (gamma 1).
+template <class Self>
+Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
+  const int64_t n = x_.size(0), spatial = x_.numel() / (n * c_);
+  const Shape as_image = {n, c_, spatial, 1};
+  ops::Conv2dParams depthwise;
+  depthwise.groups = static_cast<int>(c_);
+
+  Tensor ones = Tensor::empty({1, c_}, DType::f32, ctx.device);
+  ops::fill(ctx, ones, 1.f);
+  Tensor zero_c = zeros_on(ctx, {c_});
+  Tensor s = Tensor::empty({1, c_}, DType::f32, ctx.device);  // (1, C) gamma / sqrt(var + eps)
+  ops::batch_norm_forward_eval(ctx, s, ones, weight().value, zero_c, zero_c, running_var(), eps_);
+  Tensor w = s.view({c_, 1, 1, 1});
+
+  Tensor dx = zeros_on(ctx, x_.shape());
+  Tensor dx_image = dx.view(as_image), dy_image = dy.view(as_image);
+  ops::conv2d_backward(ctx, &dx_image, nullptr, nullptr, dy_image, x_.view(as_image), w, depthwise);
+
+  Tensor* dgamma = grad_target(weight());
+  Tensor* dbeta = grad_target(bias());
+  if (dgamma || dbeta) {
+    Tensor xhat = Tensor::empty(x_.shape(), DType::f32, ctx.device);
+    ops::batch_norm_forward_eval(ctx, xhat, x_, ones.view({c_}), zero_c, running_mean(),
+                                 running_var(), eps_);
+    Tensor dgamma_w = dgamma ? dgamma->view({c_, 1, 1, 1}) : Tensor();
+    ops::conv2d_backward(ctx, nullptr, dgamma ? &dgamma_w : nullptr, dbeta, dy_image,
+                         xhat.view(as_image), w, depthwise);
+  }
+  this->grad_ready(weight());
+  this->grad_ready(bias());
+  return dx;
+}
+
+template class BatchNormBase<BatchNorm2d>;
+template class BatchNormBase<BatchNorm1d>;
+
+}  // namespace dpx::nn

@@ -1,0 +1,66 @@
+// Batch normalisation over (N, C, ...) input: per channel, statistics over N and the spatial
+// dimensions (torch.nn.BatchNorm2d, and BatchNorm1d for (N, C) or (N, C, L)). Training
+// normalises with batch statistics and updates the running ones; eval uses the running ones.
+#pragma once
+#include "core/rng.hpp"
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+// The shared implementation; Self (BatchNorm1d or BatchNorm2d) gives clone() its type and the
+// class its torch name, which is all that differs between the two.
+template <class Self>
+class BatchNormBase : public Cloneable<Self> {
+ public:
+  // Parameters "weight", "bias" (C); buffers "running_mean", "running_var" (C) f32 and
+  // "num_batches_tracked" (a 0-dim i64 tensor), in torchvision's state_dict order.
+  explicit BatchNormBase(int64_t num_features, float eps = 1e-5f, float momentum = 0.1f);
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, ...) -> (N, C, ...)
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // in the mode forward ran in
+  std::string describe() const override;
+  void clear_cache() override;
+
+  // weight 1, bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (torch's
+  // reset_parameters). Deterministic: the Rng is taken only so every layer has this signature.
+  void reset_parameters(Rng& rng);
+  void reset_parameters();
+  void reset_running_stats();
+
+  int64_t num_features() const { return c_; }
+  float eps() const { return eps_; }
+  float momentum() const { return momentum_; }
+  Parameter& weight() { return this->param(0); }            // (C) gamma
+  Parameter& bias() { return this->param(1); }              // (C) beta
+  Tensor& running_mean() { return this->buffer(0); }        // (C)
+  Tensor& running_var() { return this->buffer(1); }         // (C) unbiased, as PyTorch keeps it
+  Tensor& num_batches_tracked() { return this->buffer(2); } // () i64
+
+ private:
+  void check_input(const Tensor& x) const;
+  Tensor backward_eval(Context& ctx, const Tensor& dy);
+
+  int64_t c_;
+  float eps_, momentum_;
+  bool trained_forward_ = false;  // the mode of the last forward, which backward must follow
+  Tensor x_;            // (N, C, ...): forward's input (shared, not copied)
+  Tensor save_mean_;    // (C) batch mean of the last training forward
+  Tensor save_invstd_;  // (C) 1 / sqrt(batch variance + eps) of the last training forward
+};
+
+class BatchNorm2d final : public BatchNormBase<BatchNorm2d> {
+ public:
+  using BatchNormBase::BatchNormBase;
+  std::string type_name() const override { return "BatchNorm2d"; }
+};
+
+class BatchNorm1d final : public BatchNormBase<BatchNorm1d> {
+ public:
+  using BatchNormBase::BatchNormBase;
+  std::string type_name() const override { return "BatchNorm1d"; }
+};
+
+extern template class BatchNormBase<BatchNorm2d>;
+extern template class BatchNormBase<BatchNorm1d>;
+
+}  // namespace dpx::nn

@@ -1,0 +1,54 @@
+// Conv2d: 2-D convolution over NCHW input (torch.nn.Conv2d), with stride, zero padding,
+// dilation and groups, square or rectangular. The arithmetic is ops::conv2d_forward/backward.
+#pragma once
+#include "core/rng.hpp"
+#include "kernels/ops.hpp"
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+// Every knob of a convolution, for rectangular kernels and the like:
+// Conv2d(192, 192, {.kernel_h = 1, .kernel_w = 7, .pad_w = 3}, rng).
+struct Conv2dOptions {
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+  bool bias = true;
+};
+
+class Conv2d : public Cloneable<Conv2d> {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, const Conv2dOptions& options, Rng& rng);
+  // The square form torchvision uses: Conv2d(3, 64, 7, rng, /*stride=*/2, /*padding=*/3).
+  Conv2d(int64_t in_channels, int64_t out_channels, int kernel, Rng& rng, int stride = 1,
+         int padding = 0, int dilation = 1, int groups = 1, bool bias = true);
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C_in, H, W) -> (N, C_out, OH, OW)
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
+  std::string type_name() const override { return "Conv2d"; }
+  std::string describe() const override;
+  void clear_cache() override { x_ = Tensor(); }
+
+  // W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C_in / groups * kH * kW
+  // (torch.nn.Conv2d.reset_parameters).
+  void reset_parameters(Rng& rng);
+
+  int64_t in_channels() const { return in_; }
+  int64_t out_channels() const { return out_; }
+  const Conv2dOptions& options() const { return opt_; }
+  Parameter& weight() { return param(0); }                           // (C_out, C_in/groups, kH, kW)
+  Parameter* bias() { return opt_.bias ? &param(1) : nullptr; }     // (C_out)
+  // Output shape for an input shape (N, C_in, H, W); throws naming the layer when it is empty.
+  Shape output_shape(const Shape& x_shape) const;
+
+ private:
+  ops::Conv2dParams kernel_params() const;
+
+  int64_t in_, out_;
+  Conv2dOptions opt_;
+  Tensor x_;  // (N, C_in, H, W): forward's input (shared, not copied), for dW and dx's shape
+};
+
+}  // namespace dpx::nn

@@ -1,0 +1,62 @@
+// Helpers every layer shares: zeroed gradient tensors made on the op's stream, where a
+// parameter's gradient goes in backward, and initialisation that works whether a parameter is
+// still on the host or already on a device (reset_parameters on a model in a CUDA buffer).
+#pragma once
+#include <cmath>
+
+#include "core/rng.hpp"
+#include "kernels/ops.hpp"
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+// A zero f32 tensor on ctx.device, cleared by an op (on the op's stream for CUDA) so that
+// backward ops, which accumulate, can write into it.
+inline Tensor zeros_on(Context& ctx, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::f32, ctx.device);
+  if (t.numel() > 0) ops::fill(ctx, t, 0.f);
+  return t;
+}
+
+// The tensor a backward op accumulates this parameter's gradient into, or nullptr when the
+// parameter is frozen (the kernel then skips that gradient entirely). A module outside a
+// Model has no flat gradient buffer, so its gradient is allocated (zeros) on first use,
+// as PyTorch allocates .grad on the first backward.
+inline Tensor* grad_target(Parameter& p) {
+  if (!p.requires_grad) return nullptr;
+  if (!p.grad.defined()) p.grad = Tensor::zeros(p.value.shape(), p.value.dtype(), p.value.device());
+  return &p.grad;
+}
+
+// U(-bound, bound), drawn on the host so the numbers depend only on the Rng, never the device.
+inline void init_uniform(Tensor& t, Rng& rng, float bound) {
+  if (t.device().is_cpu()) {
+    fill_uniform(t, rng, -bound, bound);
+    return;
+  }
+  Tensor host = Tensor::empty(t.shape());
+  fill_uniform(host, rng, -bound, bound);
+  t.copy_from(host);
+}
+
+inline void init_constant(Tensor& t, float value) {
+  Tensor host = t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype());
+  if (host.dtype() == DType::i64) {
+    for (int64_t i = 0; i < host.numel(); ++i) host.data<int64_t>()[i] = static_cast<int64_t>(value);
+  } else {
+    for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = value;
+  }
+  if (!t.device().is_cpu()) t.copy_from(host);
+}
+
+// PyTorch's default for Linear and Conv weights: kaiming_uniform_(a=sqrt(5)) has bound
+// gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + a^2)) = sqrt(1/3), i.e. 1/sqrt(fan_in);
+// the bias uses the same bound (torch.nn.Linear.reset_parameters).
+inline float default_init_bound(int64_t fan_in) {
+  return fan_in > 0 ? 1.f / std::sqrt(static_cast<float>(fan_in)) : 0.f;
+}
+
+// "True"/"False", as PyTorch prints booleans in a module's repr.
+inline const char* py_bool(bool b) { return b ? "True" : "False"; }
+
+}  // namespace dpx::nn

@@ -1,0 +1,27 @@
+// The layers of dpx::nn written with Module (linear, conv, pooling, batch norm, ReLU, dropout,
+// flatten, sequential; layer norm, smooth activations and the Swin and EfficientNet blocks),
+// the loss and the optimizer, in one include for builders and tools.
+#pragma once
+#include "layers/activation.hpp"
+#include "layers/batch_norm.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/dropout.hpp"
+#include "layers/flatten.hpp"
+#include "layers/init.hpp"
+#include "layers/layer_norm.hpp"
+#include "layers/linear.hpp"
+#include "layers/loss.hpp"
+#include "layers/mbconv.hpp"
+#include "layers/model.hpp"
+#include "layers/module.hpp"
+#include "layers/optim.hpp"
+#include "layers/patch_merging.hpp"
+#include "layers/permute.hpp"
+#include "layers/pooling.hpp"
+#include "layers/relu.hpp"
+#include "layers/residual.hpp"
+#include "layers/sequential.hpp"
+#include "layers/shifted_window_attention.hpp"
+#include "layers/squeeze_excitation.hpp"
+#include "layers/stochastic_depth.hpp"
+#include "layers/swin_block.hpp"

@@ -1,0 +1,140 @@
+// MaxPool2d, AvgPool2d and AdaptiveAvgPool2d: the window checks PyTorch makes, output
+// shapes, and forward/backward through the pooling ops.
+#include "layers/pooling.hpp"
+
+#include "layers/layer_util.hpp"
+
+namespace dpx::nn {
+
+namespace {
+ops::Pool2dParams square(int kernel, int stride, int padding, bool ceil_mode, bool count_include_pad) {
+  ops::Pool2dParams p;
+  p.kernel_h = p.kernel_w = kernel;
+  p.stride_h = p.stride_w = stride == 0 ? kernel : stride;
+  p.pad_h = p.pad_w = padding;
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = count_include_pad;
+  return p;
+}
+
+// "3" when both sides agree, "(3, 2)" otherwise: what torch prints for what it was given.
+std::string int_or_pair(int h, int w) {
+  return h == w ? std::to_string(h) : dpx::detail::concat("(", h, ", ", w, ")");
+}
+
+std::string window_str(const ops::Pool2dParams& p) {
+  return dpx::detail::concat("kernel_size=", int_or_pair(p.kernel_h, p.kernel_w),
+                        ", stride=", int_or_pair(p.stride_h, p.stride_w),
+                        ", padding=", int_or_pair(p.pad_h, p.pad_w));
+}
+
+// The checks torch makes when it builds the op, raised at construction with the layer's name.
+void check_window(const std::string& layer, const ops::Pool2dParams& p) {
+  if (p.kernel_h <= 0 || p.kernel_w <= 0 || p.stride_h <= 0 || p.stride_w <= 0 || p.pad_h < 0 || p.pad_w < 0)
+    fail(layer, ": kernel and stride must be positive and padding non-negative");
+  if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
+    fail(layer, ": padding must be at most half the kernel size (as in PyTorch)");
+}
+
+Shape pooled_shape(const std::string& layer, const Shape& x, const ops::Pool2dParams& p) {
+  if (x.size() != 4) fail(layer, " given input ", shape_str(x), ": expected (N, C, H, W)");
+  int64_t oh = ops::conv_out_size(x[2], p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+  int64_t ow = ops::conv_out_size(x[3], p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+  if (oh <= 0 || ow <= 0)
+    fail(layer, " given input ", shape_str(x), ": the padded input is smaller than the window");
+  return {x[0], x[1], oh, ow};
+}
+
+void check_dy(const std::string& layer, const Tensor& dy, const Shape& expected) {
+  if (dy.shape() != expected)
+    fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(expected));
+}
+}  // namespace
+
+// ---- MaxPool2d ------------------------------------------------------------------------------
+
+MaxPool2d::MaxPool2d(int kernel, int stride, int padding, bool ceil_mode)
+    : MaxPool2d(square(kernel, stride, padding, ceil_mode, true)) {}
+
+MaxPool2d::MaxPool2d(const ops::Pool2dParams& p) : p_(p) { check_window(describe(), p_); }
+
+std::string MaxPool2d::describe() const {
+  return dpx::detail::concat("MaxPool2d(", window_str(p_), ", dilation=1, ceil_mode=", py_bool(p_.ceil_mode), ")");
+}
+
+Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
+  Shape y_shape = pooled_shape(describe(), x.shape(), p_);
+  Tensor y = Tensor::empty(y_shape, DType::f32, ctx.device);
+  Tensor argmax = Tensor::empty(y_shape, DType::i32, ctx.device);
+  ops::max_pool2d_forward(ctx, y, argmax, x, p_);
+  x_shape_ = x.shape();
+  argmax_ = argmax;
+  return y;
+}
+
+Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(argmax_.defined(), describe(), ": backward called before forward");
+  check_dy(describe(), dy, argmax_.shape());
+  Tensor dx = zeros_on(ctx, x_shape_);
+  ops::max_pool2d_backward(ctx, dx, dy, argmax_);
+  return dx;
+}
+
+// ---- AvgPool2d ------------------------------------------------------------------------------
+
+AvgPool2d::AvgPool2d(int kernel, int stride, int padding, bool ceil_mode, bool count_include_pad)
+    : AvgPool2d(square(kernel, stride, padding, ceil_mode, count_include_pad)) {}
+
+AvgPool2d::AvgPool2d(const ops::Pool2dParams& p) : p_(p) { check_window(describe(), p_); }
+
+std::string AvgPool2d::describe() const {
+  std::string s = "AvgPool2d(" + window_str(p_);
+  // torch's AvgPool2d repr shows only the window; the two flags are shown when not default.
+  if (p_.ceil_mode) s += ", ceil_mode=True";
+  if (!p_.count_include_pad) s += ", count_include_pad=False";
+  return s + ")";
+}
+
+Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
+  Tensor y = Tensor::empty(pooled_shape(describe(), x.shape(), p_), DType::f32, ctx.device);
+  ops::avg_pool2d_forward(ctx, y, x, p_);
+  x_shape_ = x.shape();
+  return y;
+}
+
+Tensor AvgPool2d::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
+  check_dy(describe(), dy, pooled_shape(describe(), x_shape_, p_));
+  Tensor dx = zeros_on(ctx, x_shape_);
+  ops::avg_pool2d_backward(ctx, dx, dy, p_);
+  return dx;
+}
+
+// ---- AdaptiveAvgPool2d ----------------------------------------------------------------------
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : out_h_(out_h), out_w_(out_w) {
+  DPX_CHECK(out_h > 0 && out_w > 0, describe(), ": the output size must be positive");
+}
+
+std::string AdaptiveAvgPool2d::describe() const {
+  return dpx::detail::concat("AdaptiveAvgPool2d(output_size=(", out_h_, ", ", out_w_, "))");
+}
+
+Tensor AdaptiveAvgPool2d::forward(Context& ctx, const Tensor& x) {
+  if (x.dim() != 4 || x.size(2) == 0 || x.size(3) == 0)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, C, H, W) with H, W > 0");
+  Tensor y = Tensor::empty({x.size(0), x.size(1), out_h_, out_w_}, DType::f32, ctx.device);
+  ops::adaptive_avg_pool2d_forward(ctx, y, x);
+  x_shape_ = x.shape();
+  return y;
+}
+
+Tensor AdaptiveAvgPool2d::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
+  check_dy(describe(), dy, {x_shape_[0], x_shape_[1], out_h_, out_w_});
+  Tensor dx = zeros_on(ctx, x_shape_);
+  ops::adaptive_avg_pool2d_backward(ctx, dx, dy);
+  return dx;
+}
+
+}  // namespace dpx::nn

@@ -1,0 +1,60 @@
+// Pooling layers over NCHW input: MaxPool2d, AvgPool2d (torch.nn semantics, including
+// ceil_mode and count_include_pad) and AdaptiveAvgPool2d. They have no parameters.
+#pragma once
+#include "kernels/ops.hpp"
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+class MaxPool2d : public Cloneable<MaxPool2d> {
+ public:
+  // stride 0 means stride = kernel (torch's stride=None).
+  explicit MaxPool2d(int kernel, int stride = 0, int padding = 0, bool ceil_mode = false);
+  explicit MaxPool2d(const ops::Pool2dParams& p);  // rectangular windows
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, H, W) -> (N, C, OH, OW)
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // routes dy to each window's max
+  std::string type_name() const override { return "MaxPool2d"; }
+  std::string describe() const override;
+  void clear_cache() override { argmax_ = Tensor(); }
+  const ops::Pool2dParams& params() const { return p_; }
+
+ private:
+  ops::Pool2dParams p_;
+  Shape x_shape_;  // (N, C, H, W)
+  Tensor argmax_;  // (N, C, OH, OW) i32: flat h*W+w index of each window's maximum
+};
+
+class AvgPool2d : public Cloneable<AvgPool2d> {
+ public:
+  explicit AvgPool2d(int kernel, int stride = 0, int padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true);
+  explicit AvgPool2d(const ops::Pool2dParams& p);
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, H, W) -> (N, C, OH, OW)
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  std::string type_name() const override { return "AvgPool2d"; }
+  std::string describe() const override;
+  const ops::Pool2dParams& params() const { return p_; }
+
+ private:
+  ops::Pool2dParams p_;
+  Shape x_shape_;  // (N, C, H, W); backward needs nothing else
+};
+
+// Averages each of out_h x out_w bins, bins as PyTorch: [floor(i*H/OH), ceil((i+1)*H/OH)).
+class AdaptiveAvgPool2d : public Cloneable<AdaptiveAvgPool2d> {
+ public:
+  AdaptiveAvgPool2d(int64_t out_h, int64_t out_w);
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, H, W) -> (N, C, out_h, out_w)
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  std::string describe() const override;
+
+ private:
+  int64_t out_h_, out_w_;
+  Shape x_shape_;  // (N, C, H, W)
+};
+
+}  // namespace dpx::nn

@@ -1,0 +1,39 @@
+// Sequential: children run in order (torch.nn.Sequential). Children are named "0", "1", ...
+// by position, or by the name given to add(name, module), so state_dict keys match
+// torchvision's ("features.0.weight", "classifier.1.bias").
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "layers/module.hpp"
+
+namespace dpx::nn {
+
+class Sequential : public Cloneable<Sequential> {
+ public:
+  Sequential() = default;
+  template <class... M>
+  explicit Sequential(std::unique_ptr<M>... modules) {
+    (add(std::move(modules)), ...);
+  }
+
+  // Appends a child named by its position ("0", "1", ...).
+  Module& add(std::unique_ptr<Module> module);
+  // Appends a child under a name of its own; names must be unique and contain no '.'.
+  Module& add(const std::string& name, std::unique_ptr<Module> module);
+  // seq.emplace<Conv2d>(3, 64, 3, rng) builds, appends and returns the new child.
+  template <class M, class... Args>
+  M& emplace(Args&&... args) {
+    return static_cast<M&>(add(std::make_unique<M>(std::forward<Args>(args)...)));
+  }
+  size_t size() const { return num_children(); }
+
+  Tensor forward(Context& ctx, const Tensor& x) override;    // each child in order
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // each child in reverse order
+  std::string type_name() const override { return "Sequential"; }
+  // "Sequential(0: Conv2d, 1: ReLU, 2: MaxPool2d)": one line; children describe their settings.
+  std::string describe() const override;
+};
+
+}  // namespace dpx::nn

@@ -1,0 +1,57 @@
+// Small helpers shared by the layers suite: deterministic test inputs and a doctest
+// assertion that prints a gradient check's summary when it fails.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "tests/layers/gradcheck.hpp"
+
+namespace dpx::testing {
+
+inline Tensor uniform_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  Tensor t = Tensor::empty(shape);
+  Rng rng(seed);
+  fill_uniform(t, rng, lo, hi);
+  return t;
+}
+
+// Values in [margin, 1] with random signs: no element within `margin` of ReLU's kink.
+inline Tensor away_from_zero(const Shape& shape, uint64_t seed, float margin = 0.1f) {
+  Tensor t = uniform_tensor(shape, seed, margin, 1.f);
+  Rng signs(seed + 1);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (signs.uniform() < 0.5f) t.data<float>()[i] = -t.data<float>()[i];
+  return t;
+}
+
+// A random arrangement of 0, gap, 2 gap, ...: every pair of values differs by >= gap, so a
+// max-pool window has no near-tie when gap > 2 eps.
+inline Tensor distinct_values(const Shape& shape, uint64_t seed, float gap = 0.1f) {
+  Tensor t = Tensor::empty(shape);
+  Rng rng(seed);
+  auto perm = permutation(t.numel(), rng);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = gap * static_cast<float>(perm[i]);
+  return t;
+}
+
+inline Tensor labels_i64(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i64);
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
+}  // namespace dpx::testing
+
+// Runs a gradient check and asserts it passed, saying where the largest error was when it did
+// not; DPX_GRADCHECK_VERBOSE=1 in the environment prints every check's summary.
+#define CHECK_GRADIENTS(ctx, module, x, ...)                                                     \
+  do {                                                                                           \
+    auto gc_result_ = ::dpx::testing::gradcheck(ctx, module, x __VA_OPT__(, ) __VA_ARGS__);      \
+    CHECK_MESSAGE(gc_result_.ok(), (module).describe() << ": " << gc_result_.summary());         \
+    if (std::getenv("DPX_GRADCHECK_VERBOSE"))                                                    \
+      MESSAGE((module).describe() << ": " << gc_result_.summary());                              \
+  } while (0)

@@ -1,0 +1,167 @@
+// Model over layers: one flat parameter buffer with state_dict names, independent clones,
+// the gradient-ready hook (once per trainable parameter, when its gradient is final) and the
+// train/eval switch.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+
+#include "layers/layers.hpp"
+#include "tests/layers/layer_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::testing;
+
+namespace {
+// conv (1 -> 2, 3x3) + BN + ReLU + flatten + linear: on (N, 1, 4, 4) input, logits (N, 3).
+std::unique_ptr<nn::Sequential> tiny_net(uint64_t seed) {
+  Rng rng(seed);
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(1, 2, 3, rng);
+  net->emplace<nn::BatchNorm2d>(2);
+  net->emplace<nn::ReLU>();
+  net->emplace<nn::Flatten>();
+  net->emplace<nn::Linear>(8, 3, rng);
+  return net;
+}
+}  // namespace
+
+TEST_CASE("Model: every parameter is a view into one flat buffer, named as state_dict") {
+  auto net = tiny_net(1);
+  const std::vector<float> conv_w = net->child<nn::Conv2d>(0).weight().value.to_vector();
+  nn::Model model(std::move(net));
+
+  std::vector<std::string> names;
+  for (const auto& s : model.slots()) names.push_back(s.name);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "4.weight", "4.bias"});
+  std::set<std::string> keys;
+  for (auto& [k, v] : model.state_dict()) keys.insert(k);
+  CHECK(keys == std::set<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
+                                      "1.running_var", "1.num_batches_tracked", "4.weight", "4.bias"});
+
+  int64_t offset = 0;
+  for (const auto& s : model.slots()) {
+    CHECK(s.offset == offset);
+    CHECK(s.param->value.storage() == model.flat_params().storage());
+    CHECK(s.param->grad.storage() == model.flat_grads().storage());
+    CHECK(s.param->value.offset_bytes() == static_cast<size_t>(offset) * sizeof(float));
+    offset += s.numel;
+  }
+  CHECK(offset == model.num_parameters());
+  CHECK(model.num_parameters() == 18 + 2 + 2 + 2 + 24 + 3);
+  // Initial values survive the move into the buffer.
+  CHECK(model.state_dict().at("0.weight").to_vector() == conv_w);
+
+  // Backward accumulates into the flat gradient buffer; zero_grad clears it.
+  Context ctx = Context::cpu();
+  Tensor x = uniform_tensor({2, 1, 4, 4}, 2);
+  Tensor y = model.forward(ctx, x);
+  model.backward(ctx, uniform_tensor(y.shape(), 3));
+  auto g1 = model.flat_grads().to_vector();
+  for (const auto& s : model.slots()) {
+    bool any = false;
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) any = any || g1[i] != 0.f;
+    CHECK_MESSAGE(any, s.name);
+  }
+  model.forward(ctx, x);
+  model.backward(ctx, uniform_tensor(y.shape(), 3));
+  auto g2 = model.flat_grads().to_vector();
+  for (size_t i = 0; i < g1.size(); ++i) CHECK(g2[i] == doctest::Approx(2 * g1[i]));
+  model.zero_grad(ctx);
+  CHECK(model.flat_grads().to_vector() == std::vector<float>(g1.size(), 0.f));
+}
+
+TEST_CASE("Model: clone is a deep, independent copy") {
+  Context ctx = Context::cpu();
+  nn::Model model(tiny_net(4));
+  nn::Model copy = model.clone(Device::cpu());
+  auto original = model.flat_params().to_vector();
+  CHECK(copy.flat_params().to_vector() == original);
+  CHECK(copy.flat_params().storage() != model.flat_params().storage());
+
+  ops::fill(ctx, copy.flat_params(), 0.5f);
+  copy.root().named_buffers()[0].second->copy_from(Tensor::from({2}, {7, 7}));
+  CHECK(model.flat_params().to_vector() == original);
+  CHECK(model.state_dict().at("1.running_mean").to_vector() == std::vector<float>{0, 0});
+  // A training forward on the copy moves its running statistics, not the original's.
+  copy.forward(ctx, uniform_tensor({2, 1, 4, 4}, 5));
+  CHECK(model.state_dict().at("1.num_batches_tracked").data<int64_t>()[0] == 0);
+  CHECK(copy.state_dict().at("1.num_batches_tracked").data<int64_t>()[0] == 1);
+  // Gradients too: backward on the copy leaves the original's at zero.
+  copy.backward(ctx, uniform_tensor({2, 3}, 6));
+  CHECK(model.flat_grads().to_vector() == std::vector<float>(model.num_parameters(), 0.f));
+
+  model.copy_state_from(copy);
+  CHECK(model.flat_params().to_vector() == copy.flat_params().to_vector());
+  CHECK(model.state_dict().at("1.num_batches_tracked").data<int64_t>()[0] == 1);
+}
+
+TEST_CASE("Model: grad_ready fires once per trainable parameter, when its gradient is final") {
+  Context ctx = Context::cpu();
+  nn::Model model(tiny_net(7));
+  auto state = model.state_dict();
+  nn::Parameter* frozen = model.slots()[1].param;  // "0.bias"
+  frozen->requires_grad = false;
+
+  std::map<const nn::Parameter*, int> calls;
+  std::map<const nn::Parameter*, std::vector<float>> at_hook;
+  std::vector<const nn::Parameter*> order;
+  model.root().set_grad_ready_hook([&](nn::Parameter& p) {
+    ++calls[&p];
+    at_hook[&p] = p.grad.to_vector();
+    order.push_back(&p);
+  });
+  Tensor x = uniform_tensor({2, 1, 4, 4}, 8);
+  Tensor y = model.forward(ctx, x);
+  model.backward(ctx, uniform_tensor(y.shape(), 9));
+
+  for (const auto& s : model.slots()) {
+    if (!s.param->requires_grad) {
+      CHECK(calls.count(s.param) == 0);
+      continue;
+    }
+    CHECK_MESSAGE(calls[s.param] == 1, s.name);
+    CHECK_MESSAGE(at_hook[s.param] == s.param->grad.to_vector(), s.name);  // final when announced
+  }
+  // Backward runs from the last layer: the classifier announces first, the first conv last.
+  REQUIRE(order.size() == 5);
+  CHECK(order.front() == model.slots()[4].param);
+  CHECK(order.back() == model.slots()[0].param);
+  // A frozen parameter's gradient is never written.
+  CHECK(frozen->grad.to_vector() == std::vector<float>{0, 0});
+
+  // Once per backward: a second pass announces every parameter again.
+  model.forward(ctx, x);
+  model.backward(ctx, uniform_tensor(y.shape(), 9));
+  for (const auto& s : model.slots())
+    if (s.param->requires_grad) CHECK(calls[s.param] == 2);
+}
+
+TEST_CASE("Model: train and eval reach every module, and eval forwards leave running stats alone") {
+  Context ctx = Context::cpu();
+  Rng rng(10);
+  auto net = tiny_net(10);
+  net->emplace<nn::Dropout>(0.5f, rng);
+  nn::Model model(std::move(net));
+  for (auto& [name, m] : model.root().named_modules()) CHECK(m->training());
+  model.eval();
+  for (auto& [name, m] : model.root().named_modules()) CHECK_FALSE(m->training());
+  Tensor x = uniform_tensor({3, 1, 4, 4}, 11);
+  Tensor y1 = model.forward(ctx, x), y2 = model.forward(ctx, x);
+  CHECK(y1.to_vector() == y2.to_vector());  // no dropout, fixed statistics
+  CHECK(model.state_dict().at("1.running_var").to_vector() == std::vector<float>{1, 1});
+  // Backward still works in eval mode (frozen feature extractors).
+  Tensor dx = model.backward(ctx, uniform_tensor(y1.shape(), 12));
+  CHECK(dx.shape() == x.shape());
+  model.train();
+  for (auto& [name, m] : model.root().named_modules()) CHECK(m->training());
+  model.forward(ctx, x);
+  CHECK(model.state_dict().at("1.running_var").to_vector() != std::vector<float>{1, 1});
+  CHECK(model.forward(ctx, x).to_vector() != model.forward(ctx, x).to_vector());  // dropout masks
+}
+
+TEST_CASE("Model: building from a seed is deterministic") {
+  nn::Model a(tiny_net(42)), b(tiny_net(42)), c(tiny_net(43));
+  CHECK(a.flat_params().to_vector() == b.flat_params().to_vector());
+  CHECK(a.flat_params().to_vector() != c.flat_params().to_vector());
+}

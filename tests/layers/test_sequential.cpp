@@ -1,0 +1,120 @@
+// Sequential: naming as torchvision's nn.Sequential, and a small CNN checked end to end —
+// conv, batch norm, ReLU, max-pool, adaptive pool, flatten, dropout, linear — through
+// CrossEntropyLoss, with the gradient checker skipping ReLU and max-pool kinks.
+#include <doctest/doctest.h>
+
+#include "layers/layers.hpp"
+#include "tests/layers/layer_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::testing;
+
+namespace {
+// A module whose output is the loss (times kScale, so that gradients are of order 1 and the
+// checker's scale max(|a|, |n|, 1) is a relative one): puts CrossEntropyLoss under the checker.
+class WithCrossEntropy : public nn::Cloneable<WithCrossEntropy> {
+ public:
+  static constexpr float kScale = 20.f;
+  WithCrossEntropy(std::unique_ptr<nn::Module> net, Tensor labels) : labels_(std::move(labels)) {
+    add_module("net", std::move(net));
+  }
+  Tensor forward(Context& ctx, const Tensor& x) override {
+    Tensor loss = loss_.forward_tensor(ctx, child(0).forward(ctx, x), labels_);
+    ops::scale(ctx, loss, kScale);
+    return loss;
+  }
+  Tensor backward(Context& ctx, const Tensor& dy) override {
+    return child(0).backward(ctx, loss_.backward(ctx, kScale * dy.item()));
+  }
+  std::string type_name() const override { return "WithCrossEntropy"; }
+
+ private:
+  Tensor labels_;  // (N) i64
+  nn::CrossEntropyLoss loss_;
+};
+
+std::unique_ptr<nn::Sequential> small_cnn(Rng& rng) {
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(1, 3, 3, rng, 1, 1);
+  net->emplace<nn::BatchNorm2d>(3);
+  net->emplace<nn::ReLU>();
+  net->emplace<nn::MaxPool2d>(2);
+  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  net->emplace<nn::ReLU>();
+  net->emplace<nn::AdaptiveAvgPool2d>(2, 2);
+  net->emplace<nn::Flatten>();
+  net->emplace<nn::Dropout>(0.25f, rng);
+  net->emplace<nn::Linear>(16, 3, rng);
+  return net;
+}
+
+// Perturbing one weight of the first conv moves every unit of its channel, and some of those
+// hundreds of ReLU inputs lie within eps of 0: kinks are dense. eps = 3e-3 keeps the share of
+// skipped points near 13% while roundoff (~1e-5 in the loss / 2 eps) stays well below
+// the 5e-3 tolerance; at 1e-2 a third of the points would be skipped.
+GradCheckOptions cnn_options() {
+  GradCheckOptions opt;
+  opt.eps = 3e-3f;
+  opt.skip_kinks = true;
+  return opt;
+}
+}  // namespace
+
+TEST_CASE("Sequential: children named by position or by name, as torchvision") {
+  Rng rng(1);
+  nn::Sequential seq(std::make_unique<nn::Linear>(4, 8, rng), std::make_unique<nn::ReLU>());
+  seq.add("fc", std::make_unique<nn::Linear>(8, 2, rng, false));
+  seq.add(std::make_unique<nn::Dropout>(0.5f, rng));
+  CHECK(seq.size() == 4);
+  std::vector<std::string> names;
+  for (auto& [name, p] : seq.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "fc.weight"});
+  CHECK(seq.describe() == "Sequential(0: Linear, 1: ReLU, fc: Linear, 3: Dropout)");
+  CHECK_THROWS_WITH_AS(seq.add("fc", std::make_unique<nn::ReLU>()), doctest::Contains("already exists"), dpx::Error);
+  CHECK_THROWS_WITH_AS(seq.add("a.b", std::make_unique<nn::ReLU>()), doctest::Contains("no '.'"), dpx::Error);
+  // A child added to a sequential in eval mode joins it in eval mode.
+  seq.eval();
+  auto& late = seq.emplace<nn::Dropout>(0.5f, rng);
+  CHECK_FALSE(late.training());
+}
+
+TEST_CASE("Sequential: an MLP's gradients, and an empty one is the identity") {
+  Context ctx = Context::cpu();
+  Rng rng(2);
+  nn::Sequential mlp(std::make_unique<nn::Linear>(3, 5, rng), std::make_unique<nn::ReLU>(),
+                     std::make_unique<nn::Linear>(5, 2, rng));
+  GradCheckOptions opt;
+  opt.skip_kinks = true;
+  auto r = gradcheck(ctx, mlp, uniform_tensor({4, 3}, 3), opt);
+  CHECK_MESSAGE(r.ok(), r.summary());
+  CHECK(r.skipped * 20 <= r.checked);
+  nn::Sequential empty;
+  Tensor x = uniform_tensor({2, 2}, 4);
+  CHECK(empty.forward(ctx, x).raw() == x.raw());
+  CHECK_GRADIENTS(ctx, empty, x);
+}
+
+TEST_CASE("Sequential: a small CNN end to end through CrossEntropyLoss (training mode)") {
+  Context ctx = Context::cpu();
+  Rng rng(3);
+  WithCrossEntropy head(small_cnn(rng), labels_i64({0, 2, 1, 2}));
+  auto r = gradcheck(ctx, head, uniform_tensor({4, 1, 6, 6}, 4), cnn_options());
+  CHECK_MESSAGE(r.ok(), r.summary());
+  // Every input and parameter element: 144 + 30 + 6 + 112 + 51, at most a fifth skipped.
+  CHECK(r.checked + r.skipped == 343);
+  CHECK(r.skipped * 5 <= r.checked + r.skipped);
+  if (std::getenv("DPX_GRADCHECK_VERBOSE")) MESSAGE("small CNN + CrossEntropyLoss: " << r.summary());
+}
+
+TEST_CASE("Sequential: the same CNN in eval mode (running statistics, no dropout)") {
+  Context ctx = Context::cpu();
+  Rng rng(5);
+  WithCrossEntropy head(small_cnn(rng), labels_i64({1, 0, 2}));
+  Tensor x = uniform_tensor({3, 1, 6, 6}, 6);
+  head.forward(ctx, x);  // one training step gives BN non-trivial running statistics
+  head.eval();
+  auto r = gradcheck(ctx, head, x, cnn_options());
+  CHECK_MESSAGE(r.ok(), r.summary());
+  CHECK(r.skipped * 5 <= r.checked + r.skipped);
+  if (std::getenv("DPX_GRADCHECK_VERBOSE")) MESSAGE("small CNN + CrossEntropyLoss, eval: " << r.summary());
+}
