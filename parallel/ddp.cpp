@@ -42,7 +42,6 @@ std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& optio
 DdpSync::DdpSync(Communicator& comm, DdpOptions options)
     : comm_(comm), options_(std::move(options)), algo_(parse_algorithm(options_.algo)) {
   if (options_.overlap) thread_ = std::thread([this] { comm_loop(); });
-  bytes_mark_ = comm_.bytes_sent();
 }
 
 DdpSync::~DdpSync() {
@@ -59,6 +58,7 @@ void DdpSync::attach(nn::Model& model) {
   bucket_of_.clear();
   buckets_ = plan_buckets(model, options_, &bucket_of_);
   model.root().set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
+  bytes_mark_ = comm_.bytes_sent();  // the initial broadcast is not gradient traffic
 }
 
 void DdpSync::begin_backward(bool sync) {

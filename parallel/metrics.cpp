@@ -39,12 +39,13 @@ Summary summarize(const TrainReport& report) {
       s.parallel_efficiency = mean_u / T;
     }
     if (max_u > 0) s.load_balance = mean_u / max_u;
-    s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) *
-                                static_cast<double>(report.steps_per_epoch);
   }
-  s.bytes_per_epoch_formula = report.ranks > 1 ? static_cast<double>(report.steps_per_epoch) *
-                                                     static_cast<double>(report.num_trainable) * 4.0
-                                               : 0.0;
+  // A whole epoch, N / (B·k) steps, even when --steps cut the run short.
+  const int64_t rank_batch = report.options.batch_size / report.ranks;
+  const double epoch_steps = static_cast<double>(report.train_samples / report.ranks / rank_batch);
+  if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
+  s.bytes_per_epoch_formula =
+      report.ranks > 1 ? epoch_steps * static_cast<double>(report.num_trainable) * 4.0 : 0.0;
   if (!report.epochs.empty()) {
     s.final_loss = report.epochs.back().train_loss;
     s.test_accuracy = report.epochs.back().test_accuracy;

@@ -7,6 +7,7 @@ namespace dpx::tools {
 
 void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_collective_command(CLI::App& app);
 // Versions of dpx and of the libraries built in, one "name version" per line.
 std::string version_text();
 

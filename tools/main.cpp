@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.add_flag("--version", show_version, "print the versions of dpx and of the libraries built in");
   dpx::tools::add_train_command(app);
   dpx::tools::add_bench_command(app);
+  dpx::tools::add_collective_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

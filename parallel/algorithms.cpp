@@ -1,0 +1,144 @@
+// The algorithm registry: names, the dispatch from (algorithm, collective) to a schedule, the
+// one-rank and empty cases every algorithm shares, and the step vocabulary of algorithms_internal.hpp.
+#include "parallel/algorithms.hpp"
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.hpp"
+#include "parallel/algorithms_internal.hpp"
+
+namespace dpx::parallel {
+
+std::string_view algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::ring: return "ring";
+    case Algorithm::tree: return "tree";
+    case Algorithm::naive: return "naive";
+    case Algorithm::rhd: return "rhd";
+  }
+  return "?";
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (Algorithm a : kAlgorithms)
+    if (name == algorithm_name(a)) return a;
+  usage_fail("unknown algorithm '", name, "': use ring, tree, naive or rhd");
+}
+
+ReduceOp parse_reduce_op(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::max, ReduceOp::min, ReduceOp::avg})
+    if (name == reduce_op_name(op)) return op;
+  usage_fail("unknown reduction op '", name, "': use sum, prod, max, min or avg");
+}
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::broadcast: return "broadcast";
+    case Collective::reduce: return "reduce";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::barrier: return "barrier";
+    case Collective::send: return "send";
+    case Collective::recv: return "recv";
+  }
+  return "?";
+}
+
+Collective parse_collective(std::string_view name) {
+  for (Collective c : {Collective::all_reduce, Collective::broadcast, Collective::reduce, Collective::all_gather,
+                       Collective::reduce_scatter}) {
+    std::string_view full = collective_name(c);
+    std::string squashed;  // "allreduce", as NCCL spells its functions
+    for (char ch : full)
+      if (ch != '_') squashed += ch;
+    if (name == full || name == squashed) return c;
+  }
+  usage_fail("unknown collective '", name, "': use all_reduce, broadcast, reduce, all_gather or reduce_scatter");
+}
+
+void Workspace::Free::operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
+
+std::byte* Workspace::get(size_t bytes) {
+  if (bytes > bytes_) {
+    data_.reset();
+    data_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+    bytes_ = bytes;
+  }
+  return data_.get();
+}
+
+void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws) {
+  impl::Sched s(t, args, ws);
+  if (args.count == 0) return;
+  if (s.n == 1) {  // every collective is a copy of this rank's own data
+    if (args.kind != Collective::reduce || args.recv) s.copy(args.recv, args.send, args.count);
+    return;
+  }
+  switch (algo) {
+    case Algorithm::ring: return impl::ring_collective(s);
+    case Algorithm::tree: return impl::tree_collective(s);
+    case Algorithm::naive: return impl::naive_collective(s);
+    case Algorithm::rhd: return impl::rhd_collective(s);
+  }
+}
+
+namespace impl {
+
+Blocks even_blocks(size_t count, int parts) {
+  Blocks b;
+  b.off.resize(static_cast<size_t>(parts) + 1);
+  const size_t q = count / static_cast<size_t>(parts), extra = count % static_cast<size_t>(parts);
+  for (size_t i = 0; i < static_cast<size_t>(parts); ++i) b.off[i + 1] = b.off[i] + q + (i < extra ? 1 : 0);
+  return b;
+}
+
+Blocks uniform_blocks(size_t per_block, int parts) {
+  Blocks b;
+  b.off.resize(static_cast<size_t>(parts) + 1);
+  for (size_t i = 0; i <= static_cast<size_t>(parts); ++i) b.off[i] = i * per_block;
+  return b;
+}
+
+Sched::Sched(Transport& transport, const CollectiveArgs& args, Workspace& workspace)
+    : t(transport), a(args), ws(workspace), n(transport.size()), r(transport.rank()),
+      esize(dtype_size(args.dtype)), op(args.op == ReduceOp::avg ? ReduceOp::sum : args.op) {}
+
+void Sched::send(int peer, const void* p, size_t elems) const { sendrecv(peer, p, elems, -1, nullptr, 0); }
+
+void Sched::recv(int peer, void* p, size_t elems) const { sendrecv(-1, nullptr, 0, peer, p, elems); }
+
+void Sched::recv_reduce(int peer, void* dst, const void* local, size_t elems) const {
+  sendrecv_reduce(-1, nullptr, 0, peer, dst, local, elems);
+}
+
+void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const {
+  Exchange x;
+  x.send_peer = to;
+  x.send = p;
+  x.send_bytes = send_elems * esize;
+  x.recv_peer = from;
+  x.recv = dst;
+  x.recv_bytes = recv_elems * esize;
+  x.dtype = a.dtype;
+  t.exchange(x);
+}
+
+void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, void* dst, const void* local,
+                            size_t recv_elems) const {
+  Exchange x;
+  x.send_peer = to;
+  x.send = p;
+  x.send_bytes = send_elems * esize;
+  x.recv_peer = from;
+  x.recv = dst;
+  x.recv_bytes = recv_elems * esize;
+  x.reduce_with = local;
+  x.dtype = a.dtype;
+  x.op = op;
+  t.exchange(x);
+}
+
+}  // namespace impl
+}  // namespace dpx::parallel

@@ -1,0 +1,127 @@
+// Ring schedules: every rank sends only to its right neighbour and receives only from its
+// left, so each link carries (n-1)/n of the data per phase — the bandwidth-optimal algorithm
+// NCCL uses for large messages. Block c is reduced in ring order starting at rank c+1.
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "parallel/algorithms_internal.hpp"
+
+namespace dpx::parallel::impl {
+
+namespace {
+
+// Pipelined broadcast: chunks of about this size travel down the chain one step apart.
+constexpr size_t kPipelineChunkBytes = size_t{1} << 20;
+constexpr size_t kMaxPipelineChunks = 64;
+
+// Reduce-scatter of `send` (split into blocks b) around the ring. At step k this rank sends the
+// partial sum of block r-k-1 right and combines block r-k-2 from the left with its own data,
+// writing it to partial(block, k). After n-1 steps partial(r, n-2) holds block r fully reduced.
+template <typename Where>
+void ring_reduce_scatter(const Sched& s, const void* send, const Blocks& b, Where partial) {
+  const int right = mod(s.r + 1, s.n), left = mod(s.r - 1, s.n);
+  const void* carried = nullptr;  // the partial sum received in the previous step
+  for (int k = 0; k < s.n - 1; ++k) {
+    const int out = mod(s.r - k - 1, s.n), in = mod(s.r - k - 2, s.n);
+    const void* src = k == 0 ? s.at(send, b.begin(out)) : carried;
+    std::byte* dst = partial(in, k);
+    s.sendrecv_reduce(right, src, b.size(out), left, dst, s.at(send, b.begin(in)), b.size(in));
+    carried = dst;
+  }
+}
+
+// All-gather around the ring: this rank starts with block r of buf; each step passes on the
+// block received in the step before, so after n-1 steps every block is everywhere.
+void ring_all_gather(const Sched& s, std::byte* buf, const Blocks& b) {
+  const int right = mod(s.r + 1, s.n), left = mod(s.r - 1, s.n);
+  for (int k = 0; k < s.n - 1; ++k) {
+    const int out = mod(s.r - k, s.n), in = mod(s.r - k - 1, s.n);
+    s.sendrecv(right, s.at(buf, b.begin(out)), b.size(out), left, s.at(buf, b.begin(in)), b.size(in));
+  }
+}
+
+void all_reduce(const Sched& s) {
+  const CollectiveArgs& a = s.a;
+  std::byte* recv = static_cast<std::byte*>(a.recv);
+  Blocks b = even_blocks(a.count, s.n);
+  ring_reduce_scatter(s, a.send, b, [&](int block, int) { return s.at(recv, b.begin(block)); });
+  s.finish_avg(s.at(recv, b.begin(s.r)), b.size(s.r));
+  ring_all_gather(s, recv, b);
+}
+
+void reduce_scatter(const Sched& s) {
+  const CollectiveArgs& a = s.a;
+  const size_t c = a.count;
+  // Partial sums alternate between two scratch blocks; the last one lands in recv.
+  std::byte* tmp = s.scratch(2 * c);
+  ring_reduce_scatter(s, a.send, uniform_blocks(c, s.n), [&](int, int k) {
+    return k == s.n - 2 ? static_cast<std::byte*>(a.recv) : s.at(tmp, (k % 2) * c);
+  });
+  s.finish_avg(a.recv, c);
+}
+
+void all_gather(const Sched& s) {
+  const CollectiveArgs& a = s.a;
+  std::byte* recv = static_cast<std::byte*>(a.recv);
+  s.copy(s.at(recv, s.r * a.count), a.send, a.count);
+  ring_all_gather(s, recv, uniform_blocks(a.count, s.n));
+}
+
+// Reduce = ring reduce-scatter, then every rank sends its reduced block to the root.
+void reduce(const Sched& s) {
+  const CollectiveArgs& a = s.a;
+  Blocks b = even_blocks(a.count, s.n);
+  const size_t largest = b.size(0);
+  std::byte* tmp = s.scratch(2 * largest);
+  auto partial = [&](int block, int k) {
+    if (k == s.n - 2 && s.r == a.root) return s.at(a.recv, b.begin(block));
+    return s.at(tmp, (k % 2) * largest);
+  };
+  ring_reduce_scatter(s, a.send, b, partial);
+  std::byte* mine = partial(s.r, s.n - 2);
+  s.finish_avg(mine, b.size(s.r));
+  if (s.r == a.root) {
+    for (int q = 0; q < s.n; ++q)
+      if (q != a.root) s.recv(q, s.at(a.recv, b.begin(q)), b.size(q));
+  } else {
+    s.send(a.root, mine, b.size(s.r));
+  }
+}
+
+// Broadcast down the chain root -> root+1 -> ... in pipelined chunks: the rank at distance d
+// from the root receives chunk c at step c+d-1 and forwards it at step c+d.
+void broadcast(const Sched& s) {
+  const CollectiveArgs& a = s.a;
+  std::byte* recv = static_cast<std::byte*>(a.recv);
+  const int d = mod(s.r - a.root, s.n), next = mod(s.r + 1, s.n), prev = mod(s.r - 1, s.n);
+  if (d == 0) s.copy(recv, a.send, a.count);
+  const void* src = d == 0 ? a.send : recv;
+  const size_t bytes = a.count * s.esize;
+  const size_t chunks = std::min({a.count, kMaxPipelineChunks, std::max<size_t>(1, bytes / kPipelineChunkBytes)});
+  Blocks b = even_blocks(a.count, static_cast<int>(chunks));
+  const int nchunks = static_cast<int>(chunks);
+  for (int k = 0; k < nchunks + s.n - 2; ++k) {
+    const int out = k - d, in = k - d + 1;
+    const bool sends = d <= s.n - 2 && out >= 0 && out < nchunks;
+    const bool receives = d >= 1 && in >= 0 && in < nchunks;
+    if (!sends && !receives) continue;
+    s.sendrecv(sends ? next : -1, sends ? s.at(src, b.begin(out)) : nullptr, sends ? b.size(out) : 0,
+               receives ? prev : -1, receives ? s.at(recv, b.begin(in)) : nullptr, receives ? b.size(in) : 0);
+  }
+}
+
+}  // namespace
+
+void ring_collective(Sched& s) {
+  switch (s.a.kind) {
+    case Collective::all_reduce: return all_reduce(s);
+    case Collective::broadcast: return broadcast(s);
+    case Collective::reduce: return reduce(s);
+    case Collective::all_gather: return all_gather(s);
+    case Collective::reduce_scatter: return reduce_scatter(s);
+    default: break;
+  }
+  fail("ring: ", collective_name(s.a.kind), " is not a collective with an algorithm");
+}
+
+}  // namespace dpx::parallel::impl

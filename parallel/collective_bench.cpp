@@ -1,0 +1,320 @@
+// `dpx collective`'s measurement loop and printing (see collective_bench.hpp). One run_ranks per
+// algorithm; on every rank, for every size and placement: warm-up, a barrier, -n timed calls,
+// the slowest rank's mean time, then (with -c 1) one call on fresh data checked element by element.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "core/atomic_file.hpp"
+#include "core/clock.hpp"
+#include "core/error.hpp"
+#include "parallel/collective_bench.hpp"
+#include "parallel/collective_check.hpp"
+#include "parallel/threads_backend.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+// Buffer sizes of one call, nccl-tests' getCollByteCount: all_gather and reduce_scatter round
+// the size down to a multiple of ranks * element size, and their count is per rank.
+struct Shape {
+  size_t count = 0;                  // the count passed to the call
+  size_t send_count = 0, recv_count = 0;
+  size_t bytes = 0;                  // the size column: max(send, recv) bytes
+};
+
+Shape shape_of(Collective c, size_t size_bytes, DType dtype, int n) {
+  const size_t es = dtype_size(dtype), elems = size_bytes / es;
+  Shape s;
+  if (c == Collective::all_gather || c == Collective::reduce_scatter) {
+    s.count = elems / static_cast<size_t>(n);
+    const size_t total = s.count * static_cast<size_t>(n);
+    s.send_count = c == Collective::all_gather ? s.count : total;
+    s.recv_count = c == Collective::all_gather ? total : s.count;
+  } else {
+    s.count = s.send_count = s.recv_count = elems;
+  }
+  s.bytes = std::max(s.send_count, s.recv_count) * es;
+  return s;
+}
+
+struct Plan {
+  Collective coll;
+  DType dtype;
+  ReduceOp op;       // what the call reduces with
+  ReduceOp data_op;  // what the input data is made for (sum for collectives that do not reduce)
+  bool reduces;
+  std::vector<size_t> sizes;
+  size_t buffer_bytes = 0;
+};
+
+std::string time_str(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
+  return buf;
+}
+
+void print_table_header(std::ostream& out, Algorithm algo) {
+  char line[512];
+  out << "#\n# Algorithm: " << algorithm_name(algo) << "\n";
+  std::snprintf(line, sizeof(line), "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ",
+                "", "", "", "", "");
+  out << line << "\n";
+  std::snprintf(line, sizeof(line), "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
+                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  out << line << "\n";
+  std::snprintf(line, sizeof(line), "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
+                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  out << line << std::endl;
+}
+
+void print_row(std::ostream& out, const CollectiveRow& a, const CollectiveRow& b) {
+  char line[512];
+  int len = std::snprintf(line, sizeof(line), "%12zu  %12zu  %8s  %6s  %6i", a.bytes, a.count, a.dtype.c_str(),
+                          a.op.c_str(), a.root);
+  for (const CollectiveRow* r : {&a, &b}) {
+    std::string wrong = r->wrong < 0 ? "N/A" : std::to_string(r->wrong);
+    len += std::snprintf(line + len, sizeof(line) - static_cast<size_t>(len), "  %7s  %6.2f  %6.2f  %5s",
+                         time_str(r->time_us).c_str(), r->algbw_gbs, r->busbw_gbs, wrong.c_str());
+  }
+  out << line << std::endl;  // flushed: long sweeps show progress row by row
+}
+
+// Fills this rank's input and clears its output, so a call that does nothing is caught by the
+// check (inputs are never 0). Outputs first: an in-place input lives inside the output.
+void prepare(const Plan& p, const Shape& s, int r, int root, void* send, void* recv) {
+  const size_t es = dtype_size(p.dtype);
+  if (recv != send) std::memset(recv, 0, s.recv_count * es);
+  if (p.coll == Collective::broadcast && r != root) {
+    if (send == recv) std::memset(recv, 0, s.recv_count * es);
+    return;  // only the root has an input
+  }
+  fill_input(send, s.send_count, 0, p.dtype, p.data_op, r);
+}
+
+int64_t wrong_elements(const Plan& p, const Shape& s, int n, int r, int root, const void* recv) {
+  const size_t es = dtype_size(p.dtype);
+  switch (p.coll) {
+    case Collective::all_reduce: return count_wrong_reduced(recv, s.count, 0, p.dtype, p.op, n);
+    case Collective::reduce: return r == root ? count_wrong_reduced(recv, s.count, 0, p.dtype, p.op, n) : 0;
+    case Collective::broadcast: return count_wrong_input(recv, s.count, 0, p.dtype, p.data_op, root);
+    case Collective::reduce_scatter: return count_wrong_reduced(recv, s.count, r * s.count, p.dtype, p.op, n);
+    case Collective::all_gather: {
+      int64_t wrong = 0;
+      for (int q = 0; q < n; ++q)
+        wrong += count_wrong_input(static_cast<const std::byte*>(recv) + q * s.count * es, s.count, 0, p.dtype,
+                                   p.data_op, q);
+      return wrong;
+    }
+    default: return 0;
+  }
+}
+
+void call(Communicator& comm, const Plan& p, const Shape& s, int root, Algorithm algo, const void* send, void* recv) {
+  switch (p.coll) {
+    case Collective::all_reduce: return comm.all_reduce(send, recv, s.count, p.dtype, p.op, algo);
+    case Collective::broadcast: return comm.broadcast(send, recv, s.count, p.dtype, root, algo);
+    case Collective::reduce: return comm.reduce(send, recv, s.count, p.dtype, p.op, root, algo);
+    case Collective::all_gather: return comm.all_gather(send, recv, s.count, p.dtype, algo);
+    case Collective::reduce_scatter: return comm.reduce_scatter(send, recv, s.count, p.dtype, p.op, algo);
+    default: fail("dpx collective: ", collective_name(p.coll), " is not benchmarked");
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Everything rank 0 gathers while the ranks run; printed and written as it comes.
+struct Sink {
+  std::ostream& out;
+  const CollectiveOptions& o;
+  CollectiveReport& report;
+  std::string csv;  // the whole file so far, rewritten atomically after every size
+};
+
+void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink) {
+  const int n = comm.size(), r = comm.rank(), root = p.coll == Collective::broadcast || p.coll == Collective::reduce
+                                                         ? o.root : -1;
+  const size_t es = dtype_size(p.dtype);
+  Workspace wa, wb;
+  std::byte* a = wa.get(std::max<size_t>(p.buffer_bytes, 64));
+  std::byte* b = wb.get(std::max<size_t>(p.buffer_bytes, 64));
+  std::memset(a, 0, p.buffer_bytes);  // first touch by the rank that uses the memory
+  std::memset(b, 0, p.buffer_bytes);
+  for (size_t size : p.sizes) {
+    const Shape s = shape_of(p.coll, size, p.dtype, n);
+    CollectiveRow rows[2];
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      void* send = a;
+      void* recv = b;
+      if (in_place) {
+        send = b;
+        if (p.coll == Collective::all_gather) send = b + static_cast<size_t>(r) * s.count * es;
+        if (p.coll == Collective::reduce_scatter) recv = b + static_cast<size_t>(r) * s.count * es;
+      }
+      const int call_root = root < 0 ? 0 : root;
+      prepare(p, s, r, call_root, send, recv);
+      for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, send, recv);
+      comm.barrier();
+      const double start = now_s();
+      for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, send, recv);
+      double mean_s = (now_s() - start) / o.iters, slowest_s = 0;
+      comm.all_reduce(&mean_s, &slowest_s, 1, DType::f64, ReduceOp::max, Algorithm::ring);
+      int64_t wrong = -1;
+      if (o.check) {
+        prepare(p, s, r, call_root, send, recv);
+        call(comm, p, s, call_root, algo, send, recv);
+        int64_t mine = wrong_elements(p, s, n, r, call_root, recv);
+        comm.all_reduce(&mine, &wrong, 1, DType::i64, ReduceOp::sum, Algorithm::ring);
+      }
+      CollectiveRow& row = rows[in_place];
+      row.collective = std::string(collective_name(p.coll));
+      row.algo = std::string(algorithm_name(algo));
+      row.backend = std::string(comm.backend());
+      row.ranks = n;
+      row.bytes = s.bytes;
+      row.count = s.count;
+      row.dtype = std::string(nccl_type_name(p.dtype));
+      row.op = p.reduces ? std::string(reduce_op_name(p.op)) : "none";
+      row.root = root;
+      row.in_place = in_place != 0;
+      row.time_us = slowest_s * 1e6;
+      row.algbw_gbs = slowest_s > 0 ? static_cast<double>(s.bytes) / 1e9 / slowest_s : 0;
+      row.busbw_gbs = row.algbw_gbs * bus_factor(p.coll, n);
+      row.wrong = wrong;
+    }
+    if (r == 0) {
+      print_row(sink.out, rows[0], rows[1]);
+      for (const CollectiveRow& row : rows) {
+        sink.report.rows.push_back(row);
+        if (row.wrong > 0) ++sink.report.failed;
+        sink.csv += collective_csv_row(row) + "\n";
+      }
+      if (!sink.o.csv_path.empty()) write_file_atomic(sink.o.csv_path, sink.csv);
+    }
+  }
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads) {
+  // Ranks beyond the CPU count take turns, so only min(ranks, cpus) copy at any moment; each
+  // rank then gets that share of the copying.
+  const int copiers = std::min(ranks, available_cpus());
+  std::vector<double> gbs(static_cast<size_t>(copiers), 0.0);
+  RankOptions ro;
+  ro.pin_threads = pin_threads;
+  run_ranks(copiers, [&](Communicator& comm) {
+    Workspace ws, wd;
+    std::byte* src = ws.get(bytes);
+    std::byte* dst = wd.get(bytes);
+    std::memset(src, 1, bytes);
+    std::memset(dst, 0, bytes);
+    std::memcpy(dst, src, bytes);  // warm: pages mapped, TLB and caches in steady state
+    // The best of a few copies, all ranks starting together as the ranks of a collective do:
+    // a ceiling, so the copy least disturbed by the rest of the machine counts.
+    double best_s = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      comm.barrier();
+      const double start = now_s();
+      std::memcpy(dst, src, bytes);
+      asm volatile("" : : "g"(dst) : "memory");  // the copy must happen although dst is never read
+      best_s = std::min(best_s, now_s() - start);
+    }
+    gbs[static_cast<size_t>(comm.rank())] = static_cast<double>(bytes) / 1e9 / best_s;
+  }, ro);
+  double sum = 0;
+  for (double g : gbs) sum += g;
+  return sum / ranks;
+}
+
+CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out) {
+  validate(options);
+  CollectiveOptions o = options;
+  Plan p;
+  p.coll = parse_collective(o.collective);
+  p.dtype = parse_bench_dtype(o.datatype);
+  p.op = parse_reduce_op(o.op);
+  p.reduces = p.coll == Collective::all_reduce || p.coll == Collective::reduce || p.coll == Collective::reduce_scatter;
+  p.data_op = p.reduces ? p.op : ReduceOp::sum;
+  std::vector<Algorithm> algos;
+  if (o.algo == "all") algos.assign(kAlgorithms.begin(), kAlgorithms.end());
+  else algos.push_back(parse_algorithm(o.algo));
+
+  // Each rank holds two buffers of the largest size; like nccl-tests, shrink -e to fit in memory.
+  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double limit = phys > 0 ? phys / 2 / (2.0 * o.ranks) : 1e300;
+  bool reduced = false;
+  if (static_cast<double>(o.max_bytes) > limit) {
+    o.max_bytes = static_cast<size_t>(limit);
+    o.min_bytes = std::min(o.min_bytes, o.max_bytes);
+    reduced = true;
+  }
+  p.sizes = size_steps(o);
+  for (size_t size : p.sizes) p.buffer_bytes = std::max(p.buffer_bytes, shape_of(p.coll, size, p.dtype, o.ranks).bytes);
+
+  CollectiveReport report;
+  Sink sink{out, o, report, std::string(kCollectiveCsvHeader) + "\n"};
+  if (!o.csv_path.empty()) write_file_atomic(o.csv_path, sink.csv);  // an unwritable path fails now, not later
+
+  out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks
+      << " ranks (threads of one process)\n";
+  out << "# nThread " << o.ranks << " nGpus 0 minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
+      << (o.step_factor != 0 ? o.step_factor : o.step_bytes) << (o.step_factor != 0 ? "(factor)" : "(bytes)")
+      << " warmup iters: " << o.warmup_iters << " iters: " << o.iters << " validation: " << o.check << "\n";
+  if (reduced) out << "#\n# Reducing maxBytes to " << o.max_bytes << " due to memory limitation\n";
+  out << "#\n# Using devices\n";
+  const int cpus = available_cpus();
+  const std::string host = host_name();
+  for (int r = 0; r < o.ranks; ++r) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (%s)\n", r,
+                  static_cast<int>(getpid()), host.c_str(),
+                  o.pin_threads ? ("pinned to the CPU #" + std::to_string(r % cpus) + " of " + std::to_string(cpus)).c_str()
+                                : "thread, not pinned");
+    out << line;
+  }
+  if (o.memcpy_bytes > 0) {
+    const double cap = phys > 0 ? phys / 8 / std::min(o.ranks, cpus) : 1e12;  // two buffers per copier
+    const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
+    report.memcpy_gbs_per_rank = measure_memcpy_gbs(o.ranks, bytes, o.pin_threads);
+    char line[256];
+    std::snprintf(line, sizeof(line), "#\n# memcpy bandwidth: %.2f GB/s per rank, %.2f GB/s in all (%d ranks copying %zu MiB each, %d at a time)\n",
+                  report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, bytes >> 20,
+                  std::min(o.ranks, cpus));
+    out << line
+        << "# The busbw limit for sizes beyond the caches: the receiver copies every byte sent (threads backend),\n"
+        << "# so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy bandwidth above.\n";
+  }
+  out.flush();
+
+  RankOptions ro;
+  ro.pin_threads = o.pin_threads;
+  for (Algorithm algo : algos) {
+    print_table_header(out, algo);
+    const size_t first_row = report.rows.size();
+    const int failed_before = report.failed;
+    run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
+    double bw = 0;
+    for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;
+    const size_t rows = report.rows.size() - first_row;
+    const int failed = report.failed - failed_before;
+    char line[128];
+    std::snprintf(line, sizeof(line), "# Avg bus bandwidth    : %g \n", rows ? bw / static_cast<double>(rows) : 0.0);
+    out << "# Out of bounds values : " << failed << (failed ? " FAILED" : " OK") << "\n" << line << "#" << std::endl;
+  }
+  return report;
+}
+
+}  // namespace dpx::parallel

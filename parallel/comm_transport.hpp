@@ -1,0 +1,60 @@
+// Transport: the point-to-point layer under dpx's collective algorithms. An algorithm is a fixed
+// sequence of exchanges (send a chunk to one peer and/or receive a chunk from another, copying it
+// or reducing it into place); backends (threads, MPI, CUDA p2p) only implement exchange().
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/device.hpp"
+#include "core/dtype.hpp"
+#include "parallel/comm_reduce.hpp"
+
+namespace dpx::parallel {
+
+// One step of a schedule. Both halves are optional (peer -1 = none) and proceed concurrently,
+// so a ring step (send right, receive left) cannot deadlock. exchange() returns when both are
+// complete: the send buffer may then be reused and the received data is in place.
+struct Exchange {
+  int send_peer = -1;
+  const void* send = nullptr;
+  size_t send_bytes = 0;
+
+  int recv_peer = -1;
+  void* recv = nullptr;
+  size_t recv_bytes = 0;  // must equal the peer's send_bytes
+  // Null: the incoming bytes are copied to recv. Otherwise recv[i] = reduce_with[i] (op) incoming[i]
+  // over recv_bytes / dtype_size(dtype) elements; reduce_with may be recv itself.
+  const void* reduce_with = nullptr;
+  DType dtype = DType::u8;
+  ReduceOp op = ReduceOp::sum;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view name() const = 0;
+  // Whether buffers on `device` can be passed to exchange().
+  virtual bool accepts(Device device) const = 0;
+
+  // Runs one step and counts its bytes.
+  void exchange(const Exchange& x);
+  // Every rank waits until all have arrived. Default: a dissemination barrier of log2(n)
+  // zero-byte exchanges; backends with a cheaper native barrier override it.
+  virtual void barrier();
+
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+
+ protected:
+  virtual void do_exchange(const Exchange& x) = 0;
+
+ private:
+  // Atomic because DDP's communication thread counts while the rank's thread may read.
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+};
+
+}  // namespace dpx::parallel

@@ -1,0 +1,102 @@
+// Communicator: the collectives every backend offers (all_reduce, broadcast, reduce, all_gather,
+// reduce_scatter, barrier, send/recv) on raw buffers and on Tensors, with byte and call counters.
+// dpx's own algorithms (ring, tree, naive, rhd) run over a point-to-point Transport (comm_transport.hpp).
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/dtype.hpp"
+#include "core/tensor.hpp"
+#include "parallel/algorithms.hpp"
+#include "parallel/comm_transport.hpp"
+
+namespace dpx::parallel {
+
+// What a communicator has done since it was made (or since reset_stats).
+struct CommStats {
+  uint64_t bytes_sent = 0;      // payload this rank sent in point-to-point steps
+  uint64_t bytes_received = 0;  // payload this rank received
+  uint64_t calls = 0;           // collective, barrier and send/recv calls
+  std::array<uint64_t, kCollectiveKinds> calls_by_kind{};
+};
+
+// One rank's handle on a group of ranks. Not thread-safe: one thread of a rank at a time may
+// call it (DDP's communication thread, or the rank's own thread, never both at once).
+// Buffers follow NCCL's conventions: in-place is send == recv for all_reduce, broadcast and
+// reduce; send == recv + rank * count for all_gather; recv == send + rank * count for
+// reduce_scatter. Every collective is blocking: buffers may be reused when it returns.
+class Communicator {
+ public:
+  explicit Communicator(Transport& transport, Algorithm default_algorithm = Algorithm::ring);
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return transport_.rank(); }
+  int size() const { return transport_.size(); }
+  std::string_view backend() const { return transport_.name(); }
+  Algorithm default_algorithm() const { return default_algorithm_; }
+  void set_default_algorithm(Algorithm a) { default_algorithm_ = a; }
+
+  using Algo = std::optional<Algorithm>;  // empty: the communicator's default
+
+  // ---- raw buffers (host memory for the threads backend) ----
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo = {});
+  // recv gets root's send on every rank; send is read on the root only (may be null elsewhere).
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root, Algo algo = {});
+  // recv (written on the root only; may be null elsewhere) gets the reduction of every send.
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root, Algo algo = {});
+  // recv (size() * send_count elements) gets every rank's send, in rank order.
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype, Algo algo = {});
+  // send holds size() * recv_count elements; rank r gets the reduction of block r.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op, Algo algo = {});
+  void barrier();
+  // Point-to-point. A send returns once the peer has received the data (a rendezvous), so two
+  // ranks that both send to each other first deadlock; every send must meet a recv of its size.
+  void send(const void* data, size_t count, DType dtype, int peer);
+  void recv(void* data, size_t count, DType dtype, int peer);
+
+  // ---- Tensors: the tensor handle is const, its elements are written ----
+  void all_reduce(const Tensor& t, ReduceOp op, Algo algo = {});  // in place
+  void all_reduce(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo = {});
+  void broadcast(const Tensor& t, int root, Algo algo = {});  // in place
+  void broadcast(const Tensor& in, const Tensor& out, int root, Algo algo = {});
+  void reduce(const Tensor& t, ReduceOp op, int root, Algo algo = {});  // in place (result on root)
+  void reduce(const Tensor& in, const Tensor& out, ReduceOp op, int root, Algo algo = {});
+  // out.numel() == size() * in.numel(); in_place all_gather is out's block rank() passed as in.
+  void all_gather(const Tensor& in, const Tensor& out, Algo algo = {});
+  // in.numel() == size() * out.numel().
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo = {});
+  void send(const Tensor& t, int peer);
+  void recv(const Tensor& t, int peer);
+
+  // ---- counters ("bytes communicated as counted"), since construction or reset_stats() ----
+  uint64_t bytes_sent() const;
+  CommStats stats() const;
+  void reset_stats();
+
+ protected:
+  // Runs one validated call. Vendor backends (NCCL, MPI) override this with their own library
+  // call; the default runs dpx's algorithm over the transport.
+  virtual void execute(const CollectiveArgs& args, Algorithm algo);
+  Transport& transport() { return transport_; }
+
+ private:
+  void run(const CollectiveArgs& args, Algo algo);
+  void count_call(Collective kind) { calls_[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed); }
+  void check_tensor(const Tensor& t, const char* what) const;
+  void check_same(const Tensor& a, const Tensor& b, int64_t b_per_a, const char* what) const;
+
+  Transport& transport_;
+  Algorithm default_algorithm_;
+  Workspace workspace_;
+  std::array<std::atomic<uint64_t>, kCollectiveKinds> calls_{};
+  uint64_t sent_mark_ = 0, received_mark_ = 0;
+};
+
+}  // namespace dpx::parallel

@@ -1,0 +1,354 @@
+// The threads backend (see threads_backend.hpp). Each ordered pair of ranks shares a one-slot
+// mailbox: the sender posts a pointer and waits until the receiver has copied or reduced the
+// data out of it (one pass over the bytes, no staging copy). Waiting spins briefly when every
+// rank has a CPU of its own, then sleeps on the rank's condition variable.
+#include "parallel/threads_backend.hpp"
+
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+class World {
+ public:
+  struct alignas(64) Mailbox {  // messages from one rank to another, one at a time
+    std::atomic<uint64_t> posted{0};  // written by the sender
+    std::atomic<uint64_t> taken{0};   // written by the receiver
+    const void* data = nullptr;       // valid while posted > taken
+    size_t bytes = 0;
+  };
+
+  explicit World(int k)
+      : k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
+        finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
+        spin_(k <= available_cpus() ? 200 : 0) {
+    for (int r = 0; r < k; ++r) finished_[r] = false;
+  }
+
+  int size() const { return k_; }
+  Mailbox& box(int from, int to) { return boxes_[static_cast<size_t>(from) * k_ + to]; }
+
+  void wake(int rank) {
+    Waiter& w = waiters_[static_cast<size_t>(rank)];
+    { std::lock_guard<std::mutex> lock(w.m); }  // a waiter between its check and its sleep gets the notify
+    w.cv.notify_all();
+  }
+  void wake_all() {
+    for (int r = 0; r < k_; ++r) wake(r);
+  }
+
+  void check_abort() const {
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  }
+
+  // Blocks `me` until counter >= target. `peer` is the rank that must act (-1: any, for the
+  // barrier); if it has returned from its rank function it never will, and waiting is an error.
+  // While asleep, the rank publishes what it waits for, so that a rank whose sleep times out
+  // can tell a slow peer from a deadlock (every running rank asleep on a false condition).
+  void wait(int me, int peer, const std::atomic<uint64_t>& counter, uint64_t target, const char* doing) {
+    auto ready = [&] { return counter.load(std::memory_order_acquire) >= target; };
+    for (int i = 0; i < spin_; ++i) {
+      if (ready()) return;
+      check_abort();
+      if (i < 64) cpu_relax(); else std::this_thread::yield();
+    }
+    Waiter& w = waiters_[static_cast<size_t>(me)];
+    w.counter.store(&counter);
+    w.target.store(target);
+    w.peer.store(peer);
+    w.doing.store(doing);
+    w.asleep.fetch_add(1);  // odd: asleep
+    struct Awake {
+      std::atomic<uint64_t>& asleep;
+      ~Awake() { asleep.fetch_add(1); }
+    } awake{w.asleep};
+    std::unique_lock<std::mutex> lock(w.m);
+    for (;;) {
+      if (ready()) return;
+      check_abort();
+      int gone = finished_peer(peer);
+      if (gone >= 0) {
+        if (ready()) return;  // it acted, then returned
+        fail("rank ", gone, " returned from its rank function while rank ", me, " was waiting to ", doing,
+             peer >= 0 ? " it" : "", ": the ranks did not call the same sequence of collectives");
+      }
+      if (w.cv.wait_for(lock, kDeadlockCheck) == std::cv_status::timeout) {
+        lock.unlock();
+        check_deadlock();
+        lock.lock();
+      }
+    }
+  }
+
+  // Throws if every rank still running is asleep in wait() on a condition that is false: no
+  // rank can then make any other progress. The `asleep` counters, read before and after the
+  // conditions, prove that nobody woke (and so nobody acted) while they were read.
+  void check_deadlock() const {
+    std::vector<uint64_t> before(static_cast<size_t>(k_), 0);
+    for (int q = 0; q < k_; ++q) {
+      if (finished_[q].load()) continue;
+      before[q] = waiters_[q].asleep.load();
+      if (before[q] % 2 == 0) return;  // running
+    }
+    std::string who;
+    for (int q = 0; q < k_; ++q) {
+      if (finished_[q].load()) continue;
+      const Waiter& w = waiters_[q];
+      if (w.counter.load()->load() >= w.target.load()) return;  // about to wake
+      const int peer = w.peer.load();
+      who += detail::concat(who.empty() ? "" : "; ", "rank ", q, " waits to ", w.doing.load(),
+                            peer >= 0 ? detail::concat(" rank ", peer) : std::string());
+    }
+    for (int q = 0; q < k_; ++q)
+      if (!finished_[q].load() && waiters_[q].asleep.load() != before[q]) return;
+    fail("deadlock: every running rank waits for another (", who,
+         "): the ranks called different collectives, or the same ones in a different order");
+  }
+
+  void abort(int rank, const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (abort_rank_ < 0) {
+        abort_rank_ = rank;
+        abort_reason_ = reason;
+      }
+    }
+    aborted_.store(true, std::memory_order_release);
+    wake_all();
+  }
+
+  void finish(int rank) {
+    finished_[rank].store(true);
+    wake_all();
+  }
+
+  void barrier(int me) {
+    check_abort();
+    uint64_t gen;
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(barrier_mu_);
+      gen = generation_.load();
+      last = ++arrived_ == k_;
+      if (last) {
+        arrived_ = 0;
+        generation_.store(gen + 1);
+      }
+    }
+    if (last) {
+      wake_all();
+      return;
+    }
+    wait(me, -1, generation_, gen + 1, "meet in a barrier");
+  }
+
+ private:
+  struct alignas(64) Waiter {
+    std::mutex m;
+    std::condition_variable cv;
+    // What the rank waits for while asleep in wait(), for check_deadlock on other ranks.
+    std::atomic<uint64_t> asleep{0};  // odd while asleep
+    std::atomic<const std::atomic<uint64_t>*> counter{nullptr};
+    std::atomic<uint64_t> target{0};
+    std::atomic<int> peer{-1};
+    std::atomic<const char*> doing{""};
+  };
+
+  // How long a sleeping rank waits before it checks for a deadlock.
+  static constexpr std::chrono::milliseconds kDeadlockCheck{250};
+
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  int finished_peer(int peer) const {
+    if (peer >= 0) return finished_[peer].load() ? peer : -1;
+    for (int r = 0; r < k_; ++r)
+      if (finished_[r].load()) return r;
+    return -1;
+  }
+
+  [[noreturn]] void throw_aborted() const {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    throw Error(detail::concat("rank ", abort_rank_, " aborted: ", abort_reason_));
+  }
+
+  const int k_;
+  std::vector<Mailbox> boxes_;
+  std::vector<Waiter> waiters_;
+  std::unique_ptr<std::atomic<bool>[]> finished_;
+  const int spin_;
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mu_;
+  int abort_rank_ = -1;
+  std::string abort_reason_;
+
+  std::mutex barrier_mu_;
+  int arrived_ = 0;
+  std::atomic<uint64_t> generation_{0};
+};
+
+class ThreadsTransport final : public Transport {
+ public:
+  ThreadsTransport(World& world, int rank) : world_(world), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_.size(); }
+  std::string_view name() const override { return "threads"; }
+  bool accepts(Device device) const override { return device.is_cpu(); }
+  void barrier() override { world_.barrier(rank_); }
+
+ protected:
+  void do_exchange(const Exchange& x) override {
+    world_.check_abort();
+    World::Mailbox* out = nullptr;
+    uint64_t seq = 0;
+    if (x.send_peer >= 0) {
+      check_peer(x.send_peer);
+      out = &world_.box(rank_, x.send_peer);
+      out->data = x.send;
+      out->bytes = x.send_bytes;
+      seq = out->posted.load(std::memory_order_relaxed) + 1;
+      out->posted.store(seq, std::memory_order_release);
+      world_.wake(x.send_peer);
+    }
+    if (x.recv_peer >= 0) {
+      check_peer(x.recv_peer);
+      World::Mailbox& in = world_.box(x.recv_peer, rank_);
+      const uint64_t want = in.taken.load(std::memory_order_relaxed) + 1;
+      world_.wait(rank_, x.recv_peer, in.posted, want, "receive from");
+      if (in.bytes != x.recv_bytes)
+        fail("rank ", rank_, " expected ", x.recv_bytes, " bytes from rank ", x.recv_peer, ", which sent ", in.bytes,
+             ": the ranks called different collectives or passed different counts");
+      if (x.reduce_with)
+        reduce_into(x.recv, x.reduce_with, in.data, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
+      else if (x.recv_bytes > 0)
+        std::memcpy(x.recv, in.data, x.recv_bytes);
+      in.taken.store(want, std::memory_order_release);
+      world_.wake(x.recv_peer);
+    }
+    if (out)
+      world_.wait(rank_, x.send_peer, out->taken, seq, "send to");
+  }
+
+ private:
+  void check_peer(int peer) const {
+    DPX_CHECK(peer >= 0 && peer < world_.size() && peer != rank_, "rank ", rank_, ": bad peer ", peer, " of ",
+              world_.size(), " ranks");
+  }
+
+  World& world_;
+  const int rank_;
+};
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Pins the calling thread to one CPU and restores its previous mask when destroyed, so the
+// OpenMP threads that are reused after run_ranks are not left pinned.
+class PinGuard {
+ public:
+  PinGuard(const std::vector<int>& cpus, int rank) {
+    if (cpus.empty()) return;
+    pthread_t self = pthread_self();
+    if (pthread_getaffinity_np(self, sizeof(saved_), &saved_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    const int cpu = cpus[static_cast<size_t>(rank) % cpus.size()];
+    CPU_SET(cpu, &one);
+    int err = pthread_setaffinity_np(self, sizeof(one), &one);
+    if (err != 0) fail("could not pin rank ", rank, " to CPU ", cpu, ": ", std::strerror(err));
+    pinned_ = true;
+  }
+  ~PinGuard() {
+    if (pinned_) pthread_setaffinity_np(pthread_self(), sizeof(saved_), &saved_);
+  }
+  PinGuard(const PinGuard&) = delete;
+  PinGuard& operator=(const PinGuard&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool pinned_ = false;
+};
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace
+
+int available_cpus() {
+  int n = static_cast<int>(allowed_cpus().size());
+  if (n > 0) return n;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options) {
+  if (k < 1) usage_fail("the number of ranks must be at least 1, not ", k);
+  World world(k);
+  std::mutex first_mu;
+  std::exception_ptr first;
+  auto record = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(first_mu);
+    if (!first) first = std::move(e);
+  };
+  const std::vector<int> cpus = options.pin_threads ? allowed_cpus() : std::vector<int>{};
+  // Exactly k threads, and room for each rank's kernels to open their own parallel regions
+  // (ctx.threads = cores / ranks) inside this one.
+  omp_set_dynamic(0);
+  if (omp_get_max_active_levels() < omp_get_active_level() + 2) omp_set_max_active_levels(omp_get_active_level() + 2);
+#pragma omp parallel num_threads(k)
+  {
+    const int r = omp_get_thread_num();
+    if (omp_get_num_threads() != k) {
+      if (r == 0)
+        record(std::make_exception_ptr(Error(detail::concat(
+            "run_ranks: OpenMP gave ", omp_get_num_threads(), " threads for ", k,
+            " ranks (is OMP_THREAD_LIMIT set, or is run_ranks called inside a parallel region?)"))));
+    } else {
+      try {
+        PinGuard pin(cpus, r);
+        ThreadsTransport transport(world, r);
+        Communicator comm(transport, options.algorithm);
+        fn(comm);
+        world.finish(r);
+      } catch (...) {
+        // Recorded before the abort, so the first exception is the cause, not a woken waiter.
+        record(std::current_exception());
+        world.abort(r, describe(std::current_exception()));
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,92 @@
+// `dpx collective` end to end: the binary prints nccl-tests' table, writes the CSV, exits 2 with
+// a message naming the flag on bad input, and warns (but runs) with more ranks than CPUs.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Result dpx(const std::string& args) {
+  const std::string cmd = std::string(DPX_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kSmall = "collective -b 1K -e 4K -f 2 -n 2 -w 1 ";
+
+}  // namespace
+
+TEST_CASE("dpx collective prints the nccl-tests table and writes the CSV") {
+  const auto csv = std::filesystem::temp_directory_path() / ("dpx_collective_cli_" + std::to_string(::getpid()) + ".csv");
+  Result r = dpx(kSmall + "--ranks 2 --algo all -t reduce -r 1 -d bfloat16 -o max --csv " + csv.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("#       size         count      type   redop    root     time   algbw   busbw #wrong") !=
+        std::string::npos);
+  CHECK(r.output.find("        1024           512  bfloat16     max       1") != std::string::npos);
+  CHECK(r.output.find("# Algorithm: rhd") != std::string::npos);
+  CHECK(r.output.find("# Out of bounds values : 0 OK") != std::string::npos);
+  std::ifstream f(csv);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(line);
+  CHECK(lines.size() == 1 + 4 * 3 * 2);  // header + algorithms x sizes x placements
+  CHECK(lines.at(1).rfind("reduce,ring,threads,2,1024,512,bfloat16,max,1,out,", 0) == 0);
+  std::filesystem::remove(csv);
+}
+
+TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"-o mulsum", "-o/--op: unknown reduction op 'mulsum'"},
+      {"-d int8", "-d/--datatype: unknown or unsupported type 'int8'"},
+      {"--algo hierarchical", "--algo: unknown algorithm 'hierarchical'"},
+      {"--backend nccl", "--backend nccl: not"},
+      {"--backend gloo", "--backend: unknown backend 'gloo'"},
+      {"-t alltoall", "-t/--collective: unknown collective 'alltoall'"},
+      {"-t 8", "the number of ranks is --ranks"},
+      {"-b 2K -e 1K", "-b/--minbytes 2048 is larger than -e/--maxbytes 1024"},
+      {"-b 12Q", "-b/--minbytes: '12Q' has an unknown unit"},
+      {"-f 1", "-f/--stepfactor: 1 would not grow"},
+      {"-f 2 -i 1K", "give one, not both"},
+      {"--ranks 0", "--ranks: 0 is not"},
+      {"-t broadcast -r 2", "-r/--root: 2 is not a rank"},
+      {"-n 0", "-n/--iters"},
+      {"-c 3", "-c/--check"},
+  };
+  for (const Case& c : cases) {
+    Result r = dpx("collective --ranks 2 -b 1K -e 1K " + c.args);
+    CAPTURE(c.args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("dpx: error: ") != std::string::npos);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+  }
+}
+
+TEST_CASE("dpx collective: more ranks than CPUs is a warning, and the run still checks out") {
+  Result r = dpx("collective --ranks 64 -b 1K -e 1K -n 1 -w 0 -t all_gather");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("dpx: warning: 64 ranks on ") != std::string::npos);
+  CHECK(r.output.find("# Out of bounds values : 0 OK") != std::string::npos);
+}
