@@ -1,5 +1,5 @@
 // doctest's main for the GPU suite: exits 77 (ctest: skipped) when no CUDA device is present,
-// except when only listing test cases (so ctest can still discover them).
+// except when only listing test cases.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 

@@ -1,11 +1,16 @@
 // The host side of CUDA memory: the per-device caching allocator and copies. Implemented in
-// core/cuda/memory.cu when dpx is built with CUDA; otherwise each call throws a clear error.
+// core/cuda/memory.cpp when dpx is built with CUDA; otherwise each call throws a clear error.
+// This header stays free of CUDA headers: core/tensor.cpp includes it in every build.
 #pragma once
 #include <cstddef>
 
 #include "core/device.hpp"
 
+struct CUstream_st;  // the CUDA runtime's stream type: cudaStream_t is CUstream_st*
+
 namespace dpx::cuda {
+
+using Stream = CUstream_st*;  // the same type as cudaStream_t; nullptr is the legacy default stream
 
 bool available();              // built with CUDA and at least one device present
 int device_count();            // 0 when not built with CUDA or no device
@@ -18,5 +23,36 @@ void memset_zero(void* p, size_t bytes, int device);
 size_t bytes_in_use(int device);
 size_t bytes_cached(int device);
 void empty_cache(int device);
+
+// ---- stream-ordered use of the caching allocator ---------------------------------------------
+// A freed block is reused only by a later allocation for the same stream, so a block freed by
+// the host while kernels still read it is only handed to work queued after those kernels.
+// allocate(bytes, device) above uses the pool of the legacy default stream (nullptr); dpx's
+// CudaState streams synchronise with it (they are created blocking), so tensors made by
+// Tensor::empty are safe as long as one CudaState stream works on a device. Several streams
+// sharing blocks (a communication stream, a copy stream, two replicas on one GPU) must declare
+// each extra stream with record_stream before the block is released.
+void* allocate(size_t bytes, int device, Stream stream);
+// Declares that `p` (from this allocator) is also used by work on `stream`: when `p` is released,
+// it is reused only after the work queued on `stream` until then has finished.
+void record_stream(void* p, int device, Stream stream);
+// Bytes ever in use at once since the start or the last reset (for memory reports).
+size_t peak_bytes_in_use(int device);
+void reset_peak_bytes_in_use(int device);
+
+// ---- pinned host memory (for the data loader's host-to-device copies) -------------------------
+// Page-locked host memory from cudaHostAlloc, cached by size because cudaHostAlloc is slow.
+void* allocate_pinned(size_t bytes);
+// `last_use`: a stream whose queued work may still read `p` (an asynchronous copy); the block is
+// reused only after that work has finished. nullptr: no work on the device uses it any more.
+void release_pinned(void* p, size_t bytes, Stream last_use = nullptr);
+size_t pinned_bytes_cached();
+
+// Asynchronous copy on `stream` between any two devices. Host memory must be pinned for the
+// copy to overlap with the host; the caller keeps both buffers alive until the stream gets there.
+void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                Stream stream);
+// Waits until all work queued on `stream` (on `device`) has finished.
+void synchronize(Stream stream, int device);
 
 }  // namespace dpx::cuda

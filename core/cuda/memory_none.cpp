@@ -1,4 +1,5 @@
 // CUDA memory entry points for a build without CUDA: each says so and what to do.
+// Queries (available, device_count, the byte counters) answer "nothing" instead of throwing.
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 
@@ -20,5 +21,15 @@ void memset_zero(void*, size_t, int) { no_cuda(); }
 size_t bytes_in_use(int) { return 0; }
 size_t bytes_cached(int) { return 0; }
 void empty_cache(int) {}
+
+void* allocate(size_t, int, Stream) { no_cuda(); }
+void record_stream(void*, int, Stream) { no_cuda(); }
+size_t peak_bytes_in_use(int) { return 0; }
+void reset_peak_bytes_in_use(int) {}
+void* allocate_pinned(size_t) { no_cuda(); }
+void release_pinned(void*, size_t, Stream) {}
+size_t pinned_bytes_cached() { return 0; }
+void copy_async(void*, Device, const void*, Device, size_t, Stream) { no_cuda(); }
+void synchronize(Stream, int) { no_cuda(); }
 
 }  // namespace dpx::cuda

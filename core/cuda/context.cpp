@@ -1,0 +1,88 @@
+// Creation and teardown of CudaState (stream, cuBLAS, cuBLASLt and cuDNN handles) and its
+// growing workspace. Teardown never throws: it runs from destructors, also during unwinding.
+#include "core/cuda/context.hpp"
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_guard.hpp"
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+
+namespace dpx::cuda {
+
+CudaState::~CudaState() {
+  int previous = -1;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device);
+  if (stream) cudaStreamSynchronize(stream);  // queued kernels may use the workspace
+  if (workspace_) release(workspace_, workspace_bytes_, device);
+  if (host_result) cudaFreeHost(host_result);
+  if (cudnn) cudnnDestroy(cudnn);
+  if (cublaslt) cublasLtDestroy(cublaslt);
+  if (cublas) cublasDestroy(cublas);
+  if (stream) cudaStreamDestroy(stream);
+  cudaGetLastError();
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+void* CudaState::workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  DeviceGuard guard(device);
+  if (workspace_) release(workspace_, workspace_bytes_, device);
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+  workspace_ = allocate(bytes, device, stream);
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+void CudaState::set_cublas_tf32(bool allow) {
+  int want = allow ? 1 : 0;
+  if (cublas_tf32_ == want) return;
+  // Default math keeps fp32 GEMMs in full fp32 precision; TF32 must be asked for explicitly.
+  DPX_CUBLAS_CHECK(cublasSetMathMode(cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  cublas_tf32_ = want;
+}
+
+std::unique_ptr<CudaState> make_cuda_state(int device) {
+  int count = device_count();
+  if (device < 0 || device >= count)
+    fail("cuda:", device, " does not exist: this machine has ", count, " CUDA device",
+         count == 1 ? "" : "s", count == 0 ? " (or no usable driver)" : "");
+  DeviceGuard guard(device);
+  auto st = std::make_unique<CudaState>();
+  st->device = device;
+  DPX_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamDefault));
+  DPX_CUBLAS_CHECK(cublasCreate(&st->cublas));
+  DPX_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+  st->set_cublas_tf32(false);
+  DPX_CUBLAS_CHECK(cublasLtCreate(&st->cublaslt));
+  DPX_CUDNN_CHECK(cudnnCreate(&st->cudnn));
+  DPX_CUDNN_CHECK(cudnnSetStream(st->cudnn, st->stream));
+  DPX_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&st->host_result), sizeof(int64_t),
+                               cudaHostAllocDefault));
+  return st;
+}
+
+Context make_cuda_context(CudaState& state, bool allow_tf32) {
+  Context ctx;
+  ctx.device = Device::cuda(state.device);
+  ctx.threads = 1;
+  ctx.cuda = &state;
+  ctx.allow_tf32 = allow_tf32;
+  return ctx;
+}
+
+CudaState& state_of(const Context& ctx) {
+  if (!ctx.device.is_cuda() || ctx.cuda == nullptr)
+    fail("a CUDA op was given a Context for ", ctx.device.str(),
+         " without CUDA state; make it with dpx::cuda::make_cuda_context");
+  CudaState& st = *ctx.cuda;
+  if (st.device != ctx.device.index)
+    fail("Context names ", ctx.device.str(), " but its CUDA state belongs to cuda:", st.device);
+  int current = -1;
+  DPX_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != st.device) DPX_CUDA_CHECK(cudaSetDevice(st.device));
+  return st;
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,419 @@
+// The per-device caching allocator (cudaMalloc only, never managed memory), the pinned host
+// pool and copies. Freed blocks are kept per (stream, rounded size) and reused, because
+// cudaMalloc/cudaFree synchronise the device and cost far more than a training step's kernels.
+#include "core/cuda/memory.hpp"
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_guard.hpp"
+#include "core/error.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+// Small requests round to 512 B (PyTorch's granularity); larger ones to whole 2 MiB pages so
+// that the sizes seen in a training loop fall into few bins and are found again each step.
+constexpr size_t kSmallRound = 512;
+constexpr size_t kSmallLimit = size_t(1) << 20;
+constexpr size_t kLargeRound = size_t(2) << 20;
+
+size_t round_size(size_t bytes) {
+  size_t r = bytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  return (bytes + r - 1) / r * r;
+}
+
+std::string mib(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+// A block released while other streams may still use it: reusable once all events completed.
+struct Pending {
+  void* ptr;
+  size_t size;
+  Stream stream;
+  std::vector<cudaEvent_t> events;
+};
+
+struct Block {
+  size_t size;
+  Stream stream;                    // the stream whose pool it returns to
+  std::vector<Stream> also_used_on;  // declared with record_stream
+};
+
+using PoolKey = std::pair<Stream, size_t>;
+
+class DevicePool {
+ public:
+  explicit DevicePool(int device) : device_(device) {}
+
+  void* allocate(size_t bytes, Stream stream) {
+    size_t size = round_size(bytes);
+    std::lock_guard<std::mutex> lock(m_);
+    collect_pending();
+    if (void* p = take_free(size, stream)) return p;
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // out of memory is not sticky: clear it and retry with the cache freed
+      size_t cached_before = cached_;
+      free_cached();
+      err = cudaMalloc(&p, size);
+      if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        fail("out of GPU memory on cuda:", device_, ": asked for ", mib(bytes), " (", bytes,
+             " bytes); dpx holds ", mib(in_use_), " in use and had ", mib(cached_before),
+             " cached (released and retried); the device has ", mib(free_b), " free of ",
+             mib(total_b), ". Use a smaller batch or model, or fewer replicas on this GPU");
+      }
+    }
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
+    live_.emplace(p, Block{size, stream, {}});
+    add_in_use(size);
+    return p;
+  }
+
+  // Never throws: it runs from Storage destructors.
+  void release(void* p) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = live_.find(p);
+    if (it == live_.end()) {
+      std::fprintf(stderr, "dpx: warning: release of %p, not allocated on cuda:%d (ignored)\n", p,
+                   device_);
+      return;
+    }
+    Block b = std::move(it->second);
+    live_.erase(it);
+    in_use_ -= b.size;
+    cached_ += b.size;
+    if (b.also_used_on.empty()) {
+      free_[{b.stream, b.size}].push_back(p);
+      return;
+    }
+    Pending pend{p, b.size, b.stream, {}};
+    // Events must belong to the streams' device; switched by hand because this must not throw.
+    int previous = -1;
+    cudaGetDevice(&previous);
+    if (previous != device_) cudaSetDevice(device_);
+    bool ok = true;
+    for (Stream s : b.also_used_on) {
+      cudaEvent_t e = take_event();
+      if (!e || cudaEventRecord(e, s) != cudaSuccess) {
+        if (e) spare_events_.push_back(e);
+        ok = false;
+        break;
+      }
+      pend.events.push_back(e);
+    }
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+    if (!ok) {
+      // The reuse cannot be ordered after that stream: the block leaves circulation for good
+      // rather than hand out memory that may still be read. Its recorded events stay valid.
+      cudaGetLastError();
+      std::fprintf(stderr, "dpx: warning: could not record a stream event on cuda:%d; a %zu-byte "
+                   "block is retired\n", device_, b.size);
+      for (cudaEvent_t e : pend.events) spare_events_.push_back(e);
+      cached_ -= b.size;
+      return;
+    }
+    pending_.push_back(std::move(pend));
+  }
+
+  void record_stream(void* p, Stream stream) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = live_.find(p);
+    DPX_CHECK(it != live_.end(), "record_stream: ", p, " is not a live block of cuda:", device_);
+    Block& b = it->second;
+    if (stream == b.stream) return;
+    for (Stream s : b.also_used_on)
+      if (s == stream) return;
+    b.also_used_on.push_back(stream);
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(m_);
+    free_cached();
+  }
+
+  size_t in_use() { std::lock_guard<std::mutex> lock(m_); return in_use_; }
+  size_t cached() { std::lock_guard<std::mutex> lock(m_); return cached_; }
+  size_t peak() { std::lock_guard<std::mutex> lock(m_); return peak_; }
+  void reset_peak() { std::lock_guard<std::mutex> lock(m_); peak_ = in_use_; }
+
+ private:
+  void add_in_use(size_t size) {
+    in_use_ += size;
+    if (in_use_ > peak_) peak_ = in_use_;
+  }
+
+  // Exact size for small blocks; for large ones the smallest cached block wasting at most a
+  // quarter, so a slightly smaller last batch still reuses the blocks of the full ones.
+  void* take_free(size_t size, Stream stream) {
+    auto it = free_.lower_bound({stream, size});
+    if (it == free_.end() || it->first.first != stream) return nullptr;
+    size_t found = it->first.second;
+    if (found != size && (size <= kSmallLimit || found > size + size / 4)) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
+    live_.emplace(p, Block{found, stream, {}});
+    cached_ -= found;
+    add_in_use(found);
+    return p;
+  }
+
+  void collect_pending() {
+    for (size_t i = 0; i < pending_.size();) {
+      bool done = true;
+      for (cudaEvent_t e : pending_[i].events) {
+        cudaError_t q = cudaEventQuery(e);
+        if (q == cudaErrorNotReady) { done = false; break; }
+        if (q != cudaSuccess) throw_cuda_error(q, "cudaEventQuery (caching allocator)", __FILE__, __LINE__);
+      }
+      if (!done) { ++i; continue; }
+      Pending& pd = pending_[i];
+      for (cudaEvent_t e : pd.events) spare_events_.push_back(e);
+      free_[{pd.stream, pd.size}].push_back(pd.ptr);
+      pending_[i] = std::move(pending_.back());
+      pending_.pop_back();
+    }
+  }
+
+  cudaEvent_t take_event() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return e;
+  }
+
+  // Waits for the device (queued kernels may still use cached blocks), then frees them.
+  void free_cached() {
+    DeviceGuard guard(device_);
+    DPX_CUDA_CHECK(cudaDeviceSynchronize());
+    collect_pending();
+    for (auto& [key, ptrs] : free_)
+      for (void* p : ptrs) {
+        DPX_CUDA_CHECK(cudaFree(p));
+        cached_ -= key.second;
+      }
+    free_.clear();
+  }
+
+  int device_;
+  std::mutex m_;
+  std::map<PoolKey, std::vector<void*>> free_;
+  std::unordered_map<void*, Block> live_;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> spare_events_;
+  size_t in_use_ = 0, cached_ = 0, peak_ = 0;
+};
+
+int query_device_count() {
+  int n = 0;
+  // No driver, no device or a driver older than the runtime: CUDA is simply not available.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+// The pools live for the whole process on purpose (never destroyed): tensors in static objects
+// may be released during exit, after function-local statics would have been destroyed.
+DevicePool& pool(int device) {
+  static const int count = device_count();
+  static std::vector<DevicePool*>* pools = [] {
+    auto* v = new std::vector<DevicePool*>();
+    for (int d = 0; d < count; ++d) v->push_back(new DevicePool(d));
+    return v;
+  }();
+  if (device < 0 || device >= count)
+    fail("cuda:", device, " does not exist: this machine has ", count, " CUDA device",
+         count == 1 ? "" : "s", "; pick --devices among cuda:0..cuda:", count - 1);
+  return *(*pools)[device];
+}
+
+// ---- pinned host memory --------------------------------------------------------------------------
+class PinnedPool {
+ public:
+  void* allocate(size_t bytes) {
+    size_t size = round_size(bytes);
+    std::lock_guard<std::mutex> lock(m_);
+    collect();
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      live_[p] = size;
+      cached_ -= size;
+      return p;
+    }
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail("cannot allocate ", mib(bytes), " of pinned host memory (", cudaGetErrorString(err),
+           "); use fewer loader workers or a smaller batch");
+    }
+    live_[p] = size;
+    return p;
+  }
+
+  void release(void* p, Stream last_use) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = live_.find(p);
+    if (it == live_.end()) {
+      std::fprintf(stderr, "dpx: warning: release of %p, not pinned by dpx (ignored)\n", p);
+      return;
+    }
+    size_t size = it->second;
+    live_.erase(it);
+    cached_ += size;
+    cudaEvent_t e = nullptr;
+    if (last_use != nullptr) {
+      int dev = 0, previous = -1;
+      cudaGetDevice(&previous);  // switched by hand: this runs from destructors, never throws
+      bool ok = cudaStreamGetDevice(last_use, &dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
+                cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+                cudaEventRecord(e, last_use) == cudaSuccess;
+      if (previous >= 0) cudaSetDevice(previous);
+      if (!ok) {
+        cudaGetLastError();
+        if (e) cudaEventDestroy(e);
+        cached_ -= size;  // retired: reuse could overwrite data a copy still reads
+        return;
+      }
+    }
+    pending_.push_back({p, size, e});
+  }
+
+  size_t cached() { std::lock_guard<std::mutex> lock(m_); return cached_; }
+
+ private:
+  struct Entry { void* p; size_t size; cudaEvent_t done; };
+
+  void collect() {
+    for (size_t i = 0; i < pending_.size();) {
+      Entry& en = pending_[i];
+      if (en.done) {
+        cudaError_t q = cudaEventQuery(en.done);
+        if (q == cudaErrorNotReady) { ++i; continue; }
+        if (q != cudaSuccess) throw_cuda_error(q, "cudaEventQuery (pinned pool)", __FILE__, __LINE__);
+        cudaEventDestroy(en.done);
+      }
+      free_[en.size].push_back(en.p);
+      pending_[i] = pending_.back();
+      pending_.pop_back();
+    }
+  }
+
+  std::mutex m_;
+  std::map<size_t, std::vector<void*>> free_;
+  std::unordered_map<void*, size_t> live_;
+  std::vector<Entry> pending_;
+  size_t cached_ = 0;
+};
+
+PinnedPool& pinned_pool() {
+  static auto* p = new PinnedPool();  // never destroyed, as the device pools
+  return *p;
+}
+
+// The device whose runtime context performs a copy: the destination's if it is a GPU.
+int copy_device(Device dst, Device src) { return dst.is_cuda() ? dst.index : src.index; }
+
+}  // namespace
+
+bool available() { return device_count() > 0; }
+
+int device_count() {
+  static const int n = query_device_count();
+  return n;
+}
+
+void* allocate(size_t bytes, int device) { return allocate(bytes, device, nullptr); }
+
+void* allocate(size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return nullptr;
+  return pool(device).allocate(bytes, stream);
+}
+
+void release(void* p, size_t, int device) {
+  if (!p) return;
+  if (device < 0 || device >= device_count()) return;
+  pool(device).release(p);
+}
+
+void record_stream(void* p, int device, Stream stream) {
+  if (p) pool(device).record_stream(p, stream);
+}
+
+size_t bytes_in_use(int device) { return device_count() > device && device >= 0 ? pool(device).in_use() : 0; }
+size_t bytes_cached(int device) { return device_count() > device && device >= 0 ? pool(device).cached() : 0; }
+size_t peak_bytes_in_use(int device) { return device_count() > device && device >= 0 ? pool(device).peak() : 0; }
+void reset_peak_bytes_in_use(int device) {
+  if (device_count() > device && device >= 0) pool(device).reset_peak();
+}
+void empty_cache(int device) {
+  if (device_count() > device && device >= 0) pool(device).empty_cache();
+}
+
+void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard guard(copy_device(dst_dev, src_dev));
+  // cudaMemcpy runs on the legacy default stream, which waits for the work queued on dpx's
+  // (blocking) streams: a device-to-host copy sees every kernel queued before it.
+  DPX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  if (dst_dev.is_cuda() && src_dev.is_cuda()) DPX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+void memset_zero(void* p, size_t bytes, int device) {
+  if (bytes == 0) return;
+  DeviceGuard guard(device);
+  // Legacy default stream: ordered after and before the work on dpx's blocking streams.
+  DPX_CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+void* allocate_pinned(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  return pinned_pool().allocate(bytes);
+}
+
+void release_pinned(void* p, size_t, Stream last_use) {
+  if (p) pinned_pool().release(p, last_use);
+}
+
+size_t pinned_bytes_cached() { return pinned_pool().cached(); }
+
+void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                Stream stream) {
+  if (bytes == 0) return;
+  DeviceGuard guard(copy_device(dst_dev, src_dev));
+  DPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+void synchronize(Stream stream, int device) {
+  DeviceGuard guard(device);
+  DPX_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace dpx::cuda

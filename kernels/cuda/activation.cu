@@ -1,0 +1,99 @@
+// ReLU and dropout on CUDA. Dropout draws element i's keep bit from Philox counter i of
+// Rng(seed, stream) (kernels/cuda/philox.cuh), so the mask equals the CPU's bit for bit.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/philox.cuh"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::grid_for;
+using detail::kThreads;
+
+__global__ void relu_forward_kernel(float* y, const float* x, int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    float v = x[i];
+    y[i] = v < 0.f ? 0.f : v;  // lets NaN through, as torch.relu (and the CPU op)
+  }
+}
+
+// The gradient passes where the output is positive (the output is what the layer keeps).
+__global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    if (y[i] > 0.f) dx[i] += dy[i];
+  }
+}
+
+__global__ void dropout_forward_kernel(float* y, uint8_t* mask, const float* x, float p, float keep_scale,
+                                       uint64_t seed, uint64_t stream, int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    bool keep = philox_uniform(seed, stream, static_cast<uint64_t>(i)) >= p;
+    mask[i] = keep ? 1 : 0;
+    y[i] = keep ? x[i] * keep_scale : 0.f;
+  }
+}
+
+__global__ void dropout_backward_kernel(float* dx, const float* dy, const uint8_t* mask, float keep_scale,
+                                        int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    if (mask[i]) dx[i] += dy[i] * keep_scale;
+  }
+}
+
+}  // namespace
+
+void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  CudaState& st = state_of(ctx);
+  detail::check_numel(y, x, "relu_forward", "y", "x");
+  int64_t n = x.numel();
+  if (n == 0) return;
+  relu_forward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(y, "relu_forward", "y"),
+                                                               f32(x, "relu_forward", "x"), n);
+  check_launch();
+}
+
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  CudaState& st = state_of(ctx);
+  detail::check_numel(dx, dy, "relu_backward", "dx", "dy");
+  detail::check_numel(dx, y, "relu_backward", "dx", "y");
+  int64_t n = dx.numel();
+  if (n == 0) return;
+  relu_backward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(
+      f32(dx, "relu_backward", "dx"), f32(dy, "relu_backward", "dy"), f32(y, "relu_backward", "y"), n);
+  check_launch();
+}
+
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed,
+                     uint64_t stream) {
+  CudaState& st = state_of(ctx);
+  DPX_CHECK(p >= 0.f && p <= 1.f, "dropout_forward: p = ", p, " must lie in [0, 1]");
+  detail::check_numel(y, x, "dropout_forward", "y", "x");
+  detail::check_numel(mask, x, "dropout_forward", "mask", "x");
+  DPX_CHECK(mask.dtype() == DType::u8, "dropout_forward: mask must be u8, got ", dtype_name(mask.dtype()));
+  int64_t n = x.numel();
+  if (n == 0) return;
+  float keep_scale = p < 1.f ? 1.f / (1.f - p) : 0.f;  // p = 1 keeps nothing
+  dropout_forward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(
+      f32(y, "dropout_forward", "y"), static_cast<uint8_t*>(mask.raw()), f32(x, "dropout_forward", "x"),
+      p, keep_scale, seed, stream, n);
+  check_launch();
+}
+
+void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
+  CudaState& st = state_of(ctx);
+  DPX_CHECK(p >= 0.f && p <= 1.f, "dropout_backward: p = ", p, " must lie in [0, 1]");
+  detail::check_numel(dx, dy, "dropout_backward", "dx", "dy");
+  detail::check_numel(mask, dy, "dropout_backward", "mask", "dy");
+  DPX_CHECK(mask.dtype() == DType::u8, "dropout_backward: mask must be u8, got ", dtype_name(mask.dtype()));
+  int64_t n = dy.numel();
+  if (n == 0) return;
+  float keep_scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+  dropout_backward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(
+      f32(dx, "dropout_backward", "dx"), f32(dy, "dropout_backward", "dy"),
+      static_cast<const uint8_t*>(mask.raw()), keep_scale, n);
+  check_launch();
+}
+
+}  // namespace dpx::cuda

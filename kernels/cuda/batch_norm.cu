@@ -1,0 +1,272 @@
+// Batch normalisation on CUDA with dpx's own kernels rather than cuDNN's (deprecated in cuDNN 9):
+// the ops.hpp contract (saved mean and 1/sqrt(var+eps), unbiased running variance, gradients
+// that accumulate or are null, any eps) is then explicit. Statistics are summed in double, in a
+// fixed order (per-chunk partials, then per channel), so results repeat bit for bit.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::kThreads;
+
+// x viewed as (N, C, S): channel c's M = N*S elements are x[(n*C + c)*S + s].
+struct Layout {
+  int64_t n, c, s, m;
+};
+
+Layout layout_of(const char* op, const Tensor& x) {
+  DPX_CHECK(x.dim() >= 2, op, ": x ", shape_str(x.shape()), " must be (N, C, ...)");
+  Layout l{x.size(0), x.size(1), 0, 0};
+  l.s = l.n * l.c == 0 ? 0 : x.numel() / (l.n * l.c);
+  l.m = l.n * l.s;
+  return l;
+}
+
+// Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
+// shift = the channel's first element so that the variance does not cancel catastrophically.
+// Backward: a = sum(dy), b = sum(dy * (x - mean)). grid = (C, chunks).
+template <bool kBackward>
+__global__ void partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
+                                    const float* mean, Layout l, int64_t chunk) {
+  __shared__ double shared[33];
+  int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
+  int64_t begin = p * chunk, end = min(l.m, begin + chunk);
+  float center = kBackward ? mean[c] : x[c * l.s];
+  // Walk (n, s) incrementally: one division per thread instead of one per element.
+  int64_t j = begin + threadIdx.x, step = blockDim.x;
+  int64_t n = j / l.s, s = j % l.s, step_n = step / l.s, step_s = step % l.s;
+  double a = 0.0, b = 0.0;
+  for (; j < end; j += step) {
+    int64_t at = (n * l.c + c) * l.s + s;
+    double d = static_cast<double>(x[at]) - center;
+    if (kBackward) {
+      double g = dy[at];
+      a += g;
+      b += g * d;
+    } else {
+      a += d;
+      b += d * d;
+    }
+    n += step_n;
+    s += step_s;
+    if (s >= l.s) { s -= l.s; ++n; }
+  }
+  a = detail::block_sum(a, shared);
+  b = detail::block_sum(b, shared);
+  if (threadIdx.x == 0) {
+    part_a[c * chunks + p] = a;
+    part_b[c * chunks + p] = b;
+  }
+}
+
+__global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float* running_mean, float* running_var,
+                                    const double* part_a, const double* part_b, const float* x, Layout l,
+                                    int chunks, float momentum, float eps) {
+  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= l.c) return;
+  double a = 0.0, b = 0.0;
+  for (int p = 0; p < chunks; ++p) {
+    a += part_a[c * chunks + p];
+    b += part_b[c * chunks + p];
+  }
+  double m = static_cast<double>(l.m);
+  double shifted_mean = a / m;
+  double var = b / m - shifted_mean * shifted_mean;  // biased: what normalisation uses
+  if (var < 0.0) var = 0.0;
+  double mean = static_cast<double>(x[c * l.s]) + shifted_mean;
+  save_mean[c] = static_cast<float>(mean);
+  save_invstd[c] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+  // PyTorch: running stats blend with the unbiased variance var * M / (M - 1).
+  double mom = momentum;
+  if (running_mean) running_mean[c] = static_cast<float>((1.0 - mom) * running_mean[c] + mom * mean);
+  if (running_var) running_var[c] = static_cast<float>((1.0 - mom) * running_var[c] + mom * var * m / (m - 1.0));
+}
+
+// y = (x - mean) * invstd * gamma + beta, per channel; a missing gamma/beta means 1/0.
+template <typename Index>
+__global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
+                                 const float* gamma, const float* beta, Index total, Index c_count, Index s) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
+    Index c = (i / s) % c_count;
+    float v = (x[i] - mean[c]) * invstd[c];
+    y[i] = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+  }
+}
+
+// Eval: the same with running statistics; invstd as the training path computes it.
+template <typename Index>
+__global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
+                                      const float* gamma, const float* beta, float eps, Index total,
+                                      Index c_count, Index s) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
+    Index c = (i / s) % c_count;
+    float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
+    float v = (x[i] - running_mean[c]) * invstd;
+    y[i] = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+  }
+}
+
+// Per channel: dbeta += sum(dy), dgamma += sum(dy * xhat), and the dx coefficients
+// coef = (gamma * invstd, mean(dy), invstd^2 * sum(dy (x - mean)) / M).
+__global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef, const double* part_a,
+                                       const double* part_b, const float* gamma, const float* invstd, Layout l,
+                                       int chunks) {
+  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= l.c) return;
+  double a = 0.0, b = 0.0;
+  for (int p = 0; p < chunks; ++p) {
+    a += part_a[c * chunks + p];
+    b += part_b[c * chunks + p];
+  }
+  double is = invstd[c], m = static_cast<double>(l.m);
+  if (dbeta) dbeta[c] += static_cast<float>(a);
+  if (dgamma) dgamma[c] += static_cast<float>(b * is);
+  if (coef) {
+    coef[3 * c] = static_cast<float>((gamma ? gamma[c] : 1.0) * is);
+    coef[3 * c + 1] = static_cast<float>(a / m);
+    coef[3 * c + 2] = static_cast<float>(is * is * b / m);
+  }
+}
+
+// dx += gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
+template <typename Index>
+__global__ void backward_dx_kernel(float* dx, const float* dy, const float* x, const float* mean, const float* coef,
+                                   Index total, Index c_count, Index s) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
+    Index c = (i / s) % c_count;
+    dx[i] += coef[3 * c] * (dy[i] - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
+  }
+}
+
+// Chunks per channel: enough blocks to fill the GPU, each summing at least 16 elements per thread.
+int chunks_for(const CudaState& st, const Layout& l) {
+  int sms = 0;
+  DPX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, st.device));
+  int64_t want = (8 * int64_t(sms) + l.c - 1) / l.c;
+  int64_t most = (l.m + 16 * kThreads - 1) / (16 * kThreads);
+  return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 65535));
+}
+
+// A per-channel tensor that may be absent (no affine parameters, no running statistics).
+float* optional_f32(const Tensor& t, const char* op, const char* name, int64_t c) {
+  if (!t.defined()) return nullptr;
+  detail::check_shape(t, {c}, op, name);
+  return f32(t, op, name);
+}
+
+// Launches an elementwise kernel over (N, C, S) with 32-bit indices where they suffice: the
+// per-element channel lookup divides, and 32-bit division is several times cheaper.
+template <typename Launch>
+void per_element(const Layout& l, Launch launch) {
+  int64_t total = l.n * l.c * l.s;
+  if (total < (int64_t(1) << 31)) launch(static_cast<uint32_t>(total), static_cast<uint32_t>(l.c), static_cast<uint32_t>(l.s));
+  else launch(static_cast<uint64_t>(total), static_cast<uint64_t>(l.c), static_cast<uint64_t>(l.s));
+}
+
+}  // namespace
+
+void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                              Tensor& running_mean, Tensor& running_var, const Tensor& x, const Tensor& gamma,
+                              const Tensor& beta, float momentum, float eps) {
+  CudaState& st = state_of(ctx);
+  const char* op = "batch_norm_forward_train";
+  Layout l = layout_of(op, x);
+  detail::check_shape(y, x.shape(), op, "y");
+  detail::check_shape(save_mean, {l.c}, op, "save_mean");
+  detail::check_shape(save_invstd, {l.c}, op, "save_invstd");
+  DPX_CHECK(l.c == 0 || l.m > 1, op, ": expected more than 1 value per channel when training, got input ",
+            shape_str(x.shape()));
+  if (l.c == 0) return;
+  const float* g = optional_f32(gamma, op, "gamma", l.c);
+  const float* b = optional_f32(beta, op, "beta", l.c);
+  float* rm = optional_f32(running_mean, op, "running_mean", l.c);
+  float* rv = optional_f32(running_var, op, "running_var", l.c);
+  const float* px = f32(x, op, "x");
+  float* pmean = f32(save_mean, op, "save_mean");
+  float* pinv = f32(save_invstd, op, "save_invstd");
+  int chunks = chunks_for(st, l);
+  int64_t chunk = (l.m + chunks - 1) / chunks;
+  detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks);
+  double* pa = part.as<double>();
+  double* pb = pa + l.c * chunks;
+  partial_sums_kernel<false><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
+      pa, pb, px, nullptr, nullptr, l, chunk);
+  check_launch();
+  finish_stats_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
+      pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
+  check_launch();
+  float* py = f32(y, op, "y");
+  per_element(l, [&](auto total, auto c, auto s) {
+    normalize_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+        py, px, pmean, pinv, g, b, total, c, s);
+    check_launch();
+  });
+}
+
+void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& running_mean, const Tensor& running_var, float eps) {
+  CudaState& st = state_of(ctx);
+  const char* op = "batch_norm_forward_eval";
+  Layout l = layout_of(op, x);
+  detail::check_shape(y, x.shape(), op, "y");
+  detail::check_shape(running_mean, {l.c}, op, "running_mean");
+  detail::check_shape(running_var, {l.c}, op, "running_var");
+  if (x.numel() == 0) return;
+  const float* g = optional_f32(gamma, op, "gamma", l.c);
+  const float* b = optional_f32(beta, op, "beta", l.c);
+  float* py = f32(y, op, "y");
+  const float* px = f32(x, op, "x");
+  const float* rm = f32(running_mean, op, "running_mean");
+  const float* rv = f32(running_var, op, "running_var");
+  per_element(l, [&](auto total, auto c, auto s) {
+    normalize_eval_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+        py, px, rm, rv, g, b, eps, total, c, s);
+    check_launch();
+  });
+}
+
+void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                         const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd) {
+  CudaState& st = state_of(ctx);
+  const char* op = "batch_norm_backward";
+  Layout l = layout_of(op, x);
+  detail::check_shape(dy, x.shape(), op, "dy");
+  detail::check_shape(save_mean, {l.c}, op, "save_mean");
+  detail::check_shape(save_invstd, {l.c}, op, "save_invstd");
+  if (dx) detail::check_shape(*dx, x.shape(), op, "dx");
+  if (dgamma) detail::check_shape(*dgamma, {l.c}, op, "dgamma");
+  if (dbeta) detail::check_shape(*dbeta, {l.c}, op, "dbeta");
+  if ((!dx && !dgamma && !dbeta) || l.c == 0 || l.m == 0) return;
+  const float* g = optional_f32(gamma, op, "gamma", l.c);
+  const float* px = f32(x, op, "x");
+  const float* pdy = f32(dy, op, "dy");
+  const float* pmean = f32(save_mean, op, "save_mean");
+  const float* pinv = f32(save_invstd, op, "save_invstd");
+  int chunks = chunks_for(st, l);
+  int64_t chunk = (l.m + chunks - 1) / chunks;
+  detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks + (dx ? 3 * sizeof(float) * l.c : 0));
+  double* pa = part.as<double>();
+  double* pb = pa + l.c * chunks;
+  float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
+  partial_sums_kernel<true><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
+      pa, pb, px, pdy, pmean, l, chunk);
+  check_launch();
+  finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
+      dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb, g,
+      pinv, l, chunks);
+  check_launch();
+  if (!dx) return;
+  float* pdx = f32(*dx, op, "dx");
+  per_element(l, [&](auto total, auto c, auto s) {
+    backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+        pdx, pdy, px, pmean, coef, total, c, s);
+    check_launch();
+  });
+}
+
+}  // namespace dpx::cuda

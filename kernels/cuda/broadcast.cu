@@ -1,0 +1,245 @@
+// Broadcasting add and multiply on CUDA and their backward (sums over the broadcast dimensions).
+// Shapes are merged on the host as the CPU op does (adjacent dimensions with the same broadcast
+// pattern become one), so a squeeze-excitation scale is a two-dimensional problem. Backward sums
+// each gradient element in double, in a fixed order, so results repeat bit for bit.
+#include <initializer_list>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::kThreads;
+
+constexpr int kMaxDims = 6;
+constexpr int kMaxOperands = 3;
+
+// out's dimensions of size > 1, merged; stride[k][d] is operand k's element stride (0 where it
+// is broadcast). Operand 0 is always the full (output or dy) tensor.
+struct Layout {
+  int dims = 0, operands = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxOperands][kMaxDims] = {};
+  bool full[kMaxOperands][kMaxDims] = {};
+  int64_t numel = 1;
+};
+
+void check_broadcasts(const char* op, const char* name, const Tensor& t, const char* out_name, const Shape& out) {
+  f32(t, op, name);
+  bool ok = t.dim() == static_cast<int>(out.size()) && t.dim() <= kMaxDims;
+  for (int d = 0; ok && d < t.dim(); ++d) ok = t.size(d) == out[d] || t.size(d) == 1;
+  DPX_CHECK(ok, op, ": ", name, " ", shape_str(t.shape()), " does not broadcast to ", out_name, " ",
+            shape_str(out), ": it needs the same number of dimensions (at most ", kMaxDims, "), each equal to ",
+            out_name, "'s or 1");
+}
+
+Layout make_layout(const Shape& out, std::initializer_list<const Shape*> operands) {
+  Layout L;
+  L.operands = static_cast<int>(operands.size());
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    bool full[kMaxOperands] = {};
+    int k = 0;
+    for (const Shape* s : operands) full[k++] = (*s)[d] == out[d];
+    bool merge = L.dims > 0;
+    for (k = 0; merge && k < L.operands; ++k) merge = full[k] == L.full[k][L.dims - 1];
+    if (merge) {
+      L.size[L.dims - 1] *= out[d];
+    } else {
+      L.size[L.dims] = out[d];
+      for (k = 0; k < L.operands; ++k) L.full[k][L.dims] = full[k];
+      ++L.dims;
+    }
+    L.numel *= out[d];
+  }
+  if (L.dims == 0) {  // a single element
+    L.dims = 1;
+    L.size[0] = 1;
+    for (int k = 0; k < L.operands; ++k) L.full[k][0] = true;
+  }
+  for (int k = 0; k < L.operands; ++k) {
+    int64_t s = 1;
+    for (int d = L.dims - 1; d >= 0; --d) {
+      L.stride[k][d] = L.full[k][d] ? s : 0;
+      if (L.full[k][d]) s *= L.size[d];
+    }
+  }
+  return L;
+}
+
+// A list of merged dimensions with the strides of dy (0) and of the other factor (1), compacted
+// so that kernels index it with unrolled, compile-time positions.
+struct DimList {
+  int count = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[2][kMaxDims] = {};
+  int64_t numel = 1;
+};
+
+// Adds the strides of index i (row-major over `dims`) to off0 and off1.
+__device__ inline void offsets(const DimList& dims, int64_t i, int64_t& off0, int64_t& off1) {
+#pragma unroll
+  for (int c = kMaxDims - 1; c >= 0; --c) {
+    if (c >= dims.count) continue;
+    int64_t coord = i % dims.size[c];
+    i /= dims.size[c];
+    off0 += coord * dims.stride[0][c];
+    off1 += coord * dims.stride[1][c];
+  }
+}
+
+template <bool kMul>
+__global__ void binary_kernel(float* out, const float* a, const float* b, DimList dims) {
+  // out is full and contiguous, so its offset is the index itself.
+  DPX_CUDA_LOOP(i, dims.numel) {
+    int64_t oa = 0, ob = 0;
+    offsets(dims, i, oa, ob);
+    out[i] = kMul ? a[oa] * b[ob] : a[oa] + b[ob];
+  }
+}
+
+// One thread per gradient element: used when the innermost dimension is kept, so neighbouring
+// threads read neighbouring addresses while each loops over the reduced coordinates.
+__global__ void reduce_per_thread_kernel(float* dt, const float* dy, const float* other, DimList kept,
+                                         DimList reduced) {
+  DPX_CUDA_LOOP(j, kept.numel) {
+    int64_t base_dy = 0, base_other = 0;
+    offsets(kept, j, base_dy, base_other);
+    double sum = 0.0;
+    for (int64_t r = 0; r < reduced.numel; ++r) {
+      int64_t o_dy = base_dy, o_other = base_other;
+      offsets(reduced, r, o_dy, o_other);
+      sum += other ? static_cast<double>(dy[o_dy]) * other[o_other] : static_cast<double>(dy[o_dy]);
+    }
+    dt[j] += static_cast<float>(sum);
+  }
+}
+
+// kGroup threads per gradient element (a warp, or the whole block for long sums): used when the
+// innermost dimension is reduced, so a group's threads read neighbouring addresses.
+template <int kGroup>
+__global__ void reduce_per_group_kernel(float* dt, const float* dy, const float* other, DimList kept,
+                                        DimList reduced) {
+  const int lane = threadIdx.x % kGroup, groups_per_block = kThreads / kGroup;
+  const int64_t groups = int64_t(gridDim.x) * groups_per_block;
+  int64_t first = blockIdx.x * int64_t(groups_per_block) + threadIdx.x / kGroup;
+  // Every group runs the same number of rounds, so block-wide barriers are met by all threads.
+  int64_t rounds = (kept.numel + groups - 1) / groups;
+  for (int64_t round = 0; round < rounds; ++round) {
+    int64_t j = first + round * groups;
+    bool active = j < kept.numel;
+    double sum = 0.0;
+    if (active) {
+      int64_t base_dy = 0, base_other = 0;
+      offsets(kept, j, base_dy, base_other);
+      for (int64_t r = lane; r < reduced.numel; r += kGroup) {
+        int64_t o_dy = base_dy, o_other = base_other;
+        offsets(reduced, r, o_dy, o_other);
+        sum += other ? static_cast<double>(dy[o_dy]) * other[o_other] : static_cast<double>(dy[o_dy]);
+      }
+    }
+    if constexpr (kGroup == 32) {
+      sum = detail::warp_sum(sum);
+    } else {
+      __shared__ double shared[33];
+      sum = detail::block_sum(sum, shared);
+    }
+    if (active && lane == 0) dt[j] += static_cast<float>(sum);
+  }
+}
+
+// dt += dy (times `other`) summed over the dimensions dt was broadcast along.
+void reduce_to(CudaState& st, Tensor& dt, const Tensor& dy, const Tensor* other) {
+  if (dy.numel() == 0 || dt.numel() == 0) return;  // an empty sum adds nothing
+  const Shape& out = dy.shape();
+  Layout L = other ? make_layout(out, {&out, &dt.shape(), &other->shape()}) : make_layout(out, {&out, &dt.shape()});
+  DimList kept, reduced;
+  for (int d = 0; d < L.dims; ++d) {
+    DimList& list = L.full[1][d] ? kept : reduced;
+    list.size[list.count] = L.size[d];
+    list.stride[0][list.count] = L.stride[0][d];
+    list.stride[1][list.count] = other ? L.stride[2][d] : 0;
+    list.numel *= L.size[d];
+    ++list.count;
+  }
+  float* pdt = static_cast<float*>(dt.raw());
+  const float* pdy = static_cast<const float*>(dy.raw());
+  const float* po = other ? static_cast<const float*>(other->raw()) : nullptr;
+  bool inner_kept = L.full[1][L.dims - 1];
+  if (inner_kept || reduced.numel == 1) {
+    reduce_per_thread_kernel<<<detail::grid_for(kept.numel), kThreads, 0, st.stream>>>(pdt, pdy, po, kept, reduced);
+  } else if (reduced.numel < 4096) {
+    reduce_per_group_kernel<32><<<detail::grid_for(kept.numel * 32), kThreads, 0, st.stream>>>(pdt, pdy, po, kept,
+                                                                                                reduced);
+  } else {
+    reduce_per_group_kernel<kThreads><<<detail::grid_for(kept.numel * kThreads), kThreads, 0, st.stream>>>(
+        pdt, pdy, po, kept, reduced);
+  }
+  check_launch();
+}
+
+template <bool kMul>
+void broadcast_binary(Context& ctx, const char* op, Tensor& out, const Tensor& a, const Tensor& b) {
+  CudaState& st = state_of(ctx);
+  float* po = f32(out, op, "out");
+  check_broadcasts(op, "a", a, "out", out.shape());
+  check_broadcasts(op, "b", b, "out", out.shape());
+  Layout L = make_layout(out.shape(), {&out.shape(), &a.shape(), &b.shape()});
+  if (L.numel == 0) return;
+  DimList dims;
+  dims.count = L.dims;
+  dims.numel = L.numel;
+  for (int d = 0; d < L.dims; ++d) {
+    dims.size[d] = L.size[d];
+    dims.stride[0][d] = L.stride[1][d];
+    dims.stride[1][d] = L.stride[2][d];
+  }
+  binary_kernel<kMul><<<detail::grid_for(L.numel), kThreads, 0, st.stream>>>(po, f32(a, op, "a"), f32(b, op, "b"),
+                                                                            dims);
+  check_launch();
+}
+
+}  // namespace
+
+void add_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  broadcast_binary<false>(ctx, "add_broadcast", out, a, b);
+}
+
+void mul_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  broadcast_binary<true>(ctx, "mul_broadcast", out, a, b);
+}
+
+void add_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy) {
+  CudaState& st = state_of(ctx);
+  const char* op = "add_broadcast_backward";
+  f32(dy, op, "dy");
+  DPX_CHECK(dy.dim() <= kMaxDims, op, ": dy ", shape_str(dy.shape()), " has more than ", kMaxDims, " dimensions");
+  if (da) check_broadcasts(op, "da", *da, "dy", dy.shape());
+  if (db) check_broadcasts(op, "db", *db, "dy", dy.shape());
+  if (da) reduce_to(st, *da, dy, nullptr);
+  if (db) reduce_to(st, *db, dy, nullptr);
+}
+
+void mul_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                            const Tensor& b) {
+  CudaState& st = state_of(ctx);
+  const char* op = "mul_broadcast_backward";
+  f32(dy, op, "dy");
+  check_broadcasts(op, "a", a, "dy", dy.shape());
+  check_broadcasts(op, "b", b, "dy", dy.shape());
+  if (da) {
+    check_broadcasts(op, "da", *da, "dy", dy.shape());
+    detail::check_shape(*da, a.shape(), op, "da");
+  }
+  if (db) {
+    check_broadcasts(op, "db", *db, "dy", dy.shape());
+    detail::check_shape(*db, b.shape(), op, "db");
+  }
+  if (da) reduce_to(st, *da, dy, &b);
+  if (db) reduce_to(st, *db, dy, &a);
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,117 @@
+// Shared pieces of the CUDA kernels: launch sizes, argument checks, stream-ordered scratch
+// buffers and deterministic block reductions (fixed order, so results repeat bit for bit).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/context.hpp"
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+// A grid-stride loop over [0, n) with a 64-bit index.
+#define DPX_CUDA_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+namespace dpx::cuda::detail {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, capped so that index
+// arithmetic stays cheap; the loops cover whatever the grid does not.
+inline unsigned grid_for(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t(1) << 16));
+}
+
+inline float* f32(const Tensor& t, const char* op, const char* name) {
+  DPX_CHECK(t.defined(), op, ": ", name, " is not allocated");
+  DPX_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", dtype_name(t.dtype()));
+  return static_cast<float*>(t.raw());
+}
+
+inline void check_numel(const Tensor& a, const Tensor& b, const char* op, const char* na,
+                        const char* nb) {
+  DPX_CHECK(a.numel() == b.numel(), op, ": ", na, " ", shape_str(a.shape()), " and ", nb, " ",
+            shape_str(b.shape()), " must have the same number of elements");
+}
+
+inline void check_shape(const Tensor& t, const Shape& want, const char* op, const char* name) {
+  DPX_CHECK(t.shape() == want, op, ": ", name, " has shape ", shape_str(t.shape()), ", expected ",
+            shape_str(want));
+}
+
+// Device scratch memory for one op, from the caching allocator's pool of the op's stream:
+// released when the op returns, reused only by work queued after this op's kernels.
+class Scratch {
+ public:
+  Scratch(const CudaState& st, size_t bytes)
+      : device_(st.device), bytes_(bytes), p_(allocate(bytes, st.device, st.stream)) {}
+  ~Scratch() { release(p_, bytes_, device_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  int device_;
+  size_t bytes_;
+  void* p_;
+};
+
+// ---- deterministic reductions (device) -----------------------------------------------------
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T>
+__device__ inline T warp_max(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    T other = __shfl_down_sync(0xffffffffu, v, offset);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds 33 values. The order of additions is fixed, so the result is reproducible.
+template <typename T>
+__device__ inline T block_sum(T v, T* shared) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? shared[lane] : T(0);
+    w = warp_sum(w);
+    if (lane == 0) shared[32] = w;
+  }
+  __syncthreads();
+  T result = shared[32];
+  __syncthreads();  // shared may be reused right after
+  return result;
+}
+
+template <typename T>
+__device__ inline T block_max(T v, T* shared, T lowest) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? shared[lane] : lowest;
+    w = warp_max(w);
+    if (lane == 0) shared[32] = w;
+  }
+  __syncthreads();
+  T result = shared[32];
+  __syncthreads();
+  return result;
+}
+
+}  // namespace dpx::cuda::detail

@@ -1,0 +1,200 @@
+// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter
+// and bias. The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
+// benchmark=False), is cached in CudaState, and its workspace comes from the caching allocator.
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+
+// ---- descriptors (created per call: host-only and cheap next to the convolution itself) -----
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w) {
+    DPX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    DPX_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c),
+                                               int(h), int(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const Tensor& w) {
+    DPX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(w.size(0)),
+                                               int(w.size(1)), int(w.size(2)), int(w.size(3))));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  explicit ConvDesc(const Conv2dParams& p) {
+    DPX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d).
+    DPX_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
+                                                    p.dilation_h, p.dilation_w, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT));
+    DPX_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, p.groups));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// Without TF32, fp32 convolutions must use FMA math: cuDNN's default math lets Ampere and newer
+// GPUs run fp32 as TF32. With TF32 allowed, default math (as PyTorch); never
+// CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which may also convert fp32 data to fp16.
+cudnnMathType_t base_math(const Context& ctx) { return ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+
+bool tensor_op_math(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+enum class Pass { forward = 1, backward_data = 2, backward_filter = 3 };
+
+struct Shapes {
+  int64_t n, c, h, w, k, kh, kw, oh, ow;
+};
+
+AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, bool tf32) {
+  AlgoKey key;
+  key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
+           p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, tf32 ? 1 : 0, 0, 0, 0, 0};
+  return key;
+}
+
+// Picks the first heuristic result that runs in the requested math and whose workspace can be
+// allocated (PyTorch's rule), and caches it. `Perf` is one of cuDNN's *AlgoPerf_t structs.
+template <typename Perf, typename Query>
+AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const char* what, Query query) {
+  auto hit = st.conv_algos.find(key);
+  if (hit != st.conv_algos.end()) return hit->second;
+  std::vector<Perf> perf(32);
+  int returned = 0;
+  query(static_cast<int>(perf.size()), &returned, perf.data());
+  std::string tried;
+  for (int i = 0; i < returned; ++i) {
+    const Perf& r = perf[i];
+    if (r.status != CUDNN_STATUS_SUCCESS) continue;
+    if (!ctx.allow_tf32 && tensor_op_math(r.mathType)) continue;
+    try {
+      st.workspace(r.memory);
+    } catch (const Error&) {  // too large to allocate now: the next candidate may fit
+      tried += " algo " + std::to_string(int(r.algo)) + " needs " + std::to_string(r.memory) + " bytes;";
+      continue;
+    }
+    AlgoChoice c;
+    c.algo = static_cast<int>(r.algo);
+    c.workspace_bytes = r.memory;
+    c.math = ctx.allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
+    st.conv_algos.emplace(key, c);
+    return c;
+  }
+  fail("conv2d: cuDNN offers no usable ", what, " algorithm for this shape (", returned,
+       " candidates;", tried, ")");
+}
+
+Shapes check_shapes(const char* op, const Tensor& x, const Tensor& w, const Tensor& y_or_dy,
+                    const Conv2dParams& p) {
+  DPX_CHECK(x.dim() == 4 && w.dim() == 4, op, ": x ", shape_str(x.shape()), " and w ",
+            shape_str(w.shape()), " must be (N, C_in, H, W) and (C_out, C_in / groups, kH, kW)");
+  DPX_CHECK(p.groups >= 1 && x.size(1) % p.groups == 0 && w.size(0) % p.groups == 0 &&
+                w.size(1) * p.groups == x.size(1),
+            op, ": groups = ", p.groups, " does not fit x ", shape_str(x.shape()), " and w ",
+            shape_str(w.shape()));
+  Shapes s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0};
+  s.oh = ops::conv_out_size(s.h, int(s.kh), p.stride_h, p.pad_h, p.dilation_h);
+  s.ow = ops::conv_out_size(s.w, int(s.kw), p.stride_w, p.pad_w, p.dilation_w);
+  detail::check_shape(y_or_dy, {s.n, s.k, s.oh, s.ow}, op, "the output (gradient)");
+  return s;
+}
+
+}  // namespace
+
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                    const Conv2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "conv2d_forward";
+  Shapes s = check_shapes(op, x, w, y, p);
+  if (b) detail::check_shape(*b, {s.k}, op, "b");
+  if (y.numel() == 0) return;
+  TensorDesc xd(s.n, s.c, s.h, s.w), yd(s.n, s.k, s.oh, s.ow);
+  FilterDesc wd(w);
+  ConvDesc cd(p);
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
+      ctx, st, make_key(Pass::forward, s, p, ctx.allow_tf32), "forward", [&](int n, int* got, auto* perf) {
+        DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
+      });
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  const float one = 1.f, zero = 0.f;
+  void* ws = st.workspace(c.workspace_bytes);
+  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, f32(x, op, "x"), wd.d, f32(w, op, "w"), cd.d,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
+                                          c.workspace_bytes, &zero, yd.d, f32(y, op, "y")));
+  if (b) {
+    TensorDesc bd(1, s.k, 1, 1);
+    DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yd.d, f32(y, op, "y")));
+  }
+}
+
+void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, const Conv2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "conv2d_backward";
+  Shapes s = check_shapes(op, x, w, dy, p);
+  if (dx) detail::check_shape(*dx, x.shape(), op, "dx");
+  if (dw) detail::check_shape(*dw, w.shape(), op, "dw");
+  if (db) detail::check_shape(*db, {s.k}, op, "db");
+  if (dy.numel() == 0) return;
+  TensorDesc xd(s.n, s.c, s.h, s.w), dyd(s.n, s.k, s.oh, s.ow);
+  FilterDesc wd(w);
+  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.hpp)
+  if (dx) {
+    ConvDesc cd(p);
+    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+    AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+        ctx, st, make_key(Pass::backward_data, s, p, ctx.allow_tf32), "backward-data",
+        [&](int n, int* got, auto* perf) {
+          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+        });
+    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+    void* ws = st.workspace(c.workspace_bytes);
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, f32(w, op, "w"), dyd.d, f32(dy, op, "dy"),
+                                                 cd.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                                 c.workspace_bytes, &one, xd.d, f32(*dx, op, "dx")));
+  }
+  if (dw) {
+    ConvDesc cd(p);
+    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+    AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        ctx, st, make_key(Pass::backward_filter, s, p, ctx.allow_tf32), "backward-filter",
+        [&](int n, int* got, auto* perf) {
+          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+        });
+    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+    void* ws = st.workspace(c.workspace_bytes);
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, f32(x, op, "x"), dyd.d, f32(dy, op, "dy"),
+                                                   cd.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                                   c.workspace_bytes, &one, wd.d, f32(*dw, op, "dw")));
+  }
+  if (db) {
+    TensorDesc bd(1, s.k, 1, 1);
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardBias(st.cudnn, &one, dyd.d, f32(dy, op, "dy"), &one, bd.d,
+                                                 f32(*db, op, "db")));
+  }
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,95 @@
+// Elementwise CUDA ops: fill, copy, add, axpy, scale (the CPU ops' checks and results).
+// Grid-stride loops with 64-bit indices; all work is queued on the Context's stream.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::grid_for;
+using detail::kThreads;
+
+__global__ void fill_kernel(float* out, float value, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    out[i] = value;
+}
+
+__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void axpy_kernel(float* y, float alpha, const float* x, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    y[i] += alpha * x[i];
+}
+
+__global__ void scale_kernel(float* x, float alpha, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    x[i] *= alpha;
+}
+
+}  // namespace
+
+void fill(Context& ctx, Tensor& out, float value) {
+  CudaState& st = state_of(ctx);
+  float* p = f32(out, "fill", "out");
+  int64_t n = out.numel();
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(p, value, n);
+  check_launch();
+}
+
+// A byte copy, so any dtype works as long as both sides agree (as the CPU op).
+void copy(Context& ctx, Tensor& out, const Tensor& in) {
+  CudaState& st = state_of(ctx);
+  const char* op = "copy";
+  DPX_CHECK(out.defined() && in.defined(), op, ": out and in must be allocated");
+  detail::check_numel(out, in, op, "out", "in");
+  DPX_CHECK(out.dtype() == in.dtype(), op, ": out is ", dtype_name(out.dtype()), " but in is ",
+            dtype_name(in.dtype()), "; convert with Tensor::cast");
+  size_t bytes = out.nbytes();
+  if (bytes == 0 || out.raw() == in.raw()) return;
+  const char* o = static_cast<const char*>(out.raw());
+  const char* s = static_cast<const char*>(in.raw());
+  if (o < s + bytes && s < o + bytes) {
+    // Partly overlapping views: cudaMemcpy's result is undefined there, so go through a copy.
+    detail::Scratch tmp(st, bytes);
+    DPX_CUDA_CHECK(cudaMemcpyAsync(tmp.as<void>(), in.raw(), bytes, cudaMemcpyDeviceToDevice, st.stream));
+    DPX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), tmp.as<void>(), bytes, cudaMemcpyDeviceToDevice, st.stream));
+    return;
+  }
+  DPX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), in.raw(), bytes, cudaMemcpyDeviceToDevice, st.stream));
+}
+
+void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  CudaState& st = state_of(ctx);
+  detail::check_numel(out, a, "add", "out", "a");
+  detail::check_numel(out, b, "add", "out", "b");
+  int64_t n = out.numel();
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(out, "add", "out"), f32(a, "add", "a"),
+                                                      f32(b, "add", "b"), n);
+  check_launch();
+}
+
+void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
+  CudaState& st = state_of(ctx);
+  detail::check_numel(y, x, "axpy", "y", "x");
+  int64_t n = y.numel();
+  if (n == 0) return;
+  axpy_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(y, "axpy", "y"), alpha, f32(x, "axpy", "x"), n);
+  check_launch();
+}
+
+void scale(Context& ctx, Tensor& x, float alpha) {
+  CudaState& st = state_of(ctx);
+  int64_t n = x.numel();
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(x, "scale", "x"), alpha, n);
+  check_launch();
+}
+
+}  // namespace dpx::cuda

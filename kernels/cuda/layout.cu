@@ -1,0 +1,207 @@
+// Layout copies on CUDA and their backward: permute (up to 6 dimensions), roll over H and W, and
+// zero padding at the bottom and right of (A, H, W, B) maps. Every map is one-to-one, so each
+// backward is a plain gather per gradient element: no atomics, deterministic.
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::kThreads;
+
+constexpr int kMaxDims = 6;
+
+// out's dimensions (size > 1) with the input stride each walks, merged where consecutive out
+// dimensions are consecutive in the input too (as the CPU op plans it).
+struct PermutePlan {
+  int dims = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t in_stride[kMaxDims] = {};
+  int64_t numel = 1;
+};
+
+std::string perm_str(const std::vector<int>& perm) {
+  std::string s = "(";
+  for (size_t i = 0; i < perm.size(); ++i) s += (i ? ", " : "") + std::to_string(perm[i]);
+  return s + ")";
+}
+
+PermutePlan permute_plan(const char* op, const char* in_name, const Shape& in_shape, const char* out_name,
+                         const Shape& out_shape, const std::vector<int>& perm) {
+  const int d = static_cast<int>(in_shape.size());
+  std::vector<bool> seen(static_cast<size_t>(d), false);
+  bool ok = static_cast<int>(perm.size()) == d && d <= kMaxDims;
+  for (int k = 0; ok && k < d; ++k) {
+    ok = perm[k] >= 0 && perm[k] < d && !seen[perm[k]];
+    if (ok) seen[perm[k]] = true;
+  }
+  DPX_CHECK(ok, op, ": ", perm_str(perm), " is not a permutation of the ", d, " dimensions of ", in_name, " ",
+            shape_str(in_shape), " (at most ", kMaxDims, " dimensions)");
+  Shape want(static_cast<size_t>(d));
+  for (int k = 0; k < d; ++k) want[k] = in_shape[perm[k]];
+  DPX_CHECK(out_shape == want, op, ": ", out_name, " has shape ", shape_str(out_shape), ", but ", in_name, " ",
+            shape_str(in_shape), " permuted by ", perm_str(perm), " is ", shape_str(want));
+  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
+  for (int k = d - 2; k >= 0; --k) stride[k] = stride[k + 1] * in_shape[k + 1];
+  PermutePlan p;
+  for (int k = 0; k < d; ++k) {
+    const int64_t n = want[k], s = stride[perm[k]];
+    p.numel *= n;
+    if (n == 1) continue;
+    if (p.dims > 0 && p.in_stride[p.dims - 1] == s * n) {
+      p.size[p.dims - 1] *= n;
+      p.in_stride[p.dims - 1] = s;
+    } else {
+      p.size[p.dims] = n;
+      p.in_stride[p.dims] = s;
+      ++p.dims;
+    }
+  }
+  if (p.dims == 0) {
+    p.dims = 1;
+    p.size[0] = 1;
+    p.in_stride[0] = 1;
+  }
+  return p;
+}
+
+__device__ inline int64_t in_offset(const PermutePlan& p, int64_t i) {
+  int64_t off = 0;
+#pragma unroll
+  for (int k = kMaxDims - 1; k >= 0; --k) {
+    if (k >= p.dims) continue;
+    off += (i % p.size[k]) * p.in_stride[k];
+    i /= p.size[k];
+  }
+  return off;
+}
+
+__global__ void permute_kernel(float* out, const float* in, PermutePlan p) {
+  DPX_CUDA_LOOP(i, p.numel) out[i] = in[in_offset(p, i)];
+}
+
+// din[in_offset(i)] += dout[i]: each din element is hit by exactly one i.
+__global__ void permute_backward_kernel(float* din, const float* dout, PermutePlan p) {
+  DPX_CUDA_LOOP(i, p.numel) din[in_offset(p, i)] += dout[i];
+}
+
+struct Map {
+  int64_t A, H, W, B;
+};
+
+Map map_of(const char* op, const char* name, const Tensor& t) {
+  f32(t, op, name);
+  DPX_CHECK(t.dim() == 4, op, ": ", name, " must have 4 dimensions, got shape ", shape_str(t.shape()));
+  return {t.size(0), t.size(1), t.size(2), t.size(3)};
+}
+
+int64_t wrap(int64_t shift, int64_t n) { return n > 0 ? ((shift % n) + n) % n : 0; }
+
+// out[a, h, w, b] = in[a, (h - sh) mod H, (w - sw) mod W, b] with sh, sw in [0, H), [0, W).
+// Backward is the same gather with the opposite shifts, accumulating.
+template <bool kAccumulate>
+__global__ void roll_kernel(float* out, const float* in, Map m, int64_t sh, int64_t sw) {
+  DPX_CUDA_LOOP(i, m.A * m.H * m.W * m.B) {
+    int64_t b = i % m.B, w = (i / m.B) % m.W, h = (i / (m.B * m.W)) % m.H, a = i / (m.B * m.W * m.H);
+    int64_t hs = h - sh < 0 ? h - sh + m.H : h - sh, ws = w - sw < 0 ? w - sw + m.W : w - sw;
+    float v = in[((a * m.H + hs) * m.W + ws) * m.B + b];
+    if (kAccumulate) out[i] += v; else out[i] = v;
+  }
+}
+
+// out (A, H2, W2, B) = in (A, H, W, B) padded with zeros; backward: din += dout's top-left block.
+__global__ void pad_kernel(float* out, const float* in, Map to, Map from) {
+  DPX_CUDA_LOOP(i, to.A * to.H * to.W * to.B) {
+    int64_t b = i % to.B, w = (i / to.B) % to.W, h = (i / (to.B * to.W)) % to.H, a = i / (to.B * to.W * to.H);
+    out[i] = h < from.H && w < from.W ? in[((a * from.H + h) * from.W + w) * from.B + b] : 0.f;
+  }
+}
+
+__global__ void crop_add_kernel(float* din, const float* dout, Map small, Map big) {
+  DPX_CUDA_LOOP(i, small.A * small.H * small.W * small.B) {
+    int64_t b = i % small.B, w = (i / small.B) % small.W, h = (i / (small.B * small.W)) % small.H;
+    int64_t a = i / (small.B * small.W * small.H);
+    din[i] += dout[((a * big.H + h) * big.W + w) * big.B + b];
+  }
+}
+
+}  // namespace
+
+void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
+  CudaState& st = state_of(ctx);
+  const char* op = "permute";
+  const float* pin = f32(in, op, "in");
+  float* pout = f32(out, op, "out");
+  PermutePlan p = permute_plan(op, "in", in.shape(), "out", out.shape(), perm);
+  if (p.numel == 0) return;
+  permute_kernel<<<detail::grid_for(p.numel), kThreads, 0, st.stream>>>(pout, pin, p);
+  check_launch();
+}
+
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+  CudaState& st = state_of(ctx);
+  const char* op = "permute_backward";
+  float* pdin = f32(din, op, "din");
+  const float* pdout = f32(dout, op, "dout");
+  PermutePlan p = permute_plan(op, "din", din.shape(), "dout", dout.shape(), perm);
+  if (p.numel == 0) return;
+  permute_backward_kernel<<<detail::grid_for(p.numel), kThreads, 0, st.stream>>>(pdin, pdout, p);
+  check_launch();
+}
+
+void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w) {
+  CudaState& st = state_of(ctx);
+  const char* op = "roll";
+  Map m = map_of(op, "in", in);
+  f32(out, op, "out");
+  detail::check_shape(out, in.shape(), op, "out");
+  if (in.numel() == 0) return;
+  roll_kernel<false><<<detail::grid_for(in.numel()), kThreads, 0, st.stream>>>(
+      static_cast<float*>(out.raw()), static_cast<const float*>(in.raw()), m, wrap(shift_h, m.H), wrap(shift_w, m.W));
+  check_launch();
+}
+
+void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w) {
+  CudaState& st = state_of(ctx);
+  const char* op = "roll_backward";
+  Map m = map_of(op, "dout", dout);
+  f32(din, op, "din");
+  detail::check_shape(din, dout.shape(), op, "din");
+  if (dout.numel() == 0) return;
+  // din[h] += dout[h + sh]: a roll by -shift.
+  roll_kernel<true><<<detail::grid_for(dout.numel()), kThreads, 0, st.stream>>>(
+      static_cast<float*>(din.raw()), static_cast<const float*>(dout.raw()), m, wrap(-shift_h, m.H),
+      wrap(-shift_w, m.W));
+  check_launch();
+}
+
+void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
+  CudaState& st = state_of(ctx);
+  const char* op = "pad_hw";
+  Map s = map_of(op, "in", in), t = map_of(op, "out", out);
+  DPX_CHECK(t.A == s.A && t.B == s.B && t.H >= s.H && t.W >= s.W, op, ": out ", shape_str(out.shape()),
+            " must be in ", shape_str(in.shape()), " padded along dimensions 1 and 2 only");
+  if (out.numel() == 0) return;
+  pad_kernel<<<detail::grid_for(out.numel()), kThreads, 0, st.stream>>>(
+      static_cast<float*>(out.raw()), static_cast<const float*>(in.raw()), t, s);
+  check_launch();
+}
+
+void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
+  CudaState& st = state_of(ctx);
+  const char* op = "pad_hw_backward";
+  Map s = map_of(op, "din", din), t = map_of(op, "dout", dout);
+  DPX_CHECK(t.A == s.A && t.B == s.B && t.H >= s.H && t.W >= s.W, op, ": dout ", shape_str(dout.shape()),
+            " must be din ", shape_str(din.shape()), " padded along dimensions 1 and 2 only");
+  if (din.numel() == 0) return;
+  crop_add_kernel<<<detail::grid_for(din.numel()), kThreads, 0, st.stream>>>(
+      static_cast<float*>(din.raw()), static_cast<const float*>(dout.raw()), s, t);
+  check_launch();
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,163 @@
+// Matrix products on CUDA through cuBLAS (fp32 compute; TF32 only with ctx.allow_tf32).
+// cuBLAS is column-major: a row-major (r, c) matrix is its column-major transpose, so every
+// product C = A B is issued as C^T = B^T A^T with the operands swapped.
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+
+// y (N, out) = broadcast of b (out) over the rows: the GEMM then adds x W^T with beta = 1.
+__global__ void broadcast_rows_kernel(float* y, const float* b, int64_t rows, int64_t cols) {
+  DPX_CUDA_LOOP(i, rows * cols) y[i] = b[i % cols];
+}
+
+// db (cols) += column sums of dy (rows, cols). A 32 x 8 block owns 32 columns; its 8 row lanes
+// sum strided rows and are then added in a fixed order, so the result is reproducible.
+__global__ void column_sum_kernel(float* db, const float* dy, int64_t rows, int64_t cols) {
+  __shared__ float part[8][33];
+  int64_t col = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.f;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) s += dy[r * cols + col];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.f;
+    for (int k = 0; k < 8; ++k) total += part[k][threadIdx.x];
+    db[col] += total;
+  }
+}
+
+__global__ void scale_kernel(float* c, float beta, int64_t n) {
+  DPX_CUDA_LOOP(i, n) c[i] *= beta;
+}
+
+int as_int(int64_t v, const char* op, const char* what) {
+  DPX_CHECK(v >= 0 && v <= INT_MAX, op, ": ", what, " = ", v, " exceeds cuBLAS's 32-bit sizes");
+  return static_cast<int>(v);
+}
+
+cublasComputeType_t compute_type(const Context& ctx) {
+  // CUBLAS_COMPUTE_32F keeps fp32 arithmetic whatever the handle's math mode says.
+  return ctx.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+// Column-major C (m, n) = alpha op(A) op(B) + beta C, `batch` times with the given strides.
+void gemm(const Context& ctx, CudaState& st, cublasOperation_t op_a, cublasOperation_t op_b, int m,
+          int n, int k, float alpha, const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {
+    // An empty sum leaves C = beta C; done here rather than relying on cuBLAS accepting k = 0.
+    // C is contiguous (stride_c = m n, or a single matrix), and beta = 0 must not read C.
+    int64_t total = static_cast<int64_t>(m) * n * batch;
+    if (beta == 0.f) {
+      DPX_CUDA_CHECK(cudaMemsetAsync(c, 0, total * sizeof(float), st.stream));
+    } else if (beta != 1.f) {
+      scale_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(c, beta, total);
+      check_launch();
+    }
+    return;
+  }
+  st.set_cublas_tf32(ctx.allow_tf32);
+  if (batch == 1) {
+    DPX_CUBLAS_CHECK(cublasGemmEx(st.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
+                                  CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, compute_type(ctx),
+                                  CUBLAS_GEMM_DEFAULT));
+  } else {
+    DPX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        st.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, stride_a, b, CUDA_R_32F, ldb,
+        stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, batch, compute_type(ctx), CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+}  // namespace
+
+void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {
+  CudaState& st = state_of(ctx);
+  const char* op = "linear_forward";
+  DPX_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1), op, ": x ",
+            shape_str(x.shape()), " and w ", shape_str(w.shape()), " must be (N, in) and (out, in)");
+  int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  detail::check_shape(y, {rows, out}, op, "y");
+  if (b) detail::check_shape(*b, {out}, op, "b");
+  float* py = f32(y, op, "y");
+  if (rows == 0 || out == 0) return;
+  if (b) {
+    broadcast_rows_kernel<<<detail::grid_for(rows * out), detail::kThreads, 0, st.stream>>>(
+        py, f32(*b, op, "b"), rows, out);
+    check_launch();
+  }
+  // y^T (out, N) = W (out, in) x^T (in, N): W is stored as column-major (in, out), hence op T.
+  gemm(ctx, st, CUBLAS_OP_T, CUBLAS_OP_N, as_int(out, op, "out"), as_int(rows, op, "N"),
+       as_int(in, op, "in"), 1.f, f32(w, op, "w"), as_int(in, op, "in"), 0, f32(x, op, "x"),
+       as_int(in, op, "in"), 0, b ? 1.f : 0.f, py, as_int(out, op, "out"), 0, 1);
+}
+
+void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
+                     const Tensor& x, const Tensor& w) {
+  CudaState& st = state_of(ctx);
+  const char* op = "linear_backward";
+  DPX_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) == x.size(1), op, ": x ",
+            shape_str(x.shape()), " and w ", shape_str(w.shape()), " must be (N, in) and (out, in)");
+  int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  detail::check_shape(dy, {rows, out}, op, "dy");
+  int irows = as_int(rows, op, "N"), iin = as_int(in, op, "in"), iout = as_int(out, op, "out");
+  const float* pdy = f32(dy, op, "dy");
+  if (dx) {
+    detail::check_shape(*dx, x.shape(), op, "dx");
+    // dx^T (in, N) += W^T (in, out) dy^T (out, N).
+    gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_N, iin, irows, iout, 1.f, f32(w, op, "w"), iin, 0, pdy,
+         iout, 0, 1.f, f32(*dx, op, "dx"), iin, 0, 1);
+  }
+  if (dw) {
+    detail::check_shape(*dw, w.shape(), op, "dw");
+    // dw^T (in, out) += x^T (in, N) dy (N, out).
+    gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_T, iin, iout, irows, 1.f, f32(x, op, "x"), iin, 0, pdy,
+         iout, 0, 1.f, f32(*dw, op, "dw"), iin, 0, 1);
+  }
+  if (db && out > 0) {
+    detail::check_shape(*db, {out}, op, "db");
+    dim3 block(32, 8);
+    column_sum_kernel<<<static_cast<unsigned>((out + 31) / 32), block, 0, st.stream>>>(
+        f32(*db, op, "db"), pdy, rows, out);
+    check_launch();
+  }
+}
+
+void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+            float alpha, float beta) {
+  CudaState& st = state_of(ctx);
+  const char* op = "matmul";
+  DPX_CHECK(a.dim() >= 2 && a.dim() == b.dim() && a.dim() == c.dim(), op, ": a ",
+            shape_str(a.shape()), ", b ", shape_str(b.shape()), ", c ", shape_str(c.shape()),
+            " must have the same rank, at least 2");
+  int nd = a.dim();
+  int64_t batch = 1;
+  for (int d = 0; d < nd - 2; ++d) {
+    DPX_CHECK(a.size(d) == b.size(d) && a.size(d) == c.size(d), op, ": leading dimensions of a ",
+              shape_str(a.shape()), ", b ", shape_str(b.shape()), " and c ", shape_str(c.shape()),
+              " differ");
+    batch *= a.size(d);
+  }
+  int64_t m = trans_a ? a.size(-1) : a.size(-2), k = trans_a ? a.size(-2) : a.size(-1);
+  int64_t kb = trans_b ? b.size(-1) : b.size(-2), n = trans_b ? b.size(-2) : b.size(-1);
+  DPX_CHECK(k == kb && c.size(-2) == m && c.size(-1) == n, op, ": shapes a ", shape_str(a.shape()),
+            (trans_a ? "^T" : ""), ", b ", shape_str(b.shape()), (trans_b ? "^T" : ""), ", c ",
+            shape_str(c.shape()), " do not multiply");
+  // Row-major C = op(A) op(B) is column-major C^T (n, m) = op(B)^T op(A)^T: B comes first. A
+  // row-major stored (r, c) matrix read column-major is (c, r) with leading dimension c.
+  int im = as_int(m, op, "M"), in = as_int(n, op, "N"), ik = as_int(k, op, "K");
+  int ldb = as_int(b.size(-1), op, "b's last dimension"), lda = as_int(a.size(-1), op, "a's last dimension");
+  gemm(ctx, st, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, in, im, ik,
+       alpha, f32(b, op, "b"), ldb, k * n, f32(a, op, "a"), lda, m * k, beta, f32(c, op, "c"), in,
+       m * n, as_int(batch, op, "batch"));
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,266 @@
+// Pooling on CUDA with dpx's own kernels (cuDNN has no argmax output and no ceil_mode): max pool
+// with an i32 argmax (flat h*W+w, first maximum wins), average pool and adaptive average pool,
+// with windows and divisors exactly as PyTorch's CUDA kernels compute them.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+using detail::f32;
+using detail::grid_for;
+using detail::kThreads;
+
+struct Window {
+  int kh, kw, sh, sw, ph, pw;
+};
+
+__global__ void max_pool_forward_kernel(float* y, int32_t* argmax, const float* x, int64_t total, int H,
+                                        int W, int OH, int OW, Window k) {
+  DPX_CUDA_LOOP(i, total) {
+    int ow = static_cast<int>(i % OW);
+    int oh = static_cast<int>((i / OW) % OH);
+    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
+    int hs = oh * k.sh - k.ph, ws = ow * k.sw - k.pw;
+    int he = min(hs + k.kh, H), we = min(ws + k.kw, W);
+    hs = max(hs, 0);
+    ws = max(ws, 0);
+    const float* xp = x + plane * H * W;
+    float best = -INFINITY;
+    int best_at = hs * W + ws;
+    // Strictly greater: the first maximum in row-major order wins; NaN propagates (the last
+    // NaN's index, as PyTorch and the CPU op).
+    for (int h = hs; h < he; ++h)
+      for (int w = ws; w < we; ++w) {
+        float v = xp[h * W + w];
+        if (v > best || isnan(v)) {
+          best = v;
+          best_at = h * W + w;
+        }
+      }
+    y[i] = best;
+    argmax[i] = best_at;
+  }
+}
+
+// The backward has no window parameters (ops.hpp), so it cannot gather per input; it scatters
+// each output gradient to its argmax. Atomics make overlapping windows (stride < kernel) sum in
+// a run-dependent order: results may differ in the last bit between runs in that case only.
+// An index outside the plane (not from max_pool2d_forward) is skipped: the CPU op throws for it,
+// but a kernel cannot, and writing it would corrupt another plane.
+__global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t total,
+                                         int64_t out_plane, int64_t in_plane) {
+  DPX_CUDA_LOOP(i, total) {
+    int32_t at = argmax[i];
+    if (at >= 0 && at < in_plane) atomicAdd(dx + (i / out_plane) * in_plane + at, dy[i]);
+  }
+}
+
+// PyTorch's window: clipped to the padded input for count_include_pad, then to the input.
+struct AvgWindow {
+  int hs, he, ws, we, divisor;
+};
+
+__device__ inline AvgWindow avg_window(int oh, int ow, int H, int W, const Window& k, bool include_pad) {
+  int hs = oh * k.sh - k.ph, ws = ow * k.sw - k.pw;
+  int he = min(hs + k.kh, H + k.ph), we = min(ws + k.kw, W + k.pw);
+  int pool_size = (he - hs) * (we - ws);
+  hs = max(hs, 0);
+  ws = max(ws, 0);
+  he = min(he, H);
+  we = min(we, W);
+  return {hs, he, ws, we, include_pad ? pool_size : (he - hs) * (we - ws)};
+}
+
+__global__ void avg_pool_forward_kernel(float* y, const float* x, int64_t total, int H, int W, int OH, int OW,
+                                        Window k, bool include_pad) {
+  DPX_CUDA_LOOP(i, total) {
+    int ow = static_cast<int>(i % OW);
+    int oh = static_cast<int>((i / OW) % OH);
+    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
+    AvgWindow a = avg_window(oh, ow, H, W, k, include_pad);
+    if (a.hs >= a.he || a.ws >= a.we) {
+      y[i] = 0.f;
+      continue;
+    }
+    const float* xp = x + plane * H * W;
+    float sum = 0.f;
+    for (int h = a.hs; h < a.he; ++h)
+      for (int w = a.ws; w < a.we; ++w) sum += xp[h * W + w];
+    y[i] = sum / static_cast<float>(a.divisor);
+  }
+}
+
+// One thread per input element gathers from the outputs whose windows contain it: no atomics,
+// so the result is deterministic.
+__global__ void avg_pool_backward_kernel(float* dx, const float* dy, int64_t total, int H, int W, int OH,
+                                         int OW, Window k, bool include_pad) {
+  DPX_CUDA_LOOP(i, total) {
+    int w = static_cast<int>(i % W) + k.pw;  // coordinates in the padded input
+    int h = static_cast<int>((i / W) % H) + k.ph;
+    int64_t plane = i / (static_cast<int64_t>(W) * H);
+    int oh0 = h < k.kh ? 0 : (h - k.kh) / k.sh + 1, oh1 = min(h / k.sh + 1, OH);
+    int ow0 = w < k.kw ? 0 : (w - k.kw) / k.sw + 1, ow1 = min(w / k.sw + 1, OW);
+    const float* dyp = dy + plane * OH * OW;
+    float g = 0.f;
+    for (int oh = oh0; oh < oh1; ++oh)
+      for (int ow = ow0; ow < ow1; ++ow) {
+        AvgWindow a = avg_window(oh, ow, H, W, k, include_pad);
+        if (a.hs >= a.he || a.ws >= a.we) continue;
+        g += dyp[oh * OW + ow] / static_cast<float>(a.divisor);
+      }
+    dx[i] += g;
+  }
+}
+
+// Adaptive bins as PyTorch: [floor(i*In/Out), ceil((i+1)*In/Out)).
+__device__ inline int bin_start(int i, int in, int out) { return static_cast<int>((static_cast<int64_t>(i) * in) / out); }
+__device__ inline int bin_end(int i, int in, int out) {
+  return static_cast<int>((static_cast<int64_t>(i + 1) * in + out - 1) / out);
+}
+
+__global__ void adaptive_avg_forward_kernel(float* y, const float* x, int64_t total, int H, int W, int OH, int OW) {
+  DPX_CUDA_LOOP(i, total) {
+    int ow = static_cast<int>(i % OW);
+    int oh = static_cast<int>((i / OW) % OH);
+    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
+    int hs = bin_start(oh, H, OH), he = bin_end(oh, H, OH);
+    int ws = bin_start(ow, W, OW), we = bin_end(ow, W, OW);
+    const float* xp = x + plane * H * W;
+    float sum = 0.f;
+    for (int h = hs; h < he; ++h)
+      for (int w = ws; w < we; ++w) sum += xp[h * W + w];
+    y[i] = sum / static_cast<float>((he - hs) * (we - ws));
+  }
+}
+
+// Input row h lies in the bins oh in [floor(h*OH/H), ceil((h+1)*OH/H)); membership is still
+// checked exactly. Gathering keeps the backward deterministic.
+__global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t total, int H, int W, int OH,
+                                             int OW) {
+  DPX_CUDA_LOOP(i, total) {
+    int w = static_cast<int>(i % W);
+    int h = static_cast<int>((i / W) % H);
+    int64_t plane = i / (static_cast<int64_t>(W) * H);
+    int oh0 = static_cast<int>((static_cast<int64_t>(h) * OH) / H);
+    int oh1 = min(OH, static_cast<int>((static_cast<int64_t>(h + 1) * OH + H - 1) / H));
+    int ow0 = static_cast<int>((static_cast<int64_t>(w) * OW) / W);
+    int ow1 = min(OW, static_cast<int>((static_cast<int64_t>(w + 1) * OW + W - 1) / W));
+    const float* dyp = dy + plane * OH * OW;
+    float g = 0.f;
+    for (int oh = oh0; oh < oh1; ++oh) {
+      int hs = bin_start(oh, H, OH), he = bin_end(oh, H, OH);
+      if (h < hs || h >= he) continue;
+      for (int ow = ow0; ow < ow1; ++ow) {
+        int ws = bin_start(ow, W, OW), we = bin_end(ow, W, OW);
+        if (w < ws || w >= we) continue;
+        g += dyp[oh * OW + ow] / static_cast<float>((he - hs) * (we - ws));
+      }
+    }
+    dx[i] += g;
+  }
+}
+
+// Checks the window parameters and that y (or dy) has the pooled shape of x (or dx).
+void check_pool(const char* op, const Tensor& x, const Tensor& y, const Pool2dParams& p) {
+  DPX_CHECK(x.dim() == 4, op, ": x ", shape_str(x.shape()), " must be (N, C, H, W)");
+  DPX_CHECK(p.kernel_h > 0 && p.kernel_w > 0 && p.stride_h > 0 && p.stride_w > 0, op,
+            ": kernel and stride must be positive");
+  // PyTorch's rule; it also guarantees that no window lies entirely in the padding.
+  DPX_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && p.pad_h <= p.kernel_h / 2 && p.pad_w <= p.kernel_w / 2, op,
+            ": padding (", p.pad_h, ", ", p.pad_w, ") must be at most half the kernel (", p.kernel_h, ", ",
+            p.kernel_w, ")");
+  int64_t oh = ops::conv_out_size(x.size(2), p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+  int64_t ow = ops::conv_out_size(x.size(3), p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+  detail::check_shape(y, {x.size(0), x.size(1), oh, ow}, op, "the output (gradient)");
+}
+
+Window window_of(const Pool2dParams& p) {
+  return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+}
+
+}  // namespace
+
+void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "max_pool2d_forward";
+  check_pool(op, x, y, p);
+  detail::check_shape(argmax, y.shape(), op, "argmax");
+  DPX_CHECK(argmax.dtype() == DType::i32, op, ": argmax must be i32, got ", dtype_name(argmax.dtype()));
+  int64_t total = y.numel();
+  if (total == 0) return;
+  max_pool_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(y, op, "y"), static_cast<int32_t*>(argmax.raw()), f32(x, op, "x"), total, int(x.size(2)),
+      int(x.size(3)), int(y.size(2)), int(y.size(3)), window_of(p));
+  check_launch();
+}
+
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+  CudaState& st = state_of(ctx);
+  const char* op = "max_pool2d_backward";
+  DPX_CHECK(dx.dim() == 4 && dy.dim() == 4 && dx.size(0) == dy.size(0) && dx.size(1) == dy.size(1), op,
+            ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()), " must be (N, C, H, W) and (N, C, OH, OW)");
+  detail::check_shape(argmax, dy.shape(), op, "argmax");
+  DPX_CHECK(argmax.dtype() == DType::i32, op, ": argmax must be i32, got ", dtype_name(argmax.dtype()));
+  int64_t total = dy.numel();
+  if (total == 0) return;
+  max_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(dx, op, "dx"), f32(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()), total,
+      dy.size(2) * dy.size(3), dx.size(2) * dx.size(3));
+  check_launch();
+}
+
+void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "avg_pool2d_forward";
+  check_pool(op, x, y, p);
+  int64_t total = y.numel();
+  if (total == 0) return;
+  avg_pool_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(y, op, "y"), f32(x, op, "x"), total, int(x.size(2)), int(x.size(3)), int(y.size(2)), int(y.size(3)),
+      window_of(p), p.count_include_pad);
+  check_launch();
+}
+
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "avg_pool2d_backward";
+  check_pool(op, dx, dy, p);
+  int64_t total = dx.numel();
+  if (total == 0 || dy.numel() == 0) return;
+  avg_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(dx, op, "dx"), f32(dy, op, "dy"), total, int(dx.size(2)), int(dx.size(3)), int(dy.size(2)),
+      int(dy.size(3)), window_of(p), p.count_include_pad);
+  check_launch();
+}
+
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  CudaState& st = state_of(ctx);
+  const char* op = "adaptive_avg_pool2d_forward";
+  DPX_CHECK(x.dim() == 4 && y.dim() == 4 && x.size(0) == y.size(0) && x.size(1) == y.size(1), op, ": x ",
+            shape_str(x.shape()), " and y ", shape_str(y.shape()), " must be (N, C, H, W) and (N, C, OH, OW)");
+  DPX_CHECK(y.numel() == 0 || (x.size(2) > 0 && x.size(3) > 0), op, ": empty input ", shape_str(x.shape()));
+  int64_t total = y.numel();
+  if (total == 0) return;
+  adaptive_avg_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(y, op, "y"), f32(x, op, "x"), total, int(x.size(2)), int(x.size(3)), int(y.size(2)), int(y.size(3)));
+  check_launch();
+}
+
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
+  CudaState& st = state_of(ctx);
+  const char* op = "adaptive_avg_pool2d_backward";
+  DPX_CHECK(dx.dim() == 4 && dy.dim() == 4 && dx.size(0) == dy.size(0) && dx.size(1) == dy.size(1), op,
+            ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()), " must be (N, C, H, W) and (N, C, OH, OW)");
+  int64_t total = dx.numel();
+  if (total == 0 || dy.numel() == 0) return;
+  adaptive_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+      f32(dx, op, "dx"), f32(dy, op, "dy"), total, int(dx.size(2)), int(dx.size(3)), int(dy.size(2)),
+      int(dy.size(3)));
+  check_launch();
+}
+
+}  // namespace dpx::cuda

@@ -1,0 +1,115 @@
+// GPU tests of the cuDNN convolution against the CPU op and a float64 loop: odd sizes, strides,
+// padding, dilation, groups (depthwise too), with and without bias; backward accumulating into
+// dx, dw and db. Norm-wise errors, as for every reduction (gpu_test_util.hpp).
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+namespace {
+
+struct ConvCase {
+  int64_t n, c, h, w, k, kh, kw;
+  ops::Conv2dParams p;
+};
+
+ops::Conv2dParams params(int stride_h, int stride_w, int pad_h, int pad_w, int dil, int groups) {
+  ops::Conv2dParams p;
+  p.stride_h = stride_h;
+  p.stride_w = stride_w;
+  p.pad_h = pad_h;
+  p.pad_w = pad_w;
+  p.dilation_h = p.dilation_w = dil;
+  p.groups = groups;
+  return p;
+}
+
+std::vector<ConvCase> cases() {
+  return {
+      {3, 5, 13, 13, 7, 3, 3, params(1, 1, 1, 1, 1, 1)},   // the common 3x3 "same"
+      {3, 5, 13, 11, 6, 5, 3, params(2, 1, 0, 1, 1, 1)},   // odd strides, uneven kernel
+      {2, 6, 13, 13, 9, 3, 3, params(2, 2, 1, 1, 1, 3)},   // groups
+      {3, 5, 13, 13, 10, 3, 3, params(2, 2, 1, 1, 1, 5)},  // depthwise with multiplier 2
+      {2, 4, 15, 13, 3, 3, 3, params(1, 1, 2, 2, 2, 1)},   // dilation
+      {3, 8, 13, 13, 5, 1, 1, params(2, 2, 0, 0, 1, 1)},   // 1x1 projection, stride 2
+      {1, 3, 29, 27, 16, 7, 7, params(2, 2, 3, 3, 1, 1)},  // a ResNet stem, shrunk
+  };
+}
+
+Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                      int64_t oh, int64_t ow) {
+  int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
+  int64_t kh = w.size(2), kw = w.size(3), cg = c / p.groups, kg = k / p.groups;
+  std::vector<float> y(static_cast<size_t>(n * k * oh * ow));
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>();
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t ok = 0; ok < k; ++ok)
+      for (int64_t yh = 0; yh < oh; ++yh)
+        for (int64_t yw = 0; yw < ow; ++yw) {
+          double s = pb[ok];
+          int64_t g = ok / kg;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                int64_t ih = yh * p.stride_h - p.pad_h + i * p.dilation_h;
+                int64_t iw = yw * p.stride_w - p.pad_w + j * p.dilation_w;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                s += double(px[((in * c + g * cg + ic) * h + ih) * wd + iw]) * pw[((ok * cg + ic) * kh + i) * kw + j];
+              }
+          y[((in * k + ok) * oh + yh) * ow + yw] = static_cast<float>(s);
+        }
+  return Tensor::from({n, k, oh, ow}, y);
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv2d forward and backward match the CPU and float64, no TF32") {
+  Context c = cpu(), g = gpu();
+  uint64_t seed = 100;
+  for (const ConvCase& k : cases()) {
+    CAPTURE(k.c);
+    CAPTURE(k.k);
+    CAPTURE(k.p.groups);
+    CAPTURE(k.p.stride_h);
+    const auto& p = k.p;
+    int64_t oh = ops::conv_out_size(k.h, int(k.kh), p.stride_h, p.pad_h, p.dilation_h);
+    int64_t ow = ops::conv_out_size(k.w, int(k.kw), p.stride_w, p.pad_w, p.dilation_w);
+    Tensor x = uniform({k.n, k.c, k.h, k.w}, ++seed), w = uniform({k.k, k.c / p.groups, k.kh, k.kw}, ++seed);
+    Tensor b = uniform({k.k}, ++seed), dy = uniform({k.n, k.k, oh, ow}, ++seed);
+    Tensor gx = x.to(dev()), gw = w.to(dev()), gb = b.to(dev()), gdy = dy.to(dev());
+
+    Tensor y = Tensor::empty({k.n, k.k, oh, ow}), gy = poisoned({k.n, k.k, oh, ow});
+    ops::conv2d_forward(c, y, x, w, &b, p);
+    ops::conv2d_forward(g, gy, gx, gw, &gb, p);
+    CHECK(norm_rel_diff(gy, conv_reference(x, w, b, p, oh, ow)) <= 1e-5);
+    CHECK(norm_rel_diff(gy, y) <= 1e-5);
+    ops::conv2d_forward(c, y, x, w, nullptr, p);
+    ops::conv2d_forward(g, gy, gx, gw, nullptr, p);
+    CHECK(norm_rel_diff(gy, y) <= 1e-5);
+
+    Tensor dx0 = uniform(x.shape(), ++seed), dw0 = uniform(w.shape(), ++seed), db0 = uniform({k.k}, ++seed);
+    Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();
+    Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev()), gdb = db0.to(dev());
+    ops::conv2d_backward(c, &dx, &dw, &db, dy, x, w, p);
+    ops::conv2d_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw, p);
+    CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
+    CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
+    CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+    ops::conv2d_backward(c, nullptr, &dw, nullptr, dy, x, w, p);
+    ops::conv2d_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw, p);
+    CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
+  }
+  // The algorithm choices were cached per shape and pass.
+  CHECK(state().conv_algos.size() >= cases().size());
+}
+
+TEST_CASE("cuda conv2d: shape errors are clear") {
+  Context g = gpu();
+  Tensor x = Tensor::empty({2, 4, 9, 9}, DType::f32, dev()), w = Tensor::empty({6, 3, 3, 3}, DType::f32, dev());
+  Tensor y = Tensor::empty({2, 6, 7, 7}, DType::f32, dev());
+  CHECK_THROWS_AS(ops::conv2d_forward(g, y, x, w, nullptr, ops::Conv2dParams{}), Error);  // 4 vs 3 channels
+}

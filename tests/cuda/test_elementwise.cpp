@@ -1,0 +1,123 @@
+// GPU tests of the elementwise CUDA ops, ReLU, dropout and the SGD step against the CPU ops on
+// the same random inputs (odd sizes); the dropout mask must equal the CPU's bit for bit.
+#include <doctest/doctest.h>
+
+#include "kernels/cuda/philox.cuh"
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+TEST_CASE("cuda philox equals core/rng's generator bit for bit") {
+  for (uint64_t seed : {0ull, 1ull, 0x123456789abcdefull})
+    for (uint64_t stream : {0ull, 7ull, ~0ull})
+      for (uint64_t c = 0; c < 2000; c += 7) {
+        Rng rng(seed, stream);
+        CHECK(cuda::philox_bits(seed, stream, c) == rng.bits_at(c));
+        CHECK(cuda::philox_uniform(seed, stream, c) == rng.uniform_at(c));
+      }
+}
+
+TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
+  Context c = cpu(), g = gpu();
+  const int64_t n = 100003;
+  Tensor a = uniform({n}, 1), b = uniform({n}, 2);
+  Tensor ga = a.to(dev()), gb = b.to(dev());
+  Tensor out = Tensor::empty({n}), gout = poisoned({n});
+
+  ops::fill(c, out, 2.5f);
+  ops::fill(g, gout, 2.5f);
+  CHECK(bitwise_equal(gout, out));
+  ops::add(c, out, a, b);
+  ops::add(g, gout, ga, gb);
+  CHECK(bitwise_equal(gout, out));
+  ops::axpy(c, out, -0.37f, a);
+  ops::axpy(g, gout, -0.37f, ga);
+  CHECK(max_rel_diff(gout, out) <= 1e-6);  // an fma may round once where the CPU rounds twice
+  ops::scale(c, out, 1.3f);
+  ops::scale(g, gout, 1.3f);
+  CHECK(max_rel_diff(gout, out) <= 1e-6);
+  Tensor gcopy = poisoned({n});
+  ops::copy(g, gcopy, gout);
+  CHECK(bitwise_equal(gcopy, gout));
+
+  Tensor lab = labels(37, 1000, 3), glab = lab.to(dev()), gl2 = Tensor::empty({37}, DType::i64, dev());
+  ops::copy(g, gl2, glab);  // any dtype is a byte copy
+  CHECK(bitwise_equal(gl2, lab));
+  Tensor wrong = Tensor::empty({37}, DType::f32, dev());
+  CHECK_THROWS_AS(ops::copy(g, wrong, glab), Error);
+  Tensor overlap = uniform({10}, 4).to(dev());
+  Tensor first = overlap.view_at(0, {6}), last = overlap.view_at(4, {6});
+  Tensor want = overlap.to(Device::cpu()).view_at(4, {6}).clone();
+  ops::copy(g, first, last);  // overlapping views: copied as if through a temporary
+  CHECK(bitwise_equal(first, want));
+}
+
+TEST_CASE("cuda relu forward and backward (accumulating) match the CPU") {
+  Context c = cpu(), g = gpu();
+  Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);
+  Tensor y = Tensor::empty(x.shape()), gy = poisoned(x.shape());
+  ops::relu_forward(c, y, x);
+  ops::relu_forward(g, gy, x.to(dev()));
+  CHECK(bitwise_equal(gy, y));
+  Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+  ops::relu_backward(c, dx, dy, y);
+  ops::relu_backward(g, gdx, dy.to(dev()), gy);
+  CHECK(bitwise_equal(gdx, dx));
+}
+
+TEST_CASE("cuda dropout: the mask equals the CPU's bit for bit, values and gradients match") {
+  Context c = cpu(), g = gpu();
+  const Shape shape{7, 4099};
+  Tensor x = uniform(shape, 8), dy = uniform(shape, 9), dx0 = uniform(shape, 10);
+  for (float p : {0.f, 0.1f, 0.5f, 0.9f, 1.f}) {
+    CAPTURE(p);
+    Tensor y = Tensor::empty(shape), mask = Tensor::empty(shape, DType::u8);
+    Tensor gy = poisoned(shape), gmask = Tensor::empty(shape, DType::u8, dev());
+    ops::dropout_forward(c, y, mask, x, p, 1234, 77);
+    ops::dropout_forward(g, gy, gmask, x.to(dev()), p, 1234, 77);
+    CHECK(bitwise_equal(gmask, mask));
+    CHECK(max_rel_diff(gy, y) <= 1e-6);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::dropout_backward(c, dx, dy, mask, p);
+    ops::dropout_backward(g, gdx, dy.to(dev()), gmask, p);
+    CHECK(max_rel_diff(gdx, dx) <= 1e-6);
+  }
+  Tensor mask_a = Tensor::empty(shape, DType::u8, dev()), mask_b = Tensor::empty(shape, DType::u8, dev());
+  Tensor gy = Tensor::empty(shape, DType::f32, dev()), gx = x.to(dev());
+  ops::dropout_forward(g, gy, mask_a, gx, 0.5f, 1234, 77);
+  ops::dropout_forward(g, gy, mask_b, gx, 0.5f, 1234, 78);
+  CHECK_FALSE(bitwise_equal(mask_a, mask_b));  // another stream draws another mask
+}
+
+TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
+  struct Case { float momentum, dampening, wd; bool nesterov; };
+  for (Case k : {Case{0.f, 0.f, 0.f, false}, Case{0.9f, 0.f, 0.f, false}, Case{0.9f, 0.1f, 1e-4f, false},
+                 Case{0.9f, 0.f, 5e-4f, true}, Case{0.f, 0.f, 1e-2f, false}}) {
+    CAPTURE(k.momentum);
+    CAPTURE(k.nesterov);
+    ops::SgdParams p;
+    p.lr = 0.05f;
+    p.momentum = k.momentum;
+    p.dampening = k.dampening;
+    p.weight_decay = k.wd;
+    p.nesterov = k.nesterov;
+    Context c = cpu(), g = gpu();
+    const Shape shape{10007};
+    Tensor w = uniform(shape, 11), buf = Tensor::zeros(shape);
+    Tensor gw = w.to(dev()), gbuf = buf.to(dev());
+    for (int step = 0; step < 3; ++step) {
+      Tensor grad = uniform(shape, 20 + step);
+      ops::sgd_step(c, w, grad, buf, p, step == 0);
+      ops::sgd_step(g, gw, grad.to(dev()), gbuf, p, step == 0);
+    }
+    // Three steps of a few fused multiply-adds each: a few ulps apart at most.
+    CHECK(max_rel_diff(gw, w) <= 1e-5);
+    if (k.momentum != 0.f) CHECK(max_rel_diff(gbuf, buf) <= 1e-5);
+  }
+  ops::SgdParams bad;
+  bad.nesterov = true;  // no momentum: torch.optim.SGD refuses it, and so do both ops
+  Context g = gpu();
+  Tensor w = Tensor::zeros({4}, DType::f32, dev()), b = Tensor::zeros({4}, DType::f32, dev());
+  CHECK_THROWS_AS(ops::sgd_step(g, w, w, b, bad, true), Error);
+}

@@ -1,0 +1,147 @@
+// GPU tests of layer norm, softmax (with a broadcast bias), permute, roll, pad, channel concat
+// and index_select, forward and accumulating backward, against the CPU ops. The GPU side calls
+// dpx::cuda:: directly, so these run whether or not kernels/ops.cpp dispatches them to CUDA yet.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "kernels/cuda/cuda_ops.hpp"
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+TEST_CASE("cuda layer_norm forward and backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  uint64_t seed = 1;
+  for (Shape xs : {Shape{3, 49, 96}, Shape{5, 7}, Shape{1000, 37}, Shape{2, 1031}}) {
+    CAPTURE(shape_str(xs));
+    const int64_t D = xs.back(), rows = shape_numel(xs) / D;
+    Tensor x = uniform(xs, ++seed, 1.f, 3.f), gamma = uniform({D}, ++seed), beta = uniform({D}, ++seed);
+    Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
+    Tensor y = Tensor::empty(xs), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    Tensor gy = poisoned(xs), gmean = poisoned({rows}), grstd = poisoned({rows});
+    ops::layer_norm_forward(c, y, mean, rstd, x, gamma, beta, 1e-5f);
+    cuda::layer_norm_forward(g, gy, gmean, grstd, gx, ggamma, gbeta, 1e-5f);
+    CHECK(max_rel_diff(gmean, mean) <= 1e-6);
+    CHECK(max_rel_diff(grstd, rstd) <= 1e-5);
+    CHECK(max_rel_diff(gy, y) <= 1e-5);
+    Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({D}, ++seed), db0 = uniform({D}, ++seed);
+    Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
+    Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
+    ops::layer_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, rstd);
+    cuda::layer_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, grstd);
+    CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // per-row means of dy subtracted: norm-wise
+    CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
+    CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+    ops::layer_norm_backward(c, nullptr, nullptr, &db, dy, x, gamma, mean, rstd);
+    cuda::layer_norm_backward(g, nullptr, nullptr, &gdb, gdy, gx, ggamma, gmean, grstd);
+    CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+  }
+}
+
+TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, match the CPU") {
+  Context c = cpu(), g = gpu();
+  const Shape xs{6, 3, 49, 49};  // (windows * batch, heads, L, L)
+  Tensor x = uniform(xs, 20, -5.f, 5.f), bias = uniform({3, 49, 49}, 21, -2.f, 2.f);
+  Tensor gx = x.to(dev()), gbias = bias.to(dev());
+  for (bool with_bias : {false, true}) {
+    CAPTURE(with_bias);
+    Tensor y = Tensor::empty(xs), gy = poisoned(xs);
+    ops::softmax_forward(c, y, x, with_bias ? &bias : nullptr);
+    cuda::softmax_forward(g, gy, gx, with_bias ? &gbias : nullptr);
+    CHECK(max_rel_diff(gy, y) <= 1e-6);
+    Tensor dy = uniform(xs, 22), dx0 = uniform(xs, 23);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::softmax_backward(c, dx, dy, y);
+    cuda::softmax_backward(g, gdx, dy.to(dev()), gy);
+    CHECK(max_rel_diff(gdx, dx) <= 1e-5);
+  }
+  Tensor long_rows = uniform({3, 1000}, 24), y = Tensor::empty({3, 1000}), gy = poisoned({3, 1000});
+  ops::softmax_forward(c, y, long_rows, nullptr);
+  cuda::softmax_forward(g, gy, long_rows.to(dev()), nullptr);
+  CHECK(max_rel_diff(gy, y) <= 1e-6);
+}
+
+TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  Tensor x = uniform({2, 3, 5, 7, 4}, 30);
+  Tensor gx = x.to(dev());
+  for (std::vector<int> perm : {std::vector<int>{0, 2, 1, 3, 4}, {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4}, {1, 0, 3, 2, 4}}) {
+    Shape ps;
+    for (int d : perm) ps.push_back(x.size(d));
+    Tensor out = Tensor::empty(ps), gout = poisoned(ps);
+    ops::permute(c, out, x, perm);
+    cuda::permute(g, gout, gx, perm);
+    CHECK(bitwise_equal(gout, out));
+    Tensor dout = uniform(ps, 31), din0 = uniform(x.shape(), 32);
+    Tensor din = din0.clone(), gdin = din0.to(dev());
+    ops::permute_backward(c, din, dout, perm);
+    cuda::permute_backward(g, gdin, dout.to(dev()), perm);
+    CHECK(bitwise_equal(gdin, din));
+  }
+  Tensor m = uniform({3, 9, 11, 5}, 33), gm = m.to(dev());
+  for (auto [sh, sw] : {std::pair<int64_t, int64_t>{-3, -3}, {3, 3}, {0, 0}, {20, -13}}) {
+    CAPTURE(sh);
+    CAPTURE(sw);
+    Tensor out = Tensor::empty(m.shape()), gout = poisoned(m.shape());
+    ops::roll(c, out, m, sh, sw);
+    cuda::roll(g, gout, gm, sh, sw);
+    CHECK(bitwise_equal(gout, out));
+    Tensor dout = uniform(m.shape(), 34), din0 = uniform(m.shape(), 35);
+    Tensor din = din0.clone(), gdin = din0.to(dev());
+    ops::roll_backward(c, din, dout, sh, sw);
+    cuda::roll_backward(g, gdin, dout.to(dev()), sh, sw);
+    CHECK(bitwise_equal(gdin, din));
+  }
+  Tensor padded = Tensor::empty({3, 14, 14, 5}), gpadded = poisoned({3, 14, 14, 5});
+  ops::pad_hw(c, padded, m);
+  cuda::pad_hw(g, gpadded, gm);
+  CHECK(bitwise_equal(gpadded, padded));
+  Tensor dpad = uniform({3, 14, 14, 5}, 36), din0 = uniform(m.shape(), 37);
+  Tensor din = din0.clone(), gdin = din0.to(dev());
+  ops::pad_hw_backward(c, din, dpad);
+  cuda::pad_hw_backward(g, gdin, dpad.to(dev()));
+  CHECK(bitwise_equal(gdin, din));
+}
+
+TEST_CASE("cuda concat_channels and split_channels_backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  std::vector<Tensor> parts = {uniform({3, 5, 7, 7}, 40), uniform({3, 1, 7, 7}, 41), uniform({3, 12, 7, 7}, 42)};
+  std::vector<Tensor> gparts;
+  for (const Tensor& t : parts) gparts.push_back(t.to(dev()));
+  Tensor out = Tensor::empty({3, 18, 7, 7}), gout = poisoned({3, 18, 7, 7});
+  ops::concat_channels(c, out, parts);
+  cuda::concat_channels(g, gout, gparts);
+  CHECK(bitwise_equal(gout, out));
+  Tensor dout = uniform({3, 18, 7, 7}, 43);
+  std::vector<Tensor> d, gd;
+  for (const Tensor& t : parts) {
+    d.push_back(uniform(t.shape(), 44));
+    gd.push_back(d.back().to(dev()));
+  }
+  std::vector<Tensor*> dp, gdp;
+  for (size_t i = 0; i < d.size(); ++i) {
+    dp.push_back(&d[i]);
+    gdp.push_back(&gd[i]);
+  }
+  ops::split_channels_backward(c, dp, dout);
+  cuda::split_channels_backward(g, gdp, dout.to(dev()));
+  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+}
+
+TEST_CASE("cuda index_select and its backward (repeated rows) match the CPU bit for bit") {
+  Context c = cpu(), g = gpu();
+  const int64_t R = 169, D = 6, n = 2401;  // Swin's relative position table for 7x7 windows
+  Tensor table = uniform({R, D}, 50), index = labels(n, R, 51);
+  Tensor gtable = table.to(dev()), gindex = index.to(dev());
+  Tensor out = Tensor::empty({n, D}), gout = poisoned({n, D});
+  ops::index_select(c, out, table, index);
+  cuda::index_select(g, gout, gtable, gindex);
+  CHECK(bitwise_equal(gout, out));
+  Tensor dout = uniform({n, D}, 52), dt0 = uniform({R, D}, 53);
+  Tensor dt = dt0.clone(), gdt = dt0.to(dev());
+  ops::index_select_backward(c, dt, dout, index);
+  cuda::index_select_backward(g, gdt, dout.to(dev()), gindex);
+  CHECK(bitwise_equal(gdt, dt));  // the same additions in the same (index) order
+}

@@ -1,0 +1,99 @@
+// GPU tests of the cuBLAS matrix products against the CPU ops and a float64 reference: linear
+// forward/backward (accumulating, null gradients) and batched matmul with every transpose.
+// Norm-wise errors (see gpu_test_util.hpp); a 1e-5 bound also proves that no TF32 was used.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+namespace {
+
+// y = x W^T + b in float64 on the host.
+Tensor linear_reference(const Tensor& x, const Tensor& w, const Tensor* b) {
+  int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  std::vector<float> y(static_cast<size_t>(n * out));
+  const float *px = x.data<float>(), *pw = w.data<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b ? b->data<float>()[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) s += double(px[r * in + i]) * pw[o * in + i];
+      y[r * out + o] = static_cast<float>(s);
+    }
+  return Tensor::from({n, out}, y);
+}
+
+}  // namespace
+
+TEST_CASE("cuda linear_forward matches float64 and the CPU, with and without bias, no TF32") {
+  Context c = cpu(), g = gpu();
+  const int64_t n = 7, in = 1031, out = 33;
+  Tensor x = uniform({n, in}, 1), w = uniform({out, in}, 2), b = uniform({out}, 3);
+  for (bool with_bias : {true, false}) {
+    CAPTURE(with_bias);
+    const Tensor* bp = with_bias ? &b : nullptr;
+    Tensor gb = b.to(dev());
+    Tensor y = Tensor::empty({n, out}), gy = poisoned({n, out});
+    ops::linear_forward(c, y, x, w, bp);
+    ops::linear_forward(g, gy, x.to(dev()), w.to(dev()), with_bias ? &gb : nullptr);
+    CHECK(norm_rel_diff(gy, linear_reference(x, w, bp)) <= 1e-5);
+    CHECK(norm_rel_diff(gy, y) <= 1e-5);
+  }
+  // With TF32 allowed the result is still close (about 1e-3 at worst), just not fp32-exact.
+  Tensor gy = poisoned({n, out});
+  Context tf32 = gpu(true);
+  ops::linear_forward(tf32, gy, x.to(dev()), w.to(dev()), nullptr);
+  CHECK(norm_rel_diff(gy, linear_reference(x, w, nullptr)) <= 5e-3);
+}
+
+TEST_CASE("cuda linear_backward accumulates like the CPU, null gradients are skipped") {
+  Context c = cpu(), g = gpu();
+  const int64_t n = 13, in = 129, out = 37;
+  Tensor x = uniform({n, in}, 4), w = uniform({out, in}, 5), dy = uniform({n, out}, 6);
+  Tensor dx0 = uniform({n, in}, 7), dw0 = uniform({out, in}, 8), db0 = uniform({out}, 9);
+  Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();
+  Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev()), gdb = db0.to(dev());
+  Tensor gx = x.to(dev()), gw = w.to(dev()), gdy = dy.to(dev());
+  ops::linear_backward(c, &dx, &dw, &db, dy, x, w);
+  ops::linear_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw);
+  CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
+  CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
+  CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+  ops::linear_backward(c, nullptr, &dw, nullptr, dy, x, w);
+  ops::linear_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw);
+  CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
+  CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // untouched by the second call on both sides
+}
+
+TEST_CASE("cuda matmul: every transpose, batched, alpha and beta, matches the CPU") {
+  Context c = cpu(), g = gpu();
+  const int64_t M = 17, K = 33, N = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Shape sa = ta ? Shape{2, 3, K, M} : Shape{2, 3, M, K};
+      Shape sb = tb ? Shape{2, 3, N, K} : Shape{2, 3, K, N};
+      Tensor a = uniform(sa, 10), b = uniform(sb, 11), c0 = uniform({2, 3, M, N}, 12);
+      Tensor cc = c0.clone(), gc = c0.to(dev());
+      ops::matmul(c, cc, a, b, ta, tb, 0.7f, 0.3f);
+      ops::matmul(g, gc, a.to(dev()), b.to(dev()), ta, tb, 0.7f, 0.3f);
+      CHECK(norm_rel_diff(gc, cc) <= 1e-5);
+      // beta = 0 must ignore what c held (here NaN).
+      Tensor c2 = Tensor::empty({2, 3, M, N}), gc2 = poisoned({2, 3, M, N});
+      ops::matmul(c, c2, a, b, ta, tb, 1.f, 0.f);
+      ops::matmul(g, gc2, a.to(dev()), b.to(dev()), ta, tb, 1.f, 0.f);
+      CHECK(norm_rel_diff(gc2, c2) <= 1e-5);
+    }
+  // A single (unbatched) product and a mismatch error.
+  Tensor a = uniform({5, 3}, 13), b = uniform({3, 4}, 14);
+  Tensor cc = Tensor::empty({5, 4}), gc = poisoned({5, 4});
+  ops::matmul(c, cc, a, b, false, false, 1.f, 0.f);
+  ops::matmul(g, gc, a.to(dev()), b.to(dev()), false, false, 1.f, 0.f);
+  CHECK(norm_rel_diff(gc, cc) <= 1e-5);
+  Tensor bad = Tensor::empty({5, 5}, DType::f32, dev());
+  CHECK_THROWS_AS(ops::matmul(g, bad, a.to(dev()), b.to(dev()), false, false, 1.f, 0.f), Error);
+}

@@ -1,0 +1,100 @@
+// GPU tests of batch normalisation (training and eval forward, running statistics, backward with
+// accumulation and null gradients) and of the softmax cross-entropy (label smoothing, backward
+// scale) and count_correct, against the CPU ops on the same random inputs.
+#include <doctest/doctest.h>
+
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+TEST_CASE("cuda batch_norm training forward, eval forward and backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  uint64_t seed = 1;
+  for (Shape xs : {Shape{3, 5, 13, 13}, Shape{7, 5}, Shape{2, 3, 4, 5, 6}, Shape{64, 3, 31, 31}}) {
+    CAPTURE(shape_str(xs));
+    const int64_t C = xs[1];
+    // An offset mean makes the variance computation meet some cancellation.
+    Tensor x = uniform(xs, ++seed, 2.f, 5.f), gamma = uniform({C}, ++seed, 0.5f, 1.5f), beta = uniform({C}, ++seed);
+    Tensor rm = uniform({C}, ++seed), rv = uniform({C}, ++seed, 0.5f, 2.f);
+    Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
+    Tensor grm = rm.to(dev()), grv = rv.to(dev());
+    Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+    Tensor gy = poisoned(xs), gmean = poisoned({C}), ginvstd = poisoned({C});
+    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+    ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f);
+    CHECK(max_rel_diff(gmean, mean) <= 1e-5);
+    CHECK(max_rel_diff(ginvstd, invstd) <= 1e-5);
+    CHECK(max_rel_diff(grm, rm) <= 1e-5);
+    CHECK(max_rel_diff(grv, rv) <= 1e-5);
+    CHECK(max_rel_diff(gy, y) <= 1e-5);
+
+    Tensor ye = Tensor::empty(xs), gye = poisoned(xs);
+    ops::batch_norm_forward_eval(c, ye, x, gamma, beta, rm, rv, 1e-5f);
+    ops::batch_norm_forward_eval(g, gye, gx, ggamma, gbeta, grm, grv, 1e-5f);
+    CHECK(max_rel_diff(gye, ye) <= 1e-5);
+
+    Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({C}, ++seed), db0 = uniform({C}, ++seed);
+    Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
+    Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
+    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd);
+    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd);
+    // dx subtracts two per-channel means from dy: a long reduction, compared norm-wise.
+    CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
+    CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
+    CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd);
+    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd);
+    CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
+    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd);
+    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd);
+    CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
+  }
+  Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f),
+                       doctest::Contains("more than 1 value per channel"), Error);
+}
+
+TEST_CASE("cuda cross_entropy forward and backward match the CPU, with label smoothing") {
+  Context c = cpu(), g = gpu();
+  struct Case { int64_t n, classes; float smoothing, scale; };
+  uint64_t seed = 40;
+  for (Case k : {Case{3, 1000, 0.f, 1.f}, Case{37, 10, 0.1f, 0.5f}, Case{129, 7, 0.3f, 2.f}, Case{1, 1, 0.f, 1.f}}) {
+    CAPTURE(k.n);
+    CAPTURE(k.classes);
+    CAPTURE(k.smoothing);
+    Tensor logits = uniform({k.n, k.classes}, ++seed, -6.f, 6.f), lab = labels(k.n, k.classes, ++seed);
+    Tensor glogits = logits.to(dev()), glab = lab.to(dev());
+    Tensor loss = Tensor::empty({1}), probs = Tensor::empty({k.n, k.classes});
+    Tensor gloss = poisoned({1}), gprobs = poisoned({k.n, k.classes});
+    ops::cross_entropy_forward(c, loss, probs, logits, lab, k.smoothing);
+    ops::cross_entropy_forward(g, gloss, gprobs, glogits, glab, k.smoothing);
+    CHECK(max_rel_diff(gloss, loss) <= 1e-5);
+    CHECK(max_rel_diff(gprobs, probs) <= 1e-5);
+    Tensor d0 = uniform({k.n, k.classes}, ++seed);
+    Tensor d = d0.clone(), gd = d0.to(dev());
+    ops::cross_entropy_backward(c, d, probs, lab, k.smoothing, k.scale);
+    ops::cross_entropy_backward(g, gd, gprobs, glab, k.smoothing, k.scale);
+    CHECK(max_rel_diff(gd, d) <= 1e-5);
+  }
+}
+
+TEST_CASE("cuda count_correct matches the CPU, ties go to the first maximum") {
+  Context c = cpu(), g = gpu();
+  for (int64_t classes : {10, 1000, 1}) {
+    CAPTURE(classes);
+    const int64_t n = 1037;
+    Tensor logits = uniform({n, classes}, 60 + classes, -3.f, 3.f);
+    // Coarse values: many rows hold their maximum twice.
+    for (int64_t i = 0; i < logits.numel(); ++i)
+      logits.data<float>()[i] = static_cast<float>(static_cast<int>(logits.data<float>()[i]));
+    Tensor lab = labels(n, classes, 70 + classes);
+    int64_t want = ops::count_correct(c, logits, lab);
+    CHECK(ops::count_correct(g, logits.to(dev()), lab.to(dev())) == want);
+  }
+  Tensor tie = Tensor::from({2, 3}, {1, 5, 5, 2, 2, 0});
+  Tensor lab = Tensor::empty({2}, DType::i64);
+  lab.data<int64_t>()[0] = 1;  // first of the two 5s
+  lab.data<int64_t>()[1] = 1;  // second of the two 2s: wrong
+  CHECK(ops::count_correct(g, tie.to(dev()), lab.to(dev())) == 1);
+}

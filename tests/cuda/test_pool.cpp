@@ -1,0 +1,112 @@
+// GPU tests of the pooling kernels against the CPU ops: max pooling (values and arg-max exactly
+// equal, ties included), average pooling (count_include_pad, ceil_mode, padding) and adaptive
+// average pooling (uneven bins, upsampling), forward and accumulating backward.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "tests/cuda/gpu_test_util.hpp"
+
+using namespace dpx;
+using namespace dpx::gpu_test;
+
+namespace {
+
+ops::Pool2dParams pool(int kh, int kw, int sh, int sw, int ph, int pw, bool ceil_mode, bool include_pad = true) {
+  ops::Pool2dParams p;
+  p.kernel_h = kh;
+  p.kernel_w = kw;
+  p.stride_h = sh;
+  p.stride_w = sw;
+  p.pad_h = ph;
+  p.pad_w = pw;
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = include_pad;
+  return p;
+}
+
+std::vector<ops::Pool2dParams> windows() {
+  return {pool(3, 3, 2, 2, 1, 1, false),  pool(3, 3, 2, 2, 1, 1, true),  pool(2, 2, 2, 2, 0, 0, true),
+          pool(3, 3, 1, 1, 0, 0, false),  pool(3, 2, 2, 1, 1, 0, true),  pool(5, 5, 3, 3, 2, 2, true),
+          pool(3, 3, 2, 2, 1, 1, true, false), pool(2, 3, 3, 2, 1, 1, false, false)};
+}
+
+Shape pooled(const Shape& x, const ops::Pool2dParams& p) {
+  return {x[0], x[1], ops::conv_out_size(x[2], p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode),
+          ops::conv_out_size(x[3], p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode)};
+}
+
+}  // namespace
+
+TEST_CASE("cuda max_pool2d: values and arg-max equal the CPU's, backward accumulates") {
+  Context c = cpu(), g = gpu();
+  const Shape xs{3, 5, 13, 13};
+  // Values on a coarse grid produce many ties: the first maximum must win on both devices.
+  Tensor x = uniform(xs, 1, -4.f, 4.f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(static_cast<int>(x.data<float>()[i]));
+  uint64_t seed = 10;
+  for (const auto& p : windows()) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.stride_h);
+    CAPTURE(p.pad_h);
+    CAPTURE(p.ceil_mode);
+    Shape ys = pooled(xs, p);
+    Tensor y = Tensor::empty(ys), am = Tensor::empty(ys, DType::i32);
+    Tensor gy = poisoned(ys), gam = Tensor::empty(ys, DType::i32, dev());
+    ops::max_pool2d_forward(c, y, am, x, p);
+    ops::max_pool2d_forward(g, gy, gam, x.to(dev()), p);
+    CHECK(bitwise_equal(gy, y));
+    CHECK(bitwise_equal(gam, am));
+    Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::max_pool2d_backward(c, dx, dy, am);
+    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam);
+    CHECK(max_rel_diff(gdx, dx) <= 1e-5);
+  }
+}
+
+TEST_CASE("cuda avg_pool2d forward and backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  const Shape xs{3, 5, 13, 13};
+  Tensor x = uniform(xs, 2);
+  uint64_t seed = 30;
+  for (const auto& p : windows()) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.stride_h);
+    CAPTURE(p.pad_h);
+    CAPTURE(p.ceil_mode);
+    CAPTURE(p.count_include_pad);
+    Shape ys = pooled(xs, p);
+    Tensor y = Tensor::empty(ys), gy = poisoned(ys);
+    ops::avg_pool2d_forward(c, y, x, p);
+    ops::avg_pool2d_forward(g, gy, x.to(dev()), p);
+    CHECK(max_rel_diff(gy, y) <= 1e-5);
+    Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::avg_pool2d_backward(c, dx, dy, p);
+    ops::avg_pool2d_backward(g, gdx, dy.to(dev()), p);
+    CHECK(max_rel_diff(gdx, dx) <= 1e-5);
+  }
+}
+
+TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the CPU") {
+  Context c = cpu(), g = gpu();
+  struct Sizes { int64_t h, w, oh, ow; };
+  uint64_t seed = 50;
+  for (Sizes s : {Sizes{13, 13, 5, 3}, Sizes{13, 13, 1, 1}, Sizes{7, 7, 7, 7}, Sizes{3, 3, 5, 5}, Sizes{13, 11, 6, 4}}) {
+    CAPTURE(s.h);
+    CAPTURE(s.oh);
+    CAPTURE(s.ow);
+    Shape xs{3, 5, s.h, s.w}, ys{3, 5, s.oh, s.ow};
+    Tensor x = uniform(xs, ++seed);
+    Tensor y = Tensor::empty(ys), gy = poisoned(ys);
+    ops::adaptive_avg_pool2d_forward(c, y, x);
+    ops::adaptive_avg_pool2d_forward(g, gy, x.to(dev()));
+    CHECK(max_rel_diff(gy, y) <= 1e-5);
+    Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::adaptive_avg_pool2d_backward(c, dx, dy);
+    ops::adaptive_avg_pool2d_backward(g, gdx, dy.to(dev()));
+    CHECK(max_rel_diff(gdx, dx) <= 1e-5);
+  }
+}
