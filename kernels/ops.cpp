@@ -18,9 +18,11 @@ void check_devices(const Context& ctx, const char* op, std::initializer_list<con
       fail(op, ": a tensor on ", t->device().str(), " was passed to an op running on ",
            ctx.device.str(), "; move it with Tensor::to first");
 }
+#ifndef DPX_WITH_CUDA
 [[noreturn]] void not_built(const char* op) {
   fail("not implemented on CUDA: ", op, " (this dpx was built without CUDA)");
 }
+#endif
 }  // namespace
 
 #ifdef DPX_WITH_CUDA
@@ -159,6 +161,128 @@ void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, flo
 void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
   check_devices(ctx, "dropout_backward", {&dx, &dy, &mask});
   DPX_DISPATCH(dropout_backward, dx, dy, mask, p);
+}
+
+void sigmoid_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  check_devices(ctx, "sigmoid_forward", {&y, &x});
+  DPX_DISPATCH(sigmoid_forward, y, x);
+}
+
+void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  check_devices(ctx, "sigmoid_backward", {&dx, &dy, &y});
+  DPX_DISPATCH(sigmoid_backward, dx, dy, y);
+}
+
+void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  check_devices(ctx, "silu_forward", {&y, &x});
+  DPX_DISPATCH(silu_forward, y, x);
+}
+
+void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_devices(ctx, "silu_backward", {&dx, &dy, &x});
+  DPX_DISPATCH(silu_backward, dx, dy, x);
+}
+
+void gelu_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  check_devices(ctx, "gelu_forward", {&y, &x});
+  DPX_DISPATCH(gelu_forward, y, x);
+}
+
+void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
+  check_devices(ctx, "gelu_backward", {&dx, &dy, &x});
+  DPX_DISPATCH(gelu_backward, dx, dy, x);
+}
+
+void add_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  check_devices(ctx, "add_broadcast", {&out, &a, &b});
+  DPX_DISPATCH(add_broadcast, out, a, b);
+}
+
+void add_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy) {
+  check_devices(ctx, "add_broadcast_backward", {da, db, &dy});
+  DPX_DISPATCH(add_broadcast_backward, da, db, dy);
+}
+
+void mul_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  check_devices(ctx, "mul_broadcast", {&out, &a, &b});
+  DPX_DISPATCH(mul_broadcast, out, a, b);
+}
+
+void mul_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a, const Tensor& b) {
+  check_devices(ctx, "mul_broadcast_backward", {da, db, &dy, &a, &b});
+  DPX_DISPATCH(mul_broadcast_backward, da, db, dy, a, b);
+}
+
+void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
+  check_devices(ctx, "layer_norm_forward", {&y, &mean, &rstd, &x, &gamma, &beta});
+  DPX_DISPATCH(layer_norm_forward, y, mean, rstd, x, gamma, beta, eps);
+}
+
+void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
+  check_devices(ctx, "layer_norm_backward", {dx, dgamma, dbeta, &dy, &x, &gamma, &mean, &rstd});
+  DPX_DISPATCH(layer_norm_backward, dx, dgamma, dbeta, dy, x, gamma, mean, rstd);
+}
+
+void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bias) {
+  check_devices(ctx, "softmax_forward", {&y, &x, bias});
+  DPX_DISPATCH(softmax_forward, y, x, bias);
+}
+
+void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  check_devices(ctx, "softmax_backward", {&dx, &dy, &y});
+  DPX_DISPATCH(softmax_backward, dx, dy, y);
+}
+
+void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
+  check_devices(ctx, "permute", {&out, &in});
+  DPX_DISPATCH(permute, out, in, perm);
+}
+
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+  check_devices(ctx, "permute_backward", {&din, &dout});
+  DPX_DISPATCH(permute_backward, din, dout, perm);
+}
+
+void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w) {
+  check_devices(ctx, "roll", {&out, &in});
+  DPX_DISPATCH(roll, out, in, shift_h, shift_w);
+}
+
+void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w) {
+  check_devices(ctx, "roll_backward", {&din, &dout});
+  DPX_DISPATCH(roll_backward, din, dout, shift_h, shift_w);
+}
+
+void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
+  check_devices(ctx, "pad_hw", {&out, &in});
+  DPX_DISPATCH(pad_hw, out, in);
+}
+
+void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
+  check_devices(ctx, "pad_hw_backward", {&din, &dout});
+  DPX_DISPATCH(pad_hw_backward, din, dout);
+}
+
+void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& index) {
+  check_devices(ctx, "index_select", {&out, &table, &index});
+  DPX_DISPATCH(index_select, out, table, index);
+}
+
+void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& index) {
+  check_devices(ctx, "index_select_backward", {&dtable, &dout, &index});
+  DPX_DISPATCH(index_select_backward, dtable, dout, index);
+}
+
+void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& inputs) {
+  check_devices(ctx, "concat_channels", {&out});
+  for (const Tensor& t : inputs) check_devices(ctx, "concat_channels", {&t});
+  DPX_DISPATCH(concat_channels, out, inputs);
+}
+
+void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, const Tensor& dout) {
+  check_devices(ctx, "split_channels_backward", {&dout});
+  for (const Tensor* t : dinputs) check_devices(ctx, "split_channels_backward", {t});
+  DPX_DISPATCH(split_channels_backward, dinputs, dout);
 }
 
 void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tensor& logits, const Tensor& labels, float label_smoothing) {

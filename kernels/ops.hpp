@@ -8,6 +8,7 @@
 // A gradient pointer may be null when that gradient is not needed. CPU kernels compute in f32.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/context.hpp"
 #include "core/tensor.hpp"
@@ -81,6 +82,73 @@ void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y);
 void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p,
                      uint64_t seed, uint64_t stream);
 void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p);
+
+// Smooth activations (torch.nn.Sigmoid, SiLU, and GELU in its exact erf form, GELU's default).
+void sigmoid_forward(Context& ctx, Tensor& y, const Tensor& x);
+void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y);  // uses output
+void silu_forward(Context& ctx, Tensor& y, const Tensor& x);                        // x * sigmoid(x)
+void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x);
+void gelu_forward(Context& ctx, Tensor& y, const Tensor& x);  // x/2 * (1 + erf(x / sqrt 2))
+void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x);
+
+// ---- broadcasting elementwise -------------------------------------------------------------
+// out = a + b and out = a * b, where a and b each broadcast to out: the same number of
+// dimensions (at most 6), each equal to out's or 1 (numpy's rule without implicit leading
+// dimensions: view first). Squeeze-excitation scales x (N, C, H, W) by s (N, C, 1, 1),
+// stochastic depth by a per-sample (N, 1, 1, 1), Swin adds a position bias (1, heads, L, L)
+// to a window mask (nW, 1, L, L).
+void add_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
+// da += dy summed over the dimensions a was broadcast along; likewise db.
+void add_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy);
+void mul_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
+// da += dy * b summed over a's broadcast dimensions; db += dy * a over b's.
+void mul_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                            const Tensor& b);
+
+// ---- normalisation over the last dimension, softmax ---------------------------------------
+// torch.nn.LayerNorm(D): each row of x (..., D) becomes (x - mean) * rstd * gamma + beta, with
+// rstd = 1 / sqrt(biased variance + eps). mean and rstd (rows = numel / D) are saved for backward.
+void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                        const Tensor& gamma, const Tensor& beta, float eps);
+// With xhat = (x - mean) * rstd and g = dy * gamma, per row: dx (..., D) += rstd * (g - mean(g)
+// - xhat * mean(g * xhat));  dgamma (D) += sum over rows of dy * xhat;  dbeta (D) += sum of dy.
+void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                         const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd);
+// y = softmax(x + bias) over the last dimension of x (..., L). bias, when given, has the shape
+// of x's trailing dimensions and is added at every leading index: attention scores
+// (B, heads, L, L) plus a position bias (heads, L, L).
+void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bias);
+// dx += y * (dy - sum(dy * y)) along each row; also the gradient of the bias before its sum
+// over the leading dimensions (add_broadcast_backward takes that sum).
+void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y);
+
+// ---- layout: permute, roll, pad, concatenate, gather --------------------------------------
+// out = in.permute(perm) made contiguous, for at most 6 dimensions; out has in's dimensions
+// in the order perm gives (torch.permute). Window partitions and attention heads use it.
+void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm);
+// din += dout permuted back: dout has the permuted shape, din the original one.
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm);
+// torch.roll(in, (shift_h, shift_w), dims=(1, 2)) for in and out (A, H, W, B): channels-last
+// maps as Swin uses, or NCHW viewed as (N*C, H, W, 1). Shifts may be negative or exceed H, W.
+void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w);
+// din += dout rolled back by (-shift_h, -shift_w).
+void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w);
+// out (A, H2, W2, B) = in (A, H, W, B) with zeros below and to the right (H2 >= H, W2 >= W),
+// as F.pad(in, (0, 0, 0, W2 - W, 0, H2 - H)) on channels-last maps.
+void pad_hw(Context& ctx, Tensor& out, const Tensor& in);
+// din (A, H, W, B) += dout (A, H2, W2, B)[:, :H, :W]: pad_hw's backward, and also a crop.
+void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout);
+// out (N, C1 + C2 + ..., ...) = the inputs (N, Ci, ...) side by side along dimension 1
+// (torch.cat(inputs, 1), as DenseNet joins feature maps); trailing dimensions must agree.
+void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& inputs);
+// dinputs[i] (N, Ci, ...) += dout's channels for input i. Every entry must be given: its
+// shape says which channels are its.
+void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, const Tensor& dout);
+// out (n, D) = rows index (n, i64, each in [0, R)) of table (R, D): torch.index_select(table,
+// 0, index), as Swin reads its relative position bias table.
+void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& index);
+// dtable (R, D) += dout (n, D) scattered to the rows index names (repeats add up).
+void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& index);
 
 // ---- loss ---------------------------------------------------------------------------------
 // Softmax cross-entropy, mean over the batch. logits (N, C) f32, labels (N) i64 in [0, C).

@@ -7,5 +7,7 @@
 namespace dpx::zoo {
 
 void add_small_models(std::vector<ModelInfo>& out);  // mlp, lenet5
+void add_swin_models(std::vector<ModelInfo>& out);          // swin_t, swin_s, swin_b
+void add_efficientnet_models(std::vector<ModelInfo>& out);  // efficientnet_b0
 
 }  // namespace dpx::zoo

@@ -10,6 +10,8 @@ const std::vector<ModelInfo>& registry() {
   static const std::vector<ModelInfo> models = [] {
     std::vector<ModelInfo> all;
     add_small_models(all);
+    add_swin_models(all);
+    add_efficientnet_models(all);
     return all;
   }();
   return models;

@@ -1,0 +1,190 @@
+// CPU broadcasting elementwise ops: out = a + b, out = a * b, and their backward (sums over the
+// broadcast dimensions). Every output or gradient element is computed by one thread, summing in
+// a fixed order in double, so results do not depend on the thread count.
+#include <algorithm>
+#include <initializer_list>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kMaxDims = 6;
+constexpr int kMaxOperands = 3;
+
+// out's dimensions of size > 1, adjacent ones merged where every operand is either full along
+// both or broadcast along both; stride[k][d] is operand k's element stride (0 if broadcast).
+struct Layout {
+  int dims = 0, operands = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxOperands][kMaxDims] = {};
+  bool full[kMaxOperands][kMaxDims] = {};
+  int64_t numel = 1;
+};
+
+// Throws unless t has out's rank (at most kMaxDims) and each dimension equals out's or is 1.
+void check_broadcasts(const char* op, const char* name, const Tensor& t, const char* out_name,
+                      const Shape& out) {
+  require_f32(op, name, t);
+  bool ok = t.dim() == static_cast<int>(out.size()) && t.dim() <= kMaxDims;
+  for (int d = 0; ok && d < t.dim(); ++d) ok = t.size(d) == out[d] || t.size(d) == 1;
+  if (!ok)
+    fail(op, ": ", name, " ", shape_str(t.shape()), " does not broadcast to ", out_name, " ", shape_str(out),
+         ": it needs the same number of dimensions (at most ", kMaxDims, "), each equal to ", out_name,
+         "'s or 1");
+}
+
+Layout make_layout(const Shape& out, std::initializer_list<const Shape*> operands) {
+  Layout L;
+  L.operands = static_cast<int>(operands.size());
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    bool full[kMaxOperands];
+    int k = 0;
+    for (const Shape* s : operands) full[k++] = (*s)[d] == out[d];
+    bool merge = L.dims > 0;
+    for (k = 0; merge && k < L.operands; ++k) merge = full[k] == L.full[k][L.dims - 1];
+    if (merge) {
+      L.size[L.dims - 1] *= out[d];
+    } else {
+      L.size[L.dims] = out[d];
+      for (k = 0; k < L.operands; ++k) L.full[k][L.dims] = full[k];
+      ++L.dims;
+    }
+    L.numel *= out[d];
+  }
+  if (L.dims == 0) {  // a single element: one dimension of size 1, full for everyone
+    L.dims = 1;
+    L.size[0] = 1;
+    for (int k = 0; k < L.operands; ++k) L.full[k][0] = true;
+  }
+  for (int k = 0; k < L.operands; ++k) {
+    int64_t s = 1;
+    for (int d = L.dims - 1; d >= 0; --d) {
+      L.stride[k][d] = L.full[k][d] ? s : 0;
+      if (L.full[k][d]) s *= L.size[d];
+    }
+  }
+  return L;
+}
+
+// Offsets of every operand at the row-major index `i` over the dimensions listed in `dims`.
+void add_offsets(const Layout& L, const int* dims, int count, int64_t i, int64_t* off) {
+  for (int c = count - 1; c >= 0; --c) {
+    const int d = dims[c];
+    const int64_t coord = i % L.size[d];
+    i /= L.size[d];
+    for (int k = 0; k < L.operands; ++k) off[k] += coord * L.stride[k][d];
+  }
+}
+
+// out = f(a, b) elementwise with broadcasting: rows of out's last merged dimension.
+template <class F>
+void broadcast_binary(const Context& ctx, const char* op, Tensor& out, const Tensor& a, const Tensor& b,
+                      F f) {
+  require_f32(op, "out", out);
+  check_broadcasts(op, "a", a, "out", out.shape());
+  check_broadcasts(op, "b", b, "out", out.shape());
+  const Layout L = make_layout(out.shape(), {&out.shape(), &a.shape(), &b.shape()});
+  if (L.numel == 0) return;
+  int outer_dims[kMaxDims];
+  for (int d = 0; d + 1 < L.dims; ++d) outer_dims[d] = d;
+  const int64_t inner = L.size[L.dims - 1], rows = L.numel / inner;
+  const int64_t sa = L.stride[1][L.dims - 1], sb = L.stride[2][L.dims - 1];
+  float* outp = out.data<float>();
+  const float *ap = a.data<float>(), *bp = b.data<float>();
+  int nt = threads_for(ctx, L.numel);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off[kMaxOperands] = {};
+    add_offsets(L, outer_dims, L.dims - 1, r, off);
+    float* o = outp + off[0];
+    const float *x = ap + off[1], *y = bp + off[2];
+    for (int64_t i = 0; i < inner; ++i) o[i] = f(x[i * sa], y[i * sb]);
+  }
+}
+
+// dt += dy (times `other`, when given) summed over the dimensions t was broadcast along.
+// Each element of t is one task: its kept coordinates, then a loop over the reduced ones.
+void reduce_to(const Context& ctx, Tensor& dt, const Tensor& dy, const Tensor* other) {
+  if (dy.numel() == 0 || dt.numel() == 0) return;  // an empty sum adds nothing
+  const Shape& out = dy.shape();
+  const Layout L =
+      other ? make_layout(out, {&out, &dt.shape(), &other->shape()}) : make_layout(out, {&out, &dt.shape()});
+  int kept[kMaxDims], reduced[kMaxDims], nk = 0, nr = 0;
+  for (int d = 0; d < L.dims; ++d) (L.full[1][d] ? kept[nk++] : reduced[nr++]) = d;
+  float* tp = dt.data<float>();
+  const float* dyp = dy.data<float>();
+  const float* wp = other ? other->data<float>() : nullptr;
+  const int64_t targets = dt.numel();
+  // The innermost reduced dimension is the loop the work happens in.
+  const int last = nr > 0 ? reduced[nr - 1] : -1;
+  const int64_t inner = last >= 0 ? L.size[last] : 1;
+  const int64_t s_dy = last >= 0 ? L.stride[0][last] : 0;
+  const int64_t s_o = last >= 0 && other ? L.stride[2][last] : 0;
+  const int64_t outer = L.numel / (targets * inner);
+  int nt = threads_for(ctx, L.numel);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t j = 0; j < targets; ++j) {
+    int64_t base[kMaxOperands] = {};
+    add_offsets(L, kept, nk, j, base);
+    double sum = 0;
+    for (int64_t r = 0; r < outer; ++r) {
+      int64_t off[kMaxOperands] = {base[0], base[1], base[2]};
+      add_offsets(L, reduced, nr - 1, r, off);
+      const float* g = dyp + off[0];
+      if (wp) {
+        const float* w = wp + off[2];
+        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(g[i * s_dy]) * w[i * s_o];
+      } else {
+        for (int64_t i = 0; i < inner; ++i) sum += g[i * s_dy];
+      }
+    }
+    tp[j] += static_cast<float>(sum);
+  }
+}
+
+}  // namespace
+
+void add_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  broadcast_binary(ctx, "add_broadcast", out, a, b, [](float x, float y) { return x + y; });
+}
+
+void mul_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  broadcast_binary(ctx, "mul_broadcast", out, a, b, [](float x, float y) { return x * y; });
+}
+
+void add_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy) {
+  const char* op = "add_broadcast_backward";
+  require_f32(op, "dy", dy);
+  if (dy.dim() > kMaxDims)
+    fail(op, ": dy ", shape_str(dy.shape()), " has more than ", kMaxDims, " dimensions");
+  if (da) check_broadcasts(op, "da", *da, "dy", dy.shape());
+  if (db) check_broadcasts(op, "db", *db, "dy", dy.shape());
+  if (da) reduce_to(ctx, *da, dy, nullptr);
+  if (db) reduce_to(ctx, *db, dy, nullptr);
+}
+
+void mul_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                            const Tensor& b) {
+  const char* op = "mul_broadcast_backward";
+  require_f32(op, "dy", dy);
+  check_broadcasts(op, "a", a, "dy", dy.shape());
+  check_broadcasts(op, "b", b, "dy", dy.shape());
+  if (da) {
+    check_broadcasts(op, "da", *da, "dy", dy.shape());
+    require_shape(op, "da", *da, a.shape());
+  }
+  if (db) {
+    check_broadcasts(op, "db", *db, "dy", dy.shape());
+    require_shape(op, "db", *db, b.shape());
+  }
+  if (da) reduce_to(ctx, *da, dy, &b);
+  if (db) reduce_to(ctx, *db, dy, &a);
+}
+
+}  // namespace dpx::cpu

@@ -1,0 +1,211 @@
+// CPU layout copies and their backward: permute (up to 6 dimensions), roll over H and W, and
+// zero padding at the bottom and right of (A, H, W, B) maps. Each output element is written
+// by exactly one thread (the maps are one-to-one), so results do not depend on threads.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kMaxDims = 6;
+
+// out's dimensions (size > 1) with the input stride each one walks, merged where consecutive
+// out dimensions are also consecutive in memory in the input (a kept last dim copies in runs).
+struct PermutePlan {
+  int dims = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t in_stride[kMaxDims] = {};
+  int64_t numel = 1;
+};
+
+std::string perm_str(const std::vector<int>& perm) {
+  std::string s = "(";
+  for (size_t i = 0; i < perm.size(); ++i) s += (i ? ", " : "") + std::to_string(perm[i]);
+  return s + ")";
+}
+
+// Checks perm and the permuted shape; `in_shape` is the unpermuted one, `out_shape` the other.
+PermutePlan permute_plan(const char* op, const char* in_name, const Shape& in_shape, const char* out_name,
+                         const Shape& out_shape, const std::vector<int>& perm) {
+  const int d = static_cast<int>(in_shape.size());
+  std::vector<bool> seen(static_cast<size_t>(std::max(d, 0)), false);
+  bool ok = static_cast<int>(perm.size()) == d && d <= kMaxDims;
+  for (int k = 0; ok && k < d; ++k) {
+    ok = perm[k] >= 0 && perm[k] < d && !seen[perm[k]];
+    if (ok) seen[perm[k]] = true;
+  }
+  if (!ok)
+    fail(op, ": ", perm_str(perm), " is not a permutation of the ", d, " dimensions of ", in_name, " ",
+         shape_str(in_shape), " (at most ", kMaxDims, " dimensions)");
+  Shape want(static_cast<size_t>(d));
+  for (int k = 0; k < d; ++k) want[k] = in_shape[perm[k]];
+  if (out_shape != want)
+    fail(op, ": ", out_name, " has shape ", shape_str(out_shape), ", but ", in_name, " ", shape_str(in_shape),
+         " permuted by ", perm_str(perm), " is ", shape_str(want));
+  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
+  for (int k = d - 2; k >= 0; --k) stride[k] = stride[k + 1] * in_shape[k + 1];
+  PermutePlan p;
+  for (int k = 0; k < d; ++k) {
+    const int64_t n = want[k], s = stride[perm[k]];
+    p.numel *= n;
+    if (n == 1) continue;
+    if (p.dims > 0 && p.in_stride[p.dims - 1] == s * n) {
+      p.size[p.dims - 1] *= n;
+      p.in_stride[p.dims - 1] = s;
+    } else {
+      p.size[p.dims] = n;
+      p.in_stride[p.dims] = s;
+      ++p.dims;
+    }
+  }
+  if (p.dims == 0) {
+    p.dims = 1;
+    p.size[0] = 1;
+    p.in_stride[0] = 1;
+  }
+  return p;
+}
+
+// Calls f(out_offset, in_offset, inner, in_step) for each row of the permuted layout.
+template <class F>
+void for_each_row(const Context& ctx, const PermutePlan& p, F f) {
+  if (p.numel == 0) return;
+  const int64_t inner = p.size[p.dims - 1], rows = p.numel / inner;
+  const int64_t step = p.in_stride[p.dims - 1];
+  int nt = threads_for(ctx, p.numel);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t in_off = 0, i = r;
+    for (int k = p.dims - 2; k >= 0; --k) {
+      in_off += (i % p.size[k]) * p.in_stride[k];
+      i /= p.size[k];
+    }
+    f(r * inner, in_off, inner, step);
+  }
+}
+
+struct MapShape {
+  int64_t A, H, W, B;
+};
+
+MapShape map_shape(const char* op, const char* name, const Tensor& t) {
+  require_f32(op, name, t);
+  require_dim(op, name, t, 4);
+  return {t.size(0), t.size(1), t.size(2), t.size(3)};
+}
+
+int64_t wrap(int64_t shift, int64_t n) { return n > 0 ? ((shift % n) + n) % n : 0; }
+
+}  // namespace
+
+void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
+  const char* op = "permute";
+  require_f32(op, "in", in);
+  require_f32(op, "out", out);
+  const PermutePlan p = permute_plan(op, "in", in.shape(), "out", out.shape(), perm);
+  float* o = out.data<float>();
+  const float* x = in.data<float>();
+  for_each_row(ctx, p, [&](int64_t oo, int64_t io, int64_t n, int64_t step) {
+    for (int64_t i = 0; i < n; ++i) o[oo + i] = x[io + i * step];
+  });
+}
+
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+  const char* op = "permute_backward";
+  require_f32(op, "din", din);
+  require_f32(op, "dout", dout);
+  const PermutePlan p = permute_plan(op, "din", din.shape(), "dout", dout.shape(), perm);
+  float* g = din.data<float>();
+  const float* d = dout.data<float>();
+  for_each_row(ctx, p, [&](int64_t oo, int64_t io, int64_t n, int64_t step) {
+    for (int64_t i = 0; i < n; ++i) g[io + i * step] += d[oo + i];
+  });
+}
+
+// out[a, h, w] = in[a, (h - sh) mod H, (w - sw) mod W]: per row h, two contiguous runs of w.
+void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w) {
+  const char* op = "roll";
+  const MapShape s = map_shape(op, "in", in);
+  require_f32(op, "out", out);
+  require_shape(op, "out", out, in.shape());
+  const int64_t sh = wrap(shift_h, s.H), sw = wrap(shift_w, s.W), row = s.W * s.B;
+  const float* x = in.data<float>();
+  float* o = out.data<float>();
+  int nt = threads_for(ctx, in.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t ah = 0; ah < s.A * s.H; ++ah) {
+    const int64_t a = ah / s.H, h = ah % s.H;
+    const float* src = x + (a * s.H + (h - sh + s.H) % s.H) * row;
+    float* dst = o + ah * row;
+    // Columns [0, sw) come from [W - sw, W), columns [sw, W) from [0, W - sw).
+    std::copy(src + (s.W - sw) * s.B, src + row, dst);
+    std::copy(src, src + (s.W - sw) * s.B, dst + sw * s.B);
+  }
+}
+
+// din[a, h, w] += dout[a, (h + sh) mod H, (w + sw) mod W].
+void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w) {
+  const char* op = "roll_backward";
+  const MapShape s = map_shape(op, "dout", dout);
+  require_f32(op, "din", din);
+  require_shape(op, "din", din, dout.shape());
+  const int64_t sh = wrap(shift_h, s.H), sw = wrap(shift_w, s.W), row = s.W * s.B;
+  const float* d = dout.data<float>();
+  float* g = din.data<float>();
+  int nt = threads_for(ctx, dout.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t ah = 0; ah < s.A * s.H; ++ah) {
+    const int64_t a = ah / s.H, h = ah % s.H;
+    const float* src = d + (a * s.H + (h + sh) % s.H) * row;
+    float* dst = g + ah * row;
+    const int64_t head = (s.W - sw) * s.B;  // din columns [0, W - sw) read dout [sw, W)
+    for (int64_t i = 0; i < head; ++i) dst[i] += src[sw * s.B + i];
+    for (int64_t i = head; i < row; ++i) dst[i] += src[i - head];
+  }
+}
+
+void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
+  const char* op = "pad_hw";
+  const MapShape s = map_shape(op, "in", in), t = map_shape(op, "out", out);
+  if (t.A != s.A || t.B != s.B || t.H < s.H || t.W < s.W)
+    fail(op, ": out ", shape_str(out.shape()), " must be in ", shape_str(in.shape()),
+         " padded along dimensions 1 and 2 only");
+  const float* x = in.data<float>();
+  float* o = out.data<float>();
+  int nt = threads_for(ctx, out.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t ah = 0; ah < t.A * t.H; ++ah) {
+    const int64_t a = ah / t.H, h = ah % t.H;
+    float* dst = o + ah * t.W * t.B;
+    const int64_t copied = h < s.H ? s.W * s.B : 0;
+    if (copied) std::copy(x + (a * s.H + h) * copied, x + (a * s.H + h + 1) * copied, dst);
+    std::fill(dst + copied, dst + t.W * t.B, 0.f);
+  }
+}
+
+void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
+  const char* op = "pad_hw_backward";
+  const MapShape s = map_shape(op, "din", din), t = map_shape(op, "dout", dout);
+  if (t.A != s.A || t.B != s.B || t.H < s.H || t.W < s.W)
+    fail(op, ": dout ", shape_str(dout.shape()), " must be din ", shape_str(din.shape()),
+         " padded along dimensions 1 and 2 only");
+  const float* d = dout.data<float>();
+  float* g = din.data<float>();
+  const int64_t row = s.W * s.B;
+  int nt = threads_for(ctx, din.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t ah = 0; ah < s.A * s.H; ++ah) {
+    const int64_t a = ah / s.H, h = ah % s.H;
+    const float* src = d + (a * t.H + h) * t.W * t.B;
+    float* dst = g + ah * row;
+    for (int64_t i = 0; i < row; ++i) dst[i] += src[i];
+  }
+}
+
+}  // namespace dpx::cpu

@@ -1,0 +1,84 @@
+// CPU softmax over the last dimension, with an optional additive bias broadcast over the leading
+// dimensions (attention scores plus a position bias or a window mask), and its backward. Rows
+// are independent and each is summed in order, so results do not depend on threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+
+namespace dpx::cpu {
+
+using namespace detail;
+
+void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bias) {
+  const char* op = "softmax_forward";
+  require_f32(op, "x", x);
+  require_f32(op, "y", y);
+  require_shape(op, "y", y, x.shape());
+  if (x.dim() < 1 || x.size(-1) == 0)
+    fail(op, ": x ", shape_str(x.shape()), " must have a non-empty last dimension");
+  const int64_t L = x.size(-1), rows = x.numel() / L;
+  const float* bp = nullptr;
+  int64_t bias_rows = 1;
+  if (bias && bias->defined()) {
+    require_f32(op, "bias", *bias);
+    const int bd = bias->dim();
+    bool trailing = bd >= 1 && bd <= x.dim();
+    for (int d = 1; trailing && d <= bd; ++d) trailing = bias->size(-d) == x.size(-d);
+    if (!trailing)
+      fail(op, ": bias ", shape_str(bias->shape()), " must have the shape of the trailing dimensions of x ",
+           shape_str(x.shape()));
+    bp = bias->data<float>();
+    bias_rows = bias->numel() / L;
+  }
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  int nt = threads_for(ctx, x.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = xp + r * L;
+    const float* b = bp ? bp + (r % bias_rows) * L : nullptr;
+    float* out = yp + r * L;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < L; ++i) {
+      out[i] = b ? in[i] + b[i] : in[i];
+      mx = std::max(mx, out[i]);
+    }
+    // A row of -inf (everything masked) would give NaN, as in torch; Swin's -100 mask never does.
+    double sum = 0;
+    for (int64_t i = 0; i < L; ++i) {
+      out[i] = std::exp(out[i] - mx);
+      sum += out[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < L; ++i) out[i] *= inv;
+  }
+}
+
+void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  const char* op = "softmax_backward";
+  require_f32(op, "dx", dx);
+  require_f32(op, "dy", dy);
+  require_f32(op, "y", y);
+  require_shape(op, "dy", dy, y.shape());
+  require_shape(op, "dx", dx, y.shape());
+  if (y.dim() < 1 || y.size(-1) == 0)
+    fail(op, ": y ", shape_str(y.shape()), " must have a non-empty last dimension");
+  const int64_t L = y.size(-1), rows = y.numel() / L;
+  const float *dyp = dy.data<float>(), *yp = y.data<float>();
+  float* dxp = dx.data<float>();
+  int nt = threads_for(ctx, y.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *g = dyp + r * L, *p = yp + r * L;
+    double dot = 0;
+    for (int64_t i = 0; i < L; ++i) dot += static_cast<double>(g[i]) * p[i];
+    const float d = static_cast<float>(dot);
+    float* out = dxp + r * L;
+    for (int64_t i = 0; i < L; ++i) out[i] += p[i] * (g[i] - d);
+  }
+}
+
+}  // namespace dpx::cpu

@@ -1,0 +1,63 @@
+// SqueezeExcitation: the gate path (pool, fc1, activation, fc2, sigmoid) runs through child
+// modules; the product with x is a broadcasting multiply whose backward feeds both paths.
+#include "layers/squeeze_excitation.hpp"
+
+#include "kernels/ops.hpp"
+#include "layers/activation.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/pooling.hpp"
+#include "layers/relu.hpp"
+
+namespace dpx::nn {
+
+namespace {
+enum Child : size_t { kAvgPool, kFc1, kFc2, kActivation, kScaleActivation };
+}
+
+SqueezeExcitation::SqueezeExcitation(int64_t input_channels, int64_t squeeze_channels, Rng& rng,
+                                     std::unique_ptr<Module> activation)
+    : c_(input_channels), s_(squeeze_channels) {
+  DPX_CHECK(c_ > 0 && s_ > 0, describe(), ": channel counts must be positive");
+  add_module("avgpool", std::make_unique<AdaptiveAvgPool2d>(1, 1));
+  add_module("fc1", std::make_unique<Conv2d>(c_, s_, 1, rng));
+  add_module("fc2", std::make_unique<Conv2d>(s_, c_, 1, rng));
+  add_module("activation", activation ? std::move(activation) : std::make_unique<ReLU>());
+  add_module("scale_activation", std::make_unique<Sigmoid>());
+}
+
+std::string SqueezeExcitation::describe() const {
+  return detail::concat("SqueezeExcitation(", c_, ", ", s_, ")");
+}
+
+void SqueezeExcitation::clear_cache() {
+  x_ = scale_ = Tensor();
+  Module::clear_cache();
+}
+
+Tensor SqueezeExcitation::forward(Context& ctx, const Tensor& x) {
+  if (x.dim() != 4 || x.size(1) != c_)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", c_, ", H, W)");
+  Tensor s = child(kAvgPool).forward(ctx, x);
+  for (size_t i : {kFc1, kActivation, kFc2, kScaleActivation}) s = child(i).forward(ctx, s);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
+  ops::mul_broadcast(ctx, y, x, s);
+  x_ = x;
+  scale_ = s;
+  return y;
+}
+
+Tensor SqueezeExcitation::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (dy.shape() != x_.shape())
+    fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
+  Tensor dx = zeros_on(ctx, x_.shape());
+  Tensor dscale = zeros_on(ctx, scale_.shape());
+  ops::mul_broadcast_backward(ctx, &dx, &dscale, dy, x_, scale_);
+  Tensor g = dscale;
+  for (size_t i : {kScaleActivation, kFc2, kActivation, kFc1, kAvgPool}) g = child(i).backward(ctx, g);
+  ops::axpy(ctx, dx, 1.f, g);  // x reaches y directly and through the gates
+  return dx;
+}
+
+}  // namespace dpx::nn

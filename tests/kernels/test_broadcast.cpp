@@ -1,0 +1,120 @@
+// Tests of the CPU broadcasting ops (add/mul with numpy broadcasting, and the sums their
+// backward takes) against a naive coordinate-by-coordinate reference, on the shapes SE,
+// stochastic depth and Swin use and on mixed ones; thread invariance; errors.
+#include <doctest/doctest.h>
+
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::bitwise_equal;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+namespace {
+
+// Element offset in a tensor of shape `s` (broadcast dims read index 0) of out's flat index i.
+int64_t source_offset(const Shape& out, const Shape& s, int64_t i) {
+  int64_t off = 0, stride = 1;
+  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+    const int64_t c = i % out[d];
+    i /= out[d];
+    if (s[d] != 1) off += c * stride;
+    stride *= s[d];
+  }
+  return off;
+}
+
+struct Reference {
+  std::vector<double> out, da, db;  // a op b, and the backward's sums for dy
+};
+
+Reference naive(const Shape& out, const Tensor& a, const Tensor& b, const Tensor& dy, bool mul) {
+  const int64_t n = shape_numel(out);
+  auto av = a.to_vector(), bv = b.to_vector(), g = dy.to_vector();
+  Reference r{std::vector<double>(n), std::vector<double>(a.numel()), std::vector<double>(b.numel())};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ia = source_offset(out, a.shape(), i), ib = source_offset(out, b.shape(), i);
+    r.out[i] = mul ? double(av[ia]) * bv[ib] : double(av[ia]) + bv[ib];
+    r.da[ia] += mul ? g[i] * double(bv[ib]) : g[i];
+    r.db[ib] += mul ? g[i] * double(av[ia]) : g[i];
+  }
+  return r;
+}
+
+void check_against_naive(const Shape& out_shape, const Shape& a_shape, const Shape& b_shape, int threads) {
+  CAPTURE(shape_str(out_shape));
+  CAPTURE(shape_str(a_shape));
+  CAPTURE(shape_str(b_shape));
+  Context ctx = Context::cpu(threads);
+  Tensor a = randn(a_shape, 1), b = randn(b_shape, 2), dy = randn(out_shape, 3);
+  for (bool mul : {false, true}) {
+    Reference want = naive(out_shape, a, b, dy, mul);
+    Tensor out = Tensor::empty(out_shape), da = Tensor::zeros(a_shape), db = Tensor::zeros(b_shape);
+    if (mul) {
+      ops::mul_broadcast(ctx, out, a, b);
+      ops::mul_broadcast_backward(ctx, &da, &db, dy, a, b);
+    } else {
+      ops::add_broadcast(ctx, out, a, b);
+      ops::add_broadcast_backward(ctx, &da, &db, dy);
+    }
+    check_close(out, want.out, 1e-6);
+    check_close(da, want.da, 1e-5);
+    check_close(db, want.db, 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("add/mul_broadcast: hand values") {
+  Context ctx = Context::cpu();
+  Tensor a = Tensor::from({2, 1, 3}, {1, 2, 3, 4, 5, 6}), b = Tensor::from({1, 2, 1}, {10, 20});
+  Tensor out = Tensor::empty({2, 2, 3});
+  ops::add_broadcast(ctx, out, a, b);
+  check_close(out, {11, 12, 13, 21, 22, 23, 14, 15, 16, 24, 25, 26});
+  ops::mul_broadcast(ctx, out, a, b);
+  check_close(out, {10, 20, 30, 20, 40, 60, 40, 50, 60, 80, 100, 120});
+  // Backward accumulates: da starts at 1.
+  Tensor dy = Tensor::from({2, 2, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2});
+  Tensor da = Tensor::from({2, 1, 3}, {1, 1, 1, 1, 1, 1}), db = Tensor::zeros({1, 2, 1});
+  ops::mul_broadcast_backward(ctx, &da, &db, dy, a, b);
+  check_close(da, {31, 31, 31, 31, 31, 51});         // 1 + 10 + 20 (x2 for the last)
+  check_close(db, {1 + 2 + 3 + 4 + 5 + 6, 21 + 6});  // sums of a times dy
+}
+
+TEST_CASE("add/mul_broadcast: the shapes dpx uses and mixed ones, against a naive reference") {
+  check_against_naive({2, 3, 4, 5}, {2, 3, 4, 5}, {2, 3, 1, 1}, 1);                    // squeeze-excitation
+  check_against_naive({3, 2, 2, 4}, {3, 2, 2, 4}, {3, 1, 1, 1}, 1);                    // stochastic depth
+  check_against_naive({3, 2, 5, 5}, {1, 2, 5, 5}, {3, 1, 5, 5}, 1);                    // position bias + mask
+  check_against_naive({2, 3, 4}, {1, 3, 1}, {2, 1, 4}, 2);                             // both broadcast
+  check_against_naive({4, 1, 3, 2, 2, 3}, {4, 1, 1, 2, 1, 3}, {1, 1, 3, 1, 2, 1}, 2);  // 6 dimensions
+  check_against_naive({1, 1}, {1, 1}, {1, 1}, 1);                                      // one element
+}
+
+TEST_CASE("add/mul_broadcast: 1 and 2 threads give identical bits") {
+  Tensor x = randn({8, 64, 20, 20}, 1), s = randn({8, 64, 1, 1}, 2), dy = randn({8, 64, 20, 20}, 3);
+  Tensor attn = randn({64, 4, 49, 49}, 4), bias = randn({1, 4, 49, 49}, 5);
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(threads);
+    Tensor y = Tensor::empty(x.shape()), dx = Tensor::zeros(x.shape()), ds = Tensor::zeros(s.shape());
+    ops::mul_broadcast(ctx, y, x, s);
+    ops::mul_broadcast_backward(ctx, &dx, &ds, dy, x, s);
+    Tensor z = Tensor::empty(attn.shape()), dbias = Tensor::zeros(bias.shape());
+    ops::add_broadcast(ctx, z, attn, bias);
+    ops::add_broadcast_backward(ctx, nullptr, &dbias, z);
+    return std::vector<Tensor>{y, dx, ds, z, dbias};
+  };
+  auto one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) CHECK(bitwise_equal(one[i], two[i]));
+}
+
+TEST_CASE("add/mul_broadcast: shapes that do not broadcast are errors naming them") {
+  Context ctx = Context::cpu();
+  Tensor out = Tensor::zeros({2, 3, 4}), a = Tensor::zeros({2, 3, 4}), b = Tensor::zeros({2, 3, 2});
+  CHECK_THROWS_WITH_AS(ops::add_broadcast(ctx, out, a, b),
+                       doctest::Contains("add_broadcast: b (2, 3, 2) does not broadcast to out (2, 3, 4)"),
+                       Error);
+  Tensor low = Tensor::zeros({3, 4});  // no implicit leading dimensions
+  CHECK_THROWS_WITH_AS(ops::mul_broadcast(ctx, out, a, low), doctest::Contains("same number of dimensions"),
+                       Error);
+}

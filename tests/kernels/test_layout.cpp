@@ -1,0 +1,147 @@
+// Tests of the CPU layout kernels: permute (and its backward, the inverse permutation), roll
+// over H and W as torch.roll, bottom/right zero padding and its crop-like backward, concatenation
+// along channels and its split, and the index gather with its scatter-add.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "kernels/ops.hpp"
+#include "tests/kernels/kernel_test_util.hpp"
+
+using namespace dpx;
+using dpx::test::bitwise_equal;
+using dpx::test::check_close;
+using dpx::test::randn;
+
+namespace {
+Tensor iota(const Shape& shape) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  std::iota(v.begin(), v.end(), 0.f);
+  return Tensor::from(shape, v);
+}
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("permute: a transpose by hand, and Swin's window partition against index arithmetic") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({2, 3}), t = Tensor::empty({3, 2});
+  ops::permute(ctx, t, x, {1, 0});
+  check_close(t, {0, 3, 1, 4, 2, 5});
+  // (B, nH, wh, nW, ww, C) -> (B, nH, nW, wh, ww, C), B 2, 3x2 windows of 2x3, C 4.
+  const Shape in_shape = {2, 3, 2, 2, 3, 4};
+  Tensor in = iota(in_shape), out = Tensor::empty({2, 3, 2, 2, 3, 4});
+  ops::permute(ctx, out, in, {0, 1, 3, 2, 4, 5});
+  auto o = out.to_vector();
+  int64_t i = 0;
+  bool all = true;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t w = 0; w < 2; ++w)
+        for (int64_t y = 0; y < 2; ++y)
+          for (int64_t x2 = 0; x2 < 3; ++x2)
+            for (int64_t c = 0; c < 4; ++c, ++i)
+              all = all && o[i] == float((((b * 3 + h) * 2 + y) * 2 + w) * 12 + x2 * 4 + c);
+  CHECK(all);
+  // The backward adds the inverse permutation: permuting back gives the input again.
+  Tensor back = Tensor::from(in_shape, std::vector<float>(in.numel(), 1.f));
+  ops::permute_backward(ctx, back, out, {0, 1, 3, 2, 4, 5});
+  auto bv = back.to_vector(), iv = in.to_vector();
+  for (size_t k = 0; k < bv.size(); ++k) bv[k] -= 1.f;
+  CHECK(bv == iv);
+}
+
+TEST_CASE("permute: attention's (2, 0, 3, 1, 4) on 5 dimensions, 1 and 2 threads, errors") {
+  Tensor qkv = randn({16, 49, 3, 4, 32}, 1);
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(threads);
+    Tensor out = Tensor::empty({3, 16, 4, 49, 32});
+    ops::permute(ctx, out, qkv, {2, 0, 3, 1, 4});
+    return out;
+  };
+  Tensor one = run(1), two = run(2);
+  CHECK(bitwise_equal(one, two));
+  // out[s, b, h, l, d] = in[b, l, s, h, d]
+  auto o = one.to_vector(), v = qkv.to_vector();
+  CHECK(o[(((2 * 16 + 5) * 4 + 3) * 49 + 7) * 32 + 9] == v[(((5 * 49 + 7) * 3 + 2) * 4 + 3) * 32 + 9]);
+  Context ctx = Context::cpu();
+  Tensor bad = Tensor::empty({3, 16, 4, 49, 31});
+  CHECK_THROWS_WITH_AS(ops::permute(ctx, bad, qkv, {2, 0, 3, 1, 4}),
+                       doctest::Contains("out has shape (3, 16, 4, 49, 31), but in (16, 49, 3, 4, 32) "
+                                         "permuted by (2, 0, 3, 1, 4) is (3, 16, 4, 49, 32)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::permute(ctx, bad, qkv, {2, 0, 3, 1, 1}),
+                       doctest::Contains("is not a permutation"), Error);
+}
+
+TEST_CASE("roll: torch.roll over dims 1 and 2, negative and oversized shifts, and backward") {
+  Context ctx = Context::cpu();
+  // (1, 3, 4, 1): torch.roll(x, (1, -1), (1, 2)) of arange(12).view(1, 3, 4, 1).
+  Tensor x = iota({1, 3, 4, 1}), y = Tensor::empty({1, 3, 4, 1});
+  ops::roll(ctx, y, x, 1, -1);
+  check_close(y, {9, 10, 11, 8, 1, 2, 3, 0, 5, 6, 7, 4});
+  ops::roll(ctx, y, x, 1 + 3 * 5, -1 - 4 * 2);  // whole turns change nothing
+  check_close(y, {9, 10, 11, 8, 1, 2, 3, 0, 5, 6, 7, 4});
+  // Rolling back undoes it, and the backward adds.
+  Tensor back = Tensor::from({1, 3, 4, 1}, std::vector<float>(12, 100.f));
+  ops::roll_backward(ctx, back, y, 1, -1);
+  check_close(back, {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111});
+  // Channels move together: (2, 2, 3, 2).
+  Tensor c = iota({2, 2, 3, 2}), cy = Tensor::empty({2, 2, 3, 2});
+  ops::roll(ctx, cy, c, 0, 1);
+  check_close(cy, {4, 5, 0, 1, 2, 3, 10, 11, 6, 7, 8, 9, 16, 17, 12, 13, 14, 15, 22, 23, 18, 19, 20, 21});
+}
+
+TEST_CASE("pad_hw: zeros at the bottom and right; the backward crops and adds") {
+  Context ctx = Context::cpu();
+  Tensor x = iota({1, 2, 2, 2}), y = Tensor::empty({1, 3, 4, 2});
+  ops::pad_hw(ctx, y, x);
+  check_close(y, {0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  Tensor dy = iota({1, 3, 4, 2}), dx = Tensor::from({1, 2, 2, 2}, std::vector<float>(8, 1.f));
+  ops::pad_hw_backward(ctx, dx, dy);
+  check_close(dx, {1, 2, 3, 4, 9, 10, 11, 12});
+  Tensor small = Tensor::empty({1, 1, 4, 2});
+  CHECK_THROWS_WITH_AS(ops::pad_hw(ctx, small, x),
+                       doctest::Contains("pad_hw: out (1, 1, 4, 2) must be in (1, 2, 2, 2) padded"), Error);
+}
+
+TEST_CASE("concat_channels and split_channels_backward") {
+  Context ctx = Context::cpu(2);
+  Tensor a = iota({2, 1, 2, 2}), b = randn({2, 3, 2, 2}, 7);
+  Tensor out = Tensor::empty({2, 4, 2, 2});
+  ops::concat_channels(ctx, out, {a, b});
+  auto o = out.to_vector(), av = a.to_vector(), bv = b.to_vector();
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k) {
+      CHECK(o[n * 16 + k] == av[n * 4 + k]);
+      for (int c = 0; c < 3; ++c) CHECK(o[n * 16 + 4 + c * 4 + k] == bv[n * 12 + c * 4 + k]);
+    }
+  Tensor da = Tensor::from({2, 1, 2, 2}, std::vector<float>(8, 1.f)), db = Tensor::zeros({2, 3, 2, 2});
+  ops::split_channels_backward(ctx, {&da, &db}, out);
+  std::vector<double> want_a;
+  for (float v : av) want_a.push_back(v + 1.0);
+  check_close(da, want_a);
+  check_close(db, as_double(bv));
+  Tensor wrong = Tensor::empty({2, 5, 2, 2});
+  CHECK_THROWS_WITH_AS(ops::concat_channels(ctx, wrong, {a, b}),
+                       doctest::Contains("the inputs have 4 channels in all, out (2, 5, 2, 2) has 5"), Error);
+  CHECK_THROWS_WITH_AS(ops::split_channels_backward(ctx, {&da, nullptr}, out),
+                       doctest::Contains("dinput 1 is null"), Error);
+}
+
+TEST_CASE("index_select and its scatter-add backward (repeated indices add up)") {
+  Context ctx = Context::cpu();
+  Tensor table = iota({4, 2});
+  Tensor index = Tensor::empty({5}, DType::i64);
+  const int64_t idx[] = {3, 0, 3, 1, 3};
+  std::copy(idx, idx + 5, index.data<int64_t>());
+  Tensor out = Tensor::empty({5, 2});
+  ops::index_select(ctx, out, table, index);
+  check_close(out, {6, 7, 0, 1, 6, 7, 2, 3, 6, 7});
+  Tensor dtable = Tensor::from({4, 2}, std::vector<float>(8, 1.f));
+  ops::index_select_backward(ctx, dtable, Tensor::from({5, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), index);
+  check_close(dtable, {4, 5, 8, 9, 1, 1, 16, 19});
+  index.data<int64_t>()[2] = 4;
+  CHECK_THROWS_WITH_AS(ops::index_select(ctx, out, table, index),
+                       doctest::Contains("index_select: index[2] = 4 is outside the 4 rows of table (4, 2)"),
+                       Error);
+}

@@ -1,0 +1,76 @@
+// Helpers for the zoo suite: parameter counts, torchvision-style key fingerprints, a relative
+// error for comparing with reference values, and a learnable synthetic batch.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "layers/model.hpp"
+#include "layers/module.hpp"
+
+namespace dpx::testing {
+
+inline int64_t count_parameters(nn::Module& m) {
+  int64_t n = 0;
+  for (auto& [name, p] : m.named_parameters()) n += p->value.numel();
+  return n;
+}
+
+// FNV-1a (64-bit) of "name(d0,d1,...);" for every parameter and buffer, sorted by name: the same
+// fingerprint Python computes over sorted(model.state_dict()) with the tensors' shapes.
+inline uint64_t state_fingerprint(nn::Module& m, int64_t* count = nullptr) {
+  std::vector<std::pair<std::string, Shape>> entries;
+  for (auto& [name, p] : m.named_parameters()) entries.emplace_back(name, p->value.shape());
+  for (auto& [name, t] : m.named_buffers()) entries.emplace_back(name, t->shape());
+  std::sort(entries.begin(), entries.end());
+  if (count) *count = static_cast<int64_t>(entries.size());
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto add = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  };
+  for (auto& [name, shape] : entries) {
+    std::string s = name + "(";
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(shape[i]);
+    }
+    add(s + ");");
+  }
+  return h;
+}
+
+// max |got - want| / max(max |want|, floor): the error relative to the reference's own scale,
+// which stays meaningful for entries near zero (gradients, logits of a random model).
+inline double scaled_error(const Tensor& got, const Tensor& want, double floor = 0) {
+  auto g = got.to_vector(), w = want.to_vector();
+  if (g.size() != w.size()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(g[i]) - w[i]));
+    scale = std::max(scale, std::fabs(double(w[i])));
+  }
+  scale = std::max(scale, floor);
+  return scale > 0 ? diff / scale : diff;
+}
+
+// A batch whose two classes differ in mean brightness under noise: a model that learns at all
+// lowers its loss on it within a few steps.
+struct Batch {
+  Tensor x, labels;
+};
+inline Batch two_class_batch(int64_t n, int64_t channels, int64_t size, uint64_t seed) {
+  Batch b{Tensor::empty({n, channels, size, size}), Tensor::empty({n}, DType::i64)};
+  Rng rng(seed);
+  fill_normal(b.x, rng, 0.f, 0.5f);
+  const int64_t per = channels * size * size;
+  for (int64_t i = 0; i < n; ++i) {
+    b.labels.data<int64_t>()[i] = i % 2;
+    for (int64_t k = 0; k < per; ++k) b.x.data<float>()[i * per + k] += i % 2 ? 0.5f : -0.5f;
+  }
+  return b;
+}
+
+}  // namespace dpx::testing
