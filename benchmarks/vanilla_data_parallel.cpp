@@ -74,6 +74,9 @@ int main(int argc, char** argv) try {
   o.devices = "cpu:" + std::to_string(k);
   o.parallel = parallel::ParallelMode::dp;
   o.batch_size = batch;
+  o.lr = 0.01f;  // the same optimiser as the vanilla loop above
+  o.nesterov = false;
+  o.lr_schedule = "constant";
   o.max_steps = steps;
   o.warmup_steps = 1;
   o.threads = k;

@@ -49,6 +49,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   data::DataLoader loader(job.train_set, lo);
 
   int64_t global_step = 0;
+  const int64_t total_updates = o.epochs * job.steps_per_epoch / o.accumulate;
   std::vector<double> fwd(static_cast<size_t>(k)), bwd(static_cast<size_t>(k));
   for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
     master.train();
@@ -112,6 +113,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
       }
       if (final_micro) {
         auto scope = timer.scope(Phase::optimizer);
+        optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
         optimizer.step(master_ctx);
         master.zero_grad(master_ctx);
       }

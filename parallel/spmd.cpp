@@ -51,6 +51,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
 
   std::vector<StepRecord> mine;
   int64_t global_step = 0;
+  const int64_t total_updates = o.epochs * job.steps_per_epoch / o.accumulate;
   for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
     model.train();
     loader.start_epoch(epoch);
@@ -90,6 +91,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
       if (final_micro) {
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
+        optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
         optimizer.step(ctx);
         model.zero_grad(ctx);
       }

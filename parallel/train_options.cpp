@@ -1,6 +1,7 @@
 #include "parallel/train_options.hpp"
 
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -51,6 +52,8 @@ void TrainOptions::validate() const {
   if (batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", batch_size, ")");
   if (!(lr > 0) || !std::isfinite(lr)) usage_fail("--lr must be a positive number (got ", lr, ")");
   if (momentum < 0 || momentum >= 1) usage_fail("--momentum must be in [0, 1) (got ", momentum, ")");
+  if (nesterov && momentum <= 0)
+    usage_fail("Nesterov momentum needs --momentum > 0 (got ", momentum, "): pass --no-nesterov or a momentum");
   if (weight_decay < 0) usage_fail("--weight-decay must be >= 0 (got ", weight_decay, ")");
   if (label_smoothing < 0 || label_smoothing >= 1)
     usage_fail("--label-smoothing must be in [0, 1) (got ", label_smoothing, ")");
@@ -72,8 +75,17 @@ void TrainOptions::validate() const {
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
   if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd")
     usage_fail("--algo: unknown algorithm '", algo, "': use ring, tree, naive or rhd");
+  if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
+    usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
   if (dataset != "fashion-mnist" && dataset != "mnist" && dataset != "synthetic")
     usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
+}
+
+float TrainOptions::lr_at(int64_t step, int64_t total) const {
+  if (total <= 0 || lr_schedule == "constant") return lr;
+  double t = static_cast<double>(std::min(step, total)) / static_cast<double>(total);
+  if (lr_schedule == "cosine") return static_cast<float>(0.5 * lr * (1.0 + std::cos(M_PI * t)));
+  return lr * (t < 0.5 ? 1.f : t < 0.75 ? 0.1f : 0.01f);
 }
 
 }  // namespace dpx::parallel

@@ -24,8 +24,12 @@ struct TrainOptions {
   // optimisation
   int epochs = 1;
   int64_t batch_size = 64;                // the global batch: split over the ranks
-  float lr = 0.01f, momentum = 0.9f, weight_decay = 0.f, label_smoothing = 0.f;
-  bool nesterov = false;
+  // Defaults: SGD with Nesterov momentum and a cosine schedule, which trains lenet5 to ≥ 90 %
+  // on Fashion-MNIST in 3 epochs (README.md); the studies' setting is --lr 0.01 --no-nesterov
+  // --lr-schedule constant.
+  float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f, label_smoothing = 0.f;
+  bool nesterov = true;
+  std::string lr_schedule = "cosine";     // constant | cosine | step
   uint64_t seed = 0;
   int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
   bool evaluate = true;                   // test accuracy after each epoch
@@ -50,6 +54,10 @@ struct TrainOptions {
   Device device() const;
   int ranks() const;
   void validate() const;  // throws dpx::UsageError
+  // The learning rate of optimizer step `step` of `total`: constant; cosine (annealed from lr
+  // to 0 over the run, as torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total);
+  // step (divided by 10 at 50 % and again at 75 % of the run).
+  float lr_at(int64_t step, int64_t total) const;
 };
 
 }  // namespace dpx::parallel

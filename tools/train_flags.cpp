@@ -31,7 +31,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--lr", o.lr, "learning rate (SGD)")->capture_default_str();
   cmd.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
-  cmd.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
+  cmd.add_flag("--nesterov,!--no-nesterov", o.nesterov, "Nesterov momentum (on by default)");
+  cmd.add_option("--lr-schedule", o.lr_schedule,
+                 "constant; cosine (annealed to 0 over the run); step (/10 at 50 % and 75 % of the run)")
+      ->capture_default_str();
   cmd.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
   cmd.add_option("--threads", o.threads, "CPU threads in all, split over the ranks (0: every core)")

@@ -1,7 +1,8 @@
 // Small models for teaching, tests and quick studies on MNIST-sized data:
 //   mlp    — Flatten, Linear(C·S·S → 256), ReLU, Linear(256 → 128), ReLU, Linear(128 → classes).
-//   lenet5 — LeCun et al.'s LeNet-5 with today's habits: ReLU, max-pooling and batch norm after
-//            each convolution (conv 6@5x5 pad 2, pool, conv 16@5x5, pool, fc 120, fc 84, fc classes).
+//   lenet5 — LeCun et al.'s LeNet-5 with today's habits: ReLU, max-pooling, batch norm after each
+//            convolution, and both convolutions padded to keep their size (conv 6@5x5 pad 2, pool,
+//            conv 16@5x5 pad 2, pool, fc 120, fc 84, fc classes); on 28x28 the first fc sees 16x7x7.
 #include "layers/layers.hpp"
 #include "zoo/families.hpp"
 
@@ -28,11 +29,11 @@ std::unique_ptr<nn::Module> build_lenet5(const ModelOptions& o) {
   features->emplace<nn::BatchNorm2d>(6);
   features->emplace<nn::ReLU>();
   features->emplace<nn::MaxPool2d>(2);
-  features->emplace<nn::Conv2d>(6, 16, 5, rng);
+  features->emplace<nn::Conv2d>(6, 16, 5, rng, 1, 2);
   features->emplace<nn::BatchNorm2d>(16);
   features->emplace<nn::ReLU>();
   features->emplace<nn::MaxPool2d>(2);
-  int64_t side = (o.image_size / 2 - 4) / 2;
+  int64_t side = o.image_size / 4;
   auto classifier = std::make_unique<nn::Sequential>();
   classifier->emplace<nn::Linear>(16 * side * side, 120, rng);
   classifier->emplace<nn::ReLU>();
@@ -50,7 +51,7 @@ std::unique_ptr<nn::Module> build_lenet5(const ModelOptions& o) {
 
 void add_small_models(std::vector<ModelInfo>& out) {
   out.push_back({"mlp", "mlp", 28, 1, 1, "", build_mlp});
-  out.push_back({"lenet5", "lenet", 28, 1, 12, "two 5x5 convolutions and two 2x2 poolings need 12 pixels", build_lenet5});
+  out.push_back({"lenet5", "lenet", 28, 1, 4, "two 2x2 poolings need 4 pixels", build_lenet5});
 }
 
 }  // namespace dpx::zoo

@@ -122,11 +122,13 @@ TEST_CASE("gradient accumulation: k micro-steps of B equal one step of k*B") {
   a.batch_size = 16;
   a.accumulate = 2;
   a.momentum = 0;
+  a.nesterov = false;
   a.weight_decay = 0;
   TrainOptions b = small_job("cpu:1", ParallelMode::none);
   b.batch_size = 32;
   b.max_steps = 5;
   b.momentum = 0;
+  b.nesterov = false;
   b.weight_decay = 0;
   TrainReport ra = train(a, log), rb = train(b, log);
   CHECK(max_rel_diff(ra.final_params, rb.final_params) <= 1e-5);

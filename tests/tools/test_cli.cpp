@@ -69,8 +69,10 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
       {kQuick + "--devices gpu:1", "unknown device"},
       {kQuick + "--parallel sideways", "unknown mode 'sideways'"},
       {kQuick + "--algo bogus --devices cpu:2 --parallel ddp", "unknown algorithm 'bogus'"},
-      {kQuick + "--dataset imagenet", "unknown data set 'imagenet'"},
-      {kQuick + "--model lenet5 --image-size 8", "needs an input of at least 12x12"},
+      {"train --dataset imagenet", "unknown data set 'imagenet'"},
+      {"train --dataset synthetic --image-size 2 --model lenet5", "needs an input of at least 4x4"},
+      {kQuick + "--momentum 0", "Nesterov momentum needs --momentum > 0"},
+      {kQuick + "--lr-schedule wavy", "unknown schedule 'wavy'"},
       {kQuick + "--batch-size 512", "too few"},
       {"bench --models lenet5 --scaling sideways", "--scaling"},
   };
