@@ -1,7 +1,8 @@
 // Micro-benchmarks of the CPU kernels that dominate training time: square GEMM and conv2d
-// forward/backward on ResNet-like shapes, each at 1 and 2 threads. GFLOP/s counts 2 FLOPs per
+// forward/backward on ResNet-like shapes, each at 1 and 2 threads, next to the machine's FMA peak. GFLOP/s counts 2 FLOPs per
 // multiply-add; conv2d backward computes dx, dW and db (twice the forward's multiply-adds).
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
@@ -21,6 +22,34 @@ void set_gflops(benchmark::State& state, double flops_per_iteration) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The machine's limit: independent fused multiply-adds on 16-float vectors (AVX-512 with
+// -march=native), 12 accumulators per thread to cover the FMA latency. ISO C++ mode turns off
+// fused contraction, so this function turns it back on. Args: threads.
+__attribute__((optimize("fp-contract=fast"))) void BM_PeakFma(benchmark::State& state) {
+  typedef float v16 __attribute__((vector_size(64)));
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int kAcc = 12, kIters = 1 << 16;
+  for (auto _ : state) {
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      v16 acc[kAcc], x, y;
+      for (int i = 0; i < 16; ++i) {
+        x[i] = 1.0f + 1e-7f * i;
+        y[i] = 0.999999f;
+      }
+      for (auto& a : acc) a = x;
+      for (int it = 0; it < kIters; ++it)
+        for (auto& a : acc) a = a * y + x;
+      for (auto& a : acc)
+        for (int i = 0; i < 16; ++i) sink += a[i];
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  set_gflops(state, 2.0 * 16 * kAcc * double(kIters) * threads);
+}
+BENCHMARK(BM_PeakFma)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Args: n, threads.
 void BM_Gemm(benchmark::State& state) {
