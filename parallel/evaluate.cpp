@@ -24,10 +24,15 @@ EvalResult evaluate(Context& ctx, nn::Model& model, const data::Dataset& dataset
   double loss_sum = 0;
   int64_t correct = 0;
   while (auto batch = loader.next()) {
-    Tensor logits = model.forward(ctx, batch->images);
-    int64_t n = batch->images.size(0);
-    loss_sum += criterion.forward(ctx, logits, batch->labels) * static_cast<double>(n);
-    correct += ops::count_correct(ctx, logits, batch->labels);
+    Tensor images = batch->images, labels = batch->labels;
+    if (!ctx.device.is_cpu()) {
+      images = images.to(ctx.device);
+      labels = labels.to(ctx.device);
+    }
+    Tensor logits = model.forward(ctx, images);
+    int64_t n = images.size(0);
+    loss_sum += criterion.forward(ctx, logits, labels) * static_cast<double>(n);
+    correct += ops::count_correct(ctx, logits, labels);
     r.samples += n;
   }
   model.root().clear_cache();

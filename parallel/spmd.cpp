@@ -11,6 +11,7 @@
 #include "layers/loss.hpp"
 #include "layers/optim.hpp"
 #include "parallel/ddp.hpp"
+#include "parallel/device_env.hpp"
 #include "parallel/evaluate.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/run_modes.hpp"
@@ -24,8 +25,9 @@ namespace {
 void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, TrainReport& report,
                std::mutex& report_mu, const TrainHooks& hooks) {
   const TrainOptions& o = job.options;
-  Context ctx = Context::cpu(job.threads_per_rank);
-  nn::Model model = job.initial.clone(Device::cpu());
+  std::unique_ptr<DeviceEnv> env = make_device_env(o.device(), job.threads_per_rank, o.allow_tf32);
+  Context& ctx = env->ctx();
+  nn::Model model = job.initial.clone(ctx.device);
   if (comm) {  // every replica starts from rank 0's weights, as DDP's constructor broadcasts
     comm->broadcast(model.flat_params(), 0);
     for (auto& [name, buffer] : model.root().named_buffers()) comm->broadcast(*buffer, 0);
@@ -74,30 +76,43 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         batch = loader.next();
       }
       DPX_CHECK(batch.has_value(), "the data loader ran dry at step ", step, " of ", steps);
-      Tensor logits;
+      Tensor images, labels, logits, loss;
+      {
+        auto scope = timer.scope(Phase::h2d);
+        env->mark(Boundary::h2d_begin);
+        images = env->upload(batch->images);
+        labels = env->upload(batch->labels);
+      }
       {
         auto scope = timer.scope(Phase::forward);
-        logits = model.forward(ctx, batch->images);
-        rec.loss = criterion.forward(ctx, logits, batch->labels);
+        env->mark(Boundary::forward_begin);
+        logits = model.forward(ctx, images);
+        loss = criterion.forward_tensor(ctx, logits, labels);  // read after the step: no sync here
       }
       {
         auto scope = timer.scope(Phase::backward);
+        env->mark(Boundary::backward_begin);
         sync.begin_backward(final_micro);
         Tensor dlogits = criterion.backward(ctx);
         if (o.accumulate > 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(o.accumulate));
         model.backward(ctx, dlogits);
+        env->mark(Boundary::backward_end);
       }
       rec.backward_end_s = now_s();
       if (final_micro) {
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
+        env->mark(Boundary::optimizer_begin);
         optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
         optimizer.step(ctx);
         model.zero_grad(ctx);
+        env->mark(Boundary::optimizer_end);
       }
       rec.optimizer_step = final_micro;
-      timer.add(Phase::step, now_s() - step_start);
       rec.times = timer.take();
+      env->finish_step(rec.times);
+      rec.loss = loss.item();
+      rec.times[Phase::step] = now_s() - step_start;
       rec.images = batch->images.size(0);
       rec.comm_bytes = sync.take_sent_bytes();
       loss_sum += rec.loss;
@@ -111,7 +126,8 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     // Evaluation is sequential on rank 0, as in the studies; the other ranks wait for it.
     if (rank == 0 && o.evaluate && job.test_set) {
       double t = now_s();
-      Context eval_ctx = Context::cpu(job.threads_per_rank * job.ranks);
+      // On the CPU the evaluation may use every rank's threads, since the others wait.
+      Context eval_ctx = ctx.device.is_cpu() ? Context::cpu(job.threads_per_rank * job.ranks) : ctx;
       EvalResult ev = evaluate(eval_ctx, model, *job.test_set, std::max<int64_t>(job.rank_batch, 256));
       er.eval_s = now_s() - t;
       er.test_accuracy = ev.accuracy;

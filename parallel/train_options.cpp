@@ -66,6 +66,10 @@ void TrainOptions::validate() const {
   if (image_size < 0) usage_fail("--image-size must be positive (got ", image_size, ")");
   if (synthetic_size < 1) usage_fail("--synthetic-size must be at least 1 (got ", synthetic_size, ")");
   if (num_classes < 2) usage_fail("--classes must be at least 2 (got ", num_classes, ")");
+  if (device().is_cuda() && parallel != ParallelMode::none)
+    usage_fail("--devices ", devices, " with --parallel ", parallel_mode_name(parallel),
+               ": data parallelism over GPUs needs the nccl backend, which dpx does not have yet; "
+               "train on one GPU with --parallel none, or on CPU ranks with --devices cpu:K");
   if (parallel == ParallelMode::none && k > 1)
     usage_fail("--devices ", devices, " asks for ", k, " ranks but --parallel is none: pass --parallel ddp or dp");
   if (parallel != ParallelMode::none && batch_size % k != 0)

@@ -43,6 +43,7 @@ struct TrainOptions {
   int accumulate = 1;
   bool overlap = true;
   bool pin_threads = false;
+  bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
   int warmup_steps = 2;                   // excluded from summaries
   double loss_threshold = 0;              // report when the loss first falls below; 0: off
   double log_interval_s = 2;              // progress line cadence

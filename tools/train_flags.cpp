@@ -47,6 +47,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--accumulate", o.accumulate, "synchronise gradients every k micro-steps")->capture_default_str();
   cmd.add_flag("--no-overlap", f.no_overlap, "DDP: all-reduce after backward instead of during it");
   cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
+  cmd.add_flag("--tf32", o.allow_tf32, "allow TF32 tensor-core math for fp32 on GPUs (off: exact fp32)");
   cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();
   cmd.add_option("--loss-threshold", o.loss_threshold, "report the first step whose loss is below this")
       ->capture_default_str();

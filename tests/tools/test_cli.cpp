@@ -102,6 +102,14 @@ TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
   CHECK(corrupt.code == 1);
   CHECK(corrupt.output.find("magic") != std::string::npos);
 
+  // Without a usable GPU (or without CUDA built in) a CUDA device is a runtime error that says so.
+  Result gpu = run("train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 2 --devices cuda:0");
+  if (gpu.code != 0) {
+    CHECK(gpu.code == 1);
+    CHECK(gpu.output.find("cuda:0") != std::string::npos);
+  }
+  CHECK(run("train --devices cuda:0 --parallel ddp --dataset synthetic").code == 2);
+
   std::ofstream(d / "afile") << "x";
   Result unwritable = run(kQuick + "--out " + (d / "afile" / "sub").string());
   CHECK(unwritable.code != 0);

@@ -1,0 +1,29 @@
+#include "parallel/device_env.hpp"
+
+#include "core/error.hpp"
+
+namespace dpx::parallel {
+
+#ifdef DPX_WITH_CUDA
+std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32);  // parallel/cuda/
+#endif
+
+namespace {
+class CpuEnv final : public DeviceEnv {
+ public:
+  explicit CpuEnv(int threads) { ctx_ = Context::cpu(threads); }
+};
+}  // namespace
+
+std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32) {
+  if (device.is_cpu()) return std::make_unique<CpuEnv>(threads);
+#ifdef DPX_WITH_CUDA
+  return make_cuda_env(device.index, allow_tf32);
+#else
+  (void)allow_tf32;
+  fail("--devices ", device.str(), ": this dpx was built without CUDA; rebuild with -DDPX_CUDA=ON on a machine "
+       "with the CUDA toolkit, cuDNN and NCCL, or use --devices cpu:K");
+#endif
+}
+
+}  // namespace dpx::parallel
