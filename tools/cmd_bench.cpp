@@ -88,6 +88,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
           o.devices = dev;
           o.parallel = parallel::parse_parallel_mode(par);
           int k = o.ranks();
+          // A device is one core unless --threads says otherwise: cpu:K uses K cores.
+          if (base.threads == 0) o.threads = k;
           if (o.parallel == parallel::ParallelMode::none && k > 1)
             usage_fail("--parallel none cannot run --devices ", dev, ": use ddp or dp");
           if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
