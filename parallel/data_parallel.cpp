@@ -32,21 +32,11 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   nn::Model master = job.initial.clone(Device::cpu());
   std::vector<nn::Model> replicas = replicate(master, k);
   std::vector<Context> ctxs(static_cast<size_t>(k), Context::cpu(job.threads_per_rank));
-  ops::SgdParams sgd;
-  sgd.lr = o.lr;
-  sgd.momentum = o.momentum;
-  sgd.weight_decay = o.weight_decay;
-  sgd.nesterov = o.nesterov;
-  nn::SGD optimizer(master, sgd);
+  nn::SGD optimizer(master, job.sgd_params());
   nn::CrossEntropyLoss criterion(o.label_smoothing);
 
-  data::LoaderOptions lo;
-  lo.batch_size = job.rank_batch * k;  // the master loads the global batch
-  lo.shuffle = true;
-  lo.drop_last = true;
-  lo.seed = o.seed;
-  lo.num_workers = o.workers;
-  data::DataLoader loader(job.train_set, lo);
+  // The master loads the global batch.
+  data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch * k));
 
   int64_t global_step = 0;
   const int64_t total_updates = o.epochs * job.steps_per_epoch / o.accumulate;

@@ -46,4 +46,25 @@ Job::Job(const TrainOptions& o) : options(o) {
   initial = nn::Model(zoo::build_model(o.model, mo), Device::cpu());
 }
 
+ops::SgdParams Job::sgd_params() const {
+  ops::SgdParams p;
+  p.lr = options.lr;
+  p.momentum = options.momentum;
+  p.weight_decay = options.weight_decay;
+  p.nesterov = options.nesterov;
+  return p;
+}
+
+data::LoaderOptions Job::train_loader(int rank, int world, int64_t batch) const {
+  data::LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.shuffle = true;
+  lo.drop_last = true;
+  lo.seed = options.seed;
+  lo.rank = rank;
+  lo.world = world;
+  lo.num_workers = options.workers;
+  return lo;
+}
+
 }  // namespace dpx::parallel

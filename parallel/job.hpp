@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "core/data/dataset.hpp"
+#include "core/data/loader.hpp"
+#include "kernels/ops.hpp"
 #include "layers/model.hpp"
 #include "parallel/train_options.hpp"
 
@@ -19,6 +21,10 @@ struct Job {
   std::shared_ptr<const data::Dataset> train_set, test_set;  // test_set may be null
   nn::Model initial;      // on the host; every rank starts from a copy
   int64_t steps_per_epoch = 0;
+
+  ops::SgdParams sgd_params() const;  // the optimiser the options ask for (lr of step 0)
+  // The training loader of one rank of `world`, `batch` samples a step, shuffled per epoch.
+  data::LoaderOptions train_loader(int rank, int world, int64_t batch) const;
 };
 
 }  // namespace dpx::parallel

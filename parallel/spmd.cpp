@@ -33,23 +33,10 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     for (auto& [name, buffer] : model.root().named_buffers()) comm->broadcast(*buffer, 0);
   }
   sync.attach(model);
-  ops::SgdParams sgd;
-  sgd.lr = o.lr;
-  sgd.momentum = o.momentum;
-  sgd.weight_decay = o.weight_decay;
-  sgd.nesterov = o.nesterov;
-  nn::SGD optimizer(model, sgd);
+  nn::SGD optimizer(model, job.sgd_params());
   nn::CrossEntropyLoss criterion(o.label_smoothing);
 
-  data::LoaderOptions lo;
-  lo.batch_size = job.rank_batch;
-  lo.shuffle = true;
-  lo.drop_last = true;
-  lo.seed = o.seed;
-  lo.rank = rank;
-  lo.world = job.ranks;
-  lo.num_workers = o.workers;
-  data::DataLoader loader(job.train_set, lo);
+  data::DataLoader loader(job.train_set, job.train_loader(rank, job.ranks, job.rank_batch));
 
   std::vector<StepRecord> mine;
   int64_t global_step = 0;
