@@ -10,26 +10,14 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "run_dpx.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(DPX_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = DpxResult;
+Result run(const std::string& args) { return run_dpx(args); }
 
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("dpx_cli_" + name + "_" + std::to_string(::getpid()));

@@ -11,24 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "run_dpx.hpp"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result dpx(const std::string& args) {
-  const std::string cmd = std::string(DPX_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Result = DpxResult;
+Result dpx(const std::string& args) { return run_dpx(args); }
 
 const std::string kSmall = "collective -b 1K -e 4K -f 2 -n 2 -w 1 ";
 
