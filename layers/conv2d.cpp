@@ -88,6 +88,7 @@ Shape Conv2d::output_shape(const Shape& x_shape) const {
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
   Tensor y = Tensor::empty(output_shape(x.shape()), DType::f32, ctx.device);
   x_ = x;
+  last_flops_ = 2 * y.numel() * (in_ / opt_.groups) * opt_.kernel_h * opt_.kernel_w;
   ops::conv2d_forward(ctx, y, x, weight().value, opt_.bias ? &bias()->value : nullptr, kernel_params());
   return y;
 }
@@ -97,10 +98,12 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy) {
   Shape y_shape = output_shape(x_.shape());
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
-  Tensor dx = zeros_on(ctx, x_.shape());
+  // Without a caller for dx (the model's first layer, or the first trainable one after a
+  // frozen backbone) only the weight gradients are computed.
+  Tensor dx = input_grad_needed() ? zeros_on(ctx, x_.shape()) : Tensor();
   Tensor* dw = grad_target(weight());
   Tensor* db = opt_.bias ? grad_target(*bias()) : nullptr;
-  ops::conv2d_backward(ctx, &dx, dw, db, dy, x_, weight().value, kernel_params());
+  ops::conv2d_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy, x_, weight().value, kernel_params());
   grad_ready(weight());
   if (opt_.bias) grad_ready(*bias());
   return dx;

@@ -30,6 +30,8 @@ class Conv2d : public Cloneable<Conv2d> {
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;
   void clear_cache() override { x_ = Tensor(); }
+  // 2 N C_out OH OW (C_in / groups) kH kW: the multiply-adds of the last forward, bias not counted.
+  int64_t last_forward_flops() const override { return last_flops_; }
 
   // W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C_in / groups * kH * kW
   // (torch.nn.Conv2d.reset_parameters).
@@ -49,6 +51,7 @@ class Conv2d : public Cloneable<Conv2d> {
   int64_t in_, out_;
   Conv2dOptions opt_;
   Tensor x_;  // (N, C_in, H, W): forward's input (shared, not copied), for dW and dx's shape
+  int64_t last_flops_ = 0;
 };
 
 }  // namespace dpx::nn

@@ -1,6 +1,6 @@
 // The torch.nn.init initialisers that torchvision's model constructors apply after building a
-// network (trunc_normal_, normal_, kaiming_normal_, xavier_uniform_), drawn on the host from a
-// dpx::Rng, so the numbers depend only on the seed, never on the device a parameter lives on.
+// network (trunc_normal_, normal_, kaiming_normal_, kaiming_uniform_, xavier_uniform_), drawn on
+// the host from a dpx::Rng, so the numbers depend only on the seed, never on a parameter's device.
 #pragma once
 #include <cmath>
 
@@ -53,6 +53,21 @@ inline void init_trunc_normal(Tensor& t, Rng& rng, float stddev, float lo = -2.f
 inline void init_kaiming_normal_fan_out(Tensor& w, Rng& rng) {
   const int64_t f = fan_out(w);
   init_normal(w, rng, 0.f, f > 0 ? std::sqrt(2.f / static_cast<float>(f)) : 0.f);
+}
+
+// torch.nn.init.kaiming_normal_(w) with its defaults (mode fan_in, leaky_relu, a = 0): N(0, 2 /
+// fan_in). DenseNet's convolutions.
+inline void init_kaiming_normal_fan_in(Tensor& w, Rng& rng) {
+  const int64_t f = fan_in(w);
+  init_normal(w, rng, 0.f, f > 0 ? std::sqrt(2.f / static_cast<float>(f)) : 0.f);
+}
+
+// torch.nn.init.kaiming_uniform_(w) with its defaults (mode fan_in, leaky_relu, a = 0):
+// U(-b, b), b = sqrt(6 / fan_in). SqueezeNet's convolutions.
+inline void init_kaiming_uniform_fan_in(Tensor& w, Rng& rng) {
+  const int64_t f = fan_in(w);
+  const float bound = f > 0 ? std::sqrt(6.f / static_cast<float>(f)) : 0.f;
+  init_detail::init_on_host(w, [&](Tensor& h) { fill_uniform(h, rng, -bound, bound); });
 }
 
 // torch.nn.init.xavier_uniform_(w): U(-b, b), b = sqrt(6 / (fan_in + fan_out)).

@@ -1,11 +1,13 @@
 // The layers of dpx::nn written with Module (linear, conv, pooling, batch norm, ReLU, dropout,
-// flatten, sequential; layer norm, smooth activations and the Swin and EfficientNet blocks),
-// the loss and the optimizer, in one include for builders and tools.
+// flatten, sequential; layer norm, smooth activations; the ResNet, DenseNet, SqueezeNet, Swin
+// and EfficientNet blocks), the loss and the optimizer, in one include for builders and tools.
 #pragma once
 #include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/dense_block.hpp"
 #include "layers/dropout.hpp"
+#include "layers/fire.hpp"
 #include "layers/flatten.hpp"
 #include "layers/init.hpp"
 #include "layers/layer_norm.hpp"
@@ -20,6 +22,7 @@
 #include "layers/pooling.hpp"
 #include "layers/relu.hpp"
 #include "layers/residual.hpp"
+#include "layers/resnet_block.hpp"
 #include "layers/sequential.hpp"
 #include "layers/shifted_window_attention.hpp"
 #include "layers/squeeze_excitation.hpp"

@@ -34,6 +34,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   Shape y_shape = x_shape_;
   y_shape.back() = out_;
   Tensor y = Tensor::empty({x_.size(0), out_}, DType::f32, ctx.device);
+  last_flops_ = 2 * x_.size(0) * in_ * out_;
   ops::linear_forward(ctx, y, x_, weight().value, has_bias_ ? &bias()->value : nullptr);
   return y.view(y_shape);
 }
@@ -44,13 +45,15 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   y_shape.back() = out_;
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
-  Tensor dx = zeros_on(ctx, {x_.size(0), in_});
+  // Without a caller for dx (the first trainable layer after a frozen backbone) only the
+  // weight gradients are computed.
+  Tensor dx = input_grad_needed() ? zeros_on(ctx, {x_.size(0), in_}) : Tensor();
   Tensor* dw = grad_target(weight());
   Tensor* db = has_bias_ ? grad_target(*bias()) : nullptr;
-  ops::linear_backward(ctx, &dx, dw, db, dy.view({-1, out_}), x_, weight().value);
+  ops::linear_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy.view({-1, out_}), x_, weight().value);
   grad_ready(weight());
   if (has_bias_) grad_ready(*bias());
-  return dx.view(x_shape_);
+  return dx.defined() ? dx.view(x_shape_) : dx;
 }
 
 }  // namespace dpx::nn

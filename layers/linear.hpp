@@ -16,6 +16,8 @@ class Linear : public Cloneable<Linear> {
   std::string type_name() const override { return "Linear"; }
   std::string describe() const override;
   void clear_cache() override { x_ = Tensor(); }
+  // 2 rows in out: the multiply-adds of the last forward, bias not counted.
+  int64_t last_forward_flops() const override { return last_flops_; }
 
   // W, b ~ U(-1/sqrt(in), 1/sqrt(in)), as torch.nn.Linear.reset_parameters.
   void reset_parameters(Rng& rng);
@@ -31,6 +33,7 @@ class Linear : public Cloneable<Linear> {
   bool has_bias_;
   Tensor x_;       // (rows, in): the forward input seen as rows (a view), for dW
   Shape x_shape_;  // the input's own shape, given back to dx
+  int64_t last_flops_ = 0;
 };
 
 }  // namespace dpx::nn

@@ -20,6 +20,7 @@ Model::Model(std::unique_ptr<Module> root, Device device) : root_(std::move(root
     s.param->grad = flat_grads_.view_at(s.offset, view.shape());
   }
   root_->to(device);  // buffers (parameters are already there)
+  root_->set_input_grad_needed(false);
 }
 
 int64_t Model::num_trainable() const {

@@ -23,6 +23,8 @@ class Model {
  public:
   Model() = default;
   // Takes the module, moves it to `device` and gathers its parameters into the flat buffers.
+  // The root is told it needs no input gradient (Module::set_input_grad_needed), so backward
+  // skips the first layer's dx and everything before the first trainable layer.
   explicit Model(std::unique_ptr<Module> root, Device device = Device::cpu());
   Model(Model&&) = default;
   Model& operator=(Model&&) = default;
@@ -30,6 +32,8 @@ class Model {
   Module& root() { return *root_; }
   Device device() const { return device_; }
   Tensor forward(Context& ctx, const Tensor& x) { return root_->forward(ctx, x); }
+  // Accumulates the parameter gradients; the returned dx is undefined unless
+  // root().set_input_grad_needed(true) was called.
   Tensor backward(Context& ctx, const Tensor& dy) { return root_->backward(ctx, dy); }
   void train(bool on = true) { root_->train(on); }
   void eval() { root_->train(false); }

@@ -79,6 +79,26 @@ Tensor& Module::add_buffer(const std::string& name, Tensor value) {
   return buffers_.back()->second;
 }
 
+std::unique_ptr<Module> Module::replace_module(const std::string& name, std::unique_ptr<Module> m) {
+  DPX_CHECK(m != nullptr, "replace_module(\"", name, "\"): the module is null");
+  for (auto& [child_name, c] : children_) {
+    if (child_name != name) continue;
+    if (hook_) m->set_grad_ready_hook(*hook_);
+    m->train(training_);
+    std::swap(c, m);
+    return m;
+  }
+  fail("replace_module: ", type_name(), " has no child named \"", name, "\"");
+}
+
+bool Module::has_trainable_parameters() const {
+  for (const auto& p : params_)
+    if (p->requires_grad) return true;
+  for (const auto& [name, c] : children_)
+    if (c->has_trainable_parameters()) return true;
+  return false;
+}
+
 Module& Module::add_module(const std::string& name, std::unique_ptr<Module> m) {
   if (hook_) m->set_grad_ready_hook(*hook_);
   children_.emplace_back(name, std::move(m));

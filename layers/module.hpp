@@ -70,10 +70,29 @@ class Module {
     for (auto& c : children_) c.second->clear_cache();
   }
 
+  // Whether the caller of backward needs dx. When false, backward may skip computing it and
+  // return an undefined Tensor: Conv2d and Linear then compute only their parameter gradients,
+  // and Sequential stops at its first child with trainable parameters. A parent sets it on a
+  // child before each backward; a Model sets it false on its root, since nothing needs the
+  // gradient of a batch of images (so a frozen backbone gets no backward at all). A new module,
+  // or a copy, starts with true.
+  void set_input_grad_needed(bool needed) { input_grad_needed_ = needed; }
+  bool input_grad_needed() const { return input_grad_needed_; }
+  // True when this module or a descendant has a parameter with requires_grad.
+  bool has_trainable_parameters() const;
+
+  // Floating-point operations of this module's own arithmetic in its last forward, its
+  // children's excluded: 2 per multiply-add of a convolution or matrix product (Conv2d,
+  // Linear). 0 for layers that count nothing (normalisation, activations, pooling, additions).
+  // `dpx models` sums it over a forward's modules.
+  virtual int64_t last_forward_flops() const { return 0; }
+
  protected:
   Parameter& add_parameter(const std::string& name, const Shape& shape, bool requires_grad = true);
   Tensor& add_buffer(const std::string& name, Tensor value);
   Module& add_module(const std::string& name, std::unique_ptr<Module> m);
+  // Puts `m` in place of the child called `name` (same position) and returns the old child.
+  std::unique_ptr<Module> replace_module(const std::string& name, std::unique_ptr<Module> m);
   void grad_ready(Parameter& p) const {
     if (hook_ && *hook_ && p.requires_grad) (*hook_)(p);
   }
@@ -84,6 +103,7 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::shared_ptr<GradReadyHook> hook_;
   bool training_ = true;
+  bool input_grad_needed_ = true;
 };
 
 // Gives a module class its clone() through its copy constructor.

@@ -19,6 +19,10 @@ Module& Sequential::add(const std::string& name, std::unique_ptr<Module> module)
   return add_module(name, std::move(module));
 }
 
+std::unique_ptr<Module> Sequential::replace(const std::string& name, std::unique_ptr<Module> module) {
+  return replace_module(name, std::move(module));
+}
+
 std::string Sequential::describe() const {
   std::string s = "Sequential(";
   auto& self = const_cast<Sequential&>(*this);  // child() has no const overload in Module
@@ -39,9 +43,22 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
     ops::copy(ctx, dx, dy);
     return dx;
   }
+  size_t first = 0;  // the earliest child that backward must reach
+  if (!input_grad_needed()) {
+    first = num_children();
+    for (size_t i = 0; i < num_children(); ++i)
+      if (child(i).has_trainable_parameters()) {
+        first = i;
+        break;
+      }
+    if (first == num_children()) return Tensor();  // nothing to learn here at all
+  }
   Tensor g = dy;
-  for (size_t i = num_children(); i-- > 0;) g = child(i).backward(ctx, g);
-  return g;
+  for (size_t i = num_children(); i-- > first;) {
+    child(i).set_input_grad_needed(i > first || input_grad_needed());
+    g = child(i).backward(ctx, g);
+  }
+  return first == 0 ? g : Tensor();
 }
 
 }  // namespace dpx::nn

@@ -28,9 +28,15 @@ class Sequential : public Cloneable<Sequential> {
     return static_cast<M&>(add(std::make_unique<M>(std::forward<Args>(args)...)));
   }
   size_t size() const { return num_children(); }
+  // Puts `module` in place of the child called `name` and returns the old one (a model's
+  // classifier swapped for another head).
+  std::unique_ptr<Module> replace(const std::string& name, std::unique_ptr<Module> module);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // each child in order
-  Tensor backward(Context& ctx, const Tensor& dy) override;  // each child in reverse order
+  // Each child in reverse order. When the caller needs no dx (input_grad_needed() false), it
+  // stops at the first child with trainable parameters, which is told it needs no dx either,
+  // and returns an undefined Tensor: children before it have nothing to learn.
+  Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "Sequential"; }
   // "Sequential(0: Conv2d, 1: ReLU, 2: MaxPool2d)": one line; children describe their settings.
   std::string describe() const override;
