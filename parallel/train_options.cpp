@@ -63,6 +63,8 @@ void TrainOptions::validate() const {
   if (warmup_steps < 0) usage_fail("--warmup must be >= 0 (got ", warmup_steps, ")");
   if (accumulate < 1) usage_fail("--accumulate must be at least 1 (got ", accumulate, ")");
   if (bucket_mb < 0) usage_fail("--bucket-mb must be >= 0 (0 = one all-reduce per tensor; got ", bucket_mb, ")");
+  if (!(loss_threshold >= 0)) usage_fail("--loss-threshold must be >= 0 (0 = off; got ", loss_threshold, ")");
+  if (!(log_interval_s >= 0)) usage_fail("--log-interval must be >= 0 seconds (got ", log_interval_s, ")");
   if (image_size < 0) usage_fail("--image-size must be positive (got ", image_size, ")");
   if (synthetic_size < 1) usage_fail("--synthetic-size must be at least 1 (got ", synthetic_size, ")");
   if (num_classes < 2) usage_fail("--classes must be at least 2 (got ", num_classes, ")");

@@ -61,6 +61,7 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
       {"train --dataset synthetic --image-size 2 --model lenet5", "needs an input of at least 4x4"},
       {kQuick + "--momentum 0", "Nesterov momentum needs --momentum > 0"},
       {kQuick + "--lr-schedule wavy", "unknown schedule 'wavy'"},
+      {kQuick + "--loss-threshold -1", "--loss-threshold must be >= 0"},
       {kQuick + "--batch-size 512", "too few"},
       {"bench --models lenet5 --scaling sideways", "--scaling"},
   };
