@@ -1,5 +1,6 @@
 #include "core/tensor.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -30,7 +31,12 @@ Storage::~Storage() {
 }
 
 namespace {
-void host_release(void* p, size_t, Device) { std::free(p); }
+std::atomic<size_t> g_host_bytes{0};  // a statistic only: no computation reads it
+
+void host_release(void* p, size_t bytes, Device) {
+  g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  std::free(p);
+}
 void cuda_release(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d.index); }
 }  // namespace
 
@@ -43,12 +49,15 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
     s->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (!s->data) fail("out of host memory allocating ", bytes, " bytes");
     s->release = host_release;
+    g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
   } else {
     s->data = cuda::allocate(bytes, device.index);
     s->release = cuda_release;
   }
   return s;
 }
+
+size_t host_bytes_in_use() { return g_host_bytes.load(std::memory_order_relaxed); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;

@@ -32,6 +32,9 @@ struct Storage {
 
 // Allocates bytes on a device: 64-byte aligned host memory, or the CUDA caching allocator.
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
+// Bytes of host storage alive right now, over every thread (what cuda::bytes_in_use is for a
+// GPU): `dpx models` measures the activation memory a forward leaves for backward with it.
+size_t host_bytes_in_use();
 
 class Tensor {
  public:

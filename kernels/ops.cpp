@@ -40,9 +40,12 @@ int64_t conv_out_size(int64_t in, int kernel, int stride, int pad, int dilation,
   DPX_CHECK(stride > 0 && kernel > 0 && dilation > 0, "window kernel ", kernel, ", stride ", stride,
             ", dilation ", dilation, " must be positive");
   int64_t span = static_cast<int64_t>(dilation) * (kernel - 1) + 1;
-  int64_t num = in + 2 * pad - span;
-  if (num < 0) return 0;
-  int64_t out = (ceil_mode ? (num + stride - 1) / stride : num / stride) + 1;
+  int64_t num = in + 2 * pad - span + (ceil_mode ? stride - 1 : 0);
+  // PyTorch's pooling_output_shape divides rounding towards -infinity: with ceil_mode an input
+  // shorter than the window still gives one (clipped) window, as SqueezeNet's last pooling
+  // sees at its minimum size (2 pixels under a 3x3 window).
+  int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
+  if (out <= 0) return 0;
   // PyTorch: with ceil_mode the last window must start inside the input or left padding.
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;

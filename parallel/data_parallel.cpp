@@ -147,6 +147,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
     if (hooks.on_epoch) hooks.on_epoch(er);
   }
   report.final_params = master.flat_params().to_vector();
+  report.final_model = std::make_shared<nn::Model>(std::move(master));
 }
 
 }  // namespace dpx::parallel

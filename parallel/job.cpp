@@ -6,7 +6,9 @@
 #include "core/data/datasets.hpp"
 #include "core/data/dataset.hpp"
 #include "core/error.hpp"
+#include "core/safetensors.hpp"
 #include "zoo/registry.hpp"
+#include "zoo/weights.hpp"
 
 namespace dpx::parallel {
 
@@ -43,7 +45,15 @@ Job::Job(const TrainOptions& o) : options(o) {
   mo.in_channels = static_cast<int>(sample[0]);
   mo.image_size = static_cast<int>(sample[1]);
   mo.seed = o.seed;
+  mo.head = o.head;
+  mo.freeze_backbone = o.freeze_backbone;
+  model_options = mo;
   initial = nn::Model(zoo::build_model(o.model, mo), Device::cpu());
+  if (!o.weights_file.empty()) {
+    // A new head (--head) keeps its fresh weights: the file's classifier takes no part.
+    const std::string skip = o.head == "default" ? "" : zoo::find_model(o.model).classifier + ".";
+    weights_report = zoo::load_state(initial, read_safetensors(o.weights_file), o.weights_strict, skip);
+  }
 }
 
 ops::SgdParams Job::sgd_params() const {

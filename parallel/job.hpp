@@ -8,6 +8,8 @@
 #include "kernels/ops.hpp"
 #include "layers/model.hpp"
 #include "parallel/train_options.hpp"
+#include "zoo/registry.hpp"
+#include "zoo/weights.hpp"
 
 namespace dpx::parallel {
 
@@ -20,6 +22,8 @@ struct Job {
   int64_t rank_batch = 0;  // the batch one rank (one replica) processes per step
   std::shared_ptr<const data::Dataset> train_set, test_set;  // test_set may be null
   nn::Model initial;      // on the host; every rank starts from a copy
+  zoo::ModelOptions model_options;  // what `initial` was built with
+  zoo::LoadReport weights_report;   // what --weights loaded into it
   int64_t steps_per_epoch = 0;
 
   ops::SgdParams sgd_params() const;  // the optimiser the options ask for (lr of step 0)

@@ -62,6 +62,9 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   nlohmann::json j;
   j["dpx_version"] = DPX_VERSION_STRING;
   j["model"] = o.model;
+  j["head"] = o.head;
+  j["freeze_backbone"] = o.freeze_backbone;
+  j["weights"] = o.weights_file;
   j["dataset"] = o.dataset;
   j["data_dir"] = o.data_dir;
   j["image_size"] = o.image_size;

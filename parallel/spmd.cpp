@@ -129,7 +129,11 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());
-  if (rank == 0) report.final_params = model.flat_params().to_vector();
+  if (rank == 0) {
+    report.final_params = model.flat_params().to_vector();
+    model.root().set_grad_ready_hook(nullptr);  // the hook points into this rank's GradSync
+    report.final_model = std::make_shared<nn::Model>(std::move(model));
+  }
 }
 
 }  // namespace

@@ -21,6 +21,12 @@ struct TrainOptions {
   int channels = 0;                       // 0: the data set's own (1 for MNIST; 3 after --grey-to-rgb)
   int64_t synthetic_size = 8192;          // samples in the synthetic training set
   int num_classes = 10;
+  // weights and transfer learning (zoo/weights.hpp, zoo/heads.hpp)
+  std::string weights_file;               // safetensors state_dict to start from (torchvision names)
+  bool weights_strict = true;             // false: missing and unexpected names are listed, not fatal
+  std::string save_file;                  // where rank 0's (the master's) final state_dict goes
+  std::string head = "default";           // default | linear | mlp4096: a new classifier
+  bool freeze_backbone = false;           // train only the classifier
   // optimisation
   int epochs = 1;
   int64_t batch_size = 64;                // the global batch: split over the ranks

@@ -83,6 +83,9 @@ TrainReport train(const TrainOptions& options, std::ostream& log) {
   report.num_trainable = job.initial.num_trainable();
   report.train_samples = job.train_set->size();
   report.steps_per_epoch = job.steps_per_epoch;
+  report.model_options = job.model_options;
+  if (!options.weights_file.empty())
+    log << "weights " << options.weights_file << ": " << zoo::describe_load(job.weights_report) << std::endl;
 
   Progress progress(log, job);
   TrainHooks hooks{[&](const StepRecord& r, bool last) { progress.step(r, last); },

@@ -4,10 +4,13 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <vector>
 
 #include "core/phase_timer.hpp"
+#include "layers/model.hpp"
 #include "parallel/train_options.hpp"
+#include "zoo/registry.hpp"
 
 namespace dpx::parallel {
 
@@ -45,6 +48,10 @@ struct TrainReport {
   double start_s = 0;                // steady-clock time the run started (trace origin)
   int64_t threshold_step = -1, threshold_epoch = -1;  // first step whose loss < loss_threshold
   std::vector<float> final_params;   // rank 0's parameters after training (for equivalence tests)
+  // Rank 0's (DataParallel: the master's) model after training, on its device, buffers
+  // included (for --save), and what it was built with.
+  std::shared_ptr<nn::Model> final_model;
+  zoo::ModelOptions model_options;
 };
 
 // Runs a whole training job. Progress lines go to `log` (rank 0 only).

@@ -1,5 +1,6 @@
 // `dpx train`: trains one model on one configuration, prints progress and test accuracy, and
-// writes steps.csv, summary.csv, config.json (and a trace) into --out.
+// writes steps.csv, summary.csv, config.json (and a trace) into --out, the weights to --save.
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 
@@ -10,6 +11,7 @@
 #include "tools/commands.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
+#include "zoo/weights.hpp"
 
 namespace dpx::tools {
 
@@ -19,6 +21,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f) {
   apply_train_flags(o, f);
   o.validate();
   if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
+  if (!o.save_file.empty()) ensure_writable_dir(std::filesystem::path(o.save_file).parent_path().string());
   warn_if_oversubscribed(o);
   print_config_box(std::cout, o);
   parallel::TrainReport report = parallel::train(o, std::cout);
@@ -29,6 +32,14 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f) {
     parallel::write_summary_csv(o.out_dir + "/summary.csv", report, s);
     parallel::write_config_json(o.out_dir + "/config.json", report);
     std::cout << "wrote " << o.out_dir << "/{steps.csv, summary.csv, config.json}\n";
+  }
+  if (!o.save_file.empty()) {
+    const zoo::ModelOptions& mo = report.model_options;
+    zoo::save_state(o.save_file, *report.final_model,
+                    {{"dpx_model", o.model}, {"num_classes", std::to_string(mo.num_classes)},
+                     {"in_channels", std::to_string(mo.in_channels)}, {"image_size", std::to_string(mo.image_size)},
+                     {"head", mo.head}});
+    std::cout << "wrote weights " << o.save_file << " (" << report.final_model->num_parameters() << " parameters)\n";
   }
   if (!o.trace_file.empty()) {
     parallel::write_trace(o.trace_file, report, o.trace_first, o.trace_last);

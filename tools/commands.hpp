@@ -8,6 +8,8 @@ namespace dpx::tools {
 void add_train_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_collective_command(CLI::App& app);
+void add_models_command(CLI::App& app);
+void add_infer_command(CLI::App& app);
 // Versions of dpx and of the libraries built in, one "name version" per line.
 std::string version_text();
 

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   dpx::tools::add_train_command(app);
   dpx::tools::add_bench_command(app);
   dpx::tools::add_collective_command(app);
+  dpx::tools::add_models_command(app);
+  dpx::tools::add_infer_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

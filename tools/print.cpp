@@ -17,7 +17,9 @@ int hardware_threads() {
 
 void print_config_box(std::ostream& os, const parallel::TrainOptions& o) {
   std::vector<std::pair<std::string, std::string>> rows = {
-      {"model", o.model},
+      {"model", o.model + (o.head != "default" ? ", head " + o.head : "") +
+                    (o.freeze_backbone ? ", backbone frozen" : "") +
+                    (o.weights_file.empty() ? "" : ", weights " + o.weights_file)},
       {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
       {"devices", o.devices},
       {"parallel", parallel::parallel_mode_name(o.parallel) +

@@ -16,7 +16,20 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");
     cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
+    cmd.add_option("--weights", o.weights_file,
+                   "start from this safetensors state_dict (torchvision names, e.g. a torchvision model's "
+                   "weights); with --head the file's classifier is left out");
+    cmd.add_flag("--weights-non-strict", f.weights_non_strict,
+                 "load the --weights that fit; list the missing and unexpected names instead of failing");
+    cmd.add_option("--save", o.save_file, "write the final weights (rank 0's) to this safetensors file");
   }
+  cmd.add_option("--head", o.head,
+                 "classifier: default (the model's own), linear (one new Linear) or mlp4096 (new Linear 4096, "
+                 "ReLU, Dropout, Linear 4096, ReLU, Dropout, Linear)")
+      ->capture_default_str();
+  cmd.add_flag("--freeze-backbone", o.freeze_backbone,
+               "train only the classifier: no gradients, updates or communication for the rest (batch norm "
+               "statistics still update in training mode, as in PyTorch)");
   cmd.add_option("--dataset", o.dataset, "fashion-mnist, mnist or synthetic")->capture_default_str();
   cmd.add_option("--data-dir", o.data_dir,
                  "directory with the IDX files (default for fashion-mnist: $DPX_DATA_DIR, then the "
@@ -59,6 +72,7 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   o.parallel = parallel::parse_parallel_mode(f.parallel);
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;
+  o.weights_strict = !f.weights_non_strict;
   auto colon = f.trace_steps.find(':');
   try {
     if (colon == std::string::npos) throw std::invalid_argument("no colon");

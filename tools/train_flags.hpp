@@ -11,6 +11,7 @@ struct TrainFlags {
   std::string trace_steps = "0:20";
   bool no_overlap = false;
   bool no_eval = false;
+  bool weights_non_strict = false;
 };
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags

@@ -76,7 +76,8 @@ void add_efficientnet_models(std::vector<ModelInfo>& out) {
   out.push_back({"efficientnet_b0", "efficientnet", 224, 3, 1,
                  "any size works (torchvision's min_size is 1x1); at 32 or less the last maps are 1x1, so "
                  "training needs a batch of 2 or more for batch norm",
-                 [](const ModelOptions& o) { return build_efficientnet(efficientnet_b0_config(), o); }});
+                 [](const ModelOptions& o) { return build_efficientnet(efficientnet_b0_config(), o); },
+                 "classifier"});
 }
 
 }  // namespace dpx::zoo

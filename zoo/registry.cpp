@@ -3,6 +3,7 @@
 
 #include "core/error.hpp"
 #include "zoo/families.hpp"
+#include "zoo/heads.hpp"
 
 namespace dpx::zoo {
 
@@ -10,6 +11,11 @@ const std::vector<ModelInfo>& registry() {
   static const std::vector<ModelInfo> models = [] {
     std::vector<ModelInfo> all;
     add_small_models(all);
+    add_resnet_models(all);
+    add_vgg_models(all);
+    add_alexnet_models(all);
+    add_densenet_models(all);
+    add_squeezenet_models(all);
     add_swin_models(all);
     add_efficientnet_models(all);
     return all;
@@ -37,7 +43,9 @@ std::unique_ptr<nn::Module> build_model(std::string_view name, const ModelOption
     usage_fail(name, " needs an input of at least ", info.min_image_size, "x", info.min_image_size, " (got ",
                options.image_size, "x", options.image_size, ")", info.note.empty() ? "" : ": ", info.note,
                "; pass --image-size ", info.min_image_size, " or more");
-  return info.build(options);
+  std::unique_ptr<nn::Module> model = info.build(options);
+  apply_head(*model, info, options);
+  return model;
 }
 
 }  // namespace dpx::zoo

@@ -50,8 +50,8 @@ std::unique_ptr<nn::Module> build_lenet5(const ModelOptions& o) {
 }  // namespace
 
 void add_small_models(std::vector<ModelInfo>& out) {
-  out.push_back({"mlp", "mlp", 28, 1, 1, "", build_mlp});
-  out.push_back({"lenet5", "lenet", 28, 1, 4, "two 2x2 poolings need 4 pixels", build_lenet5});
+  out.push_back({"mlp", "mlp", 28, 1, 1, "", build_mlp, "5"});
+  out.push_back({"lenet5", "lenet", 28, 1, 4, "two 2x2 poolings need 4 pixels", build_lenet5, "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -1,21 +1,29 @@
-"""Agreement of dpx's inference with torchvision. Two steps around a dpx run:
+"""Agreement of dpx's inference with torchvision, on the same weights and input.
 
-  export:  python3 check_infer.py export swin_t --dir DIR [--size 224] [--seed 0]
+  run:     python3 check_infer.py run resnet50 --dpx build/bin/dpx [--dir DIR] [--batch 2] [--size 224]
+           export (below), then `dpx infer` on the exported weights and input, then compare; one
+           line per model with the errors; exit status 1 when one of the first two exceeds --tol.
+  export:  python3 check_infer.py export swin_t --dir DIR [--size 224] [--batch 1] [--seed 0]
            builds torchvision.models.<model>() (random init from --seed, batch norm statistics
            calibrated on random batches, eval mode), and writes
            DIR/<model>.safetensors (its state_dict), DIR/<model>.input.safetensors ("input",
-           (1, 3, size, size)) and DIR/<model>.logits.safetensors ("logits", torchvision's).
+           (batch, 3, size, size)) and DIR/<model>.logits.safetensors ("logits", torchvision's).
   compare: python3 check_infer.py compare swin_t --dir DIR [--tol 1e-4]
            reads DIR/<model>.dpx_logits.safetensors ("logits", written by dpx from the same
-           weights and input) and prints the largest error relative to the largest |logit|;
-           exits 1 when it exceeds --tol. Until `dpx infer` writes that file, the zoo suite does
-           (swin_t and efficientnet_b0): DPX_TORCHVISION_REFERENCE=DIR <build>/tests/test_zoo
-           -tc="*DPX_TORCHVISION_REFERENCE*"
+           weights and input: `dpx infer`, or for swin_t and efficientnet_b0 at batch 1 the zoo
+           suite: DPX_TORCHVISION_REFERENCE=DIR <build>/tests/test_zoo -tc="*DPX_TORCHVISION_REFERENCE*").
 
-fp32 on the CPU. Needs torch and torchvision; files are written without the safetensors package."""
+Errors printed: normwise |dpx - tv|_2 / |tv|_2 and max |dpx - tv| / max |tv| (the gates); the
+elementwise max |dpx - tv| / max(|tv|, floor) with floor = 1e-2 max |tv|, so that logits near zero
+do not turn rounding into huge ratios; and both engines' normwise errors against torchvision's
+float64 logits. Deep random networks amplify fp32 rounding (resnet152: torchvision fp32 is 3e-4 from
+float64), so a model also passes when dpx is within max(tol, 2x torchvision's) of float64. fp32 on
+the CPU. Needs torch and torchvision; files are written without the safetensors package (st_io.py)."""
 import argparse
 import os
+import subprocess
 import sys
+import time
 
 import torch
 import torchvision
@@ -48,43 +56,92 @@ def export(args):
     model = getattr(torchvision.models, args.model)()
     calibrate_batch_norm(model, args.size)
     model.eval()
-    x = torch.randn(1, 3, args.size, args.size)
+    x = torch.randn(args.batch, 3, args.size, args.size)
     with torch.no_grad():
         logits = model(x)
     os.makedirs(args.dir, exist_ok=True)
     base = os.path.join(args.dir, args.model)
     write_safetensors(base + ".safetensors", model.state_dict(), {"format": "pt", "model": args.model})
     write_safetensors(base + ".input.safetensors", {"input": x})
-    write_safetensors(base + ".logits.safetensors", {"logits": logits})
+    # The same weights and input in float64: the exact logits, to tell fp32 rounding (which deep
+    # random networks amplify) from disagreement.
+    with torch.no_grad():
+        exact = model.double()(x.double())
+    write_safetensors(base + ".logits.safetensors", {"logits": logits, "logits_fp64": exact})
     print(f"{args.model}: wrote {base}.{{safetensors,input.safetensors,logits.safetensors}}; "
           f"logits {tuple(logits.shape)}, max |logit| {logits.abs().max().item():.4g}")
 
 
+def errors(got, ref):
+    """(normwise, max over the largest reference, elementwise with a floor of 1 % of it)."""
+    diff = (got - ref).abs()
+    scale = max(ref.abs().max().item(), 1e-30)
+    normwise = (got - ref).norm().item() / max(ref.norm().item(), 1e-30)
+    elementwise = (diff / ref.abs().clamp(min=1e-2 * scale)).max().item()
+    return normwise, diff.max().item() / scale, elementwise
+
+
 def compare(args):
     base = os.path.join(args.dir, args.model)
-    ref = read_safetensors(base + ".logits.safetensors")[0]["logits"].double()
+    refs = read_safetensors(base + ".logits.safetensors")[0]
+    ref = refs["logits"].double()
     got = read_safetensors(base + ".dpx_logits.safetensors")[0]["logits"].double()
     if got.shape != ref.shape:
         print(f"{args.model}: dpx logits {tuple(got.shape)} but torchvision's {tuple(ref.shape)}")
         return 1
-    diff = (got - ref).abs().max().item()
-    err = diff / max(ref.abs().max().item(), 1e-30)
+    normwise, vs_max, elementwise = errors(got, ref)
     same_top5 = torch.equal(got.topk(5).indices, ref.topk(5).indices)
-    print(f"{args.model}: max |dpx - torchvision| = {diff:.3g}, / max |torchvision| = {err:.3g} "
-          f"(tolerance {args.tol:g}); top-5 classes {'agree' if same_top5 else 'differ'}")
-    return 0 if err <= args.tol else 1
+    print(f"{args.model}: logits {tuple(ref.shape)}, max |tv| {ref.abs().max().item():.3g}; dpx vs torchvision: "
+          f"normwise {normwise:.2e}, max / max |tv| {vs_max:.2e}, elementwise (floor 1 %) {elementwise:.2e}; "
+          f"top-5 classes {'agree' if same_top5 else 'differ'}")
+    ok = max(normwise, vs_max) <= args.tol
+    if "logits_fp64" in refs:
+        exact = refs["logits_fp64"]
+        dpx_err, tv_err = errors(got, exact)[0], errors(ref, exact)[0]
+        # Where torchvision's own fp32 result is this far from the exact one, no fp32 engine can
+        # agree with it to --tol: dpx then passes when it is as close to the exact logits (within 2x).
+        fair = dpx_err <= max(args.tol, 2 * tv_err)
+        print(f"{args.model}: against float64 logits, normwise: dpx {dpx_err:.2e}, torchvision fp32 {tv_err:.2e}"
+              f"{'' if ok or not fair else ' (torchvision fp32 itself is off by more than the tolerance)'}")
+        ok = ok or fair
+    print(f"{args.model}: {'PASS' if ok else 'FAIL'} (tolerance {args.tol:g})")
+    return 0 if ok else 1
+
+
+def run(args):
+    if not args.dpx:
+        sys.exit("run needs --dpx PATH (the dpx binary, e.g. build/bin/dpx)")
+    export(args)
+    base = os.path.join(args.dir, args.model)
+    cmd = [args.dpx, "infer", "--model", args.model, "--weights", base + ".safetensors", "--input",
+           base + ".input.safetensors", "--output", base + ".dpx_logits.safetensors"]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    t = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"{args.model}: dpx infer failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return 1
+    print(f"{args.model}: dpx infer took {time.perf_counter() - t:.1f} s (building the model included)")
+    return compare(args)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=["export", "compare"])
-    ap.add_argument("model", help="a torchvision.models builder: swin_t, efficientnet_b0, resnet50, ...")
-    ap.add_argument("--dir", required=True)
+    ap.add_argument("step", choices=["run", "export", "compare"])
+    ap.add_argument("model", help="a torchvision.models builder: resnet50, vgg16_bn, densenet121, swin_t, ...")
+    ap.add_argument("--dir", default="out/check_infer")
+    ap.add_argument("--dpx", help="the dpx binary (run)")
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=None, help="images (run: 2, export: 1)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="threads for dpx infer (0: every core)")
     ap.add_argument("--tol", type=float, default=1e-4)
     args = ap.parse_args()
-    return export(args) if args.step == "export" else compare(args)
+    if args.batch is None:
+        args.batch = 2 if args.step == "run" else 1
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    return {"run": run, "export": export, "compare": compare}[args.step](args)
 
 
 if __name__ == "__main__":

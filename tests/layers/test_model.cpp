@@ -150,7 +150,9 @@ TEST_CASE("Model: train and eval reach every module, and eval forwards leave run
   Tensor y1 = model.forward(ctx, x), y2 = model.forward(ctx, x);
   CHECK(y1.to_vector() == y2.to_vector());  // no dropout, fixed statistics
   CHECK(model.state_dict().at("1.running_var").to_vector() == std::vector<float>{1, 1});
-  // Backward still works in eval mode (frozen feature extractors).
+  // Backward still works in eval mode (frozen feature extractors). A Model computes no dx for
+  // its input unless asked to.
+  model.root().set_input_grad_needed(true);
   Tensor dx = model.backward(ctx, uniform_tensor(y1.shape(), 12));
   CHECK(dx.shape() == x.shape());
   model.train();

@@ -1,0 +1,53 @@
+// Fire: forward through the squeeze and both expand branches, concatenated; backward splits
+// the gradient, runs each branch back and adds the two at the squeeze output.
+#include "layers/fire.hpp"
+
+#include "kernels/ops.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/relu.hpp"
+
+namespace dpx::nn {
+
+Fire::Fire(int64_t inplanes, int64_t squeeze_planes, int64_t expand1x1_planes, int64_t expand3x3_planes,
+           Rng& rng)
+    : in_(inplanes), squeeze_(squeeze_planes), e1_(expand1x1_planes), e3_(expand3x3_planes) {
+  if (in_ < 1 || squeeze_ < 1 || e1_ < 1 || e3_ < 1) fail(describe(), ": every channel count must be positive");
+  add_module("squeeze", std::make_unique<Conv2d>(in_, squeeze_, 1, rng));
+  add_module("squeeze_activation", std::make_unique<ReLU>());
+  add_module("expand1x1", std::make_unique<Conv2d>(squeeze_, e1_, 1, rng));
+  add_module("expand1x1_activation", std::make_unique<ReLU>());
+  add_module("expand3x3", std::make_unique<Conv2d>(squeeze_, e3_, 3, rng, 1, /*padding=*/1));
+  add_module("expand3x3_activation", std::make_unique<ReLU>());
+}
+
+std::string Fire::describe() const {
+  return detail::concat("Fire(", in_, ", squeeze ", squeeze_, ", expand ", e1_, " + ", e3_, ")");
+}
+
+Tensor Fire::forward(Context& ctx, const Tensor& x) {
+  if (x.dim() != 4 || x.size(1) != in_)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", in_, ", H, W)");
+  Tensor s = child(1).forward(ctx, child(0).forward(ctx, x));
+  Tensor a = child(3).forward(ctx, child(2).forward(ctx, s));
+  Tensor b = child(5).forward(ctx, child(4).forward(ctx, s));
+  Tensor y = Tensor::empty({x.size(0), e1_ + e3_, x.size(2), x.size(3)}, DType::f32, ctx.device);
+  ops::concat_channels(ctx, y, {a, b});
+  y_shape_ = y.shape();
+  return y;
+}
+
+Tensor Fire::backward(Context& ctx, const Tensor& dy) {
+  DPX_CHECK(!y_shape_.empty(), describe(), ": backward called before forward");
+  if (dy.shape() != y_shape_)
+    fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape_));
+  const int64_t n = y_shape_[0], h = y_shape_[2], w = y_shape_[3];
+  Tensor da = zeros_on(ctx, {n, e1_, h, w}), db = zeros_on(ctx, {n, e3_, h, w});
+  ops::split_channels_backward(ctx, {&da, &db}, dy);
+  // expand3x3 first: its parameters were registered last (reverse order, as DDP's buckets fill).
+  Tensor ds = child(4).backward(ctx, child(5).backward(ctx, db));
+  ops::axpy(ctx, ds, 1.f, child(2).backward(ctx, child(3).backward(ctx, da)));
+  return child(0).backward(ctx, child(1).backward(ctx, ds));
+}
+
+}  // namespace dpx::nn
