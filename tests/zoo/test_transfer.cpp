@@ -44,7 +44,7 @@ int64_t mlp4096_params(int64_t features) { return features * 4096 + 4096 + 4096 
 }  // namespace
 
 TEST_CASE("--head linear and mlp4096 replace the classifier; --freeze-backbone leaves only it trainable") {
-  Context ctx = Context::cpu(2);
+  Context ctx = Context::cpu(1);
   auto check = [&](const std::string& model, const std::string& head, int64_t features,
                    const std::map<std::string, Shape>& keys) {
     CAPTURE(model);
@@ -79,7 +79,7 @@ TEST_CASE("--head linear and mlp4096 replace the classifier; --freeze-backbone l
 }
 
 TEST_CASE("a training step on a frozen backbone changes the head only; batch norm statistics still update") {
-  Context ctx = Context::cpu(2);
+  Context ctx = Context::cpu(1);
   zoo::ModelOptions o = options("linear", true, 16);
   o.seed = 4;
   auto root = zoo::build_resnet({false, {1, 1, 1, 1}, 4}, o);

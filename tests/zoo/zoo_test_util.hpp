@@ -20,11 +20,14 @@ inline int64_t count_parameters(nn::Module& m) {
 }
 
 // FNV-1a (64-bit) of "name(d0,d1,...);" for every parameter and buffer, sorted by name: the same
-// fingerprint Python computes over sorted(model.state_dict()) with the tensors' shapes.
-inline uint64_t state_fingerprint(nn::Module& m, int64_t* count = nullptr) {
+// fingerprint Python computes over sorted(model.state_dict()) with the tensors' shapes. With a
+// prefix, only the names that start with it ("features.").
+inline uint64_t state_fingerprint(nn::Module& m, int64_t* count = nullptr, const std::string& prefix = "") {
   std::vector<std::pair<std::string, Shape>> entries;
-  for (auto& [name, p] : m.named_parameters()) entries.emplace_back(name, p->value.shape());
-  for (auto& [name, t] : m.named_buffers()) entries.emplace_back(name, t->shape());
+  for (auto& [name, p] : m.named_parameters())
+    if (name.starts_with(prefix)) entries.emplace_back(name, p->value.shape());
+  for (auto& [name, t] : m.named_buffers())
+    if (name.starts_with(prefix)) entries.emplace_back(name, t->shape());
   std::sort(entries.begin(), entries.end());
   if (count) *count = static_cast<int64_t>(entries.size());
   uint64_t h = 0xcbf29ce484222325ull;
