@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/layout_plan.hpp"
 
 namespace dpx::cpu {
 
@@ -13,63 +14,18 @@ using namespace detail;
 
 namespace {
 
-constexpr int kMaxDims = 6;
-constexpr int kMaxOperands = 3;
+constexpr int kMaxDims = ops::plan::kMaxBroadcastDims;
+constexpr int kMaxOperands = ops::plan::kMaxOperands;
+using Layout = ops::plan::BroadcastLayout;
 
-// out's dimensions of size > 1, adjacent ones merged where every operand is either full along
-// both or broadcast along both; stride[k][d] is operand k's element stride (0 if broadcast).
-struct Layout {
-  int dims = 0, operands = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t stride[kMaxOperands][kMaxDims] = {};
-  bool full[kMaxOperands][kMaxDims] = {};
-  int64_t numel = 1;
-};
-
-// Throws unless t has out's rank (at most kMaxDims) and each dimension equals out's or is 1.
 void check_broadcasts(const char* op, const char* name, const Tensor& t, const char* out_name,
                       const Shape& out) {
   require_f32(op, name, t);
-  bool ok = t.dim() == static_cast<int>(out.size()) && t.dim() <= kMaxDims;
-  for (int d = 0; ok && d < t.dim(); ++d) ok = t.size(d) == out[d] || t.size(d) == 1;
-  if (!ok)
-    fail(op, ": ", name, " ", shape_str(t.shape()), " does not broadcast to ", out_name, " ", shape_str(out),
-         ": it needs the same number of dimensions (at most ", kMaxDims, "), each equal to ", out_name,
-         "'s or 1");
+  ops::plan::check_broadcasts(op, name, t.shape(), out_name, out);
 }
 
 Layout make_layout(const Shape& out, std::initializer_list<const Shape*> operands) {
-  Layout L;
-  L.operands = static_cast<int>(operands.size());
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == 1) continue;
-    bool full[kMaxOperands];
-    int k = 0;
-    for (const Shape* s : operands) full[k++] = (*s)[d] == out[d];
-    bool merge = L.dims > 0;
-    for (k = 0; merge && k < L.operands; ++k) merge = full[k] == L.full[k][L.dims - 1];
-    if (merge) {
-      L.size[L.dims - 1] *= out[d];
-    } else {
-      L.size[L.dims] = out[d];
-      for (k = 0; k < L.operands; ++k) L.full[k][L.dims] = full[k];
-      ++L.dims;
-    }
-    L.numel *= out[d];
-  }
-  if (L.dims == 0) {  // a single element: one dimension of size 1, full for everyone
-    L.dims = 1;
-    L.size[0] = 1;
-    for (int k = 0; k < L.operands; ++k) L.full[k][0] = true;
-  }
-  for (int k = 0; k < L.operands; ++k) {
-    int64_t s = 1;
-    for (int d = L.dims - 1; d >= 0; --d) {
-      L.stride[k][d] = L.full[k][d] ? s : 0;
-      if (L.full[k][d]) s *= L.size[d];
-    }
-  }
-  return L;
+  return ops::plan::broadcast_layout(out, operands);
 }
 
 // Offsets of every operand at the row-major index `i` over the dimensions listed in `dims`.

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/layout_plan.hpp"
 
 namespace dpx::cpu {
 
@@ -13,64 +14,8 @@ using namespace detail;
 
 namespace {
 
-constexpr int kMaxDims = 6;
-
-// out's dimensions (size > 1) with the input stride each one walks, merged where consecutive
-// out dimensions are also consecutive in memory in the input (a kept last dim copies in runs).
-struct PermutePlan {
-  int dims = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t in_stride[kMaxDims] = {};
-  int64_t numel = 1;
-};
-
-std::string perm_str(const std::vector<int>& perm) {
-  std::string s = "(";
-  for (size_t i = 0; i < perm.size(); ++i) s += (i ? ", " : "") + std::to_string(perm[i]);
-  return s + ")";
-}
-
-// Checks perm and the permuted shape; `in_shape` is the unpermuted one, `out_shape` the other.
-PermutePlan permute_plan(const char* op, const char* in_name, const Shape& in_shape, const char* out_name,
-                         const Shape& out_shape, const std::vector<int>& perm) {
-  const int d = static_cast<int>(in_shape.size());
-  std::vector<bool> seen(static_cast<size_t>(std::max(d, 0)), false);
-  bool ok = static_cast<int>(perm.size()) == d && d <= kMaxDims;
-  for (int k = 0; ok && k < d; ++k) {
-    ok = perm[k] >= 0 && perm[k] < d && !seen[perm[k]];
-    if (ok) seen[perm[k]] = true;
-  }
-  if (!ok)
-    fail(op, ": ", perm_str(perm), " is not a permutation of the ", d, " dimensions of ", in_name, " ",
-         shape_str(in_shape), " (at most ", kMaxDims, " dimensions)");
-  Shape want(static_cast<size_t>(d));
-  for (int k = 0; k < d; ++k) want[k] = in_shape[perm[k]];
-  if (out_shape != want)
-    fail(op, ": ", out_name, " has shape ", shape_str(out_shape), ", but ", in_name, " ", shape_str(in_shape),
-         " permuted by ", perm_str(perm), " is ", shape_str(want));
-  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
-  for (int k = d - 2; k >= 0; --k) stride[k] = stride[k + 1] * in_shape[k + 1];
-  PermutePlan p;
-  for (int k = 0; k < d; ++k) {
-    const int64_t n = want[k], s = stride[perm[k]];
-    p.numel *= n;
-    if (n == 1) continue;
-    if (p.dims > 0 && p.in_stride[p.dims - 1] == s * n) {
-      p.size[p.dims - 1] *= n;
-      p.in_stride[p.dims - 1] = s;
-    } else {
-      p.size[p.dims] = n;
-      p.in_stride[p.dims] = s;
-      ++p.dims;
-    }
-  }
-  if (p.dims == 0) {
-    p.dims = 1;
-    p.size[0] = 1;
-    p.in_stride[0] = 1;
-  }
-  return p;
-}
+using ops::plan::PermutePlan;
+using ops::plan::permute_plan;
 
 // Calls f(out_offset, in_offset, inner, in_step) for each row of the permuted layout.
 template <class F>

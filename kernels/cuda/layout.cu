@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/layout_plan.hpp"
 
 namespace dpx::cuda {
 
@@ -14,61 +15,9 @@ namespace {
 using detail::f32;
 using detail::kThreads;
 
-constexpr int kMaxDims = 6;
-
-// out's dimensions (size > 1) with the input stride each walks, merged where consecutive out
-// dimensions are consecutive in the input too (as the CPU op plans it).
-struct PermutePlan {
-  int dims = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t in_stride[kMaxDims] = {};
-  int64_t numel = 1;
-};
-
-std::string perm_str(const std::vector<int>& perm) {
-  std::string s = "(";
-  for (size_t i = 0; i < perm.size(); ++i) s += (i ? ", " : "") + std::to_string(perm[i]);
-  return s + ")";
-}
-
-PermutePlan permute_plan(const char* op, const char* in_name, const Shape& in_shape, const char* out_name,
-                         const Shape& out_shape, const std::vector<int>& perm) {
-  const int d = static_cast<int>(in_shape.size());
-  std::vector<bool> seen(static_cast<size_t>(d), false);
-  bool ok = static_cast<int>(perm.size()) == d && d <= kMaxDims;
-  for (int k = 0; ok && k < d; ++k) {
-    ok = perm[k] >= 0 && perm[k] < d && !seen[perm[k]];
-    if (ok) seen[perm[k]] = true;
-  }
-  DPX_CHECK(ok, op, ": ", perm_str(perm), " is not a permutation of the ", d, " dimensions of ", in_name, " ",
-            shape_str(in_shape), " (at most ", kMaxDims, " dimensions)");
-  Shape want(static_cast<size_t>(d));
-  for (int k = 0; k < d; ++k) want[k] = in_shape[perm[k]];
-  DPX_CHECK(out_shape == want, op, ": ", out_name, " has shape ", shape_str(out_shape), ", but ", in_name, " ",
-            shape_str(in_shape), " permuted by ", perm_str(perm), " is ", shape_str(want));
-  std::vector<int64_t> stride(static_cast<size_t>(d), 1);
-  for (int k = d - 2; k >= 0; --k) stride[k] = stride[k + 1] * in_shape[k + 1];
-  PermutePlan p;
-  for (int k = 0; k < d; ++k) {
-    const int64_t n = want[k], s = stride[perm[k]];
-    p.numel *= n;
-    if (n == 1) continue;
-    if (p.dims > 0 && p.in_stride[p.dims - 1] == s * n) {
-      p.size[p.dims - 1] *= n;
-      p.in_stride[p.dims - 1] = s;
-    } else {
-      p.size[p.dims] = n;
-      p.in_stride[p.dims] = s;
-      ++p.dims;
-    }
-  }
-  if (p.dims == 0) {
-    p.dims = 1;
-    p.size[0] = 1;
-    p.in_stride[0] = 1;
-  }
-  return p;
-}
+constexpr int kMaxDims = ops::plan::kMaxPermuteDims;
+using ops::plan::PermutePlan;
+using ops::plan::permute_plan;
 
 __device__ inline int64_t in_offset(const PermutePlan& p, int64_t i) {
   int64_t off = 0;

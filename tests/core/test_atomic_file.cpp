@@ -16,33 +16,15 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dpx_test_atomic_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  // Every entry of the directory, so a test sees any temporary left behind.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "atomic".
+struct TempDir : dpx::testing::TempDir {
+  TempDir() : dpx::testing::TempDir("atomic") {}
 };
 
 std::string slurp(const std::string& path) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/data/idx.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using dpx::DType;
@@ -24,16 +25,9 @@ using Bytes = std::vector<uint8_t>;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("dpx_test_idx_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "idx".
+struct TempDir : dpx::testing::TempDir {
+  TempDir() : dpx::testing::TempDir("idx") {}
 };
 
 void write_bytes(const std::string& path, const Bytes& b) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/safetensors.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using dpx::DType;
@@ -21,20 +22,9 @@ using dpx::Tensor;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dpx_test_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "st".
+struct TempDir : dpx::testing::TempDir {
+  TempDir() : dpx::testing::TempDir("st") {}
 };
 
 std::string slurp(const std::string& path) {

@@ -1,0 +1,43 @@
+// A fresh, empty directory under the system's temporary folder for one test, removed with
+// everything in it when the test ends. The name carries a tag, the process id and a counter,
+// so tests running in parallel (ctest -j) never share one.
+#pragma once
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace dpx::testing {
+
+struct TempDir {
+  std::filesystem::path path;
+
+  explicit TempDir(const std::string& tag) {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("dpx_test_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;  // never throw from a destructor; a leftover folder is harmless
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // Every entry of the directory, sorted, so a test sees any temporary left behind.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+}  // namespace dpx::testing
