@@ -159,6 +159,7 @@ Tensor ShiftedWindowAttention::forward(Context& ctx, const Tensor& x) {
   }
   Tensor heads_out = empty_on(ctx, head_shape);
   ops::matmul(ctx, heads_out, attn_, v, false, false);
+  last_flops_ = 2 * 2 * BW * heads_ * L * L * head_dim_;
   Tensor merged = empty_on(ctx, {BW, L, heads_, head_dim_});
   ops::permute(ctx, merged, heads_out, kHeadsPerm);
   Tensor projected = child(kProj).forward(ctx, merged.view({BW, L, C}));

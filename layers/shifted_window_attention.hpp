@@ -23,6 +23,9 @@ class ShiftedWindowAttention : public Cloneable<ShiftedWindowAttention> {
   std::string type_name() const override { return "ShiftedWindowAttention"; }
   std::string describe() const override;
   void clear_cache() override;
+  // The two batched products of the last forward, q kᵀ and attn v: 2 · 2 · (B nW) · heads · L² ·
+  // head_dim. qkv and proj are Linear children and count themselves.
+  int64_t last_forward_flops() const override { return last_flops_; }
 
   Parameter& relative_position_bias_table() { return param(0); }  // ((2wh-1)(2ww-1), heads)
   Tensor& relative_position_index() { return buffer(0); }         // (L * L) i64, L = wh * ww
@@ -49,6 +52,7 @@ class ShiftedWindowAttention : public Cloneable<ShiftedWindowAttention> {
   Tensor attn_;  // (B nW, heads, L, L): softmax output of the last forward
   Tensor mask_;  // (nW, 1, L, L): for mask_key_, rebuilt when the geometry changes
   std::array<int64_t, 4> mask_key_ = {-1, -1, -1, -1};  // pH, pW, sh, sw of mask_
+  int64_t last_flops_ = 0;
 };
 
 }  // namespace dpx::nn

@@ -70,8 +70,8 @@ void run_models(const ModelsFlags& f) {
               "thread(s)\n",
               f.classes, f.head.c_str(), f.freeze_backbone ? ", backbone frozen" : "", threads);
   std::printf("# GFLOPs: floating-point operations of one forward per image, counted as 2 per multiply-add of every\n"
-              "#   convolution and Linear layer (bias, normalisation, activations, pooling and products of two\n"
-              "#   activations, such as attention scores, are not counted)\n"
+              "#   convolution and Linear layer and of the attention products q k^T and attn v (bias, normalisation,\n"
+              "#   activations, pooling, softmax and additions are not counted)\n"
               "# act MiB: host memory one training-mode forward of one image leaves alive for backward (measured)\n");
   std::printf("%-16s %-13s %13s %13s %9s %11s %9s\n", "model", "family", "params", "trainable", "GFLOPs", "input",
               "act MiB");

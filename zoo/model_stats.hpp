@@ -13,9 +13,9 @@ namespace dpx::zoo {
 struct ModelStats {
   int64_t parameters = 0;
   int64_t trainable = 0;         // parameters with requires_grad
-  int64_t forward_flops = 0;     // per image: 2 per multiply-add of every Conv2d and Linear
-                                 // (Module::last_forward_flops); normalisation, activations,
-                                 // pooling, additions and products of two activations not counted
+  int64_t forward_flops = 0;     // per image: 2 per multiply-add of every Conv2d, Linear and
+                                 // attention product q kᵀ, attn v (Module::last_forward_flops);
+                                 // normalisation, activations, pooling, softmax, additions not counted
   int64_t activation_bytes = 0;  // per image: host bytes a training forward leaves alive (what
                                  // the layers keep for backward), measured with host_bytes_in_use
   int image_size = 0, in_channels = 0;

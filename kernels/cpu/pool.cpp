@@ -213,11 +213,13 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
       const Window bh = bin(oh, OH, H);
       for (int64_t ow = 0; ow < OW; ++ow) {
         const Window bw = bin(ow, OW, W);
-        float sum = 0.f;
+        // In double: a global pool sums whole maps (12,544 values in EfficientNet's first
+        // squeeze-excitation), where a float running sum loses digits torch's pairwise sum keeps.
+        double sum = 0;
         for (int64_t ih = bh.start; ih < bh.end; ++ih)
           for (int64_t iw = bw.start; iw < bw.end; ++iw) sum += in[ih * W + iw];
         const int64_t area = bh.padded * bw.padded;
-        out[oh * OW + ow] = area > 0 ? sum / static_cast<float>(area) : 0.f;
+        out[oh * OW + ow] = area > 0 ? static_cast<float>(sum / static_cast<double>(area)) : 0.f;
       }
     }
   }

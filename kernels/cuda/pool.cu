@@ -130,10 +130,10 @@ __global__ void adaptive_avg_forward_kernel(float* y, const float* x, int64_t to
     int hs = bin_start(oh, H, OH), he = bin_end(oh, H, OH);
     int ws = bin_start(ow, W, OW), we = bin_end(ow, W, OW);
     const float* xp = x + plane * H * W;
-    float sum = 0.f;
+    double sum = 0;  // as the CPU op: a global pool sums whole maps
     for (int h = hs; h < he; ++h)
       for (int w = ws; w < we; ++w) sum += xp[h * W + w];
-    y[i] = sum / static_cast<float>((he - hs) * (we - ws));
+    y[i] = static_cast<float>(sum / static_cast<double>((he - hs) * (we - ws)));
   }
 }
 

@@ -41,6 +41,10 @@ TEST_CASE("ShiftedWindowAttention: torchvision's position index, names and shape
   CHECK_THROWS_WITH_AS(nn::ShiftedWindowAttention(4, {2, 2}, {2, 0}, 2, rng),
                        doctest::Contains("shifts in [0, window)"), Error);
   Context ctx = Context::cpu();
+  // FLOPs of the two attention products (qkv and proj count themselves): a (2, 5, 7) map is
+  // padded to (6, 9), 3 x 3 windows of L = 6 tokens, 2 heads of dimension 2.
+  attn.forward(ctx, Tensor::zeros({2, 5, 7, 4}));
+  CHECK(attn.last_forward_flops() == 2 * 2 * (2 * 9) * 2 * 6 * 6 * 2);
   CHECK_THROWS_WITH_AS(attn.forward(ctx, Tensor::zeros({1, 4, 4, 5})),
                        doctest::Contains("given input (1, 4, 4, 5): expected channels-last (B, H, W, 4)"),
                        Error);
