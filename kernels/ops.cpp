@@ -2,6 +2,7 @@
 // checking that the tensors given live there.
 #include "kernels/ops.hpp"
 
+#include <cmath>
 #include <initializer_list>
 
 #include "kernels/cpu/cpu_ops.hpp"
@@ -306,6 +307,38 @@ int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels) 
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p, bool first_step) {
   check_devices(ctx, "sgd_step", {&param, &grad, &momentum_buf});
   DPX_DISPATCH(sgd_step, param, grad, momentum_buf, p, first_step);
+}
+
+void check_adamw_params(const AdamwParams& p, const char* who) {
+  // torch.optim.AdamW's constructor checks, written so that NaN fails them as it does there.
+  if (!(p.lr >= 0.f)) fail(who, ": invalid learning rate ", p.lr, " (must be >= 0)");
+  if (!(p.eps >= 0.f)) fail(who, ": invalid epsilon ", p.eps, " (must be >= 0)");
+  if (!(p.beta1 >= 0.f && p.beta1 < 1.f)) fail(who, ": invalid beta1 ", p.beta1, " (must be in [0, 1))");
+  if (!(p.beta2 >= 0.f && p.beta2 < 1.f)) fail(who, ": invalid beta2 ", p.beta2, " (must be in [0, 1))");
+  if (!(p.weight_decay >= 0.f)) fail(who, ": invalid weight_decay ", p.weight_decay, " (must be >= 0)");
+}
+
+AdamwScalars adamw_scalars(const AdamwParams& p, int64_t step) {
+  check_adamw_params(p, "adamw_step");
+  if (step < 1) fail("adamw_step: step ", step, " must be >= 1 (it counts this step, as torch's state['step'])");
+  const double lr = p.lr, b1 = p.beta1, b2 = p.beta2, t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(b1, t), bias_correction2 = 1.0 - std::pow(b2, t);
+  AdamwScalars s;
+  s.decay = static_cast<float>(1.0 - lr * p.weight_decay);
+  s.beta1 = p.beta1;
+  s.one_minus_beta1 = static_cast<float>(1.0 - b1);
+  s.beta2 = p.beta2;
+  s.one_minus_beta2 = static_cast<float>(1.0 - b2);
+  s.step_size = static_cast<float>(lr / bias_correction1);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = p.eps;
+  return s;
+}
+
+void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamwParams& p, int64_t step) {
+  check_devices(ctx, "adamw_step", {&param, &grad, &exp_avg, &exp_avg_sq});
+  DPX_DISPATCH(adamw_step, param, grad, exp_avg, exp_avg_sq, p, step);
 }
 
 }  // namespace dpx::ops

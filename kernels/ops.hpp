@@ -172,4 +172,30 @@ struct SgdParams {
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
               const SgdParams& p, bool first_step);
 
+// torch.optim.AdamW's defaults.
+struct AdamwParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 1e-2f;
+};
+// torch.optim.AdamW's argument checks (lr >= 0, eps >= 0, 0 <= beta < 1, weight_decay >= 0;
+// NaN fails them all); throws dpx::Error naming `who` and the bad value.
+void check_adamw_params(const AdamwParams& p, const char* who);
+// torch.optim.AdamW's single-tensor step (amsgrad and maximize off), one tensor (typically a
+// range of the flat parameter buffer); `step` is 1-based, counting this step:
+//   param *= 1 - lr * wd; exp_avg = b1 exp_avg + (1 - b1) g; exp_avg_sq = b2 exp_avg_sq + (1 - b2) g^2;
+//   param -= lr / (1 - b1^step) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - b2^step) + eps).
+// exp_avg and exp_avg_sq (same numel as param) start at zero, as torch creates them.
+void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamwParams& p, int64_t step);
+// The scalars of one adamw_step, computed in double from the f32 parameters (as torch computes
+// them from Python floats) and rounded once to f32, so the CPU and CUDA kernels share them.
+struct AdamwScalars {
+  float decay;                  // 1 - lr * wd
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float step_size;              // lr / (1 - b1^step)
+  float bias_correction2_sqrt;  // sqrt(1 - b2^step)
+  float eps;
+};
+// Checks p (check_adamw_params) and step >= 1.
+AdamwScalars adamw_scalars(const AdamwParams& p, int64_t step);
+
 }  // namespace dpx::ops

@@ -1,8 +1,30 @@
-// SGD: torch.optim.SGD's argument checks, and a step as a few ops::sgd_step calls over
-// runs of trainable parameters in the flat buffers.
+// SGD and AdamW: torch's argument checks, and a step as a few ops::sgd_step / ops::adamw_step
+// calls over runs of trainable parameters in the flat buffers.
 #include "layers/optim.hpp"
 
 namespace dpx::nn {
+
+namespace {
+
+// Slots are contiguous in registration order, so a run of trainable slots in the same state
+// (key) is one range of the flat buffers: one op instead of one per tensor. Calls
+// fn(first_slot, end_slot, begin_element, end_element) for each such run.
+template <typename Key, typename Fn>
+void for_each_trainable_run(const std::vector<ParamSlot>& slots, Key key, Fn fn) {
+  size_t i = 0;
+  while (i < slots.size()) {
+    if (!slots[i].param->requires_grad || slots[i].numel == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < slots.size() && slots[j].param->requires_grad && key(j) == key(i)) ++j;
+    fn(i, j, slots[i].offset, slots[j - 1].offset + slots[j - 1].numel);
+    i = j;
+  }
+}
+
+}  // namespace
 
 SGD::SGD(Model& model, const ops::SgdParams& params) : model_(&model), p_(params) {
   // The checks torch.optim.SGD makes, with its messages' meaning.
@@ -26,24 +48,49 @@ void SGD::step(Context& ctx) {
   DPX_CHECK(slots.size() == started_.size(), "SGD: the model's parameters changed after the optimizer was made");
   Tensor& params = model_->flat_params();
   Tensor& grads = model_->flat_grads();
-  // Slots are contiguous in registration order, so a run of trainable slots in the same
-  // first-step state is one range of all three buffers: one op instead of one per tensor.
-  size_t i = 0;
-  while (i < slots.size()) {
-    if (!slots[i].param->requires_grad || slots[i].numel == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < slots.size() && slots[j].param->requires_grad && started_[j] == started_[i]) ++j;
-    int64_t begin = slots[i].offset, end = slots[j - 1].offset + slots[j - 1].numel;
-    Tensor p = params.view_at(begin, {end - begin});
-    Tensor g = grads.view_at(begin, {end - begin});
-    Tensor m = momentum_.defined() ? momentum_.view_at(begin, {end - begin}) : Tensor();
-    ops::sgd_step(ctx, p, g, m, p_, started_[i] == 0);
-    for (size_t k = i; k < j; ++k) started_[k] = 1;
-    i = j;
-  }
+  for_each_trainable_run(
+      slots, [&](size_t k) { return started_[k]; },
+      [&](size_t first, size_t end, int64_t begin, int64_t stop) {
+        Tensor p = params.view_at(begin, {stop - begin});
+        Tensor g = grads.view_at(begin, {stop - begin});
+        Tensor m = momentum_.defined() ? momentum_.view_at(begin, {stop - begin}) : Tensor();
+        ops::sgd_step(ctx, p, g, m, p_, started_[first] == 0);
+        for (size_t k = first; k < end; ++k) started_[k] = 1;
+      });
+  ++steps_;
+}
+
+AdamW::AdamW(Model& model, const ops::AdamwParams& params) : model_(&model), p_(params) {
+  ops::check_adamw_params(p_, "AdamW");
+  slot_steps_.assign(model.slots().size(), 0);
+  exp_avg_ = Tensor::zeros({model.num_parameters()}, DType::f32, model.device());
+  exp_avg_sq_ = Tensor::zeros({model.num_parameters()}, DType::f32, model.device());
+}
+
+void AdamW::set_lr(float lr) {
+  ops::AdamwParams p = p_;
+  p.lr = lr;
+  ops::check_adamw_params(p, "AdamW");
+  p_ = p;
+}
+
+void AdamW::step(Context& ctx) {
+  const auto& slots = model_->slots();
+  DPX_CHECK(slots.size() == slot_steps_.size(), "AdamW: the model's parameters changed after the optimizer was made");
+  Tensor& params = model_->flat_params();
+  Tensor& grads = model_->flat_grads();
+  // Every trainable parameter steps together, so there is one run unless some were frozen
+  // for a while and have fewer steps (hence another bias correction).
+  for_each_trainable_run(
+      slots, [&](size_t k) { return slot_steps_[k]; },
+      [&](size_t first, size_t end, int64_t begin, int64_t stop) {
+        Tensor p = params.view_at(begin, {stop - begin});
+        Tensor g = grads.view_at(begin, {stop - begin});
+        Tensor m = exp_avg_.view_at(begin, {stop - begin});
+        Tensor v = exp_avg_sq_.view_at(begin, {stop - begin});
+        ops::adamw_step(ctx, p, g, m, v, p_, slot_steps_[first] + 1);
+        for (size_t k = first; k < end; ++k) ++slot_steps_[k];
+      });
   ++steps_;
 }
 

@@ -1,6 +1,7 @@
-// SGD over a Model's flat parameter buffer, with torch.optim.SGD semantics (momentum,
-// dampening, weight decay, Nesterov). The momentum buffer is one tensor laid out like the
-// model's flat buffer, so a step is a few large ops over runs of trainable parameters.
+// Optimizers over a Model's flat parameter buffer: SGD (torch.optim.SGD: momentum, dampening,
+// weight decay, Nesterov) and AdamW (torch.optim.AdamW, amsgrad and maximize off). Their state
+// (momentum, moments) is laid out like the model's flat buffer, so a step is a few large ops
+// over runs of trainable parameters; frozen parameters are neither read nor written.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,20 +11,32 @@
 
 namespace dpx::nn {
 
-class SGD {
+// What a training loop needs of an optimizer. Optimizers keep a pointer to their model: the
+// model must outlive them and not be moved.
+class Optimizer {
  public:
-  // Keeps a pointer to model: the model must outlive the optimizer and not be moved.
+  virtual ~Optimizer() = default;
+  // One update of every parameter with requires_grad, from its gradient in model.flat_grads().
+  virtual void step(Context& ctx) = 0;
+  // The learning rate of the next steps (a schedule sets it before each step).
+  virtual void set_lr(float lr) = 0;
+  virtual float lr() const = 0;
+  int64_t steps() const { return steps_; }  // step() calls so far
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+class SGD : public Optimizer {
+ public:
   SGD(Model& model, const ops::SgdParams& params);
 
-  // One update of every parameter with requires_grad, from its gradient in model.flat_grads().
   // A parameter's first step initialises its momentum to its gradient (as PyTorch, which
-  // creates the buffer then); frozen parameters are neither read nor written.
-  void step(Context& ctx);
-
-  void set_lr(float lr);
-  float lr() const { return p_.lr; }
+  // creates the buffer then).
+  void step(Context& ctx) override;
+  void set_lr(float lr) override;
+  float lr() const override { return p_.lr; }
   const ops::SgdParams& params() const { return p_; }
-  int64_t steps() const { return steps_; }
   // (num_parameters) laid out like model.flat_params(); undefined when momentum is 0, as
   // PyTorch keeps no buffer then.
   const Tensor& momentum_buffer() const { return momentum_; }
@@ -33,7 +46,27 @@ class SGD {
   ops::SgdParams p_;
   Tensor momentum_;            // (num_parameters), on the model's device
   std::vector<char> started_;  // per ParamSlot: 1 once its momentum buffer holds a value
-  int64_t steps_ = 0;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(Model& model, const ops::AdamwParams& params);
+
+  // Each parameter counts its own steps from its first update, as torch's state['step'] does;
+  // the moments of a parameter start at zero then.
+  void step(Context& ctx) override;
+  void set_lr(float lr) override;
+  float lr() const override { return p_.lr; }
+  const ops::AdamwParams& params() const { return p_; }
+  // (num_parameters) each, laid out like model.flat_params(); zero where frozen.
+  const Tensor& exp_avg() const { return exp_avg_; }
+  const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+
+ private:
+  Model* model_;
+  ops::AdamwParams p_;
+  Tensor exp_avg_, exp_avg_sq_;       // (num_parameters) each, on the model's device
+  std::vector<int64_t> slot_steps_;   // per ParamSlot: the updates it has had
 };
 
 }  // namespace dpx::nn

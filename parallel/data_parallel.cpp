@@ -32,7 +32,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   nn::Model master = job.initial.clone(Device::cpu());
   std::vector<nn::Model> replicas = replicate(master, k);
   std::vector<Context> ctxs(static_cast<size_t>(k), Context::cpu(job.threads_per_rank));
-  nn::SGD optimizer(master, job.sgd_params());
+  std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(master);
   nn::CrossEntropyLoss criterion(o.label_smoothing);
 
   // The master loads the global batch.
@@ -103,8 +103,8 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
       }
       if (final_micro) {
         auto scope = timer.scope(Phase::optimizer);
-        optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
-        optimizer.step(master_ctx);
+        optimizer->set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+        optimizer->step(master_ctx);
         master.zero_grad(master_ctx);
       }
       timer.add(Phase::step, now_s() - step_start);

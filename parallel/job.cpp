@@ -56,12 +56,28 @@ Job::Job(const TrainOptions& o) : options(o) {
   }
 }
 
+std::unique_ptr<nn::Optimizer> Job::make_optimizer(nn::Model& model) const {
+  if (options.optimizer == "adamw") return std::make_unique<nn::AdamW>(model, adamw_params());
+  DPX_CHECK(options.optimizer == "sgd", "unknown optimizer '", options.optimizer, "'");
+  return std::make_unique<nn::SGD>(model, sgd_params());
+}
+
 ops::SgdParams Job::sgd_params() const {
   ops::SgdParams p;
-  p.lr = options.lr;
+  p.lr = options.effective_lr();
   p.momentum = options.momentum;
-  p.weight_decay = options.weight_decay;
+  p.weight_decay = options.effective_weight_decay();
   p.nesterov = options.nesterov;
+  return p;
+}
+
+ops::AdamwParams Job::adamw_params() const {
+  ops::AdamwParams p;
+  p.lr = options.effective_lr();
+  p.beta1 = options.beta1;
+  p.beta2 = options.beta2;
+  p.eps = options.eps;
+  p.weight_decay = options.effective_weight_decay();
   return p;
 }
 

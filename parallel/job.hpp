@@ -7,6 +7,7 @@
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/model.hpp"
+#include "layers/optim.hpp"
 #include "parallel/train_options.hpp"
 #include "zoo/registry.hpp"
 #include "zoo/weights.hpp"
@@ -26,7 +27,10 @@ struct Job {
   zoo::LoadReport weights_report;   // what --weights loaded into it
   int64_t steps_per_epoch = 0;
 
-  ops::SgdParams sgd_params() const;  // the optimiser the options ask for (lr of step 0)
+  // The optimiser the options ask for (lr of step 0), over `model`, which must outlive it.
+  std::unique_ptr<nn::Optimizer> make_optimizer(nn::Model& model) const;
+  ops::SgdParams sgd_params() const;
+  ops::AdamwParams adamw_params() const;
   // The training loader of one rank of `world`, `batch` samples a step, shuffled per epoch.
   data::LoaderOptions train_loader(int rank, int world, int64_t batch) const;
 };

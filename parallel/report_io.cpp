@@ -70,10 +70,15 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["image_size"] = o.image_size;
   j["epochs"] = o.epochs;
   j["batch_size"] = o.batch_size;
-  j["lr"] = o.lr;
-  j["momentum"] = o.momentum;
-  j["weight_decay"] = o.weight_decay;
-  j["nesterov"] = o.nesterov;
+  j["optimizer"] = o.optimizer;
+  j["lr"] = o.effective_lr();
+  j["weight_decay"] = o.effective_weight_decay();
+  // The settings of the other optimizer do not apply: null, not a value that was never used.
+  const bool adamw = o.optimizer == "adamw";
+  j["momentum"] = adamw ? nlohmann::json() : nlohmann::json(o.momentum);
+  j["nesterov"] = adamw ? nlohmann::json() : nlohmann::json(o.nesterov);
+  j["betas"] = adamw ? nlohmann::json::array({o.beta1, o.beta2}) : nlohmann::json();
+  j["eps"] = adamw ? nlohmann::json(o.eps) : nlohmann::json();
   j["label_smoothing"] = o.label_smoothing;
   j["seed"] = o.seed;
   j["steps_limit"] = o.max_steps;

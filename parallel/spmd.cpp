@@ -33,7 +33,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     for (auto& [name, buffer] : model.root().named_buffers()) comm->broadcast(*buffer, 0);
   }
   sync.attach(model);
-  nn::SGD optimizer(model, job.sgd_params());
+  std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   nn::CrossEntropyLoss criterion(o.label_smoothing);
 
   data::DataLoader loader(job.train_set, job.train_loader(rank, job.ranks, job.rank_batch));
@@ -90,8 +90,8 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
         env->mark(Boundary::optimizer_begin);
-        optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
-        optimizer.step(ctx);
+        optimizer->set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+        optimizer->step(ctx);
         model.zero_grad(ctx);
         env->mark(Boundary::optimizer_end);
       }

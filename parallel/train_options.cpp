@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "kernels/ops.hpp"
 
 namespace dpx::parallel {
 
@@ -50,11 +51,20 @@ void TrainOptions::validate() const {
   int k = ranks();
   if (epochs < 1) usage_fail("--epochs must be at least 1 (got ", epochs, ")");
   if (batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", batch_size, ")");
-  if (!(lr > 0) || !std::isfinite(lr)) usage_fail("--lr must be a positive number (got ", lr, ")");
-  if (momentum < 0 || momentum >= 1) usage_fail("--momentum must be in [0, 1) (got ", momentum, ")");
-  if (nesterov && momentum <= 0)
-    usage_fail("Nesterov momentum needs --momentum > 0 (got ", momentum, "): pass --no-nesterov or a momentum");
-  if (weight_decay < 0) usage_fail("--weight-decay must be >= 0 (got ", weight_decay, ")");
+  if (optimizer != "sgd" && optimizer != "adamw")
+    usage_fail("--optimizer: unknown optimizer '", optimizer, "': use sgd or adamw");
+  const float rate = effective_lr(), decay = effective_weight_decay();
+  if (!(rate > 0) || !std::isfinite(rate)) usage_fail("--lr must be a positive number (got ", rate, ")");
+  if (optimizer == "sgd") {
+    if (momentum < 0 || momentum >= 1) usage_fail("--momentum must be in [0, 1) (got ", momentum, ")");
+    if (nesterov && momentum <= 0)
+      usage_fail("Nesterov momentum needs --momentum > 0 (got ", momentum, "): pass --no-nesterov or a momentum");
+  } else {
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+      usage_fail("--betas must both be in [0, 1) (got ", beta1, ",", beta2, ")");
+    if (!(eps >= 0) || !std::isfinite(eps)) usage_fail("--eps must be >= 0 (got ", eps, ")");
+  }
+  if (!(decay >= 0) || !std::isfinite(decay)) usage_fail("--weight-decay must be >= 0 (got ", decay, ")");
   if (label_smoothing < 0 || label_smoothing >= 1)
     usage_fail("--label-smoothing must be in [0, 1) (got ", label_smoothing, ")");
   if (threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", threads, ")");
@@ -87,7 +97,18 @@ void TrainOptions::validate() const {
     usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
 }
 
+float TrainOptions::effective_lr() const {
+  if (lr) return *lr;
+  return optimizer == "adamw" ? ops::AdamwParams{}.lr : 0.05f;
+}
+
+float TrainOptions::effective_weight_decay() const {
+  if (weight_decay) return *weight_decay;
+  return optimizer == "adamw" ? ops::AdamwParams{}.weight_decay : 0.f;
+}
+
 float TrainOptions::lr_at(int64_t step, int64_t total) const {
+  const float lr = effective_lr();
   if (total <= 0 || lr_schedule == "constant") return lr;
   double t = static_cast<double>(std::min(step, total)) / static_cast<double>(total);
   if (lr_schedule == "cosine") return static_cast<float>(0.5 * lr * (1.0 + std::cos(M_PI * t)));

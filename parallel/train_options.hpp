@@ -2,6 +2,7 @@
 // command line; config.json records it. validate() rejects impossible configurations.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/device.hpp"
@@ -30,11 +31,15 @@ struct TrainOptions {
   // optimisation
   int epochs = 1;
   int64_t batch_size = 64;                // the global batch: split over the ranks
+  std::string optimizer = "sgd";          // sgd | adamw (layers/optim.hpp)
   // Defaults: SGD with Nesterov momentum and a cosine schedule, which trains lenet5 to ≥ 90 %
   // on Fashion-MNIST in 3 epochs (README.md); the studies' setting is --lr 0.01 --no-nesterov
-  // --lr-schedule constant.
-  float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f, label_smoothing = 0.f;
-  bool nesterov = true;
+  // --lr-schedule constant. Unset lr and weight_decay take the optimizer's default: SGD lr 0.05
+  // and no weight decay; AdamW torch.optim.AdamW's lr 1e-3 and weight decay 1e-2.
+  std::optional<float> lr, weight_decay;
+  float momentum = 0.9f, label_smoothing = 0.f;  // momentum: SGD only
+  bool nesterov = true;                          // SGD only
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW only (torch.optim.AdamW's defaults)
   std::string lr_schedule = "cosine";     // constant | cosine | step
   uint64_t seed = 0;
   int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
@@ -61,10 +66,12 @@ struct TrainOptions {
   Device device() const;
   int ranks() const;
   void validate() const;  // throws dpx::UsageError
+  float effective_lr() const;            // lr, or the optimizer's default
+  float effective_weight_decay() const;  // weight_decay, or the optimizer's default
   // The learning rate of optimizer step `step` of `total`: constant; cosine (annealed from lr
   // to 0 over the run, as torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total);
   // step (divided by 10 at 50 % and again at 75 % of the run).
-  float lr_at(int64_t step, int64_t total) const;
+  float lr_at(int64_t step, int64_t total) const;  // from effective_lr()
 };
 
 }  // namespace dpx::parallel

@@ -15,6 +15,18 @@ int hardware_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+std::string optimizer_text(const parallel::TrainOptions& o) {
+  std::ostringstream os;  // shortest round-trip form: 0.001, 1e-08, 0.05
+  os << (o.optimizer == "adamw" ? "AdamW" : "SGD") << " lr " << o.effective_lr();
+  if (o.optimizer == "adamw")
+    os << " betas " << o.beta1 << "," << o.beta2 << " eps " << o.eps;
+  else
+    os << " momentum " << o.momentum;
+  os << " wd " << o.effective_weight_decay();
+  if (o.optimizer != "adamw" && o.nesterov) os << " nesterov";
+  return os.str();
+}
+
 void print_config_box(std::ostream& os, const parallel::TrainOptions& o) {
   std::vector<std::pair<std::string, std::string>> rows = {
       {"model", o.model + (o.head != "default" ? ", head " + o.head : "") +
@@ -29,8 +41,7 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o) {
                                                                    : "")},
       {"batch size", std::to_string(o.batch_size) + " global, " + std::to_string(o.batch_size / o.ranks()) + " per rank"},
       {"epochs", std::to_string(o.epochs) + (o.max_steps ? " (" + std::to_string(o.max_steps) + " steps each)" : "")},
-      {"optimizer", "SGD lr " + std::to_string(o.lr).substr(0, 6) + " momentum " + std::to_string(o.momentum).substr(0, 4) +
-                        " wd " + std::to_string(o.weight_decay).substr(0, 6) + (o.nesterov ? " nesterov" : "")},
+      {"optimizer", optimizer_text(o)},
       {"threads", (o.threads ? std::to_string(o.threads) : std::to_string(hardware_threads())) + " of " +
                       std::to_string(hardware_threads()) + " hardware threads"},
       {"seed", std::to_string(o.seed)},

@@ -1,5 +1,7 @@
 #include "tools/train_flags.hpp"
 
+#include <cstdlib>
+
 #include "core/error.hpp"
 #include "zoo/registry.hpp"
 
@@ -41,10 +43,27 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--synthetic-size", o.synthetic_size, "samples in the synthetic training set")->capture_default_str();
   cmd.add_option("--classes", o.num_classes, "classes of the synthetic data set")->capture_default_str();
   cmd.add_option("--steps", o.max_steps, "steps per epoch (0: the whole epoch)")->capture_default_str();
-  cmd.add_option("--lr", o.lr, "learning rate (SGD)")->capture_default_str();
-  cmd.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  cmd.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str();
-  cmd.add_flag("--nesterov,!--no-nesterov", o.nesterov, "Nesterov momentum (on by default)");
+  // Which flags were given matters: an unset --lr or --weight-decay takes the optimizer's
+  // default, and the other optimizer's flags are refused (apply_train_flags).
+  auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
+  cmd.add_option("--optimizer", o.optimizer,
+                 "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)")
+      ->capture_default_str();
+  cmd.add_option_function<float>(
+      "--lr", [&o](const float& v) { o.lr = v; },
+      "learning rate (default: 0.05 with sgd; 0.001 with adamw, torch.optim.AdamW's default)");
+  cmd.add_option_function<float>(
+      "--weight-decay", [&o](const float& v) { o.weight_decay = v; },
+      "weight decay: sgd adds wd * param to the gradient (default 0); adamw multiplies the parameters by "
+      "1 - lr * wd (default 0.01, torch.optim.AdamW's)");
+  cmd.add_option("--momentum", o.momentum, "sgd only: momentum")->capture_default_str()->each(mark(f.momentum_given));
+  cmd.add_flag("--nesterov,!--no-nesterov", o.nesterov, "sgd only: Nesterov momentum (on by default)")
+      ->each(mark(f.nesterov_given));
+  cmd.add_option("--betas", f.betas,
+                 "adamw only: B1,B2, decay rates of the averages of the gradient and its square (default 0.9,0.999)");
+  cmd.add_option("--eps", o.eps, "adamw only: term added to the denominator for stability")
+      ->capture_default_str()
+      ->each(mark(f.eps_given));
   cmd.add_option("--lr-schedule", o.lr_schedule,
                  "constant; cosine (annealed to 0 over the run); step (/10 at 50 % and 75 % of the run)")
       ->capture_default_str();
@@ -68,7 +87,29 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_flag("--no-eval", f.no_eval, "skip the test-set evaluation after each epoch");
 }
 
+namespace {
+// "B1,B2" -> two floats; anything else is a usage error.
+void parse_betas(const std::string& text, float& beta1, float& beta2) {
+  auto comma = text.find(',');
+  auto to_float = [&](const std::string& part, float& out) {
+    char* end = nullptr;
+    out = std::strtof(part.c_str(), &end);
+    return !part.empty() && end == part.c_str() + part.size();
+  };
+  if (comma == std::string::npos || !to_float(text.substr(0, comma), beta1) ||
+      !to_float(text.substr(comma + 1), beta2))
+    usage_fail("--betas '", text, "': use B1,B2, e.g. 0.9,0.999");
+}
+}  // namespace
+
 void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
+  if (!f.betas.empty()) parse_betas(f.betas, o.beta1, o.beta2);
+  // The other optimizer's flags would be silently ignored: refuse them instead.
+  if (o.optimizer == "adamw" && (f.momentum_given || f.nesterov_given))
+    usage_fail("--momentum and --nesterov/--no-nesterov apply to --optimizer sgd only; "
+               "AdamW's decay rates of its moments are --betas B1,B2");
+  if (o.optimizer == "sgd" && (!f.betas.empty() || f.eps_given))
+    usage_fail("--betas and --eps apply to --optimizer adamw only; pass --optimizer adamw, or --momentum for sgd");
   o.parallel = parallel::parse_parallel_mode(f.parallel);
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;

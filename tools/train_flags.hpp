@@ -12,6 +12,9 @@ struct TrainFlags {
   bool no_overlap = false;
   bool no_eval = false;
   bool weights_non_strict = false;
+  std::string betas;  // AdamW's "B1,B2"; empty: not given
+  // Set when the flag is given, so that flags of the other optimizer can be refused.
+  bool momentum_given = false, nesterov_given = false, eps_given = false;
 };
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags

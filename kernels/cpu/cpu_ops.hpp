@@ -7,6 +7,7 @@ namespace dpx::cpu {
 
 using ops::Conv2dParams;
 using ops::Pool2dParams;
+using ops::AdamwParams;
 using ops::SgdParams;
 
 void fill(Context& ctx, Tensor& out, float value);
@@ -60,5 +61,6 @@ void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tens
 void cross_entropy_backward(Context& ctx, Tensor& dlogits, const Tensor& probs, const Tensor& labels, float label_smoothing, float scale);
 int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels);
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p, bool first_step);
+void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamwParams& p, int64_t step);
 
 }  // namespace dpx::cpu

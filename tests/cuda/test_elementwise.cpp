@@ -1,5 +1,5 @@
-// GPU tests of the elementwise CUDA ops, ReLU, dropout and the SGD step against the CPU ops on
-// the same random inputs (odd sizes); the dropout mask must equal the CPU's bit for bit.
+// GPU tests of the elementwise CUDA ops, ReLU, dropout and the SGD and AdamW steps against the
+// CPU ops on the same random inputs (odd sizes); the dropout mask must equal the CPU's bit for bit.
 #include <doctest/doctest.h>
 
 #include "kernels/cuda/philox.cuh"
@@ -120,4 +120,31 @@ TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
   Context g = gpu();
   Tensor w = Tensor::zeros({4}, DType::f32, dev()), b = Tensor::zeros({4}, DType::f32, dev());
   CHECK_THROWS_AS(ops::sgd_step(g, w, w, b, bad, true), Error);
+}
+
+TEST_CASE("cuda adamw_step matches the CPU over several steps, with and without weight decay") {
+  for (ops::AdamwParams p : {ops::AdamwParams{},
+                             ops::AdamwParams{.lr = 0.1f, .beta1 = 0.8f, .beta2 = 0.95f, .eps = 1e-3f,
+                                              .weight_decay = 0.5f},
+                             ops::AdamwParams{.lr = 0.01f, .beta1 = 0.f, .beta2 = 0.5f, .eps = 0.f,
+                                              .weight_decay = 0.f}}) {
+    CAPTURE(p.lr);
+    Context c = cpu(), g = gpu();
+    const Shape shape{10007};
+    Tensor w = uniform(shape, 31), m = Tensor::zeros(shape), v = Tensor::zeros(shape);
+    Tensor gw = w.to(dev()), gm = m.to(dev()), gv = v.to(dev());
+    for (int64_t step = 1; step <= 4; ++step) {
+      Tensor grad = uniform(shape, 40 + step);
+      ops::adamw_step(c, w, grad, m, v, p, step);
+      ops::adamw_step(g, gw, grad.to(dev()), gm, gv, p, step);
+    }
+    // The same f32 scalars (ops::adamw_scalars) on both; an fma or a sqrt may round differently.
+    CHECK(max_rel_diff(gw, w) <= 1e-5);
+    CHECK(max_rel_diff(gm, m) <= 1e-5);
+    CHECK(max_rel_diff(gv, v) <= 1e-5);
+  }
+  Context g = gpu();
+  Tensor w = Tensor::zeros({4}, DType::f32, dev()), m = Tensor::zeros({4}, DType::f32, dev());
+  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {.beta1 = 1.f}, 1), Error);  // torch refuses beta 1
+  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {}, 0), Error);              // steps count from 1
 }

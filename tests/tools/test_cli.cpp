@@ -75,6 +75,37 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
   }
 }
 
+TEST_CASE("optimizer flags: bad values and the other optimizer's flags are usage errors") {
+  struct Case { std::string args, needle; };
+  const std::string sgd_only = "--momentum and --nesterov/--no-nesterov apply to --optimizer sgd only";
+  const std::string adamw_only = "--betas and --eps apply to --optimizer adamw only";
+  std::vector<Case> cases = {
+      {kQuick + "--optimizer adam", "unknown optimizer 'adam': use sgd or adamw"},
+      {kQuick + "--optimizer adamw --momentum 0.5", sgd_only},
+      {kQuick + "--optimizer adamw --nesterov", sgd_only},
+      {kQuick + "--optimizer adamw --no-nesterov", sgd_only},
+      {kQuick + "--betas 0.9,0.99", adamw_only},
+      {kQuick + "--optimizer sgd --eps 1e-6", adamw_only},
+      {kQuick + "--optimizer adamw --betas 0.9", "--betas '0.9': use B1,B2"},
+      {kQuick + "--optimizer adamw --betas 0.9,x", "--betas '0.9,x': use B1,B2"},
+      {kQuick + "--optimizer adamw --betas 0.9,1", "--betas must both be in [0, 1)"},
+      {kQuick + "--optimizer adamw --betas -0.1,0.9", "--betas must both be in [0, 1)"},
+      {kQuick + "--optimizer adamw --eps -1", "--eps must be >= 0"},
+      {kQuick + "--optimizer adamw --weight-decay -0.01", "--weight-decay must be >= 0"},
+      {kQuick + "--optimizer adamw --lr 0", "--lr must be a positive number"},
+      {"bench --models mlp --optimizer adamw --nesterov", sgd_only},
+      {"bench --models mlp --betas 0.9,0.999", adamw_only},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    Result r = run(c.args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("dpx: error:") != std::string::npos);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+  }
+}
+
 TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
   fs::path d = temp_dir("rt");
   fs::create_directories(d);
@@ -123,9 +154,48 @@ TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") 
   auto config = nlohmann::json::parse(read(d / "config.json"));
   CHECK(config["ranks"] == 2);
   CHECK(config["parallel"] == "ddp");
+  CHECK(config["optimizer"] == "sgd");  // the defaults: SGD lr 0.05, Nesterov momentum 0.9
+  CHECK(config["lr"].get<double>() == doctest::Approx(0.05));
+  CHECK(config["momentum"].get<double>() == doctest::Approx(0.9));
+  CHECK(config["nesterov"] == true);
+  CHECK(config["weight_decay"] == 0.0);
+  CHECK(config["betas"].is_null());
+  CHECK(r.output.find("| SGD lr 0.05 momentum 0.9 wd 0 nesterov") != std::string::npos);
   auto trace = nlohmann::json::parse(read(d / "trace.json"));
   CHECK(trace["traceEvents"].size() > 8);
   for (auto& entry : fs::directory_iterator(d)) CHECK(entry.path().string().find(".tmp") == std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say otherwise") {
+  fs::path d = temp_dir("adamw");
+  Result r = run(kQuick + "--model mlp --optimizer adamw --out " + d.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("| AdamW lr 0.001 betas 0.9,0.999 eps 1e-08 wd 0.01 ") != std::string::npos);
+  auto config = nlohmann::json::parse(read(d / "config.json"));
+  CHECK(config["optimizer"] == "adamw");
+  CHECK(config["lr"].get<double>() == doctest::Approx(1e-3));
+  CHECK(config["weight_decay"].get<double>() == doctest::Approx(1e-2));
+  CHECK(config["betas"][0].get<double>() == doctest::Approx(0.9));
+  CHECK(config["betas"][1].get<double>() == doctest::Approx(0.999));
+  CHECK(config["eps"].get<double>() == doctest::Approx(1e-8));
+  CHECK(config["momentum"].is_null());  // SGD's settings do not apply
+  CHECK(config["nesterov"].is_null());
+
+  Result given = run(kQuick + "--model mlp --optimizer adamw --lr 0.002 --betas 0.8,0.99 --eps 1e-6 "
+                     "--weight-decay 0 --out " + d.string());
+  CAPTURE(given.output);
+  REQUIRE(given.code == 0);
+  CHECK(given.output.find("| AdamW lr 0.002 betas 0.8,0.99 eps 1e-06 wd 0 ") != std::string::npos);
+  config = nlohmann::json::parse(read(d / "config.json"));
+  CHECK(config["weight_decay"] == 0.0);
+  CHECK(config["betas"][0].get<double>() == doctest::Approx(0.8));
+
+  Result help = run("train --help");
+  CHECK(help.code == 0);
+  for (const char* flag : {"--optimizer", "--betas", "--eps", "--weight-decay", "adamw only", "sgd only"})
+    CHECK(help.output.find(flag) != std::string::npos);
   fs::remove_all(d);
 }
 

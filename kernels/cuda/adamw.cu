@@ -1,0 +1,44 @@
+// Fused AdamW step on CUDA (torch.optim.AdamW's single-tensor semantics): weight decay, both
+// moments and the bias-corrected update in one pass over a contiguous range (typically the
+// whole flat parameter buffer), with the per-step scalars computed once on the host.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.hpp"
+
+namespace dpx::cuda {
+
+namespace {
+
+__global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                             ops::AdamwScalars s, int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    const float g = grad[i];
+    const float m = s.beta1 * exp_avg[i] + s.one_minus_beta1 * g;
+    const float v = s.beta2 * exp_avg_sq[i] + s.one_minus_beta2 * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    const float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;
+    param[i] = param[i] * s.decay - s.step_size * m / denom;
+  }
+}
+
+}  // namespace
+
+void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamwParams& p, int64_t step) {
+  CudaState& st = state_of(ctx);
+  const char* op = "adamw_step";
+  detail::check_numel(param, grad, op, "param", "grad");
+  detail::check_numel(exp_avg, param, op, "exp_avg", "param");
+  detail::check_numel(exp_avg_sq, param, op, "exp_avg_sq", "param");
+  const ops::AdamwScalars s = ops::adamw_scalars(p, step);
+  float* w = detail::f32(param, op, "param");
+  const float* g = detail::f32(grad, op, "grad");
+  float* m = detail::f32(exp_avg, op, "exp_avg");
+  float* v = detail::f32(exp_avg_sq, op, "exp_avg_sq");
+  int64_t n = param.numel();
+  if (n == 0) return;
+  adamw_kernel<<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(w, g, m, v, s, n);
+  check_launch();
+}
+
+}  // namespace dpx::cuda
