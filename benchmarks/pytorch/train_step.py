@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch (CPU) peer of `dpx bench --parallel none`: one torchvision model, the same batch, input
-size and optimiser (SGD, Nesterov momentum 0.9), mean forward / backward / optimizer milliseconds
-per step after warm-up, and images/s.
-Usage: /usr/bin/python3 benchmarks/pytorch/train_step.py MODEL [batch=8] [size=64] [steps=10] [threads=2]"""
-import sys
+"""PyTorch peer of `dpx bench --parallel none`: one torchvision model, the same batch, input size
+and optimiser (SGD, Nesterov momentum 0.9, lr 0.05; 10 classes; random 3xSxS input), mean forward /
+backward / optimizer milliseconds per step after warm-up, and images/s.
+Usage: train_step.py MODEL [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda] [--tf32]
+On CUDA every phase ends with torch.cuda.synchronize(), as dpx's phase boundaries end with an
+event; --tf32 allows TF32 in matrix products and convolutions (off: exact fp32, as dpx without
+--tf32). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
+import argparse
 import time
 
 import torch
@@ -12,34 +15,49 @@ import torchvision
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    name = sys.argv[1]
-    batch, size, steps, threads = (int(a) for a in (sys.argv[2:] + ["8", "64", "10", "2"][len(sys.argv) - 2:])[:4])
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("model")
+    ap.add_argument("numbers", nargs="*", type=int, help="batch size steps threads")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args()
+    if len(args.numbers) > 4:
+        ap.error("at most four numbers: batch size steps threads")
+    batch, size, steps, threads = (args.numbers + [8, 64, 10, 2][len(args.numbers):])[:4]
     torch.set_num_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cudnn.benchmark = True  # as dpx, which picks and caches a cuDNN algorithm per shape
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(num_classes=10)
+    model = getattr(torchvision.models, args.model)(num_classes=10).to(device)
     model.train()
-    x = torch.randn(batch, 3, size, size)
-    y = torch.randint(0, 10, (batch,))
+    x = torch.randn(batch, 3, size, size, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
     loss_fn = nn.CrossEntropyLoss()
     fwd = bwd = upd = 0.0
-    warmup = 2
-    for s in range(steps + warmup):
+    for s in range(steps + args.warmup):
+        sync()
         t0 = time.perf_counter()
         loss = loss_fn(model(x), y)
+        sync()
         t1 = time.perf_counter()
         loss.backward()
+        sync()
         t2 = time.perf_counter()
         opt.step()
         opt.zero_grad()
+        sync()
         t3 = time.perf_counter()
-        if s >= warmup:
+        if s >= args.warmup:
             fwd, bwd, upd = fwd + t1 - t0, bwd + t2 - t1, upd + t3 - t2
     total = fwd + bwd + upd
-    print(f"torch {torch.__version__} {name} batch {batch} {size}x{size} threads {threads}: "
-          f"forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"threads {threads}"
+    print(f"torch {torch.__version__} {args.model} batch {batch} {size}x{size} {where}"
+          f"{' tf32' if args.tf32 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
           f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s")
 
 

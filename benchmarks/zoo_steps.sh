@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One training step of zoo models, dpx against PyTorch on the same model, batch, input size,
+# device, precision and optimiser (SGD, Nesterov momentum 0.9; 10 classes; synthetic 3xSxS input).
+# Prints a Markdown table, one row per model, as in benchmarks/RESULTS.md.
+#
+#   benchmarks/zoo_steps.sh [MODEL ...]     (default: one or two of every family)
+# Environment:
+#   DEVICE   cpu (default) or cuda:N          BATCH (8)  SIZE (64)  STEPS measured (10)  WARMUP (2)
+#   THREADS  CPU threads for both (2)         TF32=1     allow TF32 in both (GPU only)
+#   DPX      the dpx binary (build/bin/dpx)   PYTHON     a Python with torch and torchvision
+#                                                        (default /usr/bin/python3, Debian's)
+#   NO_HEADER=1  print the rows only (to append to a table)
+#   PEAK_TFLOPS  the device's peak for the MFU column; on CUDA the default is the H100/H200
+#            datasheet's dense rate: 67 (fp32) or 495 (TF32). No MFU column on the CPU unless given.
+# MFU = 3 x forward FLOPs per image (`dpx models`: 2 per multiply-add; backward counted as twice the
+# forward) x dpx's images/s / peak. dpx's times: `dpx bench --parallel none` (results.csv);
+# PyTorch's: benchmarks/pytorch/train_step.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dpx=${DPX:-build/bin/dpx}
+python=${PYTHON:-/usr/bin/python3}
+device=${DEVICE:-cpu}
+batch=${BATCH:-8} size=${SIZE:-64} threads=${THREADS:-2} steps=${STEPS:-10} warmup=${WARMUP:-2}
+models=("$@")
+[[ ${#models[@]} -gt 0 ]] || models=(resnet18 resnet50 vgg16 vgg16_bn alexnet densenet121 squeezenet1_0
+                                     squeezenet1_1 efficientnet_b0 swin_t)
+[[ -x $dpx ]] || { echo "zoo_steps.sh: $dpx not found: build first (scripts/build) or set DPX" >&2; exit 1; }
+"$python" -c "import torch, torchvision" 2>/dev/null ||
+  { echo "zoo_steps.sh: $python has no torch/torchvision: apt-get install python3-torch python3-torchvision, or set PYTHON" >&2; exit 1; }
+
+dpx_flags=(--batch-sizes "$batch" --image-size "$size" --channels 3 --parallel none --threads "$threads"
+           --steps $((steps + warmup)) --warmup "$warmup" --no-eval)
+torch_flags=()
+peak=${PEAK_TFLOPS:-}
+case $device in
+  cpu) dpx_flags+=(--devices cpu:1) ;;
+  cuda:*) dpx_flags+=(--devices "$device"); torch_flags+=(--device cuda)
+          [[ -n $peak ]] || { [[ ${TF32:-0} == 1 ]] && peak=495 || peak=67; } ;;
+  *) echo "zoo_steps.sh: DEVICE must be cpu or cuda:N (got '$device')" >&2; exit 2 ;;
+esac
+if [[ ${TF32:-0} == 1 ]]; then dpx_flags+=(--tf32); torch_flags+=(--tf32); fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# column(CSV, NAME): the value of column NAME in the first data row of CSV.
+column() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; ++i) c[$i] = i; next } NR == 2 { print $c[n] }' "$1"; }
+
+mfu_head="" mfu_rule=""
+[[ -n $peak ]] && mfu_head=" dpx MFU |" mfu_rule=" --- |"
+[[ ${NO_HEADER:-0} == 1 ]] || echo "| model | dpx forward / backward / optimizer (ms) | dpx img/s | PyTorch forward / backward / optimizer (ms) | PyTorch img/s | dpx / PyTorch |$mfu_head"
+[[ ${NO_HEADER:-0} == 1 ]] || echo "| --- | --- | --- | --- | --- | --- |$mfu_rule"
+for m in "${models[@]}"; do
+  "$dpx" bench --models "$m" "${dpx_flags[@]}" --out "$out/$m" >"$out/$m.log" 2>&1 ||
+    { cat "$out/$m.log" >&2; echo "zoo_steps.sh: dpx bench failed for $m" >&2; exit 1; }
+  csv=$out/$m/results.csv
+  fwd=$(column "$csv" mean_forward_s) bwd=$(column "$csv" mean_backward_s) upd=$(column "$csv" mean_optimizer_s)
+  dpx_ips=$(column "$csv" images_per_s)
+  line=$("$python" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
+  read -r tf tb tu t_ips < <(sed -E 's/.*forward ([0-9.]+) ms, backward ([0-9.]+) ms, optimizer ([0-9.]+) ms, ([0-9.]+) img\/s.*/\1 \2 \3 \4/' <<<"$line")
+  mfu=""
+  if [[ -n $peak ]]; then
+    "$dpx" models "$m" --image-size "$size" --csv "$out/$m.models.csv" >/dev/null
+    gflops=$(column "$out/$m.models.csv" forward_gflops)
+    mfu=$(awk -v g="$gflops" -v i="$dpx_ips" -v p="$peak" 'BEGIN { printf " %.1f %% |", 100 * 3 * g * i / (p * 1e3) }')
+  fi
+  awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" -v tf="$tf" -v tb="$tb" -v tu="$tu" \
+      -v ti="$t_ips" -v mfu="$mfu" 'BEGIN {
+    printf "| %s | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.2f× |%s\n",
+      m, 1e3 * f, 1e3 * b, 1e3 * u, i, tf, tb, tu, ti, i / ti, mfu }'
+done
