@@ -1,6 +1,7 @@
-// Micro-benchmarks of the CPU kernels that dominate training time: square GEMM and conv2d
-// forward/backward on ResNet-like shapes, each at 1 and 2 threads, next to the machine's FMA peak. GFLOP/s counts 2 FLOPs per
-// multiply-add; conv2d backward computes dx, dW and db (twice the forward's multiply-adds).
+// Micro-benchmarks of the CPU kernels that dominate training time: square GEMM, conv2d
+// forward/backward on ResNet-like shapes and depthwise conv2d on EfficientNet-B0's, each at 1 and
+// 2 threads, next to the machine's FMA peak. GFLOP/s counts 2 FLOPs per multiply-add; conv2d
+// backward computes dx, dW and db (twice the forward's multiply-adds).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -71,6 +72,7 @@ BENCHMARK(BM_Gemm)
 struct ConvShape {
   int64_t N, C, H, W, K, k;
   int stride, pad;
+  int groups = 1;
 };
 // Indexed by the first benchmark argument.
 const ConvShape kConvShapes[] = {
@@ -78,6 +80,16 @@ const ConvShape kConvShapes[] = {
     {8, 128, 28, 28, 128, 3, 1, 1},  // ResNet layer2 3x3
     {2, 3, 224, 224, 64, 7, 2, 3},   // ResNet stem 7x7 stride 2
     {8, 256, 56, 56, 64, 1, 1, 0},   // ResNet-50 bottleneck 1x1 (no im2col)
+};
+// Depthwise (groups == C, w (C, 1, k, k)): EfficientNet-B0's MBConv layers for batch 8 of 64x64
+// images (the model step of RESULTS.md), and its first stage at 224x224.
+const ConvShape kDepthwiseShapes[] = {
+    {8, 96, 32, 32, 96, 3, 1, 1, 96},      // 3x3 stride 1
+    {8, 144, 16, 16, 144, 5, 2, 2, 144},   // 5x5 stride 2
+    {8, 240, 8, 8, 240, 5, 1, 2, 240},     // 5x5, 8x8 planes
+    {8, 672, 4, 4, 672, 5, 1, 2, 672},     // 5x5, 4x4 planes
+    {8, 1152, 2, 2, 1152, 5, 1, 2, 1152},  // 5x5, 2x2 planes
+    {8, 32, 112, 112, 32, 3, 1, 1, 32},    // 3x3, 112x112 planes (224x224 input)
 };
 
 struct ConvSetup {
@@ -87,25 +99,25 @@ struct ConvSetup {
   explicit ConvSetup(const ConvShape& s) {
     p.stride_h = p.stride_w = s.stride;
     p.pad_h = p.pad_w = s.pad;
+    p.groups = s.groups;
     const int64_t OH = ops::conv_out_size(s.H, static_cast<int>(s.k), s.stride, s.pad, 1);
     const int64_t OW = ops::conv_out_size(s.W, static_cast<int>(s.k), s.stride, s.pad, 1);
     x = random_tensor({s.N, s.C, s.H, s.W}, 3);
-    w = random_tensor({s.K, s.C, s.k, s.k}, 4);
+    w = random_tensor({s.K, s.C / s.groups, s.k, s.k}, 4);
     b = random_tensor({s.K}, 5);
     y = random_tensor({s.N, s.K, OH, OW}, 6);
-    macs = static_cast<double>(s.N) * s.K * OH * OW * s.C * s.k * s.k;
+    macs = static_cast<double>(s.N) * s.K * OH * OW * (s.C / s.groups) * s.k * s.k;
   }
 };
 
 void conv_label(benchmark::State& state, const ConvShape& s) {
   state.SetLabel("N=" + std::to_string(s.N) + " " + std::to_string(s.C) + "->" +
                  std::to_string(s.K) + " " + std::to_string(s.H) + "x" + std::to_string(s.W) +
-                 " k" + std::to_string(s.k) + " s" + std::to_string(s.stride));
+                 " k" + std::to_string(s.k) + " s" + std::to_string(s.stride) +
+                 (s.groups > 1 ? " groups=" + std::to_string(s.groups) : ""));
 }
 
-// Args: shape index, threads.
-void BM_Conv2dForward(benchmark::State& state) {
-  const ConvShape& s = kConvShapes[state.range(0)];
+void conv_forward(benchmark::State& state, const ConvShape& s) {
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   for (auto _ : state) {
@@ -116,8 +128,7 @@ void BM_Conv2dForward(benchmark::State& state) {
   conv_label(state, s);
 }
 
-void BM_Conv2dBackward(benchmark::State& state) {
-  const ConvShape& s = kConvShapes[state.range(0)];
+void conv_backward(benchmark::State& state, const ConvShape& s) {
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   Tensor dx = Tensor::zeros(c.x.shape()), dw = Tensor::zeros(c.w.shape()),
@@ -130,6 +141,18 @@ void BM_Conv2dBackward(benchmark::State& state) {
   conv_label(state, s);
 }
 
+// Args: shape index, threads.
+void BM_Conv2dForward(benchmark::State& state) { conv_forward(state, kConvShapes[state.range(0)]); }
+void BM_Conv2dBackward(benchmark::State& state) {
+  conv_backward(state, kConvShapes[state.range(0)]);
+}
+void BM_DepthwiseConv2dForward(benchmark::State& state) {
+  conv_forward(state, kDepthwiseShapes[state.range(0)]);
+}
+void BM_DepthwiseConv2dBackward(benchmark::State& state) {
+  conv_backward(state, kDepthwiseShapes[state.range(0)]);
+}
+
 BENCHMARK(BM_Conv2dForward)
     ->ArgNames({"shape", "threads"})
     ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
@@ -138,6 +161,17 @@ BENCHMARK(BM_Conv2dForward)
 BENCHMARK(BM_Conv2dBackward)
     ->ArgNames({"shape", "threads"})
     ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_DepthwiseConv2dForward)
+    ->ArgNames({"shape", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DepthwiseConv2dBackward)
+    ->ArgNames({"shape", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

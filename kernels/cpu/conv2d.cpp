@@ -1,6 +1,9 @@
 // CPU conv2d forward/backward: im2col + Eigen GEMM per (image, group, tile of output pixels);
-// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Work units depend on the
-// shapes only and dW partials are summed in a fixed order, so results never depend on threads.
+// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Depthwise convolutions
+// (one input channel per group, groups > 1, any stride, padding, dilation and channel
+// multiplier) go to the direct kernel of depthwise_conv.cpp instead: as GEMMs they would be
+// N * C tiny products (one weight row each). Work units depend on the shapes only and dW
+// partials are summed in a fixed order, so results never depend on threads.
 // GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
 // GEMM kernel, as maybe-uninitialised: a known false positive that would bury real warnings.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -13,6 +16,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/depthwise_conv.hpp"
 
 namespace dpx::cpu {
 
@@ -32,6 +36,8 @@ constexpr int64_t kMinTile = 64;
 constexpr int64_t kPartialBudgetBytes = int64_t{64} << 20;
 // dW rows per work unit, so one large group still splits over threads.
 constexpr int64_t kDwRowBlock = 128;
+// dW elements per block when the partials are summed.
+constexpr int64_t kSumBlock = 256;
 
 struct ConvShape {
   int64_t N, C, H, W, K, kh, kw, OH, OW;  // K: output channels
@@ -71,13 +77,6 @@ ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Con
       std::min(s.P, std::max(kMinTile, kColTileFloats / std::max<int64_t>(s.Kdim, 1) / 16 * 16));
   s.tiles = (s.P + s.tile - 1) / s.tile;
   return s;
-}
-
-// Output positions o in [0, O) whose input index o * stride + off lies in [0, L): [lo, hi).
-void valid_range(int64_t L, int64_t O, int stride, int64_t off, int64_t& lo, int64_t& hi) {
-  lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
-  hi = L - 1 - off < 0 ? 0 : std::min(O, (L - 1 - off) / stride + 1);
-  lo = std::min(lo, hi);
 }
 
 // Walks the column matrix of output pixels [p0, p0 + len) of one image and group: for each row
@@ -139,6 +138,14 @@ void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len,
 
 int64_t conv_macs(const ConvShape& s) { return s.N * s.K * s.P * s.Kdim; }
 
+// One input channel per group: the direct depthwise kernel. A single group (C_in == 1) is an
+// ordinary convolution and stays a GEMM, which suits many output channels better.
+bool is_depthwise(const ConvShape& s) { return s.Cg == 1 && s.G > 1; }
+
+DepthwiseShape depthwise_shape(const ConvShape& s) {
+  return {s.N, s.C, s.Kg, s.H, s.W, s.kh, s.kw, s.OH, s.OW, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw};
+}
+
 }  // namespace
 
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
@@ -155,6 +162,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   }
   const float *xp = x.data<float>(), *wp = w.data<float>();
   float* yp = y.data<float>();
+  if (is_depthwise(s)) {
+    depthwise_conv2d_forward(ctx, yp, xp, wp, bp, depthwise_shape(s));
+    return;
+  }
   const int64_t units = s.N * s.G * s.tiles;
   const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
   std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
@@ -199,8 +210,12 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   if (s.N == 0) return;  // no images: every gradient gets nothing added
   const float *xp = x.data<float>(), *wp = w.data<float>(), *dyp = dy.data<float>();
   const int nt_all = threads_for(ctx, conv_macs(s));
+  const bool depthwise = is_depthwise(s);
+  if (depthwise && (dx || dw))
+    depthwise_conv2d_backward(ctx, dx ? dx->data<float>() : nullptr,
+                              dw ? dw->data<float>() : nullptr, dyp, xp, wp, depthwise_shape(s));
 
-  if (dx) {
+  if (dx && !depthwise) {
     // One unit per image and group: tiles of one image overlap in dx, so they run in order.
     float* dxp = dx->data<float>();
     const int64_t units = s.N * s.G;
@@ -227,7 +242,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     }
   }
 
-  if (dw) {
+  if (dw && !depthwise) {
     // Slot q sums images [q*N/S, (q+1)*N/S) into its own partial dW, in image order; the
     // partials are then added in slot order. S depends on the shapes only, never on threads.
     const int64_t dw_numel = s.K * s.Kdim;
@@ -267,13 +282,20 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         }
       }
     }
+    // Each element sums its slots in slot order, in double; a block of elements at a time, so
+    // that the loops run along contiguous partials and vectorise.
     float* dwp = dw->data<float>();
+    const int64_t sum_blocks = (dw_numel + kSumBlock - 1) / kSumBlock;
     const int nt_sum = threads_for(ctx, slots * dw_numel);
 #pragma omp parallel for num_threads(nt_sum) if (nt_sum > 1)
-    for (int64_t e = 0; e < dw_numel; ++e) {
-      double acc = 0;
-      for (int64_t q = 0; q < slots; ++q) acc += partial[q * dw_numel + e];
-      dwp[e] += static_cast<float>(acc);
+    for (int64_t blk = 0; blk < sum_blocks; ++blk) {
+      const int64_t e0 = blk * kSumBlock, len = std::min(kSumBlock, dw_numel - e0);
+      double acc[kSumBlock] = {};
+      for (int64_t q = 0; q < slots; ++q) {
+        const float* part = partial.get() + q * dw_numel + e0;
+        for (int64_t i = 0; i < len; ++i) acc[i] += part[i];
+      }
+      for (int64_t i = 0; i < len; ++i) dwp[e0 + i] += static_cast<float>(acc[i]);
     }
   }
 

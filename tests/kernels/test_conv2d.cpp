@@ -1,6 +1,6 @@
 // Tests of the CPU conv2d against a direct 7-loop reference (forward and backward) for stride,
-// padding, dilation, groups, depthwise, 1x1 and multi-tile shapes; accumulation; and bitwise
-// equality across thread counts, including when called inside an outer OpenMP region.
+// padding, dilation, groups, depthwise (its own direct kernel), 1x1 and multi-tile shapes;
+// accumulation; and bitwise equality across thread counts, also inside an outer OpenMP region.
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -129,6 +129,61 @@ TEST_CASE("conv2d: depthwise (groups == channels) with a channel multiplier") {
   check_against_reference({2, 4, 6, 6, 8, 3, 3, params(1, 1, 1, 4)});
 }
 
+// groups == C_in (one input channel per group) runs the direct depthwise kernel. Its dW element
+// is a float sum of up to 3 * 225 products (in 16 lanes), whose rounding reaches 0.8e-5 of
+// max(|dW|, 1) here: these cases get 2e-5.
+constexpr double kDepthwiseTol = 2e-5;
+
+TEST_CASE("conv2d depthwise: kernels 3 and 5, strides 1 and 2, padding 0, 1, 2, odd sizes") {
+  for (int k : {3, 5})
+    for (int stride : {1, 2})
+      for (int pad : {0, 1, 2}) {
+        CAPTURE(k);
+        CAPTURE(stride);
+        CAPTURE(pad);
+        check_against_reference({3, 7, 13, 11, 7, k, k, params(stride, pad, 1, 7)}, kDepthwiseTol);
+      }
+}
+
+TEST_CASE("conv2d depthwise: dilation 2, rectangular kernels, strides and padding") {
+  check_against_reference({3, 5, 15, 12, 5, 3, 3, params(1, 2, 2, 5)}, kDepthwiseTol);
+  check_against_reference({3, 5, 15, 12, 5, 5, 5, params(2, 2, 2, 5)}, kDepthwiseTol);
+  Case c{3, 6, 14, 17, 6, 3, 5, params(2, 1, 2, 6)};
+  c.p.stride_w = 3;
+  c.p.pad_w = 2;
+  c.p.dilation_w = 1;
+  check_against_reference(c, kDepthwiseTol);
+  // Stride larger than the kernel: phase planes no tap reads; 1x1 depthwise (a channel scale).
+  check_against_reference({3, 4, 9, 10, 4, 2, 2, params(3, 1, 1, 4)}, kDepthwiseTol);
+  check_against_reference({3, 4, 9, 10, 4, 1, 1, params(2, 0, 1, 4)}, kDepthwiseTol);
+}
+
+TEST_CASE("conv2d depthwise: channel multiplier 3, 7x7 kernel, planes over several blocks") {
+  check_against_reference({3, 5, 11, 9, 15, 3, 3, params(2, 1, 1, 5)}, kDepthwiseTol);
+  // 49 taps: more than one pass of taps over each block.
+  check_against_reference({3, 3, 12, 13, 3, 7, 7, params(1, 3, 1, 3)}, kDepthwiseTol);
+  // 72x70 outputs with pitch 72 and 48x49 with pitch 51 (multiplier 2): several forward row
+  // blocks and several blocks per dx phase plane; up to 15120 terms per dW element, hence 1e-4.
+  check_against_reference({3, 2, 72, 70, 2, 3, 3, params(1, 1, 1, 2)}, 1e-4);
+  check_against_reference({1, 2, 95, 97, 4, 5, 5, params(2, 2, 1, 2)}, 1e-4);
+}
+
+TEST_CASE("conv2d depthwise: only dx or only dW, and no images") {
+  const Case c{3, 6, 9, 8, 6, 3, 3, params(2, 1, 1, 6)};
+  Context ctx = Context::cpu(2);
+  Tensor x = randn({3, 6, 9, 8}, 11), w = randn({6, 1, 3, 3}, 12), dy = randn({3, 6, 5, 4}, 13);
+  const Ref r = reference(c, x, w, Tensor::zeros({6}), dy, 5, 4);
+  Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
+  ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, c.p);
+  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, dy, x, w, c.p);
+  check_close(dx, r.dx);
+  check_close(dw, r.dw);
+  Tensor x0 = Tensor::zeros({0, 6, 9, 8}), y0 = Tensor::zeros({0, 6, 5, 4});
+  ops::conv2d_forward(ctx, y0, x0, w, nullptr, c.p);
+  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y0, x0, w, c.p);
+  check_close(dw, r.dw);
+}
+
 TEST_CASE("conv2d: 1x1 stride 1 (no im2col) and 1x1 stride 2") {
   check_against_reference({3, 5, 4, 6, 3, 1, 1, params(1, 0, 1, 1)});
   check_against_reference({2, 5, 5, 5, 3, 1, 1, params(2, 0, 1, 1)});
@@ -146,7 +201,7 @@ TEST_CASE("conv2d: several images per dW partial slot (large dW)") {
   check_against_reference({8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}, 1e-4);
 }
 
-TEST_CASE("conv2d: bitwise identical for 1 and 2 threads, also nested in an OpenMP region") {
+TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an OpenMP region") {
   struct Out {
     Tensor y, dx, dw, db;
   };
@@ -161,16 +216,22 @@ TEST_CASE("conv2d: bitwise identical for 1 and 2 threads, also nested in an Open
   };
   for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, params(1, 1, 1, 1)},
                         Case{3, 8, 17, 17, 8, 5, 5, params(2, 2, 1, 2)},
-                        Case{8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}}) {
+                        Case{8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)},
+                        Case{3, 24, 33, 31, 24, 3, 3, params(1, 1, 1, 24)},
+                        Case{3, 20, 35, 29, 40, 5, 5, params(2, 2, 1, 20)}}) {
     const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
     const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
     Tensor x = randn({c.N, c.C, c.H, c.W}, 5), w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 6);
     Tensor b = randn({c.K}, 7), dy = randn({c.N, c.K, OH, OW}, 8);
-    Out one = run(1, c, x, w, b, dy), two = run(2, c, x, w, b, dy);
-    CHECK(bitwise_equal(one.y, two.y));
-    CHECK(bitwise_equal(one.dx, two.dx));
-    CHECK(bitwise_equal(one.dw, two.dw));
-    CHECK(bitwise_equal(one.db, two.db));
+    Out one = run(1, c, x, w, b, dy);
+    for (int threads : {2, 3}) {
+      CAPTURE(threads);
+      Out more = run(threads, c, x, w, b, dy);
+      CHECK(bitwise_equal(one.y, more.y));
+      CHECK(bitwise_equal(one.dx, more.dx));
+      CHECK(bitwise_equal(one.dw, more.dw));
+      CHECK(bitwise_equal(one.db, more.db));
+    }
     // Two "ranks" as outer OpenMP threads, each running the kernel with 2 threads of its own
     // (nesting enabled, so the inner regions really get 2 threads each).
     std::array<Out, 2> ranks;
