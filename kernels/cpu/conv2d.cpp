@@ -1,5 +1,9 @@
 // CPU conv2d forward/backward: im2col + Eigen GEMM per (image, group, tile of output pixels);
-// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Depthwise convolutions
+// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Images smaller than a
+// tile go side by side into one column matrix (several images per GEMM), so that small planes
+// (ResNet's 2x2 and 4x4 at 64x64 inputs) make one product with a long inner dimension instead of
+// one thin product per image that reads the whole weight matrix and, for dW, reads and writes
+// all of dW. Depthwise convolutions
 // (one input channel per group, groups > 1, any stride, padding, dilation and channel
 // multiplier) go to the direct kernel of depthwise_conv.cpp instead: as GEMMs they would be
 // N * C tiny products (one weight row each). Work units depend on the shapes only and dW
@@ -34,8 +38,9 @@ constexpr int64_t kMinTile = 64;
 // dW partial buffers may take this much memory; fewer slots (each summing several images in
 // order) when dW is large.
 constexpr int64_t kPartialBudgetBytes = int64_t{64} << 20;
-// dW rows per work unit, so one large group still splits over threads.
-constexpr int64_t kDwRowBlock = 128;
+// Output-channel rows per work unit (dW, and the forward of batched images), so that one large
+// group still splits over threads.
+constexpr int64_t kRowBlock = 128;
 // dW elements per block when the partials are summed.
 constexpr int64_t kSumBlock = 256;
 
@@ -45,6 +50,9 @@ struct ConvShape {
   int sh, sw, ph, pw, dh, dw;
   bool direct;          // 1x1, stride 1, no padding: x is the column matrix
   int64_t tile, tiles;  // output pixels per column tile, and their number
+  // Images per column matrix: 1, or several whole images (when P is under the tile width) side
+  // by side, each P columns; then `chunks` column matrices cover the batch.
+  int64_t batch, chunks;
 };
 
 ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -73,20 +81,22 @@ ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Con
   s.Cg = s.C / s.G, s.Kg = s.K / s.G, s.Kdim = s.Cg * s.kh * s.kw;
   s.HW = s.H * s.W, s.P = s.OH * s.OW;
   s.direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
-  s.tile =
-      std::min(s.P, std::max(kMinTile, kColTileFloats / std::max<int64_t>(s.Kdim, 1) / 16 * 16));
+  const int64_t width = std::max(kMinTile, kColTileFloats / std::max<int64_t>(s.Kdim, 1) / 16 * 16);
+  s.tile = std::min(s.P, width);
   s.tiles = (s.P + s.tile - 1) / s.tile;
+  s.batch = std::clamp<int64_t>(width / s.P, 1, std::max<int64_t>(s.N, 1));
+  s.chunks = (s.N + s.batch - 1) / s.batch;
   return s;
 }
 
 // Walks the column matrix of output pixels [p0, p0 + len) of one image and group: for each row
 // r = (c, i, j) and each run of pixels [ow, ow_end) on one output row, calls
 // fn(d, ow, ow_end, row, a, b, iw0): d is where the run starts in the tile (row r starts at
-// r * len), `row` the input row it reads (null inside vertical padding), [a, b) the output
+// r * ld), `row` the input row it reads (null inside vertical padding), [a, b) the output
 // columns whose input column o * stride_w + iw0 is inside the image. im2col and col2im share
 // this walk, so they agree on every index.
 template <typename T, typename Fn>
-void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, Fn&& fn) {
+void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, int64_t ld, Fn&& fn) {
   const int64_t end = p0 + len;
   for (int64_t c = 0; c < s.Cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
@@ -96,7 +106,7 @@ void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, Fn&& fn) {
         int64_t ow_lo, ow_hi;
         valid_range(s.W, s.OW, s.sw, iw0, ow_lo, ow_hi);
         T* plane = xg + c * s.HW;
-        int64_t d = r * len;
+        int64_t d = r * ld;
         for (int64_t p = p0; p < end;) {
           const int64_t oh = p / s.OW, ow = p - oh * s.OW, ow_end = std::min(s.OW, ow + (end - p));
           const int64_t ih = oh * s.sh - s.ph + i * s.dh;
@@ -108,10 +118,12 @@ void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, Fn&& fn) {
       }
 }
 
-// col (Kdim, len) = the input patches of output pixels [p0, p0 + len) of one image and group.
-void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, float* col) {
+// col (Kdim, len), rows ld apart = the input patches of output pixels [p0, p0 + len) of one
+// image and group.
+void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, float* col,
+                 int64_t ld) {
   const int64_t sw = s.sw;
-  for_each_run(s, xg, p0, len,
+  for_each_run(s, xg, p0, len, ld,
                [&](int64_t d, int64_t ow, int64_t ow_end, const float* row, int64_t a, int64_t b,
                    int64_t iw0) {
                  float* out = col + d;  // out[o - ow] holds output column o
@@ -125,15 +137,43 @@ void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, f
                });
 }
 
-// dxg += the column gradients dcol (Kdim, len) scattered back onto the input, in a fixed order.
-void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len, float* dxg) {
+// dxg += the column gradients dcol (Kdim, len), rows ld apart, scattered back onto the input,
+// in a fixed order.
+void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len, float* dxg,
+                 int64_t ld) {
   const int64_t sw = s.sw;
-  for_each_run(s, dxg, p0, len,
+  for_each_run(s, dxg, p0, len, ld,
                [&](int64_t d, int64_t ow, int64_t, float* row, int64_t a, int64_t b, int64_t iw0) {
                  if (!row) return;
                  const float* in = dcol + d;
                  for (int64_t o = a; o < b; ++o) row[o * sw + iw0] += in[o - ow];
                });
+}
+
+// col (Kdim, nb * P) = the patches of images n0 ... n0 + nb - 1 of group g, side by side.
+void im2col_images(const ConvShape& s, const float* x, int64_t g, int64_t n0, int64_t nb,
+                   float* col) {
+  for (int64_t j = 0; j < nb; ++j)
+    im2col_tile(s, x + ((n0 + j) * s.C + g * s.Cg) * s.HW, 0, s.P, col + j * s.P, nb * s.P);
+}
+
+// rows (r, nb * P) = rows [k0, k0 + r) of channel planes (P floats) of images n0 ... n0 + nb - 1,
+// side by side; t (N, K, P) is y or dy. to_images does the reverse, adding bias[k] when given.
+void gather_images(const ConvShape& s, const float* t, int64_t k0, int64_t r, int64_t n0,
+                   int64_t nb, float* rows) {
+  for (int64_t k = 0; k < r; ++k)
+    for (int64_t j = 0; j < nb; ++j)
+      std::copy_n(t + ((n0 + j) * s.K + k0 + k) * s.P, s.P, rows + (k * nb + j) * s.P);
+}
+void to_images(const ConvShape& s, const float* rows, int64_t k0, int64_t r, int64_t n0,
+               int64_t nb, const float* bias, float* t) {
+  for (int64_t k = 0; k < r; ++k)
+    for (int64_t j = 0; j < nb; ++j) {
+      const float* src = rows + (k * nb + j) * s.P;
+      float* dst = t + ((n0 + j) * s.K + k0 + k) * s.P;
+      const float add = bias ? bias[k0 + k] : 0.f;
+      for (int64_t i = 0; i < s.P; ++i) dst[i] = src[i] + add;
+    }
 }
 
 int64_t conv_macs(const ConvShape& s) { return s.N * s.K * s.P * s.Kdim; }
@@ -166,6 +206,29 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     depthwise_conv2d_forward(ctx, yp, xp, wp, bp, depthwise_shape(s));
     return;
   }
+  if (s.batch > 1) {
+    // Several images per product; units are (group, chunk of images, block of output rows).
+    const int64_t row_blocks = (s.Kg + kRowBlock - 1) / kRowBlock, L = s.batch * s.P;
+    const int64_t units = s.G * s.chunks * row_blocks;
+    const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
+    const int64_t per_thread = (s.Kdim + kRowBlock) * L;
+    std::vector<float> bufs(static_cast<size_t>(nt * per_thread));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t g = u / (s.chunks * row_blocks), c = (u / row_blocks) % s.chunks;
+      const int64_t k0 = g * s.Kg + u % row_blocks * kRowBlock;
+      const int64_t kr = std::min(kRowBlock, (g + 1) * s.Kg - k0);
+      const int64_t n0 = c * s.batch, nb = std::min(s.batch, s.N - n0), len = nb * s.P;
+      float* col = bufs.data() + omp_get_thread_num() * per_thread;
+      float* out = col + s.Kdim * L;
+      im2col_images(s, xp, g, n0, nb, col);
+      MutMap(out, kr, len, Eigen::OuterStride<>(len)).noalias() =
+          ConstMap(wp + k0 * s.Kdim, kr, s.Kdim, Eigen::OuterStride<>(s.Kdim)) *
+          ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
+      to_images(s, out, k0, kr, n0, nb, bp, yp);
+    }
+    return;
+  }
   const int64_t units = s.N * s.G * s.tiles;
   const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
   std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
@@ -181,7 +244,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
       yt.noalias() = wg * ConstMap(xg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
     } else {
       float* col = cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
-      im2col_tile(s, xg, p0, len, col);
+      im2col_tile(s, xg, p0, len, col, len);
       yt.noalias() = wg * ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
     }
     if (bp)
@@ -215,7 +278,27 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     depthwise_conv2d_backward(ctx, dx ? dx->data<float>() : nullptr,
                               dw ? dw->data<float>() : nullptr, dyp, xp, wp, depthwise_shape(s));
 
-  if (dx && !depthwise) {
+  if (dx && !depthwise && s.batch > 1) {
+    // Several images per product: one unit per group and chunk of images (their dx are apart).
+    const int64_t units = s.G * s.chunks, L = s.batch * s.P;
+    const int nt = units > 1 ? nt_all : 1;
+    const int64_t per_thread = (s.Kdim + s.Kg) * L;
+    std::vector<float> bufs(static_cast<size_t>(nt * per_thread));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t g = u / s.chunks, n0 = u % s.chunks * s.batch;
+      const int64_t nb = std::min(s.batch, s.N - n0), len = nb * s.P;
+      float* dcol = bufs.data() + omp_get_thread_num() * per_thread;
+      float* dyb = dcol + s.Kdim * L;
+      gather_images(s, dyp, g * s.Kg, s.Kg, n0, nb, dyb);
+      MutMap(dcol, s.Kdim, len, Eigen::OuterStride<>(len)).noalias() =
+          ConstMap(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim)).transpose() *
+          ConstMap(dyb, s.Kg, len, Eigen::OuterStride<>(len));
+      for (int64_t j = 0; j < nb; ++j)
+        col2im_tile(s, dcol + j * s.P, 0, s.P, dx->data<float>() + ((n0 + j) * s.C + g * s.Cg) * s.HW,
+                    len);
+    }
+  } else if (dx && !depthwise) {
     // One unit per image and group: tiles of one image overlap in dx, so they run in order.
     float* dxp = dx->data<float>();
     const int64_t units = s.N * s.G;
@@ -236,49 +319,66 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         } else {
           MutMap dcol(col, s.Kdim, len, Eigen::OuterStride<>(len));
           dcol.noalias() = wg.transpose() * dyt;
-          col2im_tile(s, col, p0, len, dxg);
+          col2im_tile(s, col, p0, len, dxg, len);
         }
       }
     }
   }
 
   if (dw && !depthwise) {
-    // Slot q sums images [q*N/S, (q+1)*N/S) into its own partial dW, in image order; the
-    // partials are then added in slot order. S depends on the shapes only, never on threads.
-    const int64_t dw_numel = s.K * s.Kdim;
+    // Slot q sums images [q*N/S, (q+1)*N/S) into its own partial dW, in image order (a chunk of
+    // images per product when they are small); the partials are then added in slot order. S
+    // depends on the shapes only, never on threads: no more slots than chunks of images.
+    const int64_t dw_numel = s.K * s.Kdim, L = s.batch > 1 ? s.batch * s.P : 0;
     const int64_t slots = std::clamp<int64_t>(
-        kPartialBudgetBytes / std::max<int64_t>(dw_numel * 4, 1), 1, std::max<int64_t>(s.N, 1));
-    const int64_t row_blocks = (s.Kg + kDwRowBlock - 1) / kDwRowBlock;
+        kPartialBudgetBytes / std::max<int64_t>(dw_numel * 4, 1), 1, std::max<int64_t>(s.chunks, 1));
+    const int64_t row_blocks = (s.Kg + kRowBlock - 1) / kRowBlock;
     const int64_t units = slots * s.G * row_blocks;
     const int nt = units > 1 ? nt_all : 1;
     std::unique_ptr<float[]> partial(new float[static_cast<size_t>(slots * dw_numel)]);
-    std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+    // Per thread: a column tile, or the columns and dy rows of a chunk of images.
+    const int64_t per_thread = s.batch > 1 ? (s.Kdim + kRowBlock) * L : s.direct ? 0 : s.Kdim * s.tile;
+    std::vector<float> cols(static_cast<size_t>(nt * per_thread));
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t q = u / (s.G * row_blocks), g = (u / row_blocks) % s.G, rb = u % row_blocks;
-      const int64_t k0 = rb * kDwRowBlock, kr = std::min(kDwRowBlock, s.Kg - k0);
+      const int64_t k0 = rb * kRowBlock, kr = std::min(kRowBlock, s.Kg - k0);
       MutMap part(partial.get() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
                   Eigen::OuterStride<>(s.Kdim));
-      float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      float* col = cols.data() + omp_get_thread_num() * per_thread;
       bool first = true;  // the first product assigns, so the partials need no zeroing
-      for (int64_t n = q * s.N / slots; n < (q + 1) * s.N / slots; ++n) {
+      const auto accumulate = [&](const ConstMap& dyt, const ConstMap& colt) {
+        if (first)
+          part.noalias() = dyt * colt.transpose();
+        else
+          part.noalias() += dyt * colt.transpose();
+        first = false;
+      };
+      const int64_t n_end = (q + 1) * s.N / slots;
+      if (s.batch > 1) {
+        float* dyb = col + s.Kdim * L;
+        for (int64_t n0 = q * s.N / slots; n0 < n_end; n0 += s.batch) {
+          const int64_t nb = std::min(s.batch, n_end - n0), len = nb * s.P;
+          im2col_images(s, xp, g, n0, nb, col);
+          gather_images(s, dyp, g * s.Kg + k0, kr, n0, nb, dyb);
+          accumulate(ConstMap(dyb, kr, len, Eigen::OuterStride<>(len)),
+                     ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len)));
+        }
+        continue;
+      }
+      for (int64_t n = q * s.N / slots; n < n_end; ++n) {
         const float* xg = xp + (n * s.C + g * s.Cg) * s.HW;
         for (int64_t t = 0; t < s.tiles; ++t) {
           const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
-          ConstMap dyt(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, kr, len,
-                       Eigen::OuterStride<>(s.P));
           const float* src = xg + p0;
           int64_t stride = s.HW;
           if (!s.direct) {
-            im2col_tile(s, xg, p0, len, col);
+            im2col_tile(s, xg, p0, len, col, len);
             src = col, stride = len;
           }
-          ConstMap colt(src, s.Kdim, len, Eigen::OuterStride<>(stride));
-          if (first)
-            part.noalias() = dyt * colt.transpose();
-          else
-            part.noalias() += dyt * colt.transpose();
-          first = false;
+          accumulate(ConstMap(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, kr, len,
+                              Eigen::OuterStride<>(s.P)),
+                     ConstMap(src, s.Kdim, len, Eigen::OuterStride<>(stride)));
         }
       }
     }

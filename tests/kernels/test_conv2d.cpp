@@ -196,9 +196,21 @@ TEST_CASE("conv2d: more output pixels than one column tile, 130 output channels"
   check_against_reference({2, 2, 5, 5, 130, 3, 3, params(1, 0, 1, 1)});
 }
 
-TEST_CASE("conv2d: several images per dW partial slot (large dW)") {
-  // dW is 512 x 4608 floats (9.4 MB), so 64 MB of partials hold 6 slots for 8 images.
+TEST_CASE("conv2d: small images side by side, several per product") {
+  // 4608 rows per column: 64-pixel column matrices. 1x1 outputs: all 8 images in one product.
   check_against_reference({8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}, 1e-4);
+  // 3x3 outputs: 7 images per product, so 11 images make a chunk of 7 and one of 4; 2 groups of
+  // 130 output channels, two row blocks each.
+  check_against_reference({11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)}, 1e-4);
+  // Stride 2 (3x3 outputs of 6x5 images), and 1x1 without im2col (16 images of 2x2 per product).
+  check_against_reference({9, 256, 6, 5, 140, 3, 3, params(2, 1, 1, 1)}, 1e-4);
+  check_against_reference({20, 4096, 2, 2, 130, 1, 1, params(1, 0, 1, 1)}, 1e-4);
+}
+
+TEST_CASE("conv2d: dW over two partial slots of 10 small images each") {
+  // dW is 256 x 4608 floats (4.7 MB): 64 MB would hold 13 slots, but there are two chunks of
+  // images (16 of 2x2 outputs per product), so two slots.
+  check_against_reference({20, 512, 2, 2, 256, 3, 3, params(1, 1, 1, 1)}, 1e-4);
 }
 
 TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an OpenMP region") {
@@ -217,6 +229,7 @@ TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an O
   for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, params(1, 1, 1, 1)},
                         Case{3, 8, 17, 17, 8, 5, 5, params(2, 2, 1, 2)},
                         Case{8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)},
+                        Case{11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)},
                         Case{3, 24, 33, 31, 24, 3, 3, params(1, 1, 1, 24)},
                         Case{3, 20, 35, 29, 40, 5, 5, params(2, 2, 1, 20)}}) {
     const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
