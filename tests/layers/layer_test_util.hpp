@@ -1,13 +1,15 @@
-// Small helpers shared by the layers suite: deterministic test inputs and a doctest
-// assertion that prints a gradient check's summary when it fails.
+// Small helpers shared by the layers suite: deterministic test inputs, a doctest assertion that
+// prints a gradient check's summary when it fails, and a toy problem every optimiser must learn.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "core/rng.hpp"
+#include "layers/layers.hpp"
 #include "tests/layers/gradcheck.hpp"
 
 namespace dpx::testing {
@@ -42,6 +44,41 @@ inline Tensor labels_i64(const std::vector<int64_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i64);
   for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
   return t;
+}
+
+// Trains a 4-16-3 MLP 50 steps on 12 toy points in 4-D (three classes around three corners,
+// plus noise) with the optimiser make_optimizer(model) returns, and checks that the loss falls
+// from about log(3) to under 5 % of it and that every point ends up classified right.
+template <typename MakeOptimizer>
+void check_toy_mlp_learns(MakeOptimizer&& make_optimizer) {
+  Context ctx = Context::cpu();
+  Rng rng(2024);
+  const int64_t n = 12, classes = 3;
+  Tensor x = uniform_tensor({n, 4}, 1, -0.3f, 0.3f);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < n; ++i) {
+    y.push_back(i % classes);
+    x.data<float>()[i * 4 + i % classes] += 1.f;
+  }
+  Tensor labels = labels_i64(y);
+  nn::Model model(std::make_unique<nn::Sequential>(std::make_unique<nn::Linear>(4, 16, rng),
+                                                   std::make_unique<nn::ReLU>(),
+                                                   std::make_unique<nn::Linear>(16, classes, rng)));
+  auto optimizer = make_optimizer(model);
+  nn::CrossEntropyLoss ce;
+  float first = 0, last = 0;
+  for (int step = 0; step < 50; ++step) {
+    model.zero_grad(ctx);
+    float loss = ce.forward(ctx, model.forward(ctx, x), labels);
+    if (step == 0) first = loss;
+    last = loss;
+    model.backward(ctx, ce.backward(ctx));
+    optimizer.step(ctx);
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(first > 0.9f);  // about log(3) at the start
+  CHECK(last < 0.05f * first);
+  CHECK(nn::accuracy(ctx, model.forward(ctx, x), labels) == 1.0);
 }
 
 }  // namespace dpx::testing

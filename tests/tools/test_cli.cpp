@@ -34,6 +34,22 @@ std::string read(const fs::path& p) {
 
 const std::string kQuick = "train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 4 --epochs 1 --threads 2 ";
 
+// A usage error: dpx run with args exits 2 with "dpx: error:" and a message containing needle.
+struct UsageCase {
+  std::string args, needle;
+};
+
+void check_usage_errors(const std::vector<UsageCase>& cases) {
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    Result r = run(c.args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("dpx: error:") != std::string::npos);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("--version names dpx and Eigen") {
@@ -44,8 +60,7 @@ TEST_CASE("--version names dpx and Eigen") {
 }
 
 TEST_CASE("usage errors exit 2 with a message naming the flag") {
-  struct Case { std::string args, needle; };
-  std::vector<Case> cases = {
+  std::vector<UsageCase> cases = {
       {"train --model nosuchnet", "unknown model 'nosuchnet'"},
       {"train --nosuchflag", "nosuchflag"},
       {kQuick + "--batch-size 0", "--batch-size must be at least 1"},
@@ -65,21 +80,13 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
       {kQuick + "--batch-size 512", "too few"},
       {"bench --models lenet5 --scaling sideways", "--scaling"},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.args);
-    Result r = run(c.args);
-    CAPTURE(r.output);
-    CHECK(r.code == 2);
-    CHECK(r.output.find("dpx: error:") != std::string::npos);
-    CHECK(r.output.find(c.needle) != std::string::npos);
-  }
+  check_usage_errors(cases);
 }
 
 TEST_CASE("optimizer flags: bad values and the other optimizer's flags are usage errors") {
-  struct Case { std::string args, needle; };
   const std::string sgd_only = "--momentum and --nesterov/--no-nesterov apply to --optimizer sgd only";
   const std::string adamw_only = "--betas and --eps apply to --optimizer adamw only";
-  std::vector<Case> cases = {
+  std::vector<UsageCase> cases = {
       {kQuick + "--optimizer adam", "unknown optimizer 'adam': use sgd or adamw"},
       {kQuick + "--optimizer adamw --momentum 0.5", sgd_only},
       {kQuick + "--optimizer adamw --nesterov", sgd_only},
@@ -96,14 +103,7 @@ TEST_CASE("optimizer flags: bad values and the other optimizer's flags are usage
       {"bench --models mlp --optimizer adamw --nesterov", sgd_only},
       {"bench --models mlp --betas 0.9,0.999", adamw_only},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.args);
-    Result r = run(c.args);
-    CAPTURE(r.output);
-    CHECK(r.code == 2);
-    CHECK(r.output.find("dpx: error:") != std::string::npos);
-    CHECK(r.output.find(c.needle) != std::string::npos);
-  }
+  check_usage_errors(cases);
 }
 
 TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
