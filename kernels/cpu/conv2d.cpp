@@ -92,11 +92,11 @@ ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Con
 // Walks the column matrix of output pixels [p0, p0 + len) of one image and group: for each row
 // r = (c, i, j) and each run of pixels [ow, ow_end) on one output row, calls
 // fn(d, ow, ow_end, row, a, b, iw0): d is where the run starts in the tile (row r starts at
-// r * ld), `row` the input row it reads (null inside vertical padding), [a, b) the output
+// r * len), `row` the input row it reads (null inside vertical padding), [a, b) the output
 // columns whose input column o * stride_w + iw0 is inside the image. im2col and col2im share
 // this walk, so they agree on every index.
 template <typename T, typename Fn>
-void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, int64_t ld, Fn&& fn) {
+void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, Fn&& fn) {
   const int64_t end = p0 + len;
   for (int64_t c = 0; c < s.Cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
@@ -106,7 +106,7 @@ void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, int64_t ld
         int64_t ow_lo, ow_hi;
         valid_range(s.W, s.OW, s.sw, iw0, ow_lo, ow_hi);
         T* plane = xg + c * s.HW;
-        int64_t d = r * ld;
+        int64_t d = r * len;
         for (int64_t p = p0; p < end;) {
           const int64_t oh = p / s.OW, ow = p - oh * s.OW, ow_end = std::min(s.OW, ow + (end - p));
           const int64_t ih = oh * s.sh - s.ph + i * s.dh;
@@ -118,12 +118,10 @@ void for_each_run(const ConvShape& s, T* xg, int64_t p0, int64_t len, int64_t ld
       }
 }
 
-// col (Kdim, len), rows ld apart = the input patches of output pixels [p0, p0 + len) of one
-// image and group.
-void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, float* col,
-                 int64_t ld) {
+// col (Kdim, len) = the input patches of output pixels [p0, p0 + len) of one image and group.
+void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, float* col) {
   const int64_t sw = s.sw;
-  for_each_run(s, xg, p0, len, ld,
+  for_each_run(s, xg, p0, len,
                [&](int64_t d, int64_t ow, int64_t ow_end, const float* row, int64_t a, int64_t b,
                    int64_t iw0) {
                  float* out = col + d;  // out[o - ow] holds output column o
@@ -137,12 +135,10 @@ void im2col_tile(const ConvShape& s, const float* xg, int64_t p0, int64_t len, f
                });
 }
 
-// dxg += the column gradients dcol (Kdim, len), rows ld apart, scattered back onto the input,
-// in a fixed order.
-void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len, float* dxg,
-                 int64_t ld) {
+// dxg += the column gradients dcol (Kdim, len) scattered back onto the input, in a fixed order.
+void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len, float* dxg) {
   const int64_t sw = s.sw;
-  for_each_run(s, dxg, p0, len, ld,
+  for_each_run(s, dxg, p0, len,
                [&](int64_t d, int64_t ow, int64_t, float* row, int64_t a, int64_t b, int64_t iw0) {
                  if (!row) return;
                  const float* in = dcol + d;
@@ -150,11 +146,53 @@ void col2im_tile(const ConvShape& s, const float* dcol, int64_t p0, int64_t len,
                });
 }
 
+// Small images (batch > 1) walk their patches through a table instead: at[t * P + p] is where
+// kernel tap t = (i, j) of output pixel p reads in an input plane, or -1 in the padding. Runs on
+// 2x2 or 4x4 planes are a few floats long, too short for for_each_run's per-run work.
+std::vector<int32_t> patch_index(const ConvShape& s) {
+  std::vector<int32_t> at(static_cast<size_t>(s.kh * s.kw * s.P));
+  for (int64_t i = 0; i < s.kh; ++i)
+    for (int64_t j = 0; j < s.kw; ++j)
+      for (int64_t oh = 0; oh < s.OH; ++oh)
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t ih = oh * s.sh - s.ph + i * s.dh, iw = ow * s.sw - s.pw + j * s.dw;
+          const bool inside = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W;
+          at[((i * s.kw + j) * s.OH + oh) * s.OW + ow] =
+              inside ? static_cast<int32_t>(ih * s.W + iw) : -1;
+        }
+  return at;
+}
+
 // col (Kdim, nb * P) = the patches of images n0 ... n0 + nb - 1 of group g, side by side.
-void im2col_images(const ConvShape& s, const float* x, int64_t g, int64_t n0, int64_t nb,
-                   float* col) {
+void im2col_images(const ConvShape& s, const int32_t* at, const float* x, int64_t g, int64_t n0,
+                   int64_t nb, float* col) {
+  const int64_t taps = s.kh * s.kw, ld = nb * s.P;
   for (int64_t j = 0; j < nb; ++j)
-    im2col_tile(s, x + ((n0 + j) * s.C + g * s.Cg) * s.HW, 0, s.P, col + j * s.P, nb * s.P);
+    for (int64_t c = 0; c < s.Cg; ++c) {
+      const float* plane = x + ((n0 + j) * s.C + g * s.Cg + c) * s.HW;
+      for (int64_t t = 0; t < taps; ++t) {
+        float* dst = col + (c * taps + t) * ld + j * s.P;
+        const int32_t* a = at + t * s.P;
+        for (int64_t p = 0; p < s.P; ++p) dst[p] = a[p] >= 0 ? plane[a[p]] : 0.f;
+      }
+    }
+}
+
+// dx of images n0 ... n0 + nb - 1, group g += the column gradients dcol (Kdim, nb * P), in the
+// order of col2im_tile.
+void col2im_images(const ConvShape& s, const int32_t* at, const float* dcol, int64_t g,
+                   int64_t n0, int64_t nb, float* dx) {
+  const int64_t taps = s.kh * s.kw, ld = nb * s.P;
+  for (int64_t j = 0; j < nb; ++j)
+    for (int64_t c = 0; c < s.Cg; ++c) {
+      float* plane = dx + ((n0 + j) * s.C + g * s.Cg + c) * s.HW;
+      for (int64_t t = 0; t < taps; ++t) {
+        const float* src = dcol + (c * taps + t) * ld + j * s.P;
+        const int32_t* a = at + t * s.P;
+        for (int64_t p = 0; p < s.P; ++p)
+          if (a[p] >= 0) plane[a[p]] += src[p];
+      }
+    }
 }
 
 // rows (r, nb * P) = rows [k0, k0 + r) of channel planes (P floats) of images n0 ... n0 + nb - 1,
@@ -212,16 +250,17 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     const int64_t units = s.G * s.chunks * row_blocks;
     const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
     const int64_t per_thread = (s.Kdim + kRowBlock) * L;
-    std::vector<float> bufs(static_cast<size_t>(nt * per_thread));
+    const std::vector<int32_t> at = patch_index(s);
+    const std::unique_ptr<float[]> bufs(new float[static_cast<size_t>(nt * per_thread)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t g = u / (s.chunks * row_blocks), c = (u / row_blocks) % s.chunks;
       const int64_t k0 = g * s.Kg + u % row_blocks * kRowBlock;
       const int64_t kr = std::min(kRowBlock, (g + 1) * s.Kg - k0);
       const int64_t n0 = c * s.batch, nb = std::min(s.batch, s.N - n0), len = nb * s.P;
-      float* col = bufs.data() + omp_get_thread_num() * per_thread;
+      float* col = bufs.get() + omp_get_thread_num() * per_thread;
       float* out = col + s.Kdim * L;
-      im2col_images(s, xp, g, n0, nb, col);
+      im2col_images(s, at.data(), xp, g, n0, nb, col);
       MutMap(out, kr, len, Eigen::OuterStride<>(len)).noalias() =
           ConstMap(wp + k0 * s.Kdim, kr, s.Kdim, Eigen::OuterStride<>(s.Kdim)) *
           ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
@@ -231,7 +270,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   }
   const int64_t units = s.N * s.G * s.tiles;
   const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
-  std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+  const std::unique_ptr<float[]> cols(s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
@@ -243,8 +282,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     if (s.direct) {
       yt.noalias() = wg * ConstMap(xg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
     } else {
-      float* col = cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
-      im2col_tile(s, xg, p0, len, col, len);
+      float* col = cols.get() + omp_get_thread_num() * s.Kdim * s.tile;
+      im2col_tile(s, xg, p0, len, col);
       yt.noalias() = wg * ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
     }
     if (bp)
@@ -283,33 +322,32 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     const int64_t units = s.G * s.chunks, L = s.batch * s.P;
     const int nt = units > 1 ? nt_all : 1;
     const int64_t per_thread = (s.Kdim + s.Kg) * L;
-    std::vector<float> bufs(static_cast<size_t>(nt * per_thread));
+    const std::vector<int32_t> at = patch_index(s);
+    const std::unique_ptr<float[]> bufs(new float[static_cast<size_t>(nt * per_thread)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t g = u / s.chunks, n0 = u % s.chunks * s.batch;
       const int64_t nb = std::min(s.batch, s.N - n0), len = nb * s.P;
-      float* dcol = bufs.data() + omp_get_thread_num() * per_thread;
+      float* dcol = bufs.get() + omp_get_thread_num() * per_thread;
       float* dyb = dcol + s.Kdim * L;
       gather_images(s, dyp, g * s.Kg, s.Kg, n0, nb, dyb);
       MutMap(dcol, s.Kdim, len, Eigen::OuterStride<>(len)).noalias() =
           ConstMap(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim)).transpose() *
           ConstMap(dyb, s.Kg, len, Eigen::OuterStride<>(len));
-      for (int64_t j = 0; j < nb; ++j)
-        col2im_tile(s, dcol + j * s.P, 0, s.P, dx->data<float>() + ((n0 + j) * s.C + g * s.Cg) * s.HW,
-                    len);
+      col2im_images(s, at.data(), dcol, g, n0, nb, dx->data<float>());
     }
   } else if (dx && !depthwise) {
     // One unit per image and group: tiles of one image overlap in dx, so they run in order.
     float* dxp = dx->data<float>();
     const int64_t units = s.N * s.G;
     const int nt = units > 1 ? nt_all : 1;
-    std::vector<float> cols(s.direct ? 0 : static_cast<size_t>(nt * s.Kdim * s.tile));
+    const std::unique_ptr<float[]> cols(s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t n = u / s.G, g = u % s.G;
       float* dxg = dxp + (n * s.C + g * s.Cg) * s.HW;
       ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
-      float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      float* col = s.direct ? nullptr : cols.get() + omp_get_thread_num() * s.Kdim * s.tile;
       for (int64_t t = 0; t < s.tiles; ++t) {
         const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
         ConstMap dyt(dyp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
@@ -319,7 +357,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         } else {
           MutMap dcol(col, s.Kdim, len, Eigen::OuterStride<>(len));
           dcol.noalias() = wg.transpose() * dyt;
-          col2im_tile(s, col, p0, len, dxg, len);
+          col2im_tile(s, col, p0, len, dxg);
         }
       }
     }
@@ -338,14 +376,15 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     std::unique_ptr<float[]> partial(new float[static_cast<size_t>(slots * dw_numel)]);
     // Per thread: a column tile, or the columns and dy rows of a chunk of images.
     const int64_t per_thread = s.batch > 1 ? (s.Kdim + kRowBlock) * L : s.direct ? 0 : s.Kdim * s.tile;
-    std::vector<float> cols(static_cast<size_t>(nt * per_thread));
+    const std::vector<int32_t> at = s.batch > 1 ? patch_index(s) : std::vector<int32_t>{};
+    const std::unique_ptr<float[]> cols(new float[static_cast<size_t>(nt * per_thread)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t q = u / (s.G * row_blocks), g = (u / row_blocks) % s.G, rb = u % row_blocks;
       const int64_t k0 = rb * kRowBlock, kr = std::min(kRowBlock, s.Kg - k0);
       MutMap part(partial.get() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
                   Eigen::OuterStride<>(s.Kdim));
-      float* col = cols.data() + omp_get_thread_num() * per_thread;
+      float* col = cols.get() + omp_get_thread_num() * per_thread;
       bool first = true;  // the first product assigns, so the partials need no zeroing
       const auto accumulate = [&](const ConstMap& dyt, const ConstMap& colt) {
         if (first)
@@ -359,7 +398,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         float* dyb = col + s.Kdim * L;
         for (int64_t n0 = q * s.N / slots; n0 < n_end; n0 += s.batch) {
           const int64_t nb = std::min(s.batch, n_end - n0), len = nb * s.P;
-          im2col_images(s, xp, g, n0, nb, col);
+          im2col_images(s, at.data(), xp, g, n0, nb, col);
           gather_images(s, dyp, g * s.Kg + k0, kr, n0, nb, dyb);
           accumulate(ConstMap(dyb, kr, len, Eigen::OuterStride<>(len)),
                      ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len)));
@@ -373,7 +412,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           const float* src = xg + p0;
           int64_t stride = s.HW;
           if (!s.direct) {
-            im2col_tile(s, xg, p0, len, col, len);
+            im2col_tile(s, xg, p0, len, col);
             src = col, stride = len;
           }
           accumulate(ConstMap(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, kr, len,
