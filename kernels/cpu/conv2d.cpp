@@ -1,6 +1,6 @@
 // CPU conv2d forward/backward: im2col + Eigen GEMM per (image, group, tile of output pixels);
-// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Images smaller than a
-// tile go side by side into one column matrix (several images per GEMM), so that small planes
+// 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Small images (under 64
+// output pixels) go side by side into one column matrix (several images per GEMM), so that planes
 // (ResNet's 2x2 and 4x4 at 64x64 inputs) make one product with a long inner dimension instead of
 // one thin product per image that reads the whole weight matrix and, for dW, reads and writes
 // all of dW. Depthwise convolutions
@@ -50,8 +50,8 @@ struct ConvShape {
   int sh, sw, ph, pw, dh, dw;
   bool direct;          // 1x1, stride 1, no padding: x is the column matrix
   int64_t tile, tiles;  // output pixels per column tile, and their number
-  // Images per column matrix: 1, or several whole images (when P is under the tile width) side
-  // by side, each P columns; then `chunks` column matrices cover the batch.
+  // Images per column matrix: 1, or several whole small images side by side, each P columns;
+  // then `chunks` column matrices cover the batch.
   int64_t batch, chunks;
 };
 
@@ -84,8 +84,12 @@ ConvShape conv_shape(const char* op, const Tensor& x, const Tensor& w, const Con
   const int64_t width = std::max(kMinTile, kColTileFloats / std::max<int64_t>(s.Kdim, 1) / 16 * 16);
   s.tile = std::min(s.P, width);
   s.tiles = (s.P + s.tile - 1) / s.tile;
-  s.batch = std::clamp<int64_t>(width / s.P, 1, std::max<int64_t>(s.N, 1));
+  // Only images of fewer than kMinTile pixels: from there on a product per image is wide enough,
+  // and x itself, without copies, is the column matrix of a 1x1 convolution.
+  s.batch = s.P < kMinTile ? std::clamp<int64_t>(width / s.P, 1, std::max<int64_t>(s.N, 1)) : 1;
   s.chunks = (s.N + s.batch - 1) / s.batch;
+  // As many images in every chunk as can be (8 images at most 7 a chunk: 4 + 4, not 7 + 1).
+  if (s.chunks > 0) s.batch = (s.N + s.chunks - 1) / s.chunks;
   return s;
 }
 
