@@ -199,17 +199,18 @@ TEST_CASE("conv2d: more output pixels than one column tile, 130 output channels"
 TEST_CASE("conv2d: small images side by side, several per product") {
   // 4608 rows per column: 64-pixel column matrices. 1x1 outputs: all 8 images in one product.
   check_against_reference({8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}, 1e-4);
-  // 3x3 outputs: 7 images per product, so 11 images make a chunk of 7 and one of 4; 2 groups of
-  // 130 output channels, two row blocks each.
+  // 3x3 outputs: at most 7 images per product, so 11 images make two chunks, of 6 and 5; 2
+  // groups of 130 output channels, two row blocks each.
   check_against_reference({11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)}, 1e-4);
-  // Stride 2 (3x3 outputs of 6x5 images), and 1x1 without im2col (16 images of 2x2 per product).
+  // Stride 2 (3x3 outputs of 6x5 images: chunks of 5 and 4), and a 1x1 convolution (x copied
+  // into the column matrix here: two chunks of 10 images of 2x2).
   check_against_reference({9, 256, 6, 5, 140, 3, 3, params(2, 1, 1, 1)}, 1e-4);
   check_against_reference({20, 4096, 2, 2, 130, 1, 1, params(1, 0, 1, 1)}, 1e-4);
 }
 
 TEST_CASE("conv2d: dW over two partial slots of 10 small images each") {
   // dW is 256 x 4608 floats (4.7 MB): 64 MB would hold 13 slots, but there are two chunks of
-  // images (16 of 2x2 outputs per product), so two slots.
+  // images (at most 16 of 2x2 outputs per product: 10 + 10), so two slots.
   check_against_reference({20, 512, 2, 2, 256, 3, 3, params(1, 1, 1, 1)}, 1e-4);
 }
 
