@@ -3,11 +3,11 @@
 // output pixels) go side by side into one column matrix (several images per GEMM), so that planes
 // (ResNet's 2x2 and 4x4 at 64x64 inputs) make one product with a long inner dimension instead of
 // one thin product per image that reads the whole weight matrix and, for dW, reads and writes
-// all of dW. Depthwise convolutions
-// (one input channel per group, groups > 1, any stride, padding, dilation and channel
-// multiplier) go to the direct kernel of depthwise_conv.cpp instead: as GEMMs they would be
-// N * C tiny products (one weight row each). Work units depend on the shapes only and dW
-// partials are summed in a fixed order, so results never depend on threads.
+// all of dW. Depthwise convolutions (one input channel per group, groups > 1, any stride,
+// padding, dilation and channel multiplier) go to the direct kernel of depthwise_conv.cpp
+// instead: as GEMMs they would be N * C tiny products (one weight row each). Work units depend
+// on the shapes only and dW partials are summed in a fixed order, so results never depend on
+// threads.
 // GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
 // GEMM kernel, as maybe-uninitialised: a known false positive that would bury real warnings.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -274,7 +274,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   }
   const int64_t units = s.N * s.G * s.tiles;
   const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
-  const std::unique_ptr<float[]> cols(s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
+  const std::unique_ptr<float[]> cols(
+      s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
@@ -345,7 +346,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     float* dxp = dx->data<float>();
     const int64_t units = s.N * s.G;
     const int nt = units > 1 ? nt_all : 1;
-    const std::unique_ptr<float[]> cols(s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
+    const std::unique_ptr<float[]> cols(
+      s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t n = u / s.G, g = u % s.G;
@@ -372,14 +374,15 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     // images per product when they are small); the partials are then added in slot order. S
     // depends on the shapes only, never on threads: no more slots than chunks of images.
     const int64_t dw_numel = s.K * s.Kdim, L = s.batch > 1 ? s.batch * s.P : 0;
-    const int64_t slots = std::clamp<int64_t>(
-        kPartialBudgetBytes / std::max<int64_t>(dw_numel * 4, 1), 1, std::max<int64_t>(s.chunks, 1));
+    const int64_t budget_slots = kPartialBudgetBytes / std::max<int64_t>(dw_numel * 4, 1);
+    const int64_t slots = std::clamp<int64_t>(budget_slots, 1, std::max<int64_t>(s.chunks, 1));
     const int64_t row_blocks = (s.Kg + kRowBlock - 1) / kRowBlock;
     const int64_t units = slots * s.G * row_blocks;
     const int nt = units > 1 ? nt_all : 1;
     std::unique_ptr<float[]> partial(new float[static_cast<size_t>(slots * dw_numel)]);
     // Per thread: a column tile, or the columns and dy rows of a chunk of images.
-    const int64_t per_thread = s.batch > 1 ? (s.Kdim + kRowBlock) * L : s.direct ? 0 : s.Kdim * s.tile;
+    const int64_t per_thread =
+        s.batch > 1 ? (s.Kdim + kRowBlock) * L : s.direct ? 0 : s.Kdim * s.tile;
     const std::vector<int32_t> at = s.batch > 1 ? patch_index(s) : std::vector<int32_t>{};
     const std::unique_ptr<float[]> cols(new float[static_cast<size_t>(nt * per_thread)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
