@@ -82,6 +82,7 @@ const ConvShape kConvShapes[] = {
     {8, 256, 56, 56, 64, 1, 1, 0},   // ResNet-50 bottleneck 1x1 (no im2col)
     {8, 256, 4, 4, 256, 3, 1, 1},    // ResNet layer3 3x3 at 64x64 input (16 pixels an image)
     {8, 512, 2, 2, 512, 3, 1, 1},    // ResNet layer4 3x3 at 64x64 input (4 pixels an image)
+    {8, 128, 16, 16, 32, 3, 1, 1},   // DenseNet dense layer 3x3 at 64x64 input
 };
 // Depthwise (groups == C, w (C, 1, k, k)): EfficientNet-B0's MBConv layers for batch 8 of 64x64
 // images (the model step of RESULTS.md), and its first stage at 224x224.
@@ -157,12 +158,12 @@ void BM_DepthwiseConv2dBackward(benchmark::State& state) {
 
 BENCHMARK(BM_Conv2dForward)
     ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Conv2dBackward)
     ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

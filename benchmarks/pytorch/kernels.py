@@ -25,6 +25,7 @@ CONVS = [  # N, C_in, C_out, H, k, stride, pad, groups — as in bench_kernels.c
     (8, 256, 64, 56, 1, 1, 0, 1),
     (8, 256, 256, 4, 3, 1, 1, 1),
     (8, 512, 512, 2, 3, 1, 1, 1),
+    (8, 128, 32, 16, 3, 1, 1, 1),
     # depthwise, EfficientNet-B0 shapes (kDepthwiseShapes)
     (8, 96, 96, 32, 3, 1, 1, 96),
     (8, 144, 144, 16, 5, 2, 2, 144),
