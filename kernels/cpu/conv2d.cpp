@@ -41,6 +41,9 @@ constexpr int64_t kPartialBudgetBytes = int64_t{64} << 20;
 // Output-channel rows per work unit (dW, and the forward of batched images), so that one large
 // group still splits over threads.
 constexpr int64_t kRowBlock = 128;
+// Input channels per work unit in dx of batched images, so that a single chunk of images still
+// splits over threads (their dx rows are apart).
+constexpr int64_t kChanBlock = 64;
 // dW elements per block when the partials are summed.
 constexpr int64_t kSumBlock = 256;
 
@@ -182,14 +185,14 @@ void im2col_images(const ConvShape& s, const int32_t* at, const float* x, int64_
     }
 }
 
-// dx of images n0 ... n0 + nb - 1, group g += the column gradients dcol (Kdim, nb * P), in the
-// order of col2im_tile.
+// dx of channels c0 ... c0 + cn - 1 of group g of images n0 ... n0 + nb - 1 += their column
+// gradients dcol (cn * kh * kw, nb * P), in the order of col2im_tile.
 void col2im_images(const ConvShape& s, const int32_t* at, const float* dcol, int64_t g,
-                   int64_t n0, int64_t nb, float* dx) {
+                   int64_t c0, int64_t cn, int64_t n0, int64_t nb, float* dx) {
   const int64_t taps = s.kh * s.kw, ld = nb * s.P;
   for (int64_t j = 0; j < nb; ++j)
-    for (int64_t c = 0; c < s.Cg; ++c) {
-      float* plane = dx + ((n0 + j) * s.C + g * s.Cg + c) * s.HW;
+    for (int64_t c = 0; c < cn; ++c) {
+      float* plane = dx + ((n0 + j) * s.C + g * s.Cg + c0 + c) * s.HW;
       for (int64_t t = 0; t < taps; ++t) {
         const float* src = dcol + (c * taps + t) * ld + j * s.P;
         const int32_t* a = at + t * s.P;
@@ -323,23 +326,28 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
                               dw ? dw->data<float>() : nullptr, dyp, xp, wp, depthwise_shape(s));
 
   if (dx && !depthwise && s.batch > 1) {
-    // Several images per product: one unit per group and chunk of images (their dx are apart).
-    const int64_t units = s.G * s.chunks, L = s.batch * s.P;
+    // Several images per product; units are (group, chunk of images, block of input channels),
+    // whose dx are apart.
+    const int64_t taps = s.kh * s.kw, c_blocks = (s.Cg + kChanBlock - 1) / kChanBlock;
+    const int64_t units = s.G * s.chunks * c_blocks, L = s.batch * s.P;
     const int nt = units > 1 ? nt_all : 1;
-    const int64_t per_thread = (s.Kdim + s.Kg) * L;
+    const int64_t per_thread = (std::min(s.Cg, kChanBlock) * taps + s.Kg) * L;
     const std::vector<int32_t> at = patch_index(s);
     const std::unique_ptr<float[]> bufs(new float[static_cast<size_t>(nt * per_thread)]);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
-      const int64_t g = u / s.chunks, n0 = u % s.chunks * s.batch;
+      const int64_t g = u / (s.chunks * c_blocks), n0 = u / c_blocks % s.chunks * s.batch;
+      const int64_t c0 = u % c_blocks * kChanBlock, cn = std::min(kChanBlock, s.Cg - c0);
       const int64_t nb = std::min(s.batch, s.N - n0), len = nb * s.P;
       float* dcol = bufs.get() + omp_get_thread_num() * per_thread;
-      float* dyb = dcol + s.Kdim * L;
+      float* dyb = dcol + cn * taps * L;
       gather_images(s, dyp, g * s.Kg, s.Kg, n0, nb, dyb);
-      MutMap(dcol, s.Kdim, len, Eigen::OuterStride<>(len)).noalias() =
-          ConstMap(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim)).transpose() *
-          ConstMap(dyb, s.Kg, len, Eigen::OuterStride<>(len));
-      col2im_images(s, at.data(), dcol, g, n0, nb, dx->data<float>());
+      // Rows (c, i, j) of W^T for channels c0 ... c0 + cn - 1.
+      ConstMap wt(wp + g * s.Kg * s.Kdim + c0 * taps, s.Kg, cn * taps,
+                  Eigen::OuterStride<>(s.Kdim));
+      MutMap(dcol, cn * taps, len, Eigen::OuterStride<>(len)).noalias() =
+          wt.transpose() * ConstMap(dyb, s.Kg, len, Eigen::OuterStride<>(len));
+      col2im_images(s, at.data(), dcol, g, c0, cn, n0, nb, dx->data<float>());
     }
   } else if (dx && !depthwise) {
     // One unit per image and group: tiles of one image overlap in dx, so they run in order.

@@ -202,9 +202,10 @@ TEST_CASE("conv2d: small images side by side, several per product") {
   // 3x3 outputs: at most 7 images per product, so 11 images make two chunks, of 6 and 5; 2
   // groups of 130 output channels, two row blocks each.
   check_against_reference({11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)}, 1e-4);
-  // Stride 2 (3x3 outputs of 6x5 images: chunks of 5 and 4), and a 1x1 convolution (x copied
-  // into the column matrix here: two chunks of 10 images of 2x2).
-  check_against_reference({9, 256, 6, 5, 140, 3, 3, params(2, 1, 1, 1)}, 1e-4);
+  // Stride 2 (3x3 outputs of 6x5 images: chunks of 5 and 4; dx in blocks of 64, 64, 64 and 8
+  // input channels), and a 1x1 convolution (x copied into the column matrix here: two chunks of
+  // 10 images of 2x2).
+  check_against_reference({9, 200, 6, 5, 140, 3, 3, params(2, 1, 1, 1)}, 1e-4);
   check_against_reference({20, 4096, 2, 2, 130, 1, 1, params(1, 0, 1, 1)}, 1e-4);
 }
 
