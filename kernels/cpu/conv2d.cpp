@@ -253,6 +253,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   }
   if (s.batch > 1) {
     // Several images per product; units are (group, chunk of images, block of output rows).
+    // Each row block gathers its chunk's patches itself: a copy of Kdim * L floats beside
+    // kRowBlock times as many multiply-adds, paid so that one chunk still splits over threads.
     const int64_t row_blocks = (s.Kg + kRowBlock - 1) / kRowBlock, L = s.batch * s.P;
     const int64_t units = s.G * s.chunks * row_blocks;
     const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
@@ -327,7 +329,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
 
   if (dx && !depthwise && s.batch > 1) {
     // Several images per product; units are (group, chunk of images, block of input channels),
-    // whose dx are apart.
+    // whose dx are apart. Each gathers the chunk's dy itself (Kg * L floats, beside
+    // kChanBlock * kh * kw times as many multiply-adds).
     const int64_t taps = s.kh * s.kw, c_blocks = (s.Cg + kChanBlock - 1) / kChanBlock;
     const int64_t units = s.G * s.chunks * c_blocks, L = s.batch * s.P;
     const int nt = units > 1 ? nt_all : 1;
