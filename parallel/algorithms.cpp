@@ -16,6 +16,8 @@ std::string_view algorithm_name(Algorithm a) {
     case Algorithm::tree: return "tree";
     case Algorithm::naive: return "naive";
     case Algorithm::rhd: return "rhd";
+    case Algorithm::hier: return "hier";
+    case Algorithm::mpi: return "mpi";
   }
   return "?";
 }
@@ -23,7 +25,8 @@ std::string_view algorithm_name(Algorithm a) {
 Algorithm parse_algorithm(std::string_view name) {
   for (Algorithm a : kAlgorithms)
     if (name == algorithm_name(a)) return a;
-  usage_fail("unknown algorithm '", name, "': use ring, tree, naive or rhd");
+  if (name == algorithm_name(Algorithm::mpi)) return Algorithm::mpi;
+  usage_fail("unknown algorithm '", name, "': use ring, tree, naive, rhd, hier, or mpi (the MPI library's own)");
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
@@ -60,13 +63,14 @@ Collective parse_collective(std::string_view name) {
 
 void Workspace::Free::operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
 
-std::byte* Workspace::get(size_t bytes) {
-  if (bytes > bytes_) {
-    data_.reset();
-    data_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
-    bytes_ = bytes;
+std::byte* Workspace::get(size_t bytes, int slot) {
+  Slot& s = slots_.at(static_cast<size_t>(slot));
+  if (bytes > s.bytes) {
+    s.data.reset();
+    s.data.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+    s.bytes = bytes;
   }
-  return data_.get();
+  return s.data.get();
 }
 
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws) {
@@ -81,7 +85,11 @@ void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Wor
     case Algorithm::tree: return impl::tree_collective(s);
     case Algorithm::naive: return impl::naive_collective(s);
     case Algorithm::rhd: return impl::rhd_collective(s);
+    case Algorithm::hier: return impl::hier_collective(s);
+    case Algorithm::mpi: break;
   }
+  fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
+       " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
 }
 
 namespace impl {

@@ -1,5 +1,6 @@
 // dpx's collective algorithms, each written once as a schedule of point-to-point exchanges over
-// a Transport, so every backend that can send and receive (threads, MPI, CUDA p2p) reuses them.
+// a Transport, so every backend that can send and receive (threads, MPI, CUDA p2p) reuses them;
+// and the name of the vendor path (the MPI library's own collectives) that backends may offer.
 // Every schedule is fixed for a given (collective, algorithm, size, rank count), so the order in
 // which values are combined is too: results are bitwise identical from run to run.
 #pragma once
@@ -21,12 +22,21 @@ namespace dpx::parallel {
 //   naive: everything to the root, reduced there in rank order, then sent out one by one
 //   rhd:   recursive halving/doubling (Rabenseifner); when n is not a power of two, the extra
 //          ranks first fold their data into a partner and get the result back at the end
-enum class Algorithm : uint8_t { ring, tree, naive, rhd };
-inline constexpr std::array<Algorithm, 4> kAlgorithms = {Algorithm::ring, Algorithm::tree, Algorithm::naive,
-                                                         Algorithm::rhd};
+//   hier:  hierarchical, as NCCL and Horovod do across nodes: inside each node a binomial tree
+//          to the node's leader (its lowest rank), then the leaders run the collective across
+//          nodes (ring for all_reduce, all_gather and reduce_scatter; tree for broadcast and
+//          reduce), then a tree inside each node again (Transport::node_of says which node)
+//   mpi:   not dpx's: the MPI library's own call (MPI_Allreduce, MPI_Bcast, ...), offered by the
+//          mpi backend only (parallel/mpi/), so one command compares dpx with the library
+enum class Algorithm : uint8_t { ring, tree, naive, rhd, hier, mpi };
+// dpx's own algorithms: every backend runs them over its Transport.
+inline constexpr std::array<Algorithm, 5> kAlgorithms = {Algorithm::ring, Algorithm::tree, Algorithm::naive,
+                                                         Algorithm::rhd, Algorithm::hier};
 std::string_view algorithm_name(Algorithm a);
-// "ring", "tree", "naive" or "rhd"; throws dpx::UsageError otherwise.
+// "ring", "tree", "naive", "rhd", "hier" or "mpi"; throws dpx::UsageError otherwise.
 Algorithm parse_algorithm(std::string_view name);
+// True for the vendor paths (a library's collectives), which only their own backend runs.
+constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi; }
 // "sum", "prod", "max", "min" or "avg"; throws dpx::UsageError otherwise.
 ReduceOp parse_reduce_op(std::string_view name);
 
@@ -51,18 +61,36 @@ struct CollectiveArgs {
 };
 
 // Scratch memory one rank's algorithms reuse from call to call (partial sums on non-root ranks).
+// Two independent slots: a schedule that keeps a buffer in slot 1 (hier) may run other
+// schedules, which use slot 0, in the meantime.
 class Workspace {
  public:
-  // At least `bytes` bytes, 64-byte aligned; valid until the next call.
-  std::byte* get(size_t bytes);
+  // At least `bytes` bytes, 64-byte aligned; valid until the next get() of the same slot.
+  std::byte* get(size_t bytes, int slot = 0);
 
  private:
   struct Free { void operator()(std::byte* p) const; };
-  std::unique_ptr<std::byte, Free> data_;
-  size_t bytes_ = 0;
+  struct Slot {
+    std::unique_ptr<std::byte, Free> data;
+    size_t bytes = 0;
+  };
+  std::array<Slot, 2> slots_;
 };
 
-// Runs args.kind (one of the five collectives) with `algo` on this rank.
+// One call as stall reports describe it (parallel/stall_report.hpp): which collective, the how
+// many-th on its communicator, how large.
+struct CommCall {
+  Collective kind = Collective::barrier;
+  uint64_t seq = 0;        // 1, 2, ...: every rank numbers its communicator's collectives alike; 0 for send/recv
+  size_t bytes = 0;        // this rank's payload (all_gather: the gathered size; reduce_scatter: the input)
+  DType dtype = DType::u8;
+  Algorithm algo = Algorithm::ring;
+  int root = -1;           // broadcast and reduce
+  int peer = -1;           // send and recv
+  bool patient = false;    // a wait for ranks known to work long outside communication: no timeout
+};
+
+// Runs args.kind (one of the five collectives) with one of dpx's algorithms on this rank.
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws);
 
 }  // namespace dpx::parallel

@@ -58,5 +58,6 @@ void ring_collective(Sched& s);
 void tree_collective(Sched& s);
 void naive_collective(Sched& s);
 void rhd_collective(Sched& s);
+void hier_collective(Sched& s);
 
 }  // namespace dpx::parallel::impl

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/collective_check.hpp"
+#include "parallel/stall_report.hpp"
 #include "parallel/threads_backend.hpp"
 
 namespace dpx::parallel {
@@ -208,6 +209,30 @@ std::string host_name() {
 
 }  // namespace
 
+namespace {
+
+// This rank's copy bandwidth (GB/s): the best of a few copies, all ranks starting together as the
+// ranks of a collective do (a ceiling, so the copy least disturbed by the rest of the machine counts).
+double copy_bandwidth(Communicator& comm, size_t bytes) {
+  Workspace ws, wd;
+  std::byte* src = ws.get(bytes);
+  std::byte* dst = wd.get(bytes);
+  std::memset(src, 1, bytes);
+  std::memset(dst, 0, bytes);
+  std::memcpy(dst, src, bytes);  // warm: pages mapped, TLB and caches in steady state
+  double best_s = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    comm.barrier();
+    const double start = now_s();
+    std::memcpy(dst, src, bytes);
+    asm volatile("" : : "g"(dst) : "memory");  // the copy must happen although dst is never read
+    best_s = std::min(best_s, now_s() - start);
+  }
+  return static_cast<double>(bytes) / 1e9 / best_s;
+}
+
+}  // namespace
+
 double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads) {
   // Ranks beyond the CPU count take turns, so only min(ranks, cpus) copy at any moment; each
   // rank then gets that share of the copying.
@@ -215,46 +240,89 @@ double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads) {
   std::vector<double> gbs(static_cast<size_t>(copiers), 0.0);
   RankOptions ro;
   ro.pin_threads = pin_threads;
-  run_ranks(copiers, [&](Communicator& comm) {
-    Workspace ws, wd;
-    std::byte* src = ws.get(bytes);
-    std::byte* dst = wd.get(bytes);
-    std::memset(src, 1, bytes);
-    std::memset(dst, 0, bytes);
-    std::memcpy(dst, src, bytes);  // warm: pages mapped, TLB and caches in steady state
-    // The best of a few copies, all ranks starting together as the ranks of a collective do:
-    // a ceiling, so the copy least disturbed by the rest of the machine counts.
-    double best_s = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      comm.barrier();
-      const double start = now_s();
-      std::memcpy(dst, src, bytes);
-      asm volatile("" : : "g"(dst) : "memory");  // the copy must happen although dst is never read
-      best_s = std::min(best_s, now_s() - start);
-    }
-    gbs[static_cast<size_t>(comm.rank())] = static_cast<double>(bytes) / 1e9 / best_s;
-  }, ro);
+  run_ranks(copiers, [&](Communicator& comm) { gbs[static_cast<size_t>(comm.rank())] = copy_bandwidth(comm, bytes); },
+            ro);
   double sum = 0;
   for (double g : gbs) sum += g;
   return sum / ranks;
 }
 
-CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out) {
+double measure_memcpy_gbs(Communicator& comm, size_t bytes) {
+  const double mine = copy_bandwidth(comm, bytes);
+  double sum = 0;
+  comm.all_reduce(&mine, &sum, 1, DType::f64, ReduceOp::sum, Algorithm::ring);
+  return sum / comm.size();
+}
+
+namespace {
+
+// One line per size: the out-of-place busbw of every algorithm, side by side.
+void print_side_by_side(std::ostream& out, const std::vector<Algorithm>& algos, const std::vector<CollectiveRow>& rows) {
+  char cell[64];
+  out << "#\n# busbw (GB/s), out of place, side by side\n# " << std::string(10, ' ') << "size";
+  for (Algorithm a : algos) {
+    std::snprintf(cell, sizeof cell, "  %8s", std::string(algorithm_name(a)).c_str());
+    out << cell;
+  }
+  out << "\n";
+  std::vector<size_t> sizes;
+  for (const CollectiveRow& r : rows)
+    if (std::find(sizes.begin(), sizes.end(), r.bytes) == sizes.end()) sizes.push_back(r.bytes);
+  for (size_t bytes : sizes) {
+    std::snprintf(cell, sizeof cell, "  %12zu", bytes);
+    out << cell;
+    for (Algorithm a : algos) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const CollectiveRow& r) {
+        return r.bytes == bytes && !r.in_place && r.algo == algorithm_name(a);
+      });
+      if (it == rows.end()) std::snprintf(cell, sizeof cell, "  %8s", "-");
+      else std::snprintf(cell, sizeof cell, "  %8.2f", it->busbw_gbs);
+      out << cell;
+    }
+    out << "\n";
+  }
+  out << "#" << std::endl;
+}
+
+// "{0-1} {2-3}": the ranks of each node, as hier groups them.
+std::string node_groups(const std::vector<int>& node_of_rank) {
+  std::vector<std::pair<int, std::vector<int>>> nodes;
+  for (int r = 0; r < static_cast<int>(node_of_rank.size()); ++r) {
+    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == node_of_rank[static_cast<size_t>(r)]; });
+    if (it == nodes.end()) nodes.push_back({node_of_rank[static_cast<size_t>(r)], {r}});
+    else it->second.push_back(r);
+  }
+  std::string s;
+  for (const auto& [id, ranks] : nodes) s += (s.empty() ? "{" : " {") + rank_list(ranks) + "}";
+  return s;
+}
+
+}  // namespace
+
+CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out, ProcessGroup* processes) {
   validate(options);
   CollectiveOptions o = options;
+  const bool mpi = o.backend == "mpi";
+  if (mpi && (!processes || !processes->launched() || processes->size() != o.ranks))
+    fail("dpx collective --backend mpi: no MPI job of ", o.ranks, " processes to run on");
+  const LaunchInfo launch = mpi ? processes->info() : LaunchInfo{};
   Plan p;
   p.coll = parse_collective(o.collective);
   p.dtype = parse_bench_dtype(o.datatype);
   p.op = parse_reduce_op(o.op);
   p.reduces = p.coll == Collective::all_reduce || p.coll == Collective::reduce || p.coll == Collective::reduce_scatter;
   p.data_op = p.reduces ? p.op : ReduceOp::sum;
-  std::vector<Algorithm> algos;
-  if (o.algo == "all") algos.assign(kAlgorithms.begin(), kAlgorithms.end());
-  else algos.push_back(parse_algorithm(o.algo));
+  const std::vector<Algorithm> algos = selected_algorithms(o);
+  // The ranks that share this machine's memory: all of them, or the MPI ranks of rank 0's node.
+  int local_ranks = o.ranks;
+  if (mpi) {
+    local_ranks = 0;
+    for (int node : launch.node_of_rank) local_ranks += node == launch.node_of_rank.front() ? 1 : 0;
+  }
 
   // Each rank holds two buffers of the largest size; like nccl-tests, shrink -e to fit in memory.
   const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  const double limit = phys > 0 ? phys / 2 / (2.0 * o.ranks) : 1e300;
+  const double limit = phys > 0 ? phys / 2 / (2.0 * local_ranks) : 1e300;
   bool reduced = false;
   if (static_cast<double>(o.max_bytes) > limit) {
     o.max_bytes = static_cast<size_t>(limit);
@@ -266,10 +334,14 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
 
   CollectiveReport report;
   Sink sink{out, o, report, std::string(kCollectiveCsvHeader) + "\n"};
-  if (!o.csv_path.empty()) write_file_atomic(o.csv_path, sink.csv);  // an unwritable path fails now, not later
+  const bool rank0 = !mpi || processes->rank() == 0;
+  if (!o.csv_path.empty() && rank0) write_file_atomic(o.csv_path, sink.csv);  // an unwritable path fails now, not later
 
-  out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks
-      << " ranks (threads of one process)\n";
+  out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks << " ranks ("
+      << (mpi ? detail::concat("MPI processes on ", launch.nodes, " node", launch.nodes > 1 ? "s" : "", "; ",
+                               launch.library, ", ", launch.thread_level)
+              : std::string("threads of one process"))
+      << ")\n";
   out << "# nThread " << o.ranks << " nGpus 0 minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
       << (o.step_factor != 0 ? o.step_factor : o.step_bytes) << (o.step_factor != 0 ? "(factor)" : "(bytes)")
       << " warmup iters: " << o.warmup_iters << " iters: " << o.iters << " validation: " << o.check << "\n";
@@ -279,33 +351,60 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   const std::string host = host_name();
   for (int r = 0; r < o.ranks; ++r) {
     char line[256];
-    std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (%s)\n", r,
-                  static_cast<int>(getpid()), host.c_str(),
-                  o.pin_threads ? ("pinned to the CPU #" + std::to_string(r % cpus) + " of " + std::to_string(cpus)).c_str()
-                                : "thread, not pinned");
+    if (mpi)
+      std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (process, %s)\n", r,
+                    launch.pids[static_cast<size_t>(r)], launch.hosts[static_cast<size_t>(r)].c_str(),
+                    launch.bound ? "bound by the launcher" : "not bound");
+    else
+      std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (%s)\n", r,
+                    static_cast<int>(getpid()), host.c_str(),
+                    o.pin_threads ? ("pinned to the CPU #" + std::to_string(r % cpus) + " of " + std::to_string(cpus)).c_str()
+                                  : "thread, not pinned");
     out << line;
   }
+  // hier's nodes: --ranks-per-node, else the real ones (one, for thread ranks).
+  std::vector<int> layout;
+  for (int r = 0; r < o.ranks; ++r)
+    layout.push_back(o.ranks_per_node > 0 ? r / o.ranks_per_node : mpi ? launch.node_of_rank[static_cast<size_t>(r)] : 0);
+  if (mpi) processes->world().set_node_layout(layout);
+  if (std::find(algos.begin(), algos.end(), Algorithm::hier) != algos.end())
+    out << "#\n# hier's nodes: " << node_groups(layout) << (o.ranks_per_node > 0 ? " (--ranks-per-node)" : "") << "\n";
   if (o.memcpy_bytes > 0) {
-    const double cap = phys > 0 ? phys / 8 / std::min(o.ranks, cpus) : 1e12;  // two buffers per copier
+    const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
-    report.memcpy_gbs_per_rank = measure_memcpy_gbs(o.ranks, bytes, o.pin_threads);
+    report.memcpy_gbs_per_rank =
+        mpi ? measure_memcpy_gbs(processes->world(), bytes) : measure_memcpy_gbs(o.ranks, bytes, o.pin_threads);
     char line[256];
     std::snprintf(line, sizeof(line), "#\n# memcpy bandwidth: %.2f GB/s per rank, %.2f GB/s in all (%d ranks copying %zu MiB each, %d at a time)\n",
                   report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, bytes >> 20,
                   std::min(o.ranks, cpus));
     out << line
-        << "# The busbw limit for sizes beyond the caches: the receiver copies every byte sent (threads backend),\n"
-        << "# so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy bandwidth above.\n";
+        << "# The busbw limit for sizes beyond the caches between ranks on one node: the receiver copies every byte\n"
+        << "# sent (shared memory), so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy\n"
+        << "# bandwidth above.\n";
+  }
+  if (o.link_gbps > 0) {
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "# link: %.3f Gbit/s = %.3f GB/s each way (--link-gbps): the busbw limit when every rank's traffic\n"
+                  "# crosses one such link (one rank per node).\n",
+                  o.link_gbps, o.link_gbps / 8);
+    out << line;
   }
   out.flush();
 
   RankOptions ro;
   ro.pin_threads = o.pin_threads;
+  ro.timeout_s = o.comm_timeout_s;
+  ro.ranks_per_node = o.ranks_per_node;
   for (Algorithm algo : algos) {
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();
     const int failed_before = report.failed;
-    run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
+    if (mpi)
+      bench_rank(processes->world(), p, o, algo, sink);
+    else
+      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;
     const size_t rows = report.rows.size() - first_row;
@@ -314,6 +413,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     std::snprintf(line, sizeof(line), "# Avg bus bandwidth    : %g \n", rows ? bw / static_cast<double>(rows) : 0.0);
     out << "# Out of bounds values : " << failed << (failed ? " FAILED" : " OK") << "\n" << line << "#" << std::endl;
   }
+  if (algos.size() > 1) print_side_by_side(out, algos, report.rows);
   return report;
 }
 

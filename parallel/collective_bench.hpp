@@ -10,15 +10,20 @@
 #include <vector>
 
 #include "parallel/algorithms.hpp"
+#include "parallel/process_group.hpp"
 
 namespace dpx::parallel {
 
 // The flags of `dpx collective`, with nccl-tests' defaults where nccl-tests has the flag.
 struct CollectiveOptions {
   std::string collective = "all_reduce";  // -t/--collective
-  std::string backend = "threads";        // --backend
-  int ranks = 2;                          // --ranks
-  std::string algo = "ring";              // --algo: ring, tree, naive, rhd or all
+  std::string backend = "threads";        // --backend: threads, or mpi (the default under mpirun)
+  int ranks = 2;                          // --ranks (under MPI: the number of processes)
+  int process_ranks = 0;                  // the MPI job's processes (0: not launched); not a flag
+  std::string algo = "ring";              // --algo: ring, tree, naive, rhd, hier, mpi or all
+  int ranks_per_node = 0;                 // --ranks-per-node: hier's nodes (0: the real nodes)
+  double comm_timeout_s = 300;            // --comm-timeout
+  double link_gbps = 0;                   // --link-gbps: the network's rate, printed as busbw's limit
   size_t min_bytes = size_t{32} << 20;    // -b/--minbytes
   size_t max_bytes = size_t{32} << 20;    // -e/--maxbytes
   size_t step_bytes = size_t{1} << 20;    // -i/--stepbytes: additive step, used when step_factor == 0
@@ -55,7 +60,11 @@ struct CollectiveReport {
 
 // Validates `o` (throws dpx::UsageError naming the flag), measures, prints the table to `out`
 // and writes the CSV. Wrong results are reported, not thrown: the caller decides the exit code.
-CollectiveReport run_collective(const CollectiveOptions& o, std::ostream& out);
+// With `processes` (an MPI launch, o.backend "mpi") every process is one rank of the benchmark,
+// and rank 0 alone prints, writes and returns the rows.
+CollectiveReport run_collective(const CollectiveOptions& o, std::ostream& out, ProcessGroup* processes = nullptr);
+// The algorithms `o.algo` names ("all": dpx's five, and the library's with --backend mpi).
+std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o);
 // Throws dpx::UsageError for any bad flag, before anything runs.
 void validate(const CollectiveOptions& o);
 
@@ -77,5 +86,7 @@ std::string collective_csv_row(const CollectiveRow& r);
 // Copy bandwidth of one rank (GB/s) while `ranks` ranks each memcpy `bytes` at once: the ceiling
 // for busbw in the threads backend, where every byte sent is one copy by its receiver.
 double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads);
+// The same on ranks that are processes: every rank of `comm` copies at once; the mean.
+double measure_memcpy_gbs(Communicator& comm, size_t bytes);
 
 }  // namespace dpx::parallel

@@ -112,24 +112,40 @@ void validate(const CollectiveOptions& o) {
   });
   if (o.backend == "nccl" || o.backend == "p2p") {
 #ifdef DPX_WITH_CUDA
-    usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend threads");
+    usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend threads or mpi");
 #else
     usage_fail("--backend ", o.backend, ": not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON "
-               "on a machine with CUDA, cuDNN and NCCL); use --backend threads");
+               "on a machine with CUDA, cuDNN and NCCL); use --backend threads or mpi");
 #endif
   }
   if (o.backend == "mpi") {
-#ifdef DPX_WITH_MPI
-    usage_fail("--backend mpi: not implemented yet in dpx collective; use --backend threads");
-#else
+#ifndef DPX_WITH_MPI
     usage_fail("--backend mpi: not built (configure with -DDPX_MPI=ON where MPI is installed); use --backend threads");
 #endif
+    if (o.process_ranks == 0)
+      usage_fail("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun or srun "
+                 "(e.g. mpirun -np 4 dpx collective --backend mpi ...)");
+    if (o.ranks != o.process_ranks)
+      usage_fail("--ranks ", o.ranks, " under MPI with ", o.process_ranks, " processes: each process is one rank (mpirun "
+                 "-np K sets K); drop --ranks");
+  } else if (o.backend == "threads") {
+    if (o.process_ranks > 1)
+      usage_fail("--backend threads under MPI with ", o.process_ranks, " processes: each process would run its own "
+                 "benchmark of thread ranks; use --backend mpi (the default under mpirun), or run dpx without mpirun");
+  } else {
+    usage_fail("--backend: unknown backend '", o.backend, "': use threads or mpi (nccl and p2p come later)");
   }
-  if (o.backend != "threads")
-    usage_fail("--backend: unknown backend '", o.backend, "': use threads (nccl, mpi and p2p come later)");
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);
-  if (o.algo != "all") with_flag("--algo", [&] { return parse_algorithm(o.algo); });
+  if (o.algo != "all") {
+    const Algorithm a = with_flag("--algo", [&] { return parse_algorithm(o.algo); });
+    if (a == Algorithm::mpi && o.backend != "mpi")
+      usage_fail("--algo mpi is the MPI library's own collectives: it needs --backend mpi, under mpirun");
+  }
+  if (o.ranks_per_node < 0)
+    usage_fail("--ranks-per-node: ", o.ranks_per_node, " is not a number of ranks per node (0: the real nodes)");
+  if (!(o.comm_timeout_s > 0)) usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
+  if (!(o.link_gbps >= 0)) usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))
@@ -148,6 +164,13 @@ void validate(const CollectiveOptions& o) {
   if (o.warmup_iters < 0) usage_fail("-w/--warmup_iters: ", o.warmup_iters, " is negative");
   if (o.check != 0 && o.check != 1) usage_fail("-c/--check: use 1 (count wrong elements) or 0, not ", o.check);
   size_steps(o);
+}
+
+std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o) {
+  if (o.algo != "all") return {parse_algorithm(o.algo)};
+  std::vector<Algorithm> algos(kAlgorithms.begin(), kAlgorithms.end());
+  if (o.backend == "mpi") algos.push_back(Algorithm::mpi);
+  return algos;
 }
 
 std::string collective_csv_row(const CollectiveRow& r) {

@@ -1,5 +1,7 @@
-// Transport's shared part: byte counting and the default (dissemination) barrier.
+// Transport's shared part: byte counting, the default (dissemination) barrier, the node layout.
 #include "parallel/comm_transport.hpp"
+
+#include "core/error.hpp"
 
 namespace dpx::parallel {
 
@@ -19,6 +21,16 @@ void Transport::barrier() {
     x.recv_peer = (r - d + n) % n;
     do_exchange(x);
   }
+}
+
+int Transport::node_of(int rank) const {
+  return node_of_rank_.empty() ? 0 : node_of_rank_[static_cast<size_t>(rank)];
+}
+
+void Transport::set_node_layout(std::vector<int> node_of_rank) {
+  if (!node_of_rank.empty() && node_of_rank.size() != static_cast<size_t>(size()))
+    fail("a node layout of ", node_of_rank.size(), " entries for a group of ", size(), " ranks");
+  node_of_rank_ = std::move(node_of_rank);
 }
 
 }  // namespace dpx::parallel

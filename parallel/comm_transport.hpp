@@ -6,12 +6,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "parallel/comm_reduce.hpp"
 
 namespace dpx::parallel {
+
+struct CommCall;  // algorithms.hpp
 
 // One step of a schedule. Both halves are optional (peer -1 = none) and proceed concurrently,
 // so a ring step (send right, receive left) cannot deadlock. exchange() returns when both are
@@ -46,6 +49,19 @@ class Transport {
   // zero-byte exchanges; backends with a cheaper native barrier override it.
   virtual void barrier();
 
+  // The communicator says which call it runs from here to end_call(), so that a rank that
+  // waits too long can say where every rank is (stall_report.hpp). Default: not recorded.
+  virtual void begin_call(const CommCall& call) {}
+  virtual void end_call() {}
+  // What the rank does between calls, in a few words ("training: epoch 1 step 12"), for the
+  // same reports. Default: not recorded.
+  virtual void set_activity(std::string_view what) {}
+
+  // The node each rank runs on, as any integer (ranks on one node share it): hier reduces
+  // inside nodes first. Every rank is on node 0 until set; set it alike on every rank.
+  int node_of(int rank) const;
+  void set_node_layout(std::vector<int> node_of_rank);
+
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
@@ -55,6 +71,7 @@ class Transport {
  private:
   // Atomic because DDP's communication thread counts while the rank's thread may read.
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+  std::vector<int> node_of_rank_;  // empty: one node
 };
 
 }  // namespace dpx::parallel

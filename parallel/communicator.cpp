@@ -24,6 +24,11 @@ void Communicator::execute(const CollectiveArgs& args, Algorithm algo) {
   run_algorithm(algo, transport_, args, workspace_);
 }
 
+Communicator::CallScope Communicator::begin(const CommCall& call) {
+  transport_.begin_call(call);
+  return CallScope{transport_};
+}
+
 void Communicator::run(const CollectiveArgs& a, Algo algo) {
   const std::string_view name = collective_name(a.kind);
   const int n = size(), r = rank();
@@ -52,7 +57,16 @@ void Communicator::run(const CollectiveArgs& a, Algo algo) {
       fail(name, ": the send and receive buffers overlap without being in place (see communicator.hpp)");
   }
   count_call(a.kind);
-  execute(a, algo.value_or(default_algorithm_));
+  const Algorithm chosen = algo.value_or(default_algorithm_);
+  CommCall call;
+  call.kind = a.kind;
+  call.seq = ++seq_;
+  call.bytes = a.count * es * (a.kind == Collective::all_gather || a.kind == Collective::reduce_scatter ? n : 1);
+  call.dtype = a.dtype;
+  call.algo = chosen;
+  call.root = rooted ? a.root : -1;
+  auto scope = begin(call);
+  execute(a, chosen);
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo) {
@@ -76,31 +90,48 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   run({Collective::reduce_scatter, send, recv, recv_count, dtype, op, 0}, algo);
 }
 
-void Communicator::barrier() {
+void Communicator::barrier() { run_barrier(false); }
+
+void Communicator::barrier_patient(std::string_view why) {
+  set_activity(detail::concat("waiting: ", why));
+  run_barrier(true);
+}
+
+void Communicator::run_barrier(bool patient) {
   count_call(Collective::barrier);
+  CommCall call;
+  call.kind = Collective::barrier;
+  call.seq = ++seq_;
+  call.patient = patient;
+  auto scope = begin(call);
   transport_.barrier();
 }
 
 void Communicator::send(const void* data, size_t count, DType dtype, int peer) {
-  if (peer < 0 || peer >= size() || peer == rank())
-    fail("send: rank ", rank(), " cannot send to rank ", peer, " of ", size());
-  count_call(Collective::send);
-  Exchange x;
-  x.send_peer = peer;
-  x.send = data;
-  x.send_bytes = count * dtype_size(dtype);
-  x.dtype = dtype;
-  transport_.exchange(x);
+  point_to_point(Collective::send, const_cast<void*>(data), count, dtype, peer);
 }
 
 void Communicator::recv(void* data, size_t count, DType dtype, int peer) {
+  point_to_point(Collective::recv, data, count, dtype, peer);
+}
+
+void Communicator::point_to_point(Collective kind, void* data, size_t count, DType dtype, int peer) {
+  const bool sends = kind == Collective::send;
   if (peer < 0 || peer >= size() || peer == rank())
-    fail("recv: rank ", rank(), " cannot receive from rank ", peer, " of ", size());
-  count_call(Collective::recv);
+    fail(sends ? "send: rank " : "recv: rank ", rank(), sends ? " cannot send to rank " : " cannot receive from rank ",
+         peer, " of ", size());
+  count_call(kind);
+  CommCall call;
+  call.kind = kind;
+  call.bytes = count * dtype_size(dtype);
+  call.dtype = dtype;
+  call.peer = peer;
+  auto scope = begin(call);
   Exchange x;
-  x.recv_peer = peer;
-  x.recv = data;
-  x.recv_bytes = count * dtype_size(dtype);
+  (sends ? x.send_peer : x.recv_peer) = peer;
+  (sends ? x.send_bytes : x.recv_bytes) = call.bytes;
+  if (sends) x.send = data;
+  else x.recv = data;
   x.dtype = dtype;
   transport_.exchange(x);
 }

@@ -1,6 +1,8 @@
 // Communicator: the collectives every backend offers (all_reduce, broadcast, reduce, all_gather,
 // reduce_scatter, barrier, send/recv) on raw buffers and on Tensors, with byte and call counters.
-// dpx's own algorithms (ring, tree, naive, rhd) run over a point-to-point Transport (comm_transport.hpp).
+// dpx's own algorithms (ring, tree, naive, rhd, hier) run over a point-to-point Transport
+// (comm_transport.hpp); a vendor backend (mpi) may run the library's own instead (--algo mpi).
+// Every collective is numbered, so that a rank that waits too long can say which one it is in.
 #pragma once
 #include <array>
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/tensor.hpp"
@@ -56,6 +59,11 @@ class Communicator {
   // send holds size() * recv_count elements; rank r gets the reduction of block r.
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op, Algo algo = {});
   void barrier();
+  // A barrier that waits as long as it takes for ranks known to be busy outside communication
+  // (rank 0 evaluating the test set; ranks left out of a bench configuration): the backends'
+  // --comm-timeout does not apply, but a rank that is gone or never answers still ends it.
+  // `why` is said in stall reports.
+  void barrier_patient(std::string_view why);
   // Point-to-point. A send returns once the peer has received the data (a rendezvous), so two
   // ranks that both send to each other first deadlock; every send must meet a recv of its size.
   void send(const void* data, size_t count, DType dtype, int peer);
@@ -75,6 +83,14 @@ class Communicator {
   void send(const Tensor& t, int peer);
   void recv(const Tensor& t, int peer);
 
+  // What this rank does until its next call, for stall reports ("training: epoch 1 step 12").
+  void set_activity(std::string_view what) { transport_.set_activity(what); }
+  // Collectives called so far (the number of the last one).
+  uint64_t calls_made() const { return seq_; }
+  // Which node each rank runs on (hier groups ranks by node); set alike on every rank.
+  void set_node_layout(std::vector<int> node_of_rank) { transport_.set_node_layout(std::move(node_of_rank)); }
+  int node_of(int rank) const { return transport_.node_of(rank); }
+
   // ---- counters ("bytes communicated as counted"), since construction or reset_stats() ----
   uint64_t bytes_sent() const;
   CommStats stats() const;
@@ -88,6 +104,14 @@ class Communicator {
 
  private:
   void run(const CollectiveArgs& args, Algo algo);
+  // Tells the transport which call runs until the returned guard is destroyed.
+  struct CallScope {
+    Transport& t;
+    ~CallScope() { t.end_call(); }
+  };
+  CallScope begin(const CommCall& call);
+  void run_barrier(bool patient);
+  void point_to_point(Collective kind, void* data, size_t count, DType dtype, int peer);
   void count_call(Collective kind) { calls_[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed); }
   void check_tensor(const Tensor& t, const char* what) const;
   void check_same(const Tensor& a, const Tensor& b, int64_t b_per_a, const char* what) const;
@@ -97,6 +121,7 @@ class Communicator {
   Workspace workspace_;
   std::array<std::atomic<uint64_t>, kCollectiveKinds> calls_{};
   uint64_t sent_mark_ = 0, received_mark_ = 0;
+  uint64_t seq_ = 0;  // collectives called so far
 };
 
 }  // namespace dpx::parallel

@@ -12,12 +12,16 @@
 
 namespace dpx::parallel {
 
-Job::Job(const TrainOptions& o) : options(o) {
+Job::Job(const TrainOptions& o, int process_cores) : options(o) {
   o.validate();
   ranks = o.ranks();
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int total = o.threads > 0 ? o.threads : cores;
-  threads_per_rank = std::max(1, total / ranks);
+  if (o.process_ranks > 0) {  // one rank in this process: --threads are its own
+    threads_per_rank = o.threads > 0 ? o.threads : std::max(1, process_cores);
+  } else {
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int total = o.threads > 0 ? o.threads : cores;
+    threads_per_rank = std::max(1, total / ranks);
+  }
   rank_batch = o.batch_size / ranks;
 
   data::DatasetSpec spec;

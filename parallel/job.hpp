@@ -15,7 +15,8 @@
 namespace dpx::parallel {
 
 struct Job {
-  explicit Job(const TrainOptions& options);
+  // process_cores: under MPI, the CPUs of this process's rank when --threads is not given.
+  explicit Job(const TrainOptions& options, int process_cores = 0);
 
   TrainOptions options;
   int ranks = 1;

@@ -91,8 +91,35 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["workers"] = o.workers;
   j["warmup_steps"] = o.warmup_steps;
   j["loss_threshold"] = o.loss_threshold;
+  j["comm_timeout_s"] = o.comm_timeout_s;
+  j["ranks_per_node"] = o.ranks_per_node;
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;
+  const LaunchInfo& l = report.launch;
+  nlohmann::json launch = {{"backend", l.backend}};
+  if (l.backend == "mpi") {
+    nlohmann::json env = nlohmann::json::object();
+    for (const auto& [name, value] : l.launcher_env) env[name] = value;
+    launch["library"] = l.library;
+    launch["thread_level"] = l.thread_level;
+    launch["launcher"] = l.launcher;
+    launch["launcher_env"] = env;  // rank 0's
+    launch["processes"] = l.ranks;
+    launch["nodes"] = l.nodes;
+    launch["hosts"] = l.hosts;
+    launch["pids"] = l.pids;
+    launch["node_of_rank"] = l.node_of_rank;
+    launch["local_rank"] = l.local_rank;
+    launch["cores_per_rank"] = l.cores_per_rank;
+    launch["bound_by_launcher"] = l.bound;
+    // Each rank's steady clock minus rank 0's, estimated at start-up by ping-pong; every time in
+    // steps.csv and the trace is on rank 0's clock, within the uncertainty.
+    launch["clock_offset_s"] = l.clock_offset_s;
+    launch["clock_uncertainty_s"] = l.clock_uncertainty_s;
+  } else {
+    launch["processes"] = 1;
+  }
+  j["launch"] = launch;
   j["hardware_threads"] = std::thread::hardware_concurrency();
   j["num_parameters"] = report.num_parameters;
   j["num_trainable"] = report.num_trainable;

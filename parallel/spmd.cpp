@@ -1,9 +1,12 @@
 // The SPMD training loop that every rank runs: load, forward, backward, gradient sync,
-// optimizer — each phase timed. One rank with NoSync is the single-replica run; k thread
-// ranks with DdpSync are DistributedDataParallel.
+// optimizer — each phase timed. One rank with NoSync is the single-replica run; k ranks with
+// DdpSync are DistributedDataParallel, the ranks being threads of this process or, under MPI,
+// one per process.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "core/clock.hpp"
 #include "core/data/loader.hpp"
@@ -21,9 +24,11 @@ namespace dpx::parallel {
 
 namespace {
 
-// One rank's whole run. `comm` is null for the single-replica run.
+// One rank's whole run. `comm` is null for the single-replica run. Times are recorded on rank
+// 0's clock: this rank's steady clock minus clock_offset_s.
 void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, TrainReport& report,
-               std::mutex& report_mu, const TrainHooks& hooks) {
+               std::mutex& report_mu, const TrainHooks& hooks, double clock_offset_s) {
+  auto clock = [clock_offset_s] { return now_s() - clock_offset_s; };
   const TrainOptions& o = job.options;
   std::unique_ptr<DeviceEnv> env = make_device_env(o.device(), job.threads_per_rank, o.allow_tf32);
   Context& ctx = env->ctx();
@@ -47,8 +52,9 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     double epoch_start = now_s(), loss_sum = 0;
     int64_t steps = job.steps_per_epoch;
     for (int64_t step = 0; step < steps; ++step, ++global_step) {
+      if (comm) comm->set_activity(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
       PhaseTimer timer;
-      double step_start = now_s();
+      double step_start = clock();
       StepRecord rec;
       rec.rank = rank;
       rec.epoch = epoch;
@@ -85,7 +91,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         model.backward(ctx, dlogits);
         env->mark(Boundary::backward_end);
       }
-      rec.backward_end_s = now_s();
+      rec.backward_end_s = clock();
       if (final_micro) {
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
@@ -99,7 +105,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
       rec.times = timer.take();
       env->finish_step(rec.times);
       rec.loss = loss.item();
-      rec.times[Phase::step] = now_s() - step_start;
+      rec.times[Phase::step] = clock() - step_start;
       rec.images = batch->images.size(0);
       rec.comm_bytes = sync.take_sent_bytes();
       loss_sum += rec.loss;
@@ -112,15 +118,18 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     er.train_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0;
     // Evaluation is sequential on rank 0, as in the studies; the other ranks wait for it.
     if (rank == 0 && o.evaluate && job.test_set) {
+      if (comm) comm->set_activity(detail::concat("evaluating the test set after epoch ", epoch + 1));
       double t = now_s();
-      // On the CPU the evaluation may use every rank's threads, since the others wait.
-      Context eval_ctx = ctx.device.is_cpu() ? Context::cpu(job.threads_per_rank * job.ranks) : ctx;
+      // Thread ranks: the evaluation may use every rank's threads, since the others wait. An
+      // MPI process has its own cores only.
+      const bool threads = ctx.device.is_cpu() && o.process_ranks == 0;
+      Context eval_ctx = threads ? Context::cpu(job.threads_per_rank * job.ranks) : ctx;
       EvalResult ev = evaluate(eval_ctx, model, *job.test_set, std::max<int64_t>(job.rank_batch, 256));
       er.eval_s = now_s() - t;
       er.test_accuracy = ev.accuracy;
       er.test_loss = ev.loss;
     }
-    if (comm) comm->barrier();
+    if (comm) comm->barrier_patient(o.evaluate ? "rank 0 evaluates the test set" : "the end of the epoch");
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(report_mu);
       report.epochs.push_back(er);
@@ -138,26 +147,63 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
 
 }  // namespace
 
-void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks) {
+void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes) {
   std::mutex report_mu;
-  if (job.options.parallel == ParallelMode::none) {
+  const TrainOptions& o = job.options;
+  DdpOptions d;
+  d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
+  d.overlap = o.overlap;
+  d.algo = o.algo;
+  if (processes) {
+    if (o.ranks_per_node > 0) {
+      std::vector<int> nodes;
+      for (int r = 0; r < processes->size(); ++r) nodes.push_back(r / o.ranks_per_node);
+      processes->set_node_layout(nodes);
+    }
+    const int rank = processes->rank();
+    const auto& offsets = report.launch.clock_offset_s;
+    const double offset = static_cast<size_t>(rank) < offsets.size() ? offsets[static_cast<size_t>(rank)] : 0.0;
+    if (o.parallel == ParallelMode::none) {
+      NoSync sync;
+      rank_loop(job, rank, nullptr, sync, report, report_mu, hooks, offset);
+    } else {
+      DdpSync sync(*processes, d);
+      rank_loop(job, rank, processes, sync, report, report_mu, hooks, offset);
+    }
+    if (processes->size() > 1) gather_steps(*processes, report.steps);
+  } else if (o.parallel == ParallelMode::none) {
     NoSync sync;
-    rank_loop(job, 0, nullptr, sync, report, report_mu, hooks);
+    rank_loop(job, 0, nullptr, sync, report, report_mu, hooks, 0.0);
   } else {
     RankOptions ro;
-    ro.pin_threads = job.options.pin_threads;
+    ro.pin_threads = o.pin_threads;
+    ro.timeout_s = o.comm_timeout_s;
+    ro.ranks_per_node = o.ranks_per_node;
     run_ranks(job.ranks, [&](Communicator& comm) {
-      DdpOptions d;
-      d.bucket_cap_bytes = static_cast<size_t>(job.options.bucket_mb * 1024 * 1024);
-      d.overlap = job.options.overlap;
-      d.algo = job.options.algo;
       DdpSync sync(comm, d);
-      rank_loop(job, comm.rank(), &comm, sync, report, report_mu, hooks);
+      rank_loop(job, comm.rank(), &comm, sync, report, report_mu, hooks, 0.0);
     }, ro);
   }
   std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {
     return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
   });
+}
+
+void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) {
+  static_assert(std::is_trivially_copyable_v<StepRecord>, "step records travel as bytes");
+  const int n = comm.size();
+  const int64_t mine = static_cast<int64_t>(steps.size());
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  comm.all_gather(&mine, counts.data(), 1, DType::i64);
+  if (comm.rank() != 0) {
+    comm.send(steps.data(), steps.size() * sizeof(StepRecord), DType::u8, 0);
+    return;
+  }
+  for (int q = 1; q < n; ++q) {
+    std::vector<StepRecord> theirs(static_cast<size_t>(counts[static_cast<size_t>(q)]));
+    comm.recv(theirs.data(), theirs.size() * sizeof(StepRecord), DType::u8, q);
+    steps.insert(steps.end(), theirs.begin(), theirs.end());
+  }
 }
 
 void fill_wait_times(TrainReport& report) {

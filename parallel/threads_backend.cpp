@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
+#include "parallel/stall_report.hpp"
 
 namespace dpx::parallel {
 
@@ -32,11 +34,32 @@ class World {
     size_t bytes = 0;
   };
 
-  explicit World(int k)
+  World(int k, double timeout_s)
       : k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
-        finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
-        spin_(k <= available_cpus() ? 200 : 0) {
+        statuses_(static_cast<size_t>(k)), finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
+        spin_(k <= available_cpus() ? 200 : 0), timeout_s_(timeout_s) {
     for (int r = 0; r < k; ++r) finished_[r] = false;
+  }
+
+  // What each rank is doing, for stall reports; written by the rank (its thread, or DDP's
+  // communication thread), read by a rank that gives up waiting.
+  void begin_call(int rank, const CommCall& call) {
+    Status& st = statuses_[static_cast<size_t>(rank)];
+    std::lock_guard<std::mutex> lock(st.m);
+    st.in_call = true;
+    st.call = call;
+    st.since = now_s();
+  }
+  void end_call(int rank) {
+    Status& st = statuses_[static_cast<size_t>(rank)];
+    std::lock_guard<std::mutex> lock(st.m);
+    st.in_call = false;
+    st.since = now_s();
+  }
+  void set_activity(int rank, std::string_view what) {
+    Status& st = statuses_[static_cast<size_t>(rank)];
+    std::lock_guard<std::mutex> lock(st.m);
+    st.activity.assign(what);
   }
 
   int size() const { return k_; }
@@ -61,6 +84,7 @@ class World {
   // can tell a slow peer from a deadlock (every running rank asleep on a false condition).
   void wait(int me, int peer, const std::atomic<uint64_t>& counter, uint64_t target, const char* doing) {
     auto ready = [&] { return counter.load(std::memory_order_acquire) >= target; };
+    const double start = now_s();
     for (int i = 0; i < spin_; ++i) {
       if (ready()) return;
       check_abort();
@@ -89,9 +113,49 @@ class World {
       if (w.cv.wait_for(lock, kDeadlockCheck) == std::cv_status::timeout) {
         lock.unlock();
         check_deadlock();
+        check_timeout(me, peer, start);
         lock.lock();
       }
     }
+  }
+
+  // Gives up with a stall report once this rank has waited longer than the timeout, unless it
+  // waits in a patient barrier.
+  void check_timeout(int me, int peer, double start) const {
+    const double waited = now_s() - start;
+    if (waited <= timeout_s_ || aborting()) return;
+    StallPoint at;
+    at.rank = me;
+    at.comm = "threads";
+    at.waited_s = waited;
+    at.timeout_s = timeout_s_;
+    at.waiting_for = peer;
+    {
+      const Status& st = statuses_[static_cast<size_t>(me)];
+      std::lock_guard<std::mutex> lock(st.m);
+      if (!st.in_call || st.call.patient) return;
+      at.call = st.call;
+    }
+    fail(stall_report(at, snapshot()));
+  }
+
+  std::vector<RankStatus> snapshot() const {
+    std::vector<RankStatus> all(static_cast<size_t>(k_));
+    const double now = now_s();
+    for (int q = 0; q < k_; ++q) {
+      const Status& st = statuses_[static_cast<size_t>(q)];
+      std::lock_guard<std::mutex> lock(st.m);
+      RankStatus& rs = all[static_cast<size_t>(q)];
+      rs.rank = q;
+      rs.comm = "threads";
+      rs.activity = st.activity;
+      rs.for_s = now - st.since;
+      rs.call = st.call;
+      rs.state = finished_[q].load() ? RankStatus::State::finished
+                 : st.in_call        ? RankStatus::State::in_call
+                                     : RankStatus::State::busy;
+    }
+    return all;
   }
 
   // Throws if every rank still running is asleep in wait() on a condition that is false: no
@@ -110,7 +174,14 @@ class World {
       const Waiter& w = waiters_[q];
       if (w.counter.load()->load() >= w.target.load()) return;  // about to wake
       const int peer = w.peer.load();
-      who += detail::concat(who.empty() ? "" : "; ", "rank ", q, " waits to ", w.doing.load(),
+      std::string call;
+      {
+        const Status& st = statuses_[static_cast<size_t>(q)];
+        std::lock_guard<std::mutex> lock(st.m);
+        const bool point_to_point = st.call.kind == Collective::send || st.call.kind == Collective::recv;
+        if (st.in_call && !point_to_point) call = " in " + describe_call(st.call);
+      }
+      who += detail::concat(who.empty() ? "" : "; ", "rank ", q, call, " waits to ", w.doing.load(),
                             peer >= 0 ? detail::concat(" rank ", peer) : std::string());
     }
     for (int q = 0; q < k_; ++q)
@@ -168,8 +239,19 @@ class World {
     std::atomic<const char*> doing{""};
   };
 
-  // How long a sleeping rank waits before it checks for a deadlock.
+  struct alignas(64) Status {
+    mutable std::mutex m;
+    bool in_call = false;
+    CommCall call;
+    double since = now_s();  // the last begin or end of a call
+    std::string activity;
+  };
+
+  // How long a sleeping rank waits before it checks for a deadlock (and for its timeout).
   static constexpr std::chrono::milliseconds kDeadlockCheck{250};
+
+  // Another rank failed first: its error, not a stall report, is what the user should see.
+  bool aborting() const { return aborted_.load(std::memory_order_acquire); }
 
   static void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -192,8 +274,10 @@ class World {
   const int k_;
   std::vector<Mailbox> boxes_;
   std::vector<Waiter> waiters_;
+  std::vector<Status> statuses_;
   std::unique_ptr<std::atomic<bool>[]> finished_;
   const int spin_;
+  const double timeout_s_;
 
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
@@ -213,6 +297,9 @@ class ThreadsTransport final : public Transport {
   std::string_view name() const override { return "threads"; }
   bool accepts(Device device) const override { return device.is_cpu(); }
   void barrier() override { world_.barrier(rank_); }
+  void begin_call(const CommCall& call) override { world_.begin_call(rank_, call); }
+  void end_call() override { world_.end_call(rank_); }
+  void set_activity(std::string_view what) override { world_.set_activity(rank_, what); }
 
  protected:
   void do_exchange(const Exchange& x) override {
@@ -314,7 +401,12 @@ int available_cpus() {
 
 void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options) {
   if (k < 1) usage_fail("the number of ranks must be at least 1, not ", k);
-  World world(k);
+  if (!(options.timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", options.timeout_s, ")");
+  if (options.ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1 (got ", options.ranks_per_node, ")");
+  World world(k, options.timeout_s);
+  std::vector<int> layout;
+  if (options.ranks_per_node > 0)
+    for (int r = 0; r < k; ++r) layout.push_back(r / options.ranks_per_node);
   std::mutex first_mu;
   std::exception_ptr first;
   auto record = [&](std::exception_ptr e) {
@@ -338,6 +430,7 @@ void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOp
       try {
         PinGuard pin(cpus, r);
         ThreadsTransport transport(world, r);
+        transport.set_node_layout(layout);
         Communicator comm(transport, options.algorithm);
         fn(comm);
         world.finish(r);

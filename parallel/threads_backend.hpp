@@ -13,13 +13,19 @@ struct RankOptions {
   bool pin_threads = false;
   // The communicators' default algorithm (a call may still pass its own).
   Algorithm algorithm = Algorithm::ring;
+  // A rank that waits longer than this in one exchange of a collective gives up with a stall
+  // report (stall_report.hpp); barrier_patient waits are exempt. --comm-timeout.
+  double timeout_s = 300;
+  // For hier: groups of this many consecutive ranks are taken as one node (0: one node).
+  int ranks_per_node = 0;
 };
 
 // Runs fn(comm) on k ranks at once and returns when all have finished. If a rank throws, every
 // rank blocked in (or later entering) a communication call throws "rank R aborted: <reason>",
 // and run_ranks rethrows the first exception once all ranks have stopped. A rank that returns
-// while another still waits for it (the ranks called different collectives) is an error too,
-// reported by the waiting rank, never a hang. More ranks than CPUs is allowed (they wait on
+// while another still waits for it (the ranks called different collectives), ranks that all
+// wait for each other (a deadlock) and a wait longer than options.timeout_s (a stall report)
+// are errors too, reported by a waiting rank, never a hang. More ranks than CPUs is allowed (they wait on
 // condition variables, not by spinning); saying so to the user is the CLI's job.
 void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options = {});
 

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
@@ -35,6 +36,7 @@ Device TrainOptions::device() const {
 int TrainOptions::ranks() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
+  if (process_ranks > 0) return process_ranks;
   if (kind != "cpu") return 1;
   if (colon == std::string::npos) return 1;
   int k = 0;
@@ -46,8 +48,38 @@ int TrainOptions::ranks() const {
   return k;
 }
 
+namespace {
+
+// Under MPI a rank is a process; --devices may say "this process" (cpu, cpu:1) or the whole
+// job (cpu:K with K the number of processes), nothing else.
+void check_process_devices(const TrainOptions& o) {
+  if (o.process_ranks == 0) return;
+  const int threads_asked = [&] {
+    TrainOptions plain = o;
+    plain.process_ranks = 0;
+    return plain.ranks();
+  }();
+  if (o.device().is_cuda() && o.process_ranks > 1)
+    usage_fail("--devices ", o.devices, " under MPI: GPU ranks in several processes need the nccl backend, which "
+               "dpx does not have yet; use CPU ranks (drop --devices) or one process with --parallel none");
+  if (threads_asked != 1 && threads_asked != o.process_ranks)
+    usage_fail("--devices ", o.devices, " under MPI with ", o.process_ranks, " processes: each process is one rank "
+               "here, so the job has ", o.process_ranks, " ranks (mpirun -np K or srun -n K sets them); cpu:K asks for "
+               "K thread ranks inside one process, which is the other way to get ranks (dpx train --devices cpu:K, "
+               "without mpirun). Drop --devices, or pass cpu:", o.process_ranks);
+  if (o.parallel == ParallelMode::dp)
+    usage_fail("--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master scatters "
+               "each batch to them); across processes use --parallel ddp, or run dp without mpirun (--devices cpu:K)");
+  if (o.parallel == ParallelMode::none && o.process_ranks > 1)
+    usage_fail("--parallel none under MPI with ", o.process_ranks, " processes: every process would train its own "
+               "replica alone; pass --parallel ddp (the default under mpirun), or run one process");
+}
+
+}  // namespace
+
 void TrainOptions::validate() const {
   (void)device();
+  check_process_devices(*this);
   int k = ranks();
   if (epochs < 1) usage_fail("--epochs must be at least 1 (got ", epochs, ")");
   if (batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", batch_size, ")");
@@ -89,12 +121,42 @@ void TrainOptions::validate() const {
                ": pass a multiple of ", k, " (e.g. ", (batch_size / k + 1) * k, ")");
   if (trace_first < 0 || trace_last < trace_first)
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
-  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd")
-    usage_fail("--algo: unknown algorithm '", algo, "': use ring, tree, naive or rhd");
+  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi")
+    usage_fail("--algo: unknown algorithm '", algo, "': use ring, tree, naive, rhd, hier, or mpi (the MPI library's own)");
+  if (algo == "mpi" && process_ranks == 0 && parallel == ParallelMode::ddp)
+    usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
+               "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");
+  if (!(comm_timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", comm_timeout_s, ")");
+  if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
     usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
   if (dataset != "fashion-mnist" && dataset != "mnist" && dataset != "synthetic")
     usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
+}
+
+std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() const {
+  auto num = [](auto v) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v;
+    return os.str();
+  };
+  return {
+      {"--model", model}, {"--dataset", dataset}, {"--data-dir", data_dir}, {"--image-size", num(image_size)},
+      {"--channels", num(channels)}, {"--synthetic-size", num(synthetic_size)}, {"--classes", num(num_classes)},
+      {"--weights", weights_file}, {"--weights-non-strict", num(!weights_strict)}, {"--save", save_file},
+      {"--head", head}, {"--freeze-backbone", num(freeze_backbone)}, {"--epochs", num(epochs)},
+      {"--batch-size", num(batch_size)}, {"--optimizer", optimizer}, {"--lr", num(effective_lr())},
+      {"--weight-decay", num(effective_weight_decay())}, {"--momentum", num(momentum)},
+      {"--label-smoothing", num(label_smoothing)}, {"--nesterov", num(nesterov)}, {"--betas", num(beta1) + "," + num(beta2)},
+      {"--eps", num(eps)}, {"--lr-schedule", lr_schedule}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
+      {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--parallel", parallel_mode_name(parallel)},
+      {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
+      {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--warmup", num(warmup_steps)},
+      {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)},
+      {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
+      {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},
+  };
 }
 
 float TrainOptions::effective_lr() const {

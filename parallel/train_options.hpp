@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/device.hpp"
 
@@ -46,10 +48,15 @@ struct TrainOptions {
   bool evaluate = true;                   // test accuracy after each epoch
   // execution
   std::string devices = "cpu:1";          // cpu:K (K thread ranks) or cuda:N
+  // Ranks that are MPI processes (parallel/mpi/): the launched world's size, or the size of a
+  // bench configuration's part of it; 0 when not launched. Set from the launch, not a flag.
+  int process_ranks = 0;
   int threads = 0;                        // CPU threads in all; 0: every core. Split over ranks.
   int workers = 2;                        // loader threads per rank
   ParallelMode parallel = ParallelMode::none;
-  std::string algo = "ring";
+  std::string algo = "ring";              // ring, tree, naive, rhd, hier; mpi with process ranks
+  double comm_timeout_s = 300;            // a rank waiting longer in one collective reports a stall
+  int ranks_per_node = 0;                 // hier: nodes of this many consecutive ranks (0: the real ones)
   double bucket_mb = 25;
   int accumulate = 1;
   bool overlap = true;
@@ -66,6 +73,8 @@ struct TrainOptions {
   Device device() const;
   int ranks() const;
   void validate() const;  // throws dpx::UsageError
+  // Every option that shapes the run, as (flag, value): what the ranks of an MPI job must agree on.
+  std::vector<std::pair<std::string, std::string>> flag_values() const;
   float effective_lr() const;            // lr, or the optimizer's default
   float effective_weight_decay() const;  // weight_decay, or the optimizer's default
   // The learning rate of optimizer step `step` of `total`: constant; cosine (annealed from lr

@@ -72,10 +72,13 @@ class Progress {
 
 }  // namespace
 
-TrainReport train(const TrainOptions& options, std::ostream& log) {
+TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
   options.validate();
-  Job job(options);
+  if (processes && processes->size() != options.ranks())
+    fail("train: a communicator of ", processes->size(), " processes for ", options.ranks(), " ranks");
+  Job job(options, launch.cores_per_rank);
   TrainReport report;
+  report.launch = launch;
   report.options = options;
   report.ranks = job.ranks;
   report.threads_per_rank = job.threads_per_rank;
@@ -95,7 +98,7 @@ TrainReport train(const TrainOptions& options, std::ostream& log) {
   if (options.parallel == ParallelMode::dp) {
     run_data_parallel(job, report, hooks);  // measures its own wait phase
   } else {
-    run_spmd(job, report, hooks);
+    run_spmd(job, report, hooks, processes);
     fill_wait_times(report);
   }
   report.wall_s = now_s() - start;

@@ -9,6 +9,8 @@
 
 #include "core/phase_timer.hpp"
 #include "layers/model.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/launch_info.hpp"
 #include "parallel/train_options.hpp"
 #include "zoo/registry.hpp"
 
@@ -22,8 +24,8 @@ struct StepRecord {
   StepTimes times;
   int64_t images = 0;            // images this rank processed in the step
   uint64_t comm_bytes = 0;       // bytes this rank sent in the step (counted by the communicator)
-  double start_s = 0;            // steady-clock time the step started (for traces)
-  double backward_end_s = 0;     // steady-clock time backward ended (for the wait phase)
+  double start_s = 0;            // steady-clock time the step started (for traces), on rank 0's clock
+  double backward_end_s = 0;     // steady-clock time backward ended (for the wait phase), on rank 0's clock
   bool optimizer_step = true;    // false on non-final micro-steps of --accumulate
 };
 
@@ -52,9 +54,14 @@ struct TrainReport {
   // included (for --save), and what it was built with.
   std::shared_ptr<nn::Model> final_model;
   zoo::ModelOptions model_options;
+  LaunchInfo launch;                 // how the ranks were started (threads, or MPI processes)
 };
 
-// Runs a whole training job. Progress lines go to `log` (rank 0 only).
-TrainReport train(const TrainOptions& options, std::ostream& log);
+// Runs a whole training job. Progress lines go to `log` (rank 0 only). With `processes` (an
+// MPI communicator, options.process_ranks of its size) this process runs its rank alone, and
+// rank 0's report gathers every rank's steps, times on rank 0's clock (launch.clock_offset_s);
+// the others' reports hold their own steps only.
+TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes = nullptr,
+                  const LaunchInfo& launch = {});
 
 }  // namespace dpx::parallel

@@ -2,10 +2,12 @@
 // a fixed number of timed steps each — written to results.csv (one row per configuration,
 // with speedup and scaling efficiency against the configuration with the fewest ranks) and
 // one per-step CSV per configuration.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "core/atomic_file.hpp"
@@ -66,19 +68,33 @@ void print_bench_table(std::ostream& os, const std::vector<std::pair<std::string
         " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics)\n";
 }
 
-void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFlags& bf) {
+// Under MPI without --devices: 1, 2, 4, ... ranks and the whole world.
+std::vector<std::string> world_device_sets(int world) {
+  std::vector<std::string> sets;
+  for (int k = 1; k < world; k *= 2) sets.push_back("cpu:" + std::to_string(k));
+  sets.push_back("cpu:" + std::to_string(world));
+  return sets;
+}
+
+void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFlags& bf, bool devices_given,
+               parallel::ProcessGroup& processes) {
+  const bool mpi = processes.launched(), rank0 = processes.rank() == 0;
   apply_train_flags(base, tf);
   if (bf.scaling != "weak" && bf.scaling != "strong")
     usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", bf.scaling, "'");
   if (bf.models.empty() || bf.batch_sizes.empty() || bf.devices.empty() || bf.parallel.empty())
     usage_fail("--models, --batch-sizes, --devices and --parallel each need at least one value");
-  std::vector<std::string> devices = expand_devices(bf.devices);
-  ensure_writable_dir(bf.out_dir);
-  ensure_writable_dir(bf.out_dir + "/steps");
+  std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
+                                                            : expand_devices(bf.devices);
+  if (rank0) {
+    ensure_writable_dir(bf.out_dir);
+    ensure_writable_dir(bf.out_dir + "/steps");
+  }
 
   // Validate every configuration before running any, so a typo fails in a second, not an hour.
   struct Config { parallel::TrainOptions o; std::string tag; };
   std::vector<Config> configs;
+  std::vector<std::string> skipped;  // device sets larger than the launched MPI world
   for (const auto& model : bf.models)
     for (int64_t b : bf.batch_sizes)
       for (const auto& par : bf.parallel)
@@ -88,8 +104,14 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
           o.devices = dev;
           o.parallel = parallel::parse_parallel_mode(par);
           int k = o.ranks();
-          // A device is one core unless --threads says otherwise: cpu:K uses K cores.
-          if (base.threads == 0) o.threads = k;
+          if (mpi && k > processes.size()) {
+            if (std::find(skipped.begin(), skipped.end(), dev) == skipped.end()) skipped.push_back(dev);
+            continue;
+          }
+          if (mpi) o.process_ranks = k;  // ranks 0..k-1 of the job run it
+          // A device is one core unless --threads says otherwise: cpu:K uses K cores. Under MPI
+          // a rank's cores are its process's.
+          if (!mpi && base.threads == 0) o.threads = k;
           if (o.parallel == parallel::ParallelMode::none && k > 1)
             usage_fail("--parallel none cannot run --devices ", dev, ": use ddp or dp");
           if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
@@ -98,8 +120,28 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
           std::ostringstream tag;
           tag << model << "_b" << b << "_" << par << "_" << dev.substr(0, dev.find(':')) << k;
           configs.push_back({o, tag.str()});
-          warn_if_oversubscribed(o);
+          if (!mpi) warn_if_oversubscribed(o, processes.info());
         }
+  if (configs.empty())
+    usage_fail("--devices: no device set fits in the ", processes.size(), " ranks of this MPI job (mpirun -np K sets "
+               "them); pass sets of at most ", processes.size(), " ranks, or leave --devices out for 1, 2, 4, ... ranks");
+  std::string sets;
+  for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;
+  auto options = base.flag_values();
+  options.insert(options.end(), {{"--models", CLI::detail::join(bf.models)},
+                                 {"--batch-sizes", CLI::detail::join(bf.batch_sizes)},
+                                 {"--devices", sets},
+                                 {"--parallel", CLI::detail::join(bf.parallel)},
+                                 {"--scaling", bf.scaling},
+                                 {"--out", bf.out_dir}});
+  processes.agree(start_report("bench", options));
+  processes.set_comm_timeout(base.comm_timeout_s);
+  if (rank0 && mpi) {
+    warn_if_oversubscribed(configs.front().o, processes.info());
+    for (const auto& row : launch_rows(processes.info())) std::cout << row.first << ": " << row.second << "\n";
+    for (const auto& dev : skipped)
+      std::cout << "skipping --devices " << dev << ": this MPI job has " << processes.size() << " ranks\n";
+  }
 
   std::ostringstream csv;
   csv << "scaling," << parallel::summary_csv_header() << "\n";
@@ -111,7 +153,18 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     std::cout << "[" << i << "/" << configs.size() << "] " << c.o.model << " batch " << c.o.batch_size << " "
               << parallel::parallel_mode_name(c.o.parallel) << " " << c.o.devices << std::endl;
     std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
-    parallel::TrainReport report = parallel::train(c.o, quiet);
+    parallel::TrainReport report;
+    if (mpi) {
+      // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
+      const int k = c.o.process_ranks;
+      std::unique_ptr<parallel::Communicator> part = processes.first(k);
+      if (part) report = parallel::train(c.o, quiet, part.get(), processes.info());
+      else processes.world().set_activity(detail::concat("idle: configuration ", i, " runs on ranks 0-", k - 1));
+      processes.world().barrier_patient(detail::concat("configuration ", i, " on ranks 0-", k - 1));
+      if (!rank0) continue;
+    } else {
+      report = parallel::train(c.o, quiet);
+    }
     parallel::Summary s = parallel::summarize(report);
     std::string key = c.tag.substr(0, c.tag.rfind('_'));
     auto it = baselines.find(key);
@@ -124,17 +177,19 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     std::printf("    %.1f img/s | speedup %.2f | %s-scaling efficiency %.3f | LB %.3f CommE %.3f PE %.3f\n",
                 s.images_per_s, s.speedup, bf.scaling.c_str(), s.scaling_efficiency, s.load_balance,
                 s.comm_efficiency, s.parallel_efficiency);
+    std::fflush(stdout);
     // Written after every configuration, so an interrupted sweep keeps what it measured.
     write_file_atomic(bf.out_dir + "/results.csv", csv.str());
     done.emplace_back(c.tag, s);
   }
+  if (!rank0) return;
   print_bench_table(std::cout, done);
   std::cout << "wrote " << bf.out_dir << "/results.csv and " << bf.out_dir << "/steps/*.csv\n";
 }
 
 }  // namespace
 
-void add_bench_command(CLI::App& app) {
+void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   auto* cmd = app.add_subcommand("bench", "sweep models x batch sizes x devices x parallel modes; write results.csv");
   auto o = std::make_shared<parallel::TrainOptions>();
   auto tf = std::make_shared<TrainFlags>();
@@ -148,12 +203,17 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--models", bf->models, "models to sweep")->delimiter(',')->capture_default_str();
   cmd->add_option("--batch-sizes", bf->batch_sizes, "batch sizes (per rank with --scaling weak, global with strong)")
       ->delimiter(',')->capture_default_str();
-  cmd->add_option("--devices", bf->devices, "device sets, e.g. cpu:1,2,4,8")->delimiter(',')->capture_default_str();
+  cmd->add_option("--devices", bf->devices,
+                  "device sets, e.g. cpu:1,2,4,8 (K ranks of one core each); under mpirun/srun the ranks are the "
+                  "job's first K processes, sets larger than the job are skipped, and the default is 1, 2, 4, ... "
+                  "up to every process")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--parallel", bf->parallel, "parallel modes: ddp, dp, none")->delimiter(',')->capture_default_str();
   cmd->add_option("--scaling", bf->scaling, "weak (fixed per-rank batch) or strong (fixed global batch)")
       ->capture_default_str();
   cmd->add_option("--out", bf->out_dir, "directory for results.csv and steps/")->capture_default_str();
-  cmd->callback([o, tf, bf] { run_bench(*o, *tf, *bf); });
+  cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 
 }  // namespace dpx::tools

@@ -8,6 +8,7 @@
 #include "parallel/collective_bench.hpp"
 #include "parallel/threads_backend.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 
 namespace dpx::tools {
 
@@ -18,8 +19,13 @@ struct CollectiveFlags {
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes = "1M";
 };
 
-void run(CLI::App& cmd, CollectiveFlags& f) {
+void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
   parallel::CollectiveOptions o = f.o;
+  if (processes.launched()) {  // each process is one rank; the library's backend by default
+    o.process_ranks = processes.size();
+    if (cmd.count("--backend") == 0) o.backend = "mpi";
+    if (cmd.count("--ranks") == 0) o.ranks = processes.size();
+  }
   o.min_bytes = parallel::parse_bytes(f.min_bytes, "-b/--minbytes");
   o.max_bytes = parallel::parse_bytes(f.max_bytes, "-e/--maxbytes");
   o.step_bytes = parallel::parse_bytes(f.step_bytes, "-i/--stepbytes");
@@ -29,17 +35,26 @@ void run(CLI::App& cmd, CollectiveFlags& f) {
     usage_fail("-f/--stepfactor: ", o.step_factor, " would not grow the size; use 2 or more, or -i/--stepbytes");
   if (!factor) o.step_factor = 0;  // nccl-tests: additive steps of -i unless -f is given
   parallel::validate(o);
-  if (o.ranks > parallel::available_cpus())
+  processes.agree(start_report(
+      "collective", {{"-t", o.collective}, {"--backend", o.backend}, {"--ranks", std::to_string(o.ranks)},
+                     {"--algo", o.algo}, {"-b", std::to_string(o.min_bytes)}, {"-e", std::to_string(o.max_bytes)},
+                     {"-i", std::to_string(o.step_bytes)}, {"-f", std::to_string(o.step_factor)},
+                     {"-n", std::to_string(o.iters)}, {"-w", std::to_string(o.warmup_iters)},
+                     {"-c", std::to_string(o.check)}, {"-o", o.op}, {"-d", o.datatype}, {"-r", std::to_string(o.root)},
+                     {"--ranks-per-node", std::to_string(o.ranks_per_node)}, {"--csv", o.csv_path}}));
+  processes.set_comm_timeout(o.comm_timeout_s);
+  if (!processes.launched() && o.ranks > parallel::available_cpus())
     std::cerr << "dpx: warning: " << o.ranks << " ranks on " << parallel::available_cpus()
               << " CPUs: ranks take turns, so times include waiting for a CPU\n";
-  parallel::CollectiveReport report = parallel::run_collective(o, std::cout);
+  parallel::CollectiveReport report = parallel::run_collective(o, std::cout, &processes);
+  // Rank 0 checked every rank's results (the #wrong counts are summed over ranks).
   if (report.failed > 0)
     fail(report.failed, " of ", report.rows.size(), " measurements gave wrong values (see #wrong above)");
 }
 
 }  // namespace
 
-void add_collective_command(CLI::App& app) {
+void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   auto* cmd = app.add_subcommand(
       "collective", "nccl-tests-style benchmark of one collective: time, algbw, busbw, #wrong per size");
   auto f = std::make_shared<CollectiveFlags>();
@@ -47,9 +62,25 @@ void add_collective_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as getopt: the last wins
   cmd->add_option("-t,--collective", o.collective,
                   "all_reduce, broadcast, reduce, all_gather or reduce_scatter")->capture_default_str();
-  cmd->add_option("--backend", o.backend, "threads (nccl, mpi and p2p come later)")->capture_default_str();
-  cmd->add_option("--ranks", o.ranks, "number of ranks")->capture_default_str();
-  cmd->add_option("--algo", o.algo, "ring, tree, naive, rhd, or all (one table each)")->capture_default_str();
+  cmd->add_option("--backend", o.backend,
+                  "threads (ranks are threads of this process) or mpi (ranks are the processes of mpirun/srun; the "
+                  "default there)")
+      ->capture_default_str();
+  cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")
+      ->capture_default_str();
+  cmd->add_option("--algo", o.algo,
+                  "ring, tree, naive, rhd, hier, mpi (the MPI library's own; --backend mpi), or all (one table each, "
+                  "then busbw side by side)")
+      ->capture_default_str();
+  cmd->add_option("--ranks-per-node", o.ranks_per_node,
+                  "for hier: take each group of this many consecutive ranks as one node (0: the real nodes)")
+      ->capture_default_str();
+  cmd->add_option("--comm-timeout", o.comm_timeout_s,
+                  "seconds a rank may wait in one collective before it prints a stall report and ends the job")
+      ->capture_default_str();
+  cmd->add_option("--link-gbps", o.link_gbps,
+                  "the network link's rate in Gbit/s, printed as the busbw limit across nodes (0: unknown)")
+      ->capture_default_str();
   cmd->add_option("-b,--minbytes", f->min_bytes, "smallest size, bytes with an optional K, M or G")
       ->capture_default_str();
   cmd->add_option("-e,--maxbytes", f->max_bytes, "largest size")->capture_default_str();
@@ -66,7 +97,7 @@ void add_collective_command(CLI::App& app) {
   cmd->add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
   cmd->add_flag("--pin", o.pin_threads, "pin rank r to CPU r mod (number of CPUs)");
   cmd->add_option("--csv", o.csv_path, "also write one row per measurement to this CSV file");
-  cmd->callback([cmd, f] { run(*cmd, *f); });
+  cmd->callback([cmd, f, &processes] { run(*cmd, *f, processes); });
 }
 
 }  // namespace dpx::tools

@@ -17,14 +17,24 @@ namespace dpx::tools {
 
 namespace {
 
-void run_train(parallel::TrainOptions o, const TrainFlags& f) {
+void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessGroup& processes) {
+  if (processes.launched()) o.process_ranks = processes.size();
   apply_train_flags(o, f);
   o.validate();
-  if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
-  if (!o.save_file.empty()) ensure_writable_dir(std::filesystem::path(o.save_file).parent_path().string());
-  warn_if_oversubscribed(o);
-  print_config_box(std::cout, o);
-  parallel::TrainReport report = parallel::train(o, std::cout);
+  const bool rank0 = processes.rank() == 0;
+  if (rank0) {  // rank 0 alone writes the run's files
+    if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
+    if (!o.save_file.empty()) ensure_writable_dir(std::filesystem::path(o.save_file).parent_path().string());
+  }
+  processes.agree(start_report("train", o.flag_values()));
+  processes.set_comm_timeout(o.comm_timeout_s);
+  if (rank0) {
+    warn_if_oversubscribed(o, processes.info());
+    print_config_box(std::cout, o, processes.info());
+  }
+  parallel::TrainReport report =
+      parallel::train(o, std::cout, processes.launched() ? &processes.world() : nullptr, processes.info());
+  if (!rank0) return;  // the others' reports hold their own steps only
   parallel::Summary s = parallel::summarize(report);
   print_summary(std::cout, report, s);
   if (!o.out_dir.empty()) {
@@ -49,12 +59,12 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f) {
 
 }  // namespace
 
-void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app, parallel::ProcessGroup& processes) {
   auto* cmd = app.add_subcommand("train", "train a model, timing every phase of every step");
   auto o = std::make_shared<parallel::TrainOptions>();
   auto f = std::make_shared<TrainFlags>();
   add_train_flags(*cmd, *o, *f, /*for_bench=*/false);
-  cmd->callback([o, f] { run_train(*o, *f); });
+  cmd->callback([o, f, &processes] { run_train(*o, *f, processes); });
 }
 
 }  // namespace dpx::tools

@@ -3,14 +3,18 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "parallel/process_group.hpp"
+
 namespace dpx::tools {
 
-void add_train_command(CLI::App& app);
-void add_bench_command(CLI::App& app);
-void add_collective_command(CLI::App& app);
+// The commands that run ranks take the job's process group (MPI's world under mpirun or srun).
+void add_train_command(CLI::App& app, parallel::ProcessGroup& processes);
+void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes);
+void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes);
 void add_models_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
-// Versions of dpx and of the libraries built in, one "name version" per line.
-std::string version_text();
+// Versions of dpx and of the libraries built in, one "name version" per line; with MPI, the
+// library and the thread level in use when `launch` is an MPI launch.
+std::string version_text(const parallel::LaunchInfo& launch);
 
 }  // namespace dpx::tools

@@ -1,25 +1,64 @@
-// dpx: the command line. Subcommands live in tools/cmd_*.cpp; this file only dispatches and
-// turns errors into messages and exit codes (2: usage, 1: runtime).
+// dpx: the command line. Subcommands live in tools/cmd_*.cpp; this file joins the job's process
+// group (MPI's world under mpirun or srun, else this process alone), dispatches, and turns errors
+// into messages and exit codes (2: usage, 1: runtime). Under MPI an error is settled with the
+// other ranks: before they agreed to start, every rank learns it and all leave with one message;
+// after, the rank that failed prints it and ends the whole job.
 #include <cstdio>
 #include <exception>
 
 #include "core/error.hpp"
+#include "parallel/process_group.hpp"
 #include "tools/commands.hpp"
 
+namespace {
+
+// An error on this rank, as the user should see it and the exit code it gets.
+int report_error(dpx::parallel::ProcessGroup& processes, int code, const std::string& message) {
+  if (!processes.launched()) {
+    std::fprintf(stderr, "dpx: error: %s\n", message.c_str());
+    return code;
+  }
+  if (!processes.agreed()) {
+    try {
+      processes.agree({code, message, {}});
+    } catch (const dpx::parallel::StartFailure& all) {
+      if (processes.rank() == 0) std::fprintf(stderr, "dpx: error: %s\n", all.what());
+      return all.exit_code;
+    }
+  }
+  const auto& info = processes.info();
+  std::fprintf(stderr, "dpx: error: rank %d of %d (%s): %s\n", processes.rank(), processes.size(),
+               info.hosts.empty() ? "" : info.hosts[static_cast<size_t>(processes.rank())].c_str(), message.c_str());
+  processes.abort(code);
+  return code;  // not reached: abort ends the job
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  std::unique_ptr<dpx::parallel::ProcessGroup> processes;
+  try {
+    processes = dpx::parallel::join_process_group(argc, argv);
+  } catch (const dpx::UsageError& e) {
+    std::fprintf(stderr, "dpx: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpx: error: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"dpx: data-parallel training, measured natively (CPU threads, CUDA, MPI)", "dpx"};
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "print the versions of dpx and of the libraries built in");
-  dpx::tools::add_train_command(app);
-  dpx::tools::add_bench_command(app);
-  dpx::tools::add_collective_command(app);
+  dpx::tools::add_train_command(app, *processes);
+  dpx::tools::add_bench_command(app, *processes);
+  dpx::tools::add_collective_command(app, *processes);
   dpx::tools::add_models_command(app);
   dpx::tools::add_infer_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {
-      std::fputs(dpx::tools::version_text().c_str(), stdout);
+      std::fputs(dpx::tools::version_text(processes->info()).c_str(), stdout);
       return 0;
     }
     if (app.get_subcommands().empty()) {
@@ -33,14 +72,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "dpx: error: %s\nRun 'dpx --help' or 'dpx <command> --help' for usage.\n", e.what());
-    return 2;
+    return report_error(*processes, 2,
+                        std::string(e.what()) + "\nRun 'dpx --help' or 'dpx <command> --help' for usage.");
+  } catch (const dpx::parallel::StartFailure& e) {  // every rank has it: rank 0 says it
+    if (processes->rank() == 0) std::fprintf(stderr, "dpx: error: %s\n", e.what());
+    return e.exit_code;
   } catch (const dpx::UsageError& e) {
-    std::fprintf(stderr, "dpx: error: %s\n", e.what());
-    return 2;
+    return report_error(*processes, 2, e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpx: error: %s\n", e.what());
-    return 1;
+    return report_error(*processes, 1, e.what());
   }
   return 0;
 }

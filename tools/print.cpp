@@ -1,11 +1,14 @@
 #include "tools/print.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "parallel/stall_report.hpp"
 #include "tools/commands.hpp"
 
 namespace dpx::tools {
@@ -27,7 +30,39 @@ std::string optimizer_text(const parallel::TrainOptions& o) {
   return os.str();
 }
 
-void print_config_box(std::ostream& os, const parallel::TrainOptions& o) {
+std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::LaunchInfo& launch) {
+  if (launch.backend != "mpi") return {};
+  // "vm: 0-3; node-b: 4-7": the ranks of each node.
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;
+  for (int r = 0; r < launch.ranks; ++r) {
+    const std::string& host = launch.hosts[static_cast<size_t>(r)];
+    auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& h) { return h.first == host; });
+    if (it == by_host.end()) by_host.push_back({host, {r}});
+    else it->second.push_back(r);
+  }
+  std::string where;
+  for (const auto& [host, ranks] : by_host)
+    where += (where.empty() ? "" : "; ") + host + ": " + parallel::rank_list(ranks);
+  double offset = 0, uncertainty = 0;
+  for (size_t r = 0; r < launch.clock_offset_s.size(); ++r) {
+    offset = std::max(offset, std::abs(launch.clock_offset_s[r]));
+    uncertainty = std::max(uncertainty, launch.clock_uncertainty_s[r]);
+  }
+  char clocks[160];
+  std::snprintf(clocks, sizeof clocks, "on rank 0's: offsets up to %.1f us, each known within %.1f us", offset * 1e6,
+                uncertainty * 1e6);
+  return {
+      {"processes", std::to_string(launch.ranks) + " MPI ranks on " + std::to_string(launch.nodes) + " node" +
+                        (launch.nodes > 1 ? "s" : "") + " (" + where + ")"},
+      {"launcher", launch.launcher},
+      {"mpi", launch.library + ", " + launch.thread_level},
+      {"clocks", clocks},
+  };
+}
+
+void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const parallel::LaunchInfo& launch) {
+  const bool mpi = launch.backend == "mpi";
+  const int threads = o.threads ? o.threads : mpi ? launch.cores_per_rank : hardware_threads();
   std::vector<std::pair<std::string, std::string>> rows = {
       {"model", o.model + (o.head != "default" ? ", head " + o.head : "") +
                     (o.freeze_backbone ? ", backbone frozen" : "") +
@@ -42,11 +77,15 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o) {
       {"batch size", std::to_string(o.batch_size) + " global, " + std::to_string(o.batch_size / o.ranks()) + " per rank"},
       {"epochs", std::to_string(o.epochs) + (o.max_steps ? " (" + std::to_string(o.max_steps) + " steps each)" : "")},
       {"optimizer", optimizer_text(o)},
-      {"threads", (o.threads ? std::to_string(o.threads) : std::to_string(hardware_threads())) + " of " +
-                      std::to_string(hardware_threads()) + " hardware threads"},
+      {"threads", mpi ? std::to_string(threads) + " per rank (" +
+                            (o.threads ? "--threads" : launch.bound ? "the cores the launcher bound it to"
+                                                                    : "its node's cores shared by its ranks") +
+                            "; " + std::to_string(hardware_threads()) + " hardware threads per node)"
+                      : std::to_string(threads) + " of " + std::to_string(hardware_threads()) + " hardware threads"},
       {"seed", std::to_string(o.seed)},
   };
-  std::istringstream versions(version_text());
+  for (auto& row : launch_rows(launch)) rows.push_back(std::move(row));
+  std::istringstream versions(version_text(launch));
   for (std::string line; std::getline(versions, line);) {
     auto sp = line.find(' ');
     rows.emplace_back(line.substr(0, sp), sp == std::string::npos ? "" : line.substr(sp + 1));
@@ -93,9 +132,20 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
   }
 }
 
-void warn_if_oversubscribed(const parallel::TrainOptions& o) {
-  int cores = hardware_threads();
-  if (o.device().is_cpu() && o.ranks() > cores)
+void warn_if_oversubscribed(const parallel::TrainOptions& o, const parallel::LaunchInfo& launch) {
+  const int cores = hardware_threads();
+  if (!o.device().is_cpu()) return;
+  if (launch.backend == "mpi") {  // rank 0's node: its ranks times their threads
+    int local = 0;
+    for (int node : launch.node_of_rank) local += node == launch.node_of_rank.front() ? 1 : 0;
+    const int threads = o.threads ? o.threads : launch.cores_per_rank;
+    if (local * threads > cores)
+      std::cerr << "dpx: warning: " << local << " ranks x " << threads << " threads on " << cores
+                << " hardware threads of " << launch.hosts.front()
+                << ": ranks will share cores, so times include waiting for a core\n";
+    return;
+  }
+  if (o.ranks() > cores)
     std::cerr << "dpx: warning: " << o.ranks() << " ranks on " << cores
               << " hardware threads: ranks will share cores, so times include waiting for a core\n";
 }

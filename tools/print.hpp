@@ -3,19 +3,24 @@
 #pragma once
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "parallel/launch_info.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/train_options.hpp"
 #include "parallel/trainer.hpp"
 
 namespace dpx::tools {
 
-void print_config_box(std::ostream& os, const parallel::TrainOptions& o);
+void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const parallel::LaunchInfo& launch);
+// The rows an MPI launch adds to that table (ranks and nodes, library, clocks); none otherwise.
+std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::LaunchInfo& launch);
 // The optimizer row of that table: "SGD lr 0.05 momentum 0.9 wd 0 nesterov", "AdamW lr 0.001 ...".
 std::string optimizer_text(const parallel::TrainOptions& o);
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
-// More ranks than cores is allowed (the studies did it) but is said on stderr.
-void warn_if_oversubscribed(const parallel::TrainOptions& o);
+// More ranks (or rank threads) than cores is allowed (the studies did it) but is said on stderr.
+void warn_if_oversubscribed(const parallel::TrainOptions& o, const parallel::LaunchInfo& launch);
 int hardware_threads();
 
 }  // namespace dpx::tools

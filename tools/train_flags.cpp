@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/version_config.hpp"
 #include "zoo/registry.hpp"
 
 namespace dpx::tools {
@@ -11,9 +12,13 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   if (!for_bench) {
     cmd.add_option("--model", o.model, "model to train: " + zoo::model_names())->capture_default_str();
     cmd.add_option("--batch-size,-b", o.batch_size, "global batch size (split over the ranks)")->capture_default_str();
-    cmd.add_option("--devices", o.devices, "cpu:K (K thread ranks) or cuda:N")->capture_default_str();
-    cmd.add_option("--parallel", f.parallel, "none, dp (DataParallel) or ddp (DistributedDataParallel)")
+    cmd.add_option("--devices", o.devices,
+                   "cpu:K (K thread ranks in this process) or cuda:N; under mpirun/srun every process is one rank "
+                   "(mpirun -np K sets K)")
         ->capture_default_str();
+    cmd.add_option("--parallel", f.parallel,
+                   "none, dp (DataParallel) or ddp (DistributedDataParallel); default: ddp under mpirun/srun with "
+                   "several processes, else none");
     cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
     cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");
@@ -69,11 +74,23 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
-  cmd.add_option("--threads", o.threads, "CPU threads in all, split over the ranks (0: every core)")
+  cmd.add_option("--threads", o.threads,
+                 "CPU threads in all, split over the thread ranks (0: every core); under MPI, this process's "
+                 "threads (0: the cores the launcher bound it to, or an equal share of its node's cores)")
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
       ->capture_default_str();
-  cmd.add_option("--algo", o.algo, "all-reduce algorithm for ddp: ring, tree, naive, rhd")->capture_default_str();
+  cmd.add_option("--algo", o.algo,
+                 "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then across), or mpi "
+                 "(the MPI library's MPI_Allreduce; under mpirun)")
+      ->capture_default_str();
+  cmd.add_option("--comm-timeout", o.comm_timeout_s,
+                 "seconds a rank may wait in one collective before it prints a stall report and ends the job")
+      ->capture_default_str();
+  cmd.add_option("--ranks-per-node", o.ranks_per_node,
+                 "for --algo hier: take each group of this many consecutive ranks as one node (0: the real nodes; "
+                 "thread ranks are all on one)")
+      ->capture_default_str();
   cmd.add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB (0: one all-reduce per tensor)")
       ->capture_default_str();
   cmd.add_option("--accumulate", o.accumulate, "synchronise gradients every k micro-steps")->capture_default_str();
@@ -110,7 +127,9 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
                "AdamW's decay rates of its moments are --betas B1,B2");
   if (o.optimizer == "sgd" && (!f.betas.empty() || f.eps_given))
     usage_fail("--betas and --eps apply to --optimizer adamw only; pass --optimizer adamw, or --momentum for sgd");
-  o.parallel = parallel::parse_parallel_mode(f.parallel);
+  o.parallel = !f.parallel.empty()      ? parallel::parse_parallel_mode(f.parallel)
+               : o.process_ranks > 1 ? parallel::ParallelMode::ddp
+                                     : parallel::ParallelMode::none;
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;
   o.weights_strict = !f.weights_non_strict;
@@ -122,6 +141,14 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   } catch (const std::exception&) {
     usage_fail("--trace-steps '", f.trace_steps, "': use a:b, e.g. 10:20");
   }
+}
+
+parallel::StartReport start_report(const std::string& command,
+                                   std::vector<std::pair<std::string, std::string>> options) {
+  parallel::StartReport r;
+  r.options = {{"command", command}, {"dpx version", DPX_VERSION_STRING}};
+  r.options.insert(r.options.end(), options.begin(), options.end());
+  return r;
 }
 
 }  // namespace dpx::tools

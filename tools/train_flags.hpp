@@ -2,12 +2,13 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "parallel/process_group.hpp"
 #include "parallel/train_options.hpp"
 
 namespace dpx::tools {
 
 struct TrainFlags {
-  std::string parallel = "none";
+  std::string parallel;  // empty: ddp for an MPI job of several processes, else none
   std::string trace_steps = "0:20";
   bool no_overlap = false;
   bool no_eval = false;
@@ -20,7 +21,12 @@ struct TrainFlags {
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags
 // that bench sweeps itself (model, batch size, devices, parallel).
 void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench);
-// Copies the string flags into `o` (parses --parallel, --trace-steps, ...).
+// Copies the string flags into `o` (parses --parallel, --trace-steps, ...). Set o.process_ranks
+// first: the default of --parallel depends on it.
 void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f);
+// What a rank brings to the start-up agreement of an MPI job: the command, dpx's version and
+// the options that must be the same on every rank.
+parallel::StartReport start_report(const std::string& command,
+                                   std::vector<std::pair<std::string, std::string>> options);
 
 }  // namespace dpx::tools

@@ -17,7 +17,7 @@
 
 namespace dpx::tools {
 
-std::string version_text() {
+std::string version_text(const parallel::LaunchInfo& launch) {
   std::ostringstream os;
   os << "dpx " << DPX_VERSION_STRING << " (" << DPX_BUILD_TYPE << ", " << DPX_CXX_COMPILER << ")\n";
   os << "Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "." << EIGEN_MINOR_VERSION << "\n";
@@ -42,7 +42,12 @@ std::string version_text() {
   int len = 0;
   MPI_Get_library_version(lib, &len);
   std::string first(lib, static_cast<size_t>(len));
-  os << "MPI " << MPI_VERSION << "." << MPI_SUBVERSION << " (" << first.substr(0, first.find_first_of(",\n")) << ")\n";
+  os << "MPI " << MPI_VERSION << "." << MPI_SUBVERSION << " (" << first.substr(0, first.find_first_of(",\n")) << "): ";
+  if (launch.backend == "mpi")
+    os << launch.thread_level << ", " << launch.ranks << " ranks on " << launch.nodes << " node"
+       << (launch.nodes > 1 ? "s" : "") << "\n";
+  else
+    os << "not in use (run under mpirun or srun for ranks that are processes)\n";
 #else
   os << "MPI not built in\n";
 #endif

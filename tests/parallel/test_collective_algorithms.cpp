@@ -104,13 +104,17 @@ std::string run_case(Communicator& comm, const Tables& t, const Case& c, Algorit
   return "";
 }
 
-void check_algorithm(Algorithm algo) {
+// The node of each of k ranks (hier groups ranks by node); empty: one node.
+using Layout = std::vector<int> (*)(int k);
+
+void check_algorithm(Algorithm algo, Layout layout = nullptr) {
   Watchdog dog(50, detail::concat("the ", algorithm_name(algo), " grid"));
   for (int k : {1, 2, 3, 4, 5, 7, 8}) {
     std::vector<std::string> errors(static_cast<size_t>(k));
     const Tables tables(k, size_t(k) << 18);
     int cases = 0;
     run_ranks(k, [&](Communicator& comm) {
+      if (layout) comm.set_node_layout(layout(k));
       const int r = comm.rank();
       int mine = 0;
       for (Collective kind : {Collective::all_reduce, Collective::broadcast, Collective::reduce, Collective::all_gather,
@@ -124,7 +128,8 @@ void check_algorithm(Algorithm algo) {
               Case c{kind, op, count, in_place, in_place ? k / 2 : k - 1};
               std::string e = run_case(comm, tables, c, algo);
               ++mine;
-              if (!e.empty() && errors[r].empty()) errors[r] = where(c, algo, k, r) + ": " + e;
+              if (!e.empty() && errors[r].empty())
+                errors[r] = where(c, algo, k, r) + (layout ? " (with a node layout)" : "") + ": " + e;
             }
           }
         }
@@ -152,4 +157,24 @@ TEST_CASE("naive: every collective matches its closed form for k = 1..8, every s
 
 TEST_CASE("rhd: every collective matches its closed form for k = 1..8, every size, in and out of place") {
   check_algorithm(Algorithm::rhd);
+}
+
+TEST_CASE("hier: every collective matches its closed form on one node, on one node per rank, and on uneven nodes") {
+  check_algorithm(Algorithm::hier);  // one node: a tree inside it
+  check_algorithm(Algorithm::hier, [](int k) { return std::vector<int>(static_cast<size_t>(k), 0); });
+  check_algorithm(Algorithm::hier, [](int k) {  // every rank its own node: the leaders' ring only
+    std::vector<int> nodes;
+    for (int r = 0; r < k; ++r) nodes.push_back(r);
+    return nodes;
+  });
+  check_algorithm(Algorithm::hier, [](int k) {  // nodes of 3 consecutive ranks, the last one short
+    std::vector<int> nodes;
+    for (int r = 0; r < k; ++r) nodes.push_back(r / 3);
+    return nodes;
+  });
+  check_algorithm(Algorithm::hier, [](int k) {  // ranks dealt round-robin over 2 nodes (--map-by node), ids not 0..
+    std::vector<int> nodes;
+    for (int r = 0; r < k; ++r) nodes.push_back(100 - r % 2);
+    return nodes;
+  });
 }

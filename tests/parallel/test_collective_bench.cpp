@@ -81,7 +81,11 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.algo = "hierarchical"; }, "--algo: unknown algorithm"},
       {[](CollectiveOptions& o) { o.backend = "gloo"; }, "--backend: unknown backend 'gloo'"},
       {[](CollectiveOptions& o) { o.backend = "nccl"; }, "--backend nccl: not"},
-      {[](CollectiveOptions& o) { o.backend = "mpi"; }, "--backend mpi: not"},
+      {[](CollectiveOptions& o) { o.backend = "mpi"; }, "--backend mpi: "},  // not under mpirun (or not built)
+      {[](CollectiveOptions& o) { o.algo = "mpi"; }, "--algo mpi is the MPI library's own collectives"},
+      {[](CollectiveOptions& o) { o.ranks_per_node = -1; }, "--ranks-per-node: -1"},
+      {[](CollectiveOptions& o) { o.comm_timeout_s = 0; }, "--comm-timeout: 0"},
+      {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},
       {[](CollectiveOptions& o) { o.collective = "alltoall"; }, "-t/--collective: unknown collective"},
       {[](CollectiveOptions& o) { o.collective = "16"; }, "the number of ranks is --ranks"},
       {[](CollectiveOptions& o) { o.min_bytes = 2048; o.max_bytes = 1024; }, "is larger than -e/--maxbytes"},
@@ -155,7 +159,7 @@ TEST_CASE("the table has nccl-tests' columns and closing lines; busbw follows nc
   fs::remove(csv);
 }
 
-TEST_CASE("--algo all prints one table per algorithm; all_gather and reduce_scatter sizes round like nccl-tests") {
+TEST_CASE("--algo all prints one table per algorithm and busbw side by side; sizes round like nccl-tests") {
   testing::Watchdog dog(30, "algo all");
   for (const char* coll : {"all_gather", "reduce_scatter"}) {
     CollectiveOptions o = quick();
@@ -165,10 +169,15 @@ TEST_CASE("--algo all prints one table per algorithm; all_gather and reduce_scat
     o.memcpy_bytes = 0;
     std::ostringstream out;
     CollectiveReport rep = run_collective(o, out);
-    CHECK(count_of(out.str(), "# Algorithm: ") == 4);
-    CHECK(count_of(out.str(), "# Out of bounds values : 0 OK") == 4);
+    CHECK(count_of(out.str(), "# Algorithm: ") == 5);  // ring, tree, naive, rhd, hier
+    CHECK(count_of(out.str(), "# Out of bounds values : 0 OK") == 5);
     CHECK(out.str().find("memcpy") == std::string::npos);
-    REQUIRE(rep.rows.size() == 8);
+    CHECK(out.str().find("# hier's nodes: {0-2}") != std::string::npos);
+    const size_t table = out.str().find("# busbw (GB/s), out of place, side by side");
+    REQUIRE(table != std::string::npos);
+    CHECK(out.str().find("ring      tree     naive       rhd      hier", table) != std::string::npos);
+    CHECK(out.str().find("            96", table) != std::string::npos);
+    REQUIRE(rep.rows.size() == 10);
     for (const CollectiveRow& r : rep.rows) {
       CHECK(r.bytes == 96);
       CHECK(r.count == 8);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/tensor.hpp"
 #include "parallel/threads_backend.hpp"
 #include "test_collective_util.hpp"
@@ -95,6 +96,60 @@ TEST_CASE("ranks that wait for each other in a cycle are reported as a deadlock,
       comm.all_reduce(b.data(), b.data(), b.size(), DType::f32, ReduceOp::sum, Algorithm::tree);
     }
   }), doctest::Contains("bytes from rank"), Error);  // sizes differ: caught at the first message
+}
+
+TEST_CASE("a rank that waits longer than --comm-timeout reports a stall: the collective, its number, who reached it") {
+  Watchdog dog(20, "stall");
+  RankOptions ro;
+  ro.timeout_s = 0.5;
+  const double start = now_s();
+
+  std::string report;
+  try {
+    run_ranks(3, [](Communicator& comm) {
+      std::vector<float> a(1000, 1.f);
+      comm.all_reduce(a.data(), a.data(), a.size(), DType::f32, ReduceOp::sum);  // #1: all arrive
+      if (comm.rank() == 1) {
+        comm.set_activity("sleeping past the timeout");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      }
+      comm.all_reduce(a.data(), a.data(), a.size(), DType::f32, ReduceOp::sum);  // #2: rank 1 is late
+    }, ro);
+  } catch (const Error& e) {
+    report = e.what();
+  }
+  const double took = now_s() - start;  // includes rank 1's sleep: run_ranks waits for every rank
+  CAPTURE(report);
+  CHECK(report.find("has waited") != std::string::npos);
+  CHECK(report.find("(--comm-timeout 0.5 s) in all_reduce #2 (3.9 KiB of f32, ring)") != std::string::npos);
+  CHECK(report.find("reached all_reduce #2 (3.9 KiB of f32, ring): ranks 0, 2") != std::string::npos);
+  CHECK(report.find("rank 1: busy outside communication for") != std::string::npos);
+  CHECK(report.find("[last said: sleeping past the timeout]") != std::string::npos);
+  CHECK(report.find("rank 1 is still computing") != std::string::npos);
+  CHECK(took >= 0.5);
+  // The timeout ended the wait, not rank 1's arrival: the report was made after 0.5 s (the check
+  // runs every 250 ms).
+  const size_t at = report.find("has waited ");
+  REQUIRE(at != std::string::npos);
+  const double waited = std::stod(report.substr(at + 11));
+  CHECK(waited >= 0.5);
+  CHECK(waited < 1.0);
+}
+
+TEST_CASE("a patient barrier waits past the timeout for a rank that works (rank 0 evaluating)") {
+  Watchdog dog(20, "patient");
+  RankOptions ro;
+  ro.timeout_s = 0.3;
+  std::atomic<int> passed{0};
+  run_ranks(3, [&](Communicator& comm) {
+    if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    comm.barrier_patient("rank 0 evaluates");
+    ++passed;
+  }, ro);
+  CHECK(passed == 3);
+  ro.timeout_s = 0;
+  CHECK_THROWS_WITH_AS(run_ranks(2, [](Communicator&) {}, ro), doctest::Contains("--comm-timeout must be a positive"),
+                       UsageError);
 }
 
 TEST_CASE("send and recv of different sizes is reported") {

@@ -35,7 +35,7 @@ TEST_CASE("dpx collective prints the nccl-tests table and writes the CSV") {
   std::ifstream f(csv);
   std::vector<std::string> lines;
   for (std::string line; std::getline(f, line);) lines.push_back(line);
-  CHECK(lines.size() == 1 + 4 * 3 * 2);  // header + algorithms x sizes x placements
+  CHECK(lines.size() == 1 + 5 * 3 * 2);  // header + algorithms (ring, tree, naive, rhd, hier) x sizes x placements
   CHECK(lines.at(1).rfind("reduce,ring,threads,2,1024,512,bfloat16,max,1,out,", 0) == 0);
   std::filesystem::remove(csv);
 }
