@@ -123,11 +123,14 @@ void agree_on_start(Communicator& comm, const StartReport& mine) {
   // Options: every flag any rank has, with the ranks that hold each value.
   std::map<std::string, std::map<std::string, std::vector<int>>> values;  // flag -> value -> ranks
   std::vector<std::string> order;
-  for (int q = 0; q < n; ++q)
+  for (int q = 0; q < n; ++q) {
+    std::map<std::string, std::string> mine;  // a flag given twice counts as its values joined
     for (const auto& [flag, value] : reports[q].options) {
-      if (!values.count(flag)) order.push_back(flag);
-      values[flag][value].push_back(q);
+      if (!values.count(flag) && !mine.count(flag)) order.push_back(flag);
+      mine[flag] += (mine.count(flag) && !mine[flag].empty() ? "," : "") + value;
     }
+    for (const auto& [flag, value] : mine) values[flag][value].push_back(q);
+  }
   std::string differences;
   for (const std::string& flag : order) {
     auto& by_value = values[flag];

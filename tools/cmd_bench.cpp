@@ -127,13 +127,16 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                "them); pass sets of at most ", processes.size(), " ranks, or leave --devices out for 1, 2, 4, ... ranks");
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;
-  auto options = base.flag_values();
-  options.insert(options.end(), {{"--models", CLI::detail::join(bf.models)},
-                                 {"--batch-sizes", CLI::detail::join(bf.batch_sizes)},
-                                 {"--devices", sets},
-                                 {"--parallel", CLI::detail::join(bf.parallel)},
-                                 {"--scaling", bf.scaling},
-                                 {"--out", bf.out_dir}});
+  // The sweep's own flags replace the single-run ones they stand for.
+  std::vector<std::pair<std::string, std::string>> options = {{"--models", CLI::detail::join(bf.models)},
+                                                              {"--batch-sizes", CLI::detail::join(bf.batch_sizes)},
+                                                              {"--devices", sets},
+                                                              {"--parallel", CLI::detail::join(bf.parallel)},
+                                                              {"--scaling", bf.scaling},
+                                                              {"--out", bf.out_dir}};
+  for (auto& [flag, value] : base.flag_values())
+    if (flag != "--model" && flag != "--batch-size" && flag != "--devices" && flag != "--parallel" && flag != "--out")
+      options.emplace_back(flag, value);
   processes.agree(start_report("bench", options));
   processes.set_comm_timeout(base.comm_timeout_s);
   if (rank0 && mpi) {

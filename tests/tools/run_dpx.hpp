@@ -1,5 +1,5 @@
-// Runs the dpx binary built with the tests (DPX_BINARY) and returns its exit code and its
-// output, stdout and stderr together: the end-to-end tests of the command line share it.
+// Runs the dpx binary built with the tests (DPX_BINARY), or any command line, and returns its
+// exit code and its output, stdout and stderr together: the end-to-end tests share it.
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/wait.h>
@@ -12,8 +12,9 @@ struct DpxResult {
   std::string output;
 };
 
-inline DpxResult run_dpx(const std::string& args) {
-  const std::string cmd = std::string(DPX_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line; its exit code and output (stdout and stderr together).
+inline DpxResult run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -23,3 +24,5 @@ inline DpxResult run_dpx(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+inline DpxResult run_dpx(const std::string& args) { return run_command(std::string(DPX_BINARY) + " " + args); }

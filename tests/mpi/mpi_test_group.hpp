@@ -1,0 +1,7 @@
+// The MPI job the suites of tests/mpi/ run in (set by mpi_main.cpp).
+#pragma once
+#include "parallel/process_group.hpp"
+
+namespace dpx::parallel::testing {
+extern ProcessGroup* mpi_group;
+}  // namespace dpx::parallel::testing

@@ -1,0 +1,279 @@
+// dpx under mpirun, end to end, as users run it: k processes reproduce one replica on the same
+// global batch (DDP with buckets, with accumulation, with hier and with the library's
+// all-reduce); rank 0 alone prints and writes one set of outputs; usage errors are said once; a
+// stopped rank ends the job with a stall report and a killed rank with a message naming it, each
+// within the timeout; collective and bench run over the job's processes.
+#include <doctest/doctest.h>
+
+#ifdef DPX_MPIEXEC
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.hpp"
+#include "mpi_run.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("dpx_mpi_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A small MLP run; every flag but --batch-size and --log-interval, which each test adds.
+const std::string kMlpRun =
+    "train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 512 --steps 10 "
+    "--epochs 1 --lr 0.05 --momentum 0.9 --weight-decay 1e-4 --seed 7 --threads 1 --workers 1 --warmup 0 --no-eval ";
+const std::string kMlp = kMlpRun + "--batch-size 24 --log-interval 1000 ";
+
+// Mean loss over ranks at each global step (the loss of the global batch), from steps.csv.
+std::vector<double> global_losses(const fs::path& steps_csv) {
+  std::map<int64_t, std::pair<double, int>> acc;
+  std::istringstream in(file_text(steps_csv));
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    REQUIRE(cells.size() > 4);
+    auto& a = acc[std::stoll(cells[3])];
+    a.first += std::stod(cells[4]);
+    a.second += 1;
+  }
+  std::vector<double> out;
+  for (const auto& [step, a] : acc) out.push_back(a.first / a.second);
+  return out;
+}
+
+// The largest relative difference of two weight files, tensor by tensor (NaN counts as worst).
+double weights_difference(const fs::path& a, const fs::path& b) {
+  const dpx::SafeTensors x = dpx::read_safetensors(a.string()), y = dpx::read_safetensors(b.string());
+  REQUIRE(x.tensors.size() == y.tensors.size());
+  double worst = 0;
+  for (const auto& [name, t] : x.tensors) {
+    const dpx::Tensor* u = y.find(name);
+    REQUIRE(u != nullptr);
+    const std::vector<float> p = t.to_vector(), q = u->to_vector();
+    REQUIRE(p.size() == q.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double d = std::abs(double(p[i]) - q[i]) / std::max({std::abs(double(p[i])), std::abs(double(q[i])), 1e-3});
+      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+    }
+  }
+  return worst;
+}
+
+void check_same_run(const fs::path& single, const fs::path& parallel) {
+  const auto l1 = global_losses(single / "steps.csv"), lk = global_losses(parallel / "steps.csv");
+  REQUIRE(l1.size() == 10);
+  REQUIRE(lk.size() == 10);
+  for (size_t i = 0; i < l1.size(); ++i) CHECK(std::abs(l1[i] - lk[i]) <= 1e-5 * std::max(1.0, std::abs(l1[i])));
+  CHECK(l1.back() < l1.front());  // it learned
+  CHECK(weights_difference(single / "w.safetensors", parallel / "w.safetensors") <= 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("mpirun -np 2/3/4 dpx train reproduces one replica on the same global batch") {
+  const fs::path d = temp_dir("equivalence");
+  auto train = [&](const std::string& launch, const std::string& name, const std::string& extra) {
+    const fs::path out = d / name;
+    DpxResult r = run_command(launch + DPX_BINARY + " " + kMlp + extra + " --out " + out.string() + " --save " +
+                              (out / "w.safetensors").string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    return out;
+  };
+  const fs::path single = train("", "single", "");
+  const fs::path single_acc = train("", "single_acc", "--accumulate 2");
+  // DDP with gradients in many small buckets (0.001 MiB), every process count.
+  for (int np : {2, 3, 4}) {
+    CAPTURE(np);
+    check_same_run(single, train(mpirun(np), "ddp" + std::to_string(np), "--bucket-mb 0.001"));
+  }
+  // Gradient accumulation: every 2 micro-steps.
+  check_same_run(single_acc, train(mpirun(3), "acc3", "--accumulate 2 --bucket-mb 0.001"));
+  // Hierarchical all-reduce over two nodes of two, and the library's MPI_Allreduce.
+  check_same_run(single, train(mpirun(4), "hier4", "--algo hier --ranks-per-node 2"));
+  check_same_run(single, train(mpirun(2), "mpi2", "--algo mpi"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("under mpirun rank 0 alone prints and writes one set of outputs, with the launch in config.json") {
+  const fs::path d = temp_dir("outputs");
+  DpxResult r = run_command(mpirun(3) + DPX_BINARY + " " + kMlpRun + "--batch-size 12 --log-interval 0 --trace " +
+                            (d / "trace.json").string() + " --out " + d.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  auto count = [&](const std::string& text) {
+    int n = 0;
+    for (size_t at = r.output.find(text); at != std::string::npos; at = r.output.find(text, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("| processes  | 3 MPI ranks on 1 node") == 1);  // one configuration table
+  CHECK(count("| mpi        | ") == 1);
+  CHECK(count("MPI_THREAD_MULTIPLE") >= 1);
+  CHECK(count("epoch 1/1 | step 10/10") == 1);                // progress from rank 0 only
+  CHECK(count("wrote ") == 2);                                 // the CSVs and the trace, once each
+  std::istringstream steps(file_text(d / "steps.csv"));
+  std::map<int, int> rows_of_rank;
+  std::string line;
+  std::getline(steps, line);
+  while (std::getline(steps, line)) ++rows_of_rank[std::stoi(line)];
+  CHECK(rows_of_rank == std::map<int, int>{{0, 10}, {1, 10}, {2, 10}});
+  const auto config = nlohmann::json::parse(file_text(d / "config.json"));
+  CHECK(config["ranks"] == 3);
+  CHECK(config["launch"]["backend"] == "mpi");
+  CHECK(config["launch"]["processes"] == 3);
+  CHECK(config["launch"]["thread_level"] == "MPI_THREAD_MULTIPLE");
+  CHECK(config["launch"]["clock_offset_s"].size() == 3);
+  CHECK(config["launch"]["clock_uncertainty_s"].size() == 3);
+  const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
+  std::map<int, int> pids;
+  for (const auto& e : trace["traceEvents"]) ++pids[e["pid"].get<int>()];
+  CHECK(pids.size() == 3);  // a timeline per rank
+  for (const auto& entry : fs::directory_iterator(d))  // no temporary file left behind
+    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("usage errors under mpirun are said once, and every rank leaves with exit code 2") {
+  struct Case {
+    std::string command, needle;
+  };
+  const std::string dpx = std::string(DPX_BINARY) + " ";
+  const std::string mpmd = std::string(DPX_MPIEXEC) + " " + DPX_MPIEXEC_FLAGS + " -np 1 ";  // then ": -np 1 ..."
+  const std::string brief = "train --model mlp --dataset synthetic --image-size 8 --channels 1 --steps 2 --no-eval ";
+  const std::vector<Case> cases = {
+      {mpirun(2) + dpx + kMlp + "--devices cpu:4", "--devices cpu:4 under MPI with 2 processes: each process is one rank"},
+      {mpirun(2) + dpx + kMlp + "--parallel dp", "--parallel dp under MPI: DataParallel runs its replicas as threads"},
+      {mpirun(2) + dpx + kMlp + "--parallel none", "--parallel none under MPI with 2 processes"},
+      {mpirun(2) + dpx + kMlp + "--bogus", "The following argument was not expected: --bogus"},
+      {mpirun(2) + dpx + "collective --backend threads", "--backend threads under MPI with 2 processes"},
+      {mpirun(2) + dpx + "collective --ranks 3", "--ranks 3 under MPI with 2 processes"},
+      // Ranks started with different options (MPMD): the differing option is named.
+      {mpmd + dpx + brief + "--seed 1 : -np 1 " + dpx + brief + "--seed 2",
+       "the ranks were started with different options: --seed is 1 on rank 0 and 2 on rank 1"},
+      // One rank failing alone: the message names it.
+      {mpmd + dpx + brief + "--epochs 0 : -np 1 " + dpx + brief, "rank 0: --epochs must be at least 1"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.command);
+    DpxResult r = run_command(c.command);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+    const size_t first = r.output.find("dpx: error:");
+    CHECK(first != std::string::npos);
+    CHECK(r.output.find("dpx: error:", first + 1) == std::string::npos);  // said once, not by every rank
+  }
+}
+
+TEST_CASE("a stopped rank ends the job with a stall report, and a killed rank with a message naming it") {
+  const fs::path d = temp_dir("faults");
+  const std::string job = mpirun(3) + DPX_BINARY +
+                          " train --model lenet5 --dataset synthetic --synthetic-size 200000 --batch-size 48 --epochs 1 "
+                          "--threads 1 --workers 1 --log-interval 0 --no-eval --comm-timeout 3";
+  SUBCASE("SIGSTOP: the others wait --comm-timeout, then rank 0 reports who did not arrive") {
+    BackgroundJob run(job, d / "stop.log");
+    REQUIRE(run.wait_for_lines("| step ", 5, 60));
+    const int pid = run.rank_pid(1);
+    REQUIRE(pid > 0);
+    const auto t = std::chrono::steady_clock::now();
+    kill(pid, SIGSTOP);
+    const bool ended = run.finished(30);
+    const double took = seconds_since(t);
+    kill(pid, SIGKILL);
+    run.kill_all();
+    CAPTURE(run.output());
+    REQUIRE(ended);
+    MESSAGE("stall report and exit ", took, " s after rank 1 stopped (--comm-timeout 3)");
+    CHECK(run.exit_code() != 0);
+    CHECK(took >= 3);
+    CHECK(took < 15);  // timeout + the grace for answers + the launcher taking the job down
+    const std::string out = run.output();
+    CHECK(out.find("dpx: error: stall: rank ") != std::string::npos);
+    CHECK(out.find("(--comm-timeout 3.0 s) in all_reduce #") != std::string::npos);
+    CHECK(out.find("rank 1 (pid " + std::to_string(pid)) != std::string::npos);
+    CHECK(out.find("did not answer: hung, stopped, or unreachable") != std::string::npos);
+  }
+  SUBCASE("SIGKILL: the job ends at once and rank 0 names the rank that vanished") {
+    BackgroundJob run(job, d / "kill.log");
+    REQUIRE(run.wait_for_lines("| step ", 5, 60));
+    const int pid = run.rank_pid(1);
+    REQUIRE(pid > 0);
+    const auto t = std::chrono::steady_clock::now();
+    kill(pid, SIGKILL);
+    const bool ended = run.finished(30);
+    const double took = seconds_since(t);
+    run.kill_all();
+    CAPTURE(run.output());
+    REQUIRE(ended);
+    MESSAGE("exit ", took, " s after rank 1 was killed (--comm-timeout 3)");
+    CHECK(run.exit_code() != 0);
+    CHECK(took < 3);  // within the timeout
+    const std::string out = run.output();
+    const bool named = out.find("dpx: error: rank 1 (pid " + std::to_string(pid) + " on ") != std::string::npos ||
+                       out.find("dpx: rank 0: stopped by SIGTERM") != std::string::npos;
+    CHECK(named);
+    CHECK((out.find("vanished") != std::string::npos));
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side by side, all correct") {
+  DpxResult r = run_command(mpirun(2) + DPX_BINARY + " collective --algo all -b 1K -e 64K -f 8 -n 3 -w 1");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("backend mpi, 2 ranks (MPI processes on 1 node") != std::string::npos);
+  for (const char* algo : {"ring", "tree", "naive", "rhd", "hier", "mpi"})
+    CHECK(r.output.find(std::string("# Algorithm: ") + algo + "\n") != std::string::npos);
+  int ok = 0;
+  for (size_t at = r.output.find("# Out of bounds values : 0 OK"); at != std::string::npos;
+       at = r.output.find("# Out of bounds values : 0 OK", at + 1))
+    ++ok;
+  CHECK(ok == 6);
+  CHECK(r.output.find("ring      tree     naive       rhd      hier       mpi") != std::string::npos);
+}
+
+TEST_CASE("dpx bench under mpirun sweeps the configurations that fit in the job, on its first k processes") {
+  const fs::path d = temp_dir("bench");
+  DpxResult r = run_command(mpirun(2) + DPX_BINARY +
+                            " bench --models mlp --image-size 8 --channels 1 --batch-sizes 8 --steps 4 --warmup 1 "
+                            "--devices cpu:1,2,4 --threads 1 --out " + d.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("skipping --devices cpu:4: this MPI job has 2 ranks") != std::string::npos);
+  std::istringstream csv(file_text(d / "results.csv"));
+  std::string line;
+  std::vector<std::string> rows;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) rows.push_back(line);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].find(",cpu:1,ddp,ring,1,") != std::string::npos);
+  CHECK(rows[1].find(",cpu:2,ddp,ring,2,") != std::string::npos);
+  CHECK(fs::exists(d / "steps" / "mlp_b8_ddp_cpu2.csv"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("dpx --version under mpirun names the MPI library and the thread level in use") {
+  DpxResult r = run_command(mpirun(2) + DPX_BINARY + " --version");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("MPI_THREAD_MULTIPLE, 2 ranks on 1 node") != std::string::npos);
+  int lines = 0;
+  for (size_t at = r.output.find("dpx 0."); at != std::string::npos; at = r.output.find("dpx 0.", at + 1)) ++lines;
+  CHECK(lines == 1);  // rank 0 alone writes to standard output
+  DpxResult plain = run_dpx("--version");
+  CHECK(plain.output.find("not in use (run under mpirun or srun") != std::string::npos);
+}
+#endif
