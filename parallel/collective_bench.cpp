@@ -375,9 +375,9 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     report.memcpy_gbs_per_rank =
         mpi ? measure_memcpy_gbs(processes->world(), bytes) : measure_memcpy_gbs(o.ranks, bytes, o.pin_threads);
     char line[256];
+    const int at_once = mpi ? o.ranks : std::min(o.ranks, cpus);  // processes copy at once, threads take turns
     std::snprintf(line, sizeof(line), "#\n# memcpy bandwidth: %.2f GB/s per rank, %.2f GB/s in all (%d ranks copying %zu MiB each, %d at a time)\n",
-                  report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, bytes >> 20,
-                  std::min(o.ranks, cpus));
+                  report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, bytes >> 20, at_once);
     out << line
         << "# The busbw limit for sizes beyond the caches between ranks on one node: the receiver copies every byte\n"
         << "# sent (shared memory), so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy\n"

@@ -117,8 +117,9 @@ void TrainOptions::validate() const {
   if (parallel == ParallelMode::none && k > 1)
     usage_fail("--devices ", devices, " asks for ", k, " ranks but --parallel is none: pass --parallel ddp or dp");
   if (parallel != ParallelMode::none && batch_size % k != 0)
-    usage_fail("--batch-size ", batch_size, " is not divisible by the ", k, " ranks of --devices ", devices,
-               ": pass a multiple of ", k, " (e.g. ", (batch_size / k + 1) * k, ")");
+    usage_fail("--batch-size ", batch_size, " is not divisible by the ", k, " ranks of ",
+               process_ranks > 0 ? "this MPI job" : "--devices " + devices, ": pass a multiple of ", k, " (e.g. ",
+               (batch_size / k + 1) * k, ")");
   if (trace_first < 0 || trace_last < trace_first)
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
   if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi")

@@ -68,7 +68,7 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
                     (o.freeze_backbone ? ", backbone frozen" : "") +
                     (o.weights_file.empty() ? "" : ", weights " + o.weights_file)},
       {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
-      {"devices", o.devices},
+      {"devices", mpi ? o.devices + " (one rank per MPI process)" : o.devices},
       {"parallel", parallel::parallel_mode_name(o.parallel) +
                        (o.parallel == parallel::ParallelMode::ddp ? " (algo " + o.algo + ", bucket " +
                                                                          std::to_string(o.bucket_mb).substr(0, 5) + " MiB" +

@@ -1,0 +1,87 @@
+// Launcher variables, read before MPI starts and cross-checked after: which launchers start MPI
+// ranks, and the mismatches that must stop a job (srun without PMI; a rank numbered differently
+// by the launcher and by MPI), without false alarms (mpirun inside a Slurm allocation).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "parallel/launcher_env.hpp"
+
+using namespace dpx::parallel;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+MpiPlace place(int rank, int size, int local_rank, int local_size) {
+  MpiPlace p;
+  p.rank = rank;
+  p.size = size;
+  p.local_rank = local_rank;
+  p.local_size = local_size;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("which launchers start MPI ranks") {
+  CHECK_FALSE(read_launcher_env(env_of({})).launched());
+  // A batch script's own shell: Slurm variables, but no srun step.
+  CHECK_FALSE(read_launcher_env(env_of({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}})).launched());
+
+  const LauncherEnv mpirun = read_launcher_env(
+      env_of({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "2"}, {"PMIX_RANK", "2"}}));
+  CHECK(mpirun.launcher == "mpirun (Open MPI)");
+  CHECK(mpirun.size == 4);
+  CHECK(mpirun.variables.size() == 3);
+
+  const LauncherEnv srun_pmix = read_launcher_env(
+      env_of({{"PMIX_RANK", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_PROCID", "1"}}));
+  CHECK(srun_pmix.launcher == "srun (Slurm, PMIx)");
+  CHECK(srun_pmix.size == 8);
+
+  const LauncherEnv hydra = read_launcher_env(env_of({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}}));
+  CHECK(hydra.launcher == "PMI (MPICH's mpiexec)");
+  CHECK(hydra.size == 3);
+
+  // srun with no PMI plugin: still launched (MPI then tells whether the tasks form one job).
+  const LauncherEnv bare = read_launcher_env(env_of({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "4"}}));
+  CHECK(bare.launcher == "srun (Slurm)");
+  CHECK(bare.size == 4);
+}
+
+TEST_CASE("mismatches between the launcher and MPI are named, with what to do") {
+  auto mpirun = env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"PMIX_RANK", "1"}});
+  CHECK(launcher_mismatches(mpirun, place(1, 4, 1, 2)).empty());
+  const auto wrong = launcher_mismatches(mpirun, place(2, 4, 0, 2));
+  REQUIRE(wrong.size() == 3);
+  CHECK(wrong[0] == "OMPI_COMM_WORLD_RANK=1 but MPI says this process's rank is 2");
+  CHECK(wrong[1] == "OMPI_COMM_WORLD_LOCAL_RANK=1 but MPI says this process's rank on its node is 0");
+  CHECK(wrong[2] == "PMIX_RANK=1 but MPI says this process's rank is 2");
+
+  // srun without --mpi=pmix: every task is a world of one.
+  auto srun = env_of({{"SLURM_STEP_ID", "3"}, {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "2"}});
+  const auto alone = launcher_mismatches(srun, place(0, 1, 0, 1));
+  REQUIRE(alone.size() == 1);
+  CHECK(alone[0].find("srun started 4 tasks (SLURM_STEP_NUM_TASKS) but MPI sees a world of 1") == 0);
+  CHECK(alone[0].find("srun --mpi=pmix") != std::string::npos);
+  // srun as the launcher of the ranks: its task ids are the ranks.
+  CHECK(launcher_mismatches(srun, place(2, 4, 0, 1)).empty());
+  CHECK(launcher_mismatches(srun, place(1, 4, 0, 1)).size() == 1);
+
+  // mpirun inside a Slurm allocation: the Slurm variables describe mpirun's daemons (one task per
+  // node), not the ranks, and are not held against MPI.
+  auto nested = env_of({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"},
+                        {"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}});
+  CHECK(launcher_mismatches(nested, place(5, 8, 1, 4)).empty());
+
+  // Not numbers: ignored rather than misread.
+  CHECK(launcher_mismatches(env_of({{"PMI_RANK", "x1"}}), place(0, 1, 0, 1)).empty());
+}
