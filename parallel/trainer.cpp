@@ -72,11 +72,19 @@ class Progress {
 
 }  // namespace
 
-TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
+std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch) {
   options.validate();
+  return std::make_unique<Job>(options, launch.cores_per_rank);
+}
+
+TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
+  return train(*prepare_job(options, launch), log, processes, launch);
+}
+
+TrainReport train(const Job& job, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
+  const TrainOptions& options = job.options;
   if (processes && processes->size() != options.ranks())
     fail("train: a communicator of ", processes->size(), " processes for ", options.ranks(), " ranks");
-  Job job(options, launch.cores_per_rank);
   TrainReport report;
   report.launch = launch;
   report.options = options;

@@ -57,10 +57,18 @@ struct TrainReport {
   LaunchInfo launch;                 // how the ranks were started (threads, or MPI processes)
 };
 
+struct Job;  // job.hpp
+
+// Builds a job: the data sets, the initial model and its weights — everything of a run that can
+// fail before the first step, so that the ranks of an MPI job can agree on it first.
+std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch = {});
+
 // Runs a whole training job. Progress lines go to `log` (rank 0 only). With `processes` (an
 // MPI communicator, options.process_ranks of its size) this process runs its rank alone, and
 // rank 0's report gathers every rank's steps, times on rank 0's clock (launch.clock_offset_s);
 // the others' reports hold their own steps only.
+TrainReport train(const Job& job, std::ostream& log, Communicator* processes = nullptr, const LaunchInfo& launch = {});
+// prepare_job, then train.
 TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes = nullptr,
                   const LaunchInfo& launch = {});
 

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/atomic_file.hpp"
+#include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/report_io.hpp"
 #include "parallel/trainer.hpp"
@@ -26,6 +27,8 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
     if (!o.save_file.empty()) ensure_writable_dir(std::filesystem::path(o.save_file).parent_path().string());
   }
+  // Data, model and weights first: a missing file is then agreed on and said once, not by every rank.
+  std::unique_ptr<parallel::Job> job = parallel::prepare_job(o, processes.info());
   processes.agree(start_report("train", o.flag_values()));
   processes.set_comm_timeout(o.comm_timeout_s);
   if (rank0) {
@@ -33,7 +36,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     print_config_box(std::cout, o, processes.info());
   }
   parallel::TrainReport report =
-      parallel::train(o, std::cout, processes.launched() ? &processes.world() : nullptr, processes.info());
+      parallel::train(*job, std::cout, processes.launched() ? &processes.world() : nullptr, processes.info());
   if (!rank0) return;  // the others' reports hold their own steps only
   parallel::Summary s = parallel::summarize(report);
   print_summary(std::cout, report, s);

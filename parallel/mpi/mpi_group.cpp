@@ -1,8 +1,7 @@
-// The group of MPI processes (see process_group.hpp). Start-up, in order: block the signals the
-// watchdog will take; MPI_Init_thread asking for MPI_THREAD_MULTIPLE (DDP's communication thread
-// and the watchdog call MPI while the training thread does); cross-check the launcher's
-// variables; learn every rank's pid, host and node; start the watchdog; align the clocks.
-#include <signal.h>
+// The group of MPI processes (see process_group.hpp). Start-up, in order: MPI_Init_thread asking
+// for MPI_THREAD_MULTIPLE (DDP's communication thread and the watchdog call MPI while the training
+// thread does); cross-check the launcher's variables; learn every rank's pid, host and node; start
+// the watchdog (which takes SIGINT, SIGTERM and SIGHUP from here on); align the clocks.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,13 +39,6 @@ uint64_t pid_namespace() {
   return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
-void block_watchdog_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by every thread made from here on
-}
-
 }  // namespace
 
 class MpiProcessGroup final : public ProcessGroup {
@@ -82,7 +74,6 @@ class MpiProcessGroup final : public ProcessGroup {
 };
 
 MpiProcessGroup::MpiProcessGroup(int& argc, char**& argv, const LauncherEnv& env) {
-  block_watchdog_signals();
   int provided = MPI_THREAD_SINGLE;
   DPX_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors come back to DPX_MPI_CHECK

@@ -6,9 +6,9 @@
 // It wakes every 20 ms, or at once when a watched peer's process exits or a signal arrives.
 #include "parallel/mpi/watchdog.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -108,6 +108,18 @@ RankStatus status_from(const StatusWire& w, const Peer& peer) {
   return r;
 }
 
+// A signal handler can only do async-signal-safe things: it writes the signal's number into a
+// pipe, whose other end the watchdog polls. The write end is the one process-wide value a
+// handler can reach.
+int signal_pipe_write = -1;
+
+void forward_signal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  const int saved = errno;
+  if (signal_pipe_write >= 0) (void)!write(signal_pipe_write, &byte, 1);
+  errno = saved;
+}
+
 int open_pidfd(int pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -130,10 +142,18 @@ Watchdog::Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankStat
       pidfds_(peers_.size(), -1), gone_(peers_.size(), false), report_in_(sizeof(StallWire)) {
   for (const Peer& p : peers_)
     if (p.local && p.rank != rank_) pidfds_[static_cast<size_t>(p.rank)] = open_pidfd(p.pid);
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC);
+  // Installed after MPI_Init, so that these handlers are dpx's whatever the library set up; any
+  // thread may take the signal, the watchdog acts on it.
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
+    signal_fd_ = fds[0];
+    signal_pipe_write = fds[1];
+    struct sigaction action {};
+    action.sa_handler = forward_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+  }
   DPX_MPI_CHECK(MPI_Irecv(&query_in_, 1, MPI_INT, MPI_ANY_SOURCE, kQueryTag, control_, &query_request_));
   DPX_MPI_CHECK(MPI_Irecv(report_in_.data(), static_cast<int>(report_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, kReportTag,
                           control_, &report_request_));
@@ -151,6 +171,9 @@ Watchdog::~Watchdog() {
   }
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+  if (signal_pipe_write >= 0) close(signal_pipe_write);
+  signal_pipe_write = -1;
   if (signal_fd_ >= 0) close(signal_fd_);
 }
 
@@ -197,9 +220,8 @@ void Watchdog::poll_events(int timeout_ms) {
   for (size_t i = 0; i < fds.size(); ++i) {
     if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     if (owner[i] < 0) {
-      signalfd_siginfo info{};
-      if (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info))
-        on_signal(static_cast<int>(info.ssi_signo));
+      unsigned char signal = 0;
+      if (read(signal_fd_, &signal, 1) == 1) on_signal(signal);
       continue;
     }
     gone_[static_cast<size_t>(owner[i])] = true;
@@ -375,17 +397,22 @@ void Watchdog::check_deadline() {
   report_and_abort("dpx: error: " + stall_report(at, ask_everyone(s, grace)), true);
 }
 
+void Watchdog::announce_end() {
+  static const int notice = 1;  // MPI may read it after this returns
+  for (int q = 0; q < static_cast<int>(peers_.size()); ++q) {
+    if (q == rank_) continue;
+    MPI_Request r;
+    if (MPI_Isend(&notice, 1, MPI_INT, q, kAbortTag, control_, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+  }
+}
+
 void Watchdog::report_and_abort(const std::string& text, bool print) {
   if (print && !text.empty()) {
     std::fprintf(stderr, "%s\n", text.c_str());
     std::fflush(stderr);
-    const int notice = rank_;
-    for (int q = 0; q < static_cast<int>(peers_.size()); ++q) {
-      if (q == rank_) continue;
-      MPI_Request r;
-      if (MPI_Isend(&notice, 1, MPI_INT, q, kAbortTag, control_, &r) == MPI_SUCCESS) MPI_Request_free(&r);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the notices go out first
+    announce_end();
+    // Let the notices go out, and the launcher take the report from this process's pipe.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   } else {
     // The rank that prints may still ask this one: keep answering until it ends the job.
     const double until = now_s() + 3;
@@ -435,6 +462,10 @@ void Watchdog::on_signal(int signal) {
     std::fprintf(stderr, "dpx: rank %d: stopped by %s (from the launcher, the batch system or a user) %s%s\n", rank_,
                  name, where.c_str(), vanished.empty() ? "" : ("; ranks that had vanished: " + vanished).c_str());
     std::fflush(stderr);
+    announce_end();  // the others then take this process's exit for what it is, and stay quiet
+    // The launcher forwards this process's output through a pipe it stops reading once the
+    // process is gone: give it a moment to take the line.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::_Exit(128 + signal);
 }

@@ -4,8 +4,8 @@
 //    every rank what it is doing and prints a stall report (rank 0 prints it when it can: a rank
 //    that times out asks rank 0 to report, as Horovod's coordinator does), then ends the job;
 //  - notices at once when a rank on its own node vanishes (pidfd), and ends the job saying so;
-//  - turns SIGINT, SIGTERM and SIGHUP (blocked in every other thread) into a line that says
-//    where the rank was, and an exit with 128 + the signal's number.
+//  - turns SIGINT, SIGTERM and SIGHUP into a line that says where the rank was, and an exit with
+//    128 + the signal's number.
 #pragma once
 #include <mpi.h>
 
@@ -31,7 +31,7 @@ struct Peer {
 class Watchdog {
  public:
   // `control` is a communicator for the watchdogs alone (used, not owned). `peers` has one
-  // entry per world rank, this one included. The signals must already be blocked.
+  // entry per world rank, this one included. Installs the handlers of SIGINT, SIGTERM, SIGHUP.
   Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankState& state);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
@@ -51,6 +51,8 @@ class Watchdog {
   // rank, this one from `mine`.
   std::vector<RankStatus> ask_everyone(const RankSnapshot& mine, double grace_s);
   [[noreturn]] void report_and_abort(const std::string& text, bool print);
+  // Tells every other rank that this one ends the job (it has said why).
+  void announce_end();
   [[noreturn]] void on_peer_gone(int rank);
   [[noreturn]] void on_signal(int signal);
   bool speaks_for_node() const;
@@ -67,7 +69,7 @@ class Watchdog {
   std::vector<bool> gone_;        // per rank: its process has exited
   std::vector<int> newly_gone_;   // exits not acted on yet (none are while asking everyone)
   bool asking_ = false;
-  int signal_fd_ = -1;
+  int signal_fd_ = -1;            // the read end of the pipe the signal handler writes to
   int query_in_ = 0;              // the query id an incoming request carries
   MPI_Request query_request_ = MPI_REQUEST_NULL;
   std::vector<char> report_in_;   // an incoming request to report a stall (rank 0)
