@@ -121,7 +121,7 @@ std::string stall_report(const StallPoint& at, const std::vector<RankStatus>& ra
   if (!gone.empty())
     os << "  " << ranks_subject(gone) << " vanished: look for the launcher's message and their last output.\n";
   if (!silent.empty())
-    os << "  " << ranks_subject(silent) << " did not answer: a hang, a stopped process, or a network failure on their node.\n";
+    os << "  " << ranks_subject(silent) << " did not answer: a hang, a stopped process, or a network failure.\n";
   if (!mismatched.empty())
     os << "  " << ranks_subject(mismatched) << (mismatched.size() == 1 ? " waits" : " wait")
        << " in other collectives: the ranks did not call the same sequence of collectives.\n";
