@@ -67,6 +67,9 @@ void check_process_devices(const TrainOptions& o) {
                "here, so the job has ", o.process_ranks, " ranks (mpirun -np K or srun -n K sets them); cpu:K asks for "
                "K thread ranks inside one process, which is the other way to get ranks (dpx train --devices cpu:K, "
                "without mpirun). Drop --devices, or pass cpu:", o.process_ranks);
+  if (o.pin_threads)
+    usage_fail("--pin-threads pins thread ranks to cores; under MPI the launcher binds each process (e.g. mpirun "
+               "--bind-to core, srun --cpu-bind=cores)");
   if (o.parallel == ParallelMode::dp)
     usage_fail("--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master scatters "
                "each batch to them); across processes use --parallel ddp, or run dp without mpirun (--devices cpu:K)");

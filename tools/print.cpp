@@ -52,7 +52,8 @@ std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::Lau
   std::snprintf(clocks, sizeof clocks, "on rank 0's: offsets up to %.1f us, each known within %.1f us", offset * 1e6,
                 uncertainty * 1e6);
   return {
-      {"processes", std::to_string(launch.ranks) + " MPI ranks on " + std::to_string(launch.nodes) + " node" +
+      {"processes", std::to_string(launch.ranks) + (launch.ranks == 1 ? " MPI rank on " : " MPI ranks on ") +
+                        std::to_string(launch.nodes) + " node" +
                         (launch.nodes > 1 ? "s" : "") + " (" + where + ")"},
       {"launcher", launch.launcher},
       {"mpi", launch.library + ", " + launch.thread_level},

@@ -42,11 +42,14 @@ void wait_all(int count, MPI_Request* requests, MPI_Status* statuses) {
       }
     }
     if (left == 0 || polls < 2000) continue;
-    // A long wait means a peer is busy elsewhere: give the CPU to this rank's other threads
-    // (and to other ranks on an oversubscribed machine) instead of spinning on it.
+    // Past the first polls, yield the CPU between polls to this rank's other threads (its
+    // training thread, while DDP's communication thread waits) and to other ranks sharing the
+    // core. Sleeping instead starves the TCP transport, which moves data only inside MPI calls:
+    // 20 us naps cost resnet18's all-reduce at 1 Gbit/s up to 2x (benchmarks/RESULTS.md). Only a
+    // wait of more than a second (a rank that evaluates, idles in a sweep) sleeps between polls.
     const double waited = now_s() - start;
-    if (waited < 0.01) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(waited < 1.0 ? 20 : 500));
+    if (waited < 1.0) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
 }
 

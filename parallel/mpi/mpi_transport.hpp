@@ -41,8 +41,8 @@ class MpiTransport final : public Transport {
   size_t staging_bytes_ = 0;
 };
 
-// Waits for requests, polling so that the wait stays cheap when it is long: spinning first
-// (latency), then yielding the CPU, then sleeping between polls. Throws on an MPI error.
+// Waits for requests, polling: spinning first (latency), then yielding the CPU between polls,
+// sleeping between them only after a second. Throws on an MPI error.
 void wait_all(int count, MPI_Request* requests, MPI_Status* statuses);
 
 class MpiCommunicator final : public Communicator {
