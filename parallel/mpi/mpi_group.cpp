@@ -79,11 +79,7 @@ MpiProcessGroup::MpiProcessGroup(int& argc, char**& argv, const LauncherEnv& env
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors come back to DPX_MPI_CHECK
   DPX_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   DPX_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
-  if (provided < MPI_THREAD_MULTIPLE)
-    fail("the MPI library (", library_version(), ") gives ", thread_level_name(provided),
-         " where dpx needs MPI_THREAD_MULTIPLE: its DDP communication thread and its watchdog call MPI while the "
-         "training thread does. Use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple, the "
-         "default since 3.0; MPICH: --enable-threads=multiple)");
+  require_thread_multiple(provided);
   create_types();
 
   // Where each rank runs: a communicator per node (shared memory), whose first rank names it.

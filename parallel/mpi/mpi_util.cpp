@@ -92,6 +92,14 @@ std::string thread_level_name(int level) {
   return "thread level " + std::to_string(level);
 }
 
+void require_thread_multiple(int provided) {
+  if (provided >= MPI_THREAD_MULTIPLE) return;
+  fail("the MPI library (", library_version(), ") gives ", thread_level_name(provided),
+       " where dpx needs MPI_THREAD_MULTIPLE: its DDP communication thread and its watchdog call MPI while the "
+       "training thread does. Use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple, the "
+       "default since 3.0; MPICH: --enable-threads=multiple)");
+}
+
 std::string library_version() {
   char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int len = 0;

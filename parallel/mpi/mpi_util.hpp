@@ -24,6 +24,9 @@ void free_types();
 
 // "MPI_THREAD_MULTIPLE", ...
 std::string thread_level_name(int level);
+// Throws dpx::Error, saying why and what to do, unless `provided` is MPI_THREAD_MULTIPLE: DDP's
+// communication thread and the watchdog call MPI while the training thread does.
+void require_thread_multiple(int provided);
 // "Open MPI v4.1.4, MPI 3.1": the library's own first line and the standard it implements.
 std::string library_version();
 

@@ -10,6 +10,7 @@
 #include "mpi_test_group.hpp"
 #include "parallel/clock_sync.hpp"
 #include "parallel/launcher_env.hpp"
+#include "parallel/mpi/mpi_util.hpp"
 #include "parallel/run_modes.hpp"
 
 using namespace dpx;
@@ -35,6 +36,21 @@ TEST_CASE("the launch: Open MPI's variables agree with MPI, MPI_THREAD_MULTIPLE,
   const auto wrong = launcher_mismatches(process_env(), place);
   REQUIRE(!wrong.empty());
   CHECK(wrong.front().find("OMPI_COMM_WORLD_RANK=") == 0);
+}
+
+TEST_CASE("a library that cannot give MPI_THREAD_MULTIPLE is refused with the level it gave and what to do") {
+  CHECK_NOTHROW(mpi::require_thread_multiple(MPI_THREAD_MULTIPLE));
+  for (int level : {MPI_THREAD_SINGLE, MPI_THREAD_FUNNELED, MPI_THREAD_SERIALIZED}) {
+    try {
+      mpi::require_thread_multiple(level);
+      FAIL("level ", level, " was accepted");
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      CHECK(text.find("gives " + mpi::thread_level_name(level) + " where dpx needs MPI_THREAD_MULTIPLE") !=
+            std::string::npos);
+      CHECK(text.find("--enable-mpi-thread-multiple") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("clocks of processes on one machine align within a millisecond, with their uncertainty") {

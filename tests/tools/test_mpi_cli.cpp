@@ -16,17 +16,12 @@
 
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
+using dpx::testing::TempDir;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("dpx_mpi_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 // A small MLP run; every flag but --batch-size and --log-interval, which each test adds.
 const std::string kMlpRun =
@@ -84,7 +79,8 @@ void check_same_run(const fs::path& single, const fs::path& parallel) {
 }  // namespace
 
 TEST_CASE("mpirun -np 2/3/4 dpx train reproduces one replica on the same global batch") {
-  const fs::path d = temp_dir("equivalence");
+  const TempDir tmp("mpi_equivalence");
+  const fs::path& d = tmp.path;
   auto train = [&](const std::string& launch, const std::string& name, const std::string& extra) {
     const fs::path out = d / name;
     DpxResult r = run_command(launch + DPX_BINARY + " " + kMlp + extra + " --out " + out.string() + " --save " +
@@ -105,11 +101,11 @@ TEST_CASE("mpirun -np 2/3/4 dpx train reproduces one replica on the same global 
   // Hierarchical all-reduce over two nodes of two, and the library's MPI_Allreduce.
   check_same_run(single, train(mpirun(4), "hier4", "--algo hier --ranks-per-node 2"));
   check_same_run(single, train(mpirun(2), "mpi2", "--algo mpi"));
-  fs::remove_all(d);
 }
 
 TEST_CASE("under mpirun rank 0 alone prints and writes one set of outputs, with the launch in config.json") {
-  const fs::path d = temp_dir("outputs");
+  const TempDir tmp("mpi_outputs");
+  const fs::path& d = tmp.path;
   DpxResult r = run_command(mpirun(3) + DPX_BINARY + " " + kMlpRun + "--batch-size 12 --log-interval 0 --trace " +
                             (d / "trace.json").string() + " --out " + d.string());
   CAPTURE(r.output);
@@ -141,9 +137,7 @@ TEST_CASE("under mpirun rank 0 alone prints and writes one set of outputs, with 
   std::map<int, int> pids;
   for (const auto& e : trace["traceEvents"]) ++pids[e["pid"].get<int>()];
   CHECK(pids.size() == 3);  // a timeline per rank
-  for (const auto& entry : fs::directory_iterator(d))  // no temporary file left behind
-    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
-  fs::remove_all(d);
+  CHECK(tmp.entries() == std::vector<std::string>{"config.json", "steps.csv", "summary.csv", "trace.json"});
 }
 
 TEST_CASE("usage errors under mpirun are said once, and every rank leaves with exit code 2") {
@@ -178,56 +172,59 @@ TEST_CASE("usage errors under mpirun are said once, and every rank leaves with e
   }
 }
 
+// Starts `job`, waits for 5 progress lines, sends rank 1 `signal`, and returns how long the job
+// took to end after that (a failed REQUIRE if it did not within 30 s); `out` gets its output.
+double signal_rank_1(const std::string& job, const fs::path& log, int signal, int& pid, std::string& out, int& code) {
+  BackgroundJob run(job, log);
+  REQUIRE(run.wait_for_lines("| step ", 5, 60));
+  pid = run.rank_pid(1);
+  REQUIRE(pid > 0);
+  const auto t = std::chrono::steady_clock::now();
+  kill(pid, signal);
+  const bool ended = run.finished(30);
+  const double took = seconds_since(t);
+  kill(pid, SIGKILL);  // a stopped rank may outlive the job
+  run.kill_all();
+  out = run.output();
+  code = run.exit_code();
+  CAPTURE(out);
+  REQUIRE(ended);
+  return took;
+}
+
 TEST_CASE("a stopped rank ends the job with a stall report, and a killed rank with a message naming it") {
-  const fs::path d = temp_dir("faults");
+  const TempDir tmp("mpi_faults");
   const std::string job = mpirun(3) + DPX_BINARY +
                           " train --model lenet5 --dataset synthetic --synthetic-size 200000 --batch-size 48 --epochs 1 "
-                          "--threads 1 --workers 1 --log-interval 0 --no-eval --comm-timeout 3";
+                          "--threads 1 --workers 1 --log-interval 0 --no-eval --comm-timeout 3 --out " +
+                          (tmp.path / "out").string();
+  int pid = 0, code = 0;
+  std::string out;
   SUBCASE("SIGSTOP: the others wait --comm-timeout, then rank 0 reports who did not arrive") {
-    BackgroundJob run(job, d / "stop.log");
-    REQUIRE(run.wait_for_lines("| step ", 5, 60));
-    const int pid = run.rank_pid(1);
-    REQUIRE(pid > 0);
-    const auto t = std::chrono::steady_clock::now();
-    kill(pid, SIGSTOP);
-    const bool ended = run.finished(30);
-    const double took = seconds_since(t);
-    kill(pid, SIGKILL);
-    run.kill_all();
-    CAPTURE(run.output());
-    REQUIRE(ended);
+    const double took = signal_rank_1(job, tmp.path / "stop.log", SIGSTOP, pid, out, code);
+    CAPTURE(out);
     MESSAGE("stall report and exit ", took, " s after rank 1 stopped (--comm-timeout 3)");
-    CHECK(run.exit_code() != 0);
+    CHECK(code != 0);
     CHECK(took >= 3);
     CHECK(took < 15);  // timeout + the grace for answers + the launcher taking the job down
-    const std::string out = run.output();
     CHECK(out.find("dpx: error: stall: rank ") != std::string::npos);
     CHECK(out.find("(--comm-timeout 3.0 s) in all_reduce #") != std::string::npos);
     CHECK(out.find("rank 1 (pid " + std::to_string(pid)) != std::string::npos);
     CHECK(out.find("did not answer: hung, stopped, or unreachable") != std::string::npos);
   }
   SUBCASE("SIGKILL: the job ends at once and rank 0 names the rank that vanished") {
-    BackgroundJob run(job, d / "kill.log");
-    REQUIRE(run.wait_for_lines("| step ", 5, 60));
-    const int pid = run.rank_pid(1);
-    REQUIRE(pid > 0);
-    const auto t = std::chrono::steady_clock::now();
-    kill(pid, SIGKILL);
-    const bool ended = run.finished(30);
-    const double took = seconds_since(t);
-    run.kill_all();
-    CAPTURE(run.output());
-    REQUIRE(ended);
+    const double took = signal_rank_1(job, tmp.path / "kill.log", SIGKILL, pid, out, code);
+    CAPTURE(out);
     MESSAGE("exit ", took, " s after rank 1 was killed (--comm-timeout 3)");
-    CHECK(run.exit_code() != 0);
+    CHECK(code != 0);
     CHECK(took < 3);  // within the timeout
-    const std::string out = run.output();
     const bool named = out.find("dpx: error: rank 1 (pid " + std::to_string(pid) + " on ") != std::string::npos ||
                        out.find("dpx: rank 0: stopped by SIGTERM") != std::string::npos;
     CHECK(named);
-    CHECK((out.find("vanished") != std::string::npos));
+    CHECK(out.find("vanished") != std::string::npos);
   }
-  fs::remove_all(d);
+  // Output files are whole or absent: the job died before writing any, and left no temporary.
+  CHECK((!fs::exists(tmp.path / "out") || fs::is_empty(tmp.path / "out")));
 }
 
 TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side by side, all correct") {
@@ -246,7 +243,8 @@ TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side
 }
 
 TEST_CASE("dpx bench under mpirun sweeps the configurations that fit in the job, on its first k processes") {
-  const fs::path d = temp_dir("bench");
+  const TempDir tmp("mpi_bench");
+  const fs::path& d = tmp.path;
   DpxResult r = run_command(mpirun(2) + DPX_BINARY +
                             " bench --models mlp --image-size 8 --channels 1 --batch-sizes 8 --steps 4 --warmup 1 "
                             "--devices cpu:1,2,4 --threads 1 --out " + d.string());
@@ -262,7 +260,6 @@ TEST_CASE("dpx bench under mpirun sweeps the configurations that fit in the job,
   CHECK(rows[0].find(",cpu:1,ddp,ring,1,") != std::string::npos);
   CHECK(rows[1].find(",cpu:2,ddp,ring,2,") != std::string::npos);
   CHECK(fs::exists(d / "steps" / "mlp_b8_ddp_cpu2.csv"));
-  fs::remove_all(d);
 }
 
 TEST_CASE("dpx --version under mpirun names the MPI library and the thread level in use") {

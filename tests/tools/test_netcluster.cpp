@@ -12,6 +12,7 @@
 
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -33,9 +34,8 @@ DpxResult on_cluster(const std::string& options, const std::string& command) {
 }  // namespace
 
 TEST_CASE("across two namespaced nodes: DDP reproduces one replica, and collective sees two nodes") {
-  const fs::path d = fs::temp_directory_path() / ("dpx_netcluster_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
+  const dpx::testing::TempDir tmp("netcluster");
+  const fs::path& d = tmp.path;
   const std::string train = std::string(DPX_BINARY) +
                             " train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 512 "
                             "--steps 6 --epochs 1 --batch-size 16 --seed 3 --threads 1 --workers 1 --warmup 0 --no-eval "
@@ -71,6 +71,5 @@ TEST_CASE("across two namespaced nodes: DDP reproduces one replica, and collecti
   CHECK(c.output.find("# hier's nodes: {0, 1} {2, 3}") != std::string::npos);
   CHECK(c.output.find("# link: 1.000 Gbit/s") != std::string::npos);
   CHECK(c.output.find("FAILED") == std::string::npos);
-  fs::remove_all(d);
 }
 #endif
