@@ -180,11 +180,11 @@ std::unique_ptr<Communicator> MpiProcessGroup::first(int k) {
 void MpiProcessGroup::finish() {
   if (finished_) return;
   finished_ = true;
-  // From here ranks leave as they finish, so their exits must not read as crashes; a rank that
-  // dies before reaching the barrier still ends it, by the barrier's timeout.
+  // From here ranks leave as they finish, so their exits must not read as crashes. The last
+  // barrier waits as long as rank 0 takes to write the run's files; a rank that never reaches it
+  // (dead, hung) still ends it, as it stops answering.
   watchdog_->stop_watching_peers();
-  state_.set_activity("finishing");
-  world_->barrier();
+  world_->barrier_patient("the last rank to finish (rank 0 writes the run's files)");
   state_.set_finished();
 }
 
