@@ -1,6 +1,9 @@
-// Atomic file output: every file dpx writes (CSV, JSON, traces, weights) is written to a
-// temporary beside its destination, flushed, checked, fsynced and renamed over it, so a
-// failed or interrupted run never leaves a partial file where a complete one is expected.
+// Atomic file output: every file dpx writes (CSV, JSON, traces, weights, checkpoints) is written
+// to a temporary beside its destination, flushed, checked, fsynced and renamed over it, so a
+// failed or interrupted run never leaves a partial file where a complete one is expected. The
+// temporaries of writes in progress are known, so that a signal can remove them; those of a
+// killed process are removed by the next run that writes into the same folder. Errors name the
+// flag that chose the path (`flag`: "--out", "--save", "--csv", ...), so the user knows what to change.
 #pragma once
 #include <functional>
 #include <ostream>
@@ -13,11 +16,36 @@ namespace dpx {
 // checks the stream, fsyncs and renames the temporary over `path`. On any failure the
 // temporary is removed and a dpx::Error names the path and the reason (strerror); an
 // exception thrown by `write` itself is passed on unchanged, after the same clean-up.
-void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
-void write_file_atomic(const std::string& path, std::string_view contents);
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write,
+                       std::string_view flag = "--out");
+void write_file_atomic(const std::string& path, std::string_view contents, std::string_view flag = "--out");
 
 // Creates `dir` (and its parents) if missing; throws a dpx::Error if it cannot be created, is
-// not a directory, or cannot be written. An empty string means the current directory.
-void ensure_writable_dir(const std::string& dir);
+// not a directory, or cannot be written. An empty string means the current directory. Removes
+// the temporaries that killed dpx processes left in it (remove_stale_temporaries).
+void ensure_writable_dir(const std::string& dir, std::string_view flag = "--out");
+
+// Removes every "<name>.tmp.<pid>.<n>" in `dir` whose process no longer exists (the debris of a
+// write that SIGKILL interrupted); returns how many. Never touches another live process's files.
+int remove_stale_temporaries(const std::string& dir);
+
+// Unlinks the temporaries of the writes in progress in this process. Async-signal-safe: the
+// handler of a second SIGINT/SIGTERM calls it before ending the process at once.
+void remove_temporaries_in_progress() noexcept;
+
+// An exclusive lock on an output folder for the life of the object, so that two runs cannot mix
+// their files in one --out: the second is refused with the first one's pid. The lock file
+// ".dpx.lock" stays (empty but for the pid); the operating system drops the lock when the
+// process ends, however it ends.
+class OutputLock {
+ public:
+  OutputLock(const std::string& dir, std::string_view flag);
+  ~OutputLock();
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace dpx

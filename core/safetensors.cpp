@@ -307,7 +307,7 @@ SafeTensors read_safetensors(const std::string& path) {
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, std::string_view flag) {
   // ordered_json keeps insertion order, so the header lists entries as the reference does:
   // "__metadata__" first, then the tensors in buffer order, fields dtype, shape, data_offsets.
   using ojson = nlohmann::ordered_json;
@@ -347,7 +347,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
       Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
       os.write(static_cast<const char*>(host.raw()), static_cast<std::streamsize>(host.nbytes()));
     }
-  });
+  }, flag);
 }
 
 }  // namespace dpx

@@ -42,9 +42,10 @@ SafeTensors read_safetensors(const std::string& path);
 // write_file_atomic. The header lists "__metadata__" first (when not empty), then the tensors
 // in the same order, padded with spaces to a multiple of 8 bytes as the reference does. For a
 // file PyTorch maps without copies, order the tensors with sort_like_reference first.
+// `flag` names the option that chose the path in errors ("--save", "--output", ...).
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {}, std::string_view flag = "--out");
 
 // Puts tensors in the reference writer's order: descending dtype (I64, F64, F32, I32, BF16,
 // F16, U8), then name. Every tensor then starts aligned to its element size, which PyTorch's

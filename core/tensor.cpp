@@ -47,7 +47,9 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   if (device.is_cpu()) {
     size_t rounded = (bytes + 63) / 64 * 64;
     s->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!s->data) fail("out of host memory allocating ", bytes, " bytes");
+    if (!s->data)
+      fail("out of host memory allocating ", bytes, " bytes: lower --batch-size, --image-size, --workers or the "
+           "number of ranks, pick a smaller model, or free memory on this machine");
     s->release = host_release;
     g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
   } else {

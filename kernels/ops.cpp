@@ -77,6 +77,11 @@ void scale(Context& ctx, Tensor& x, float alpha) {
   DPX_DISPATCH(scale, x, alpha);
 }
 
+int64_t count_nonfinite(Context& ctx, const Tensor& x) {
+  check_devices(ctx, "count_nonfinite", {&x});
+  DPX_DISPATCH(count_nonfinite, x);
+}
+
 void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {
   check_devices(ctx, "linear_forward", {&y, &x, &w, b});
   DPX_DISPATCH(linear_forward, y, x, w, b);

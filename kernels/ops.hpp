@@ -21,6 +21,9 @@ void copy(Context& ctx, Tensor& out, const Tensor& in);                    // sa
 void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);     // out = a + b
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x);          // y += alpha * x
 void scale(Context& ctx, Tensor& x, float alpha);                          // x *= alpha
+// The number of elements of x (f32) that are NaN or infinite: the divergence guard's check of a
+// step's gradients and of loaded weights. Waits for the device (the count is read on the host).
+int64_t count_nonfinite(Context& ctx, const Tensor& x);
 
 // ---- matrix products ----------------------------------------------------------------------
 // y = x W^T + b.  x (N, in), w (out, in), b (out) or null, y (N, out).

@@ -9,6 +9,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,12 @@ struct Parameter {
   Tensor value;             // a view into the model's flat parameter buffer once in a Model
   Tensor grad;              // a view into the flat gradient buffer (undefined until then)
   bool requires_grad = true;
+};
+
+// The position of a layer's own random stream (Dropout, StochasticDepth): the generator and how
+// many draws it made. Checkpoints save it so that a resumed run draws the same masks.
+struct RandomState {
+  uint64_t seed = 0, stream = 0, draws = 0;
 };
 
 class Module {
@@ -86,6 +93,10 @@ class Module {
   // Linear). 0 for layers that count nothing (normalisation, activations, pooling, additions).
   // `dpx models` sums it over a forward's modules.
   virtual int64_t last_forward_flops() const { return 0; }
+
+  // This layer's own random stream, for layers that draw (none by default; children excluded).
+  virtual std::optional<RandomState> random_state() const { return std::nullopt; }
+  virtual void set_random_state(const RandomState&) {}
 
  protected:
   Parameter& add_parameter(const std::string& name, const Shape& shape, bool requires_grad = true);

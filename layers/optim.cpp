@@ -24,7 +24,70 @@ void for_each_trainable_run(const std::vector<ParamSlot>& slots, Key key, Fn fn)
   }
 }
 
+// A host copy of `t`; the optimizer's own tensors stay where they are.
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
+
+const Tensor& expect(const std::map<std::string, Tensor>& state, const std::string& name, const char* optimizer,
+                     DType dtype, int64_t numel) {
+  auto it = state.find(name);
+  if (it == state.end()) fail(optimizer, " state: '", name, "' is missing (a checkpoint of another optimizer?)");
+  if (it->second.dtype() != dtype || it->second.numel() != numel)
+    fail(optimizer, " state: '", name, "' holds ", it->second.numel(), " ", dtype_name(it->second.dtype()),
+         " where this model needs ", numel, " ", dtype_name(dtype), " (a checkpoint of another model?)");
+  return it->second;
+}
+
+Tensor steps_tensor(int64_t steps) {
+  Tensor t = Tensor::empty({1}, DType::i64);
+  t.data<int64_t>()[0] = steps;
+  return t;
+}
+
+// Host vector -> i64/u8 tensor and back, for the per-slot bookkeeping.
+template <typename T, typename V>
+Tensor vector_tensor(const std::vector<V>& v, DType dtype) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, dtype);
+  for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = static_cast<T>(v[i]);
+  return t;
+}
+
 }  // namespace
+
+std::map<std::string, Tensor> SGD::state() const {
+  std::map<std::string, Tensor> out;
+  if (momentum_.defined()) out["momentum"] = host_copy(momentum_);
+  out["started"] = vector_tensor<uint8_t>(started_, DType::u8);
+  out["steps"] = steps_tensor(steps_);
+  return out;
+}
+
+void SGD::load_state(const std::map<std::string, Tensor>& state) {
+  const int64_t slots = static_cast<int64_t>(started_.size());
+  const Tensor& started = expect(state, "started", "SGD", DType::u8, slots);
+  const Tensor& steps = expect(state, "steps", "SGD", DType::i64, 1);
+  if (momentum_.defined())
+    momentum_.copy_from(expect(state, "momentum", "SGD", DType::f32, model_->num_parameters()));
+  else if (state.count("momentum"))
+    fail("SGD state: it has a momentum buffer, but this optimizer has momentum 0 (--momentum differs?)");
+  for (int64_t i = 0; i < slots; ++i) started_[static_cast<size_t>(i)] = static_cast<char>(started.data<uint8_t>()[i]);
+  steps_ = steps.data<int64_t>()[0];
+}
+
+std::map<std::string, Tensor> AdamW::state() const {
+  return {{"exp_avg", host_copy(exp_avg_)},
+          {"exp_avg_sq", host_copy(exp_avg_sq_)},
+          {"slot_steps", vector_tensor<int64_t>(slot_steps_, DType::i64)},
+          {"steps", steps_tensor(steps_)}};
+}
+
+void AdamW::load_state(const std::map<std::string, Tensor>& state) {
+  const int64_t n = model_->num_parameters(), slots = static_cast<int64_t>(slot_steps_.size());
+  const Tensor& slot_steps = expect(state, "slot_steps", "AdamW", DType::i64, slots);
+  exp_avg_.copy_from(expect(state, "exp_avg", "AdamW", DType::f32, n));
+  exp_avg_sq_.copy_from(expect(state, "exp_avg_sq", "AdamW", DType::f32, n));
+  for (int64_t i = 0; i < slots; ++i) slot_steps_[static_cast<size_t>(i)] = slot_steps.data<int64_t>()[i];
+  steps_ = expect(state, "steps", "AdamW", DType::i64, 1).data<int64_t>()[0];
+}
 
 SGD::SGD(Model& model, const ops::SgdParams& params) : model_(&model), p_(params) {
   // The checks torch.optim.SGD makes, with its messages' meaning.

@@ -4,6 +4,8 @@
 // over runs of trainable parameters; frozen parameters are neither read nor written.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -23,6 +25,12 @@ class Optimizer {
   virtual float lr() const = 0;
   int64_t steps() const { return steps_; }  // step() calls so far
 
+  // Everything a resumed run needs to take the next step exactly as this optimizer would: its
+  // tensors by name, copied to the host (checkpoints), and back. load_state throws a dpx::Error
+  // naming what is missing or does not fit.
+  virtual std::map<std::string, Tensor> state() const = 0;
+  virtual void load_state(const std::map<std::string, Tensor>& state) = 0;
+
  protected:
   int64_t steps_ = 0;
 };
@@ -40,6 +48,8 @@ class SGD : public Optimizer {
   // (num_parameters) laid out like model.flat_params(); undefined when momentum is 0, as
   // PyTorch keeps no buffer then.
   const Tensor& momentum_buffer() const { return momentum_; }
+  std::map<std::string, Tensor> state() const override;  // "momentum", "started", "steps"
+  void load_state(const std::map<std::string, Tensor>& state) override;
 
  private:
   Model* model_;
@@ -61,6 +71,8 @@ class AdamW : public Optimizer {
   // (num_parameters) each, laid out like model.flat_params(); zero where frozen.
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  std::map<std::string, Tensor> state() const override;  // "exp_avg", "exp_avg_sq", "slot_steps", "steps"
+  void load_state(const std::map<std::string, Tensor>& state) override;
 
  private:
   Model* model_;

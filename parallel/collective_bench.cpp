@@ -196,7 +196,7 @@ void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, A
         if (row.wrong > 0) ++sink.report.failed;
         sink.csv += collective_csv_row(row) + "\n";
       }
-      if (!sink.o.csv_path.empty()) write_file_atomic(sink.o.csv_path, sink.csv);
+      if (!sink.o.csv_path.empty()) write_file_atomic(sink.o.csv_path, sink.csv, "--csv");
     }
   }
 }
@@ -335,7 +335,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   CollectiveReport report;
   Sink sink{out, o, report, std::string(kCollectiveCsvHeader) + "\n"};
   const bool rank0 = !mpi || processes->rank() == 0;
-  if (!o.csv_path.empty() && rank0) write_file_atomic(o.csv_path, sink.csv);  // an unwritable path fails now, not later
+  if (!o.csv_path.empty() && rank0) write_file_atomic(o.csv_path, sink.csv, "--csv");  // an unwritable path fails now
 
   out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks << " ranks ("
       << (mpi ? detail::concat("MPI processes on ", launch.nodes, " node", launch.nodes > 1 ? "s" : "", "; ",

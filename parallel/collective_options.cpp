@@ -8,12 +8,14 @@
 
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
+#include "parallel/threads_backend.hpp"
 
 namespace dpx::parallel {
 
 namespace {
 
 constexpr int kMaxRanks = 1024;
+constexpr int kThreadRanksPerCpu = 32;
 constexpr size_t kMaxSizeSteps = 10000;
 
 // Re-throws a UsageError from a parser with the flag it came from in front.
@@ -137,6 +139,12 @@ void validate(const CollectiveOptions& o) {
   }
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);
+  const int cpus = available_cpus();
+  if (o.backend == "threads" && o.ranks > kThreadRanksPerCpu * cpus)
+    usage_fail("--ranks ", o.ranks, " is more than ", kThreadRanksPerCpu, " thread ranks per CPU of this process (",
+               cpus, " CPUs: at most ", kThreadRanksPerCpu * cpus, "): thread ranks take turns on the CPUs, so more "
+               "take minutes per size and measure the scheduler more than the collective (64 ranks on 2 CPUs: 22 s "
+               "for the default size); for more ranks run MPI processes on more machines (--backend mpi)");
   if (o.algo != "all") {
     const Algorithm a = with_flag("--algo", [&] { return parse_algorithm(o.algo); });
     if (a == Algorithm::mpi && o.backend != "mpi")
@@ -144,8 +152,10 @@ void validate(const CollectiveOptions& o) {
   }
   if (o.ranks_per_node < 0)
     usage_fail("--ranks-per-node: ", o.ranks_per_node, " is not a number of ranks per node (0: the real nodes)");
-  if (!(o.comm_timeout_s > 0)) usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
-  if (!(o.link_gbps >= 0)) usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
+  if (!(o.comm_timeout_s > 0) || !std::isfinite(o.comm_timeout_s))
+    usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
+  if (!(o.link_gbps >= 0) || !std::isfinite(o.link_gbps))
+    usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))

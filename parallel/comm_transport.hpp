@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "parallel/comm_reduce.hpp"
+#include "parallel/stop_vote.hpp"
 
 namespace dpx::parallel {
 
@@ -56,6 +58,10 @@ class Transport {
   // What the rank does between calls, in a few words ("training: epoch 1 step 12"), for the
   // same reports. Default: not recorded.
   virtual void set_activity(std::string_view what) {}
+
+  // A vote of this transport's ranks on stopping (stop_vote.hpp), or null: the communicator
+  // then votes with an all-reduce.
+  virtual std::unique_ptr<StopVote> make_stop_vote() { return nullptr; }
 
   // The node each rank runs on, as any integer (ranks on one node share it): hier reduces
   // inside nodes first. Every rank is on node 0 until set; set it alike on every rank.

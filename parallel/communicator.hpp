@@ -17,6 +17,7 @@
 #include "core/tensor.hpp"
 #include "parallel/algorithms.hpp"
 #include "parallel/comm_transport.hpp"
+#include "parallel/stop_vote.hpp"
 
 namespace dpx::parallel {
 
@@ -83,6 +84,8 @@ class Communicator {
   void send(const Tensor& t, int peer);
   void recv(const Tensor& t, int peer);
 
+  // This group's vote on stopping after a signal (stop_vote.hpp); every rank makes one.
+  std::unique_ptr<StopVote> stop_vote();
   // What this rank does until its next call, for stall reports ("training: epoch 1 step 12").
   void set_activity(std::string_view what) { transport_.set_activity(what); }
   // Collectives called so far (the number of the last one).

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/clock.hpp"
+#include "core/stop.hpp"
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/loss.hpp"
@@ -107,6 +108,8 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
         optimizer->step(master_ctx);
         master.zero_grad(master_ctx);
       }
+      // One process, one decision: a signal stops the run after this update.
+      if (final_micro && stop::requested()) report.stopped_by = stop::requested();
       timer.add(Phase::step, now_s() - step_start);
       StepTimes common = timer.take();
       common[Phase::comm_exposed] = common[Phase::comm_total];  // nothing overlaps in DataParallel
@@ -131,7 +134,9 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
         report.steps.push_back(r);
         if (i == 0 && hooks.on_step) hooks.on_step(r, step + 1 == job.steps_per_epoch);
       }
+      if (report.stopped_by) break;
     }
+    if (report.stopped_by) break;
     EpochRecord er;
     er.epoch = epoch;
     er.time_s = now_s() - epoch_start;

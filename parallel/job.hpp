@@ -4,10 +4,12 @@
 #include <memory>
 
 #include "core/data/dataset.hpp"
+#include "core/data/datasets.hpp"
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/model.hpp"
 #include "layers/optim.hpp"
+#include "parallel/checkpoint.hpp"
 #include "parallel/train_options.hpp"
 #include "zoo/registry.hpp"
 #include "zoo/weights.hpp"
@@ -27,6 +29,17 @@ struct Job {
   zoo::ModelOptions model_options;  // what `initial` was built with
   zoo::LoadReport weights_report;   // what --weights loaded into it
   int64_t steps_per_epoch = 0;
+  // The checkpoint a resumed run continues from (options.resume), checked against the options;
+  // `initial` already holds its weights and buffers.
+  std::shared_ptr<const Checkpoint> resume;
+
+  // What the options ask of the data set.
+  static data::DatasetSpec data_spec(const TrainOptions& options);
+  // Whether the run fits its data and model, without building the model (dpx bench checks every
+  // configuration this way before it runs any): the model's name and smallest input, the batch
+  // against the data set, --warmup against the steps. Returns the steps per epoch; throws
+  // dpx::UsageError saying what to change.
+  static int64_t check_fits(const TrainOptions& options, const data::Dataset& train_set);
 
   // The optimiser the options ask for (lr of step 0), over `model`, which must outlive it.
   std::unique_ptr<nn::Optimizer> make_optimizer(nn::Model& model) const;

@@ -35,7 +35,7 @@ void ProcessGroup::agree(const StartReport& mine) {
   if (launched()) {
     agree_on_start(world(), mine);
   } else if (mine.code != 0) {
-    throw StartFailure(mine.code, mine.message);
+    throw SharedFailure(mine.code, mine.message);
   }
 }
 
@@ -117,7 +117,7 @@ void agree_on_start(Communicator& comm, const StartReport& mine) {
       else
         message += "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(ranks) + ": " + text_of;
     }
-    throw StartFailure(all_usage ? 2 : 1, message);
+    throw SharedFailure(all_usage ? 2 : 1, message);
   }
 
   // Options: every flag any rank has, with the ranks that hold each value.
@@ -148,7 +148,7 @@ void agree_on_start(Communicator& comm, const StartReport& mine) {
     if (by_value.size() > 1) differences += (differences.empty() ? "" : "; ") + describe_values(flag, by_value);
   }
   if (!differences.empty())
-    throw StartFailure(2, "the ranks were started with different options: " + differences +
+    throw SharedFailure(2, "the ranks were started with different options: " + differences +
                               ". Every rank must run the same command: check the mpirun or srun line (and "
                               "anything that differs between nodes, such as DPX_DATA_DIR)");
 }

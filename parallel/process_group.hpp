@@ -22,10 +22,11 @@ struct StartReport {
   std::vector<std::pair<std::string, std::string>> options;
 };
 
-// Thrown alike on every rank when the ranks did not all start well, or disagree on their
-// options: every rank knows, so every rank can leave cleanly with exit_code.
-struct StartFailure : Error {
-  StartFailure(int code, const std::string& message) : Error(message), exit_code(code) {}
+// A failure every rank meets alike, at the same point: the ranks did not all start well, or
+// disagree on their options, or all see the same non-finite gradients. Every rank knows, so
+// rank 0 says it once and every rank leaves cleanly with exit_code.
+struct SharedFailure : Error {
+  SharedFailure(int code, const std::string& message) : Error(message), exit_code(code) {}
   int exit_code;
 };
 
@@ -44,7 +45,7 @@ class ProcessGroup {
   // The timeout of every collective from now on (--comm-timeout).
   virtual void set_comm_timeout(double seconds) = 0;
   // Collective, once: returns when every rank is ready and all run the same options; otherwise
-  // throws StartFailure on every rank, naming the ranks that failed or the differing option.
+  // throws SharedFailure on every rank, naming the ranks that failed or the differing option.
   void agree(const StartReport& mine);
   bool agreed() const { return agreed_; }
   // After an error on this rank once the ranks agreed: ends every rank of the job. Never returns.
@@ -80,7 +81,7 @@ class LocalProcessGroup final : public ProcessGroup {
 };
 
 // The start-up agreement over any communicator (the mpi group's world): exchanges every rank's
-// report and throws StartFailure alike on every rank when one failed or the options differ.
+// report and throws SharedFailure alike on every rank when one failed or the options differ.
 void agree_on_start(Communicator& comm, const StartReport& mine);
 
 }  // namespace dpx::parallel

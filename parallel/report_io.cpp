@@ -159,7 +159,7 @@ void write_trace(const std::string& path, const TrainReport& report, int64_t fir
     }
   }
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  write_file_atomic(path, doc.dump() + "\n");
+  write_file_atomic(path, doc.dump() + "\n", "--trace");
 }
 
 }  // namespace dpx::parallel

@@ -11,6 +11,7 @@ namespace dpx::parallel {
 struct TrainHooks {
   std::function<void(const StepRecord&, bool last_of_epoch)> on_step;  // rank 0's steps
   std::function<void(const EpochRecord&)> on_epoch;
+  std::function<void(const std::string& path)> on_checkpoint;         // rank 0, after writing one
 };
 
 // With `processes`, this process runs its one rank of an MPI job (see train()).

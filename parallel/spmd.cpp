@@ -3,12 +3,17 @@
 // DdpSync are DistributedDataParallel, the ranks being threads of this process or, under MPI,
 // one per process.
 #include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <type_traits>
 
 #include "core/clock.hpp"
+#include "core/stop.hpp"
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/loss.hpp"
@@ -16,7 +21,10 @@
 #include "parallel/ddp.hpp"
 #include "parallel/device_env.hpp"
 #include "parallel/evaluate.hpp"
+#include "parallel/gather.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/process_group.hpp"
+#include "parallel/rank_checkpoints.hpp"
 #include "parallel/run_modes.hpp"
 #include "parallel/threads_backend.hpp"
 
@@ -24,8 +32,48 @@ namespace dpx::parallel {
 
 namespace {
 
+// The divergence guard (--on-nonfinite) after a step's gradients are all-reduced: every rank
+// holds the same gradients, so every rank decides alike. Returns true when the update must be
+// skipped; throws a SharedFailure (stop) naming the step and the first offending parameter.
+bool nonfinite_gradients(Context& ctx, nn::Model& model, const TrainOptions& o, int64_t global_step, int rank) {
+  if (o.on_nonfinite == "ignore" || ops::count_nonfinite(ctx, model.flat_grads()) == 0) return false;
+  std::string first = "?";
+  for (const nn::ParamSlot& slot : model.slots()) {
+    if (!slot.param->requires_grad) continue;
+    if (ops::count_nonfinite(ctx, model.flat_grads().view_at(slot.offset, {slot.numel})) > 0) {
+      first = slot.name;
+      break;
+    }
+  }
+  const std::string what = detail::concat("non-finite gradients at step ", global_step, " (first in ", first,
+                                          o.ranks() > 1 ? ", after the all-reduce: every rank has them)" : ")");
+  if (o.on_nonfinite == "stop")
+    throw SharedFailure(1, what + "; lower --lr, or pass --on-nonfinite skip to skip such steps");
+  if (rank == 0) std::fprintf(stderr, "dpx: warning: %s: update skipped (--on-nonfinite skip)\n", what.c_str());
+  return true;
+}
+
+// A checkpoint at position `at` (collective); rank 0 notes and announces the file.
+void save_checkpoint(RankCheckpoints& checkpoints, Communicator* comm, int rank, nn::Model& model,
+                     const nn::Optimizer& optimizer, const RunProgress& at, const std::vector<StepRecord>& mine,
+                     TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks,
+                     const data::DataLoader& loader) {
+  std::vector<EpochRecord> epochs;
+  if (rank == 0) {
+    std::lock_guard<std::mutex> lock(report_mu);
+    epochs = report.epochs;
+  }
+  const std::string path = checkpoints.save(comm, model, optimizer, at, mine, epochs, loader);
+  if (rank != 0) return;
+  std::lock_guard<std::mutex> lock(report_mu);
+  report.checkpoint = path;
+  if (hooks.on_checkpoint) hooks.on_checkpoint(path);
+}
+
 // One rank's whole run. `comm` is null for the single-replica run. Times are recorded on rank
-// 0's clock: this rank's steady clock minus clock_offset_s.
+// 0's clock: this rank's steady clock minus clock_offset_s. A resumed run (job.resume) starts at
+// its checkpoint's step with its optimizer state and random streams; a run asked to stop (a
+// signal: core/stop.hpp) stops after the same update on every rank, checkpointing first.
 void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, TrainReport& report,
                std::mutex& report_mu, const TrainHooks& hooks, double clock_offset_s) {
   auto clock = [clock_offset_s] { return now_s() - clock_offset_s; };
@@ -40,18 +88,28 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
   sync.attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   nn::CrossEntropyLoss criterion(o.label_smoothing);
-
   data::DataLoader loader(job.train_set, job.train_loader(rank, job.ranks, job.rank_batch));
-
+  std::unique_ptr<StopVote> vote = comm ? comm->stop_vote() : std::make_unique<LocalStopVote>();
+  RankCheckpoints checkpoints(job, rank, report.start_s);
+  const RunProgress start = job.resume ? job.resume->progress : RunProgress{};
+  if (job.resume) {
+    optimizer->load_state(job.resume->optimizer);
+    set_random_streams(model, job.resume->random.at(static_cast<size_t>(rank)));
+    if (rank == 0 && start.epoch < o.epochs && job.resume->order != loader.epoch_order(start.epoch))
+      fail("--resume ", job.resume->path, ": the data order of epoch ", start.epoch + 1,
+           " differs from this run's (another data set, or another dpx version's shuffling)");
+  }
   std::vector<StepRecord> mine;
-  int64_t global_step = 0;
+  int64_t global_step = start.global_step;
   const int64_t total_updates = o.epochs * job.steps_per_epoch / o.accumulate;
-  for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
+  const bool guard = o.on_nonfinite != "ignore";
+  int stopped_by = 0;
+  for (int64_t epoch = start.epoch; epoch < o.epochs && !stopped_by; ++epoch) {
     model.train();
-    loader.start_epoch(epoch);
-    double epoch_start = now_s(), loss_sum = 0;
-    int64_t steps = job.steps_per_epoch;
-    for (int64_t step = 0; step < steps; ++step, ++global_step) {
+    const int64_t steps = job.steps_per_epoch, first = epoch == start.epoch ? start.step : 0;
+    loader.start_epoch(epoch, first);
+    double epoch_start = now_s(), loss_sum = epoch == start.epoch ? start.epoch_loss_sum : 0;
+    for (int64_t step = first; step < steps; ++step, ++global_step) {
       if (comm) comm->set_activity(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
       PhaseTimer timer;
       double step_start = clock();
@@ -88,6 +146,14 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         sync.begin_backward(final_micro);
         Tensor dlogits = criterion.backward(ctx);
         if (o.accumulate > 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(o.accumulate));
+        if (guard && !std::isfinite(loss.item())) {
+          // A non-finite loss with finite gradients (a class whose probability underflowed to
+          // 0) would slip past the gradient check: make the gradients say it, on every rank.
+          if (o.on_nonfinite == "stop")
+            fail("rank ", rank, ": non-finite loss (", loss.item(), ") at step ", global_step,
+                 "; lower --lr, or pass --on-nonfinite skip to skip such steps");
+          ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
+        }
         model.backward(ctx, dlogits);
         env->mark(Boundary::backward_end);
       }
@@ -96,8 +162,10 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
         env->mark(Boundary::optimizer_begin);
-        optimizer->set_lr(o.lr_at(global_step / o.accumulate, total_updates));
-        optimizer->step(ctx);
+        if (!nonfinite_gradients(ctx, model, o, global_step, rank)) {
+          optimizer->set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+          optimizer->step(ctx);
+        }
         model.zero_grad(ctx);
         env->mark(Boundary::optimizer_end);
       }
@@ -111,7 +179,23 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
       loss_sum += rec.loss;
       mine.push_back(rec);
       if (rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
+      if (!final_micro) continue;
+      // After every update: the ranks vote on a signal, and checkpoint when asked or due.
+      const bool stop = vote->vote(stop::requested() != 0);
+      // The epoch's last update is checkpointed at the epoch's end, after its evaluation.
+      const bool due = checkpoints.due_after_update(global_step + 1) && step + 1 < steps;
+      if (checkpoints.enabled() && (stop || due)) {
+        save_checkpoint(checkpoints, comm, rank, model, *optimizer, {epoch, step + 1, global_step + 1, loss_sum, 0},
+                        mine, report, report_mu, hooks, loader);
+        sync.take_sent_bytes();  // the checkpoint's gathering is not gradient traffic
+      }
+      if (stop) {
+        stopped_by = stop::requested() ? stop::requested() : SIGTERM;
+        ++global_step;
+        break;
+      }
     }
+    if (stopped_by) break;
     EpochRecord er;
     er.epoch = epoch;
     er.time_s = now_s() - epoch_start;
@@ -135,10 +219,16 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
       report.epochs.push_back(er);
       if (hooks.on_epoch) hooks.on_epoch(er);
     }
+    if (checkpoints.enabled()) {  // every epoch's end, evaluation included
+      save_checkpoint(checkpoints, comm, rank, model, *optimizer, {epoch + 1, 0, global_step, 0, 0}, mine, report,
+                      report_mu, hooks, loader);
+      sync.take_sent_bytes();
+    }
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());
   if (rank == 0) {
+    report.stopped_by = stopped_by;
     report.final_params = model.flat_params().to_vector();
     model.root().set_grad_ready_hook(nullptr);  // the hook points into this rank's GradSync
     report.final_model = std::make_shared<nn::Model>(std::move(model));
@@ -191,18 +281,13 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
 
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) {
   static_assert(std::is_trivially_copyable_v<StepRecord>, "step records travel as bytes");
-  const int n = comm.size();
-  const int64_t mine = static_cast<int64_t>(steps.size());
-  std::vector<int64_t> counts(static_cast<size_t>(n));
-  comm.all_gather(&mine, counts.data(), 1, DType::i64);
-  if (comm.rank() != 0) {
-    comm.send(steps.data(), steps.size() * sizeof(StepRecord), DType::u8, 0);
-    return;
-  }
-  for (int q = 1; q < n; ++q) {
-    std::vector<StepRecord> theirs(static_cast<size_t>(counts[static_cast<size_t>(q)]));
-    comm.recv(theirs.data(), theirs.size() * sizeof(StepRecord), DType::u8, q);
-    steps.insert(steps.end(), theirs.begin(), theirs.end());
+  const auto* first = reinterpret_cast<const std::byte*>(steps.data());
+  const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + steps.size() * sizeof(StepRecord)));
+  for (size_t q = 1; q < all.size(); ++q) {
+    const size_t count = all[q].size() / sizeof(StepRecord);
+    const size_t at = steps.size();
+    steps.resize(at + count);
+    std::memcpy(steps.data() + at, all[q].data(), count * sizeof(StepRecord));
   }
 }
 

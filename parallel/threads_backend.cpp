@@ -8,7 +8,9 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -39,6 +41,17 @@ class World {
         statuses_(static_cast<size_t>(k)), finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
         spin_(k <= available_cpus() ? 200 : 0), timeout_s_(timeout_s) {
     for (int r = 0; r < k; ++r) finished_[r] = false;
+  }
+
+  // The vote on stopping (stop_vote.hpp). A rank asked to stop at its update v sets the stop at
+  // the furthest update any rank has voted on, plus one: no rank can be past that one (updates
+  // all-reduce gradients, so no rank runs more than one update ahead of another), and every
+  // rank reaches it.
+  bool vote_stop(int rank, bool asked) {
+    std::lock_guard<std::mutex> lock(vote_mu_);
+    const int64_t v = ++votes_[static_cast<size_t>(rank)];
+    if (asked && stop_at_ == INT64_MAX) stop_at_ = *std::max_element(votes_.begin(), votes_.end()) + 1;
+    return v >= stop_at_;
   }
 
   // What each rank is doing, for stall reports; written by the rank (its thread, or DDP's
@@ -284,12 +297,26 @@ class World {
   int abort_rank_ = -1;
   std::string abort_reason_;
 
+  std::mutex vote_mu_;
+  std::vector<int64_t> votes_ = std::vector<int64_t>(static_cast<size_t>(k_), 0);
+  int64_t stop_at_ = INT64_MAX;
+
   std::mutex barrier_mu_;
   int arrived_ = 0;
   std::atomic<uint64_t> generation_{0};
 };
 
 class ThreadsTransport final : public Transport {
+  class Vote final : public StopVote {
+   public:
+    Vote(World& world, int rank) : world_(world), rank_(rank) {}
+    bool vote(bool asked) override { return world_.vote_stop(rank_, asked); }
+
+   private:
+    World& world_;
+    const int rank_;
+  };
+
  public:
   ThreadsTransport(World& world, int rank) : world_(world), rank_(rank) {}
   int rank() const override { return rank_; }
@@ -300,6 +327,7 @@ class ThreadsTransport final : public Transport {
   void begin_call(const CommCall& call) override { world_.begin_call(rank_, call); }
   void end_call() override { world_.end_call(rank_); }
   void set_activity(std::string_view what) override { world_.set_activity(rank_, what); }
+  std::unique_ptr<StopVote> make_stop_vote() override { return std::make_unique<Vote>(world_, rank_); }
 
  protected:
   void do_exchange(const Exchange& x) override {

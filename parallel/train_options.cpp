@@ -4,11 +4,17 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace dpx::parallel {
+
+namespace {
+constexpr int kMaxThreadsPerCore = 16;
+constexpr int kMaxWorkers = 256;
+}  // namespace
 
 ParallelMode parse_parallel_mode(const std::string& s) {
   if (s == "none") return ParallelMode::none;
@@ -81,6 +87,13 @@ void check_process_devices(const TrainOptions& o) {
 }  // namespace
 
 void TrainOptions::validate() const {
+  // NaN passes every comparison it is put through ("nan < 0" is false): refuse it first.
+  const std::pair<const char*, double> reals[] = {
+      {"--momentum", momentum},         {"--label-smoothing", label_smoothing}, {"--bucket-mb", bucket_mb},
+      {"--loss-threshold", loss_threshold}, {"--log-interval", log_interval_s}, {"--comm-timeout", comm_timeout_s},
+      {"--betas", beta1},               {"--betas", beta2},                     {"--eps", eps}};
+  for (const auto& [flag, value] : reals)
+    if (!std::isfinite(value)) usage_fail(flag, " must be a finite number (got ", value, ")");
   (void)device();
   check_process_devices(*this);
   int k = ranks();
@@ -103,9 +116,21 @@ void TrainOptions::validate() const {
   if (label_smoothing < 0 || label_smoothing >= 1)
     usage_fail("--label-smoothing must be in [0, 1) (got ", label_smoothing, ")");
   if (threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", threads, ")");
+  // Far more threads than cores only thrash (and thousands fail to start): a stated bound.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > kMaxThreadsPerCore * cores)
+    usage_fail("--threads ", threads, " is more than ", kMaxThreadsPerCore, " per hardware thread of this machine (",
+               cores, " hardware threads, so at most ", kMaxThreadsPerCore * cores, "); pass at most that, or 0 for "
+               "every core");
   if (workers < 0) usage_fail("--workers must be >= 0 (got ", workers, ")");
+  if (workers > kMaxWorkers)
+    usage_fail("--workers ", workers, " is more than ", kMaxWorkers, " loader threads per rank; a few keep any model "
+               "fed (the load phase shows whether more help)");
   if (max_steps < 0) usage_fail("--steps must be >= 0 (got ", max_steps, ")");
   if (warmup_steps < 0) usage_fail("--warmup must be >= 0 (got ", warmup_steps, ")");
+  if (max_steps > 0 && warmup_steps >= max_steps * epochs)
+    usage_fail("--warmup ", warmup_steps, " would exclude all ", max_steps * epochs, " steps (", epochs,
+               " epochs of --steps ", max_steps, ") from the measurements: pass a smaller --warmup or more --steps");
   if (accumulate < 1) usage_fail("--accumulate must be at least 1 (got ", accumulate, ")");
   if (bucket_mb < 0) usage_fail("--bucket-mb must be >= 0 (0 = one all-reduce per tensor; got ", bucket_mb, ")");
   if (!(loss_threshold >= 0)) usage_fail("--loss-threshold must be >= 0 (0 = off; got ", loss_threshold, ")");
@@ -131,6 +156,16 @@ void TrainOptions::validate() const {
     usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
                "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");
   if (!(comm_timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", comm_timeout_s, ")");
+  if (checkpoint_every < 0) usage_fail("--checkpoint-every must be >= 0 steps (0: at the end of each epoch only; got ",
+                                       checkpoint_every, ")");
+  if (keep_checkpoints < 1) usage_fail("--keep must be at least 1 checkpoint (got ", keep_checkpoints, ")");
+  if ((checkpoint_every > 0 || keep_checkpoints != 3) && checkpoint_dir.empty())
+    usage_fail("--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to");
+  if (parallel == ParallelMode::dp && (!checkpoint_dir.empty() || !resume.empty()))
+    usage_fail("--checkpoint-dir and --resume work with --parallel none and ddp, not with dp (DataParallel's master "
+               "loop keeps no checkpoints yet)");
+  if (on_nonfinite != "stop" && on_nonfinite != "skip" && on_nonfinite != "ignore")
+    usage_fail("--on-nonfinite: unknown choice '", on_nonfinite, "': use stop, skip or ignore");
   if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
     usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
@@ -160,6 +195,8 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},
+      {"--checkpoint-dir", checkpoint_dir}, {"--checkpoint-every", num(checkpoint_every)},
+      {"--keep", num(keep_checkpoints)}, {"--resume", resume}, {"--on-nonfinite", on_nonfinite},
   };
 }
 

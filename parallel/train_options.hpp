@@ -65,6 +65,12 @@ struct TrainOptions {
   int warmup_steps = 2;                   // excluded from summaries
   double loss_threshold = 0;              // report when the loss first falls below; 0: off
   double log_interval_s = 2;              // progress line cadence
+  // checkpoints and resume (checkpoint.hpp), divergence guard
+  std::string checkpoint_dir;             // where checkpoints go; empty: none
+  int64_t checkpoint_every = 0;           // steps between checkpoints (and one per epoch); 0: per epoch only
+  int keep_checkpoints = 3;               // the newest kept
+  std::string resume;                     // a checkpoint file, or a folder (its newest)
+  std::string on_nonfinite = "stop";      // stop | skip | ignore: a non-finite loss or gradient
   std::string trace_file;                 // Chrome trace (Perfetto)
   int64_t trace_first = 0, trace_last = 20;
   std::string out_dir;

@@ -2,6 +2,7 @@
 // DistributedDataParallel alike); DataParallel has its own master loop (data_parallel.cpp).
 #include "parallel/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -100,13 +101,30 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
 
   Progress progress(log, job);
   TrainHooks hooks{[&](const StepRecord& r, bool last) { progress.step(r, last); },
-                   [&](const EpochRecord& e) { progress.epoch(e); }};
+                   [&](const EpochRecord& e) { progress.epoch(e); },
+                   [&](const std::string& path) { log << "checkpoint " << path << std::endl; }};
   double start = now_s();
-  report.start_s = start;
+  // A resumed run continues the first one's timeline: its records keep their times.
+  report.start_s = start - (job.resume ? job.resume->progress.elapsed_s : 0.0);
+  if (job.resume) {
+    report.epochs = job.resume->epochs;
+    log << "resuming from " << job.resume->path << " at epoch " << job.resume->progress.epoch + 1 << " step "
+        << job.resume->progress.step << " (global step " << job.resume->progress.global_step << ")" << std::endl;
+  }
   if (options.parallel == ParallelMode::dp) {
     run_data_parallel(job, report, hooks);  // measures its own wait phase
   } else {
     run_spmd(job, report, hooks, processes);
+    if (job.resume && (!processes || processes->rank() == 0)) {  // the steps before the checkpoint
+      for (StepRecord r : job.resume->steps) {
+        r.start_s += report.start_s;
+        r.backward_end_s += report.start_s;
+        report.steps.push_back(r);
+      }
+      std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {
+        return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
+      });
+    }
     fill_wait_times(report);
   }
   report.wall_s = now_s() - start;

@@ -55,6 +55,8 @@ struct TrainReport {
   std::shared_ptr<nn::Model> final_model;
   zoo::ModelOptions model_options;
   LaunchInfo launch;                 // how the ranks were started (threads, or MPI processes)
+  int stopped_by = 0;                // the signal that stopped the run early (core/stop.hpp); 0: none
+  std::string checkpoint;            // the last checkpoint written (rank 0), if any
 };
 
 struct Job;  // job.hpp

@@ -12,6 +12,8 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/stop.hpp"
+#include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/report_io.hpp"
 #include "parallel/trainer.hpp"
@@ -86,12 +88,24 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     usage_fail("--models, --batch-sizes, --devices and --parallel each need at least one value");
   std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
                                                             : expand_devices(bf.devices);
+  std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
   if (rank0) {
     ensure_writable_dir(bf.out_dir);
     ensure_writable_dir(bf.out_dir + "/steps");
+    lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
   }
 
-  // Validate every configuration before running any, so a typo fails in a second, not an hour.
+  // Validate every configuration before running any, so a typo fails in a second, not an hour:
+  // the options, the model, its smallest input and the data set's size (each set loaded once).
+  std::map<std::string, std::shared_ptr<const data::Dataset>> data_sets;
+  auto train_set_of = [&](const parallel::TrainOptions& o) {
+    const data::DatasetSpec spec = parallel::Job::data_spec(o);
+    const std::string key = detail::concat(spec.name, "|", spec.dir, "|", spec.image_size, "|", spec.channels, "|",
+                                           spec.synthetic_size, "|", spec.num_classes, "|", spec.seed);
+    auto& set = data_sets[key];
+    if (!set) set = data::make_dataset(spec, data::Split::train);
+    return set;
+  };
   struct Config { parallel::TrainOptions o; std::string tag; };
   std::vector<Config> configs;
   std::vector<std::string> skipped;  // device sets larger than the launched MPI world
@@ -117,6 +131,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
           if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
           o.batch_size = bf.scaling == "weak" ? b * k : b;
           o.validate();
+          parallel::Job::check_fits(o, *train_set_of(o));
           std::ostringstream tag;
           tag << model << "_b" << b << "_" << par << "_" << dev.substr(0, dev.find(':')) << k;
           configs.push_back({o, tag.str()});
@@ -146,6 +161,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::cout << "skipping --devices " << dev << ": this MPI job has " << processes.size() << " ranks\n";
   }
 
+  stop::Graceful graceful;  // a signal ends the configuration in progress at a step, and the sweep
   std::ostringstream csv;
   csv << "scaling," << parallel::summary_csv_header() << "\n";
   std::map<std::string, parallel::Summary> baselines;  // model/batch/parallel -> fewest ranks
@@ -164,10 +180,20 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       if (part) report = parallel::train(c.o, quiet, part.get(), processes.info());
       else processes.world().set_activity(detail::concat("idle: configuration ", i, " runs on ranks 0-", k - 1));
       processes.world().barrier_patient(detail::concat("configuration ", i, " on ranks 0-", k - 1));
-      if (!rank0) continue;
+      // Rank 0 runs every configuration: it tells the idle ranks whether a signal stopped it.
+      int stopped = report.stopped_by;
+      processes.world().broadcast(&stopped, &stopped, 1, DType::i32, 0);
+      report.stopped_by = stopped;
     } else {
       report = parallel::train(c.o, quiet);
     }
+    if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
+      std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during configuration " << i << " of "
+                << configs.size() << "; " << bf.out_dir << "/results.csv holds the " << i - 1 << " before it"
+                << std::endl;
+      throw stop::Stopped(report.stopped_by);
+    }
+    if (mpi && !rank0) continue;
     parallel::Summary s = parallel::summarize(report);
     std::string key = c.tag.substr(0, c.tag.rfind('_'));
     auto it = baselines.find(key);

@@ -84,7 +84,8 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("-b,--minbytes", f->min_bytes, "smallest size, bytes with an optional K, M or G")
       ->capture_default_str();
   cmd->add_option("-e,--maxbytes", f->max_bytes, "largest size")->capture_default_str();
-  cmd->add_option("-f,--stepfactor", o.step_factor, "multiply the size by this (>= 2) from one row to the next");
+  cmd->add_option("-f,--stepfactor", o.step_factor, "multiply the size by this (>= 2) from one row to the next")
+      ->check(non_negative());
   cmd->add_option("-i,--stepbytes", f->step_bytes, "add this to the size from one row to the next (without -f)")
       ->capture_default_str();
   cmd->add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
 #include "layers/model.hpp"
@@ -72,9 +74,21 @@ std::pair<std::string, Tensor> read_images(const InferFlags& f) {
   return {name, t->dtype() == DType::f32 ? *t : t->cast(DType::f32)};
 }
 
+// Whether two paths name one file (an existing one; hard links and symbolic links included).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 void run_infer(const InferFlags& f) {
   if (f.batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", f.batch_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
+  // The logits must never replace what was read to make them.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--input", f.input}, {"--weights", f.weights}})
+    if (same_file(f.output, path))
+      usage_fail("--output ", f.output, " is the ", flag, " file: writing the logits there would destroy it; pass "
+                 "another --output");
+  ensure_writable_dir(std::filesystem::path(f.output).parent_path().string(), "--output");
   const zoo::ModelInfo& info = zoo::find_model(f.model);
   auto [x_name, x] = read_images(f);
   SafeTensors weights = read_safetensors(f.weights);
@@ -115,7 +129,7 @@ void run_infer(const InferFlags& f) {
     logits.slice(b, e).copy_from(y);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_safetensors(f.output, {{"logits", logits}}, {{"model", f.model}, {"input", x_name}});
+  write_safetensors(f.output, {{"logits", logits}}, {{"model", f.model}, {"input", x_name}}, "--output");
   std::printf("%s: %lld image(s) %s -> logits (%lld, %lld) in %s (%.3f s, eval mode)\n", f.model.c_str(),
               static_cast<long long>(n), shape_str(x.shape()).c_str(), static_cast<long long>(n),
               static_cast<long long>(logits.size(1)), f.output.c_str(), seconds);

@@ -58,7 +58,7 @@ void run_models(const ModelsFlags& f) {
   if (f.classes < 1) usage_fail("--classes must be at least 1 (got ", f.classes, ")");
   if (f.image_size < 0) usage_fail("--image-size must be positive, or 0 for each model's default (got ", f.image_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
-  if (!f.csv.empty()) ensure_writable_dir(std::filesystem::path(f.csv).parent_path().string());
+  if (!f.csv.empty()) ensure_writable_dir(std::filesystem::path(f.csv).parent_path().string(), "--csv");
   auto models = selected(f);
   if (f.list_only) {
     list_registry(models);
@@ -99,7 +99,7 @@ void run_models(const ModelsFlags& f) {
         << s.in_channels << "," << s.image_size << "," << s.activation_bytes << "\n";
   }
   if (!f.csv.empty()) {
-    write_file_atomic(f.csv, csv.str());
+    write_file_atomic(f.csv, csv.str(), "--csv");
     std::printf("wrote %s\n", f.csv.c_str());
   }
 }

@@ -3,8 +3,11 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <memory>
+#include <vector>
 
 #include "core/atomic_file.hpp"
+#include "core/stop.hpp"
 #include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/report_io.hpp"
@@ -23,9 +26,19 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   apply_train_flags(o, f);
   o.validate();
   const bool rank0 = processes.rank() == 0;
+  // Every output is checked (and its folder locked against a second run) before training, so a
+  // bad path fails in a second, not after an hour.
+  std::vector<std::unique_ptr<OutputLock>> locks;
   if (rank0) {  // rank 0 alone writes the run's files
-    if (!o.out_dir.empty()) ensure_writable_dir(o.out_dir);
-    if (!o.save_file.empty()) ensure_writable_dir(std::filesystem::path(o.save_file).parent_path().string());
+    auto folder = [&](const std::string& dir, const char* flag, bool lock) {
+      ensure_writable_dir(dir, flag);
+      if (lock) locks.push_back(std::make_unique<OutputLock>(dir, flag));
+    };
+    auto parent = [](const std::string& file) { return std::filesystem::path(file).parent_path().string(); };
+    if (!o.out_dir.empty()) folder(o.out_dir, "--out", true);
+    if (!o.checkpoint_dir.empty()) folder(o.checkpoint_dir, "--checkpoint-dir", o.checkpoint_dir != o.out_dir);
+    if (!o.save_file.empty()) folder(parent(o.save_file), "--save", false);
+    if (!o.trace_file.empty()) folder(parent(o.trace_file), "--trace", false);
   }
   // Data, model and weights first: a missing file is then agreed on and said once, not by every rank.
   std::unique_ptr<parallel::Job> job = parallel::prepare_job(o, processes.info());
@@ -35,9 +48,13 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     warn_if_oversubscribed(o, processes.info());
     print_config_box(std::cout, o, processes.info());
   }
+  stop::Graceful graceful;  // the training loop stops at a step on a signal
   parallel::TrainReport report =
       parallel::train(*job, std::cout, processes.launched() ? &processes.world() : nullptr, processes.info());
-  if (!rank0) return;  // the others' reports hold their own steps only
+  if (!rank0) {  // the others' reports hold their own steps only
+    if (report.stopped_by) throw stop::Stopped(report.stopped_by);
+    return;
+  }
   parallel::Summary s = parallel::summarize(report);
   print_summary(std::cout, report, s);
   if (!o.out_dir.empty()) {
@@ -57,6 +74,17 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   if (!o.trace_file.empty()) {
     parallel::write_trace(o.trace_file, report, o.trace_first, o.trace_last);
     std::cout << "wrote trace " << o.trace_file << " (open in https://ui.perfetto.dev)\n";
+  }
+  if (report.stopped_by) {
+    const int64_t done = report.steps.empty() ? 0 : report.steps.back().global_step + 1;
+    std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " after " << done << " steps";
+    if (!report.checkpoint.empty())
+      std::cout << "; checkpoint " << report.checkpoint << "\nresume with the same command and --resume "
+                << o.checkpoint_dir;
+    else
+      std::cout << " (no --checkpoint-dir: nothing to resume from)";
+    std::cout << std::endl;
+    throw stop::Stopped(report.stopped_by);
   }
 }
 

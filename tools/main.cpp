@@ -5,8 +5,11 @@
 // after, the rank that failed prints it and ends the whole job.
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <system_error>
 
 #include "core/error.hpp"
+#include "core/stop.hpp"
 #include "parallel/process_group.hpp"
 #include "tools/commands.hpp"
 
@@ -21,7 +24,7 @@ int report_error(dpx::parallel::ProcessGroup& processes, int code, const std::st
   if (!processes.agreed()) {
     try {
       processes.agree({code, message, {}});
-    } catch (const dpx::parallel::StartFailure& all) {
+    } catch (const dpx::parallel::SharedFailure& all) {
       if (processes.rank() == 0) std::fprintf(stderr, "dpx: error: %s\n", all.what());
       return all.exit_code;
     }
@@ -36,6 +39,7 @@ int report_error(dpx::parallel::ProcessGroup& processes, int code, const std::st
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpx::stop::install_handlers();  // under MPI the group's watchdog takes the signals over
   std::unique_ptr<dpx::parallel::ProcessGroup> processes;
   try {
     processes = dpx::parallel::join_process_group(argc, argv);
@@ -74,11 +78,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return report_error(*processes, 2,
                         std::string(e.what()) + "\nRun 'dpx --help' or 'dpx <command> --help' for usage.");
-  } catch (const dpx::parallel::StartFailure& e) {  // every rank has it: rank 0 says it
+  } catch (const dpx::stop::Stopped& e) {  // the command saved what it could and said so
+    return 128 + e.signal;
+  } catch (const dpx::parallel::SharedFailure& e) {  // every rank has it: rank 0 says it, all leave
     if (processes->rank() == 0) std::fprintf(stderr, "dpx: error: %s\n", e.what());
     return e.exit_code;
   } catch (const dpx::UsageError& e) {
     return report_error(*processes, 2, e.what());
+  } catch (const std::bad_alloc&) {
+    return report_error(*processes, 1,
+                        "out of memory: lower --batch-size, --image-size, --workers or the number of ranks, pick a "
+                        "smaller model, or free memory on this machine");
+  } catch (const std::system_error& e) {
+    if (e.code() == std::errc::resource_unavailable_try_again)
+      return report_error(*processes, 1,
+                          std::string("could not start a thread (") + e.what() +
+                              "): lower --threads, --workers or the number of ranks");
+    return report_error(*processes, 1, e.what());
   } catch (const std::exception& e) {
     return report_error(*processes, 1, e.what());
   }

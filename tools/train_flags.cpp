@@ -29,7 +29,20 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_flag("--weights-non-strict", f.weights_non_strict,
                  "load the --weights that fit; list the missing and unexpected names instead of failing");
     cmd.add_option("--save", o.save_file, "write the final weights (rank 0's) to this safetensors file");
+    cmd.add_option("--checkpoint-dir", o.checkpoint_dir,
+                   "write checkpoints into this folder: at the end of every epoch, every --checkpoint-every "
+                   "steps, and when a signal stops the run");
+    cmd.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: at epoch ends only)")
+        ->capture_default_str();
+    cmd.add_option("--keep", o.keep_checkpoints, "how many of the newest checkpoints to keep")->capture_default_str();
+    cmd.add_option("--resume", o.resume,
+                   "continue the run a checkpoint was made of, bit for bit: a checkpoint file, or a --checkpoint-dir "
+                   "(its newest)");
   }
+  cmd.add_option("--on-nonfinite", o.on_nonfinite,
+                 "a NaN or infinite loss or gradient: stop (the default: an error naming the rank, step and first "
+                 "parameter), skip (the update, on every rank), or ignore (no check)")
+      ->capture_default_str();
   cmd.add_option("--head", o.head,
                  "classifier: default (the model's own), linear (one new Linear) or mlp4096 (new Linear 4096, "
                  "ReLU, Dropout, Linear 4096, ReLU, Dropout, Linear)")
@@ -73,7 +86,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "constant; cosine (annealed to 0 over the run); step (/10 at 50 % and 75 % of the run)")
       ->capture_default_str();
   cmd.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
-  cmd.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
+  // Unsigned options take "-1" as 2^64 - 1 without a word: refuse negative text first.
+  cmd.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")
+      ->check(non_negative())
+      ->capture_default_str();
   cmd.add_option("--threads", o.threads,
                  "CPU threads in all, split over the thread ranks (0: every core); under MPI, this process's "
                  "threads (0: the cores the launcher bound it to, or an equal share of its node's cores)")
@@ -141,6 +157,16 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   } catch (const std::exception&) {
     usage_fail("--trace-steps '", f.trace_steps, "': use a:b, e.g. 10:20");
   }
+}
+
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const size_t first = text.find_first_not_of(" \t");
+        return first != std::string::npos && text[first] == '-' ? text + " is negative: give a whole number of 0 or more"
+                                                                 : "";
+      },
+      "NONNEGATIVE");
 }
 
 parallel::StartReport start_report(const std::string& command,

@@ -24,6 +24,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
 // Copies the string flags into `o` (parses --parallel, --trace-steps, ...). Set o.process_ranks
 // first: the default of --parallel depends on it.
 void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f);
+// For options read into unsigned integers, which would take "-1" as 2^64 - 1 without a word.
+CLI::Validator non_negative();
+
 // What a rank brings to the start-up agreement of an MPI job: the command, dpx's version and
 // the options that must be the same on every rank.
 parallel::StartReport start_report(const std::string& command,

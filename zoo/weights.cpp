@@ -71,7 +71,7 @@ void save_state(const std::string& path, nn::Model& model, std::map<std::string,
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back(name, t);
   sort_like_reference(tensors);
   metadata.emplace("format", "pt");  // what safetensors.torch.save_file writes
-  write_safetensors(path, tensors, metadata);
+  write_safetensors(path, tensors, metadata, "--save");
 }
 
 }  // namespace dpx::zoo

@@ -58,7 +58,7 @@ DataLoader::~DataLoader() {
   for (auto& t : workers_) t.join();
 }
 
-std::vector<int64_t> DataLoader::shard(int64_t epoch) const {
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   const int64_t n = dataset_->size();
   std::vector<int64_t> order;
   if (o_.shuffle) {
@@ -68,12 +68,19 @@ std::vector<int64_t> DataLoader::shard(int64_t epoch) const {
     order.resize(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
   }
+  return order;
+}
+
+std::vector<int64_t> DataLoader::shard(int64_t epoch) const {
+  const std::vector<int64_t> order = epoch_order(epoch);
   std::vector<int64_t> mine(static_cast<size_t>(samples_per_rank_));
   for (int64_t j = 0; j < samples_per_rank_; ++j) mine[j] = order[static_cast<size_t>(o_.rank + j * o_.world)];
   return mine;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_step) {
+  if (first_step < 0 || first_step > steps_)
+    fail("DataLoader::start_epoch: step ", first_step, " is outside the epoch's ", steps_, " steps");
   auto indices = std::make_shared<const std::vector<int64_t>>(shard(epoch));
   std::map<int64_t, Slot> stale;  // freed outside the lock
   {
@@ -81,7 +88,7 @@ void DataLoader::start_epoch(int64_t epoch) {
     ++generation_;
     epoch_ = epoch;
     shard_ = std::move(indices);
-    next_claim_ = next_yield_ = 0;
+    next_claim_ = next_yield_ = first_step;
     stale.swap(ready_);
     started_ = true;
   }

@@ -50,8 +50,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Begins epoch `epoch` (any order; restarting discards what was prefetched).
-  void start_epoch(int64_t epoch);
+  // Begins epoch `epoch` at batch `first_step` (any order; restarting discards what was
+  // prefetched). A resumed run starts where its checkpoint stopped, without loading the rest.
+  void start_epoch(int64_t epoch, int64_t first_step = 0);
   // The next batch of the epoch in order, or nullopt at its end. Rethrows the exception a worker
   // (or the dataset) threw for this batch.
   std::optional<Batch> next();
@@ -60,6 +61,8 @@ class DataLoader {
   int64_t samples_per_rank() const { return samples_per_rank_; }
   // This rank's sample indices for an epoch, in the order batches take them.
   std::vector<int64_t> shard(int64_t epoch) const;
+  // The whole data set's order in an epoch, which every rank's shard is dealt from.
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
   const LoaderOptions& options() const { return o_; }
   const Dataset& dataset() const { return *dataset_; }
 

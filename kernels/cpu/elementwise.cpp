@@ -1,6 +1,7 @@
-// CPU elementwise and utility ops: fill, copy, add, axpy, scale. Each element depends only on
+// CPU elementwise and utility ops: fill, copy, add, axpy, scale, count_nonfinite. Each element depends only on
 // its own inputs, so splitting the range over threads cannot change any result.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.hpp"
@@ -81,6 +82,17 @@ void scale(Context& ctx, Tensor& x, float alpha) {
   int nt = threads_for(ctx, n);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < n; ++i) xp[i] *= alpha;
+}
+
+int64_t count_nonfinite(Context& ctx, const Tensor& x) {
+  require_f32("count_nonfinite", "x", x);
+  const float* xp = x.data<float>();
+  const int64_t n = x.numel();
+  int64_t count = 0;
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1) reduction(+ : count)
+  for (int64_t i = 0; i < n; ++i) count += std::isfinite(xp[i]) ? 0 : 1;
+  return count;
 }
 
 }  // namespace dpx::cpu

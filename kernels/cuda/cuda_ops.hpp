@@ -15,6 +15,7 @@ void copy(Context& ctx, Tensor& out, const Tensor& in);
 void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x);
 void scale(Context& ctx, Tensor& x, float alpha);
+int64_t count_nonfinite(Context& ctx, const Tensor& x);
 void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b);
 void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x, const Tensor& w);
 void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta);

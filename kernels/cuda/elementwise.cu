@@ -1,4 +1,4 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale (the CPU ops' checks and results).
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, count_nonfinite (the CPU ops' checks and results).
 // Grid-stride loops with 64-bit indices; all work is queued on the Context's stream.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -29,6 +29,19 @@ __global__ void axpy_kernel(float* y, float alpha, const float* x, int64_t n) {
 __global__ void scale_kernel(float* x, float alpha, int64_t n) {
   DPX_CUDA_LOOP(i, n)
     x[i] *= alpha;
+}
+
+// One atomic per block: each thread counts its elements, the block sums in shared memory.
+__global__ void count_nonfinite_kernel(unsigned long long* count, const float* x, int64_t n) {
+  __shared__ unsigned long long block_count;
+  if (threadIdx.x == 0) block_count = 0;
+  __syncthreads();
+  unsigned long long mine = 0;
+  DPX_CUDA_LOOP(i, n)
+    mine += isfinite(x[i]) ? 0 : 1;
+  if (mine) atomicAdd(&block_count, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_count) atomicAdd(count, block_count);
 }
 
 }  // namespace
@@ -90,6 +103,21 @@ void scale(Context& ctx, Tensor& x, float alpha) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(x, "scale", "x"), alpha, n);
   check_launch();
+}
+
+int64_t count_nonfinite(Context& ctx, const Tensor& x) {
+  CudaState& st = state_of(ctx);
+  const int64_t n = x.numel();
+  if (n == 0) return 0;
+  detail::Scratch counter(st, sizeof(unsigned long long));
+  DPX_CUDA_CHECK(cudaMemsetAsync(counter.as<void>(), 0, sizeof(unsigned long long), st.stream));
+  count_nonfinite_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(counter.as<unsigned long long>(),
+                                                                 f32(x, "count_nonfinite", "x"), n);
+  check_launch();
+  unsigned long long count = 0;
+  DPX_CUDA_CHECK(cudaMemcpyAsync(&count, counter.as<void>(), sizeof count, cudaMemcpyDeviceToHost, st.stream));
+  DPX_CUDA_CHECK(cudaStreamSynchronize(st.stream));
+  return static_cast<int64_t>(count);
 }
 
 }  // namespace dpx::cuda

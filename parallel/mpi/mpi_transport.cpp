@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,64 @@ void MpiTransport::do_exchange(const Exchange& x) {
            "the ranks called different collectives or passed different counts");
   }
   if (dst != x.recv) reduce_into(x.recv, x.reduce_with, dst, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
+}
+
+namespace {
+
+// The mpi backend's vote on stopping: an MPI_Iallreduce (max) of the flag started after each
+// update and finished after the next, so the step never waits for it. Runs on a communicator of
+// its own, so its messages are never counted as gradient traffic.
+class MpiStopVote final : public StopVote {
+ public:
+  MpiStopVote(MPI_Comm comm, RankState& state, std::string label) : state_(state), label_(std::move(label)) {
+    DPX_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  }
+  ~MpiStopVote() override {
+    // Every rank has one vote in flight and ends it here; after an error (the job is ending)
+    // nothing is waited for.
+    if (request_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0) {
+      try {
+        finish_pending();
+      } catch (const std::exception&) {
+      }
+    }
+    MPI_Comm_free(&comm_);
+  }
+  bool vote(bool asked) override {
+    const bool stop = request_ != MPI_REQUEST_NULL && finish_pending() != 0;
+    mine_ = asked ? 1 : 0;
+    DPX_MPI_CHECK(MPI_Iallreduce(&mine_, &any_, 1, MPI_INT, MPI_MAX, comm_, &request_));
+    ++votes_;
+    return stop;
+  }
+
+ private:
+  int finish_pending() {
+    CommCall call;
+    call.kind = Collective::all_reduce;
+    call.seq = votes_;
+    call.bytes = sizeof(int);
+    call.dtype = DType::i32;
+    call.algo = Algorithm::mpi;
+    state_.begin_call(label_ + " (the vote on stopping)", call);
+    MPI_Status status;
+    wait_all(1, &request_, &status);
+    state_.end_call();
+    return any_;
+  }
+
+  RankState& state_;
+  std::string label_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  int mine_ = 0, any_ = 0;
+  uint64_t votes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StopVote> MpiTransport::make_stop_vote() {
+  return std::make_unique<MpiStopVote>(comm_, state_, label_);
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, RankState& state, std::string label, Algorithm default_algorithm)

@@ -24,6 +24,7 @@ class MpiTransport final : public Transport {
   void begin_call(const CommCall& call) override;
   void end_call() override { state_.end_call(); }
   void set_activity(std::string_view what) override { state_.set_activity(what); }
+  std::unique_ptr<StopVote> make_stop_vote() override;
   MPI_Comm comm() const { return comm_; }
   RankState& state() { return state_; }
   const std::string& label() const { return label_; }

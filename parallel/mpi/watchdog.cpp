@@ -17,7 +17,9 @@
 #include <cstring>
 #include <list>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/stop.hpp"
 #include "parallel/mpi/mpi_util.hpp"
 #include "parallel/stall_report.hpp"
 
@@ -451,6 +453,11 @@ void Watchdog::on_peer_gone(int q) {
 }
 
 void Watchdog::on_signal(int signal) {
+  if (stop::requested() == 0 && stop::graceful()) {  // the first, in training: stop after an agreed step
+    stop::request(signal, /*announce=*/speaks_for_node());
+    return;
+  }
+  remove_temporaries_in_progress();
   const RankSnapshot s = state_.snapshot();
   std::string where = s.in_call ? "in " + describe_call(s.call) : "outside communication";
   if (!s.activity.empty()) where += " (" + s.activity + ")";

@@ -4,8 +4,9 @@
 //    every rank what it is doing and prints a stall report (rank 0 prints it when it can: a rank
 //    that times out asks rank 0 to report, as Horovod's coordinator does), then ends the job;
 //  - notices at once when a rank on its own node vanishes (pidfd), and ends the job saying so;
-//  - turns SIGINT, SIGTERM and SIGHUP into a line that says where the rank was, and an exit with
-//    128 + the signal's number.
+//  - takes SIGINT, SIGTERM and SIGHUP: the first asks the run to stop at the end of a step
+//    (core/stop.hpp; the ranks vote on which), a second ends the rank at once with a line that
+//    says where it was and exit code 128 + the signal's number.
 #pragma once
 #include <mpi.h>
 
@@ -54,7 +55,7 @@ class Watchdog {
   // Tells every other rank that this one ends the job (it has said why).
   void announce_end();
   [[noreturn]] void on_peer_gone(int rank);
-  [[noreturn]] void on_signal(int signal);
+  void on_signal(int signal);  // returns on the first signal, ends the process on a second
   bool speaks_for_node() const;
   // Whether a rank announced that it ends the job (waiting up to wait_s for the notice).
   bool abort_announced(double wait_s);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,7 +110,7 @@ TEST_CASE("write_file_atomic into a missing directory names the path and the rea
   TempDir dir;
   const std::string path = dir.file("no/such/dir/steps.csv");
   std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x")); });
-  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": No such file or directory"), msg);
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--out): No such file or directory"), msg);
   CHECK_MESSAGE(contains(msg, "create the directory or pass another --out"), msg);
   CHECK(dir.entries().empty());
 }
@@ -119,7 +120,7 @@ TEST_CASE("write_file_atomic under a regular file fails and creates nothing") {
   dpx::write_file_atomic(dir.file("plain"), std::string_view("i am a file"));
   const std::string path = dir.file("plain/out.csv");
   std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x")); });
-  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": Not a directory"), msg);
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--out): Not a directory"), msg);
   CHECK(dir.entries() == std::vector<std::string>{"plain"});
   CHECK(slurp(dir.file("plain")) == "i am a file");
 }
@@ -128,7 +129,7 @@ TEST_CASE("write_file_atomic onto a directory fails at the rename and removes th
   TempDir dir;
   fs::create_directory(dir.file("results"));
   std::string msg = error_of([&] { dpx::write_file_atomic(dir.file("results"), std::string_view("x")); });
-  CHECK_MESSAGE(contains(msg, "cannot write " + dir.file("results") + ": Is a directory"), msg);
+  CHECK_MESSAGE(contains(msg, "cannot write " + dir.file("results") + " (--out): Is a directory"), msg);
   CHECK(dir.entries() == std::vector<std::string>{"results"});
   CHECK(fs::is_empty(dir.file("results")));
 }
@@ -152,7 +153,7 @@ TEST_CASE("a failing write (file size limit) is reported and leaves no partial f
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   ::sigaction(SIGXFSZ, &old_action, nullptr);
 
-  CHECK_MESSAGE(contains(msg, "cannot write " + path + ": File too large"), msg);
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--out): File too large"), msg);
   CHECK_MESSAGE(contains(msg, "free some disk space"), msg);
   CHECK(slurp(path) == "previous");
   CHECK(dir.entries() == std::vector<std::string>{"weights.bin"});
@@ -179,9 +180,73 @@ TEST_CASE("ensure_writable_dir fails clearly where a file is in the way") {
   dpx::write_file_atomic(dir.file("plain"), std::string_view("x"));
 
   std::string msg = error_of([&] { dpx::ensure_writable_dir(dir.file("plain")); });
-  CHECK_MESSAGE(contains(msg, dir.file("plain") + " as an output directory: it exists and is not a directory"), msg);
+  CHECK_MESSAGE(contains(msg, dir.file("plain") + " as an output directory (--out): it exists and is not a directory"), msg);
 
   msg = error_of([&] { dpx::ensure_writable_dir(dir.file("plain/sub/dir")); });
-  CHECK_MESSAGE(contains(msg, "cannot create directory " + dir.file("plain/sub/dir") + ": Not a directory"), msg);
+  CHECK_MESSAGE(contains(msg, "cannot create directory " + dir.file("plain/sub/dir") + " (--out): Not a directory"), msg);
   CHECK(dir.entries() == std::vector<std::string>{"plain"});
+}
+
+TEST_CASE("errors name the flag that chose the path") {
+  TempDir dir;
+  const std::string path = dir.file("no/such/dir/w.safetensors");
+  std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x"), "--save"); });
+  CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--save): No such file or directory; create the directory or "
+                              "pass another --save"), msg);
+  dpx::write_file_atomic(dir.file("plain"), std::string_view("x"));
+  msg = error_of([&] { dpx::ensure_writable_dir(dir.file("plain"), "--checkpoint-dir"); });
+  CHECK_MESSAGE(contains(msg, "(--checkpoint-dir): it exists and is not a directory; pass another --checkpoint-dir"),
+                msg);
+}
+
+TEST_CASE("a signal's handler can remove the temporaries of writes in progress") {
+  TempDir dir;
+  std::string seen_while_writing;
+  const std::string msg = error_of([&] {
+    dpx::write_file_atomic(dir.file("steps.csv"), [&](std::ostream& os) {
+      os << "step\n";
+      for (const auto& e : dir.entries()) seen_while_writing += e + ";";
+      dpx::remove_temporaries_in_progress();  // what the handler of a second SIGTERM does
+    });
+  });
+  CHECK(seen_while_writing.find("steps.csv.tmp.") == 0);  // the temporary existed, listed
+  CHECK(dir.entries().empty());                            // and is gone: no debris, no file
+  CHECK(!msg.empty());                                     // the write itself then fails
+}
+
+TEST_CASE("the next run removes the temporaries that a killed process left, and only those") {
+  TempDir dir;
+  // A process that has ended: its pid names no process any more.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);
+  const std::string dead = dir.file("steps.csv.tmp." + std::to_string(child) + ".3");
+  const std::string mine = dir.file("steps.csv.tmp." + std::to_string(getpid()) + ".0");
+  const std::string alive = dir.file("summary.csv.tmp.1.0");  // pid 1 lives as long as the machine
+  const std::string user = dir.file("notes.tmp.txt");         // not dpx's pattern
+  for (const auto& p : {dead, mine, alive, user}) dpx::write_file_atomic(p, std::string_view("x"));
+  dpx::ensure_writable_dir(dir.path.string());  // what every run does with its output folders
+  CHECK(!fs::exists(dead));
+  CHECK(fs::exists(mine));
+  CHECK(fs::exists(alive));
+  CHECK(fs::exists(user));
+  CHECK(dpx::remove_stale_temporaries(dir.path.string()) == 0);
+}
+
+TEST_CASE("an output folder takes one writer at a time") {
+  TempDir dir;
+  {
+    dpx::OutputLock first(dir.path.string(), "--out");
+    std::string msg;
+    try {
+      dpx::OutputLock second(dir.path.string(), "--out");
+    } catch (const dpx::UsageError& e) {
+      msg = e.what();
+    }
+    CHECK_MESSAGE(contains(msg, "another dpx run (pid " + std::to_string(getpid()) + ") is writing into " +
+                                    dir.path.string() + " (--out): wait for it to end, or pass another --out"),
+                  msg);
+  }
+  CHECK_NOTHROW(dpx::OutputLock(dir.path.string(), "--out"));  // released with the first
 }

@@ -2,6 +2,8 @@
 // CPU ops on the same random inputs (odd sizes); the dropout mask must equal the CPU's bit for bit.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "kernels/cuda/philox.cuh"
 #include "tests/cuda/gpu_test_util.hpp"
 
@@ -51,6 +53,17 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
   Tensor want = overlap.to(Device::cpu()).view_at(4, {6}).clone();
   ops::copy(g, first, last);  // overlapping views: copied as if through a temporary
   CHECK(bitwise_equal(first, want));
+}
+
+TEST_CASE("cuda count_nonfinite counts as the CPU does") {
+  Context c = cpu(), g = gpu();
+  Tensor x = uniform({100003}, 5);
+  x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  x.data<float>()[77777] = -std::numeric_limits<float>::infinity();
+  Tensor gx = x.to(dev());
+  CHECK(ops::count_nonfinite(g, gx) == 2);
+  CHECK(ops::count_nonfinite(g, gx) == ops::count_nonfinite(c, x));
+  CHECK(ops::count_nonfinite(g, gx.view_at(1, {1000})) == 0);
 }
 
 TEST_CASE("cuda relu forward and backward (accumulating) match the CPU") {

@@ -2,6 +2,8 @@
 // dropout's mask drawn from the documented counter (the same for 1 and 2 threads), clear errors.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
@@ -136,4 +138,25 @@ TEST_CASE("dropout: p == 0 copies, p == 1 zeroes, p outside 0..1 is an error") {
   Tensor bad_mask = Tensor::empty({4});
   CHECK_THROWS_WITH_AS(ops::dropout_forward(ctx, y, bad_mask, x, 0.5f, 1, 0),
                        doctest::Contains("mask (4) must be u8, got f32"), Error);
+}
+
+TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else, for any number of threads") {
+  const int64_t n = 100003;
+  Tensor x = Tensor::empty({n});
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i % 97) - 48.f;
+  p[0] = std::numeric_limits<float>::quiet_NaN();
+  p[5] = std::numeric_limits<float>::infinity();
+  p[n - 1] = -std::numeric_limits<float>::infinity();
+  p[7] = std::numeric_limits<float>::max();           // finite extremes are not counted
+  p[8] = std::numeric_limits<float>::denorm_min();
+  p[9] = -0.f;
+  for (int threads : {1, 2, 3}) {
+    Context ctx = Context::cpu(threads);
+    CHECK(ops::count_nonfinite(ctx, x) == 3);
+    CHECK(ops::count_nonfinite(ctx, x.view_at(1, {4})) == 0);
+  }
+  Context ctx = Context::cpu();
+  Tensor ints = Tensor::empty({3}, DType::i64);
+  CHECK_THROWS_AS(ops::count_nonfinite(ctx, ints), Error);  // f32 only, said
 }

@@ -106,7 +106,7 @@ TEST_CASE("start-up agreement: every rank learns which option differs, or which 
   try {
     agree_on_start(world, ready(me == n - 1 ? "2" : "1"));
     FAIL("the differing --seed went unnoticed");
-  } catch (const StartFailure& e) {
+  } catch (const SharedFailure& e) {
     CHECK(e.exit_code == 2);
     CHECK_MESSAGE(std::string(e.what()).find(expected) != std::string::npos, e.what());
   }
@@ -117,7 +117,7 @@ TEST_CASE("start-up agreement: every rank learns which option differs, or which 
   try {
     agree_on_start(world, extra);
     FAIL("the missing --trace went unnoticed");
-  } catch (const StartFailure& e) {
+  } catch (const SharedFailure& e) {
     CHECK_MESSAGE(std::string(e.what()).find("--trace is (absent) on rank") != std::string::npos, e.what());
   }
 
@@ -130,7 +130,7 @@ TEST_CASE("start-up agreement: every rank learns which option differs, or which 
   try {
     agree_on_start(world, failed);
     FAIL("rank 0's failure went unnoticed");
-  } catch (const StartFailure& e) {
+  } catch (const SharedFailure& e) {
     CHECK(e.exit_code == 2);
     CHECK(std::string(e.what()) == "rank 0: --batch-size must be at least 1 (got 0)");
   }
@@ -142,7 +142,7 @@ TEST_CASE("start-up agreement: every rank learns which option differs, or which 
   try {
     agree_on_start(world, all_failed);
     FAIL("the failure went unnoticed");
-  } catch (const StartFailure& e) {
+  } catch (const SharedFailure& e) {
     CHECK(e.exit_code == 1);
     CHECK(std::string(e.what()) == "data/train-images-idx3-ubyte: not found");
   }

@@ -1,7 +1,7 @@
-// Runs dpx under mpirun from a test, and controls such a run from outside as a user or a
-// scheduler would: start it in the background, wait for its progress lines, find rank R's
+// Runs dpx (under mpirun, or alone) from a test, and controls such a run from outside as a user
+// or a scheduler would: start it in the background, wait for its progress lines, find rank R's
 // process, send it a signal, and time how long the job takes to end. DPX_MPIEXEC and its flags
-// come from CMake (FindMPI).
+// come from CMake (FindMPI), where MPI is built.
 #pragma once
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -19,9 +19,11 @@
 
 #include "run_dpx.hpp"
 
+#ifdef DPX_MPIEXEC
 inline std::string mpirun(int np) {
   return std::string(DPX_MPIEXEC) + " " + DPX_MPIEXEC_FLAGS + " -np " + std::to_string(np) + " ";
 }
+#endif
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -58,12 +60,15 @@ class BackgroundJob {
 
   // Waits until the output holds `count` lines containing `text`; false after `timeout_s`.
   bool wait_for_lines(const std::string& text, int count, double timeout_s) {
-    for (auto t = std::chrono::steady_clock::now(); seconds_since(t) < timeout_s;) {
-      std::string out = file_text(output_);
+    auto enough = [&] {
+      const std::string out = file_text(output_);
       int n = 0;
       for (size_t at = out.find(text); at != std::string::npos; at = out.find(text, at + 1)) ++n;
-      if (n >= count) return true;
-      if (finished(0.05)) return false;
+      return n >= count;
+    };
+    for (auto t = std::chrono::steady_clock::now(); seconds_since(t) < timeout_s;) {
+      if (enough()) return true;
+      if (finished(0.05)) return enough();  // what it wrote before it ended counts
     }
     return false;
   }
@@ -114,6 +119,8 @@ class BackgroundJob {
   std::string output() const { return file_text(output_); }
   // Kills every process the job started (what remains after a failed test).
   void kill_all() { kill(-pid_, SIGKILL); }
+  // Sends `signal` to the job's own process (the command, which the shell exec'd).
+  void signal_job(int signal) { kill(pid_, signal); }
 
  private:
   std::filesystem::path output_;

@@ -109,7 +109,7 @@ TEST_CASE("optimizer flags: bad values and the other optimizer's flags are usage
 TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
   fs::path d = temp_dir("rt");
   fs::create_directories(d);
-  Result missing = run("train --dataset mnist --data-dir " + (d / "nothing").string() + " --steps 2");
+  Result missing = run("train --dataset mnist --data-dir " + (d / "nothing").string() + " --steps 2 --warmup 0");
   CHECK(missing.code == 1);
   CHECK(missing.output.find("dpx: error:") != std::string::npos);
 
@@ -118,12 +118,12 @@ TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
   for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                            "t10k-labels-idx1-ubyte"})
     std::ofstream(d / "bad" / name) << "garbage that is not IDX";
-  Result corrupt = run("train --dataset mnist --data-dir " + (d / "bad").string() + " --steps 2");
+  Result corrupt = run("train --dataset mnist --data-dir " + (d / "bad").string() + " --steps 2 --warmup 0");
   CHECK(corrupt.code == 1);
   CHECK(corrupt.output.find("magic") != std::string::npos);
 
   // Without a usable GPU (or without CUDA built in) a CUDA device is a runtime error that says so.
-  Result gpu = run("train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 2 --devices cuda:0");
+  Result gpu = run("train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 2 --warmup 0 --devices cuda:0");
   if (gpu.code != 0) {
     CHECK(gpu.code == 1);
     CHECK(gpu.output.find("cuda:0") != std::string::npos);

@@ -51,7 +51,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 // Flags are given once each (CLI11 refuses repeats): the number of classes is added per run.
 const std::string kTrainBase =
     "train --model resnet18 --dataset synthetic --image-size 32 --channels 3 --synthetic-size 64 "
-    "--batch-size 8 --steps 2 --epochs 1 --no-eval --threads 2 --workers 0 ";
+    "--batch-size 8 --steps 2 --warmup 0 --epochs 1 --no-eval --threads 2 --workers 0 ";
 const std::string kTrain = kTrainBase + "--classes 4 ";
 
 }  // namespace
