@@ -22,12 +22,12 @@ class Dropout : public Cloneable<Dropout> {
   // Gives this layer another stream and restarts its step count, e.g. one per replica, so
   // that replicas made by clone() do not all draw the same masks.
   void reseed(const Rng& rng);
-  uint64_t steps() const { return steps_; }
+  uint64_t steps() const { return steps_; }  // training forwards drawn so far
   std::optional<RandomState> random_state() const override { return RandomState{rng_.seed(), rng_.stream(), steps_}; }
   void set_random_state(const RandomState& state) override {
     rng_ = Rng(state.seed, state.stream);
     steps_ = state.draws;
-  }  // training forwards drawn so far
+  }
 
  private:
   enum class Last { none, identity, all_dropped, masked };

@@ -31,12 +31,12 @@ class StochasticDepth : public Cloneable<StochasticDepth> {
   float p() const { return p_; }
   bool row_mode() const { return row_; }
   void reseed(const Rng& rng);               // another stream, e.g. one per replica; restarts the draws
-  uint64_t steps() const { return steps_; }
+  uint64_t steps() const { return steps_; }  // noise tensors drawn so far
   std::optional<RandomState> random_state() const override { return RandomState{rng_.seed(), rng_.stream(), steps_}; }
   void set_random_state(const RandomState& state) override {
     rng_ = Rng(state.seed, state.stream);
     steps_ = state.draws;
-  }  // noise tensors drawn so far
+  }
 
  private:
   float p_;

@@ -6,10 +6,11 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 
 #include "core/clock.hpp"
@@ -33,9 +34,12 @@ namespace dpx::parallel {
 namespace {
 
 // The divergence guard (--on-nonfinite) after a step's gradients are all-reduced: every rank
-// holds the same gradients, so every rank decides alike. Returns true when the update must be
-// skipped; throws a SharedFailure (stop) naming the step and the first offending parameter.
-bool nonfinite_gradients(Context& ctx, nn::Model& model, const TrainOptions& o, int64_t global_step, int rank) {
+// holds the same gradients, so every rank decides alike (a rank whose loss was not finite made
+// its gradients NaN, so its loss counts too). Returns true when the update must be skipped;
+// throws a SharedFailure (stop) naming the step (1-based) and the first offending parameter.
+// `bad_loss`: this rank's non-finite loss in the accumulation group, if any.
+bool nonfinite_gradients(Context& ctx, nn::Model& model, const TrainOptions& o, int64_t global_step,
+                         std::optional<double> bad_loss, int rank) {
   if (o.on_nonfinite == "ignore" || ops::count_nonfinite(ctx, model.flat_grads()) == 0) return false;
   std::string first = "?";
   for (const nn::ParamSlot& slot : model.slots()) {
@@ -45,8 +49,9 @@ bool nonfinite_gradients(Context& ctx, nn::Model& model, const TrainOptions& o, 
       break;
     }
   }
-  const std::string what = detail::concat("non-finite gradients at step ", global_step, " (first in ", first,
-                                          o.ranks() > 1 ? ", after the all-reduce: every rank has them)" : ")");
+  const std::string loss = bad_loss ? detail::concat("loss (", *bad_loss, ") and ") : "";
+  const std::string what = detail::concat("non-finite ", loss, "gradients at step ", global_step + 1, " (first in ",
+                                          first, o.ranks() > 1 ? ", after the all-reduce: every rank has them)" : ")");
   if (o.on_nonfinite == "stop")
     throw SharedFailure(1, what + "; lower --lr, or pass --on-nonfinite skip to skip such steps");
   if (rank == 0) std::fprintf(stderr, "dpx: warning: %s: update skipped (--on-nonfinite skip)\n", what.c_str());
@@ -103,6 +108,7 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
   int64_t global_step = start.global_step;
   const int64_t total_updates = o.epochs * job.steps_per_epoch / o.accumulate;
   const bool guard = o.on_nonfinite != "ignore";
+  std::optional<double> bad_loss;  // this rank's non-finite loss in the accumulation group
   int stopped_by = 0;
   for (int64_t epoch = start.epoch; epoch < o.epochs && !stopped_by; ++epoch) {
     model.train();
@@ -148,10 +154,9 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         if (o.accumulate > 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(o.accumulate));
         if (guard && !std::isfinite(loss.item())) {
           // A non-finite loss with finite gradients (a class whose probability underflowed to
-          // 0) would slip past the gradient check: make the gradients say it, on every rank.
-          if (o.on_nonfinite == "stop")
-            fail("rank ", rank, ": non-finite loss (", loss.item(), ") at step ", global_step,
-                 "; lower --lr, or pass --on-nonfinite skip to skip such steps");
+          // 0) would slip past the gradient check: make the gradients say it, on every rank, so
+          // that all decide alike after the all-reduce.
+          bad_loss = loss.item();
           ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
         }
         model.backward(ctx, dlogits);
@@ -162,11 +167,12 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
         sync.finish(ctx, timer);
         auto scope = timer.scope(Phase::optimizer);
         env->mark(Boundary::optimizer_begin);
-        if (!nonfinite_gradients(ctx, model, o, global_step, rank)) {
+        if (!nonfinite_gradients(ctx, model, o, global_step, bad_loss, rank)) {
           optimizer->set_lr(o.lr_at(global_step / o.accumulate, total_updates));
           optimizer->step(ctx);
         }
         model.zero_grad(ctx);
+        bad_loss.reset();
         env->mark(Boundary::optimizer_end);
       }
       rec.optimizer_step = final_micro;

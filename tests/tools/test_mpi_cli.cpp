@@ -23,10 +23,11 @@ using dpx::testing::TempDir;
 
 namespace {
 
-// A small MLP run; every flag but --batch-size and --log-interval, which each test adds.
-const std::string kMlpRun =
+// A small MLP run; every flag but --lr, --batch-size and --log-interval, which each test adds.
+const std::string kMlpAnyLr =
     "train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 512 --steps 10 "
-    "--epochs 1 --lr 0.05 --momentum 0.9 --weight-decay 1e-4 --seed 7 --threads 1 --workers 1 --warmup 0 --no-eval ";
+    "--epochs 1 --momentum 0.9 --weight-decay 1e-4 --seed 7 --threads 1 --workers 1 --warmup 0 --no-eval ";
+const std::string kMlpRun = kMlpAnyLr + "--lr 0.05 ";
 const std::string kMlp = kMlpRun + "--batch-size 24 --log-interval 1000 ";
 
 // Mean loss over ranks at each global step (the loss of the global batch), from steps.csv.
@@ -170,6 +171,23 @@ TEST_CASE("usage errors under mpirun are said once, and every rank leaves with e
     CHECK(first != std::string::npos);
     CHECK(r.output.find("dpx: error:", first + 1) == std::string::npos);  // said once, not by every rank
   }
+}
+
+TEST_CASE("a diverging run under mpirun stops on every rank at the same step, said once, without an abort") {
+  const std::string diverging = std::string(DPX_BINARY) + " " + kMlpAnyLr + "--lr 1e20 --batch-size 24 ";
+  DpxResult stop = run_command(mpirun(2) + diverging);
+  CAPTURE(stop.output);
+  CHECK(stop.code == 1);
+  const size_t first = stop.output.find("dpx: error: non-finite loss (");
+  CHECK(first != std::string::npos);
+  CHECK(stop.output.find("after the all-reduce: every rank has them); lower --lr") != std::string::npos);
+  CHECK(stop.output.find("dpx: error:", first + 1) == std::string::npos);
+  CHECK(stop.output.find("MPI_ABORT") == std::string::npos);  // every rank left by itself
+  CHECK(stop.output.find("vanished") == std::string::npos);
+  DpxResult skip = run_command(mpirun(2) + diverging + "--on-nonfinite skip");
+  CAPTURE(skip.output);
+  CHECK(skip.code == 0);
+  CHECK(skip.output.find("update skipped (--on-nonfinite skip)") != std::string::npos);
 }
 
 // Starts `job`, waits for 5 progress lines, sends rank 1 `signal`, and returns how long the job
