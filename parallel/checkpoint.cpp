@@ -171,7 +171,12 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   } else if (!fs::exists(file_or_dir, ec)) {
     usage_fail("--resume ", file_or_dir, ": no such file or folder");
   }
-  const SafeTensors st = read_safetensors(path);
+  SafeTensors st;
+  try {
+    st = read_safetensors(path);
+  } catch (const Error& e) {
+    fail("--resume: ", e.what(), "; pass another checkpoint file (an older one of its folder)");
+  }
   auto meta = [&](const char* key) -> const std::string& {
     auto it = st.metadata.find(key);
     if (it == st.metadata.end()) bad(path, detail::concat("its metadata has no '", key, "'"));

@@ -213,7 +213,7 @@ TEST_CASE("a checkpoint of another run, or a damaged one, is refused with what i
   std::ofstream(tmp.path / "cut.safetensors", std::ios::binary) << whole.substr(0, whole.size() / 2);
   DpxResult cut = run_dpx(base + "--model mlp --resume " + (tmp.path / "cut.safetensors").string());
   CHECK(cut.code == 1);
-  CHECK(cut.output.find(tmp.path.string() + "/cut.safetensors") != std::string::npos);
+  CHECK(cut.output.find("dpx: error: --resume: " + tmp.path.string() + "/cut.safetensors") != std::string::npos);
   fs::create_directories(tmp.path / "empty");
   DpxResult empty = run_dpx(base + "--model mlp --resume " + (tmp.path / "empty").string());
   CHECK(empty.code == 2);
