@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace dpx {
 
@@ -24,6 +25,16 @@ std::string concat(const Args&... args) {
   return os.str();
 }
 }  // namespace detail
+
+// At most `max_bytes` of untrusted text (a file's header, a name read from it) for a message,
+// cut at a UTF-8 character boundary and marked "…": a hostile file must not make a message as
+// large as itself.
+inline std::string excerpt(std::string_view text, size_t max_bytes = 80) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // inside a character
+  return std::string(text.substr(0, n)) + "…";
+}
 
 template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {

@@ -1,6 +1,6 @@
-// safetensors reading and writing. Validation follows the reference implementation
-// (huggingface/safetensors, Metadata::validate): offsets sorted by begin must tile the byte
-// buffer exactly, and each tensor's byte size must equal numel × dtype size.
+// safetensors reading and writing: the file (or bytes in memory) is split into its header, which
+// core/safetensors_header.cpp parses and validates, and its data, copied into host tensors only
+// after the header's layout has been checked against the file's size.
 #include "core/safetensors.hpp"
 
 #include <fcntl.h>
@@ -11,13 +11,12 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
-#include <tuple>
 
 #include "core/atomic_file.hpp"
+#include "core/safetensors_header.hpp"
 
 namespace dpx {
 
@@ -26,18 +25,8 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr uint64_t kLengthBytes = 8;
+using safetensors_detail::kLengthBytes;
 constexpr std::string_view kMetadataKey = "__metadata__";
-
-template <typename... Args>
-[[noreturn]] void invalid(const std::string& path, const Args&... args) {
-  fail(path, ": invalid safetensors file: ", args...);
-}
-
-template <typename... Args>
-[[noreturn]] void invalid_tensor(const std::string& path, const std::string& name, const Args&... args) {
-  fail(path, ": invalid safetensors file: tensor '", name, "': ", args...);
-}
 
 // Reads exactly n bytes at offset; a short read means the file shrank while being read.
 void read_exact(int fd, const std::string& path, void* dst, uint64_t n, uint64_t offset) {
@@ -62,99 +51,19 @@ struct Fd {
   }
 };
 
-// nlohmann keeps the last of duplicate keys silently; a duplicate tensor name would hide a
-// tensor, so the parse callback records the first duplicate at any level.
-struct DuplicateFinder {
-  struct Level {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<Level> levels;
-  std::string duplicate;  // the message, empty while none was found
-
-  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) {
-      levels.emplace_back();
-    } else if (event == E::object_end) {
-      if (!levels.empty()) levels.pop_back();
-    } else if (event == E::key && !levels.empty()) {
-      Level& level = levels.back();
-      std::string key = parsed.get<std::string>();
-      if (!level.keys.insert(key).second && duplicate.empty()) {
-        duplicate = levels.size() == 1
-                        ? "tensor '" + key + "' appears twice in the header"
-                        : "'" + levels[levels.size() - 2].last_key + "' has the key '" + key + "' twice";
-      }
-      level.last_key = std::move(key);
-    }
-    return true;
+// The tensors of a validated layout, their bytes fetched by read(dst, bytes, offset in the data).
+template <typename ReadData>
+SafeTensors assemble(safetensors_detail::Layout layout, const std::string& path, ReadData read) {
+  SafeTensors out;
+  out.path = path;
+  out.metadata = std::move(layout.metadata);
+  out.tensors.reserve(layout.entries.size());
+  for (safetensors_detail::Entry& e : layout.entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    read(t.raw(), t.nbytes(), e.begin);
+    out.tensors.emplace_back(std::move(e.name), std::move(t));
   }
-};
-
-// A non-negative JSON integer, or an error naming what it should have been.
-uint64_t json_u64(const nlohmann::json& j, const std::string& path, const std::string& name,
-                  const char* what) {
-  if (j.is_number_unsigned()) return j.get<uint64_t>();
-  if (j.is_number_integer()) invalid_tensor(path, name, what, " is negative (", j.dump(), ")");
-  invalid_tensor(path, name, what, " must be a non-negative integer, not ", j.dump());
-}
-
-struct Entry {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  uint64_t begin, end;
-};
-
-Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& j,
-                  uint64_t buffer_bytes) {
-  if (!j.is_object())
-    invalid_tensor(path, name, "must be an object with dtype, shape and data_offsets, not ", j.dump());
-  for (const char* field : {"dtype", "shape", "data_offsets"})
-    if (!j.contains(field)) invalid_tensor(path, name, "missing \"", field, "\"");
-  const auto& jd = j["dtype"];
-  const auto& js = j["shape"];
-  const auto& jo = j["data_offsets"];
-  if (!jd.is_string()) invalid_tensor(path, name, "\"dtype\" must be a string, not ", jd.dump());
-  if (!js.is_array()) invalid_tensor(path, name, "\"shape\" must be an array of integers, not ", js.dump());
-  if (!jo.is_array() || jo.size() != 2)
-    invalid_tensor(path, name, "\"data_offsets\" must be an array [begin, end], not ", jo.dump());
-
-  Entry e;
-  e.name = name;
-  const std::string dtype_str = jd.get<std::string>();
-  std::optional<DType> dtype = safetensors_dtype_from_name(dtype_str);
-  if (!dtype)
-    fail(path, ": tensor '", name, "' has dtype \"", dtype_str, "\", which dpx does not hold; dpx reads ",
-         "F64, F32, F16, BF16, I64, I32 and U8 (convert the tensor before saving it)");
-  e.dtype = *dtype;
-
-  // Every partial product must fit in int64 (as the reference's checked_mul over usize), so a
-  // hostile shape can neither wrap around to a small size nor overflow Tensor's element count.
-  unsigned __int128 numel = 1;
-  bool overflow = false;
-  for (const auto& d : js) {
-    uint64_t dim = json_u64(d, path, name, "a dimension of \"shape\"");
-    e.shape.push_back(static_cast<int64_t>(dim));
-    if (!overflow) numel *= dim;
-    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      overflow = true;
-  }
-  const unsigned __int128 bytes = numel * dtype_size(e.dtype);
-  if (bytes > std::numeric_limits<uint64_t>::max()) overflow = true;
-  e.begin = json_u64(jo[0], path, name, "data_offsets[0]");
-  e.end = json_u64(jo[1], path, name, "data_offsets[1]");
-  if (e.end < e.begin) invalid_tensor(path, name, "data_offsets [", e.begin, ", ", e.end, "] end before they begin");
-  if (overflow) invalid_tensor(path, name, "shape ", js.dump(), " has too many elements");
-  if (static_cast<uint64_t>(bytes) != e.end - e.begin)
-    invalid_tensor(path, name, "data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes but ",
-                   dtype_str, " ", shape_str(e.shape), " needs ", static_cast<uint64_t>(bytes));
-  if (e.end > buffer_bytes)
-    invalid_tensor(path, name, "data_offsets [", e.begin, ", ", e.end, "] reach beyond the ", buffer_bytes,
-                   " bytes of data in the file (is the file truncated?)");
-  return e;
+  return out;
 }
 
 }  // namespace
@@ -234,76 +143,26 @@ SafeTensors read_safetensors(const std::string& path) {
   if (!S_ISREG(st.st_mode)) fail("cannot read ", path, ": not a regular file");
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
 
-  if (file_bytes < kLengthBytes)
-    invalid(path, "the file has ", file_bytes, " bytes, shorter than the 8-byte header length");
-  unsigned char len_le[kLengthBytes];
-  read_exact(f.fd, path, len_le, kLengthBytes, 0);
-  uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len_le[i];
-  if (header_bytes > kSafetensorsMaxHeaderBytes)
-    invalid(path, "header length ", header_bytes, " is over the limit of ", kSafetensorsMaxHeaderBytes, " bytes");
-  if (header_bytes > file_bytes - kLengthBytes)
-    invalid(path, "header length ", header_bytes, " reaches beyond the end of the file (", file_bytes, " bytes)");
+  uint8_t len_le[kLengthBytes] = {};
+  if (file_bytes >= kLengthBytes) read_exact(f.fd, path, len_le, kLengthBytes, 0);
+  const uint64_t header_bytes = safetensors_detail::header_length(len_le, file_bytes, path);
   const uint64_t data_start = kLengthBytes + header_bytes;
-  const uint64_t buffer_bytes = file_bytes - data_start;
-
   std::string header(header_bytes, '\0');
   read_exact(f.fd, path, header.data(), header_bytes, kLengthBytes);
-  DuplicateFinder duplicates;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header, std::ref(duplicates));
-  } catch (const nlohmann::json::exception& e) {
-    invalid(path, "the header is not valid JSON (", e.what(), ")");
-  }
-  if (!j.is_object()) invalid(path, "the header must be a JSON object, not ", j.type_name());
-  if (!duplicates.duplicate.empty()) invalid(path, duplicates.duplicate);
-
-  SafeTensors out;
-  out.path = path;
-  std::vector<Entry> entries;
-  for (const auto& [key, value] : j.items()) {
-    if (key == kMetadataKey) {
-      if (value.is_null()) continue;  // the reference reads null as "no metadata"
-      if (!value.is_object()) invalid(path, "\"__metadata__\" must be an object of strings, not ", value.dump());
-      for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string())
-          invalid(path, "\"__metadata__\" value of '", mk, "' must be a string, not ", mv.dump());
-        out.metadata[mk] = mv.get<std::string>();
-      }
-      continue;
-    }
-    entries.push_back(parse_entry(path, key, value, buffer_bytes));
-  }
-
-  // As the reference: sorted by offsets, each begins where the previous ended, the last ends
-  // at the end of the file. Name breaks ties between empty tensors, for a stable order.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  safetensors_detail::Layout layout = safetensors_detail::parse_header(header, file_bytes - data_start, path);
+  return assemble(std::move(layout), path, [&](void* dst, uint64_t n, uint64_t offset) {
+    read_exact(f.fd, path, dst, n, data_start + offset);
   });
-  uint64_t covered = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    if (e.begin < covered)
-      invalid_tensor(path, e.name, "data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
-                     entries[i - 1].name, "' [", entries[i - 1].begin, ", ", entries[i - 1].end, "]");
-    if (e.begin > covered)
-      invalid_tensor(path, e.name, "data_offsets [", e.begin, ", ", e.end, "] leave a hole of ", e.begin - covered,
-                     " bytes after ", i == 0 ? std::string("the start of the data") : "tensor '" + entries[i - 1].name + "'",
-                     " (tensors must cover the data contiguously)");
-    covered = e.end;
-  }
-  if (covered != buffer_bytes)
-    invalid(path, "the tensors cover ", covered, " bytes but the data after the header has ", buffer_bytes,
-            " bytes (trailing bytes)");
+}
 
-  out.tensors.reserve(entries.size());
-  for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
-    read_exact(f.fd, path, t.raw(), t.nbytes(), data_start + e.begin);
-    out.tensors.emplace_back(e.name, std::move(t));
-  }
-  return out;
+SafeTensors decode_safetensors(std::span<const uint8_t> bytes, const std::string& name) {
+  const uint64_t header_bytes = safetensors_detail::header_length(bytes.data(), bytes.size(), name);
+  const uint64_t data_start = kLengthBytes + header_bytes;
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + kLengthBytes, header_bytes);
+  safetensors_detail::Layout layout = safetensors_detail::parse_header(header, bytes.size() - data_start, name);
+  return assemble(std::move(layout), name, [&](void* dst, uint64_t n, uint64_t offset) {
+    if (n) std::memcpy(dst, bytes.data() + data_start + offset, n);
+  });
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,11 @@ namespace dpx {
 
 // The reference refuses headers above this size (safetensors' MAX_HEADER_SIZE); so does dpx.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+// A header nests 3 levels deep (the header object, a tensor's object, its shape array); unknown
+// fields may nest deeper. The reference's JSON parser (serde_json) refuses 128 levels and more,
+// so dpx refuses them too, before parsing: every file the reference reads is read, and no
+// header can make recursion over the parsed JSON (nlohmann's dump and copies) exhaust a stack.
+inline constexpr int kSafetensorsMaxHeaderDepth = 127;
 
 // "F32", "F64", "F16", "BF16", "I32", "I64", "U8": the file's names for dpx's dtypes.
 std::string_view safetensors_dtype_name(DType dtype);
@@ -37,6 +43,8 @@ struct SafeTensors {
 // the file (and the tensor) for anything the reference implementation would reject, and for
 // dtypes dpx does not hold.
 SafeTensors read_safetensors(const std::string& path);
+// The same from a whole file already in memory; `name` stands for the path in messages.
+SafeTensors decode_safetensors(std::span<const uint8_t> bytes, const std::string& name);
 
 // Writes tensors (on any device; copied to the host one at a time) in the order given, through
 // write_file_atomic. The header lists "__metadata__" first (when not empty), then the tensors

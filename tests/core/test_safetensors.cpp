@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -382,4 +383,86 @@ TEST_CASE("safetensors dtype names") {
   CHECK(dpx::safetensors_dtype_name(DType::bf16) == "BF16");
   CHECK_FALSE(dpx::safetensors_dtype_from_name("I8").has_value());
   CHECK_FALSE(dpx::safetensors_dtype_from_name("f32").has_value());  // the file's names are upper case
+}
+
+// A header of nested brackets once crashed dpx: nlohmann's dump() and copies recurse once per
+// level. The reader refuses such a header before parsing it (kSafetensorsMaxHeaderDepth).
+TEST_CASE("safetensors reader refuses a header nested deeper than the format allows, without crashing") {
+  const std::string deep = "the header nests arrays and objects deeper than";
+  check_rejected(std::string(100000, '['), "", deep);
+  check_rejected(R"({"a":)" + std::string(100000, '[') + std::string(100000, ']') + "}", "", deep);
+  check_rejected(std::string(50000, '{') + std::string(50000, '}'), "", deep);
+
+  // 127 levels (as deep as the reference's serde_json parses) are read; 128 are not.
+  auto with_extra_depth = [](int levels) {  // the top object and the entry are 2 levels
+    return R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"extra":)" + std::string(levels - 2, '[') +
+           std::string(levels - 2, ']') + "}}";
+  };
+  TempDir dir;
+  const std::string path = dir.file("deep.safetensors");
+  spill(path, file_bytes(with_extra_depth(127), "x"));
+  CHECK(dpx::read_safetensors(path).tensors.size() == 1);
+  check_rejected(with_extra_depth(128), "x", deep + std::string(" 127 levels"));
+
+  // Brackets inside strings are text, not nesting.
+  const std::string name(1000, '[');
+  spill(path, file_bytes("{\"" + name + R"(\"[{":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"));
+  CHECK(dpx::read_safetensors(path).tensors.at(0).first == name + "\"[{");
+}
+
+TEST_CASE("safetensors error messages quote at most a short excerpt of a bad header") {
+  const std::string big(1'000'000, 'x');
+  auto check_short = [](const std::string& header, const std::string& data, const std::string& what) {
+    TempDir dir;
+    const std::string path = dir.file("big.safetensors");
+    spill(path, file_bytes(header, data));
+    std::string msg = error_of([&] { dpx::read_safetensors(path); });
+    INFO("message: ", msg.substr(0, 600));
+    CHECK(contains(msg, path + ": "));
+    CHECK(contains(msg, what));
+    CHECK(msg.size() < path.size() + 400);
+  };
+  check_short(R"({"a":")" + big + R"("})", "", "tensor 'a': must be an object with dtype, shape and data_offsets");
+  check_short(R"({")" + big + R"(":5})", "", "must be an object with dtype");
+  check_short(R"({"a":{"dtype":")" + big + R"(","shape":[2],"data_offsets":[0,8]}})", "12345678",
+              "which dpx does not hold");
+  check_short(R"({"a":{"dtype":"F32","shape":")" + big + R"(","data_offsets":[0,8]}})", "12345678",
+              "\"shape\" must be an array of integers");
+  check_short(R"({"a":{"dtype":"F32","shape":[)" + std::string(100000, '1') + R"(],"data_offsets":[0,8]}})",
+              "12345678", "the header is not valid JSON");  // a number too large for a double
+  check_short(R"({"__metadata__":{")" + big + R"(":3}})", "", "\"__metadata__\" value of");
+  check_short(R"({"__metadata__":[")" + big + R"("]})", "", "\"__metadata__\" must be an object of strings");
+  check_short(R"({")" + big + R"(":{},")" + big + R"(":{}})", "", "appears twice in the header");
+  check_short(R"({"a":")" + big, "", "the header is not valid JSON");  // unterminated string
+  check_short("{\"a\":\"" + big + "\x01\"}", "", "the header is not valid JSON");  // control character
+}
+
+TEST_CASE("decode_safetensors reads bytes in memory as read_safetensors reads the file") {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  dpx::write_safetensors(path, {{"w", patterned({2, 3}, DType::f32, 1)}, {"n", patterned({}, DType::i64, 2)}},
+                         {{"format", "pt"}});
+  const std::string raw = slurp(path);
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
+  dpx::SafeTensors file = dpx::read_safetensors(path), memory = dpx::decode_safetensors(bytes, "in memory");
+  CHECK(memory.path == "in memory");
+  CHECK(memory.metadata == file.metadata);
+  REQUIRE(memory.tensors.size() == file.tensors.size());
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    CHECK(memory.tensors[i].first == file.tensors[i].first);
+    CHECK(memory.tensors[i].second.shape() == file.tensors[i].second.shape());
+    CHECK(tensor_bytes(memory.tensors[i].second) == tensor_bytes(file.tensors[i].second));
+  }
+  std::string msg = error_of([&] { dpx::decode_safetensors(bytes.first(7), "in memory"); });
+  CHECK_MESSAGE(contains(msg, "in memory: invalid safetensors file: the file has 7 bytes"), msg);
+  msg = error_of([&] { dpx::decode_safetensors(bytes.first(bytes.size() - 1), "in memory"); });
+  CHECK_MESSAGE(contains(msg, "in memory: invalid safetensors file: tensor"), msg);
+}
+
+TEST_CASE("excerpt keeps short text and cuts long text at a character boundary") {
+  CHECK(dpx::excerpt("short") == "short");
+  CHECK(dpx::excerpt(std::string(80, 'a')) == std::string(80, 'a'));
+  CHECK(dpx::excerpt(std::string(81, 'a')) == std::string(80, 'a') + "…");
+  CHECK(dpx::excerpt("abü", 3) == "ab…");  // ü is 2 bytes: not cut in half
+  CHECK(dpx::excerpt("üüü", 1) == "…");
 }
