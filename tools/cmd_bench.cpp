@@ -58,7 +58,8 @@ void print_bench_table(std::ostream& os, const std::vector<std::pair<std::string
                 "CommE", "PE");
   os << line;
   for (const auto& [tag, s] : rows) {
-    auto ms = [&](Phase p) { return s.mean_s[static_cast<int>(p)] * 1e3; };
+    const auto& mean_s = s.mean_s;  // (clang 14 cannot capture a structured binding)
+    auto ms = [&](Phase p) { return mean_s[static_cast<int>(p)] * 1e3; };
     std::snprintf(line, sizeof line,
                   "%-28s %9.1f %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f\n",
                   tag.c_str(), s.images_per_s, s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward),

@@ -22,7 +22,12 @@ const std::string kNetcluster = std::string(DPX_SOURCE_DIR) + "/scripts/netclust
 
 // Runs the command on netcluster; a skipped run ends this test binary with 77 and the reason.
 DpxResult on_cluster(const std::string& options, const std::string& command) {
-  DpxResult r = run_command(kNetcluster + options + " -- " + command);
+#ifdef DPX_RANK_ASAN_OPTIONS  // the sanitized suite: ranks without the leak check (tests/CMakeLists.txt)
+  const std::string rank_env = std::string("--mpirun-arg -x --mpirun-arg ") + DPX_RANK_ASAN_OPTIONS + " ";
+#else
+  const std::string rank_env;
+#endif
+  DpxResult r = run_command(kNetcluster + options + " " + rank_env + "-- " + command);
   if (r.code == 77) {
     std::printf("skipped: %s", r.output.c_str());
     std::fflush(stdout);
