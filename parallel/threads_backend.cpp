@@ -34,6 +34,11 @@ class World {
     std::atomic<uint64_t> taken{0};   // written by the receiver
     const void* data = nullptr;       // valid while posted > taken
     size_t bytes = 0;
+    // Who may touch `data`: set by the sender when it posts; the receiver claims the message by
+    // clearing it before it reads, a failing sender withdraws it by clearing it first. Whoever
+    // clears it decides: a withdrawn message is never read, a claimed one is read to the end
+    // before its sender may leave (and free the buffer).
+    std::atomic<bool> open{false};
   };
 
   World(int k, double timeout_s)
@@ -339,30 +344,53 @@ class ThreadsTransport final : public Transport {
       out = &world_.box(rank_, x.send_peer);
       out->data = x.send;
       out->bytes = x.send_bytes;
+      out->open.store(true);
       seq = out->posted.load(std::memory_order_relaxed) + 1;
       out->posted.store(seq, std::memory_order_release);
       world_.wake(x.send_peer);
     }
-    if (x.recv_peer >= 0) {
-      check_peer(x.recv_peer);
-      World::Mailbox& in = world_.box(x.recv_peer, rank_);
-      const uint64_t want = in.taken.load(std::memory_order_relaxed) + 1;
-      world_.wait(rank_, x.recv_peer, in.posted, want, "receive from");
-      if (in.bytes != x.recv_bytes)
-        fail("rank ", rank_, " expected ", x.recv_bytes, " bytes from rank ", x.recv_peer, ", which sent ", in.bytes,
-             ": the ranks called different collectives or passed different counts");
-      if (x.reduce_with)
-        reduce_into(x.recv, x.reduce_with, in.data, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
-      else if (x.recv_bytes > 0)
-        std::memcpy(x.recv, in.data, x.recv_bytes);
-      in.taken.store(want, std::memory_order_release);
-      world_.wake(x.recv_peer);
+    try {
+      if (x.recv_peer >= 0) receive(x);
+      if (out) world_.wait(rank_, x.send_peer, out->taken, seq, "send to");
+    } catch (...) {
+      // This rank leaves early (another aborted, a timeout, a bad count): its caller will free
+      // x.send, so no receiver may still read it. Withdraw the message, or, if the receiver has
+      // claimed it, let it finish its copy first (a memcpy or a reduction: it cannot block).
+      bool open = true;
+      if (out && !out->open.compare_exchange_strong(open, false))
+        while (out->taken.load(std::memory_order_acquire) < seq) std::this_thread::yield();
+      throw;
     }
-    if (out)
-      world_.wait(rank_, x.send_peer, out->taken, seq, "send to");
   }
 
  private:
+  void receive(const Exchange& x) {
+    check_peer(x.recv_peer);
+    World::Mailbox& in = world_.box(x.recv_peer, rank_);
+    const uint64_t want = in.taken.load(std::memory_order_relaxed) + 1;
+    world_.wait(rank_, x.recv_peer, in.posted, want, "receive from");
+    if (in.bytes != x.recv_bytes)
+      fail("rank ", rank_, " expected ", x.recv_bytes, " bytes from rank ", x.recv_peer, ", which sent ", in.bytes,
+           ": the ranks called different collectives or passed different counts");
+    bool open = true;
+    if (!in.open.compare_exchange_strong(open, false)) {
+      // Its sender withdrew it: that rank is failing, and its error, the cause, is about to abort
+      // the world. Report that error rather than this one (unless it never comes).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < until) {
+        world_.check_abort();
+        std::this_thread::yield();
+      }
+      fail("rank ", x.recv_peer, " left the exchange before rank ", rank_, " could receive its message");
+    }
+    if (x.reduce_with)
+      reduce_into(x.recv, x.reduce_with, in.data, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
+    else if (x.recv_bytes > 0)
+      std::memcpy(x.recv, in.data, x.recv_bytes);
+    in.taken.store(want, std::memory_order_release);
+    world_.wake(x.recv_peer);
+  }
+
   void check_peer(int peer) const {
     DPX_CHECK(peer >= 0 && peer < world_.size() && peer != rank_, "rank ", rank_, ": bad peer ", peer, " of ",
               world_.size(), " ranks");
