@@ -13,6 +13,7 @@
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "kernels/ops.hpp"
+#include "tests/common/compare.hpp"
 
 namespace dpx::gpu_test {
 
@@ -46,13 +47,7 @@ inline Tensor labels(int64_t n, int64_t classes, uint64_t seed) {
 inline double max_rel_diff(const Tensor& got, const Tensor& want) {
   auto a = got.to_vector(), b = want.to_vector();
   REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    double scale = std::max({std::fabs(double(a[i])), std::fabs(double(b[i])), 1.0});
-    worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / scale);
-  }
-  return worst;
+  return dpx::testing::max_rel_diff(a, b);
 }
 
 // ||a - b|| / ||b||. For GEMM- and reduction-based ops (linear, matmul, conv, batch-norm

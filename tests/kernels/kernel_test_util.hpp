@@ -10,6 +10,7 @@
 
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "tests/common/compare.hpp"
 
 namespace dpx::test {
 
@@ -20,15 +21,10 @@ inline Tensor randn(const Shape& shape, uint64_t seed, float stddev = 1.f) {
   return t;
 }
 
-// Largest |a_i - b_i| / max(|a_i|, |b_i|, 1).
+// Largest |a_i - b_i| / max(|a_i|, |b_i|, 1); a NaN or an infinity against a number is +infinity.
 inline double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b) {
   REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double scale = std::max({std::fabs(static_cast<double>(a[i])), std::fabs(b[i]), 1.0});
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
-  }
-  return worst;
+  return dpx::testing::max_rel_diff(a, b);
 }
 
 inline void check_close(const Tensor& got, const std::vector<double>& want, double tol = 1e-5) {

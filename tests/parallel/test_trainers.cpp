@@ -15,6 +15,7 @@
 #include "parallel/metrics.hpp"
 #include "parallel/trainer.hpp"
 #include "zoo/registry.hpp"
+#include "tests/common/compare.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -59,17 +60,12 @@ std::vector<double> global_losses(const TrainReport& r) {
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max({std::abs(double(a[i])), std::abs(double(b[i])), 1e-3}));
-  return worst;
+  return dpx::testing::max_rel_diff(a, b, 1e-3);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
-  return worst;
+  return dpx::testing::max_abs_diff(a, b);
 }
 
 void check_same_losses(const TrainReport& single, const TrainReport& parallel) {

@@ -13,6 +13,7 @@
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
 #include "tests/temp_dir.hpp"
+#include "tests/common/compare.hpp"
 
 namespace fs = std::filesystem;
 
@@ -62,8 +63,8 @@ TEST_CASE("across two namespaced nodes: DDP reproduces one replica, and collecti
   for (const auto& [name, t] : a.tensors) {
     const std::vector<float> p = t.to_vector(), q = b.find(name)->to_vector();
     for (size_t i = 0; i < p.size(); ++i) {
-      const double diff = std::abs(double(p[i]) - q[i]) / std::max({std::abs(double(p[i])), std::abs(double(q[i])), 1e-3});
-      if (!(diff <= worst)) worst = std::isnan(diff) ? INFINITY : diff;
+      const double diff = dpx::testing::rel_diff(p[i], q[i], 1e-3);
+      if (!(diff <= worst)) worst = diff;
     }
   }
   CHECK(worst <= 1e-5);
