@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
@@ -40,29 +41,13 @@ std::vector<ConvCase> cases() {
   };
 }
 
+// The reference kernel (kernels/ref/conv2d.cpp: the direct loops, summed in double).
 Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
                       int64_t oh, int64_t ow) {
-  int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
-  int64_t kh = w.size(2), kw = w.size(3), cg = c / p.groups, kg = k / p.groups;
-  std::vector<float> y(static_cast<size_t>(n * k * oh * ow));
-  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>();
-  for (int64_t in = 0; in < n; ++in)
-    for (int64_t ok = 0; ok < k; ++ok)
-      for (int64_t yh = 0; yh < oh; ++yh)
-        for (int64_t yw = 0; yw < ow; ++yw) {
-          double s = pb[ok];
-          int64_t g = ok / kg;
-          for (int64_t ic = 0; ic < cg; ++ic)
-            for (int64_t i = 0; i < kh; ++i)
-              for (int64_t j = 0; j < kw; ++j) {
-                int64_t ih = yh * p.stride_h - p.pad_h + i * p.dilation_h;
-                int64_t iw = yw * p.stride_w - p.pad_w + j * p.dilation_w;
-                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
-                s += double(px[((in * c + g * cg + ic) * h + ih) * wd + iw]) * pw[((ok * cg + ic) * kh + i) * kw + j];
-              }
-          y[((in * k + ok) * oh + yh) * ow + yw] = static_cast<float>(s);
-        }
-  return Tensor::from({n, k, oh, ow}, y);
+  Context ctx = Context::cpu();
+  Tensor y = Tensor::empty({x.size(0), w.size(0), oh, ow});
+  ref::conv2d_forward(ctx, y, x, w, &b, p);
+  return y;
 }
 
 }  // namespace

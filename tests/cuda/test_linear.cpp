@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
@@ -12,18 +13,12 @@ using namespace dpx::gpu_test;
 
 namespace {
 
-// y = x W^T + b in float64 on the host.
+// y = x W^T + b by the reference kernel (kernels/ref/linear.cpp: dot products in double).
 Tensor linear_reference(const Tensor& x, const Tensor& w, const Tensor* b) {
-  int64_t n = x.size(0), in = x.size(1), out = w.size(0);
-  std::vector<float> y(static_cast<size_t>(n * out));
-  const float *px = x.data<float>(), *pw = w.data<float>();
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double s = b ? b->data<float>()[o] : 0.0;
-      for (int64_t i = 0; i < in; ++i) s += double(px[r * in + i]) * pw[o * in + i];
-      y[r * out + o] = static_cast<float>(s);
-    }
-  return Tensor::from({n, out}, y);
+  Context ctx = Context::cpu();
+  Tensor y = Tensor::empty({x.size(0), w.size(0)});
+  ref::linear_forward(ctx, y, x, w, b);
+  return y;
 }
 
 }  // namespace

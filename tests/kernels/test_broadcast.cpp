@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "kernels/ops.hpp"
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 using namespace dpx;
@@ -13,33 +14,26 @@ using dpx::test::randn;
 
 namespace {
 
-// Element offset in a tensor of shape `s` (broadcast dims read index 0) of out's flat index i.
-int64_t source_offset(const Shape& out, const Shape& s, int64_t i) {
-  int64_t off = 0, stride = 1;
-  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
-    const int64_t c = i % out[d];
-    i /= out[d];
-    if (s[d] != 1) off += c * stride;
-    stride *= s[d];
-  }
-  return off;
-}
-
 struct Reference {
   std::vector<double> out, da, db;  // a op b, and the backward's sums for dy
 };
 
+// The reference kernels (kernels/ref/broadcast.cpp, coordinate by coordinate).
 Reference naive(const Shape& out, const Tensor& a, const Tensor& b, const Tensor& dy, bool mul) {
-  const int64_t n = shape_numel(out);
-  auto av = a.to_vector(), bv = b.to_vector(), g = dy.to_vector();
-  Reference r{std::vector<double>(n), std::vector<double>(a.numel()), std::vector<double>(b.numel())};
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t ia = source_offset(out, a.shape(), i), ib = source_offset(out, b.shape(), i);
-    r.out[i] = mul ? double(av[ia]) * bv[ib] : double(av[ia]) + bv[ib];
-    r.da[ia] += mul ? g[i] * double(bv[ib]) : g[i];
-    r.db[ib] += mul ? g[i] * double(av[ia]) : g[i];
+  Context ctx = Context::cpu();
+  Tensor o = Tensor::empty(out), da = Tensor::zeros(a.shape()), db = Tensor::zeros(b.shape());
+  if (mul) {
+    ref::mul_broadcast(ctx, o, a, b);
+    ref::mul_broadcast_backward(ctx, &da, &db, dy, a, b);
+  } else {
+    ref::add_broadcast(ctx, o, a, b);
+    ref::add_broadcast_backward(ctx, &da, &db, dy);
   }
-  return r;
+  auto values = [](const Tensor& t) {
+    const auto v = t.to_vector();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  return {values(o), values(da), values(db)};
 }
 
 void check_against_naive(const Shape& out_shape, const Shape& a_shape, const Shape& b_shape, int threads) {

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "kernels/ops.hpp"
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 using namespace dpx;
@@ -25,36 +26,20 @@ struct Ref {
   std::vector<double> y, dx, dw, db;
 };
 
-// Direct convolution and its gradients for dy, in double: loops over n, k, oh, ow, c, i, j.
+// The reference kernels (kernels/ref/conv2d.cpp, the direct 7-loop convolution summed in
+// double): y and the gradients for dy.
 Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
               int64_t OH, int64_t OW) {
-  const auto xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector(), dyv = dy.to_vector();
-  const int64_t G = c.p.groups, Cg = c.C / G, Kg = c.K / G;
-  Ref r{std::vector<double>(c.N * c.K * OH * OW), std::vector<double>(xv.size()),
-        std::vector<double>(wv.size()), std::vector<double>(c.K)};
-  for (int64_t n = 0; n < c.N; ++n)
-    for (int64_t k = 0; k < c.K; ++k)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t yi = ((n * c.K + k) * OH + oh) * OW + ow;
-          const double g = dyv[yi];
-          double acc = bv[k];
-          r.db[k] += g;
-          for (int64_t ci = 0; ci < Cg; ++ci)
-            for (int64_t i = 0; i < c.kh; ++i)
-              for (int64_t j = 0; j < c.kw; ++j) {
-                const int64_t ih = oh * c.p.stride_h - c.p.pad_h + i * c.p.dilation_h;
-                const int64_t iw = ow * c.p.stride_w - c.p.pad_w + j * c.p.dilation_w;
-                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
-                const int64_t xi = ((n * c.C + (k / Kg) * Cg + ci) * c.H + ih) * c.W + iw;
-                const int64_t wi = ((k * Cg + ci) * c.kh + i) * c.kw + j;
-                acc += xv[xi] * wv[wi];
-                r.dx[xi] += g * wv[wi];
-                r.dw[wi] += g * xv[xi];
-              }
-          r.y[yi] = acc;
-        }
-  return r;
+  Context ctx = Context::cpu();
+  Tensor y = Tensor::empty({c.N, c.K, OH, OW}), dx = Tensor::zeros(x.shape()),
+         dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
+  ref::conv2d_forward(ctx, y, x, w, &b, c.p);
+  ref::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+  auto values = [](const Tensor& t) {
+    const auto v = t.to_vector();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  return {values(y), values(dx), values(dw), values(db)};
 }
 
 // tol: relative to max(|a|, |b|, 1); float sums of a few hundred products stay well inside 1e-5,

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "kernels/ops.hpp"
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 using namespace dpx;
@@ -52,24 +53,16 @@ TEST_CASE("linear: shape errors name the op and the shapes") {
 }
 
 namespace {
-// c = alpha op(a) op(b) + beta c by plain loops, in double.
+// c = alpha op(a) op(b) + beta c by the reference kernel (kernels/ref/linear.cpp: triple loops
+// summed in double).
 std::vector<double> matmul_ref(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch,
                                int64_t M, int64_t N, int64_t K, bool ta, bool tb, double alpha,
                                double beta) {
-  auto av = a.to_vector(), bv = b.to_vector(), cv = c.to_vector();
-  std::vector<double> out(cv.size());
-  for (int64_t i = 0; i < batch; ++i)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          double x = ta ? av[i * M * K + k * M + m] : av[i * M * K + m * K + k];
-          double y = tb ? bv[i * K * N + n * K + k] : bv[i * K * N + k * N + n];
-          acc += x * y;
-        }
-        out[i * M * N + m * N + n] = alpha * acc + beta * cv[i * M * N + m * N + n];
-      }
-  return out;
+  Context ctx = Context::cpu();
+  Tensor out = c.clone();
+  ref::matmul(ctx, out, a, b, ta, tb, static_cast<float>(alpha), static_cast<float>(beta));
+  const auto v = out.to_vector();
+  return std::vector<double>(v.begin(), v.end());
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/ops.hpp"
+#include "kernels/ref/ref_ops.hpp"
 #include "tests/kernels/kernel_test_util.hpp"
 
 using namespace dpx;
@@ -30,32 +31,16 @@ ops::Pool2dParams pool(int k, int s, int pad, bool ceil_mode = false, bool inclu
   return p;
 }
 
-// Average pooling by PyTorch's rule, written out plainly: forward y and backward dx for dy.
+// Average pooling by the reference kernel (kernels/ref/pool.cpp): forward y and backward dx for dy.
 void avg_reference(const Tensor& x, const Tensor& dy, const ops::Pool2dParams& p,
                    std::vector<double>& y, std::vector<double>& dx) {
-  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t OH = dy.size(2), OW = dy.size(3);
-  const auto xv = x.to_vector(), gv = dy.to_vector();
-  y.assign(planes * OH * OW, 0);
-  dx.assign(xv.size(), 0);
-  for (int64_t pl = 0; pl < planes; ++pl)
-    for (int64_t oh = 0; oh < OH; ++oh)
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        int64_t h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
-        int64_t h1 = std::min<int64_t>(h0 + p.kernel_h, H + p.pad_h);
-        int64_t w1 = std::min<int64_t>(w0 + p.kernel_w, W + p.pad_w);
-        int64_t padded = (h1 - h0) * (w1 - w0), inside = 0;
-        double sum = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w)
-            if (h >= 0 && h < H && w >= 0 && w < W) sum += xv[(pl * H + h) * W + w], ++inside;
-        const double div = p.count_include_pad ? padded : inside;
-        const int64_t o = (pl * OH + oh) * OW + ow;
-        y[o] = sum / div;
-        for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h1, H); ++h)
-          for (int64_t w = std::max<int64_t>(w0, 0); w < std::min(w1, W); ++w)
-            dx[(pl * H + h) * W + w] += gv[o] / div;
-      }
+  Context ctx = Context::cpu();
+  Tensor ry = Tensor::empty(dy.shape()), rdx = Tensor::zeros(x.shape());
+  ref::avg_pool2d_forward(ctx, ry, x, p);
+  ref::avg_pool2d_backward(ctx, rdx, dy, p);
+  const auto yv = ry.to_vector(), dxv = rdx.to_vector();
+  y.assign(yv.begin(), yv.end());
+  dx.assign(dxv.begin(), dxv.end());
 }
 
 }  // namespace
@@ -129,24 +114,11 @@ TEST_CASE("max_pool2d: forward and backward against plain loops, with padding an
     ops::max_pool2d_forward(ctx, y, am, x, p);
     Tensor dy = randn(y.shape(), 6), dx = Tensor::zeros(x.shape());
     ops::max_pool2d_backward(ctx, dx, dy, am);
-    const auto xv = x.to_vector(), gv = dy.to_vector();
-    std::vector<double> want_y(y.numel()), want_am(y.numel()), want_dx(x.numel(), 0);
-    for (int64_t pl = 0; pl < 6; ++pl)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          double best = -INFINITY;
-          int64_t arg = -1;
-          for (int64_t h = oh * p.stride_h - p.pad_h; h < oh * p.stride_h - p.pad_h + p.kernel_h;
-               ++h)
-            for (int64_t w = ow * p.stride_w - p.pad_w; w < ow * p.stride_w - p.pad_w + p.kernel_w;
-                 ++w)
-              if (h >= 0 && h < H && w >= 0 && w < W && xv[(pl * H + h) * W + w] > best)
-                best = xv[(pl * H + h) * W + w], arg = h * W + w;
-          const int64_t o = (pl * OH + oh) * OW + ow;
-          want_y[o] = best;
-          want_am[o] = static_cast<double>(arg);
-          want_dx[pl * H * W + arg] += gv[o];
-        }
+    Context rctx = Context::cpu();
+    Tensor want_y = Tensor::empty(y.shape()), want_am = Tensor::empty(y.shape(), DType::i32);
+    Tensor want_dx = Tensor::zeros(x.shape());
+    ref::max_pool2d_forward(rctx, want_y, want_am, x, p);
+    ref::max_pool2d_backward(rctx, want_dx, dy, want_am);
     check_close(y, want_y, 0);
     check_close(am, want_am, 0);
     check_close(dx, want_dx);

@@ -1,0 +1,115 @@
+// Reference batch normalisation over (N, spatial) for each channel of x (N, C, ...): training
+// forward (batch statistics, running statistics updated), eval forward, and backward.
+#include <cmath>
+
+#include "kernels/ref/ref_ops.hpp"
+
+namespace dpx::ref {
+
+namespace {
+// x viewed as (N, C, S): S elements per (n, c), the product of the dimensions after C.
+struct BnSizes {
+  int64_t N, C, S;
+  int64_t at(int64_t n, int64_t c, int64_t s) const { return (n * C + c) * S + s; }
+};
+BnSizes sizes(const Tensor& x) {
+  BnSizes b{x.size(0), x.size(1), 1};
+  for (int d = 2; d < x.dim(); ++d) b.S *= x.size(d);
+  return b;
+}
+}  // namespace
+
+// For each channel c, over its M = N * S values:
+//   mean = sum x / M,  var = sum (x - mean)^2 / M (biased),  invstd = 1 / sqrt(var + eps),
+//   y = (x - mean) * invstd * gamma + beta;
+//   running_mean = (1 - momentum) running_mean + momentum mean,
+//   running_var  = (1 - momentum) running_var  + momentum var * M / (M - 1) (unbiased).
+void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                              Tensor& running_mean, Tensor& running_var, const Tensor& x,
+                              const Tensor& gamma, const Tensor& beta, float momentum, float eps) {
+  const BnSizes b = sizes(x);
+  const int64_t M = b.N * b.S;
+  const float* xp = x.data<float>();
+  const float* gp = gamma.data<float>();
+  const float* bp = beta.data<float>();
+  float* yp = y.data<float>();
+  for (int64_t c = 0; c < b.C; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < b.N; ++n)
+      for (int64_t s = 0; s < b.S; ++s) sum += xp[b.at(n, c, s)];
+    const double mean = sum / M;
+    double sq = 0;
+    for (int64_t n = 0; n < b.N; ++n)
+      for (int64_t s = 0; s < b.S; ++s) sq += (xp[b.at(n, c, s)] - mean) * (xp[b.at(n, c, s)] - mean);
+    const double var = sq / M;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t n = 0; n < b.N; ++n)
+      for (int64_t s = 0; s < b.S; ++s) {
+        const int64_t i = b.at(n, c, s);
+        yp[i] = static_cast<float>((xp[i] - mean) * invstd * gp[c] + bp[c]);
+      }
+    save_mean.data<float>()[c] = static_cast<float>(mean);
+    save_invstd.data<float>()[c] = static_cast<float>(invstd);
+    float& rm = running_mean.data<float>()[c];
+    float& rv = running_var.data<float>()[c];
+    rm = static_cast<float>((1.0 - momentum) * rm + momentum * mean);
+    rv = static_cast<float>((1.0 - momentum) * rv + momentum * var * M / (M - 1));
+  }
+}
+
+// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta
+void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, const Tensor& running_mean,
+                             const Tensor& running_var, float eps) {
+  const BnSizes b = sizes(x);
+  const float* xp = x.data<float>();
+  const float* gp = gamma.data<float>();
+  const float* bp = beta.data<float>();
+  const float* rm = running_mean.data<float>();
+  const float* rv = running_var.data<float>();
+  float* yp = y.data<float>();
+  for (int64_t n = 0; n < b.N; ++n)
+    for (int64_t c = 0; c < b.C; ++c) {
+      const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+      for (int64_t s = 0; s < b.S; ++s) {
+        const int64_t i = b.at(n, c, s);
+        yp[i] = static_cast<float>((xp[i] - rm[c]) * invstd * gp[c] + bp[c]);
+      }
+    }
+}
+
+// With xhat = (x - mean) * invstd, per channel over its M values:
+//   dbeta += sum dy,  dgamma += sum dy * xhat,
+//   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
+void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+                         const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd) {
+  const BnSizes b = sizes(x);
+  const int64_t M = b.N * b.S;
+  if (M == 0) return;
+  const float* xp = x.data<float>();
+  const float* dyp = dy.data<float>();
+  const float* gp = gamma.data<float>();
+  for (int64_t c = 0; c < b.C; ++c) {
+    const double mean = save_mean.data<float>()[c], invstd = save_invstd.data<float>()[c];
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t n = 0; n < b.N; ++n)
+      for (int64_t s = 0; s < b.S; ++s) {
+        const int64_t i = b.at(n, c, s);
+        sum_dy += dyp[i];
+        sum_dy_xhat += dyp[i] * (xp[i] - mean) * invstd;
+      }
+    if (dbeta) dbeta->data<float>()[c] += static_cast<float>(sum_dy);
+    if (dgamma) dgamma->data<float>()[c] += static_cast<float>(sum_dy_xhat);
+    if (!dx) continue;
+    float* dxp = dx->data<float>();
+    for (int64_t n = 0; n < b.N; ++n)
+      for (int64_t s = 0; s < b.S; ++s) {
+        const int64_t i = b.at(n, c, s);
+        const double xhat = (xp[i] - mean) * invstd;
+        dxp[i] += static_cast<float>(gp[c] * invstd * (dyp[i] - sum_dy / M - xhat * sum_dy_xhat / M));
+      }
+  }
+}
+
+}  // namespace dpx::ref

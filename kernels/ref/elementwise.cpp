@@ -1,0 +1,50 @@
+// Reference elementwise and utility ops: fill, copy, add, axpy, scale, count_nonfinite.
+// One loop over the elements each; nothing depends on any other element.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ref/ref_ops.hpp"
+
+namespace dpx::ref {
+
+void fill(Context&, Tensor& out, float value) {
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = value;
+}
+
+// A byte copy, so any dtype works (both sides have the same dtype). memmove, not memcpy: the
+// two may be overlapping views of one storage.
+void copy(Context&, Tensor& out, const Tensor& in) {
+  std::memmove(out.raw(), in.raw(), out.nbytes());
+}
+
+void add(Context&, Tensor& out, const Tensor& a, const Tensor& b) {
+  float* o = out.data<float>();
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = x[i] + y[i];
+}
+
+// y += alpha * x
+void axpy(Context&, Tensor& y, float alpha, const Tensor& x) {
+  float* yp = y.data<float>();
+  const float* xp = x.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) yp[i] += alpha * xp[i];
+}
+
+// x *= alpha
+void scale(Context&, Tensor& x, float alpha) {
+  float* xp = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) xp[i] *= alpha;
+}
+
+// How many elements are NaN, +inf or -inf.
+int64_t count_nonfinite(Context&, const Tensor& x) {
+  const float* xp = x.data<float>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(xp[i])) ++count;
+  return count;
+}
+
+}  // namespace dpx::ref
