@@ -1,6 +1,7 @@
 // Context: passed explicitly to every op. It says which device runs the op and with what:
-// for the CPU, how many threads the op may use; for CUDA, the stream, library handles and
-// workspace (core/cuda/context.hpp). No hidden global state, so replicas run side by side.
+// for the CPU, how many threads the op may use and which kernels (the fast ones, or the plain
+// reference loops of kernels/ref/); for CUDA, the stream, library handles and workspace
+// (core/cuda/context.hpp). No hidden global state, so replicas run side by side.
 #pragma once
 #include "core/device.hpp"
 
@@ -11,12 +12,19 @@ namespace cuda { struct CudaState; }
 struct Context {
   Device device;
   int threads = 1;                     // CPU threads an op may use (cores / ranks)
+  bool reference = false;              // host ops run kernels/ref/, not kernels/cpu/ (--devices ref)
   cuda::CudaState* cuda = nullptr;     // owned elsewhere; set only when device is CUDA
   bool allow_tf32 = false;             // TF32 tensor-core math only when asked (--tf32)
 
   static Context cpu(int threads = 1) {
     Context c;
     c.threads = threads < 1 ? 1 : threads;
+    return c;
+  }
+  // The reference kernels: plain single-threaded loops, slow, for teaching and for checking.
+  static Context ref() {
+    Context c;
+    c.reference = true;
     return c;
   }
 };

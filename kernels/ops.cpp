@@ -1,11 +1,15 @@
-// Dispatch of every op in kernels/ops.hpp to cpu:: or cuda:: by the device of ctx, after
-// checking that the tensors given live there.
+// The definition of every op listed in kernels/ops.def, generated from that list: check that
+// the tensors live on ctx.device, check shapes and dtypes once (kernels/op_checks.cpp), then run
+// the kernel of ctx.device — cpu::, ref:: (ctx.reference) or cuda::.
 #include "kernels/ops.hpp"
 
 #include <cmath>
-#include <initializer_list>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/op_checks.hpp"
+#include "kernels/ref/ref_ops.hpp"
 #ifdef DPX_WITH_CUDA
 #include "kernels/cuda/cuda_ops.hpp"
 #endif
@@ -13,12 +17,31 @@
 namespace dpx::ops {
 
 namespace {
-void check_devices(const Context& ctx, const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t && t->defined() && !(t->device() == ctx.device))
-      fail(op, ": a tensor on ", t->device().str(), " was passed to an op running on ",
-           ctx.device.str(), "; move it with Tensor::to first");
+void check_device(const char* op, const Context& ctx, const Tensor* t) {
+  if (t && t->defined() && !(t->device() == ctx.device))
+    fail(op, ": a tensor on ", t->device().str(), " was passed to an op running on ",
+         ctx.device.str(), "; move it with Tensor::to first");
 }
+
+// Every tensor among an op's arguments (Tensor, Tensor*, or a vector of either) must live on
+// ctx.device; other arguments are parameters.
+template <class T>
+void check_device_of(const char* op, const Context& ctx, const T& arg) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    check_device(op, ctx, &arg);
+  } else if constexpr (std::is_same_v<T, Tensor*> || std::is_same_v<T, const Tensor*>) {
+    check_device(op, ctx, arg);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    for (const Tensor& t : arg) check_device(op, ctx, &t);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor*>>) {
+    for (const Tensor* t : arg) check_device(op, ctx, t);
+  }
+}
+template <class... Args>
+void check_devices(const char* op, const Context& ctx, const Args&... args) {
+  (check_device_of(op, ctx, args), ...);
+}
+
 #ifndef DPX_WITH_CUDA
 [[noreturn]] void not_built(const char* op) {
   fail("not implemented on CUDA: ", op, " (this dpx was built without CUDA)");
@@ -26,16 +49,23 @@ void check_devices(const Context& ctx, const char* op, std::initializer_list<con
 #endif
 }  // namespace
 
+#define DPX_ARGS(...) __VA_ARGS__
 #ifdef DPX_WITH_CUDA
-#define DPX_DISPATCH(op, ...) \
-  return ctx.device.is_cpu() ? cpu::op(ctx, __VA_ARGS__) : cuda::op(ctx, __VA_ARGS__)
+#define DPX_RUN_CUDA(name, args) return cuda::name args
 #else
-#define DPX_DISPATCH(op, ...)                                   \
-  do {                                                          \
-    if (ctx.device.is_cpu()) return cpu::op(ctx, __VA_ARGS__);  \
-    not_built(#op);                                             \
-  } while (0)
+#define DPX_RUN_CUDA(name, args) not_built(#name)
 #endif
+
+#define DPX_OP(ret, name, params, args)               \
+  ret name params {                                   \
+    check_devices(#name, DPX_ARGS args);              \
+    check::name args;                                 \
+    if (ctx.device.is_cpu())                          \
+      return ctx.reference ? ref::name args : cpu::name args; \
+    DPX_RUN_CUDA(name, args);                         \
+  }
+#include "kernels/ops.def"
+#undef DPX_OP
 
 int64_t conv_out_size(int64_t in, int kernel, int stride, int pad, int dilation, bool ceil_mode) {
   DPX_CHECK(stride > 0 && kernel > 0 && dilation > 0, "window kernel ", kernel, ", stride ", stride,
@@ -50,268 +80,6 @@ int64_t conv_out_size(int64_t in, int kernel, int stride, int pad, int dilation,
   // PyTorch: with ceil_mode the last window must start inside the input or left padding.
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;
-}
-
-void fill(Context& ctx, Tensor& out, float value) {
-  check_devices(ctx, "fill", {&out});
-  DPX_DISPATCH(fill, out, value);
-}
-
-void copy(Context& ctx, Tensor& out, const Tensor& in) {
-  check_devices(ctx, "copy", {&out, &in});
-  DPX_DISPATCH(copy, out, in);
-}
-
-void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
-  check_devices(ctx, "add", {&out, &a, &b});
-  DPX_DISPATCH(add, out, a, b);
-}
-
-void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
-  check_devices(ctx, "axpy", {&y, &x});
-  DPX_DISPATCH(axpy, y, alpha, x);
-}
-
-void scale(Context& ctx, Tensor& x, float alpha) {
-  check_devices(ctx, "scale", {&x});
-  DPX_DISPATCH(scale, x, alpha);
-}
-
-int64_t count_nonfinite(Context& ctx, const Tensor& x) {
-  check_devices(ctx, "count_nonfinite", {&x});
-  DPX_DISPATCH(count_nonfinite, x);
-}
-
-void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {
-  check_devices(ctx, "linear_forward", {&y, &x, &w, b});
-  DPX_DISPATCH(linear_forward, y, x, w, b);
-}
-
-void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x, const Tensor& w) {
-  check_devices(ctx, "linear_backward", {dx, dw, db, &dy, &x, &w});
-  DPX_DISPATCH(linear_backward, dx, dw, db, dy, x, w);
-}
-
-void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
-  check_devices(ctx, "matmul", {&c, &a, &b});
-  DPX_DISPATCH(matmul, c, a, b, trans_a, trans_b, alpha, beta);
-}
-
-void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, const Conv2dParams& p) {
-  check_devices(ctx, "conv2d_forward", {&y, &x, &w, b});
-  DPX_DISPATCH(conv2d_forward, y, x, w, b, p);
-}
-
-void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  check_devices(ctx, "conv2d_backward", {dx, dw, db, &dy, &x, &w});
-  DPX_DISPATCH(conv2d_backward, dx, dw, db, dy, x, w, p);
-}
-
-void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p) {
-  check_devices(ctx, "max_pool2d_forward", {&y, &argmax, &x});
-  DPX_DISPATCH(max_pool2d_forward, y, argmax, x, p);
-}
-
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
-  check_devices(ctx, "max_pool2d_backward", {&dx, &dy, &argmax});
-  DPX_DISPATCH(max_pool2d_backward, dx, dy, argmax);
-}
-
-void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
-  check_devices(ctx, "avg_pool2d_forward", {&y, &x});
-  DPX_DISPATCH(avg_pool2d_forward, y, x, p);
-}
-
-void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
-  check_devices(ctx, "avg_pool2d_backward", {&dx, &dy});
-  DPX_DISPATCH(avg_pool2d_backward, dx, dy, p);
-}
-
-void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  check_devices(ctx, "adaptive_avg_pool2d_forward", {&y, &x});
-  DPX_DISPATCH(adaptive_avg_pool2d_forward, y, x);
-}
-
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
-  check_devices(ctx, "adaptive_avg_pool2d_backward", {&dx, &dy});
-  DPX_DISPATCH(adaptive_avg_pool2d_backward, dx, dy);
-}
-
-void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean, Tensor& running_var, const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum, float eps) {
-  check_devices(ctx, "batch_norm_forward_train", {&y, &save_mean, &save_invstd, &running_mean, &running_var, &x, &gamma, &beta});
-  DPX_DISPATCH(batch_norm_forward_train, y, save_mean, save_invstd, running_mean, running_var, x, gamma, beta, momentum, eps);
-}
-
-void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean, const Tensor& running_var, float eps) {
-  check_devices(ctx, "batch_norm_forward_eval", {&y, &x, &gamma, &beta, &running_mean, &running_var});
-  DPX_DISPATCH(batch_norm_forward_eval, y, x, gamma, beta, running_mean, running_var, eps);
-}
-
-void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd) {
-  check_devices(ctx, "batch_norm_backward", {dx, dgamma, dbeta, &dy, &x, &gamma, &save_mean, &save_invstd});
-  DPX_DISPATCH(batch_norm_backward, dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd);
-}
-
-void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  check_devices(ctx, "relu_forward", {&y, &x});
-  DPX_DISPATCH(relu_forward, y, x);
-}
-
-void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  check_devices(ctx, "relu_backward", {&dx, &dy, &y});
-  DPX_DISPATCH(relu_backward, dx, dy, y);
-}
-
-void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed, uint64_t stream) {
-  check_devices(ctx, "dropout_forward", {&y, &mask, &x});
-  DPX_DISPATCH(dropout_forward, y, mask, x, p, seed, stream);
-}
-
-void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
-  check_devices(ctx, "dropout_backward", {&dx, &dy, &mask});
-  DPX_DISPATCH(dropout_backward, dx, dy, mask, p);
-}
-
-void sigmoid_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  check_devices(ctx, "sigmoid_forward", {&y, &x});
-  DPX_DISPATCH(sigmoid_forward, y, x);
-}
-
-void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  check_devices(ctx, "sigmoid_backward", {&dx, &dy, &y});
-  DPX_DISPATCH(sigmoid_backward, dx, dy, y);
-}
-
-void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  check_devices(ctx, "silu_forward", {&y, &x});
-  DPX_DISPATCH(silu_forward, y, x);
-}
-
-void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_devices(ctx, "silu_backward", {&dx, &dy, &x});
-  DPX_DISPATCH(silu_backward, dx, dy, x);
-}
-
-void gelu_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  check_devices(ctx, "gelu_forward", {&y, &x});
-  DPX_DISPATCH(gelu_forward, y, x);
-}
-
-void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  check_devices(ctx, "gelu_backward", {&dx, &dy, &x});
-  DPX_DISPATCH(gelu_backward, dx, dy, x);
-}
-
-void add_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
-  check_devices(ctx, "add_broadcast", {&out, &a, &b});
-  DPX_DISPATCH(add_broadcast, out, a, b);
-}
-
-void add_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy) {
-  check_devices(ctx, "add_broadcast_backward", {da, db, &dy});
-  DPX_DISPATCH(add_broadcast_backward, da, db, dy);
-}
-
-void mul_broadcast(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
-  check_devices(ctx, "mul_broadcast", {&out, &a, &b});
-  DPX_DISPATCH(mul_broadcast, out, a, b);
-}
-
-void mul_broadcast_backward(Context& ctx, Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a, const Tensor& b) {
-  check_devices(ctx, "mul_broadcast_backward", {da, db, &dy, &a, &b});
-  DPX_DISPATCH(mul_broadcast_backward, da, db, dy, a, b);
-}
-
-void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
-  check_devices(ctx, "layer_norm_forward", {&y, &mean, &rstd, &x, &gamma, &beta});
-  DPX_DISPATCH(layer_norm_forward, y, mean, rstd, x, gamma, beta, eps);
-}
-
-void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
-  check_devices(ctx, "layer_norm_backward", {dx, dgamma, dbeta, &dy, &x, &gamma, &mean, &rstd});
-  DPX_DISPATCH(layer_norm_backward, dx, dgamma, dbeta, dy, x, gamma, mean, rstd);
-}
-
-void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bias) {
-  check_devices(ctx, "softmax_forward", {&y, &x, bias});
-  DPX_DISPATCH(softmax_forward, y, x, bias);
-}
-
-void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  check_devices(ctx, "softmax_backward", {&dx, &dy, &y});
-  DPX_DISPATCH(softmax_backward, dx, dy, y);
-}
-
-void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
-  check_devices(ctx, "permute", {&out, &in});
-  DPX_DISPATCH(permute, out, in, perm);
-}
-
-void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
-  check_devices(ctx, "permute_backward", {&din, &dout});
-  DPX_DISPATCH(permute_backward, din, dout, perm);
-}
-
-void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w) {
-  check_devices(ctx, "roll", {&out, &in});
-  DPX_DISPATCH(roll, out, in, shift_h, shift_w);
-}
-
-void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w) {
-  check_devices(ctx, "roll_backward", {&din, &dout});
-  DPX_DISPATCH(roll_backward, din, dout, shift_h, shift_w);
-}
-
-void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
-  check_devices(ctx, "pad_hw", {&out, &in});
-  DPX_DISPATCH(pad_hw, out, in);
-}
-
-void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
-  check_devices(ctx, "pad_hw_backward", {&din, &dout});
-  DPX_DISPATCH(pad_hw_backward, din, dout);
-}
-
-void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& index) {
-  check_devices(ctx, "index_select", {&out, &table, &index});
-  DPX_DISPATCH(index_select, out, table, index);
-}
-
-void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& index) {
-  check_devices(ctx, "index_select_backward", {&dtable, &dout, &index});
-  DPX_DISPATCH(index_select_backward, dtable, dout, index);
-}
-
-void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& inputs) {
-  check_devices(ctx, "concat_channels", {&out});
-  for (const Tensor& t : inputs) check_devices(ctx, "concat_channels", {&t});
-  DPX_DISPATCH(concat_channels, out, inputs);
-}
-
-void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, const Tensor& dout) {
-  check_devices(ctx, "split_channels_backward", {&dout});
-  for (const Tensor* t : dinputs) check_devices(ctx, "split_channels_backward", {t});
-  DPX_DISPATCH(split_channels_backward, dinputs, dout);
-}
-
-void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tensor& logits, const Tensor& labels, float label_smoothing) {
-  check_devices(ctx, "cross_entropy_forward", {&loss, &probs, &logits, &labels});
-  DPX_DISPATCH(cross_entropy_forward, loss, probs, logits, labels, label_smoothing);
-}
-
-void cross_entropy_backward(Context& ctx, Tensor& dlogits, const Tensor& probs, const Tensor& labels, float label_smoothing, float scale) {
-  check_devices(ctx, "cross_entropy_backward", {&dlogits, &probs, &labels});
-  DPX_DISPATCH(cross_entropy_backward, dlogits, probs, labels, label_smoothing, scale);
-}
-
-int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels) {
-  check_devices(ctx, "count_correct", {&logits, &labels});
-  DPX_DISPATCH(count_correct, logits, labels);
-}
-
-void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p, bool first_step) {
-  check_devices(ctx, "sgd_step", {&param, &grad, &momentum_buf});
-  DPX_DISPATCH(sgd_step, param, grad, momentum_buf, p, first_step);
 }
 
 void check_adamw_params(const AdamwParams& p, const char* who) {
@@ -338,12 +106,6 @@ AdamwScalars adamw_scalars(const AdamwParams& p, int64_t step) {
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = p.eps;
   return s;
-}
-
-void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamwParams& p, int64_t step) {
-  check_devices(ctx, "adamw_step", {&param, &grad, &exp_avg, &exp_avg_sq});
-  DPX_DISPATCH(adamw_step, param, grad, exp_avg, exp_avg_sq, p, step);
 }
 
 }  // namespace dpx::ops

@@ -12,14 +12,6 @@ using namespace detail;
 
 void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                 const AdamwParams& p, int64_t step) {
-  const char* op = "adamw_step";
-  require_f32(op, "param", param);
-  require_f32(op, "grad", grad);
-  require_f32(op, "exp_avg", exp_avg);
-  require_f32(op, "exp_avg_sq", exp_avg_sq);
-  require_same_numel(op, "param", param, "grad", grad);
-  require_same_numel(op, "exp_avg", exp_avg, "param", param);
-  require_same_numel(op, "exp_avg_sq", exp_avg_sq, "param", param);
   const ops::AdamwScalars s = ops::adamw_scalars(p, step);
   float* w = param.data<float>();
   const float* gp = grad.data<float>();

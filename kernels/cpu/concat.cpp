@@ -12,37 +12,17 @@ using namespace detail;
 
 namespace {
 
-// Checks that each part is (N, Ci, rest...) with whole's N and rest, and that the Ci add up to
-// whole's dimension 1; returns the elements per channel (the product of the rest).
-int64_t check_parts(const char* op, const char* whole_name, const Tensor& whole, const char* part_name,
-                    const std::vector<const Tensor*>& parts) {
-  require_f32(op, whole_name, whole);
-  if (whole.dim() < 2) fail(op, ": ", whole_name, " ", shape_str(whole.shape()), " must be (N, C, ...)");
-  if (parts.empty()) fail(op, ": there must be at least one ", part_name);
-  int64_t channels = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const Tensor& t = *parts[i];
-    require_f32(op, part_name, t);
-    bool ok = t.dim() == whole.dim() && t.size(0) == whole.size(0);
-    for (int d = 2; ok && d < t.dim(); ++d) ok = t.size(d) == whole.size(d);
-    if (!ok)
-      fail(op, ": ", part_name, " ", i, " has shape ", shape_str(t.shape()), ", which does not fit ",
-           whole_name, " ", shape_str(whole.shape()), ": all but dimension 1 must agree");
-    channels += t.size(1);
-  }
-  if (channels != whole.size(1))
-    fail(op, ": the ", part_name, "s have ", channels, " channels in all, ", whole_name, " ",
-         shape_str(whole.shape()), " has ", whole.size(1));
+// Elements per channel of whole (N, C, ...): the product of the dimensions after C.
+int64_t per_channel(const Tensor& whole) {
   return whole.size(1) > 0 ? whole.numel() / (whole.size(0) * whole.size(1)) : 0;
 }
 
 }  // namespace
 
 void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& inputs) {
-  const char* op = "concat_channels";
   std::vector<const Tensor*> parts;
   for (const Tensor& t : inputs) parts.push_back(&t);
-  const int64_t S = check_parts(op, "out", out, "input", parts);
+  const int64_t S = per_channel(out);
   const int64_t N = out.size(0), C = out.size(1), P = static_cast<int64_t>(parts.size());
   std::vector<int64_t> first(parts.size());  // first channel of each input in out
   for (int64_t i = 0, c = 0; i < P; c += parts[i]->size(1), ++i) first[i] = c;
@@ -58,14 +38,8 @@ void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& input
 }
 
 void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, const Tensor& dout) {
-  const char* op = "split_channels_backward";
-  std::vector<const Tensor*> parts;
-  for (const Tensor* t : dinputs) {
-    // Each gradient's shape says which channels are its, so none may be missing.
-    if (!t) fail(op, ": dinput ", parts.size(), " is null; pass every input's gradient");
-    parts.push_back(t);
-  }
-  const int64_t S = check_parts(op, "dout", dout, "dinput", parts);
+  const std::vector<Tensor*>& parts = dinputs;
+  const int64_t S = per_channel(dout);
   const int64_t N = dout.size(0), C = dout.size(1), P = static_cast<int64_t>(parts.size());
   std::vector<int64_t> first(parts.size());
   for (int64_t i = 0, c = 0; i < P; c += parts[i]->size(1), ++i) first[i] = c;

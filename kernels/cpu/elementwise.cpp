@@ -12,7 +12,6 @@ namespace dpx::cpu {
 using namespace detail;
 
 void fill(Context& ctx, Tensor& out, float value) {
-  require_f32("fill", "out", out);
   float* o = out.data<float>();
   const int64_t n = out.numel();
   int nt = threads_for(ctx, n);
@@ -22,13 +21,6 @@ void fill(Context& ctx, Tensor& out, float value) {
 
 // A byte copy, so any dtype works as long as both sides agree (labels are i64).
 void copy(Context& ctx, Tensor& out, const Tensor& in) {
-  const char* op = "copy";
-  require_defined(op, "out", out);
-  require_defined(op, "in", in);
-  require_same_numel(op, "out", out, "in", in);
-  if (out.dtype() != in.dtype())
-    fail(op, ": out is ", dtype_name(out.dtype()), " but in is ", dtype_name(in.dtype()),
-         "; convert with Tensor::cast");
   if (out.raw() == in.raw()) return;
   auto* o = static_cast<char*>(out.raw());
   const auto* s = static_cast<const char*>(in.raw());
@@ -48,12 +40,6 @@ void copy(Context& ctx, Tensor& out, const Tensor& in) {
 }
 
 void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
-  const char* op = "add";
-  require_f32(op, "out", out);
-  require_f32(op, "a", a);
-  require_f32(op, "b", b);
-  require_same_numel(op, "out", out, "a", a);
-  require_same_numel(op, "out", out, "b", b);
   float* o = out.data<float>();
   const float *ap = a.data<float>(), *bp = b.data<float>();
   const int64_t n = out.numel();
@@ -63,10 +49,6 @@ void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
-  const char* op = "axpy";
-  require_f32(op, "y", y);
-  require_f32(op, "x", x);
-  require_same_numel(op, "y", y, "x", x);
   float* yp = y.data<float>();
   const float* xp = x.data<float>();
   const int64_t n = y.numel();
@@ -76,7 +58,6 @@ void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
 }
 
 void scale(Context& ctx, Tensor& x, float alpha) {
-  require_f32("scale", "x", x);
   float* xp = x.data<float>();
   const int64_t n = x.numel();
   int nt = threads_for(ctx, n);
@@ -85,7 +66,6 @@ void scale(Context& ctx, Tensor& x, float alpha) {
 }
 
 int64_t count_nonfinite(Context& ctx, const Tensor& x) {
-  require_f32("count_nonfinite", "x", x);
   const float* xp = x.data<float>();
   const int64_t n = x.numel();
   int64_t count = 0;

@@ -12,15 +12,8 @@ using namespace detail;
 
 namespace {
 
-// Checks table (R, D), rows (n, D) and index (n) i64 with every entry in [0, R).
-void check_gather(const char* op, const char* table_name, const Tensor& table, const char* rows_name,
-                  const Tensor& rows, const Tensor& index) {
-  require_f32(op, table_name, table);
-  require_f32(op, rows_name, rows);
-  require_dtype(op, "index", index, DType::i64);
-  require_dim(op, table_name, table, 2);
-  require_dim(op, "index", index, 1);
-  require_shape(op, rows_name, rows, {index.size(0), table.size(1)});
+// Every entry of index in [0, R), R = table's rows (the op layer checked the shapes).
+void check_rows(const char* op, const char* table_name, const Tensor& table, const Tensor& index) {
   const int64_t R = table.size(0);
   const int64_t* ip = index.data<int64_t>();
   for (int64_t i = 0; i < index.numel(); ++i)
@@ -32,7 +25,7 @@ void check_gather(const char* op, const char* table_name, const Tensor& table, c
 }  // namespace
 
 void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& index) {
-  check_gather("index_select", "table", table, "out", out, index);
+  check_rows("index_select", "table", table, index);
   const int64_t n = index.numel(), D = table.size(1);
   const int64_t* ip = index.data<int64_t>();
   const float* t = table.data<float>();
@@ -43,7 +36,7 @@ void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& 
 }
 
 void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& index) {
-  check_gather("index_select_backward", "dtable", dtable, "dout", dout, index);
+  check_rows("index_select_backward", "dtable", dtable, index);
   const int64_t n = index.numel(), D = dtable.size(1);
   const int64_t* ip = index.data<int64_t>();
   const float* d = dout.data<float>();

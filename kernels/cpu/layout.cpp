@@ -39,9 +39,7 @@ struct MapShape {
   int64_t A, H, W, B;
 };
 
-MapShape map_shape(const char* op, const char* name, const Tensor& t) {
-  require_f32(op, name, t);
-  require_dim(op, name, t, 4);
+MapShape map_shape(const Tensor& t) {
   return {t.size(0), t.size(1), t.size(2), t.size(3)};
 }
 
@@ -51,8 +49,6 @@ int64_t wrap(int64_t shift, int64_t n) { return n > 0 ? ((shift % n) + n) % n : 
 
 void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
   const char* op = "permute";
-  require_f32(op, "in", in);
-  require_f32(op, "out", out);
   const PermutePlan p = permute_plan(op, "in", in.shape(), "out", out.shape(), perm);
   float* o = out.data<float>();
   const float* x = in.data<float>();
@@ -63,8 +59,6 @@ void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>
 
 void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
   const char* op = "permute_backward";
-  require_f32(op, "din", din);
-  require_f32(op, "dout", dout);
   const PermutePlan p = permute_plan(op, "din", din.shape(), "dout", dout.shape(), perm);
   float* g = din.data<float>();
   const float* d = dout.data<float>();
@@ -75,10 +69,7 @@ void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::
 
 // out[a, h, w] = in[a, (h - sh) mod H, (w - sw) mod W]: per row h, two contiguous runs of w.
 void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t shift_w) {
-  const char* op = "roll";
-  const MapShape s = map_shape(op, "in", in);
-  require_f32(op, "out", out);
-  require_shape(op, "out", out, in.shape());
+  const MapShape s = map_shape(in);
   const int64_t sh = wrap(shift_h, s.H), sw = wrap(shift_w, s.W), row = s.W * s.B;
   const float* x = in.data<float>();
   float* o = out.data<float>();
@@ -96,10 +87,7 @@ void roll(Context& ctx, Tensor& out, const Tensor& in, int64_t shift_h, int64_t 
 
 // din[a, h, w] += dout[a, (h + sh) mod H, (w + sw) mod W].
 void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_h, int64_t shift_w) {
-  const char* op = "roll_backward";
-  const MapShape s = map_shape(op, "dout", dout);
-  require_f32(op, "din", din);
-  require_shape(op, "din", din, dout.shape());
+  const MapShape s = map_shape(dout);
   const int64_t sh = wrap(shift_h, s.H), sw = wrap(shift_w, s.W), row = s.W * s.B;
   const float* d = dout.data<float>();
   float* g = din.data<float>();
@@ -116,11 +104,7 @@ void roll_backward(Context& ctx, Tensor& din, const Tensor& dout, int64_t shift_
 }
 
 void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
-  const char* op = "pad_hw";
-  const MapShape s = map_shape(op, "in", in), t = map_shape(op, "out", out);
-  if (t.A != s.A || t.B != s.B || t.H < s.H || t.W < s.W)
-    fail(op, ": out ", shape_str(out.shape()), " must be in ", shape_str(in.shape()),
-         " padded along dimensions 1 and 2 only");
+  const MapShape s = map_shape(in), t = map_shape(out);
   const float* x = in.data<float>();
   float* o = out.data<float>();
   int nt = threads_for(ctx, out.numel());
@@ -135,11 +119,7 @@ void pad_hw(Context& ctx, Tensor& out, const Tensor& in) {
 }
 
 void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
-  const char* op = "pad_hw_backward";
-  const MapShape s = map_shape(op, "din", din), t = map_shape(op, "dout", dout);
-  if (t.A != s.A || t.B != s.B || t.H < s.H || t.W < s.W)
-    fail(op, ": dout ", shape_str(dout.shape()), " must be din ", shape_str(din.shape()),
-         " padded along dimensions 1 and 2 only");
+  const MapShape s = map_shape(din), t = map_shape(dout);
   const float* d = dout.data<float>();
   float* g = din.data<float>();
   const int64_t row = s.W * s.B;

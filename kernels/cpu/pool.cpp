@@ -18,27 +18,13 @@ struct PoolShape {
   int64_t planes, H, W, OH, OW;
 };
 
-// Checks a pooling window against PyTorch's rules and returns the output size for x.
-PoolShape pool_shape(const char* op, const Tensor& x, const Pool2dParams& p) {
-  require_f32(op, "x", x);
-  require_dim(op, "x", x, 4);
-  if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_h < 0 ||
-      p.pad_w < 0)
-    fail(op, ": kernel (", p.kernel_h, ", ", p.kernel_w, ") and stride (", p.stride_h, ", ",
-         p.stride_w, ") must be positive and padding (", p.pad_h, ", ", p.pad_w, ") not negative");
-  if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
-    fail(op, ": padding (", p.pad_h, ", ", p.pad_w, ") must be at most half the kernel (",
-         p.kernel_h, ", ", p.kernel_w, ")");
+// The output size of pooling x (a window the op layer has checked against PyTorch's rules).
+PoolShape pool_shape(const Tensor& x, const Pool2dParams& p) {
   PoolShape s{x.size(0) * x.size(1), x.size(2), x.size(3), 0, 0};
   s.OH = ops::conv_out_size(s.H, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
   s.OW = ops::conv_out_size(s.W, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
-  if (s.OH <= 0 || s.OW <= 0)
-    fail(op, ": window (", p.kernel_h, ", ", p.kernel_w, ") does not fit input ",
-         shape_str(x.shape()), " padded by (", p.pad_h, ", ", p.pad_w, ")");
   return s;
 }
-
-Shape out_shape(const Tensor& x, const PoolShape& s) { return {x.size(0), x.size(1), s.OH, s.OW}; }
 
 // Window [start, end) of output o along one dimension, clipped to the input [0, L); `padded`
 // is its extent clipped to the padded input instead (PyTorch's divisor with padding).
@@ -63,12 +49,7 @@ Window bin(int64_t i, int64_t O, int64_t L) {
 
 void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                         const Pool2dParams& p) {
-  const char* op = "max_pool2d_forward";
-  const PoolShape s = pool_shape(op, x, p);
-  require_f32(op, "y", y);
-  require_shape(op, "y", y, out_shape(x, s));
-  require_dtype(op, "argmax", argmax, DType::i32);
-  require_shape(op, "argmax", argmax, out_shape(x, s));
+  const PoolShape s = pool_shape(x, p);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   int32_t* ap = argmax.data<int32_t>();
@@ -102,15 +83,6 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
 
 void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
   const char* op = "max_pool2d_backward";
-  require_f32(op, "dx", dx);
-  require_f32(op, "dy", dy);
-  require_dim(op, "dx", dx, 4);
-  require_dim(op, "dy", dy, 4);
-  require_dtype(op, "argmax", argmax, DType::i32);
-  require_shape(op, "argmax", argmax, dy.shape());
-  if (dx.size(0) != dy.size(0) || dx.size(1) != dy.size(1))
-    fail(op, ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()),
-         " must agree on (N, C)");
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
   const int32_t* ap = argmax.data<int32_t>();
@@ -130,10 +102,7 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
 }
 
 void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
-  const char* op = "avg_pool2d_forward";
-  const PoolShape s = pool_shape(op, x, p);
-  require_f32(op, "y", y);
-  require_shape(op, "y", y, out_shape(x, s));
+  const PoolShape s = pool_shape(x, p);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   int nt = threads_for(ctx, s.planes * s.OH * s.OW * p.kernel_h * p.kernel_w);
@@ -157,11 +126,7 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
 }
 
 void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
-  const char* op = "avg_pool2d_backward";
-  require_f32(op, "dx", dx);
-  const PoolShape s = pool_shape(op, dx, p);
-  require_f32(op, "dy", dy);
-  require_shape(op, "dy", dy, out_shape(dx, s));
+  const PoolShape s = pool_shape(dx, p);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   int nt = threads_for(ctx, s.planes * s.OH * s.OW * p.kernel_h * p.kernel_w);
@@ -183,23 +148,7 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   }
 }
 
-namespace {
-// x or dx (N, C, H, W) and y or dy (N, C, OH, OW) for adaptive pooling.
-void check_adaptive(const char* op, const char* in_name, const Tensor& in, const char* out_name,
-                    const Tensor& out) {
-  require_f32(op, in_name, in);
-  require_f32(op, out_name, out);
-  require_dim(op, in_name, in, 4);
-  require_dim(op, out_name, out, 4);
-  if (in.size(0) != out.size(0) || in.size(1) != out.size(1) || out.size(2) < 1 || out.size(3) < 1)
-    fail(op, ": ", in_name, " ", shape_str(in.shape()), " and ", out_name, " ",
-         shape_str(out.shape()), " must agree on (N, C) and the output must not be empty");
-}
-}  // namespace
-
 void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  const char* op = "adaptive_avg_pool2d_forward";
-  check_adaptive(op, "x", x, "y", y);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = y.size(2), OW = y.size(3);
   const float* xp = x.data<float>();
@@ -226,8 +175,6 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
 }
 
 void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
-  const char* op = "adaptive_avg_pool2d_backward";
-  check_adaptive(op, "dx", dx, "dy", dy);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   float* dxp = dx.data<float>();

@@ -9,21 +9,8 @@ using namespace detail;
 
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
               const SgdParams& p, bool first_step) {
-  const char* op = "sgd_step";
-  require_f32(op, "param", param);
-  require_f32(op, "grad", grad);
-  require_same_numel(op, "param", param, "grad", grad);
-  // The same rule (and wording) as torch.optim.SGD's constructor.
-  if (p.nesterov && (p.momentum <= 0.f || p.dampening != 0.f))
-    fail(op, ": Nesterov momentum requires a momentum and zero dampening (momentum ", p.momentum,
-         ", dampening ", p.dampening, ")");
   const bool use_momentum = p.momentum != 0.f;
-  float* buf = nullptr;
-  if (use_momentum) {
-    require_f32(op, "momentum_buf", momentum_buf);
-    require_same_numel(op, "momentum_buf", momentum_buf, "param", param);
-    buf = momentum_buf.data<float>();
-  }
+  float* buf = use_momentum ? momentum_buf.data<float>() : nullptr;
   float* w = param.data<float>();
   const float* gp = grad.data<float>();
   const float lr = p.lr, wd = p.weight_decay, mom = p.momentum, damp = 1.f - p.dampening;

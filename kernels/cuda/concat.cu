@@ -12,25 +12,8 @@ namespace {
 
 using detail::f32;
 
-// Checks that each part is (N, Ci, rest...) with whole's N and rest and that the Ci add up to
-// whole's dimension 1; returns the elements per channel.
-int64_t check_parts(const char* op, const char* whole_name, const Tensor& whole, const char* part_name,
-                    const std::vector<const Tensor*>& parts) {
-  f32(whole, op, whole_name);
-  DPX_CHECK(whole.dim() >= 2, op, ": ", whole_name, " ", shape_str(whole.shape()), " must be (N, C, ...)");
-  DPX_CHECK(!parts.empty(), op, ": there must be at least one ", part_name);
-  int64_t channels = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const Tensor& t = *parts[i];
-    f32(t, op, part_name);
-    bool ok = t.dim() == whole.dim() && t.size(0) == whole.size(0);
-    for (int d = 2; ok && d < t.dim(); ++d) ok = t.size(d) == whole.size(d);
-    DPX_CHECK(ok, op, ": ", part_name, " ", i, " has shape ", shape_str(t.shape()), ", which does not fit ",
-              whole_name, " ", shape_str(whole.shape()), ": all but dimension 1 must agree");
-    channels += t.size(1);
-  }
-  DPX_CHECK(channels == whole.size(1), op, ": the ", part_name, "s have ", channels, " channels in all, ", whole_name,
-            " ", shape_str(whole.shape()), " has ", whole.size(1));
+// Elements per channel of whole (N, C, ...) (the op layer checked that the parts fit it).
+int64_t per_channel(const Tensor& whole) {
   return whole.size(1) > 0 ? whole.numel() / (whole.size(0) * whole.size(1)) : 0;
 }
 
@@ -43,10 +26,9 @@ __global__ void add_rows_kernel(float* dst, const float* src, int64_t rows, int6
 
 void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& inputs) {
   CudaState& st = state_of(ctx);
-  const char* op = "concat_channels";
   std::vector<const Tensor*> parts;
   for (const Tensor& t : inputs) parts.push_back(&t);
-  const int64_t S = check_parts(op, "out", out, "input", parts);
+  const int64_t S = per_channel(out);
   const int64_t N = out.size(0), C = out.size(1);
   char* o = static_cast<char*>(out.raw());
   int64_t first = 0;
@@ -61,14 +43,9 @@ void concat_channels(Context& ctx, Tensor& out, const std::vector<Tensor>& input
 
 void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, const Tensor& dout) {
   CudaState& st = state_of(ctx);
-  const char* op = "split_channels_backward";
   std::vector<const Tensor*> parts;
-  for (const Tensor* t : dinputs) {
-    // Each gradient's shape says which channels are its, so none may be missing.
-    DPX_CHECK(t != nullptr, op, ": dinput ", parts.size(), " is null; pass every input's gradient");
-    parts.push_back(t);
-  }
-  const int64_t S = check_parts(op, "dout", dout, "dinput", parts);
+  for (const Tensor* t : dinputs) parts.push_back(t);
+  const int64_t S = per_channel(dout);
   const int64_t N = dout.size(0), C = dout.size(1);
   const float* d = static_cast<const float*>(dout.raw());
   int64_t first = 0;

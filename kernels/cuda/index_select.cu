@@ -44,21 +44,11 @@ __global__ void scatter_add_kernel(float* dtable, const float* dout, const int64
   }
 }
 
-void check_gather(const char* op, const char* table_name, const Tensor& table, const char* rows_name,
-                  const Tensor& rows, const Tensor& index) {
-  f32(table, op, table_name);
-  f32(rows, op, rows_name);
-  DPX_CHECK(index.dtype() == DType::i64, op, ": index must be i64, got ", dtype_name(index.dtype()));
-  DPX_CHECK(table.dim() == 2, op, ": ", table_name, " must have 2 dimensions, got shape ", shape_str(table.shape()));
-  DPX_CHECK(index.dim() == 1, op, ": index must have 1 dimension, got shape ", shape_str(index.shape()));
-  detail::check_shape(rows, {index.size(0), table.size(1)}, op, rows_name);
-}
 
 }  // namespace
 
 void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& index) {
   CudaState& st = state_of(ctx);
-  check_gather("index_select", "table", table, "out", out, index);
   const int64_t n = index.numel(), R = table.size(0), D = table.size(1);
   if (n * D == 0) return;
   gather_kernel<<<detail::grid_for(n * D), detail::kThreads, 0, st.stream>>>(
@@ -69,7 +59,6 @@ void index_select(Context& ctx, Tensor& out, const Tensor& table, const Tensor& 
 
 void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& index) {
   CudaState& st = state_of(ctx);
-  check_gather("index_select_backward", "dtable", dtable, "dout", dout, index);
   const int64_t n = index.numel(), R = dtable.size(0), D = dtable.size(1);
   if (n * D == 0 || R == 0) return;
   float* pt = static_cast<float*>(dtable.raw());

@@ -109,14 +109,10 @@ struct Rows {
 
 Rows check_ln(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
   f32(x, op, "x");
-  DPX_CHECK(x.dim() >= 1 && x.size(-1) > 0, op, ": x ", shape_str(x.shape()), " must have a non-empty last dimension");
   Rows s{x.numel() / x.size(-1), x.size(-1)};
-  detail::check_shape(gamma, {s.D}, op, "gamma");
   f32(gamma, op, "gamma");
   f32(mean, op, "mean");
   f32(rstd, op, "rstd");
-  DPX_CHECK(mean.numel() == s.rows && rstd.numel() == s.rows, op, ": mean ", shape_str(mean.shape()), " and rstd ",
-            shape_str(rstd.shape()), " must have ", s.rows, " elements, one per row of x ", shape_str(x.shape()));
   return s;
 }
 
@@ -127,9 +123,6 @@ void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, con
   CudaState& st = state_of(ctx);
   const char* op = "layer_norm_forward";
   Rows s = check_ln(op, x, gamma, mean, rstd);
-  detail::check_shape(y, x.shape(), op, "y");
-  detail::check_shape(beta, {s.D}, op, "beta");
-  DPX_CHECK(eps > 0.f, op, ": eps ", eps, " must be positive");
   if (s.rows == 0) return;
   forward_kernel<<<detail::grid_for(s.rows * 32), kThreads, 0, st.stream>>>(
       f32(y, op, "y"), f32(mean, op, "mean"), f32(rstd, op, "rstd"), f32(x, op, "x"), f32(gamma, op, "gamma"),
@@ -142,10 +135,6 @@ void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   CudaState& st = state_of(ctx);
   const char* op = "layer_norm_backward";
   Rows s = check_ln(op, x, gamma, mean, rstd);
-  detail::check_shape(dy, x.shape(), op, "dy");
-  if (dx) detail::check_shape(*dx, x.shape(), op, "dx");
-  if (dgamma) detail::check_shape(*dgamma, {s.D}, op, "dgamma");
-  if (dbeta) detail::check_shape(*dbeta, {s.D}, op, "dbeta");
   if (s.rows == 0) return;
   const float *px = f32(x, op, "x"), *pdy = f32(dy, op, "dy"), *pm = f32(mean, op, "mean"), *pr = f32(rstd, op, "rstd");
   if (dx) {

@@ -27,15 +27,9 @@ void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_
               bool first_step) {
   CudaState& st = state_of(ctx);
   const char* op = "sgd_step";
-  detail::check_numel(param, grad, op, "param", "grad");
   // The same rule (and wording) as torch.optim.SGD's constructor and the CPU op.
-  DPX_CHECK(!p.nesterov || (p.momentum > 0.f && p.dampening == 0.f), op,
-            ": Nesterov momentum requires a momentum and zero dampening (momentum ", p.momentum,
-            ", dampening ", p.dampening, ")");
   float* buf = nullptr;
   if (p.momentum != 0.f) {
-    DPX_CHECK(momentum_buf.defined(), op, ": momentum ", p.momentum, " needs a momentum buffer");
-    detail::check_numel(momentum_buf, param, op, "momentum_buf", "param");
     buf = detail::f32(momentum_buf, op, "momentum_buf");
   }
   int64_t n = param.numel();
