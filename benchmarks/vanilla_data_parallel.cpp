@@ -1,6 +1,6 @@
 // A "vanilla" DataParallel written by hand from dpx's four primitives (replicate, scatter,
-// parallel_apply, gather), as the studies did with PyTorch's, timed against dpx's native
-// DataParallel on the same model, data and batch. Usage:
+// parallel_apply, gather), as the measurement studies did with PyTorch's (docs/ARCHITECTURE.md,
+// Studies), timed against dpx's native DataParallel on the same model, data and batch. Usage:
 //   vanilla_data_parallel [replicas=2] [steps=30] [batch=64] [model=lenet5]
 #include <cstdio>
 #include <cstdlib>

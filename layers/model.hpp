@@ -1,7 +1,7 @@
 // Model: a root module plus the one contiguous buffer that holds all its parameters, and one
-// for their gradients (STYLE.md, from llm.c). Every Parameter's value and grad is a view at
-// an offset into those buffers, so broadcast, all-reduce and the optimizer work on a few large
-// ranges. Parameters are laid out in registration order.
+// for their gradients (as llm.c does; docs/ARCHITECTURE.md). Every Parameter's value and grad
+// is a view at an offset into those buffers, so broadcast, all-reduce and the optimizer work on
+// a few large ranges. Parameters are laid out in registration order.
 #pragma once
 #include <map>
 #include <memory>

@@ -2,7 +2,8 @@
 // a Transport, so every backend that can send and receive (threads, MPI, CUDA p2p) reuses them;
 // and the name of the vendor path (the MPI library's own collectives) that backends may offer.
 // Every schedule is fixed for a given (collective, algorithm, size, rank count), so the order in
-// which values are combined is too: results are bitwise identical from run to run.
+// which values are combined is too: results are bitwise identical from run to run. The
+// algorithms and their costs: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (docs/ARCHITECTURE.md).
 #pragma once
 #include <array>
 #include <cstddef>

@@ -1,8 +1,9 @@
-// DistributedDataParallel's gradient synchronisation, as PyTorch DDP does it: trainable
-// gradients are fused into buckets (parameters in reverse order, a small first bucket, then
-// up to bucket_cap_bytes), each bucket is all-reduced by a communication thread as soon as all
-// its gradients are ready while backward goes on, in bucket-index order on every rank, and
-// then averaged. bucket_cap_bytes = 0 gives one all-reduce per tensor.
+// DistributedDataParallel's gradient synchronisation, as PyTorch DDP does it (Li et al.,
+// PVLDB 2020; Horovod's Tensor Fusion is the same idea; docs/ARCHITECTURE.md, Studies and
+// references): trainable gradients are fused into buckets (parameters in reverse order, a small
+// first bucket, then up to bucket_cap_bytes), each bucket is all-reduced by a communication
+// thread as soon as all its gradients are ready while backward goes on, in bucket-index order
+// on every rank, and then averaged. bucket_cap_bytes = 0 gives one all-reduce per tensor.
 #pragma once
 #include <condition_variable>
 #include <cstdint>

@@ -15,7 +15,8 @@ struct Summary {
   int64_t measured_steps = 0;                // optimizer steps per rank counted in the means
   std::array<double, kPhaseCount> mean_s{};  // mean per step, averaged over ranks
   double images_per_s = 0;                   // global images / wall time of the measured steps
-  // POP (Performance Optimisation and Productivity) metrics, with useful work per rank
+  // POP (Performance Optimisation and Productivity) standard metrics (docs/ARCHITECTURE.md,
+  // Studies and references), with useful work per rank
   // U_r = forward + backward + optimizer time and runtime T = the slowest rank's step time:
   double load_balance = 1;                   // mean_r U_r / max_r U_r
   double comm_efficiency = 1;                // max_r U_r / T

@@ -206,7 +206,8 @@ void rank_loop(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
     er.epoch = epoch;
     er.time_s = now_s() - epoch_start;
     er.train_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0;
-    // Evaluation is sequential on rank 0, as in the studies; the other ranks wait for it.
+    // Evaluation is sequential on rank 0, as in the studies (docs/ARCHITECTURE.md, Studies);
+    // the other ranks wait for it.
     if (rank == 0 && o.evaluate && job.test_set) {
       if (comm) comm->set_activity(detail::concat("evaluating the test set after epoch ", epoch + 1));
       double t = now_s();

@@ -1,6 +1,7 @@
 // The `threads` backend: k ranks as threads of one process sharing memory, run as one OpenMP
-// parallel region with one OpenMP thread per rank (DESIGN.md, "Parallel model"). Point-to-point
-// steps hand a pointer to the peer, which copies or reduces straight out of the sender's buffer.
+// parallel region with one OpenMP thread per rank (docs/ARCHITECTURE.md, "Parallel model").
+// Point-to-point steps hand a pointer to the peer, which copies or reduces straight out of the
+// sender's buffer.
 #pragma once
 #include <functional>
 

@@ -35,9 +35,10 @@ struct TrainOptions {
   int64_t batch_size = 64;                // the global batch: split over the ranks
   std::string optimizer = "sgd";          // sgd | adamw (layers/optim.hpp)
   // Defaults: SGD with Nesterov momentum and a cosine schedule, which trains lenet5 to ≥ 90 %
-  // on Fashion-MNIST in 3 epochs (README.md); the studies' setting is --lr 0.01 --no-nesterov
-  // --lr-schedule constant. Unset lr and weight_decay take the optimizer's default: SGD lr 0.05
-  // and no weight decay; AdamW torch.optim.AdamW's lr 1e-3 and weight decay 1e-2.
+  // on Fashion-MNIST in 3 epochs (README.md); the studies' setting (docs/ARCHITECTURE.md,
+  // Studies) is --lr 0.01 --no-nesterov --lr-schedule constant. Unset lr and weight_decay take
+  // the optimizer's default: SGD lr 0.05 and no weight decay; AdamW torch.optim.AdamW's lr 1e-3
+  // and weight decay 1e-2.
   std::optional<float> lr, weight_decay;
   float momentum = 0.9f, label_smoothing = 0.f;  // momentum: SGD only
   bool nesterov = true;                          // SGD only

@@ -1,7 +1,7 @@
-// `dpx bench`: the studies' sweep — every model × batch size × device count × parallel mode,
-// a fixed number of timed steps each — written to results.csv (one row per configuration,
-// with speedup and scaling efficiency against the configuration with the fewest ranks) and
-// one per-step CSV per configuration.
+// `dpx bench`: the measurement studies' sweep (docs/ARCHITECTURE.md, Studies) — every model ×
+// batch size × device count × parallel mode, a fixed number of timed steps each — written to
+// results.csv (one row per configuration, with speedup and scaling efficiency against the
+// configuration with the fewest ranks) and one per-step CSV per configuration.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>

@@ -19,7 +19,8 @@ std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::Lau
 // The optimizer row of that table: "SGD lr 0.05 momentum 0.9 wd 0 nesterov", "AdamW lr 0.001 ...".
 std::string optimizer_text(const parallel::TrainOptions& o);
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
-// More ranks (or rank threads) than cores is allowed (the studies did it) but is said on stderr.
+// More ranks (or rank threads) than cores is allowed (the studies did it: docs/ARCHITECTURE.md,
+// Studies) but is said on stderr.
 void warn_if_oversubscribed(const parallel::TrainOptions& o, const parallel::LaunchInfo& launch);
 int hardware_threads();
 

@@ -1,6 +1,7 @@
-// Transfer learning on any registered model, as the studies did it: the model's classifier
-// replaced by a new head, and the backbone (every parameter outside the classifier) frozen so
-// that only the head trains, communicates and is updated.
+// Transfer learning on any registered model, as the measurement studies did it
+// (docs/ARCHITECTURE.md, Studies): the model's classifier replaced by a new head, and the
+// backbone (every parameter outside the classifier) frozen so that only the head trains,
+// communicates and is updated.
 #pragma once
 #include <memory>
 #include <string>

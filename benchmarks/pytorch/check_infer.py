@@ -50,8 +50,9 @@ def fashion_mnist_images(count, size):
 
 
 def make_inputs(kind, batch, size):
-    """(calibration batch of 8, input batch): Fashion-MNIST images (the default: the data the
-    studies fed these models) or standard normal noise."""
+    """(calibration batch of 8, input batch): Fashion-MNIST images (the default: 28x28 grey
+    images resized as the measurement studies fed MNIST to these models, docs/ARCHITECTURE.md,
+    Studies) or standard normal noise."""
     if kind == "random":
         return torch.randn(8, 3, size, size), torch.randn(batch, 3, size, size)
     images = fashion_mnist_images(8 + batch, size)

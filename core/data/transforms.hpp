@@ -1,6 +1,7 @@
 // Per-sample image transforms, run by the loader's workers: normalise, bilinear resize (as
 // PyTorch's interpolate) and grey -> RGB. with_transforms() chains them over a Dataset, which is
-// how the studies' 28x28 grey images become a model's 224x224x3 input.
+// how the studies' 28x28 grey images become a model's 224x224x3 input (docs/ARCHITECTURE.md,
+// Studies).
 #pragma once
 #include <memory>
 #include <string>

@@ -88,7 +88,7 @@ TEST_CASE("resize: uneven up- and down-scaling equal PyTorch's") {
   // Down-scaling without antialiasing samples between two taps only.
   check_close(resized(pattern(25), 5, 5, 2, 3),
               {0.53333330f, 0.64999998f, 0.49166670f, 0.58333331f, 0.15000004f, 0.81666666f});
-  // The studies' 28x28 -> 224x224, at a few places.
+  // The studies' 28x28 -> 224x224 (docs/ARCHITECTURE.md, Studies), at a few places.
   std::vector<float> big = resized(pattern(28 * 28), 28, 28, 224, 224);
   const std::vector<std::pair<int, float>> want = {{0, 0.0f}, {1, 0.0f}, {7, 0.175f}, {100, 0.425f},
                                                    {1000, 0.6375f}, {30000, 0.2625f}, {50175, 0.8f}};
