@@ -76,7 +76,7 @@ std::byte* Workspace::get(size_t bytes, int slot) {
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws) {
   impl::Sched s(t, args, ws);
   if (args.count == 0) return;
-  if (s.n == 1) {  // every collective is a copy of this rank's own data
+  if (s.ranks == 1) {  // every collective is a copy of this rank's own data
     if (args.kind != Collective::reduce || args.recv) s.copy(args.recv, args.send, args.count);
     return;
   }
@@ -109,9 +109,9 @@ Blocks uniform_blocks(size_t per_block, int parts) {
   return b;
 }
 
-Sched::Sched(Transport& transport, const CollectiveArgs& args, Workspace& workspace)
-    : t(transport), a(args), ws(workspace), n(transport.size()), r(transport.rank()),
-      esize(dtype_size(args.dtype)), op(args.op == ReduceOp::avg ? ReduceOp::sum : args.op) {}
+Sched::Sched(Transport& transport_, const CollectiveArgs& args_, Workspace& workspace_)
+    : transport(transport_), args(args_), workspace(workspace_), ranks(transport_.size()), rank(transport_.rank()),
+      elem_size(dtype_size(args_.dtype)), op(args_.op == ReduceOp::avg ? ReduceOp::sum : args_.op) {}
 
 void Sched::send(int peer, const void* p, size_t elems) const { sendrecv(peer, p, elems, -1, nullptr, 0); }
 
@@ -125,12 +125,12 @@ void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* d
   Exchange x;
   x.send_peer = to;
   x.send = p;
-  x.send_bytes = send_elems * esize;
+  x.send_bytes = send_elems * elem_size;
   x.recv_peer = from;
   x.recv = dst;
-  x.recv_bytes = recv_elems * esize;
-  x.dtype = a.dtype;
-  t.exchange(x);
+  x.recv_bytes = recv_elems * elem_size;
+  x.dtype = args.dtype;
+  transport.exchange(x);
 }
 
 void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, void* dst, const void* local,
@@ -138,14 +138,14 @@ void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, 
   Exchange x;
   x.send_peer = to;
   x.send = p;
-  x.send_bytes = send_elems * esize;
+  x.send_bytes = send_elems * elem_size;
   x.recv_peer = from;
   x.recv = dst;
-  x.recv_bytes = recv_elems * esize;
+  x.recv_bytes = recv_elems * elem_size;
   x.reduce_with = local;
-  x.dtype = a.dtype;
+  x.dtype = args.dtype;
   x.op = op;
-  t.exchange(x);
+  transport.exchange(x);
 }
 
 }  // namespace impl
