@@ -1,4 +1,4 @@
-// The algorithm registry: names, the dispatch from (algorithm, collective) to a schedule, the
+// The algorithm registry: names, the one dispatch from (algorithm, collective) to a schedule, the
 // one-rank and empty cases every algorithm shares, and the step vocabulary of algorithms_internal.hpp.
 #include "parallel/algorithms.hpp"
 
@@ -80,19 +80,41 @@ void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Wor
     if (args.kind != Collective::reduce || args.recv) s.copy(args.recv, args.send, args.count);
     return;
   }
-  switch (algo) {
-    case Algorithm::ring: return impl::ring_collective(s);
-    case Algorithm::tree: return impl::tree_collective(s);
-    case Algorithm::naive: return impl::naive_collective(s);
-    case Algorithm::rhd: return impl::rhd_collective(s);
-    case Algorithm::hier: return impl::hier_collective(s);
-    case Algorithm::mpi: break;
-  }
-  fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
-       " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
+  const impl::Schedules* table = impl::schedules_of(algo);
+  if (table == nullptr)
+    fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
+         " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
+  const impl::Schedule schedule = impl::schedule_for(*table, args.kind);
+  if (schedule == nullptr)
+    fail(algorithm_name(algo), ": ", collective_name(args.kind), " is not a collective with an algorithm");
+  schedule(s);
 }
 
 namespace impl {
+
+const Schedules* schedules_of(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::ring: return &kRingSchedules;
+    case Algorithm::tree: return &kTreeSchedules;
+    case Algorithm::naive: return &kNaiveSchedules;
+    case Algorithm::rhd: return &kRhdSchedules;
+    case Algorithm::hier: return &kHierSchedules;
+    case Algorithm::mpi: break;
+  }
+  return nullptr;
+}
+
+Schedule schedule_for(const Schedules& table, Collective kind) {
+  switch (kind) {
+    case Collective::all_reduce: return table.all_reduce;
+    case Collective::broadcast: return table.broadcast;
+    case Collective::reduce: return table.reduce;
+    case Collective::all_gather: return table.all_gather;
+    case Collective::reduce_scatter: return table.reduce_scatter;
+    default: break;
+  }
+  return nullptr;
+}
 
 Blocks even_blocks(size_t count, int parts) {
   Blocks b;

@@ -185,16 +185,12 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
 
 }  // namespace
 
-void hier_collective(Sched& s) {
-  const Topology topo(s);
-  switch (s.args.kind) {
-    case Collective::all_reduce: return hier_all_reduce(s, topo);
-    case Collective::broadcast: return hier_broadcast(s, topo);
-    case Collective::reduce: return hier_reduce(s, topo);
-    case Collective::all_gather: return hier_all_gather(s, topo);
-    case Collective::reduce_scatter: return hier_reduce_scatter(s, topo);
-    default: break;
-  }
-}
+// Each schedule finds the nodes anew: one per call.
+constinit const Schedules kHierSchedules = {
+    .all_reduce = [](const Sched& s) { hier_all_reduce(s, Topology(s)); },
+    .broadcast = [](const Sched& s) { hier_broadcast(s, Topology(s)); },
+    .reduce = [](const Sched& s) { hier_reduce(s, Topology(s)); },
+    .all_gather = [](const Sched& s) { hier_all_gather(s, Topology(s)); },
+    .reduce_scatter = [](const Sched& s) { hier_reduce_scatter(s, Topology(s)); }};
 
 }  // namespace dpx::parallel::impl

@@ -56,11 +56,17 @@ struct Sched {
                        size_t recv_elems) const;
 };
 
-// One entry point per algorithm; each handles the five collectives for n >= 2 and count > 0.
-void ring_collective(Sched& s);
-void tree_collective(Sched& s);
-void naive_collective(Sched& s);
-void rhd_collective(Sched& s);
-void hier_collective(Sched& s);
+// One algorithm's schedules, one per collective, for ranks >= 2 and count > 0.
+using Schedule = void (*)(const Sched& s);
+struct Schedules {
+  Schedule all_reduce, broadcast, reduce, all_gather, reduce_scatter;
+};
+extern const Schedules kRingSchedules, kTreeSchedules, kNaiveSchedules, kRhdSchedules, kHierSchedules;
+
+// dpx's schedules of `algo`, or nullptr for a library's own (Algorithm::mpi): the one place
+// that maps an algorithm to its implementation.
+const Schedules* schedules_of(Algorithm algo);
+// The entry of `table` for `kind`, or nullptr where `kind` has no schedule (barrier, send, recv).
+Schedule schedule_for(const Schedules& table, Collective kind);
 
 }  // namespace dpx::parallel::impl

@@ -112,16 +112,10 @@ void broadcast(const Sched& s) {
 
 }  // namespace
 
-void ring_collective(Sched& s) {
-  switch (s.args.kind) {
-    case Collective::all_reduce: return all_reduce(s);
-    case Collective::broadcast: return broadcast(s);
-    case Collective::reduce: return reduce(s);
-    case Collective::all_gather: return all_gather(s);
-    case Collective::reduce_scatter: return reduce_scatter(s);
-    default: break;
-  }
-  fail("ring: ", collective_name(s.args.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kRingSchedules = {.all_reduce = all_reduce,
+                                            .broadcast = broadcast,
+                                            .reduce = reduce,
+                                            .all_gather = all_gather,
+                                            .reduce_scatter = reduce_scatter};
 
 }  // namespace dpx::parallel::impl

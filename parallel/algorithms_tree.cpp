@@ -185,28 +185,16 @@ void naive_reduce_scatter(const Sched& s) {
 
 }  // namespace
 
-void tree_collective(Sched& s) {
-  switch (s.args.kind) {
-    case Collective::all_reduce: return tree_all_reduce(s);
-    case Collective::broadcast: return tree_broadcast(s);
-    case Collective::reduce: return tree_reduce(s);
-    case Collective::all_gather: return tree_all_gather(s);
-    case Collective::reduce_scatter: return tree_reduce_scatter(s);
-    default: break;
-  }
-  fail("tree: ", collective_name(s.args.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kTreeSchedules = {.all_reduce = tree_all_reduce,
+                                            .broadcast = tree_broadcast,
+                                            .reduce = tree_reduce,
+                                            .all_gather = tree_all_gather,
+                                            .reduce_scatter = tree_reduce_scatter};
 
-void naive_collective(Sched& s) {
-  switch (s.args.kind) {
-    case Collective::all_reduce: return naive_all_reduce(s);
-    case Collective::broadcast: return naive_broadcast(s);
-    case Collective::reduce: return naive_reduce(s);
-    case Collective::all_gather: return naive_all_gather(s);
-    case Collective::reduce_scatter: return naive_reduce_scatter(s);
-    default: break;
-  }
-  fail("naive: ", collective_name(s.args.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kNaiveSchedules = {.all_reduce = naive_all_reduce,
+                                             .broadcast = naive_broadcast,
+                                             .reduce = naive_reduce,
+                                             .all_gather = naive_all_gather,
+                                             .reduce_scatter = naive_reduce_scatter};
 
 }  // namespace dpx::parallel::impl
