@@ -22,11 +22,22 @@ std::string_view algorithm_name(Algorithm a) {
   return "?";
 }
 
+std::string algorithm_choices() {
+  return kMpiBuilt ? "ring, tree, naive, rhd, hier, or mpi (the MPI library's own)" : "ring, tree, naive, rhd or hier";
+}
+
+void fail_mpi_not_built(std::string_view what) {
+  usage_fail(what, ": not built (this dpx has no MPI; configure with -DDPX_MPI=ON where MPI is installed)");
+}
+
 Algorithm parse_algorithm(std::string_view name) {
   for (Algorithm a : kAlgorithms)
     if (name == algorithm_name(a)) return a;
-  if (name == algorithm_name(Algorithm::mpi)) return Algorithm::mpi;
-  usage_fail("unknown algorithm '", name, "': use ring, tree, naive, rhd, hier, or mpi (the MPI library's own)");
+  if (name == algorithm_name(Algorithm::mpi)) {
+    if (!kMpiBuilt) fail_mpi_not_built("algorithm 'mpi' (the MPI library's own collectives)");
+    return Algorithm::mpi;
+  }
+  usage_fail("unknown algorithm '", name, "': use ", algorithm_choices());
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
