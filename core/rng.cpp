@@ -1,10 +1,13 @@
-// Philox-4x32-10 and the host fills built on it. A fill's element i depends only on its counter,
-// so large fills run on every core (OpenMP) with the same numbers as on one: initialising
-// VGG's 138M parameters is otherwise seconds of Box-Muller on one core.
+// Rng (on the Philox-4x32-10 of core/philox.hpp) and the host fills built on it. A fill's
+// element i depends only on its counter, so large fills run on every core (OpenMP) with the
+// same numbers as on one: initialising VGG's 138M parameters is otherwise seconds of Box-Muller
+// on one core.
 #include "core/rng.hpp"
 
 #include <cmath>
 #include <numeric>
+
+#include "core/philox.hpp"
 
 namespace dpx {
 
@@ -13,27 +16,13 @@ constexpr int64_t kParallelFill = 1 << 18;  // elements; below this a fill stays
 }  // namespace
 
 std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_hi, uint64_t counter_lo) {
-  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
-  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
-    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n1 = static_cast<uint32_t>(p1);
-    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    uint32_t n3 = static_cast<uint32_t>(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return {c0, c1, c2, c3};
+  const philox::Block b = philox::philox4x32(key, counter_hi, counter_lo);
+  return {b.word[0], b.word[1], b.word[2], b.word[3]};
 }
 
 uint32_t Rng::bits_at(uint64_t c) const { return philox4x32(seed_, stream_, c)[0]; }
 
-float Rng::uniform_at(uint64_t c) const {
-  return static_cast<float>(bits_at(c) >> 8) * (1.0f / 16777216.0f);
-}
+float Rng::uniform_at(uint64_t c) const { return philox::uniform_from_bits(bits_at(c)); }
 
 float Rng::normal_at(uint64_t c) const {
   auto r = philox4x32(seed_, stream_, c);

@@ -1,4 +1,4 @@
-// The algorithm registry: names, the dispatch from (algorithm, collective) to a schedule, the
+// The algorithm registry: names, the one dispatch from (algorithm, collective) to a schedule, the
 // one-rank and empty cases every algorithm shares, and the step vocabulary of algorithms_internal.hpp.
 #include "parallel/algorithms.hpp"
 
@@ -22,11 +22,22 @@ std::string_view algorithm_name(Algorithm a) {
   return "?";
 }
 
+std::string algorithm_choices() {
+  return kMpiBuilt ? "ring, tree, naive, rhd, hier, or mpi (the MPI library's own)" : "ring, tree, naive, rhd or hier";
+}
+
+void fail_mpi_not_built(std::string_view what) {
+  usage_fail(what, ": not built (this dpx has no MPI; configure with -DDPX_MPI=ON where MPI is installed)");
+}
+
 Algorithm parse_algorithm(std::string_view name) {
   for (Algorithm a : kAlgorithms)
     if (name == algorithm_name(a)) return a;
-  if (name == algorithm_name(Algorithm::mpi)) return Algorithm::mpi;
-  usage_fail("unknown algorithm '", name, "': use ring, tree, naive, rhd, hier, or mpi (the MPI library's own)");
+  if (name == algorithm_name(Algorithm::mpi)) {
+    if (!kMpiBuilt) fail_mpi_not_built("algorithm 'mpi' (the MPI library's own collectives)");
+    return Algorithm::mpi;
+  }
+  usage_fail("unknown algorithm '", name, "': use ", algorithm_choices());
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
@@ -76,23 +87,45 @@ std::byte* Workspace::get(size_t bytes, int slot) {
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws) {
   impl::Sched s(t, args, ws);
   if (args.count == 0) return;
-  if (s.n == 1) {  // every collective is a copy of this rank's own data
+  if (s.ranks == 1) {  // every collective is a copy of this rank's own data
     if (args.kind != Collective::reduce || args.recv) s.copy(args.recv, args.send, args.count);
     return;
   }
-  switch (algo) {
-    case Algorithm::ring: return impl::ring_collective(s);
-    case Algorithm::tree: return impl::tree_collective(s);
-    case Algorithm::naive: return impl::naive_collective(s);
-    case Algorithm::rhd: return impl::rhd_collective(s);
-    case Algorithm::hier: return impl::hier_collective(s);
-    case Algorithm::mpi: break;
-  }
-  fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
-       " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
+  const impl::Schedules* table = impl::schedules_of(algo);
+  if (table == nullptr)
+    fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
+         " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
+  const impl::Schedule schedule = impl::schedule_for(*table, args.kind);
+  if (schedule == nullptr)
+    fail(algorithm_name(algo), ": ", collective_name(args.kind), " is not a collective with an algorithm");
+  schedule(s);
 }
 
 namespace impl {
+
+const Schedules* schedules_of(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::ring: return &kRingSchedules;
+    case Algorithm::tree: return &kTreeSchedules;
+    case Algorithm::naive: return &kNaiveSchedules;
+    case Algorithm::rhd: return &kRhdSchedules;
+    case Algorithm::hier: return &kHierSchedules;
+    case Algorithm::mpi: break;
+  }
+  return nullptr;
+}
+
+Schedule schedule_for(const Schedules& table, Collective kind) {
+  switch (kind) {
+    case Collective::all_reduce: return table.all_reduce;
+    case Collective::broadcast: return table.broadcast;
+    case Collective::reduce: return table.reduce;
+    case Collective::all_gather: return table.all_gather;
+    case Collective::reduce_scatter: return table.reduce_scatter;
+    default: break;
+  }
+  return nullptr;
+}
 
 Blocks even_blocks(size_t count, int parts) {
   Blocks b;
@@ -109,9 +142,9 @@ Blocks uniform_blocks(size_t per_block, int parts) {
   return b;
 }
 
-Sched::Sched(Transport& transport, const CollectiveArgs& args, Workspace& workspace)
-    : t(transport), a(args), ws(workspace), n(transport.size()), r(transport.rank()),
-      esize(dtype_size(args.dtype)), op(args.op == ReduceOp::avg ? ReduceOp::sum : args.op) {}
+Sched::Sched(Transport& transport_, const CollectiveArgs& args_, Workspace& workspace_)
+    : transport(transport_), args(args_), workspace(workspace_), ranks(transport_.size()), rank(transport_.rank()),
+      elem_size(dtype_size(args_.dtype)), op(args_.op == ReduceOp::avg ? ReduceOp::sum : args_.op) {}
 
 void Sched::send(int peer, const void* p, size_t elems) const { sendrecv(peer, p, elems, -1, nullptr, 0); }
 
@@ -125,12 +158,12 @@ void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* d
   Exchange x;
   x.send_peer = to;
   x.send = p;
-  x.send_bytes = send_elems * esize;
+  x.send_bytes = send_elems * elem_size;
   x.recv_peer = from;
   x.recv = dst;
-  x.recv_bytes = recv_elems * esize;
-  x.dtype = a.dtype;
-  t.exchange(x);
+  x.recv_bytes = recv_elems * elem_size;
+  x.dtype = args.dtype;
+  transport.exchange(x);
 }
 
 void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, void* dst, const void* local,
@@ -138,14 +171,14 @@ void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, 
   Exchange x;
   x.send_peer = to;
   x.send = p;
-  x.send_bytes = send_elems * esize;
+  x.send_bytes = send_elems * elem_size;
   x.recv_peer = from;
   x.recv = dst;
-  x.recv_bytes = recv_elems * esize;
+  x.recv_bytes = recv_elems * elem_size;
   x.reduce_with = local;
-  x.dtype = a.dtype;
+  x.dtype = args.dtype;
   x.op = op;
-  t.exchange(x);
+  transport.exchange(x);
 }
 
 }  // namespace impl

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/dtype.hpp"
@@ -33,9 +34,22 @@ enum class Algorithm : uint8_t { ring, tree, naive, rhd, hier, mpi };
 // dpx's own algorithms: every backend runs them over its Transport.
 inline constexpr std::array<Algorithm, 5> kAlgorithms = {Algorithm::ring, Algorithm::tree, Algorithm::naive,
                                                          Algorithm::rhd, Algorithm::hier};
+// Whether this dpx was built with MPI (CMake's DPX_WITH_MPI): the mpi backend, Algorithm::mpi
+// and ranks that are processes exist only then, and only then do help texts offer them.
+#ifdef DPX_WITH_MPI
+inline constexpr bool kMpiBuilt = true;
+#else
+inline constexpr bool kMpiBuilt = false;
+#endif
 std::string_view algorithm_name(Algorithm a);
-// "ring", "tree", "naive", "rhd", "hier" or "mpi"; throws dpx::UsageError otherwise.
+// "ring", "tree", "naive", "rhd", "hier" or (built with MPI) "mpi"; throws dpx::UsageError
+// otherwise, saying so when "mpi" is asked of a dpx built without it.
 Algorithm parse_algorithm(std::string_view name);
+// The names parse_algorithm takes, for help texts and errors: "ring, tree, naive, rhd, hier, or
+// mpi (the MPI library's own)", without mpi where it is not built.
+std::string algorithm_choices();
+// The usage error for Algorithm::mpi in a dpx built without MPI.
+[[noreturn]] void fail_mpi_not_built(std::string_view what);
 // True for the vendor paths (a library's collectives), which only their own backend runs.
 constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi; }
 // "sum", "prod", "max", "min" or "avg"; throws dpx::UsageError otherwise.

@@ -46,16 +46,16 @@ struct Topology {
   std::vector<int> node_index;  // per rank: its node's index in `nodes`
   int mine = 0;                 // this rank's node index
 
-  explicit Topology(const Sched& s) : node_index(static_cast<size_t>(s.n)) {
+  explicit Topology(const Sched& s) : node_index(static_cast<size_t>(s.ranks)) {
     std::map<int, int> index_of;  // node id -> index
-    for (int q = 0; q < s.n; ++q) {
-      auto [it, added] = index_of.try_emplace(s.t.node_of(q), static_cast<int>(nodes.size()));
+    for (int q = 0; q < s.ranks; ++q) {
+      auto [it, added] = index_of.try_emplace(s.transport.node_of(q), static_cast<int>(nodes.size()));
       if (added) nodes.emplace_back();
       nodes[static_cast<size_t>(it->second)].push_back(q);
       node_index[static_cast<size_t>(q)] = it->second;
     }
     for (const auto& members : nodes) leaders.push_back(members.front());
-    mine = node_index[static_cast<size_t>(s.r)];
+    mine = node_index[static_cast<size_t>(s.rank)];
   }
   int count() const { return static_cast<int>(nodes.size()); }
   const std::vector<int>& local() const { return nodes[static_cast<size_t>(mine)]; }
@@ -65,16 +65,16 @@ struct Topology {
 // Runs one collective of dpx's `algo` on a sub-group, in this call's dtype.
 void run_on(Transport& group, Algorithm algo, Collective kind, const void* send, void* recv, size_t count,
             const Sched& s, int root = 0) {
-  run_algorithm(algo, group, {kind, send, recv, count, s.a.dtype, s.op, root}, s.ws);
+  run_algorithm(algo, group, {kind, send, recv, count, s.args.dtype, s.op, root}, s.workspace);
 }
 
 void hier_all_reduce(const Sched& s, const Topology& topo) {
-  const CollectiveArgs& a = s.a;
-  SubTransport local(s.t, topo.local());
-  const bool leader = topo.leader(s.r);
+  const CollectiveArgs& a = s.args;
+  SubTransport local(s.transport, topo.local());
+  const bool leader = topo.leader(s.rank);
   run_on(local, Algorithm::tree, Collective::reduce, a.send, leader ? a.recv : nullptr, a.count, s);
   if (leader && topo.count() > 1) {
-    SubTransport across(s.t, topo.leaders);
+    SubTransport across(s.transport, topo.leaders);
     run_on(across, Algorithm::ring, Collective::all_reduce, a.recv, a.recv, a.count, s);
   }
   if (leader) s.finish_avg(a.recv, a.count);  // once, before the copies go out: every rank bitwise alike
@@ -82,52 +82,54 @@ void hier_all_reduce(const Sched& s, const Topology& topo) {
 }
 
 void hier_broadcast(const Sched& s, const Topology& topo) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const int root_node = topo.node_index[static_cast<size_t>(a.root)];
   const int root_leader = topo.leaders[static_cast<size_t>(root_node)];
-  if (s.r == a.root) s.copy(a.recv, a.send, a.count);
+  if (s.rank == a.root) s.copy(a.recv, a.send, a.count);
   if (a.root != root_leader) {  // the root hands the data to its node's leader first
-    if (s.r == a.root) s.send(root_leader, a.recv, a.count);
-    if (s.r == root_leader) s.recv(a.root, a.recv, a.count);
+    if (s.rank == a.root) s.send(root_leader, a.recv, a.count);
+    if (s.rank == root_leader) s.recv(a.root, a.recv, a.count);
   }
-  if (topo.leader(s.r) && topo.count() > 1) {
-    SubTransport across(s.t, topo.leaders);
+  if (topo.leader(s.rank) && topo.count() > 1) {
+    SubTransport across(s.transport, topo.leaders);
     run_on(across, Algorithm::tree, Collective::broadcast, a.recv, a.recv, a.count, s, root_node);
   }
-  SubTransport local(s.t, topo.local());
+  SubTransport local(s.transport, topo.local());
   run_on(local, Algorithm::tree, Collective::broadcast, a.recv, a.recv, a.count, s);
 }
 
 void hier_reduce(const Sched& s, const Topology& topo) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const int root_node = topo.node_index[static_cast<size_t>(a.root)];
   const int root_leader = topo.leaders[static_cast<size_t>(root_node)];
-  const bool leader = topo.leader(s.r);
+  const bool leader = topo.leader(s.rank);
   // A leader sums its node into the root's recv if it is the root, else into scratch slot 1
   // (the sub-schedules below use slot 0).
-  std::byte* acc = !leader ? nullptr : s.r == a.root ? static_cast<std::byte*>(a.recv) : s.ws.get(a.count * s.esize, 1);
-  SubTransport local(s.t, topo.local());
+  std::byte* acc = !leader           ? nullptr
+                   : s.rank == a.root ? static_cast<std::byte*>(a.recv)
+                                      : s.workspace.get(a.count * s.elem_size, 1);
+  SubTransport local(s.transport, topo.local());
   run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, a.count, s);
   if (leader && topo.count() > 1) {
-    SubTransport across(s.t, topo.leaders);
+    SubTransport across(s.transport, topo.leaders);
     run_on(across, Algorithm::tree, Collective::reduce, acc, topo.mine == root_node ? acc : nullptr, a.count, s,
            root_node);
   }
   if (a.root != root_leader) {
-    if (s.r == root_leader) s.send(a.root, acc, a.count);
-    if (s.r == a.root) s.recv(root_leader, a.recv, a.count);
+    if (s.rank == root_leader) s.send(a.root, acc, a.count);
+    if (s.rank == a.root) s.recv(root_leader, a.recv, a.count);
   }
-  if (s.r == a.root) s.finish_avg(a.recv, a.count);
+  if (s.rank == a.root) s.finish_avg(a.recv, a.count);
 }
 
 void hier_all_gather(const Sched& s, const Topology& topo) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  s.copy(s.at(recv, s.r * c), a.send, c);
+  s.copy(s.at(recv, s.rank * c), a.send, c);
   const std::vector<int>& members = topo.local();
-  if (!topo.leader(s.r)) {
-    s.send(members.front(), s.at(recv, s.r * c), c);
+  if (!topo.leader(s.rank)) {
+    s.send(members.front(), s.at(recv, s.rank * c), c);
   } else {
     for (size_t m = 1; m < members.size(); ++m) s.recv(members[m], s.at(recv, members[m] * c), c);
     // A ring of leaders passes one node's blocks per step, block by block (a node's ranks need
@@ -145,18 +147,18 @@ void hier_all_gather(const Sched& s, const Topology& topo) {
       }
     }
   }
-  SubTransport local(s.t, members);
-  run_on(local, Algorithm::tree, Collective::broadcast, recv, recv, c * static_cast<size_t>(s.n), s);
+  SubTransport local(s.transport, members);
+  run_on(local, Algorithm::tree, Collective::broadcast, recv, recv, c * static_cast<size_t>(s.ranks), s);
 }
 
 void hier_reduce_scatter(const Sched& s, const Topology& topo) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
   const std::vector<int>& members = topo.local();
-  const bool leader = topo.leader(s.r);
-  std::byte* acc = leader ? s.ws.get(c * static_cast<size_t>(s.n) * s.esize, 1) : nullptr;
-  SubTransport local(s.t, members);
-  run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, c * static_cast<size_t>(s.n), s);
+  const bool leader = topo.leader(s.rank);
+  std::byte* acc = leader ? s.workspace.get(c * static_cast<size_t>(s.ranks) * s.elem_size, 1) : nullptr;
+  SubTransport local(s.transport, members);
+  run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, c * static_cast<size_t>(s.ranks), s);
   if (leader) {
     // A ring reduce-scatter among leaders whose chunk i is node i's blocks: after nodes - 1
     // steps leader i holds its own node's blocks summed over every node.
@@ -174,7 +176,7 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
       }
     }
     for (size_t m = 1; m < members.size(); ++m) s.send(members[m], s.at(acc, members[m] * c), c);
-    s.copy(a.recv, s.at(acc, s.r * c), c);
+    s.copy(a.recv, s.at(acc, s.rank * c), c);
   } else {
     s.recv(members.front(), a.recv, c);
   }
@@ -183,16 +185,12 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
 
 }  // namespace
 
-void hier_collective(Sched& s) {
-  const Topology topo(s);
-  switch (s.a.kind) {
-    case Collective::all_reduce: return hier_all_reduce(s, topo);
-    case Collective::broadcast: return hier_broadcast(s, topo);
-    case Collective::reduce: return hier_reduce(s, topo);
-    case Collective::all_gather: return hier_all_gather(s, topo);
-    case Collective::reduce_scatter: return hier_reduce_scatter(s, topo);
-    default: break;
-  }
-}
+// Each schedule finds the nodes anew: one per call.
+constinit const Schedules kHierSchedules = {
+    .all_reduce = [](const Sched& s) { hier_all_reduce(s, Topology(s)); },
+    .broadcast = [](const Sched& s) { hier_broadcast(s, Topology(s)); },
+    .reduce = [](const Sched& s) { hier_reduce(s, Topology(s)); },
+    .all_gather = [](const Sched& s) { hier_all_gather(s, Topology(s)); },
+    .reduce_scatter = [](const Sched& s) { hier_reduce_scatter(s, Topology(s)); }};
 
 }  // namespace dpx::parallel::impl

@@ -27,21 +27,24 @@ Blocks uniform_blocks(size_t per_block, int parts);
 struct Sched {
   Sched(Transport& transport, const CollectiveArgs& args, Workspace& workspace);
 
-  Transport& t;
-  const CollectiveArgs& a;
-  Workspace& ws;
-  const int n, r;
-  const size_t esize;
-  const ReduceOp op;  // the per-step op: avg is reduced as sum
+  Transport& transport;
+  const CollectiveArgs& args;
+  Workspace& workspace;
+  const int ranks;         // in the communicator
+  const int rank;          // this one's
+  const size_t elem_size;  // bytes of one element of args.dtype
+  const ReduceOp op;       // the per-step op: avg is reduced as sum
 
-  std::byte* at(void* p, size_t elem) const { return static_cast<std::byte*>(p) + elem * esize; }
-  const std::byte* at(const void* p, size_t elem) const { return static_cast<const std::byte*>(p) + elem * esize; }
-  std::byte* scratch(size_t elems) const { return ws.get(elems * esize); }
+  std::byte* at(void* p, size_t elem) const { return static_cast<std::byte*>(p) + elem * elem_size; }
+  const std::byte* at(const void* p, size_t elem) const {
+    return static_cast<const std::byte*>(p) + elem * elem_size;
+  }
+  std::byte* scratch(size_t elems) const { return workspace.get(elems * elem_size); }
   void copy(void* dst, const void* src, size_t elems) const {
-    if (dst != src && elems > 0) std::memcpy(dst, src, elems * esize);
+    if (dst != src && elems > 0) std::memcpy(dst, src, elems * elem_size);
   }
   void finish_avg(void* p, size_t elems) const {
-    if (a.op == ReduceOp::avg) finish_average(p, elems, a.dtype, n);
+    if (args.op == ReduceOp::avg) finish_average(p, elems, args.dtype, ranks);
   }
 
   void send(int peer, const void* p, size_t elems) const;
@@ -53,11 +56,17 @@ struct Sched {
                        size_t recv_elems) const;
 };
 
-// One entry point per algorithm; each handles the five collectives for n >= 2 and count > 0.
-void ring_collective(Sched& s);
-void tree_collective(Sched& s);
-void naive_collective(Sched& s);
-void rhd_collective(Sched& s);
-void hier_collective(Sched& s);
+// One algorithm's schedules, one per collective, for ranks >= 2 and count > 0.
+using Schedule = void (*)(const Sched& s);
+struct Schedules {
+  Schedule all_reduce, broadcast, reduce, all_gather, reduce_scatter;
+};
+extern const Schedules kRingSchedules, kTreeSchedules, kNaiveSchedules, kRhdSchedules, kHierSchedules;
+
+// dpx's schedules of `algo`, or nullptr for a library's own (Algorithm::mpi): the one place
+// that maps an algorithm to its implementation.
+const Schedules* schedules_of(Algorithm algo);
+// The entry of `table` for `kind`, or nullptr where `kind` has no schedule (barrier, send, recv).
+Schedule schedule_for(const Schedules& table, Collective kind);
 
 }  // namespace dpx::parallel::impl

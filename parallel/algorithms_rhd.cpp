@@ -100,9 +100,9 @@ void doubling_gather(const Sched& s, const Fold& f, std::byte* buf, const Blocks
 }
 
 void all_reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  Fold f(s.n, s.r, 0);
+  Fold f(s.ranks, s.rank, 0);
   if (f.extra) {
     s.send(f.partner, a.send, a.count);
     s.recv(f.partner, recv, a.count);
@@ -117,9 +117,9 @@ void all_reduce(const Sched& s) {
 }
 
 void reduce_scatter(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  const size_t c = a.count, total = c * s.n;
-  Fold f(s.n, s.r, 0);
+  const CollectiveArgs& a = s.args;
+  const size_t c = a.count, total = c * s.ranks;
+  Fold f(s.ranks, s.rank, 0);
   if (f.extra) {
     s.send(f.partner, a.send, total);
     s.recv(f.partner, a.recv, c);
@@ -131,31 +131,31 @@ void reduce_scatter(const Sched& s) {
   halving_reduce_scatter(s, f, a.send, work, b, f.partner >= 0);
   s.finish_avg(s.at(work, b.begin(f.j)), b.size(f.j));
   if (f.partner >= 0) s.send(f.partner, s.at(work, f.partner * c), c);
-  s.copy(a.recv, s.at(work, s.r * c), c);
+  s.copy(a.recv, s.at(work, s.rank * c), c);
 }
 
 void all_gather(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  Fold f(s.n, s.r, 0);
-  s.copy(s.at(recv, s.r * c), a.send, c);
+  Fold f(s.ranks, s.rank, 0);
+  s.copy(s.at(recv, s.rank * c), a.send, c);
   if (f.extra) {
-    s.send(f.partner, s.at(recv, s.r * c), c);
-    s.recv(f.partner, recv, c * s.n);
+    s.send(f.partner, s.at(recv, s.rank * c), c);
+    s.recv(f.partner, recv, c * s.ranks);
     return;
   }
   if (f.partner >= 0) s.recv(f.partner, s.at(recv, f.partner * c), c);
   doubling_all_gather(s, f, recv, f.rank_groups(c));
-  if (f.partner >= 0) s.send(f.partner, recv, c * s.n);
+  if (f.partner >= 0) s.send(f.partner, recv, c * s.ranks);
 }
 
 // Broadcast = scatter by recursive halving + all-gather by recursive doubling (van de Geijn).
 void broadcast(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  Fold f(s.n, s.r, a.root);
-  if (s.r == a.root) s.copy(recv, a.send, a.count);
+  Fold f(s.ranks, s.rank, a.root);
+  if (s.rank == a.root) s.copy(recv, a.send, a.count);
   if (f.extra) {
     s.recv(f.partner, recv, a.count);
     return;
@@ -168,13 +168,13 @@ void broadcast(const Sched& s) {
 
 // Reduce = reduce-scatter by recursive halving + gather of the blocks at the root.
 void reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  Fold f(s.n, s.r, a.root);
+  const CollectiveArgs& a = s.args;
+  Fold f(s.ranks, s.rank, a.root);
   if (f.extra) {
     s.send(f.partner, a.send, a.count);
     return;
   }
-  std::byte* work = s.r == a.root ? static_cast<std::byte*>(a.recv) : s.scratch(a.count);
+  std::byte* work = s.rank == a.root ? static_cast<std::byte*>(a.recv) : s.scratch(a.count);
   if (f.partner >= 0) s.recv_reduce(f.partner, work, a.send, a.count);
   Blocks b = even_blocks(a.count, f.p);
   halving_reduce_scatter(s, f, a.send, work, b, f.partner >= 0);
@@ -184,16 +184,10 @@ void reduce(const Sched& s) {
 
 }  // namespace
 
-void rhd_collective(Sched& s) {
-  switch (s.a.kind) {
-    case Collective::all_reduce: return all_reduce(s);
-    case Collective::broadcast: return broadcast(s);
-    case Collective::reduce: return reduce(s);
-    case Collective::all_gather: return all_gather(s);
-    case Collective::reduce_scatter: return reduce_scatter(s);
-    default: break;
-  }
-  fail("rhd: ", collective_name(s.a.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kRhdSchedules = {.all_reduce = all_reduce,
+                                           .broadcast = broadcast,
+                                           .reduce = reduce,
+                                           .all_gather = all_gather,
+                                           .reduce_scatter = reduce_scatter};
 
 }  // namespace dpx::parallel::impl

@@ -19,10 +19,10 @@ constexpr size_t kMaxPipelineChunks = 64;
 // writing it to partial(block, k). After n-1 steps partial(r, n-2) holds block r fully reduced.
 template <typename Where>
 void ring_reduce_scatter(const Sched& s, const void* send, const Blocks& b, Where partial) {
-  const int right = mod(s.r + 1, s.n), left = mod(s.r - 1, s.n);
+  const int right = mod(s.rank + 1, s.ranks), left = mod(s.rank - 1, s.ranks);
   const void* carried = nullptr;  // the partial sum received in the previous step
-  for (int k = 0; k < s.n - 1; ++k) {
-    const int out = mod(s.r - k - 1, s.n), in = mod(s.r - k - 2, s.n);
+  for (int k = 0; k < s.ranks - 1; ++k) {
+    const int out = mod(s.rank - k - 1, s.ranks), in = mod(s.rank - k - 2, s.ranks);
     const void* src = k == 0 ? s.at(send, b.begin(out)) : carried;
     std::byte* dst = partial(in, k);
     s.sendrecv_reduce(right, src, b.size(out), left, dst, s.at(send, b.begin(in)), b.size(in));
@@ -33,76 +33,76 @@ void ring_reduce_scatter(const Sched& s, const void* send, const Blocks& b, Wher
 // All-gather around the ring: this rank starts with block r of buf; each step passes on the
 // block received in the step before, so after n-1 steps every block is everywhere.
 void ring_all_gather(const Sched& s, std::byte* buf, const Blocks& b) {
-  const int right = mod(s.r + 1, s.n), left = mod(s.r - 1, s.n);
-  for (int k = 0; k < s.n - 1; ++k) {
-    const int out = mod(s.r - k, s.n), in = mod(s.r - k - 1, s.n);
+  const int right = mod(s.rank + 1, s.ranks), left = mod(s.rank - 1, s.ranks);
+  for (int k = 0; k < s.ranks - 1; ++k) {
+    const int out = mod(s.rank - k, s.ranks), in = mod(s.rank - k - 1, s.ranks);
     s.sendrecv(right, s.at(buf, b.begin(out)), b.size(out), left, s.at(buf, b.begin(in)), b.size(in));
   }
 }
 
 void all_reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  Blocks b = even_blocks(a.count, s.n);
+  Blocks b = even_blocks(a.count, s.ranks);
   ring_reduce_scatter(s, a.send, b, [&](int block, int) { return s.at(recv, b.begin(block)); });
-  s.finish_avg(s.at(recv, b.begin(s.r)), b.size(s.r));
+  s.finish_avg(s.at(recv, b.begin(s.rank)), b.size(s.rank));
   ring_all_gather(s, recv, b);
 }
 
 void reduce_scatter(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
   // Partial sums alternate between two scratch blocks; the last one lands in recv.
   std::byte* tmp = s.scratch(2 * c);
-  ring_reduce_scatter(s, a.send, uniform_blocks(c, s.n), [&](int, int k) {
-    return k == s.n - 2 ? static_cast<std::byte*>(a.recv) : s.at(tmp, (k % 2) * c);
+  ring_reduce_scatter(s, a.send, uniform_blocks(c, s.ranks), [&](int, int k) {
+    return k == s.ranks - 2 ? static_cast<std::byte*>(a.recv) : s.at(tmp, (k % 2) * c);
   });
   s.finish_avg(a.recv, c);
 }
 
 void all_gather(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  s.copy(s.at(recv, s.r * a.count), a.send, a.count);
-  ring_all_gather(s, recv, uniform_blocks(a.count, s.n));
+  s.copy(s.at(recv, s.rank * a.count), a.send, a.count);
+  ring_all_gather(s, recv, uniform_blocks(a.count, s.ranks));
 }
 
 // Reduce = ring reduce-scatter, then every rank sends its reduced block to the root.
 void reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  Blocks b = even_blocks(a.count, s.n);
+  const CollectiveArgs& a = s.args;
+  Blocks b = even_blocks(a.count, s.ranks);
   const size_t largest = b.size(0);
   std::byte* tmp = s.scratch(2 * largest);
   auto partial = [&](int block, int k) {
-    if (k == s.n - 2 && s.r == a.root) return s.at(a.recv, b.begin(block));
+    if (k == s.ranks - 2 && s.rank == a.root) return s.at(a.recv, b.begin(block));
     return s.at(tmp, (k % 2) * largest);
   };
   ring_reduce_scatter(s, a.send, b, partial);
-  std::byte* mine = partial(s.r, s.n - 2);
-  s.finish_avg(mine, b.size(s.r));
-  if (s.r == a.root) {
-    for (int q = 0; q < s.n; ++q)
+  std::byte* mine = partial(s.rank, s.ranks - 2);
+  s.finish_avg(mine, b.size(s.rank));
+  if (s.rank == a.root) {
+    for (int q = 0; q < s.ranks; ++q)
       if (q != a.root) s.recv(q, s.at(a.recv, b.begin(q)), b.size(q));
   } else {
-    s.send(a.root, mine, b.size(s.r));
+    s.send(a.root, mine, b.size(s.rank));
   }
 }
 
 // Broadcast down the chain root -> root+1 -> ... in pipelined chunks: the rank at distance d
 // from the root receives chunk c at step c+d-1 and forwards it at step c+d.
 void broadcast(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  const int d = mod(s.r - a.root, s.n), next = mod(s.r + 1, s.n), prev = mod(s.r - 1, s.n);
+  const int d = mod(s.rank - a.root, s.ranks), next = mod(s.rank + 1, s.ranks), prev = mod(s.rank - 1, s.ranks);
   if (d == 0) s.copy(recv, a.send, a.count);
   const void* src = d == 0 ? a.send : recv;
-  const size_t bytes = a.count * s.esize;
+  const size_t bytes = a.count * s.elem_size;
   const size_t chunks = std::min({a.count, kMaxPipelineChunks, std::max<size_t>(1, bytes / kPipelineChunkBytes)});
   Blocks b = even_blocks(a.count, static_cast<int>(chunks));
   const int nchunks = static_cast<int>(chunks);
-  for (int k = 0; k < nchunks + s.n - 2; ++k) {
+  for (int k = 0; k < nchunks + s.ranks - 2; ++k) {
     const int out = k - d, in = k - d + 1;
-    const bool sends = d <= s.n - 2 && out >= 0 && out < nchunks;
+    const bool sends = d <= s.ranks - 2 && out >= 0 && out < nchunks;
     const bool receives = d >= 1 && in >= 0 && in < nchunks;
     if (!sends && !receives) continue;
     s.sendrecv(sends ? next : -1, sends ? s.at(src, b.begin(out)) : nullptr, sends ? b.size(out) : 0,
@@ -112,16 +112,10 @@ void broadcast(const Sched& s) {
 
 }  // namespace
 
-void ring_collective(Sched& s) {
-  switch (s.a.kind) {
-    case Collective::all_reduce: return all_reduce(s);
-    case Collective::broadcast: return broadcast(s);
-    case Collective::reduce: return reduce(s);
-    case Collective::all_gather: return all_gather(s);
-    case Collective::reduce_scatter: return reduce_scatter(s);
-    default: break;
-  }
-  fail("ring: ", collective_name(s.a.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kRingSchedules = {.all_reduce = all_reduce,
+                                            .broadcast = broadcast,
+                                            .reduce = reduce,
+                                            .all_gather = all_gather,
+                                            .reduce_scatter = reduce_scatter};
 
 }  // namespace dpx::parallel::impl

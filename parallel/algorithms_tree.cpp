@@ -15,15 +15,15 @@ namespace {
 // Reduces every rank's `send` into the root's acc. Rank v adds the subtrees of v+1, v+2, v+4, ...
 // (in that order, so the combination order is fixed) and passes its sum to v - lowbit(v).
 void binomial_reduce(const Sched& s, const void* send, std::byte* acc, size_t count, int root) {
-  const int v = mod(s.r - root, s.n);
+  const int v = mod(s.rank - root, s.ranks);
   const void* held = send;  // this rank's own data, then its running sum in acc
-  for (int mask = 1; mask < s.n; mask <<= 1) {
+  for (int mask = 1; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.send(mod(v - mask + root, s.n), held, count);
+      s.send(mod(v - mask + root, s.ranks), held, count);
       return;
     }
-    if (v + mask < s.n) {
-      s.recv_reduce(mod(v + mask + root, s.n), acc, held, count);
+    if (v + mask < s.ranks) {
+      s.recv_reduce(mod(v + mask + root, s.ranks), acc, held, count);
       held = acc;
     }
   }
@@ -32,86 +32,86 @@ void binomial_reduce(const Sched& s, const void* send, std::byte* acc, size_t co
 // Sends the root's root_src to every rank's buf: v receives from v - lowbit(v), then forwards
 // to v + lowbit(v)/2, ..., v + 1 (the farthest subtree first, so it starts forwarding soonest).
 void binomial_broadcast(const Sched& s, const void* root_src, std::byte* buf, size_t count, int root) {
-  const int v = mod(s.r - root, s.n);
+  const int v = mod(s.rank - root, s.ranks);
   int mask = 1;
-  for (; mask < s.n; mask <<= 1) {
+  for (; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.recv(mod(v - mask + root, s.n), buf, count);
+      s.recv(mod(v - mask + root, s.ranks), buf, count);
       break;
     }
   }
   const void* held = v == 0 ? root_src : buf;
   for (mask >>= 1; mask > 0; mask >>= 1)
-    if (v + mask < s.n) s.send(mod(v + mask + root, s.n), held, count);
+    if (v + mask < s.ranks) s.send(mod(v + mask + root, s.ranks), held, count);
 }
 
 // Gathers blocks b (block q belongs to rank q) at rank 0: the mirror image of binomial_reduce,
 // with ranges [v, v + 2^k) concatenated instead of summed.
 void binomial_gather(const Sched& s, std::byte* buf, const Blocks& b) {
-  const int v = s.r;
-  for (int mask = 1; mask < s.n; mask <<= 1) {
+  const int v = s.rank;
+  for (int mask = 1; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.send(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.n)));
+      s.send(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.ranks)));
       return;
     }
-    if (v + mask < s.n) {
+    if (v + mask < s.ranks) {
       const int lo = v + mask;
-      s.recv(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.n)));
+      s.recv(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.ranks)));
     }
   }
 }
 
 // Scatters blocks b from rank 0: the mirror image of binomial_gather.
 void binomial_scatter(const Sched& s, std::byte* buf, const Blocks& b) {
-  const int v = s.r;
+  const int v = s.rank;
   int mask = 1;
-  for (; mask < s.n; mask <<= 1) {
+  for (; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.recv(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.n)));
+      s.recv(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.ranks)));
       break;
     }
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {
     const int lo = v + mask;
-    if (lo < s.n) s.send(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.n)));
+    if (lo < s.ranks) s.send(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.ranks)));
   }
 }
 
 void tree_all_reduce(const Sched& s) {
-  std::byte* recv = static_cast<std::byte*>(s.a.recv);
-  binomial_reduce(s, s.a.send, recv, s.a.count, 0);
-  if (s.r == 0) s.finish_avg(recv, s.a.count);
-  binomial_broadcast(s, recv, recv, s.a.count, 0);
+  std::byte* recv = static_cast<std::byte*>(s.args.recv);
+  binomial_reduce(s, s.args.send, recv, s.args.count, 0);
+  if (s.rank == 0) s.finish_avg(recv, s.args.count);
+  binomial_broadcast(s, recv, recv, s.args.count, 0);
 }
 
 void tree_reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  std::byte* acc = s.r == a.root ? static_cast<std::byte*>(a.recv) : s.scratch(a.count);
+  const CollectiveArgs& a = s.args;
+  std::byte* acc = s.rank == a.root ? static_cast<std::byte*>(a.recv) : s.scratch(a.count);
   binomial_reduce(s, a.send, acc, a.count, a.root);
-  if (s.r == a.root) s.finish_avg(acc, a.count);
+  if (s.rank == a.root) s.finish_avg(acc, a.count);
 }
 
 void tree_broadcast(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  if (s.r == a.root) s.copy(a.recv, a.send, a.count);
+  const CollectiveArgs& a = s.args;
+  if (s.rank == a.root) s.copy(a.recv, a.send, a.count);
   binomial_broadcast(s, a.send, static_cast<std::byte*>(a.recv), a.count, a.root);
 }
 
 void tree_all_gather(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
-  s.copy(s.at(recv, s.r * a.count), a.send, a.count);
-  binomial_gather(s, recv, uniform_blocks(a.count, s.n));
-  binomial_broadcast(s, recv, recv, a.count * s.n, 0);
+  s.copy(s.at(recv, s.rank * a.count), a.send, a.count);
+  binomial_gather(s, recv, uniform_blocks(a.count, s.ranks));
+  binomial_broadcast(s, recv, recv, a.count * s.ranks, 0);
 }
 
 void tree_reduce_scatter(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  const size_t total = a.count * s.n;
+  const CollectiveArgs& a = s.args;
+  const size_t total = a.count * s.ranks;
   std::byte* acc = s.scratch(total);
   binomial_reduce(s, a.send, acc, total, 0);
-  binomial_scatter(s, acc, uniform_blocks(a.count, s.n));
-  s.copy(a.recv, s.at(acc, s.r * a.count), a.count);
+  binomial_scatter(s, acc, uniform_blocks(a.count, s.ranks));
+  s.copy(a.recv, s.at(acc, s.rank * a.count), a.count);
   s.finish_avg(a.recv, a.count);
 }
 
@@ -119,63 +119,63 @@ void tree_reduce_scatter(const Sched& s) {
 
 // The root combines its own data with rank root+1's, then root+2's, ... in that order.
 void naive_reduce_to(const Sched& s, const void* send, std::byte* acc, size_t count, int root) {
-  if (s.r != root) {
+  if (s.rank != root) {
     s.send(root, send, count);
     return;
   }
   const void* held = send;
-  for (int i = 1; i < s.n; ++i) {
-    s.recv_reduce(mod(root + i, s.n), acc, held, count);
+  for (int i = 1; i < s.ranks; ++i) {
+    s.recv_reduce(mod(root + i, s.ranks), acc, held, count);
     held = acc;
   }
 }
 
 void naive_broadcast_from(const Sched& s, const void* root_src, void* buf, size_t count, int root) {
-  if (s.r == root) {
-    for (int i = 1; i < s.n; ++i) s.send(mod(root + i, s.n), root_src, count);
+  if (s.rank == root) {
+    for (int i = 1; i < s.ranks; ++i) s.send(mod(root + i, s.ranks), root_src, count);
   } else {
     s.recv(root, buf, count);
   }
 }
 
 void naive_all_reduce(const Sched& s) {
-  std::byte* recv = static_cast<std::byte*>(s.a.recv);
-  naive_reduce_to(s, s.a.send, recv, s.a.count, 0);
-  if (s.r == 0) s.finish_avg(recv, s.a.count);
-  naive_broadcast_from(s, recv, recv, s.a.count, 0);
+  std::byte* recv = static_cast<std::byte*>(s.args.recv);
+  naive_reduce_to(s, s.args.send, recv, s.args.count, 0);
+  if (s.rank == 0) s.finish_avg(recv, s.args.count);
+  naive_broadcast_from(s, recv, recv, s.args.count, 0);
 }
 
 void naive_reduce(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   naive_reduce_to(s, a.send, static_cast<std::byte*>(a.recv), a.count, a.root);
-  if (s.r == a.root) s.finish_avg(a.recv, a.count);
+  if (s.rank == a.root) s.finish_avg(a.recv, a.count);
 }
 
 void naive_broadcast(const Sched& s) {
-  const CollectiveArgs& a = s.a;
-  if (s.r == a.root) s.copy(a.recv, a.send, a.count);
+  const CollectiveArgs& a = s.args;
+  if (s.rank == a.root) s.copy(a.recv, a.send, a.count);
   naive_broadcast_from(s, a.send, a.recv, a.count, a.root);
 }
 
 void naive_all_gather(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
-  if (s.r == 0) {
+  if (s.rank == 0) {
     s.copy(a.recv, a.send, c);
-    for (int q = 1; q < s.n; ++q) s.recv(q, s.at(a.recv, q * c), c);
+    for (int q = 1; q < s.ranks; ++q) s.recv(q, s.at(a.recv, q * c), c);
   } else {
     s.send(0, a.send, c);
   }
-  naive_broadcast_from(s, a.recv, a.recv, c * s.n, 0);
+  naive_broadcast_from(s, a.recv, a.recv, c * s.ranks, 0);
 }
 
 void naive_reduce_scatter(const Sched& s) {
-  const CollectiveArgs& a = s.a;
+  const CollectiveArgs& a = s.args;
   const size_t c = a.count;
-  std::byte* acc = s.r == 0 ? s.scratch(c * s.n) : nullptr;
-  naive_reduce_to(s, a.send, acc, c * s.n, 0);
-  if (s.r == 0) {
-    for (int q = 1; q < s.n; ++q) s.send(q, s.at(acc, q * c), c);
+  std::byte* acc = s.rank == 0 ? s.scratch(c * s.ranks) : nullptr;
+  naive_reduce_to(s, a.send, acc, c * s.ranks, 0);
+  if (s.rank == 0) {
+    for (int q = 1; q < s.ranks; ++q) s.send(q, s.at(acc, q * c), c);
     s.copy(a.recv, acc, c);
   } else {
     s.recv(0, a.recv, c);
@@ -185,28 +185,16 @@ void naive_reduce_scatter(const Sched& s) {
 
 }  // namespace
 
-void tree_collective(Sched& s) {
-  switch (s.a.kind) {
-    case Collective::all_reduce: return tree_all_reduce(s);
-    case Collective::broadcast: return tree_broadcast(s);
-    case Collective::reduce: return tree_reduce(s);
-    case Collective::all_gather: return tree_all_gather(s);
-    case Collective::reduce_scatter: return tree_reduce_scatter(s);
-    default: break;
-  }
-  fail("tree: ", collective_name(s.a.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kTreeSchedules = {.all_reduce = tree_all_reduce,
+                                            .broadcast = tree_broadcast,
+                                            .reduce = tree_reduce,
+                                            .all_gather = tree_all_gather,
+                                            .reduce_scatter = tree_reduce_scatter};
 
-void naive_collective(Sched& s) {
-  switch (s.a.kind) {
-    case Collective::all_reduce: return naive_all_reduce(s);
-    case Collective::broadcast: return naive_broadcast(s);
-    case Collective::reduce: return naive_reduce(s);
-    case Collective::all_gather: return naive_all_gather(s);
-    case Collective::reduce_scatter: return naive_reduce_scatter(s);
-    default: break;
-  }
-  fail("naive: ", collective_name(s.a.kind), " is not a collective with an algorithm");
-}
+constinit const Schedules kNaiveSchedules = {.all_reduce = naive_all_reduce,
+                                             .broadcast = naive_broadcast,
+                                             .reduce = naive_reduce,
+                                             .all_gather = naive_all_gather,
+                                             .reduce_scatter = naive_reduce_scatter};
 
 }  // namespace dpx::parallel::impl

@@ -112,12 +112,13 @@ void validate(const CollectiveOptions& o) {
       throw;
     }
   });
+  const char* const backends = kMpiBuilt ? "threads or mpi" : "threads";  // what this dpx has
   if (o.backend == "nccl" || o.backend == "p2p") {
 #ifdef DPX_WITH_CUDA
-    usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend threads or mpi");
+    usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend ", backends);
 #else
     usage_fail("--backend ", o.backend, ": not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON "
-               "on a machine with CUDA, cuDNN and NCCL); use --backend threads or mpi");
+               "on a machine with CUDA, cuDNN and NCCL); use --backend ", backends);
 #endif
   }
   if (o.backend == "mpi") {
@@ -135,7 +136,7 @@ void validate(const CollectiveOptions& o) {
       usage_fail("--backend threads under MPI with ", o.process_ranks, " processes: each process would run its own "
                  "benchmark of thread ranks; use --backend mpi (the default under mpirun), or run dpx without mpirun");
   } else {
-    usage_fail("--backend: unknown backend '", o.backend, "': use threads or mpi (nccl and p2p come later)");
+    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends, " (nccl and p2p come later)");
   }
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
+#include "parallel/algorithms.hpp"
 
 namespace dpx::parallel {
 
@@ -150,8 +151,9 @@ void TrainOptions::validate() const {
                (batch_size / k + 1) * k, ")");
   if (trace_first < 0 || trace_last < trace_first)
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
+  if (algo == "mpi" && !kMpiBuilt) fail_mpi_not_built("--algo mpi");
   if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi")
-    usage_fail("--algo: unknown algorithm '", algo, "': use ring, tree, naive, rhd, hier, or mpi (the MPI library's own)");
+    usage_fail("--algo: unknown algorithm '", algo, "': use ", algorithm_choices());
   if (algo == "mpi" && process_ranks == 0 && parallel == ParallelMode::ddp)
     usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
                "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");

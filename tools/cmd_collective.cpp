@@ -3,6 +3,7 @@
 // the work is parallel::run_collective (parallel/collective_bench.hpp).
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
@@ -63,14 +64,17 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("-t,--collective", o.collective,
                   "all_reduce, broadcast, reduce, all_gather or reduce_scatter")->capture_default_str();
   cmd->add_option("--backend", o.backend,
-                  "threads (ranks are threads of this process) or mpi (ranks are the processes of mpirun/srun; the "
-                  "default there)")
+                  parallel::kMpiBuilt ? "threads (ranks are threads of this process) or mpi (ranks are the processes "
+                                        "of mpirun/srun; the default there)"
+                                      : "threads (ranks are threads of this process; the mpi backend is not built in)")
       ->capture_default_str();
   cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")
       ->capture_default_str();
   cmd->add_option("--algo", o.algo,
-                  "ring, tree, naive, rhd, hier, mpi (the MPI library's own; --backend mpi), or all (one table each, "
-                  "then busbw side by side)")
+                  std::string(parallel::kMpiBuilt ? "ring, tree, naive, rhd, hier, mpi (the MPI library's own; "
+                                                    "--backend mpi)"
+                                                  : "ring, tree, naive, rhd, hier") +
+                      ", or all (one table each, then busbw side by side)")
       ->capture_default_str();
   cmd->add_option("--ranks-per-node", o.ranks_per_node,
                   "for hier: take each group of this many consecutive ranks as one node (0: the real nodes)")

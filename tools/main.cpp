@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 #include <system_error>
 
 #include "core/error.hpp"
 #include "core/stop.hpp"
+#include "parallel/algorithms.hpp"
 #include "parallel/process_group.hpp"
 #include "tools/commands.hpp"
 
@@ -50,7 +52,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dpx: error: %s\n", e.what());
     return 1;
   }
-  CLI::App app{"dpx: data-parallel training, measured natively (CPU threads, CUDA, MPI)", "dpx"};
+  // What this binary can run on, as built (dpx --version says which libraries).
+#ifdef DPX_WITH_CUDA
+  constexpr bool with_cuda = true;
+#else
+  constexpr bool with_cuda = false;
+#endif
+  const std::string backends =
+      std::string("CPU threads") + (with_cuda ? ", CUDA" : "") + (dpx::parallel::kMpiBuilt ? ", MPI" : "");
+  CLI::App app{"dpx: data-parallel training, measured natively (" + backends + ")", "dpx"};
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "print the versions of dpx and of the libraries built in");

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/version_config.hpp"
+#include "parallel/algorithms.hpp"
 #include "zoo/registry.hpp"
 
 namespace dpx::tools {
@@ -97,8 +98,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
       ->capture_default_str();
   cmd.add_option("--algo", o.algo,
-                 "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then across), or mpi "
-                 "(the MPI library's MPI_Allreduce; under mpirun)")
+                 parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, "
+                                       "then across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
+                                     : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, "
+                                       "then across)")
       ->capture_default_str();
   cmd.add_option("--comm-timeout", o.comm_timeout_s,
                  "seconds a rank may wait in one collective before it prints a stall report and ends the job")

@@ -44,10 +44,15 @@ std::unique_ptr<nn::Module> build_alexnet(const AlexNetConfig& c, const ModelOpt
 }
 
 void add_alexnet_models(std::vector<ModelInfo>& out) {
-  out.push_back({"alexnet", "alexnet", 224, 3, 63,
-                 "the 11x11 stride-4 stem and three 3x3 stride-2 max-poolings need 63 pixels (the pooling to "
-                 "6x6 is adaptive)",
-                 [](const ModelOptions& o) { return build_alexnet(AlexNetConfig{}, o); }, "classifier"});
+  out.push_back({.name = "alexnet",
+                 .family = "alexnet",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 63,
+                 .note = "the 11x11 stride-4 stem and three 3x3 stride-2 max-poolings need 63 pixels (the pooling "
+                         "to 6x6 is adaptive)",
+                 .build = [](const ModelOptions& o) { return build_alexnet(AlexNetConfig{}, o); },
+                 .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -65,9 +65,14 @@ void add_densenet_models(std::vector<ModelInfo>& out) {
       "the stem (7x7 stride 2, 3x3 max-pooling stride 2) and three 2x2 average-pooling transitions need 29 "
       "pixels; at 32 the last maps are 1x1, so training needs a batch of 2 or more for batch norm";
   for (int depth : {121, 161, 169, 201})
-    out.push_back({"densenet" + std::to_string(depth), "densenet", 224, 3, 29, note,
-                   [depth](const ModelOptions& o) { return build_densenet(densenet_config(depth), o); },
-                   "classifier"});
+    out.push_back({.name = "densenet" + std::to_string(depth),
+                   .family = "densenet",
+                   .default_image_size = 224,
+                   .default_in_channels = 3,
+                   .min_image_size = 29,
+                   .note = note,
+                   .build = [depth](const ModelOptions& o) { return build_densenet(densenet_config(depth), o); },
+                   .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -73,11 +73,15 @@ std::unique_ptr<nn::Module> build_efficientnet(const EfficientNetConfig& c, cons
 }
 
 void add_efficientnet_models(std::vector<ModelInfo>& out) {
-  out.push_back({"efficientnet_b0", "efficientnet", 224, 3, 1,
-                 "any size works (torchvision's min_size is 1x1); at 32 or less the last maps are 1x1, so "
-                 "training needs a batch of 2 or more for batch norm",
-                 [](const ModelOptions& o) { return build_efficientnet(efficientnet_b0_config(), o); },
-                 "classifier"});
+  out.push_back({.name = "efficientnet_b0",
+                 .family = "efficientnet",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 1,
+                 .note = "any size works (torchvision's min_size is 1x1); at 32 or less the last maps are 1x1, "
+                         "so training needs a batch of 2 or more for batch norm",
+                 .build = [](const ModelOptions& o) { return build_efficientnet(efficientnet_b0_config(), o); },
+                 .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

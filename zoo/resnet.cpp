@@ -61,8 +61,14 @@ void add_resnet_models(std::vector<ModelInfo>& out) {
       "any size: every convolution is padded and the last pooling is adaptive; at 32 or less the last "
       "maps are 1x1, so training needs a batch of 2 or more for batch norm";
   for (int depth : {18, 34, 50, 101, 152})
-    out.push_back({"resnet" + std::to_string(depth), "resnet", 224, 3, 1, note,
-                   [depth](const ModelOptions& o) { return build_resnet(resnet_config(depth), o); }, "fc"});
+    out.push_back({.name = "resnet" + std::to_string(depth),
+                   .family = "resnet",
+                   .default_image_size = 224,
+                   .default_in_channels = 3,
+                   .min_image_size = 1,
+                   .note = note,
+                   .build = [depth](const ModelOptions& o) { return build_resnet(resnet_config(depth), o); },
+                   .classifier = "fc"});
 }
 
 }  // namespace dpx::zoo

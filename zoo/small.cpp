@@ -50,8 +50,22 @@ std::unique_ptr<nn::Module> build_lenet5(const ModelOptions& o) {
 }  // namespace
 
 void add_small_models(std::vector<ModelInfo>& out) {
-  out.push_back({"mlp", "mlp", 28, 1, 1, "", build_mlp, "5"});
-  out.push_back({"lenet5", "lenet", 28, 1, 4, "two 2x2 poolings need 4 pixels", build_lenet5, "classifier"});
+  out.push_back({.name = "mlp",
+                 .family = "mlp",
+                 .default_image_size = 28,
+                 .default_in_channels = 1,
+                 .min_image_size = 1,
+                 .note = "",
+                 .build = build_mlp,
+                 .classifier = "5"});
+  out.push_back({.name = "lenet5",
+                 .family = "lenet",
+                 .default_image_size = 28,
+                 .default_in_channels = 1,
+                 .min_image_size = 4,
+                 .note = "two 2x2 poolings need 4 pixels",
+                 .build = build_lenet5,
+                 .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -65,12 +65,22 @@ std::unique_ptr<nn::Module> build_squeezenet(const std::string& version, const M
 }
 
 void add_squeezenet_models(std::vector<ModelInfo>& out) {
-  out.push_back({"squeezenet1_0", "squeezenet", 224, 3, 21,
-                 "the 7x7 stride-2 stem and three 3x3 stride-2 max-poolings (ceil mode) need 21 pixels",
-                 [](const ModelOptions& o) { return build_squeezenet("1_0", o); }, "classifier"});
-  out.push_back({"squeezenet1_1", "squeezenet", 224, 3, 17,
-                 "the 3x3 stride-2 stem and three 3x3 stride-2 max-poolings (ceil mode) need 17 pixels",
-                 [](const ModelOptions& o) { return build_squeezenet("1_1", o); }, "classifier"});
+  out.push_back({.name = "squeezenet1_0",
+                 .family = "squeezenet",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 21,
+                 .note = "the 7x7 stride-2 stem and three 3x3 stride-2 max-poolings (ceil mode) need 21 pixels",
+                 .build = [](const ModelOptions& o) { return build_squeezenet("1_0", o); },
+                 .classifier = "classifier"});
+  out.push_back({.name = "squeezenet1_1",
+                 .family = "squeezenet",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 17,
+                 .note = "the 3x3 stride-2 stem and three 3x3 stride-2 max-poolings (ceil mode) need 17 pixels",
+                 .build = [](const ModelOptions& o) { return build_squeezenet("1_1", o); },
+                 .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -82,12 +82,30 @@ void add_swin_models(std::vector<ModelInfo>& out) {
   const std::string note =
       "the 4x4 patch embedding needs 4 pixels; smaller maps are padded to the 7x7 window and odd "
       "sizes before each patch merging, as torchvision does";
-  out.push_back({"swin_t", "swin", 224, 3, 4, note,
-                 [](const ModelOptions& o) { return build_swin(swin_t_config(), o); }, "head"});
-  out.push_back({"swin_s", "swin", 224, 3, 4, note,
-                 [](const ModelOptions& o) { return build_swin(swin_s_config(), o); }, "head"});
-  out.push_back({"swin_b", "swin", 224, 3, 4, note,
-                 [](const ModelOptions& o) { return build_swin(swin_b_config(), o); }, "head"});
+  out.push_back({.name = "swin_t",
+                 .family = "swin",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 4,
+                 .note = note,
+                 .build = [](const ModelOptions& o) { return build_swin(swin_t_config(), o); },
+                 .classifier = "head"});
+  out.push_back({.name = "swin_s",
+                 .family = "swin",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 4,
+                 .note = note,
+                 .build = [](const ModelOptions& o) { return build_swin(swin_s_config(), o); },
+                 .classifier = "head"});
+  out.push_back({.name = "swin_b",
+                 .family = "swin",
+                 .default_image_size = 224,
+                 .default_in_channels = 3,
+                 .min_image_size = 4,
+                 .note = note,
+                 .build = [](const ModelOptions& o) { return build_swin(swin_b_config(), o); },
+                 .classifier = "head"});
 }
 
 }  // namespace dpx::zoo

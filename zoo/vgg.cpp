@@ -73,9 +73,14 @@ void add_vgg_models(std::vector<ModelInfo>& out) {
   const std::string note = "five 2x2 max-poolings of stride 2 need 32 pixels (the pooling to 7x7 is adaptive)";
   for (bool bn : {false, true})
     for (int depth : {11, 13, 16, 19})
-      out.push_back({"vgg" + std::to_string(depth) + (bn ? "_bn" : ""), "vgg", 224, 3, 32, note,
-                     [depth, bn](const ModelOptions& o) { return build_vgg(vgg_config(depth, bn), o); },
-                     "classifier"});
+      out.push_back({.name = "vgg" + std::to_string(depth) + (bn ? "_bn" : ""),
+                     .family = "vgg",
+                     .default_image_size = 224,
+                     .default_in_channels = 3,
+                     .min_image_size = 32,
+                     .note = note,
+                     .build = [depth, bn](const ModelOptions& o) { return build_vgg(vgg_config(depth, bn), o); },
+                     .classifier = "classifier"});
 }
 
 }  // namespace dpx::zoo

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "core/data/transforms.hpp"
+#include "tests/common/compare.hpp"
 
 using dpx::Shape;
 using namespace dpx::data;
+using dpx::testing::check_close;
 
 namespace {
 
@@ -39,14 +41,6 @@ std::vector<float> resized(const std::vector<float>& in, int64_t h, int64_t w, i
   std::vector<float> out(static_cast<size_t>(oh * ow));
   resize_bilinear(out.data(), in.data(), 1, h, w, oh, ow);
   return out;
-}
-
-void check_close(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-6f) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(got[i] - want[i]) <= tol);
-  }
 }
 
 // A tiny data set: sample i is `shape` filled with i + j / 100 (j = element), label i % 3.
@@ -94,7 +88,7 @@ TEST_CASE("resize: uneven up- and down-scaling equal PyTorch's") {
                                                    {1000, 0.6375f}, {30000, 0.2625f}, {50175, 0.8f}};
   for (auto [i, v] : want) {
     CAPTURE(i);
-    CHECK(std::abs(big[i] - v) <= 1e-6f);
+    CHECK(dpx::testing::abs_diff(big[i], v) <= 1e-6);
   }
 }
 

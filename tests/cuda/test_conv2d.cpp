@@ -9,7 +9,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 namespace {
 
@@ -67,7 +67,7 @@ TEST_CASE("cuda conv2d forward and backward match the CPU and float64, no TF32")
     Tensor b = uniform({k.k}, ++seed), dy = uniform({k.n, k.k, oh, ow}, ++seed);
     Tensor gx = x.to(dev()), gw = w.to(dev()), gb = b.to(dev()), gdy = dy.to(dev());
 
-    Tensor y = Tensor::empty({k.n, k.k, oh, ow}), gy = poisoned({k.n, k.k, oh, ow});
+    Tensor y = Tensor::empty({k.n, k.k, oh, ow}), gy = poisoned({k.n, k.k, oh, ow}, dev());
     ops::conv2d_forward(c, y, x, w, &b, p);
     ops::conv2d_forward(g, gy, gx, gw, &gb, p);
     CHECK(norm_rel_diff(gy, conv_reference(x, w, b, p, oh, ow)) <= 1e-5);

@@ -8,7 +8,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 TEST_CASE("cuda philox equals core/rng's generator bit for bit") {
   for (uint64_t seed : {0ull, 1ull, 0x123456789abcdefull})
@@ -25,7 +25,7 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
   const int64_t n = 100003;
   Tensor a = uniform({n}, 1), b = uniform({n}, 2);
   Tensor ga = a.to(dev()), gb = b.to(dev());
-  Tensor out = Tensor::empty({n}), gout = poisoned({n});
+  Tensor out = Tensor::empty({n}), gout = poisoned({n}, dev());
 
   ops::fill(c, out, 2.5f);
   ops::fill(g, gout, 2.5f);
@@ -35,15 +35,15 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
   CHECK(bitwise_equal(gout, out));
   ops::axpy(c, out, -0.37f, a);
   ops::axpy(g, gout, -0.37f, ga);
-  CHECK(max_rel_diff(gout, out) <= 1e-6);  // an fma may round once where the CPU rounds twice
+  check_close(gout, out, 1e-6);  // an fma may round once where the CPU rounds twice
   ops::scale(c, out, 1.3f);
   ops::scale(g, gout, 1.3f);
-  CHECK(max_rel_diff(gout, out) <= 1e-6);
-  Tensor gcopy = poisoned({n});
+  check_close(gout, out, 1e-6);
+  Tensor gcopy = poisoned({n}, dev());
   ops::copy(g, gcopy, gout);
   CHECK(bitwise_equal(gcopy, gout));
 
-  Tensor lab = labels(37, 1000, 3), glab = lab.to(dev()), gl2 = Tensor::empty({37}, DType::i64, dev());
+  Tensor lab = random_labels(37, 1000, 3), glab = lab.to(dev()), gl2 = Tensor::empty({37}, DType::i64, dev());
   ops::copy(g, gl2, glab);  // any dtype is a byte copy
   CHECK(bitwise_equal(gl2, lab));
   Tensor wrong = Tensor::empty({37}, DType::f32, dev());
@@ -69,7 +69,7 @@ TEST_CASE("cuda count_nonfinite counts as the CPU does") {
 TEST_CASE("cuda relu forward and backward (accumulating) match the CPU") {
   Context c = cpu(), g = gpu();
   Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);
-  Tensor y = Tensor::empty(x.shape()), gy = poisoned(x.shape());
+  Tensor y = Tensor::empty(x.shape()), gy = poisoned(x.shape(), dev());
   ops::relu_forward(c, y, x);
   ops::relu_forward(g, gy, x.to(dev()));
   CHECK(bitwise_equal(gy, y));
@@ -86,15 +86,15 @@ TEST_CASE("cuda dropout: the mask equals the CPU's bit for bit, values and gradi
   for (float p : {0.f, 0.1f, 0.5f, 0.9f, 1.f}) {
     CAPTURE(p);
     Tensor y = Tensor::empty(shape), mask = Tensor::empty(shape, DType::u8);
-    Tensor gy = poisoned(shape), gmask = Tensor::empty(shape, DType::u8, dev());
+    Tensor gy = poisoned(shape, dev()), gmask = Tensor::empty(shape, DType::u8, dev());
     ops::dropout_forward(c, y, mask, x, p, 1234, 77);
     ops::dropout_forward(g, gy, gmask, x.to(dev()), p, 1234, 77);
     CHECK(bitwise_equal(gmask, mask));
-    CHECK(max_rel_diff(gy, y) <= 1e-6);
+    check_close(gy, y, 1e-6);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
     ops::dropout_backward(c, dx, dy, mask, p);
     ops::dropout_backward(g, gdx, dy.to(dev()), gmask, p);
-    CHECK(max_rel_diff(gdx, dx) <= 1e-6);
+    check_close(gdx, dx, 1e-6);
   }
   Tensor mask_a = Tensor::empty(shape, DType::u8, dev()), mask_b = Tensor::empty(shape, DType::u8, dev());
   Tensor gy = Tensor::empty(shape, DType::f32, dev()), gx = x.to(dev());
@@ -125,8 +125,8 @@ TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
       ops::sgd_step(g, gw, grad.to(dev()), gbuf, p, step == 0);
     }
     // Three steps of a few fused multiply-adds each: a few ulps apart at most.
-    CHECK(max_rel_diff(gw, w) <= 1e-5);
-    if (k.momentum != 0.f) CHECK(max_rel_diff(gbuf, buf) <= 1e-5);
+    check_close(gw, w, 1e-5);
+    if (k.momentum != 0.f) check_close(gbuf, buf, 1e-5);
   }
   ops::SgdParams bad;
   bad.nesterov = true;  // no momentum: torch.optim.SGD refuses it, and so do both ops
@@ -152,9 +152,9 @@ TEST_CASE("cuda adamw_step matches the CPU over several steps, with and without 
       ops::adamw_step(g, gw, grad.to(dev()), gm, gv, p, step);
     }
     // The same f32 scalars (ops::adamw_scalars) on both; an fma or a sqrt may round differently.
-    CHECK(max_rel_diff(gw, w) <= 1e-5);
-    CHECK(max_rel_diff(gm, m) <= 1e-5);
-    CHECK(max_rel_diff(gv, v) <= 1e-5);
+    check_close(gw, w, 1e-5);
+    check_close(gm, m, 1e-5);
+    check_close(gv, v, 1e-5);
   }
   Context g = gpu();
   Tensor w = Tensor::zeros({4}, DType::f32, dev()), m = Tensor::zeros({4}, DType::f32, dev());

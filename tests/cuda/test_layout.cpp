@@ -9,7 +9,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 TEST_CASE("cuda layer_norm forward and backward match the CPU") {
   Context c = cpu(), g = gpu();
@@ -20,12 +20,12 @@ TEST_CASE("cuda layer_norm forward and backward match the CPU") {
     Tensor x = uniform(xs, ++seed, 1.f, 3.f), gamma = uniform({D}, ++seed), beta = uniform({D}, ++seed);
     Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
     Tensor y = Tensor::empty(xs), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-    Tensor gy = poisoned(xs), gmean = poisoned({rows}), grstd = poisoned({rows});
+    Tensor gy = poisoned(xs, dev()), gmean = poisoned({rows}, dev()), grstd = poisoned({rows}, dev());
     ops::layer_norm_forward(c, y, mean, rstd, x, gamma, beta, 1e-5f);
     cuda::layer_norm_forward(g, gy, gmean, grstd, gx, ggamma, gbeta, 1e-5f);
-    CHECK(max_rel_diff(gmean, mean) <= 1e-6);
-    CHECK(max_rel_diff(grstd, rstd) <= 1e-5);
-    CHECK(max_rel_diff(gy, y) <= 1e-5);
+    check_close(gmean, mean, 1e-6);
+    check_close(grstd, rstd, 1e-5);
+    check_close(gy, y, 1e-5);
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({D}, ++seed), db0 = uniform({D}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
@@ -47,20 +47,20 @@ TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, mat
   Tensor gx = x.to(dev()), gbias = bias.to(dev());
   for (bool with_bias : {false, true}) {
     CAPTURE(with_bias);
-    Tensor y = Tensor::empty(xs), gy = poisoned(xs);
+    Tensor y = Tensor::empty(xs), gy = poisoned(xs, dev());
     ops::softmax_forward(c, y, x, with_bias ? &bias : nullptr);
     cuda::softmax_forward(g, gy, gx, with_bias ? &gbias : nullptr);
-    CHECK(max_rel_diff(gy, y) <= 1e-6);
+    check_close(gy, y, 1e-6);
     Tensor dy = uniform(xs, 22), dx0 = uniform(xs, 23);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
     ops::softmax_backward(c, dx, dy, y);
     cuda::softmax_backward(g, gdx, dy.to(dev()), gy);
-    CHECK(max_rel_diff(gdx, dx) <= 1e-5);
+    check_close(gdx, dx, 1e-5);
   }
-  Tensor long_rows = uniform({3, 1000}, 24), y = Tensor::empty({3, 1000}), gy = poisoned({3, 1000});
+  Tensor long_rows = uniform({3, 1000}, 24), y = Tensor::empty({3, 1000}), gy = poisoned({3, 1000}, dev());
   ops::softmax_forward(c, y, long_rows, nullptr);
   cuda::softmax_forward(g, gy, long_rows.to(dev()), nullptr);
-  CHECK(max_rel_diff(gy, y) <= 1e-6);
+  check_close(gy, y, 1e-6);
 }
 
 TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
@@ -70,7 +70,7 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
   for (std::vector<int> perm : {std::vector<int>{0, 2, 1, 3, 4}, {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4}, {1, 0, 3, 2, 4}}) {
     Shape ps;
     for (int d : perm) ps.push_back(x.size(d));
-    Tensor out = Tensor::empty(ps), gout = poisoned(ps);
+    Tensor out = Tensor::empty(ps), gout = poisoned(ps, dev());
     ops::permute(c, out, x, perm);
     cuda::permute(g, gout, gx, perm);
     CHECK(bitwise_equal(gout, out));
@@ -84,7 +84,7 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
   for (auto [sh, sw] : {std::pair<int64_t, int64_t>{-3, -3}, {3, 3}, {0, 0}, {20, -13}}) {
     CAPTURE(sh);
     CAPTURE(sw);
-    Tensor out = Tensor::empty(m.shape()), gout = poisoned(m.shape());
+    Tensor out = Tensor::empty(m.shape()), gout = poisoned(m.shape(), dev());
     ops::roll(c, out, m, sh, sw);
     cuda::roll(g, gout, gm, sh, sw);
     CHECK(bitwise_equal(gout, out));
@@ -94,7 +94,7 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
     cuda::roll_backward(g, gdin, dout.to(dev()), sh, sw);
     CHECK(bitwise_equal(gdin, din));
   }
-  Tensor padded = Tensor::empty({3, 14, 14, 5}), gpadded = poisoned({3, 14, 14, 5});
+  Tensor padded = Tensor::empty({3, 14, 14, 5}), gpadded = poisoned({3, 14, 14, 5}, dev());
   ops::pad_hw(c, padded, m);
   cuda::pad_hw(g, gpadded, gm);
   CHECK(bitwise_equal(gpadded, padded));
@@ -110,7 +110,7 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the CPU") {
   std::vector<Tensor> parts = {uniform({3, 5, 7, 7}, 40), uniform({3, 1, 7, 7}, 41), uniform({3, 12, 7, 7}, 42)};
   std::vector<Tensor> gparts;
   for (const Tensor& t : parts) gparts.push_back(t.to(dev()));
-  Tensor out = Tensor::empty({3, 18, 7, 7}), gout = poisoned({3, 18, 7, 7});
+  Tensor out = Tensor::empty({3, 18, 7, 7}), gout = poisoned({3, 18, 7, 7}, dev());
   ops::concat_channels(c, out, parts);
   cuda::concat_channels(g, gout, gparts);
   CHECK(bitwise_equal(gout, out));
@@ -133,9 +133,9 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the CPU") {
 TEST_CASE("cuda index_select and its backward (repeated rows) match the CPU bit for bit") {
   Context c = cpu(), g = gpu();
   const int64_t R = 169, D = 6, n = 2401;  // Swin's relative position table for 7x7 windows
-  Tensor table = uniform({R, D}, 50), index = labels(n, R, 51);
+  Tensor table = uniform({R, D}, 50), index = random_labels(n, R, 51);
   Tensor gtable = table.to(dev()), gindex = index.to(dev());
-  Tensor out = Tensor::empty({n, D}), gout = poisoned({n, D});
+  Tensor out = Tensor::empty({n, D}), gout = poisoned({n, D}, dev());
   ops::index_select(c, out, table, index);
   cuda::index_select(g, gout, gtable, gindex);
   CHECK(bitwise_equal(gout, out));

@@ -9,7 +9,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 namespace {
 
@@ -31,14 +31,14 @@ TEST_CASE("cuda linear_forward matches float64 and the CPU, with and without bia
     CAPTURE(with_bias);
     const Tensor* bp = with_bias ? &b : nullptr;
     Tensor gb = b.to(dev());
-    Tensor y = Tensor::empty({n, out}), gy = poisoned({n, out});
+    Tensor y = Tensor::empty({n, out}), gy = poisoned({n, out}, dev());
     ops::linear_forward(c, y, x, w, bp);
     ops::linear_forward(g, gy, x.to(dev()), w.to(dev()), with_bias ? &gb : nullptr);
     CHECK(norm_rel_diff(gy, linear_reference(x, w, bp)) <= 1e-5);
     CHECK(norm_rel_diff(gy, y) <= 1e-5);
   }
   // With TF32 allowed the result is still close (about 1e-3 at worst), just not fp32-exact.
-  Tensor gy = poisoned({n, out});
+  Tensor gy = poisoned({n, out}, dev());
   Context tf32 = gpu(true);
   ops::linear_forward(tf32, gy, x.to(dev()), w.to(dev()), nullptr);
   CHECK(norm_rel_diff(gy, linear_reference(x, w, nullptr)) <= 5e-3);
@@ -78,14 +78,14 @@ TEST_CASE("cuda matmul: every transpose, batched, alpha and beta, matches the CP
       ops::matmul(g, gc, a.to(dev()), b.to(dev()), ta, tb, 0.7f, 0.3f);
       CHECK(norm_rel_diff(gc, cc) <= 1e-5);
       // beta = 0 must ignore what c held (here NaN).
-      Tensor c2 = Tensor::empty({2, 3, M, N}), gc2 = poisoned({2, 3, M, N});
+      Tensor c2 = Tensor::empty({2, 3, M, N}), gc2 = poisoned({2, 3, M, N}, dev());
       ops::matmul(c, c2, a, b, ta, tb, 1.f, 0.f);
       ops::matmul(g, gc2, a.to(dev()), b.to(dev()), ta, tb, 1.f, 0.f);
       CHECK(norm_rel_diff(gc2, c2) <= 1e-5);
     }
   // A single (unbatched) product and a mismatch error.
   Tensor a = uniform({5, 3}, 13), b = uniform({3, 4}, 14);
-  Tensor cc = Tensor::empty({5, 4}), gc = poisoned({5, 4});
+  Tensor cc = Tensor::empty({5, 4}), gc = poisoned({5, 4}, dev());
   ops::matmul(c, cc, a, b, false, false, 1.f, 0.f);
   ops::matmul(g, gc, a.to(dev()), b.to(dev()), false, false, 1.f, 0.f);
   CHECK(norm_rel_diff(gc, cc) <= 1e-5);

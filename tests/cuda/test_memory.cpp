@@ -11,7 +11,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 TEST_CASE("cuda allocator: sizes round up, freed blocks are cached and reused, stats add up") {
   const int d = 0;

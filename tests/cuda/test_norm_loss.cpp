@@ -6,7 +6,7 @@
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
-using namespace dpx::gpu_test;
+using namespace dpx::testing;
 
 TEST_CASE("cuda batch_norm training forward, eval forward and backward match the CPU") {
   Context c = cpu(), g = gpu();
@@ -20,19 +20,19 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
     Tensor grm = rm.to(dev()), grv = rv.to(dev());
     Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
-    Tensor gy = poisoned(xs), gmean = poisoned({C}), ginvstd = poisoned({C});
+    Tensor gy = poisoned(xs, dev()), gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
     ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
     ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f);
-    CHECK(max_rel_diff(gmean, mean) <= 1e-5);
-    CHECK(max_rel_diff(ginvstd, invstd) <= 1e-5);
-    CHECK(max_rel_diff(grm, rm) <= 1e-5);
-    CHECK(max_rel_diff(grv, rv) <= 1e-5);
-    CHECK(max_rel_diff(gy, y) <= 1e-5);
+    check_close(gmean, mean, 1e-5);
+    check_close(ginvstd, invstd, 1e-5);
+    check_close(grm, rm, 1e-5);
+    check_close(grv, rv, 1e-5);
+    check_close(gy, y, 1e-5);
 
-    Tensor ye = Tensor::empty(xs), gye = poisoned(xs);
+    Tensor ye = Tensor::empty(xs), gye = poisoned(xs, dev());
     ops::batch_norm_forward_eval(c, ye, x, gamma, beta, rm, rv, 1e-5f);
     ops::batch_norm_forward_eval(g, gye, gx, ggamma, gbeta, grm, grv, 1e-5f);
-    CHECK(max_rel_diff(gye, ye) <= 1e-5);
+    check_close(gye, ye, 1e-5);
 
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({C}, ++seed), db0 = uniform({C}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
@@ -63,19 +63,19 @@ TEST_CASE("cuda cross_entropy forward and backward match the CPU, with label smo
     CAPTURE(k.n);
     CAPTURE(k.classes);
     CAPTURE(k.smoothing);
-    Tensor logits = uniform({k.n, k.classes}, ++seed, -6.f, 6.f), lab = labels(k.n, k.classes, ++seed);
+    Tensor logits = uniform({k.n, k.classes}, ++seed, -6.f, 6.f), lab = random_labels(k.n, k.classes, ++seed);
     Tensor glogits = logits.to(dev()), glab = lab.to(dev());
     Tensor loss = Tensor::empty({1}), probs = Tensor::empty({k.n, k.classes});
-    Tensor gloss = poisoned({1}), gprobs = poisoned({k.n, k.classes});
+    Tensor gloss = poisoned({1}, dev()), gprobs = poisoned({k.n, k.classes}, dev());
     ops::cross_entropy_forward(c, loss, probs, logits, lab, k.smoothing);
     ops::cross_entropy_forward(g, gloss, gprobs, glogits, glab, k.smoothing);
-    CHECK(max_rel_diff(gloss, loss) <= 1e-5);
-    CHECK(max_rel_diff(gprobs, probs) <= 1e-5);
+    check_close(gloss, loss, 1e-5);
+    check_close(gprobs, probs, 1e-5);
     Tensor d0 = uniform({k.n, k.classes}, ++seed);
     Tensor d = d0.clone(), gd = d0.to(dev());
     ops::cross_entropy_backward(c, d, probs, lab, k.smoothing, k.scale);
     ops::cross_entropy_backward(g, gd, gprobs, glab, k.smoothing, k.scale);
-    CHECK(max_rel_diff(gd, d) <= 1e-5);
+    check_close(gd, d, 1e-5);
   }
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("cuda count_correct matches the CPU, ties go to the first maximum") {
     // Coarse values: many rows hold their maximum twice.
     for (int64_t i = 0; i < logits.numel(); ++i)
       logits.data<float>()[i] = static_cast<float>(static_cast<int>(logits.data<float>()[i]));
-    Tensor lab = labels(n, classes, 70 + classes);
+    Tensor lab = random_labels(n, classes, 70 + classes);
     int64_t want = ops::count_correct(c, logits, lab);
     CHECK(ops::count_correct(g, logits.to(dev()), lab.to(dev())) == want);
   }

@@ -7,11 +7,12 @@
 #include <limits>
 
 #include "kernels/ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::bitwise_equal;
-using dpx::test::check_close;
+using dpx::testing::bitwise_equal;
+using dpx::testing::check_close;
 
 namespace {
 
@@ -150,8 +151,8 @@ TEST_CASE("adamw_step: bitwise the same result for any thread count") {
   ops::AdamwParams p{.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.05f};
   auto run = [&](int threads) {
     Context ctx = Context::cpu(threads);
-    Tensor param = dpx::test::randn({n}, 1), m = Tensor::zeros({n}), v = Tensor::zeros({n});
-    for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(ctx, param, dpx::test::randn({n}, 10 + t), m, v, p, t);
+    Tensor param = dpx::testing::randn({n}, 1), m = Tensor::zeros({n}), v = Tensor::zeros({n});
+    for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(ctx, param, dpx::testing::randn({n}, 10 + t), m, v, p, t);
     return std::vector<Tensor>{param, m, v};
   };
   auto one = run(1);

@@ -5,12 +5,13 @@
 
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::bitwise_equal;
-using dpx::test::check_close;
-using dpx::test::randn;
+using dpx::testing::bitwise_equal;
+using dpx::testing::check_close;
+using dpx::testing::randn;
 
 namespace {
 

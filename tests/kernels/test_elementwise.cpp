@@ -6,12 +6,13 @@
 
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::bitwise_equal;
-using dpx::test::check_close;
-using dpx::test::randn;
+using dpx::testing::bitwise_equal;
+using dpx::testing::check_close;
+using dpx::testing::randn;
 
 TEST_CASE("fill, copy, add, axpy, scale: hand values") {
   Context ctx = Context::cpu(2);
@@ -27,7 +28,7 @@ TEST_CASE("fill, copy, add, axpy, scale: hand values") {
   check_close(out, {4.5, 9, 13.5, 18});
   ops::copy(ctx, out, b);
   check_close(out, {10, 20, 30, 40});
-  Tensor labels = dpx::test::labels_from({3, 1, 4}), labels_copy = Tensor::empty({3}, DType::i64);
+  Tensor labels = dpx::testing::labels_from({3, 1, 4}), labels_copy = Tensor::empty({3}, DType::i64);
   ops::copy(ctx, labels_copy, labels);
   CHECK(bitwise_equal(labels, labels_copy));
 }

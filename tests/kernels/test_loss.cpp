@@ -5,12 +5,13 @@
 #include <cmath>
 
 #include "kernels/ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::check_close;
-using dpx::test::labels_from;
-using dpx::test::randn;
+using dpx::testing::check_close;
+using dpx::testing::labels_from;
+using dpx::testing::randn;
 
 // logits [[1, 2, 3], [1, 1, 1]], labels [2, 0]:
 //   row 0: lse = 3 + log(1 + e^-1 + e^-2) = 3.4076059645; -log p_2 = 0.4076059645

@@ -9,10 +9,11 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::randn;
+using dpx::testing::randn;
 
 namespace {
 
@@ -116,8 +117,8 @@ TEST_CASE("op layer: Context::reference runs kernels/ref/, the default context k
   ops::linear_forward(ref, via_ref, x, w, nullptr);
   cpu::linear_forward(cpu, direct_cpu, x, w, nullptr);
   ref::linear_forward(ref, direct_ref, x, w, nullptr);
-  CHECK(dpx::test::bitwise_equal(via_cpu, direct_cpu));
-  CHECK(dpx::test::bitwise_equal(via_ref, direct_ref));
-  REQUIRE_FALSE(dpx::test::bitwise_equal(direct_cpu, direct_ref));  // else this test shows nothing
-  dpx::test::check_close(via_ref, via_cpu, 1e-4);
+  CHECK(dpx::testing::bitwise_equal(via_cpu, direct_cpu));
+  CHECK(dpx::testing::bitwise_equal(via_ref, direct_ref));
+  REQUIRE_FALSE(dpx::testing::bitwise_equal(direct_cpu, direct_ref));  // else this test shows nothing
+  dpx::testing::check_close(via_ref, via_cpu, 1e-4);
 }

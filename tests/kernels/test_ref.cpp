@@ -13,12 +13,14 @@
 
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::bitwise_equal;
-using dpx::test::labels_from;
-using dpx::test::randn;
+using dpx::testing::bitwise_equal;
+using dpx::testing::labels_from;
+using dpx::testing::poisoned;  // outputs start as NaN: an element a kernel does not write stays NaN
+using dpx::testing::randn;
 
 namespace {
 
@@ -31,13 +33,6 @@ constexpr double kLong = 1e-4;
 
 Context cpu() { return Context::cpu(2); }
 Context one() { return Context::cpu(1); }
-
-// An output tensor filled with NaN: an element the kernel does not write stays NaN.
-Tensor poisoned(const Shape& shape) {
-  Tensor t = Tensor::empty(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
-  return t;
-}
 
 // A gradient pre-filled with nonzero values, twice: the CPU kernel adds into `cpu`, the
 // reference into `ref`.

@@ -3,10 +3,11 @@
 #include <doctest/doctest.h>
 
 #include "kernels/ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::check_close;
+using dpx::testing::check_close;
 
 namespace {
 // param starts at [1, -2]; the gradients of the three steps are fixed.

@@ -5,12 +5,13 @@
 #include <functional>
 
 #include "kernels/ops.hpp"
-#include "tests/kernels/kernel_test_util.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 using namespace dpx;
-using dpx::test::bitwise_equal;
-using dpx::test::check_close;
-using dpx::test::randn;
+using dpx::testing::bitwise_equal;
+using dpx::testing::check_close;
+using dpx::testing::randn;
 
 namespace {
 const std::vector<float> kPoints = {-2.f, -1.f, 0.f, 0.5f, 1.f, 2.f};

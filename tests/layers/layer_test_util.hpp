@@ -1,5 +1,5 @@
-// Small helpers shared by the layers suite: deterministic test inputs, a doctest assertion that
-// prints a gradient check's summary when it fails, and a toy problem every optimiser must learn.
+// Helpers of the layers suite: a doctest assertion that prints a gradient check's summary when
+// it fails, and a toy problem every optimiser must learn (inputs: tests/common/tensors.hpp).
 #pragma once
 #include <doctest/doctest.h>
 
@@ -10,41 +10,10 @@
 
 #include "core/rng.hpp"
 #include "layers/layers.hpp"
+#include "tests/common/tensors.hpp"
 #include "tests/layers/gradcheck.hpp"
 
 namespace dpx::testing {
-
-inline Tensor uniform_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  Tensor t = Tensor::empty(shape);
-  Rng rng(seed);
-  fill_uniform(t, rng, lo, hi);
-  return t;
-}
-
-// Values in [margin, 1] with random signs: no element within `margin` of ReLU's kink.
-inline Tensor away_from_zero(const Shape& shape, uint64_t seed, float margin = 0.1f) {
-  Tensor t = uniform_tensor(shape, seed, margin, 1.f);
-  Rng signs(seed + 1);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (signs.uniform() < 0.5f) t.data<float>()[i] = -t.data<float>()[i];
-  return t;
-}
-
-// A random arrangement of 0, gap, 2 gap, ...: every pair of values differs by >= gap, so a
-// max-pool window has no near-tie when gap > 2 eps.
-inline Tensor distinct_values(const Shape& shape, uint64_t seed, float gap = 0.1f) {
-  Tensor t = Tensor::empty(shape);
-  Rng rng(seed);
-  auto perm = permutation(t.numel(), rng);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = gap * static_cast<float>(perm[i]);
-  return t;
-}
-
-inline Tensor labels_i64(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i64);
-  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
-  return t;
-}
 
 // Trains a 4-16-3 MLP 50 steps on 12 toy points in 4-D (three classes around three corners,
 // plus noise) with the optimiser make_optimizer(model) returns, and checks that the loss falls
@@ -54,13 +23,13 @@ void check_toy_mlp_learns(MakeOptimizer&& make_optimizer) {
   Context ctx = Context::cpu();
   Rng rng(2024);
   const int64_t n = 12, classes = 3;
-  Tensor x = uniform_tensor({n, 4}, 1, -0.3f, 0.3f);
+  Tensor x = uniform({n, 4}, 1, -0.3f, 0.3f);
   std::vector<int64_t> y;
   for (int64_t i = 0; i < n; ++i) {
     y.push_back(i % classes);
     x.data<float>()[i * 4 + i % classes] += 1.f;
   }
-  Tensor labels = labels_i64(y);
+  Tensor labels = labels_from(y);
   nn::Model model(std::make_unique<nn::Sequential>(std::make_unique<nn::Linear>(4, 16, rng),
                                                    std::make_unique<nn::ReLU>(),
                                                    std::make_unique<nn::Linear>(16, classes, rng)));

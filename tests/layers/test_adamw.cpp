@@ -24,7 +24,7 @@ nn::Model two_layers() {
 
 const ops::AdamwParams kParams{.lr = 0.05f, .beta1 = 0.8f, .beta2 = 0.9f, .eps = 1e-6f, .weight_decay = 0.1f};
 
-Tensor grads_of_step(int64_t numel, int step) { return uniform_tensor({numel}, 100 + step); }
+Tensor grads_of_step(int64_t numel, int step) { return uniform({numel}, 100 + step); }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 

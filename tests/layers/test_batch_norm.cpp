@@ -15,8 +15,8 @@ namespace {
 // gamma in [0.5, 1.5] and beta in [-0.5, 0.5], so the affine part is exercised too.
 template <class BN>
 void randomise_affine(BN& bn, uint64_t seed) {
-  bn.weight().value.copy_from(uniform_tensor({bn.num_features()}, seed, 0.5f, 1.5f));
-  bn.bias().value.copy_from(uniform_tensor({bn.num_features()}, seed + 1, -0.5f, 0.5f));
+  bn.weight().value.copy_from(uniform({bn.num_features()}, seed, 0.5f, 1.5f));
+  bn.bias().value.copy_from(uniform({bn.num_features()}, seed + 1, -0.5f, 0.5f));
 }
 }  // namespace
 
@@ -24,33 +24,33 @@ TEST_CASE("BatchNorm2d: gradients in training mode (batch statistics)") {
   Context ctx = Context::cpu();
   nn::BatchNorm2d bn(3);
   randomise_affine(bn, 1);
-  CHECK_GRADIENTS(ctx, bn, uniform_tensor({2, 3, 2, 2}, 2));
-  CHECK_GRADIENTS(ctx, bn, uniform_tensor({3, 3, 3, 1}, 3, -2.f, 2.f));
+  CHECK_GRADIENTS(ctx, bn, uniform({2, 3, 2, 2}, 2));
+  CHECK_GRADIENTS(ctx, bn, uniform({3, 3, 3, 1}, 3, -2.f, 2.f));
 }
 
 TEST_CASE("BatchNorm1d and BatchNorm2d on (N, C) and (N, C, L): gradients in training mode") {
   Context ctx = Context::cpu();
   nn::BatchNorm1d bn1(3);
   randomise_affine(bn1, 4);
-  CHECK_GRADIENTS(ctx, bn1, uniform_tensor({4, 3}, 5));
-  CHECK_GRADIENTS(ctx, bn1, uniform_tensor({2, 3, 3}, 6));
+  CHECK_GRADIENTS(ctx, bn1, uniform({4, 3}, 5));
+  CHECK_GRADIENTS(ctx, bn1, uniform({2, 3, 3}, 6));
   nn::BatchNorm2d bn2(4);
-  CHECK_GRADIENTS(ctx, bn2, uniform_tensor({5, 4}, 7));
+  CHECK_GRADIENTS(ctx, bn2, uniform({5, 4}, 7));
 }
 
 TEST_CASE("BatchNorm2d: gradients in eval mode (running statistics), trainable and frozen") {
   Context ctx = Context::cpu();
   nn::BatchNorm2d bn(3);
   randomise_affine(bn, 8);
-  bn.running_mean().copy_from(uniform_tensor({3}, 9, -0.5f, 0.5f));
-  bn.running_var().copy_from(uniform_tensor({3}, 10, 0.3f, 2.f));
+  bn.running_mean().copy_from(uniform({3}, 9, -0.5f, 0.5f));
+  bn.running_var().copy_from(uniform({3}, 10, 0.3f, 2.f));
   bn.eval();
-  CHECK_GRADIENTS(ctx, bn, uniform_tensor({2, 3, 2, 3}, 11));
-  CHECK_GRADIENTS(ctx, bn, uniform_tensor({4, 3}, 12));
+  CHECK_GRADIENTS(ctx, bn, uniform({2, 3, 2, 3}, 11));
+  CHECK_GRADIENTS(ctx, bn, uniform({4, 3}, 12));
   // A frozen feature extractor: no parameter gradients, dx still right.
   bn.weight().requires_grad = false;
   bn.bias().requires_grad = false;
-  CHECK_GRADIENTS(ctx, bn, uniform_tensor({2, 3, 2, 2}, 13));
+  CHECK_GRADIENTS(ctx, bn, uniform({2, 3, 2, 2}, 13));
 }
 
 TEST_CASE("BatchNorm2d: output and running statistics after steps equal hand-computed values") {

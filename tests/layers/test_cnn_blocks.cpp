@@ -52,8 +52,8 @@ TEST_CASE("BasicBlock: identity and downsample paths, gradients in training and 
   nn::BasicBlock same(4, 4, 1, rng);
   CHECK_FALSE(same.has_downsample());
   CHECK(same.describe() == "BasicBlock(4 -> 4, stride 1)");
-  check_block(ctx, same, uniform_tensor({4, 4, 6, 6}, 1));
-  check_block(ctx, same, uniform_tensor({2, 4, 5, 5}, 1), /*train=*/false);
+  check_block(ctx, same, uniform({4, 4, 6, 6}, 1));
+  check_block(ctx, same, uniform({2, 4, 5, 5}, 1), /*train=*/false);
 
   nn::BasicBlock down(3, 4, 2, rng);
   CHECK(down.has_downsample());
@@ -63,8 +63,8 @@ TEST_CASE("BasicBlock: identity and downsample paths, gradients in training and 
     CHECK_MESSAGE(has(keys, k), k);
   CHECK(keys.size() == 2 + 5 + 5 + 1 + 5);  // 3 convs, 3 batch norms (2 parameters, 3 buffers)
   Context c2 = Context::cpu(1);
-  CHECK(down.clone()->forward(c2, uniform_tensor({1, 3, 5, 5}, 2)).shape() == Shape{1, 4, 3, 3});
-  check_block(ctx, down, uniform_tensor({4, 3, 6, 6}, 3));
+  CHECK(down.clone()->forward(c2, uniform({1, 3, 5, 5}, 2)).shape() == Shape{1, 4, 3, 3});
+  check_block(ctx, down, uniform({4, 3, 6, 6}, 3));
 }
 
 TEST_CASE("Bottleneck: 4x expansion, stride on the 3x3, downsample; gradients") {
@@ -80,14 +80,14 @@ TEST_CASE("Bottleneck: 4x expansion, stride on the 3x3, downsample; gradients") 
   CHECK(shapes["conv3.weight"] == Shape{8, 2, 1, 1});
   CHECK(shapes["downsample.0.weight"] == Shape{8, 4, 1, 1});
   CHECK(shapes["bn3.weight"] == Shape{8});
-  check_block(ctx, down, uniform_tensor({4, 4, 6, 6}, 4));
+  check_block(ctx, down, uniform({4, 4, 6, 6}, 4));
 
   nn::Bottleneck same(8, 2, 1, rng);
   CHECK_FALSE(same.has_downsample());
-  check_block(ctx, same, uniform_tensor({4, 8, 4, 4}, 5));
-  check_block(ctx, same, uniform_tensor({2, 8, 3, 3}, 5), /*train=*/false);
+  check_block(ctx, same, uniform({4, 8, 4, 4}, 5));
+  check_block(ctx, same, uniform({2, 8, 3, 3}, 5), /*train=*/false);
   Context c1 = Context::cpu(1);
-  CHECK_THROWS_WITH_AS(same.clone()->forward(c1, uniform_tensor({1, 4, 3, 3}, 6)),
+  CHECK_THROWS_WITH_AS(same.clone()->forward(c1, uniform({1, 4, 3, 3}, 6)),
                        "Bottleneck(8 -> 8, stride 1) given input (1, 4, 3, 3): expected (N, 8, H, W)", Error);
 }
 
@@ -98,7 +98,7 @@ TEST_CASE("dense layer, dense block + transition: torchvision's names, concatena
   auto keys = names(*layer);
   for (const char* k : {"norm1.weight", "conv1.weight", "norm2.running_var", "conv2.weight"})
     CHECK_MESSAGE(has(keys, k), k);
-  check_block(ctx, *layer, uniform_tensor({4, 3, 6, 6}, 7));
+  check_block(ctx, *layer, uniform({4, 3, 6, 6}, 7));
 
   nn::DenseBlock block(2, 3, 2, 2, 0.f, rng);
   CHECK(block.out_channels() == 7);
@@ -106,7 +106,7 @@ TEST_CASE("dense layer, dense block + transition: torchvision's names, concatena
   CHECK(has(keys, "denselayer1.conv1.weight"));
   CHECK(has(keys, "denselayer2.norm1.running_mean"));
   // The block's output starts with its input, unchanged: torch.cat([x, f1, f2], 1).
-  Tensor x = uniform_tensor({1, 3, 4, 4}, 8);
+  Tensor x = uniform({1, 3, 4, 4}, 8);
   auto fresh = block.clone();
   fresh->eval();
   Tensor y = fresh->forward(ctx, x);
@@ -117,8 +117,8 @@ TEST_CASE("dense layer, dense block + transition: torchvision's names, concatena
   nn::Sequential with_transition;
   with_transition.add("denseblock1", block.clone());
   with_transition.add("transition1", nn::dense_transition(7, 3, rng));
-  check_block(ctx, with_transition, uniform_tensor({4, 3, 6, 6}, 9));
-  check_block(ctx, with_transition, uniform_tensor({2, 3, 4, 4}, 9), /*train=*/false);
+  check_block(ctx, with_transition, uniform({4, 3, 6, 6}, 9));
+  check_block(ctx, with_transition, uniform({2, 3, 4, 4}, 9), /*train=*/false);
 }
 
 TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
@@ -129,19 +129,19 @@ TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
   auto keys = names(fire);
   CHECK(keys == std::vector<std::string>{"squeeze.weight", "squeeze.bias", "expand1x1.weight", "expand1x1.bias",
                                          "expand3x3.weight", "expand3x3.bias"});
-  check_block(ctx, fire, uniform_tensor({2, 3, 4, 4}, 10), /*train=*/false);
+  check_block(ctx, fire, uniform({2, 3, 4, 4}, 10), /*train=*/false);
 }
 
 TEST_CASE("without a caller for dx, blocks compute the same parameter gradients and no dx") {
   Context ctx = Context::cpu(1);
   Rng rng(15);
   nn::Bottleneck block(4, 2, 2, rng);
-  Tensor x = uniform_tensor({2, 4, 5, 5}, 11);
+  Tensor x = uniform({2, 4, 5, 5}, 11);
   auto grads = [&](bool need_dx, Tensor* dx) {
     auto m = block.clone();
     Tensor y = m->forward(ctx, x);
     m->set_input_grad_needed(need_dx);
-    *dx = m->backward(ctx, uniform_tensor(y.shape(), 12));
+    *dx = m->backward(ctx, uniform(y.shape(), 12));
     std::vector<float> g;
     for (auto& [name, p] : m->named_parameters()) {
       auto v = p->grad.to_vector();

@@ -20,7 +20,7 @@ TEST_CASE("SqueezeExcitation: gradients; gates scale each channel of each sample
   std::vector<std::string> names;
   for (auto& [name, p] : se.named_parameters()) names.push_back(name);
   CHECK(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
-  Tensor x = uniform_tensor({2, 4, 3, 3}, 10);
+  Tensor x = uniform({2, 4, 3, 3}, 10);
   CHECK_GRADIENTS(ctx, se, x);
   // y / x is one gate in (0, 1) per (n, c).
   auto xv = x.to_vector(), yv = se.forward(ctx, x).to_vector();
@@ -64,7 +64,7 @@ TEST_CASE("MBConv: gradients with the residual (expanded, SE, stochastic depth),
   nn::MBConv block({.expand_ratio = 2, .kernel = 3, .stride = 1, .input_channels = 4, .out_channels = 4},
                    0.5f, rng);
   CHECK(block.use_res_connect());
-  Tensor x = uniform_tensor({3, 4, 4, 4}, 20);
+  Tensor x = uniform({3, 4, 4, 4}, 20);
   // Stochastic depth must keep some samples and drop others for the check to cover both.
   {
     auto probe = block.clone();
@@ -105,7 +105,7 @@ TEST_CASE("MBConv: gradients without residual (stride 2, no expansion); torchvis
   nn::MBConv odd({.expand_ratio = 1, .kernel = 3, .stride = 1, .input_channels = 4, .out_channels = 4}, 0.f,
                  rng);
   CHECK(odd.child<nn::Sequential>(0).size() == 4);
-  Tensor x = uniform_tensor({2, 8, 5, 5}, 21);
+  Tensor x = uniform({2, 8, 5, 5}, 21);
   CHECK(down.forward(ctx, x).shape() == Shape{2, 6, 3, 3});
   // Batch statistics over 2 x 3 x 3 values curve strongly: the default step's truncation error
   // (~eps^2) reaches 4e-3; a step of 3e-3 shrinks it ~9x, as eps^2 does, so it is no bug.

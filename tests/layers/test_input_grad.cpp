@@ -46,12 +46,12 @@ TEST_CASE("Conv2d and Linear without a caller for dx: the same weight gradients,
     auto m = proto.clone();
     Tensor y = m->forward(ctx, x);
     m->set_input_grad_needed(need);
-    Tensor dx = m->backward(ctx, uniform_tensor(y.shape(), 9));
+    Tensor dx = m->backward(ctx, uniform(y.shape(), 9));
     CHECK(dx.defined() == need);
     if (need) CHECK(dx.shape() == x.shape());
     return all_grads(*m);
   };
-  Tensor xc = uniform_tensor({2, 3, 5, 5}, 2), xl = uniform_tensor({2, 3, 6}, 3);
+  Tensor xc = uniform({2, 3, 5, 5}, 2), xl = uniform({2, 3, 6}, 3);
   CHECK(run(conv, xc, true) == run(conv, xc, false));
   CHECK(run(fc, xl, true) == run(fc, xl, false));
 }
@@ -67,10 +67,10 @@ TEST_CASE("Sequential without a caller for dx stops at its first trainable child
   auto& trainable = s.emplace<nn::Conv2d>(2, 3, 1, rng);
   s.emplace<nn::Flatten>();
   for (auto* p : {&frozen.weight(), frozen.bias()}) p->requires_grad = false;
-  Tensor x = uniform_tensor({2, 2, 4, 4}, 4);
+  Tensor x = uniform({2, 2, 4, 4}, 4);
 
   Tensor y = s.forward(ctx, x);
-  Tensor dy = uniform_tensor(y.shape(), 5);
+  Tensor dy = uniform(y.shape(), 5);
   CHECK(s.backward(ctx, dy).shape() == x.shape());  // a new Sequential's caller wants dx
   CHECK(spy.calls == 1);
   const auto with_dx = trainable.weight().grad.to_vector();
@@ -109,8 +109,8 @@ TEST_CASE("a Model's backward skips its first layer's dx; gradients stay those o
   nn::Model model(make());
   CHECK_FALSE(model.root().input_grad_needed());
   auto reference = make();
-  Tensor x = uniform_tensor({2, 1, 4, 4}, 6);
-  Tensor dy = uniform_tensor({2, 3}, 7);
+  Tensor x = uniform({2, 1, 4, 4}, 6);
+  Tensor dy = uniform({2, 3}, 7);
   model.zero_grad(ctx);
   model.forward(ctx, x);
   CHECK_FALSE(model.backward(ctx, dy).defined());

@@ -12,22 +12,6 @@ using namespace dpx;
 using namespace dpx::testing;
 
 namespace {
-struct Moments {
-  double mean = 0, var = 0, min = 1e30, max = -1e30;
-};
-Moments moments(const Tensor& t) {
-  Moments m;
-  auto v = t.to_vector();
-  for (float f : v) {
-    m.mean += f;
-    m.min = std::min(m.min, double(f));
-    m.max = std::max(m.max, double(f));
-  }
-  m.mean /= double(v.size());
-  for (float f : v) m.var += (f - m.mean) * (f - m.mean);
-  m.var /= double(v.size());
-  return m;
-}
 // U(-b, b): all values inside, both ends reached, mean 0 and variance b^2 / 3.
 void check_uniform(const Tensor& t, double bound) {
   Moments m = moments(t);
@@ -44,12 +28,12 @@ TEST_CASE("Linear: gradients of input, weight and bias") {
   Context ctx = Context::cpu();
   Rng rng(1);
   nn::Linear fc(4, 3, rng);
-  CHECK_GRADIENTS(ctx, fc, uniform_tensor({2, 4}, 2));
+  CHECK_GRADIENTS(ctx, fc, uniform({2, 4}, 2));
   nn::Linear no_bias(5, 2, rng, /*bias=*/false);
   CHECK(no_bias.num_params() == 1);
-  CHECK_GRADIENTS(ctx, no_bias, uniform_tensor({3, 5}, 3));
+  CHECK_GRADIENTS(ctx, no_bias, uniform({3, 5}, 3));
   // Leading dimensions are rows: (B, L, in) as a transformer block feeds it.
-  CHECK_GRADIENTS(ctx, fc, uniform_tensor({2, 2, 4}, 4));
+  CHECK_GRADIENTS(ctx, fc, uniform({2, 2, 4}, 4));
 }
 
 TEST_CASE("Linear: forward is x W^T + b") {
@@ -97,12 +81,12 @@ TEST_CASE("Conv2d: gradients with padding, stride, dilation and groups") {
   Rng rng(3);
   SUBCASE("3x3, padding 1") {
     nn::Conv2d conv(2, 3, 3, rng, /*stride=*/1, /*padding=*/1);
-    CHECK_GRADIENTS(ctx, conv, uniform_tensor({2, 2, 5, 5}, 10));
+    CHECK_GRADIENTS(ctx, conv, uniform({2, 2, 5, 5}, 10));
   }
   SUBCASE("stride 2, dilation 2, no bias") {
     nn::Conv2d conv(2, 2, 3, rng, /*stride=*/2, /*padding=*/2, /*dilation=*/2, /*groups=*/1, /*bias=*/false);
     CHECK(conv.num_params() == 1);
-    CHECK_GRADIENTS(ctx, conv, uniform_tensor({1, 2, 7, 6}, 11));
+    CHECK_GRADIENTS(ctx, conv, uniform({1, 2, 7, 6}, 11));
   }
   SUBCASE("rectangular kernel, stride, padding and dilation; 2 groups") {
     nn::Conv2dOptions o{.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1,
@@ -110,11 +94,11 @@ TEST_CASE("Conv2d: gradients with padding, stride, dilation and groups") {
     nn::Conv2d conv(4, 6, o, rng);
     CHECK(conv.weight().value.shape() == Shape{6, 2, 3, 2});
     CHECK(conv.output_shape({2, 4, 6, 5}) == Shape{2, 6, 3, 3});
-    CHECK_GRADIENTS(ctx, conv, uniform_tensor({2, 4, 6, 5}, 12));
+    CHECK_GRADIENTS(ctx, conv, uniform({2, 4, 6, 5}, 12));
   }
   SUBCASE("depthwise (groups = channels)") {
     nn::Conv2d conv(3, 3, 3, rng, 1, 1, 1, /*groups=*/3);
-    CHECK_GRADIENTS(ctx, conv, uniform_tensor({2, 3, 4, 4}, 13));
+    CHECK_GRADIENTS(ctx, conv, uniform({2, 3, 4, 4}, 13));
   }
 }
 

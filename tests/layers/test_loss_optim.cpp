@@ -11,7 +11,7 @@ using namespace dpx::testing;
 TEST_CASE("CrossEntropyLoss: mean loss, gradient and label smoothing as PyTorch") {
   Context ctx = Context::cpu();
   Tensor logits = Tensor::from({2, 3}, {1, 2, 3, 1, 0, -1});
-  Tensor labels = labels_i64({2, 0});
+  Tensor labels = labels_from({2, 0});
   nn::CrossEntropyLoss ce;
   // -log softmax: both rows lose log(1 + e^-1 + e^-2) = 0.40760596.
   CHECK(ce.forward(ctx, logits, labels) == doctest::Approx(0.40760596));
@@ -28,14 +28,14 @@ TEST_CASE("CrossEntropyLoss: mean loss, gradient and label smoothing as PyTorch"
   CHECK(gs[0] == doctest::Approx(0.028348620));
   CHECK(gs[2] == doctest::Approx(-0.134046189));
   CHECK(nn::accuracy(ctx, logits, labels) == doctest::Approx(1.0));
-  CHECK(nn::accuracy(ctx, logits, labels_i64({0, 0})) == doctest::Approx(0.5));
+  CHECK(nn::accuracy(ctx, logits, labels_from({0, 0})) == doctest::Approx(0.5));
 }
 
 TEST_CASE("CrossEntropyLoss: errors name the shapes") {
   Context ctx = Context::cpu();
   nn::CrossEntropyLoss ce;
   CHECK_THROWS_WITH_AS(ce.backward(ctx), doctest::Contains("before forward"), dpx::Error);
-  CHECK_THROWS_WITH_AS(ce.forward(ctx, Tensor::zeros({4, 3}), labels_i64({0, 1})),
+  CHECK_THROWS_WITH_AS(ce.forward(ctx, Tensor::zeros({4, 3}), labels_from({0, 1})),
                        doctest::Contains("logits (4, 3) and labels (2)"), dpx::Error);
   CHECK_THROWS_WITH_AS(ce.forward(ctx, Tensor::zeros({2, 3}), Tensor::zeros({2})), doctest::Contains("i64"),
                        dpx::Error);

@@ -54,9 +54,9 @@ TEST_CASE("Model: every parameter is a view into one flat buffer, named as state
 
   // Backward accumulates into the flat gradient buffer; zero_grad clears it.
   Context ctx = Context::cpu();
-  Tensor x = uniform_tensor({2, 1, 4, 4}, 2);
+  Tensor x = uniform({2, 1, 4, 4}, 2);
   Tensor y = model.forward(ctx, x);
-  model.backward(ctx, uniform_tensor(y.shape(), 3));
+  model.backward(ctx, uniform(y.shape(), 3));
   auto g1 = model.flat_grads().to_vector();
   for (const auto& s : model.slots()) {
     bool any = false;
@@ -64,7 +64,7 @@ TEST_CASE("Model: every parameter is a view into one flat buffer, named as state
     CHECK_MESSAGE(any, s.name);
   }
   model.forward(ctx, x);
-  model.backward(ctx, uniform_tensor(y.shape(), 3));
+  model.backward(ctx, uniform(y.shape(), 3));
   auto g2 = model.flat_grads().to_vector();
   for (size_t i = 0; i < g1.size(); ++i) CHECK(g2[i] == doctest::Approx(2 * g1[i]));
   model.zero_grad(ctx);
@@ -84,11 +84,11 @@ TEST_CASE("Model: clone is a deep, independent copy") {
   CHECK(model.flat_params().to_vector() == original);
   CHECK(model.state_dict().at("1.running_mean").to_vector() == std::vector<float>{0, 0});
   // A training forward on the copy moves its running statistics, not the original's.
-  copy.forward(ctx, uniform_tensor({2, 1, 4, 4}, 5));
+  copy.forward(ctx, uniform({2, 1, 4, 4}, 5));
   CHECK(model.state_dict().at("1.num_batches_tracked").data<int64_t>()[0] == 0);
   CHECK(copy.state_dict().at("1.num_batches_tracked").data<int64_t>()[0] == 1);
   // Gradients too: backward on the copy leaves the original's at zero.
-  copy.backward(ctx, uniform_tensor({2, 3}, 6));
+  copy.backward(ctx, uniform({2, 3}, 6));
   CHECK(model.flat_grads().to_vector() == std::vector<float>(model.num_parameters(), 0.f));
 
   model.copy_state_from(copy);
@@ -111,9 +111,9 @@ TEST_CASE("Model: grad_ready fires once per trainable parameter, when its gradie
     at_hook[&p] = p.grad.to_vector();
     order.push_back(&p);
   });
-  Tensor x = uniform_tensor({2, 1, 4, 4}, 8);
+  Tensor x = uniform({2, 1, 4, 4}, 8);
   Tensor y = model.forward(ctx, x);
-  model.backward(ctx, uniform_tensor(y.shape(), 9));
+  model.backward(ctx, uniform(y.shape(), 9));
 
   for (const auto& s : model.slots()) {
     if (!s.param->requires_grad) {
@@ -132,7 +132,7 @@ TEST_CASE("Model: grad_ready fires once per trainable parameter, when its gradie
 
   // Once per backward: a second pass announces every parameter again.
   model.forward(ctx, x);
-  model.backward(ctx, uniform_tensor(y.shape(), 9));
+  model.backward(ctx, uniform(y.shape(), 9));
   for (const auto& s : model.slots())
     if (s.param->requires_grad) CHECK(calls[s.param] == 2);
 }
@@ -146,14 +146,14 @@ TEST_CASE("Model: train and eval reach every module, and eval forwards leave run
   for (auto& [name, m] : model.root().named_modules()) CHECK(m->training());
   model.eval();
   for (auto& [name, m] : model.root().named_modules()) CHECK_FALSE(m->training());
-  Tensor x = uniform_tensor({3, 1, 4, 4}, 11);
+  Tensor x = uniform({3, 1, 4, 4}, 11);
   Tensor y1 = model.forward(ctx, x), y2 = model.forward(ctx, x);
   CHECK(y1.to_vector() == y2.to_vector());  // no dropout, fixed statistics
   CHECK(model.state_dict().at("1.running_var").to_vector() == std::vector<float>{1, 1});
   // Backward still works in eval mode (frozen feature extractors). A Model computes no dx for
   // its input unless asked to.
   model.root().set_input_grad_needed(true);
-  Tensor dx = model.backward(ctx, uniform_tensor(y1.shape(), 12));
+  Tensor dx = model.backward(ctx, uniform(y1.shape(), 12));
   CHECK(dx.shape() == x.shape());
   model.train();
   for (auto& [name, m] : model.root().named_modules()) CHECK(m->training());

@@ -85,11 +85,11 @@ TEST_CASE("Sequential: an MLP's gradients, and an empty one is the identity") {
                      std::make_unique<nn::Linear>(5, 2, rng));
   GradCheckOptions opt;
   opt.skip_kinks = true;
-  auto r = gradcheck(ctx, mlp, uniform_tensor({4, 3}, 3), opt);
+  auto r = gradcheck(ctx, mlp, uniform({4, 3}, 3), opt);
   CHECK_MESSAGE(r.ok(), r.summary());
   CHECK(r.skipped * 20 <= r.checked);
   nn::Sequential empty;
-  Tensor x = uniform_tensor({2, 2}, 4);
+  Tensor x = uniform({2, 2}, 4);
   CHECK(empty.forward(ctx, x).raw() == x.raw());
   CHECK_GRADIENTS(ctx, empty, x);
 }
@@ -97,8 +97,8 @@ TEST_CASE("Sequential: an MLP's gradients, and an empty one is the identity") {
 TEST_CASE("Sequential: a small CNN end to end through CrossEntropyLoss (training mode)") {
   Context ctx = Context::cpu();
   Rng rng(3);
-  WithCrossEntropy head(small_cnn(rng), labels_i64({0, 2, 1, 2}));
-  auto r = gradcheck(ctx, head, uniform_tensor({4, 1, 6, 6}, 4), cnn_options());
+  WithCrossEntropy head(small_cnn(rng), labels_from({0, 2, 1, 2}));
+  auto r = gradcheck(ctx, head, uniform({4, 1, 6, 6}, 4), cnn_options());
   CHECK_MESSAGE(r.ok(), r.summary());
   // Every input and parameter element: 144 + 30 + 6 + 112 + 51, at most a fifth skipped.
   CHECK(r.checked + r.skipped == 343);
@@ -109,8 +109,8 @@ TEST_CASE("Sequential: a small CNN end to end through CrossEntropyLoss (training
 TEST_CASE("Sequential: the same CNN in eval mode (running statistics, no dropout)") {
   Context ctx = Context::cpu();
   Rng rng(5);
-  WithCrossEntropy head(small_cnn(rng), labels_i64({1, 0, 2}));
-  Tensor x = uniform_tensor({3, 1, 6, 6}, 6);
+  WithCrossEntropy head(small_cnn(rng), labels_from({1, 0, 2}));
+  Tensor x = uniform({3, 1, 6, 6}, 6);
   head.forward(ctx, x);  // one training step gives BN non-trivial running statistics
   head.eval();
   auto r = gradcheck(ctx, head, x, cnn_options());

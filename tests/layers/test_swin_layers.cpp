@@ -55,21 +55,21 @@ TEST_CASE("ShiftedWindowAttention: gradients, with and without shift and padding
   Rng rng(2);
   SUBCASE("plain windows, 2 images") {
     nn::ShiftedWindowAttention attn(4, {2, 2}, {0, 0}, 2, rng);
-    CHECK_GRADIENTS(ctx, attn, uniform_tensor({2, 4, 4, 4}, 20));
+    CHECK_GRADIENTS(ctx, attn, uniform({2, 4, 4, 4}, 20));
   }
   SUBCASE("shifted windows and the attention mask") {
     nn::ShiftedWindowAttention attn(4, {2, 2}, {1, 1}, 2, rng);
-    CHECK_GRADIENTS(ctx, attn, uniform_tensor({1, 4, 4, 4}, 21));
+    CHECK_GRADIENTS(ctx, attn, uniform({1, 4, 4, 4}, 21));
   }
   SUBCASE("shifted and padded: 3 x 5 map in 2 x 2 windows") {
     nn::ShiftedWindowAttention attn(4, {2, 2}, {1, 1}, 2, rng);
-    Tensor y = attn.forward(ctx, uniform_tensor({1, 3, 5, 4}, 22));
+    Tensor y = attn.forward(ctx, uniform({1, 3, 5, 4}, 22));
     CHECK(y.shape() == Shape{1, 3, 5, 4});
-    CHECK_GRADIENTS(ctx, attn, uniform_tensor({1, 3, 5, 4}, 22));
+    CHECK_GRADIENTS(ctx, attn, uniform({1, 3, 5, 4}, 22));
   }
   SUBCASE("rectangular 2 x 3 windows, shifted and padded, 3 heads") {
     nn::ShiftedWindowAttention attn(6, {2, 3}, {1, 1}, 3, rng);
-    CHECK_GRADIENTS(ctx, attn, uniform_tensor({1, 3, 4, 6}, 23));
+    CHECK_GRADIENTS(ctx, attn, uniform({1, 3, 4, 6}, 23));
   }
 }
 
@@ -80,10 +80,10 @@ TEST_CASE("ShiftedWindowAttention: no shift along a dimension one window covers 
   Rng same(3);
   nn::ShiftedWindowAttention plain(4, {3, 3}, {0, 0}, 2, same);
   // A 2 x 3 map pads to one 3 x 3 window: both shifts drop, so the outputs agree.
-  Tensor x = uniform_tensor({2, 2, 3, 4}, 24);
+  Tensor x = uniform({2, 2, 3, 4}, 24);
   CHECK(shifted.forward(ctx, x).to_vector() == plain.forward(ctx, x).to_vector());
   // A 2 x 7 map pads to 3 x 9: only the width is shifted, and the outputs differ.
-  Tensor wide = uniform_tensor({1, 2, 7, 4}, 25);
+  Tensor wide = uniform({1, 2, 7, 4}, 25);
   CHECK(shifted.forward(ctx, wide).to_vector() != plain.forward(ctx, wide).to_vector());
   CHECK_GRADIENTS(ctx, shifted, wide);
 }
@@ -94,8 +94,8 @@ TEST_CASE("PatchMerging: gradients for even and odd sizes; torchvision's names a
   nn::PatchMerging merge(3, rng);
   CHECK(names(merge) == std::vector<std::string>{"reduction.weight", "norm.weight", "norm.bias"});
   CHECK(merge.forward(ctx, Tensor::zeros({2, 5, 3, 3})).shape() == Shape{2, 3, 2, 6});
-  CHECK_GRADIENTS(ctx, merge, uniform_tensor({1, 4, 4, 3}, 30));
-  CHECK_GRADIENTS(ctx, merge, uniform_tensor({2, 3, 5, 3}, 31));
+  CHECK_GRADIENTS(ctx, merge, uniform({1, 4, 4, 3}, 30));
+  CHECK_GRADIENTS(ctx, merge, uniform({2, 3, 5, 3}, 31));
   CHECK_THROWS_WITH_AS(merge.forward(ctx, Tensor::zeros({1, 3, 4, 4})),
                        doctest::Contains("PatchMerging(dim=3) given input (1, 3, 4, 4)"), Error);
 }
@@ -125,7 +125,7 @@ TEST_CASE("SwinTransformerBlock: gradients with shifted windows, padding and sto
                                  "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
                                  "norm2.weight", "norm2.bias", "mlp.0.weight", "mlp.0.bias", "mlp.3.weight",
                                  "mlp.3.bias", "attn.relative_position_index"});
-  Tensor x = uniform_tensor({3, 3, 3, 4}, 40);
+  Tensor x = uniform({3, 3, 3, 4}, 40);
   CHECK_GRADIENTS(ctx, block, x);
   GradCheckOptions fine;
   fine.eps = 3e-3f;

@@ -18,9 +18,9 @@ TEST_CASE("LayerNorm: gradients of input, weight and bias; torch's init and desc
   CHECK(ln.weight().value.to_vector() == std::vector<float>(5, 1.f));
   CHECK(ln.bias().value.to_vector() == std::vector<float>(5, 0.f));
   CHECK(ln.describe() == "LayerNorm((5,), eps=1e-05, elementwise_affine=True)");
-  ln.weight().value.copy_from(uniform_tensor({5}, 1, 0.5f, 1.5f));
-  ln.bias().value.copy_from(uniform_tensor({5}, 2));
-  CHECK_GRADIENTS(ctx, ln, uniform_tensor({2, 3, 5}, 3, -2.f, 2.f));
+  ln.weight().value.copy_from(uniform({5}, 1, 0.5f, 1.5f));
+  ln.bias().value.copy_from(uniform({5}, 2));
+  CHECK_GRADIENTS(ctx, ln, uniform({2, 3, 5}, 3, -2.f, 2.f));
   // Each row of the output has mean beta-weighted 0 and unit variance before the affine map.
   nn::LayerNorm plain(4, 1e-6f);
   auto y = plain.forward(ctx, Tensor::from({1, 4}, {1, 2, 3, 4})).to_vector();
@@ -33,7 +33,7 @@ TEST_CASE("LayerNorm: gradients of input, weight and bias; torch's init and desc
 
 TEST_CASE("GELU, SiLU, Sigmoid: gradients and torch's descriptions") {
   Context ctx = Context::cpu();
-  Tensor x = uniform_tensor({2, 3, 4}, 4, -3.f, 3.f);
+  Tensor x = uniform({2, 3, 4}, 4, -3.f, 3.f);
   nn::GELU gelu;
   nn::SiLU silu;
   nn::Sigmoid sigmoid;
@@ -51,7 +51,7 @@ TEST_CASE("Permute: gradient, shape, and the inverse permutation in backward") {
   Context ctx = Context::cpu();
   nn::Permute to_last({0, 2, 3, 1});
   CHECK(to_last.describe() == "Permute(dims=[0, 2, 3, 1])");
-  Tensor x = uniform_tensor({2, 3, 2, 4}, 5);
+  Tensor x = uniform({2, 3, 2, 4}, 5);
   Tensor y = to_last.forward(ctx, x);
   CHECK(y.shape() == Shape{2, 2, 4, 3});
   CHECK(y.to_vector()[1] == x.to_vector()[8]);  // y[0, 0, 0, 1] = x[0, 1, 0, 0]
@@ -67,7 +67,7 @@ TEST_CASE("StochasticDepth: rows dropped or scaled by 1/(1-p); gradient; identit
   Rng rng(11);
   nn::StochasticDepth sd(0.5f, "row", rng);
   CHECK(sd.describe() == "StochasticDepth(p=0.5, mode=row)");
-  Tensor x = uniform_tensor({8, 2, 3}, 6, 0.5f, 1.f);
+  Tensor x = uniform({8, 2, 3}, 6, 0.5f, 1.f);
   auto xv = x.to_vector(), yv = sd.forward(ctx, x).to_vector();
   int dropped = 0;
   for (int n = 0; n < 8; ++n) {
@@ -96,7 +96,7 @@ TEST_CASE("StochasticDepth: batch mode drops everything or nothing; p = 0 and p 
   Context ctx = Context::cpu();
   Rng rng(3);
   nn::StochasticDepth batch(0.3f, "batch", rng);
-  Tensor x = uniform_tensor({4, 5}, 7, 0.5f, 1.f);
+  Tensor x = uniform({4, 5}, 7, 0.5f, 1.f);
   for (int step = 0; step < 10; ++step) {
     auto y = batch.forward(ctx, x).to_vector();
     const bool zero = y[0] == 0.f;

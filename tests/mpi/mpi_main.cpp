@@ -9,8 +9,8 @@
 
 #include "mpi_test_group.hpp"
 
-namespace dpx::parallel::testing {
-ProcessGroup* mpi_group = nullptr;
+namespace dpx::testing {
+parallel::ProcessGroup* mpi_group = nullptr;
 }
 
 int main(int argc, char** argv) {
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tests/mpi: run this binary under mpirun (ctest does)\n");
     return 1;
   }
-  dpx::parallel::testing::mpi_group = group.get();
+  dpx::testing::mpi_group = group.get();
   group->set_comm_timeout(120);  // a test that loses its way ends in a stall report, not a hang
   doctest::Context context(argc, argv);
   if (group->rank() != 0) {

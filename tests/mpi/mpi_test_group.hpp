@@ -2,6 +2,6 @@
 #pragma once
 #include "parallel/process_group.hpp"
 
-namespace dpx::parallel::testing {
-extern ProcessGroup* mpi_group;
-}  // namespace dpx::parallel::testing
+namespace dpx::testing {
+extern parallel::ProcessGroup* mpi_group;
+}  // namespace dpx::testing

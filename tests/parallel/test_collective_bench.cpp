@@ -82,7 +82,9 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.backend = "gloo"; }, "--backend: unknown backend 'gloo'"},
       {[](CollectiveOptions& o) { o.backend = "nccl"; }, "--backend nccl: not"},
       {[](CollectiveOptions& o) { o.backend = "mpi"; }, "--backend mpi: "},  // not under mpirun (or not built)
-      {[](CollectiveOptions& o) { o.algo = "mpi"; }, "--algo mpi is the MPI library's own collectives"},
+      {[](CollectiveOptions& o) { o.algo = "mpi"; },
+       kMpiBuilt ? "--algo mpi is the MPI library's own collectives" : "algorithm 'mpi' (the MPI library's own "
+                                                                       "collectives): not built"},
       {[](CollectiveOptions& o) { o.ranks_per_node = -1; }, "--ranks-per-node: -1"},
       {[](CollectiveOptions& o) { o.comm_timeout_s = 0; }, "--comm-timeout: 0"},
       {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},

@@ -13,7 +13,7 @@
 
 using namespace dpx;
 using namespace dpx::parallel;
-using namespace dpx::parallel::testing;
+using namespace dpx::testing;
 
 namespace {
 

@@ -17,7 +17,7 @@
 
 using namespace dpx;
 using namespace dpx::parallel;
-using namespace dpx::parallel::testing;
+using namespace dpx::testing;
 
 TEST_CASE("run_ranks gives each rank its id, the group size and the threads backend") {
   Watchdog dog(10, "rank ids");

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-namespace dpx::parallel::testing {
+namespace dpx::testing {
 
 // Exits the process with a message if not destroyed within `seconds`.
 class Watchdog {
@@ -51,4 +51,4 @@ inline double expected_sum(size_t i, int k, size_t m = 61) {
 inline double expected_max(size_t i, int k, size_t m = 61) { return k + static_cast<double>(k) * (i % m); }
 inline double expected_min(size_t i, int k, size_t m = 61) { return 1 + static_cast<double>(k) * (i % m); }
 
-}  // namespace dpx::parallel::testing
+}  // namespace dpx::testing

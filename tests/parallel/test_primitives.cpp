@@ -8,6 +8,8 @@
 #include "kernels/ops.hpp"
 #include "layers/layers.hpp"
 #include "parallel/primitives.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 #include "zoo/registry.hpp"
 
 using namespace dpx;
@@ -55,11 +57,8 @@ TEST_CASE("a vanilla DataParallel step from the primitives equals one replica's 
   mo.image_size = 6;
   nn::Model single(zoo::build_model("mlp", mo));
   nn::Model master = single.clone(Device::cpu());
-  Rng rng(3);
-  Tensor x = Tensor::empty({10, 1, 6, 6});
-  fill_uniform(x, rng, -1.f, 1.f);
-  Tensor labels = Tensor::empty({10}, DType::i64);
-  for (int i = 0; i < 10; ++i) labels.data<int64_t>()[i] = i % 10;
+  Tensor x = testing::uniform({10, 1, 6, 6}, 3);
+  Tensor labels = testing::labels_from({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   Context ctx = Context::cpu();
   nn::CrossEntropyLoss ce1, ce2;
 
@@ -77,7 +76,5 @@ TEST_CASE("a vanilla DataParallel step from the primitives equals one replica's 
   reduce_gradients(ctx, master, reps);
 
   CHECK(l1 == doctest::Approx(l2).epsilon(1e-6));
-  auto g1 = single.flat_grads().to_vector(), g2 = master.flat_grads().to_vector();
-  for (size_t i = 0; i < g1.size(); ++i)
-    CHECK(std::abs(g1[i] - g2[i]) <= 1e-5f * std::max(1.f, std::abs(g1[i])));
+  testing::check_close(master.flat_grads(), single.flat_grads(), 1e-5);
 }

@@ -3,7 +3,6 @@
 // tools read back, and clear errors for inputs that do not fit.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,10 +13,13 @@
 #include "layers/model.hpp"
 #include "run_dpx.hpp"
 #include "zoo/registry.hpp"
+#include "tests/common/tensors.hpp"
 #include "zoo/weights.hpp"
 
 namespace fs = std::filesystem;
 using namespace dpx;
+using dpx::testing::bitwise_equal;
+using dpx::testing::randn;
 
 namespace {
 
@@ -37,16 +39,6 @@ std::string read(const fs::path& p) {
 
 bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
-Tensor random_images(const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::empty(shape);
-  Rng rng(seed);
-  fill_normal(t, rng, 0.f, 1.f);
-  return t;
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 // Flags are given once each (CLI11 refuses repeats): the number of classes is added per run.
 const std::string kTrainBase =
@@ -100,7 +92,7 @@ TEST_CASE("dpx infer: the logits of the model in eval mode, for any float input 
   o.seed = 3;
   nn::Model model(zoo::build_model("squeezenet1_1", o));
   zoo::save_state((d / "w.safetensors").string(), model);
-  Tensor x = random_images({3, 3, 32, 32}, 5);
+  Tensor x = randn({3, 3, 32, 32}, 5);
   write_safetensors((d / "x.safetensors").string(), {{"labels", Tensor::zeros({3}, DType::i64)}, {"images", x}});
   write_safetensors((d / "x16.safetensors").string(), {{"images", x.cast(DType::f16)}});
   Context ctx = Context::cpu(1);
@@ -115,11 +107,11 @@ TEST_CASE("dpx infer: the logits of the model in eval mode, for any float input 
   REQUIRE(r.code == 0);
   SafeTensors y = read_safetensors((d / "y.safetensors").string());
   REQUIRE(y.find("logits") != nullptr);
-  CHECK(same_bytes(*y.find("logits"), want));  // the same kernels on one thread: bit for bit
+  CHECK(bitwise_equal(*y.find("logits"), want));  // the same kernels on one thread: bit for bit
 
   r = run_dpx(base + " --input " + (d / "x16.safetensors").string() + " --output " + (d / "y16.safetensors").string());
   REQUIRE(r.code == 0);
-  CHECK(same_bytes(*read_safetensors((d / "y16.safetensors").string()).find("logits"), want16));
+  CHECK(bitwise_equal(*read_safetensors((d / "y16.safetensors").string()).find("logits"), want16));
   fs::remove_all(d);
 }
 
@@ -181,7 +173,7 @@ TEST_CASE("dpx train: --save, then --weights, --head and --freeze-backbone under
   CHECK(saved.find("bn1.num_batches_tracked")->data<int64_t>()[0] == 2);
 
   // The saved metadata says 4 classes: infer needs no --classes.
-  write_safetensors((d / "x.safetensors").string(), {{"x", random_images({2, 3, 32, 32}, 1)}});
+  write_safetensors((d / "x.safetensors").string(), {{"x", randn({2, 3, 32, 32}, 1)}});
   r = run_dpx("infer --model resnet18 --weights " + a + " --input " + (d / "x.safetensors").string() + " --output " +
               (d / "y.safetensors").string());
   REQUIRE(r.code == 0);
@@ -198,7 +190,7 @@ TEST_CASE("dpx train: --save, then --weights, --head and --freeze-backbone under
   SafeTensors after = read_safetensors(b);
   for (const auto& [name, t] : saved.tensors) {
     CAPTURE(name);
-    const bool same = same_bytes(t, *after.find(name));
+    const bool same = bitwise_equal(t, *after.find(name));
     if (name.starts_with("fc.")) CHECK_FALSE(same);
     else if (name.find("running_") == std::string::npos && !name.ends_with("num_batches_tracked")) CHECK(same);
   }

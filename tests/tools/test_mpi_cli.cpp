@@ -16,6 +16,7 @@
 
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
+#include "weights_diff.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -50,31 +51,13 @@ std::vector<double> global_losses(const fs::path& steps_csv) {
   return out;
 }
 
-// The largest relative difference of two weight files, tensor by tensor (NaN counts as worst).
-double weights_difference(const fs::path& a, const fs::path& b) {
-  const dpx::SafeTensors x = dpx::read_safetensors(a.string()), y = dpx::read_safetensors(b.string());
-  REQUIRE(x.tensors.size() == y.tensors.size());
-  double worst = 0;
-  for (const auto& [name, t] : x.tensors) {
-    const dpx::Tensor* u = y.find(name);
-    REQUIRE(u != nullptr);
-    const std::vector<float> p = t.to_vector(), q = u->to_vector();
-    REQUIRE(p.size() == q.size());
-    for (size_t i = 0; i < p.size(); ++i) {
-      const double d = std::abs(double(p[i]) - q[i]) / std::max({std::abs(double(p[i])), std::abs(double(q[i])), 1e-3});
-      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
-    }
-  }
-  return worst;
-}
-
 void check_same_run(const fs::path& single, const fs::path& parallel) {
   const auto l1 = global_losses(single / "steps.csv"), lk = global_losses(parallel / "steps.csv");
   REQUIRE(l1.size() == 10);
   REQUIRE(lk.size() == 10);
-  for (size_t i = 0; i < l1.size(); ++i) CHECK(std::abs(l1[i] - lk[i]) <= 1e-5 * std::max(1.0, std::abs(l1[i])));
+  dpx::testing::check_close(lk, l1, 1e-5);
   CHECK(l1.back() < l1.front());  // it learned
-  CHECK(weights_difference(single / "w.safetensors", parallel / "w.safetensors") <= 1e-5);
+  CHECK(dpx::testing::weights_rel_diff(single / "w.safetensors", parallel / "w.safetensors") <= 1e-5);
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
+#include "weights_diff.hpp"
 #include "tests/temp_dir.hpp"
-#include "tests/common/compare.hpp"
 
 namespace fs = std::filesystem;
 
@@ -57,17 +57,7 @@ TEST_CASE("across two namespaced nodes: DDP reproduces one replica, and collecti
   CHECK(config["launch"]["nodes"] == 2);
   CHECK(config["launch"]["hosts"][0] != config["launch"]["hosts"][1]);
   for (const auto& u : config["launch"]["clock_uncertainty_s"]) CHECK(u.get<double>() < 0.01);
-  const dpx::SafeTensors a = dpx::read_safetensors((d / "single.safetensors").string());
-  const dpx::SafeTensors b = dpx::read_safetensors((d / "cluster.safetensors").string());
-  double worst = 0;
-  for (const auto& [name, t] : a.tensors) {
-    const std::vector<float> p = t.to_vector(), q = b.find(name)->to_vector();
-    for (size_t i = 0; i < p.size(); ++i) {
-      const double diff = dpx::testing::rel_diff(p[i], q[i], 1e-3);
-      if (!(diff <= worst)) worst = diff;
-    }
-  }
-  CHECK(worst <= 1e-5);
+  CHECK(dpx::testing::weights_rel_diff(d / "single.safetensors", d / "cluster.safetensors") <= 1e-5);
 
   DpxResult c = on_cluster("--nodes 2 --ranks-per-node 2 --link 1gbit",
                            std::string(DPX_BINARY) + " collective --algo all -b 1K -e 64K -f 8 -n 2 -w 1 --link-gbps 1");

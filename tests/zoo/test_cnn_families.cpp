@@ -20,24 +20,6 @@ using namespace dpx::testing;
 
 namespace {
 
-struct Moments {
-  double mean = 0, stddev = 0, min = 1e30, max = -1e30;
-};
-Moments moments(const Tensor& t) {
-  Moments m;
-  auto v = t.to_vector();
-  double sum = 0, sq = 0;
-  for (float f : v) {
-    sum += f;
-    sq += double(f) * f;
-    m.min = std::min(m.min, double(f));
-    m.max = std::max(m.max, double(f));
-  }
-  m.mean = sum / double(v.size());
-  m.stddev = std::sqrt(std::max(0.0, sq / double(v.size()) - m.mean * m.mean));
-  return m;
-}
-
 std::map<std::string, nn::Parameter*> params_of(nn::Module& m) {
   std::map<std::string, nn::Parameter*> out;
   for (auto& [name, p] : m.named_parameters()) out[name] = p;
@@ -49,7 +31,7 @@ void check_normal(const Tensor& t, double stddev, const std::string& what) {
   CAPTURE(what);
   Moments m = moments(t);
   CHECK(std::abs(m.mean) < 0.05 * stddev);
-  CHECK(m.stddev == doctest::Approx(stddev).epsilon(0.03));
+  CHECK(m.stddev() == doctest::Approx(stddev).epsilon(0.03));
 }
 // U(-b, b): inside, both ends nearly reached, and the spread of a uniform, b / sqrt 3.
 void check_uniform(const Tensor& t, double bound, const std::string& what) {
@@ -59,7 +41,7 @@ void check_uniform(const Tensor& t, double bound, const std::string& what) {
   CHECK(m.max <= bound);
   CHECK(m.min < -0.95 * bound);
   CHECK(m.max > 0.95 * bound);
-  CHECK(m.stddev == doctest::Approx(bound / std::sqrt(3.0)).epsilon(0.03));
+  CHECK(m.stddev() == doctest::Approx(bound / std::sqrt(3.0)).epsilon(0.03));
 }
 void check_constant(const Tensor& t, float value, const std::string& what) {
   CAPTURE(what);

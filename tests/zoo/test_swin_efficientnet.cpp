@@ -193,9 +193,7 @@ TEST_CASE("forward shapes: 224 and smaller inputs; the registry's limits") {
   // Neither family has a parameter that depends on the input size, so one model serves all.
   nn::Module* swin = &shared_model("swin_t");
   swin->eval();
-  Tensor image = Tensor::empty({1, 3, 224, 224});
-  Rng rng(5);
-  fill_normal(image, rng, 0.f, 1.f);
+  Tensor image = randn({1, 3, 224, 224}, 5);
   Tensor logits = swin->forward(ctx, image);
   CHECK(logits.shape() == Shape{1, 1000});
   for (float v : logits.to_vector()) REQUIRE(std::isfinite(v));

@@ -87,7 +87,7 @@ void check_golden(nn::Model& model, const std::string& name, bool train) {
     const Tensor* want = golden.find("grad." + slot.name);
     REQUIRE_MESSAGE(want != nullptr, "no golden gradient for " << slot.name);
     const double e = scaled_error(slot.param->grad, *want, 1e-3 * largest);
-    if (e > worst) worst = e, where = slot.name;
+    if (!(e <= worst)) worst = e, where = slot.name;
   }
   MESSAGE(name << ": gradients off by at most " << worst << " of their scale (" << where << ")");
   CHECK(worst < 1e-4);

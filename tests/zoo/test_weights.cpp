@@ -3,18 +3,20 @@
 // non-strict loading reports; other float dtypes are converted; a new head is left out.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <set>
 #include <unistd.h>
 
 #include "core/safetensors.hpp"
 #include "layers/layers.hpp"
+#include "tests/common/tensors.hpp"
 #include "zoo/cnn.hpp"
 #include "zoo/heads.hpp"
 #include "zoo/weights.hpp"
 
 using namespace dpx;
+using dpx::testing::bitwise_equal;
+using dpx::testing::randn;
 namespace fs = std::filesystem;
 
 namespace {
@@ -31,16 +33,12 @@ nn::Model tiny(uint64_t seed, int classes = 5, const std::string& head = "defaul
   return nn::Model(std::move(root));
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 // Every parameter and buffer of a and b, byte for byte.
 bool same_state(nn::Model& a, nn::Model& b) {
   auto sa = a.state_dict(), sb = b.state_dict();
   if (sa.size() != sb.size()) return false;
   for (auto& [name, t] : sa)
-    if (!sb.count(name) || !same_bytes(t, sb.at(name))) return false;
+    if (!sb.count(name) || !bitwise_equal(t, sb.at(name))) return false;
   return true;
 }
 
@@ -59,9 +57,7 @@ void erase(SafeTensors& f, const std::string& name) {
 // A few training forwards so running statistics and num_batches_tracked are not the defaults.
 void run_a_little(nn::Model& m) {
   Context ctx = Context::cpu(1);
-  Tensor x = Tensor::empty({2, 3, 16, 16});
-  Rng rng(99);
-  fill_normal(x, rng, 0.f, 1.f);
+  Tensor x = randn({2, 3, 16, 16}, 99);
   m.train();
   m.forward(ctx, x);
   m.forward(ctx, x);
@@ -84,7 +80,7 @@ TEST_CASE("save_state writes the state_dict as the reference writer orders it; l
     CAPTURE(name);
     names.insert(name);
     REQUIRE(state.count(name) == 1);
-    CHECK(same_bytes(t, state.at(name)));
+    CHECK(bitwise_equal(t, state.at(name)));
     CHECK(t.dtype() == (name.ends_with("num_batches_tracked") ? DType::i64 : DType::f32));
   }
   CHECK(names.size() == state.size());
@@ -146,8 +142,8 @@ TEST_CASE("non-strict loading loads what fits and returns the missing and unexpe
   CHECK(r.loaded == static_cast<int64_t>(f.tensors.size()) - 1);
   auto sb = b.state_dict();
   CHECK(sb.at("fc.bias").to_vector() == kept_bias);
-  CHECK(same_bytes(sb.at("fc.weight"), a.state_dict().at("fc.weight")));
-  CHECK(same_bytes(sb.at("layer1.0.bn3.running_mean"), a.state_dict().at("layer1.0.bn3.running_mean")));
+  CHECK(bitwise_equal(sb.at("fc.weight"), a.state_dict().at("fc.weight")));
+  CHECK(bitwise_equal(sb.at("layer1.0.bn3.running_mean"), a.state_dict().at("layer1.0.bn3.running_mean")));
   CHECK(zoo::describe_load(r) == std::to_string(r.loaded) +
                                      " tensors loaded, 2 missing (fc.bias, layer1.0.bn3.running_var), 1 "
                                      "unexpected (extra.weight)");
@@ -181,5 +177,5 @@ TEST_CASE("with a skip prefix a new head keeps its weights and the file's old on
   CHECK(r.missing.empty());
   CHECK(r.unexpected.empty());
   CHECK(b.state_dict().at("fc.weight").to_vector() == head);
-  CHECK(same_bytes(b.state_dict().at("conv1.weight"), pretrained.state_dict().at("conv1.weight")));
+  CHECK(bitwise_equal(b.state_dict().at("conv1.weight"), pretrained.state_dict().at("conv1.weight")));
 }

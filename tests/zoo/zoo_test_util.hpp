@@ -1,8 +1,7 @@
-// Helpers for the zoo suite: parameter counts, torchvision-style key fingerprints, a relative
-// error for comparing with reference values, and a learnable synthetic batch.
+// Helpers for the zoo suite: parameter counts, torchvision-style key fingerprints and a learnable
+// synthetic batch (comparisons and inputs: tests/common/).
 #pragma once
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "layers/model.hpp"
 #include "layers/module.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/common/tensors.hpp"
 
 namespace dpx::testing {
 
@@ -44,21 +44,6 @@ inline uint64_t state_fingerprint(nn::Module& m, int64_t* count = nullptr, const
     add(s + ");");
   }
   return h;
-}
-
-// max |got - want| / max(max |want|, floor): the error relative to the reference's own scale,
-// which stays meaningful for entries near zero (gradients, logits of a random model).
-inline double scaled_error(const Tensor& got, const Tensor& want, double floor = 0) {
-  auto g = got.to_vector(), w = want.to_vector();
-  if (g.size() != w.size()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double d = dpx::testing::abs_diff(g[i], w[i]);  // a NaN against a number: +infinity
-    if (!(d <= diff)) diff = d;
-    scale = std::max(scale, std::fabs(double(w[i])));
-  }
-  scale = std::max(scale, floor);
-  return scale > 0 ? diff / scale : diff;
 }
 
 // A batch whose two classes differ in mean brightness under noise: a model that learns at all
