@@ -61,7 +61,7 @@ void DdpSync::attach(nn::Model& model) {
   bytes_mark_ = comm_.bytes_sent();  // the initial broadcast is not gradient traffic
 }
 
-void DdpSync::begin_backward(bool sync) {
+void DdpSync::begin_step(bool sync) {
   std::lock_guard<std::mutex> lock(mu_);
   syncing_ = sync;
   pending_.assign(buckets_.size(), 0);
@@ -113,26 +113,27 @@ void DdpSync::comm_loop() {
   }
 }
 
-void DdpSync::finish(Context& ctx, PhaseTimer& timer) {
-  double t = now_s();
+void DdpSync::finish(Context& ctx, StepPhases& phases) {
   if (!syncing_) return;
   {
-    // Gradients that never reported (parameters unused in this forward) are final now.
-    std::lock_guard<std::mutex> lock(mu_);
-    std::fill(ready_.begin(), ready_.end(), true);
-    next_ready_ = ready_.size();
-  }
-  if (options_.overlap) {
-    cv_.notify_all();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_ >= buckets_.size(); });
-    if (error_) std::rethrow_exception(error_);
-  } else {
-    for (size_t i = 0; i < buckets_.size(); ++i) reduce_bucket(i);
+    auto scope = phases.scope(Phase::comm_exposed);  // the communication backward did not hide
+    {
+      // Gradients that never reported (parameters unused in this forward) are final now.
+      std::lock_guard<std::mutex> lock(mu_);
+      std::fill(ready_.begin(), ready_.end(), true);
+      next_ready_ = ready_.size();
+    }
+    if (options_.overlap) {
+      cv_.notify_all();
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return done_ >= buckets_.size(); });
+      if (error_) std::rethrow_exception(error_);
+    } else {
+      for (size_t i = 0; i < buckets_.size(); ++i) reduce_bucket(i);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  timer.add(Phase::comm_exposed, now_s() - t);
-  timer.add(Phase::comm_total, comm_s_);
+  phases.add(Phase::comm_total, comm_s_);
   syncing_ = false;
 }
 

@@ -40,8 +40,8 @@ class DdpSync final : public GradSync {
   DdpSync(Communicator& comm, DdpOptions options);
   ~DdpSync() override;
   void attach(nn::Model& model) override;
-  void begin_backward(bool sync) override;
-  void finish(Context& ctx, PhaseTimer& timer) override;
+  void begin_step(bool sync) override;
+  void finish(Context& ctx, StepPhases& phases) override;
   uint64_t take_sent_bytes() override;
   const std::vector<Bucket>& buckets() const { return buckets_; }
 

@@ -1,8 +1,8 @@
 // The device a rank computes on: its Context (on a GPU: a stream with cuBLAS/cuDNN handles),
 // the host-to-device copy of each batch, and the timing of device phases. On the CPU phases
-// are timed by the host clock; on a GPU, CUDA events recorded at the phase boundaries replace
-// the host times of h2d, forward, backward and optimizer, and the host waits for the device
-// once, at the end of the step.
+// are timed by the host clock; on a GPU, CUDA events recorded at the begin and end of h2d,
+// forward, backward and optimizer replace their host times, and the host waits for the device
+// once, at the end of the step. PhaseScope is the one way a trainer times a phase: it does both.
 #pragma once
 #include <memory>
 
@@ -12,8 +12,7 @@
 
 namespace dpx::parallel {
 
-// Phase boundaries a rank marks in each step, in this order.
-enum class Boundary { h2d_begin, forward_begin, backward_begin, backward_end, optimizer_begin, optimizer_end };
+enum class Edge { begin, end };
 
 class DeviceEnv {
  public:
@@ -21,7 +20,8 @@ class DeviceEnv {
   Context& ctx() { return ctx_; }
   // The batch on this device (the host tensor itself on the CPU).
   virtual Tensor upload(const Tensor& host) { return host; }
-  virtual void mark(Boundary) {}
+  // The begin or end of a phase, in the order the work is queued (PhaseScope calls it).
+  virtual void mark(Phase, Edge) {}
   // Waits for the step's work and writes the device-timed phases into `times`.
   virtual void finish_step(StepTimes& times) {}
 
@@ -31,5 +31,41 @@ class DeviceEnv {
 
 // A CPU rank with `threads` threads, or cuda:N (TF32 math only when allow_tf32).
 std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32);
+
+// Times one phase of a step from construction to destruction: on the host timer (nested scopes
+// take their time out of the outer one) and, for the device env, marks of its begin and end.
+class PhaseScope {
+ public:
+  PhaseScope(PhaseTimer& timer, DeviceEnv& env, Phase phase) : host_(timer, phase), env_(env), phase_(phase) {
+    env_.mark(phase_, Edge::begin);
+  }
+  ~PhaseScope() { env_.mark(phase_, Edge::end); }  // then host_ stops
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  PhaseTimer::Scope host_;
+  DeviceEnv& env_;
+  Phase phase_;
+};
+
+// A step's phases on one device: `auto scope = phases.scope(Phase::forward);` around each.
+class StepPhases {
+ public:
+  explicit StepPhases(DeviceEnv& env) : env_(env) {}
+  PhaseScope scope(Phase phase) { return PhaseScope(timer_, env_, phase); }
+  // Time measured elsewhere (DDP's all-reduces on its communication thread).
+  void add(Phase phase, double seconds) { timer_.add(phase, seconds); }
+  // The step's times: the host's, with the device-timed phases replaced (waits for the device).
+  StepTimes finish() {
+    StepTimes times = timer_.take();
+    env_.finish_step(times);
+    return times;
+  }
+
+ private:
+  DeviceEnv& env_;
+  PhaseTimer timer_;
+};
 
 }  // namespace dpx::parallel

@@ -1,9 +1,21 @@
 #include "parallel/metrics.hpp"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 namespace dpx::parallel {
+
+void fill_wait_times(TrainReport& report) {
+  const bool every_step = report.options.parallel == ParallelMode::dp;
+  std::map<int64_t, double> latest;  // global step -> the slowest rank's end of backward
+  for (const auto& r : report.steps) {
+    auto [it, fresh] = latest.try_emplace(r.global_step, r.backward_end_s);
+    if (!fresh) it->second = std::max(it->second, r.backward_end_s);
+  }
+  for (auto& r : report.steps)
+    r.times[Phase::wait] = r.optimizer_step || every_step ? latest[r.global_step] - r.backward_end_s : 0.0;
+}
 
 Summary summarize(const TrainReport& report) {
   Summary s;

@@ -1,6 +1,7 @@
 // Summary metrics of a training run, every one with its definition (README.md, "Metrics"):
 // mean phase times over the measured steps (warm-up excluded), throughput, POP efficiencies,
-// bytes communicated (formula and counted), and scaling against a baseline run.
+// bytes communicated (formula and counted), and scaling against a baseline run; and the `wait`
+// phase, which only the records of every rank together give.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -28,6 +29,16 @@ struct Summary {
   // Filled by with_baseline():
   double speedup = 1, scaling_efficiency = 1;
 };
+
+// The one definition of the `wait` phase (README.md, "Phases"; core/phase_timer.hpp), for
+// every trainer, filled in after the run from the records' ends of backward (all on one clock,
+// rank 0's): on each step at which the ranks' gradients are reduced,
+//   wait = the latest backward_end_s among the step's records − this record's backward_end_s,
+// the time this rank (DataParallel: replica) idles until the slowest one has finished its
+// compute; 0 on the other steps. The gradients are reduced on every optimizer step (DDP: the
+// last micro-step of each --accumulate group) and, under DataParallel, on every step (the
+// master sums the replicas' gradients after each backward).
+void fill_wait_times(TrainReport& report);
 
 Summary summarize(const TrainReport& report);
 // Speedup = throughput / baseline throughput. Strong scaling (same global batch): efficiency =

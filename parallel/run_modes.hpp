@@ -1,5 +1,6 @@
 // The ways a job runs its ranks (internal to parallel/): SPMD (single replica, or one replica
-// per rank with DistributedDataParallel) and DataParallel's master loop.
+// per rank with DistributedDataParallel) and DataParallel's master over its replicas; both run
+// train_loop and train_step (train_step.hpp).
 #pragma once
 #include <functional>
 
@@ -17,10 +18,6 @@ struct TrainHooks {
 // With `processes`, this process runs its one rank of an MPI job (see train()).
 void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes);
 void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks);
-
-// Fills each step's `wait` phase after the run: the time from this rank's end of backward to
-// the slowest rank's end of backward in the same step (all times on one clock: rank 0's).
-void fill_wait_times(TrainReport& report);
 
 // Rank 0 receives every rank's step records (appended to its own); the others send theirs.
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps);

@@ -1,5 +1,7 @@
-// The training driver. run_rank is the one SPMD function every rank runs (single replica and
-// DistributedDataParallel alike); DataParallel has its own master loop (data_parallel.cpp).
+// The training driver: prepares the job, runs it (run_spmd: single replica and
+// DistributedDataParallel; run_data_parallel: DataParallel; both run the one train_loop and
+// train_step, train_step.hpp), fills in the `wait` phase (fill_wait_times, metrics.hpp) and
+// prints progress on rank 0.
 #include "parallel/trainer.hpp"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "layers/loss.hpp"
 #include "layers/optim.hpp"
 #include "parallel/job.hpp"
+#include "parallel/metrics.hpp"
 #include "parallel/run_modes.hpp"
 
 namespace dpx::parallel {
@@ -112,7 +115,7 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
         << job.resume->progress.step << " (global step " << job.resume->progress.global_step << ")" << std::endl;
   }
   if (options.parallel == ParallelMode::dp) {
-    run_data_parallel(job, report, hooks);  // measures its own wait phase
+    run_data_parallel(job, report, hooks);
   } else {
     run_spmd(job, report, hooks, processes);
     if (job.resume && (!processes || processes->rank() == 0)) {  // the steps before the checkpoint
@@ -125,8 +128,8 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
         return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
       });
     }
-    fill_wait_times(report);
   }
+  fill_wait_times(report);
   report.wall_s = now_s() - start;
   if (options.loss_threshold > 0) {
     for (const auto& r : report.steps) {

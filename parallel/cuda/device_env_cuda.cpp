@@ -1,5 +1,6 @@
 // A rank on one GPU: its CudaState (stream, handles), synchronous host-to-device copies of each
-// batch (ordered with the stream, which is blocking), and CUDA events at the phase boundaries.
+// batch (ordered with the stream, which is blocking), and CUDA events at the begin and end of
+// each device-timed phase (PhaseScope marks them).
 #include <array>
 #include <vector>
 
@@ -17,37 +18,42 @@ class CudaEnv final : public DeviceEnv {
  public:
   CudaEnv(int device, bool allow_tf32) : state_(cuda::make_cuda_state(device)) {
     ctx_ = cuda::make_cuda_context(*state_, allow_tf32);
-    for (int i = 0; i < kBoundaries; ++i) events_.emplace_back(device);
+    for (int i = 0; i < kEvents; ++i) events_.emplace_back(device);
   }
 
   Tensor upload(const Tensor& host) override { return host.to(ctx_.device); }
 
-  void mark(Boundary b) override {
-    int i = static_cast<int>(b);
+  void mark(Phase p, Edge e) override {
+    const int i = event_of(p, e);
+    if (i < 0) return;  // a phase the host times
     events_[i].record(state_->stream);
     marked_[i] = true;
   }
 
   void finish_step(StepTimes& t) override {
-    auto span_s = [&](Boundary a, Boundary b) {
-      int i = static_cast<int>(a), j = static_cast<int>(b);
+    auto span_s = [&](Phase p) {
+      const int i = event_of(p, Edge::begin), j = event_of(p, Edge::end);
       return marked_[i] && marked_[j] ? cuda::elapsed_ms(events_[i], events_[j]) * 1e-3 : 0.0;
     };
-    int last = static_cast<int>(marked_[static_cast<int>(Boundary::optimizer_end)] ? Boundary::optimizer_end
-                                                                                   : Boundary::backward_end);
-    events_[last].synchronize();
-    t[Phase::h2d] = span_s(Boundary::h2d_begin, Boundary::forward_begin);
-    t[Phase::forward] = span_s(Boundary::forward_begin, Boundary::backward_begin);
-    t[Phase::backward] = span_s(Boundary::backward_begin, Boundary::backward_end);
-    t[Phase::optimizer] = span_s(Boundary::optimizer_begin, Boundary::optimizer_end);
+    const int optimizer_end = event_of(Phase::optimizer, Edge::end);
+    events_[marked_[optimizer_end] ? optimizer_end : event_of(Phase::backward, Edge::end)].synchronize();
+    for (Phase p : kDevicePhases) t[p] = span_s(p);
     marked_.fill(false);
   }
 
  private:
-  static constexpr int kBoundaries = 6;
+  // The phases the device times, each by an event at its begin and one at its end.
+  static constexpr std::array<Phase, 4> kDevicePhases = {Phase::h2d, Phase::forward, Phase::backward,
+                                                         Phase::optimizer};
+  static constexpr int kEvents = 2 * static_cast<int>(kDevicePhases.size());
+  static int event_of(Phase p, Edge e) {
+    for (size_t k = 0; k < kDevicePhases.size(); ++k)
+      if (kDevicePhases[k] == p) return static_cast<int>(2 * k) + (e == Edge::end ? 1 : 0);
+    return -1;
+  }
   std::unique_ptr<cuda::CudaState> state_;
   std::vector<cuda::Event> events_;
-  std::array<bool, kBoundaries> marked_{};
+  std::array<bool, kEvents> marked_{};
 };
 
 }  // namespace

@@ -120,3 +120,19 @@ TEST_CASE("the phase timer adds scoped time to a phase and starts a new step on 
   CHECK(timer.current()[Phase::forward] == 0);
   CHECK(phase_name(Phase::comm_exposed) == "comm_exposed");
 }
+
+TEST_CASE("a phase scope opened inside another takes its time out of the outer one") {
+  PhaseTimer timer;
+  {
+    auto outer = timer.scope(Phase::forward);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    {
+      auto inner = timer.scope(Phase::comm_total);
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    }
+  }
+  StepTimes t = timer.take();
+  CHECK(t[Phase::comm_total] >= 0.060);
+  CHECK(t[Phase::forward] >= 0.002);
+  CHECK(t[Phase::forward] < 0.050);  // the inner 60 ms counted once, in comm_total
+}
