@@ -31,10 +31,12 @@ void copy_buffers(nn::Model& dst, nn::Model& src) {
 // The master's forward and backward over k replicas, one thread each.
 class ReplicatedModel final : public StepModel {
  public:
-  ReplicatedModel(nn::Model& master, int k, int threads_per_replica)
-      : master_(master), replicas_(replicate(master, k)),
-        ctxs_(static_cast<size_t>(k), Context::cpu(threads_per_replica)), fwd_(ctxs_.size()), bwd_(ctxs_.size()),
-        bwd_end_(ctxs_.size()) {}
+  // Each replica's context: the master's, with a replica's share of the threads.
+  ReplicatedModel(nn::Model& master, int k, const Context& master_ctx, int threads_per_replica)
+      : master_(master), replicas_(replicate(master, k)), ctxs_(static_cast<size_t>(k), master_ctx),
+        fwd_(ctxs_.size()), bwd_(ctxs_.size()), bwd_end_(ctxs_.size()) {
+    for (Context& c : ctxs_) c.threads = threads_per_replica;
+  }
 
   nn::Model& master() override { return master_; }
   std::vector<nn::Model>& replicas() { return replicas_; }
@@ -126,9 +128,10 @@ class SumIntoMaster final : public GradSync {
 
 void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks) {
   const int k = job.ranks;
-  std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), job.threads_per_rank * k, false);
+  std::unique_ptr<DeviceEnv> env =
+      make_device_env(Device::cpu(), job.threads_per_rank * k, false, job.options.reference_kernels());
   nn::Model master = job.initial.clone(Device::cpu());
-  ReplicatedModel model(master, k, job.threads_per_rank);
+  ReplicatedModel model(master, k, env->ctx(), job.threads_per_rank);
   SumIntoMaster sync(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(master);
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch * k));  // the global batch

@@ -11,12 +11,15 @@ std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32);  // paral
 namespace {
 class CpuEnv final : public DeviceEnv {
  public:
-  explicit CpuEnv(int threads) { ctx_ = Context::cpu(threads); }
+  CpuEnv(int threads, bool reference) {
+    ctx_ = Context::cpu(threads);
+    ctx_.reference = reference;
+  }
 };
 }  // namespace
 
-std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32) {
-  if (device.is_cpu()) return std::make_unique<CpuEnv>(threads);
+std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32, bool reference) {
+  if (device.is_cpu()) return std::make_unique<CpuEnv>(threads, reference);
 #ifdef DPX_WITH_CUDA
   return make_cuda_env(device.index, allow_tf32);
 #else

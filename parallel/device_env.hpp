@@ -30,7 +30,7 @@ class DeviceEnv {
 };
 
 // A CPU rank with `threads` threads, or cuda:N (TF32 math only when allow_tf32).
-std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32);
+std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32, bool reference);
 
 // Times one phase of a step from construction to destruction: on the host timer (nested scopes
 // take their time out of the outer one) and, for the device env, marks of its begin and end.

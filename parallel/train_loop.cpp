@@ -41,7 +41,8 @@ void evaluate_epoch(Rank& r, EpochRecord& er) {
   // since the others wait. An MPI process has its own cores only.
   Context& ctx = r.env.ctx();
   const bool threads = ctx.device.is_cpu() && job.options.process_ranks == 0;
-  Context eval_ctx = threads ? Context::cpu(job.threads_per_rank * job.ranks) : ctx;
+  Context eval_ctx = ctx;
+  if (threads) eval_ctx.threads = job.threads_per_rank * job.ranks;
   const int64_t batch = std::max<int64_t>(r.loader.options().batch_size, 256);
   const EvalResult ev = evaluate(eval_ctx, r.model.master(), *job.test_set, batch);
   er.eval_s = now_s() - t;

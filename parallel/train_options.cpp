@@ -36,22 +36,25 @@ std::string parallel_mode_name(ParallelMode m) {
 Device TrainOptions::device() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
-  if (kind == "cpu") return Device::cpu();
+  if (kind == "cpu" || kind == "ref") return Device::cpu();
+  if (kind != "cuda") usage_fail("--devices '", devices, "': use cpu:K, ref:K (K thread ranks) or cuda:N");
   return parse_device(devices);
 }
+
+bool TrainOptions::reference_kernels() const { return devices.substr(0, devices.find(':')) == "ref"; }
 
 int TrainOptions::ranks() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
   if (process_ranks > 0) return process_ranks;
-  if (kind != "cpu") return 1;
+  if (kind != "cpu" && kind != "ref") return 1;
   if (colon == std::string::npos) return 1;
   int k = 0;
   const char* b = devices.data() + colon + 1;
   const char* e = devices.data() + devices.size();
   auto r = std::from_chars(b, e, k);
   if (r.ec != std::errc() || r.ptr != e || k < 1)
-    usage_fail("--devices '", devices, "': use cpu:K with K >= 1 thread ranks, or cuda:N");
+    usage_fail("--devices '", devices, "': use cpu:K or ref:K with K >= 1 thread ranks, or cuda:N");
   return k;
 }
 

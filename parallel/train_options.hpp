@@ -48,7 +48,7 @@ struct TrainOptions {
   int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
   bool evaluate = true;                   // test accuracy after each epoch
   // execution
-  std::string devices = "cpu:1";          // cpu:K (K thread ranks) or cuda:N
+  std::string devices = "cpu:1";          // cpu:K (K thread ranks), ref:K (the same on kernels/ref/) or cuda:N
   // Ranks that are MPI processes (parallel/mpi/): the launched world's size, or the size of a
   // bench configuration's part of it; 0 when not launched. Set from the launch, not a flag.
   int process_ranks = 0;
@@ -79,6 +79,8 @@ struct TrainOptions {
   // Parsed view of `devices`.
   Device device() const;
   int ranks() const;
+  // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).
+  bool reference_kernels() const;
   void validate() const;  // throws dpx::UsageError
   // Every option that shapes the run, as (flag, value): what the ranks of an MPI job must agree on.
   std::vector<std::pair<std::string, std::string>> flag_values() const;

@@ -14,8 +14,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--model", o.model, "model to train: " + zoo::model_names())->capture_default_str();
     cmd.add_option("--batch-size,-b", o.batch_size, "global batch size (split over the ranks)")->capture_default_str();
     cmd.add_option("--devices", o.devices,
-                   "cpu:K (K thread ranks in this process) or cuda:N; under mpirun/srun every process is one rank "
-                   "(mpirun -np K sets K)")
+                   "cpu:K (K thread ranks in this process), ref:K (the same ranks running the plain reference "
+                   "kernels of kernels/ref/: slow, for teaching and checking) or cuda:N; under mpirun/srun every "
+                   "process is one rank (mpirun -np K sets K)")
         ->capture_default_str();
     cmd.add_option("--parallel", f.parallel,
                    "none, dp (DataParallel) or ddp (DistributedDataParallel); default: ddp under mpirun/srun with "

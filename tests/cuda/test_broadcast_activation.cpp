@@ -9,8 +9,8 @@
 using namespace dpx;
 using namespace dpx::testing;
 
-TEST_CASE("cuda sigmoid, silu and gelu forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda sigmoid, silu and gelu forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   const Shape shape{3, 5, 13, 13};
   Tensor x = uniform(shape, 1, -8.f, 8.f), dy = uniform(shape, 2), dx0 = uniform(shape, 3);
   Tensor gx = x.to(dev()), gdy = dy.to(dev());
@@ -33,8 +33,8 @@ TEST_CASE("cuda sigmoid, silu and gelu forward and backward match the CPU") {
   }
 }
 
-TEST_CASE("cuda add_broadcast and mul_broadcast forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda add_broadcast and mul_broadcast forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   struct Case { Shape out, a, b; };
   uint64_t seed = 10;
   for (const Case& k : {Case{{3, 5, 13, 13}, {3, 5, 13, 13}, {3, 5, 1, 1}},    // squeeze-excitation

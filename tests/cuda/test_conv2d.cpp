@@ -52,8 +52,8 @@ Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, const o
 
 }  // namespace
 
-TEST_CASE("cuda conv2d forward and backward match the CPU and float64, no TF32") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda conv2d forward and backward match the reference and float64, no TF32") {
+  Context c = reference(), g = gpu();
   uint64_t seed = 100;
   for (const ConvCase& k : cases()) {
     CAPTURE(k.c);

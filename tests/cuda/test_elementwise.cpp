@@ -20,8 +20,8 @@ TEST_CASE("cuda philox equals core/rng's generator bit for bit") {
       }
 }
 
-TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda fill, copy, add, axpy, scale match the reference") {
+  Context c = reference(), g = gpu();
   const int64_t n = 100003;
   Tensor a = uniform({n}, 1), b = uniform({n}, 2);
   Tensor ga = a.to(dev()), gb = b.to(dev());
@@ -55,8 +55,8 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the CPU") {
   CHECK(bitwise_equal(first, want));
 }
 
-TEST_CASE("cuda count_nonfinite counts as the CPU does") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda count_nonfinite counts as the reference does") {
+  Context c = reference(), g = gpu();
   Tensor x = uniform({100003}, 5);
   x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   x.data<float>()[77777] = -std::numeric_limits<float>::infinity();
@@ -66,8 +66,8 @@ TEST_CASE("cuda count_nonfinite counts as the CPU does") {
   CHECK(ops::count_nonfinite(g, gx.view_at(1, {1000})) == 0);
 }
 
-TEST_CASE("cuda relu forward and backward (accumulating) match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda relu forward and backward (accumulating) match the reference") {
+  Context c = reference(), g = gpu();
   Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);
   Tensor y = Tensor::empty(x.shape()), gy = poisoned(x.shape(), dev());
   ops::relu_forward(c, y, x);
@@ -79,8 +79,8 @@ TEST_CASE("cuda relu forward and backward (accumulating) match the CPU") {
   CHECK(bitwise_equal(gdx, dx));
 }
 
-TEST_CASE("cuda dropout: the mask equals the CPU's bit for bit, values and gradients match") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda dropout: the mask equals the reference's bit for bit, values and gradients match") {
+  Context c = reference(), g = gpu();
   const Shape shape{7, 4099};
   Tensor x = uniform(shape, 8), dy = uniform(shape, 9), dx0 = uniform(shape, 10);
   for (float p : {0.f, 0.1f, 0.5f, 0.9f, 1.f}) {
@@ -103,7 +103,7 @@ TEST_CASE("cuda dropout: the mask equals the CPU's bit for bit, values and gradi
   CHECK_FALSE(bitwise_equal(mask_a, mask_b));  // another stream draws another mask
 }
 
-TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
+TEST_CASE("cuda sgd_step matches the reference for every option over several steps") {
   struct Case { float momentum, dampening, wd; bool nesterov; };
   for (Case k : {Case{0.f, 0.f, 0.f, false}, Case{0.9f, 0.f, 0.f, false}, Case{0.9f, 0.1f, 1e-4f, false},
                  Case{0.9f, 0.f, 5e-4f, true}, Case{0.f, 0.f, 1e-2f, false}}) {
@@ -115,7 +115,7 @@ TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
     p.dampening = k.dampening;
     p.weight_decay = k.wd;
     p.nesterov = k.nesterov;
-    Context c = cpu(), g = gpu();
+    Context c = reference(), g = gpu();
     const Shape shape{10007};
     Tensor w = uniform(shape, 11), buf = Tensor::zeros(shape);
     Tensor gw = w.to(dev()), gbuf = buf.to(dev());
@@ -135,14 +135,14 @@ TEST_CASE("cuda sgd_step matches the CPU for every option over several steps") {
   CHECK_THROWS_AS(ops::sgd_step(g, w, w, b, bad, true), Error);
 }
 
-TEST_CASE("cuda adamw_step matches the CPU over several steps, with and without weight decay") {
+TEST_CASE("cuda adamw_step matches the reference over several steps, with and without weight decay") {
   for (ops::AdamwParams p : {ops::AdamwParams{},
                              ops::AdamwParams{.lr = 0.1f, .beta1 = 0.8f, .beta2 = 0.95f, .eps = 1e-3f,
                                               .weight_decay = 0.5f},
                              ops::AdamwParams{.lr = 0.01f, .beta1 = 0.f, .beta2 = 0.5f, .eps = 0.f,
                                               .weight_decay = 0.f}}) {
     CAPTURE(p.lr);
-    Context c = cpu(), g = gpu();
+    Context c = reference(), g = gpu();
     const Shape shape{10007};
     Tensor w = uniform(shape, 31), m = Tensor::zeros(shape), v = Tensor::zeros(shape);
     Tensor gw = w.to(dev()), gm = m.to(dev()), gv = v.to(dev());

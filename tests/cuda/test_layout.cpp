@@ -11,8 +11,8 @@
 using namespace dpx;
 using namespace dpx::testing;
 
-TEST_CASE("cuda layer_norm forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda layer_norm forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   uint64_t seed = 1;
   for (Shape xs : {Shape{3, 49, 96}, Shape{5, 7}, Shape{1000, 37}, Shape{2, 1031}}) {
     CAPTURE(shape_str(xs));
@@ -40,8 +40,8 @@ TEST_CASE("cuda layer_norm forward and backward match the CPU") {
   }
 }
 
-TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, match the reference") {
+  Context c = reference(), g = gpu();
   const Shape xs{6, 3, 49, 49};  // (windows * batch, heads, L, L)
   Tensor x = uniform(xs, 20, -5.f, 5.f), bias = uniform({3, 49, 49}, 21, -2.f, 2.f);
   Tensor gx = x.to(dev()), gbias = bias.to(dev());
@@ -63,8 +63,8 @@ TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, mat
   check_close(gy, y, 1e-6);
 }
 
-TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda permute, roll and pad_hw with their backward match the reference") {
+  Context c = reference(), g = gpu();
   Tensor x = uniform({2, 3, 5, 7, 4}, 30);
   Tensor gx = x.to(dev());
   for (std::vector<int> perm : {std::vector<int>{0, 2, 1, 3, 4}, {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4}, {1, 0, 3, 2, 4}}) {
@@ -105,8 +105,8 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the CPU") {
   CHECK(bitwise_equal(gdin, din));
 }
 
-TEST_CASE("cuda concat_channels and split_channels_backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda concat_channels and split_channels_backward match the reference") {
+  Context c = reference(), g = gpu();
   std::vector<Tensor> parts = {uniform({3, 5, 7, 7}, 40), uniform({3, 1, 7, 7}, 41), uniform({3, 12, 7, 7}, 42)};
   std::vector<Tensor> gparts;
   for (const Tensor& t : parts) gparts.push_back(t.to(dev()));
@@ -130,8 +130,8 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the CPU") {
   for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
 }
 
-TEST_CASE("cuda index_select and its backward (repeated rows) match the CPU bit for bit") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda index_select and its backward (repeated rows) match the reference bit for bit") {
+  Context c = reference(), g = gpu();
   const int64_t R = 169, D = 6, n = 2401;  // Swin's relative position table for 7x7 windows
   Tensor table = uniform({R, D}, 50), index = random_labels(n, R, 51);
   Tensor gtable = table.to(dev()), gindex = index.to(dev());

@@ -23,8 +23,8 @@ Tensor linear_reference(const Tensor& x, const Tensor& w, const Tensor* b) {
 
 }  // namespace
 
-TEST_CASE("cuda linear_forward matches float64 and the CPU, with and without bias, no TF32") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda linear_forward matches float64 and the reference, with and without bias, no TF32") {
+  Context c = reference(), g = gpu();
   const int64_t n = 7, in = 1031, out = 33;
   Tensor x = uniform({n, in}, 1), w = uniform({out, in}, 2), b = uniform({out}, 3);
   for (bool with_bias : {true, false}) {
@@ -44,8 +44,8 @@ TEST_CASE("cuda linear_forward matches float64 and the CPU, with and without bia
   CHECK(norm_rel_diff(gy, linear_reference(x, w, nullptr)) <= 5e-3);
 }
 
-TEST_CASE("cuda linear_backward accumulates like the CPU, null gradients are skipped") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda linear_backward accumulates like the reference, null gradients are skipped") {
+  Context c = reference(), g = gpu();
   const int64_t n = 13, in = 129, out = 37;
   Tensor x = uniform({n, in}, 4), w = uniform({out, in}, 5), dy = uniform({n, out}, 6);
   Tensor dx0 = uniform({n, in}, 7), dw0 = uniform({out, in}, 8), db0 = uniform({out}, 9);
@@ -63,8 +63,8 @@ TEST_CASE("cuda linear_backward accumulates like the CPU, null gradients are ski
   CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // untouched by the second call on both sides
 }
 
-TEST_CASE("cuda matmul: every transpose, batched, alpha and beta, matches the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda matmul: every transpose, batched, alpha and beta, matches the reference") {
+  Context c = reference(), g = gpu();
   const int64_t M = 17, K = 33, N = 9;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {

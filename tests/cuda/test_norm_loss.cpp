@@ -8,8 +8,8 @@
 using namespace dpx;
 using namespace dpx::testing;
 
-TEST_CASE("cuda batch_norm training forward, eval forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda batch_norm training forward, eval forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   uint64_t seed = 1;
   for (Shape xs : {Shape{3, 5, 13, 13}, Shape{7, 5}, Shape{2, 3, 4, 5, 6}, Shape{64, 3, 31, 31}}) {
     CAPTURE(shape_str(xs));
@@ -55,8 +55,8 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
                        doctest::Contains("more than 1 value per channel"), Error);
 }
 
-TEST_CASE("cuda cross_entropy forward and backward match the CPU, with label smoothing") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda cross_entropy forward and backward match the reference, with label smoothing") {
+  Context c = reference(), g = gpu();
   struct Case { int64_t n, classes; float smoothing, scale; };
   uint64_t seed = 40;
   for (Case k : {Case{3, 1000, 0.f, 1.f}, Case{37, 10, 0.1f, 0.5f}, Case{129, 7, 0.3f, 2.f}, Case{1, 1, 0.f, 1.f}}) {
@@ -79,8 +79,8 @@ TEST_CASE("cuda cross_entropy forward and backward match the CPU, with label smo
   }
 }
 
-TEST_CASE("cuda count_correct matches the CPU, ties go to the first maximum") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda count_correct matches the reference, ties go to the first maximum") {
+  Context c = reference(), g = gpu();
   for (int64_t classes : {10, 1000, 1}) {
     CAPTURE(classes);
     const int64_t n = 1037;

@@ -38,8 +38,8 @@ Shape pooled(const Shape& x, const ops::Pool2dParams& p) {
 
 }  // namespace
 
-TEST_CASE("cuda max_pool2d: values and arg-max equal the CPU's, backward accumulates") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda max_pool2d: values and arg-max equal the reference's, backward accumulates") {
+  Context c = reference(), g = gpu();
   const Shape xs{3, 5, 13, 13};
   // Values on a coarse grid produce many ties: the first maximum must win on both devices.
   Tensor x = uniform(xs, 1, -4.f, 4.f);
@@ -65,8 +65,8 @@ TEST_CASE("cuda max_pool2d: values and arg-max equal the CPU's, backward accumul
   }
 }
 
-TEST_CASE("cuda avg_pool2d forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda avg_pool2d forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   const Shape xs{3, 5, 13, 13};
   Tensor x = uniform(xs, 2);
   uint64_t seed = 30;
@@ -89,8 +89,8 @@ TEST_CASE("cuda avg_pool2d forward and backward match the CPU") {
   }
 }
 
-TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the CPU") {
-  Context c = cpu(), g = gpu();
+TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the reference") {
+  Context c = reference(), g = gpu();
   struct Sizes { int64_t h, w, oh, ow; };
   uint64_t seed = 50;
   for (Sizes s : {Sizes{13, 13, 5, 3}, Sizes{13, 13, 1, 1}, Sizes{7, 7, 7, 7}, Sizes{3, 3, 5, 5}, Sizes{13, 11, 6, 4}}) {

@@ -147,6 +147,19 @@ TEST_CASE("DataParallel reproduces one replica on the same global batch") {
   check_equivalent(single, dp4);
 }
 
+TEST_CASE("--devices ref: the reference kernels train the same model, alone, under DDP and DataParallel") {
+  std::ostringstream log;
+  TrainReport cpu = train(small_job("cpu:1", ParallelMode::none), log);
+  TrainReport ref = train(small_job("ref:1", ParallelMode::none), log);
+  // The plain loops sum in double where the CPU kernels sum f32 tiles: the same training to
+  // rounding, and not the same bits (which shows the reference kernels ran).
+  check_same_losses(cpu, ref);
+  check_close(ref.final_params, cpu.final_params, 1e-4, /*floor=*/1e-3);
+  CHECK(max_abs_diff(ref.final_params, cpu.final_params) > 0);
+  check_equivalent(ref, train(small_job("ref:2", ParallelMode::ddp), log));
+  check_equivalent(ref, train(small_job("ref:2", ParallelMode::dp), log));
+}
+
 TEST_CASE("gradient accumulation: k micro-steps of B equal one step of k*B") {
   std::ostringstream log;
   // 2 ranks x accumulate 2 with batch 16: each optimizer step sees 32 samples, like batch 32
