@@ -9,11 +9,13 @@
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/kernels/kernel_params.hpp"
 #include "tests/common/tensors.hpp"
 
 using namespace dpx;
 using dpx::testing::bitwise_equal;
 using dpx::testing::check_close;
+using dpx::testing::conv_params;
 using dpx::testing::randn;
 
 namespace {
@@ -78,15 +80,6 @@ void check_against_reference(const Case& c, double tol = 1e-5) {
   check_close(db, twice(r.db), tol);
 }
 
-ops::Conv2dParams params(int stride, int pad, int dilation, int groups) {
-  ops::Conv2dParams p;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = dilation;
-  p.groups = groups;
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("conv2d: hand values, 2x2 kernel on a 3x3 image") {
@@ -100,11 +93,11 @@ TEST_CASE("conv2d: hand values, 2x2 kernel on a 3x3 image") {
 }
 
 TEST_CASE("conv2d: stride 2, padding 1, 2 groups against the reference") {
-  check_against_reference({2, 4, 7, 6, 6, 3, 3, params(2, 1, 1, 2)});
+  check_against_reference({2, 4, 7, 6, 6, 3, 3, conv_params(2, 1, 1, 2)});
 }
 
 TEST_CASE("conv2d: dilation 2, padding 2, non-square kernel and strides") {
-  Case c{2, 3, 8, 9, 4, 3, 2, params(1, 2, 2, 1)};
+  Case c{2, 3, 8, 9, 4, 3, 2, conv_params(1, 2, 2, 1)};
   c.p.stride_w = 2;
   c.p.pad_w = 1;
   c.p.dilation_w = 3;
@@ -112,7 +105,7 @@ TEST_CASE("conv2d: dilation 2, padding 2, non-square kernel and strides") {
 }
 
 TEST_CASE("conv2d: depthwise (groups == channels) with a channel multiplier") {
-  check_against_reference({2, 4, 6, 6, 8, 3, 3, params(1, 1, 1, 4)});
+  check_against_reference({2, 4, 6, 6, 8, 3, 3, conv_params(1, 1, 1, 4)});
 }
 
 // groups == C_in (one input channel per group) runs the direct depthwise kernel. Its dW element
@@ -127,35 +120,35 @@ TEST_CASE("conv2d depthwise: kernels 3 and 5, strides 1 and 2, padding 0, 1, 2, 
         CAPTURE(k);
         CAPTURE(stride);
         CAPTURE(pad);
-        check_against_reference({3, 7, 13, 11, 7, k, k, params(stride, pad, 1, 7)}, kDepthwiseTol);
+        check_against_reference({3, 7, 13, 11, 7, k, k, conv_params(stride, pad, 1, 7)}, kDepthwiseTol);
       }
 }
 
 TEST_CASE("conv2d depthwise: dilation 2, rectangular kernels, strides and padding") {
-  check_against_reference({3, 5, 15, 12, 5, 3, 3, params(1, 2, 2, 5)}, kDepthwiseTol);
-  check_against_reference({3, 5, 15, 12, 5, 5, 5, params(2, 2, 2, 5)}, kDepthwiseTol);
-  Case c{3, 6, 14, 17, 6, 3, 5, params(2, 1, 2, 6)};
+  check_against_reference({3, 5, 15, 12, 5, 3, 3, conv_params(1, 2, 2, 5)}, kDepthwiseTol);
+  check_against_reference({3, 5, 15, 12, 5, 5, 5, conv_params(2, 2, 2, 5)}, kDepthwiseTol);
+  Case c{3, 6, 14, 17, 6, 3, 5, conv_params(2, 1, 2, 6)};
   c.p.stride_w = 3;
   c.p.pad_w = 2;
   c.p.dilation_w = 1;
   check_against_reference(c, kDepthwiseTol);
   // Stride larger than the kernel: phase planes no tap reads; 1x1 depthwise (a channel scale).
-  check_against_reference({3, 4, 9, 10, 4, 2, 2, params(3, 1, 1, 4)}, kDepthwiseTol);
-  check_against_reference({3, 4, 9, 10, 4, 1, 1, params(2, 0, 1, 4)}, kDepthwiseTol);
+  check_against_reference({3, 4, 9, 10, 4, 2, 2, conv_params(3, 1, 1, 4)}, kDepthwiseTol);
+  check_against_reference({3, 4, 9, 10, 4, 1, 1, conv_params(2, 0, 1, 4)}, kDepthwiseTol);
 }
 
 TEST_CASE("conv2d depthwise: channel multiplier 3, 7x7 kernel, planes over several blocks") {
-  check_against_reference({3, 5, 11, 9, 15, 3, 3, params(2, 1, 1, 5)}, kDepthwiseTol);
+  check_against_reference({3, 5, 11, 9, 15, 3, 3, conv_params(2, 1, 1, 5)}, kDepthwiseTol);
   // 49 taps: more than one pass of taps over each block.
-  check_against_reference({3, 3, 12, 13, 3, 7, 7, params(1, 3, 1, 3)}, kDepthwiseTol);
+  check_against_reference({3, 3, 12, 13, 3, 7, 7, conv_params(1, 3, 1, 3)}, kDepthwiseTol);
   // 72x70 outputs with pitch 72 and 48x49 with pitch 51 (multiplier 2): several forward row
   // blocks and several blocks per dx phase plane; up to 15120 terms per dW element, hence 1e-4.
-  check_against_reference({3, 2, 72, 70, 2, 3, 3, params(1, 1, 1, 2)}, 1e-4);
-  check_against_reference({1, 2, 95, 97, 4, 5, 5, params(2, 2, 1, 2)}, 1e-4);
+  check_against_reference({3, 2, 72, 70, 2, 3, 3, conv_params(1, 1, 1, 2)}, 1e-4);
+  check_against_reference({1, 2, 95, 97, 4, 5, 5, conv_params(2, 2, 1, 2)}, 1e-4);
 }
 
 TEST_CASE("conv2d depthwise: only dx or only dW, and no images") {
-  const Case c{3, 6, 9, 8, 6, 3, 3, params(2, 1, 1, 6)};
+  const Case c{3, 6, 9, 8, 6, 3, 3, conv_params(2, 1, 1, 6)};
   Context ctx = Context::cpu(2);
   Tensor x = randn({3, 6, 9, 8}, 11), w = randn({6, 1, 3, 3}, 12), dy = randn({3, 6, 5, 4}, 13);
   const Ref r = reference(c, x, w, Tensor::zeros({6}), dy, 5, 4);
@@ -171,34 +164,34 @@ TEST_CASE("conv2d depthwise: only dx or only dW, and no images") {
 }
 
 TEST_CASE("conv2d: 1x1 stride 1 (no im2col) and 1x1 stride 2") {
-  check_against_reference({3, 5, 4, 6, 3, 1, 1, params(1, 0, 1, 1)});
-  check_against_reference({2, 5, 5, 5, 3, 1, 1, params(2, 0, 1, 1)});
+  check_against_reference({3, 5, 4, 6, 3, 1, 1, conv_params(1, 0, 1, 1)});
+  check_against_reference({2, 5, 5, 5, 3, 1, 1, conv_params(2, 0, 1, 1)});
 }
 
 TEST_CASE("conv2d: more output pixels than one column tile, 130 output channels") {
   // 16 * 9 rows per column: 896 pixels a tile, so 30x30 outputs take two tiles; 130 output
   // channels take two dW row blocks.
-  check_against_reference({2, 16, 30, 30, 4, 3, 3, params(1, 1, 1, 1)}, 1e-4);
-  check_against_reference({2, 2, 5, 5, 130, 3, 3, params(1, 0, 1, 1)});
+  check_against_reference({2, 16, 30, 30, 4, 3, 3, conv_params(1, 1, 1, 1)}, 1e-4);
+  check_against_reference({2, 2, 5, 5, 130, 3, 3, conv_params(1, 0, 1, 1)});
 }
 
 TEST_CASE("conv2d: small images side by side, several per product") {
   // 4608 rows per column: 64-pixel column matrices. 1x1 outputs: all 8 images in one product.
-  check_against_reference({8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)}, 1e-4);
+  check_against_reference({8, 512, 3, 3, 512, 3, 3, conv_params(1, 0, 1, 1)}, 1e-4);
   // 3x3 outputs: at most 7 images per product, so 11 images make two chunks, of 6 and 5; 2
   // groups of 130 output channels, two row blocks each.
-  check_against_reference({11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)}, 1e-4);
+  check_against_reference({11, 512, 3, 3, 260, 3, 3, conv_params(1, 1, 1, 2)}, 1e-4);
   // Stride 2 (3x3 outputs of 6x5 images: chunks of 5 and 4; dx in blocks of 64, 64, 64 and 8
   // input channels), and a 1x1 convolution (x copied into the column matrix here: two chunks of
   // 10 images of 2x2).
-  check_against_reference({9, 200, 6, 5, 140, 3, 3, params(2, 1, 1, 1)}, 1e-4);
-  check_against_reference({20, 4096, 2, 2, 130, 1, 1, params(1, 0, 1, 1)}, 1e-4);
+  check_against_reference({9, 200, 6, 5, 140, 3, 3, conv_params(2, 1, 1, 1)}, 1e-4);
+  check_against_reference({20, 4096, 2, 2, 130, 1, 1, conv_params(1, 0, 1, 1)}, 1e-4);
 }
 
 TEST_CASE("conv2d: dW over two partial slots of 10 small images each") {
   // dW is 256 x 4608 floats (4.7 MB): 64 MB would hold 13 slots, but there are two chunks of
   // images (at most 16 of 2x2 outputs per product: 10 + 10), so two slots.
-  check_against_reference({20, 512, 2, 2, 256, 3, 3, params(1, 1, 1, 1)}, 1e-4);
+  check_against_reference({20, 512, 2, 2, 256, 3, 3, conv_params(1, 1, 1, 1)}, 1e-4);
 }
 
 TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an OpenMP region") {
@@ -214,12 +207,12 @@ TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an O
     ops::conv2d_backward(ctx, &o.dx, &o.dw, &o.db, dy, x, w, c.p);
     return o;
   };
-  for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, params(1, 1, 1, 1)},
-                        Case{3, 8, 17, 17, 8, 5, 5, params(2, 2, 1, 2)},
-                        Case{8, 512, 3, 3, 512, 3, 3, params(1, 0, 1, 1)},
-                        Case{11, 512, 3, 3, 260, 3, 3, params(1, 1, 1, 2)},
-                        Case{3, 24, 33, 31, 24, 3, 3, params(1, 1, 1, 24)},
-                        Case{3, 20, 35, 29, 40, 5, 5, params(2, 2, 1, 20)}}) {
+  for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, conv_params(1, 1, 1, 1)},
+                        Case{3, 8, 17, 17, 8, 5, 5, conv_params(2, 2, 1, 2)},
+                        Case{8, 512, 3, 3, 512, 3, 3, conv_params(1, 0, 1, 1)},
+                        Case{11, 512, 3, 3, 260, 3, 3, conv_params(1, 1, 1, 2)},
+                        Case{3, 24, 33, 31, 24, 3, 3, conv_params(1, 1, 1, 24)},
+                        Case{3, 20, 35, 29, 40, 5, 5, conv_params(2, 2, 1, 20)}}) {
     const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
     const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
     Tensor x = randn({c.N, c.C, c.H, c.W}, 5), w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 6);

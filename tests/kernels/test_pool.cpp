@@ -8,10 +8,12 @@
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/kernels/kernel_params.hpp"
 #include "tests/common/tensors.hpp"
 
 using namespace dpx;
 using dpx::testing::check_close;
+using dpx::testing::pool_params;
 using dpx::testing::randn;
 
 namespace {
@@ -20,16 +22,6 @@ Tensor iota(const Shape& shape, float start, float step = 1.f) {
   Tensor t = Tensor::empty(shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = start + step * i;
   return t;
-}
-
-ops::Pool2dParams pool(int k, int s, int pad, bool ceil_mode = false, bool include_pad = true) {
-  ops::Pool2dParams p;
-  p.kernel_h = p.kernel_w = k;
-  p.stride_h = p.stride_w = s;
-  p.pad_h = p.pad_w = pad;
-  p.ceil_mode = ceil_mode;
-  p.count_include_pad = include_pad;
-  return p;
 }
 
 // Average pooling by the reference kernel (kernels/ref/pool.cpp): forward y and backward dx for dy.
@@ -50,7 +42,7 @@ TEST_CASE("max_pool2d: 2x2 stride 2, hand values and arg-max") {
   Context ctx = Context::cpu();
   Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
   Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
-  ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0));
+  ops::max_pool2d_forward(ctx, y, am, x, pool_params(2, 2, 0));
   check_close(y, {6, 8, 14, 16});
   check_close(am, {5, 7, 13, 15});
 }
@@ -59,11 +51,11 @@ TEST_CASE("max_pool2d: ceil_mode keeps the partial last window") {
   Context ctx = Context::cpu();
   Tensor x = iota({1, 1, 5, 5}, 0), y = Tensor::empty({1, 1, 3, 3});
   Tensor am = Tensor::empty({1, 1, 3, 3}, DType::i32);
-  ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0, true));
+  ops::max_pool2d_forward(ctx, y, am, x, pool_params(2, 2, 0, true));
   check_close(y, {6, 8, 9, 16, 18, 19, 21, 23, 24});
   check_close(am, {6, 8, 9, 16, 18, 19, 21, 23, 24});
   // Without ceil_mode the output is 2x2, and a 3x3 y is rejected.
-  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y, am, x, pool(2, 2, 0, false)),
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y, am, x, pool_params(2, 2, 0, false)),
                        doctest::Contains("y has shape (1, 1, 3, 3), expected (1, 1, 2, 2)"), Error);
 }
 
@@ -71,13 +63,13 @@ TEST_CASE("max_pool2d: padding never wins (it is -inf), ties go to the first max
   Context ctx = Context::cpu();
   Tensor x = iota({1, 1, 4, 4}, -1, -1), y = Tensor::empty({1, 1, 2, 2});
   Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
-  ops::max_pool2d_forward(ctx, y, am, x, pool(3, 2, 1));
+  ops::max_pool2d_forward(ctx, y, am, x, pool_params(3, 2, 1));
   check_close(y, {-1, -2, -5, -6});
   check_close(am, {0, 1, 4, 5});
 
   Tensor t = Tensor::from({1, 1, 2, 4}, {3, 5, 7, 7, 5, 1, 7, 7});
   Tensor ty = Tensor::empty({1, 1, 1, 2}), tam = Tensor::empty({1, 1, 1, 2}, DType::i32);
-  ops::max_pool2d_forward(ctx, ty, tam, t, pool(2, 2, 0));
+  ops::max_pool2d_forward(ctx, ty, tam, t, pool_params(2, 2, 0));
   check_close(ty, {5, 7});
   check_close(tam, {1, 2});
 }
@@ -87,7 +79,7 @@ TEST_CASE("max_pool2d_backward: gradient goes to the arg-max, accumulating") {
   // Overlapping windows (3x3, stride 1) share maxima, whose gradients add up.
   Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
   Tensor am = Tensor::empty({1, 1, 2, 2}, DType::i32);
-  ops::max_pool2d_forward(ctx, y, am, x, pool(3, 1, 0));
+  ops::max_pool2d_forward(ctx, y, am, x, pool_params(3, 1, 0));
   check_close(am, {10, 11, 14, 15});
   Tensor dy = Tensor::from({1, 1, 2, 2}, {1, 2, 3, 4}), dx = Tensor::zeros({1, 1, 4, 4});
   ops::max_pool2d_backward(ctx, dx, dy, am);
@@ -104,7 +96,7 @@ TEST_CASE("max_pool2d_backward: gradient goes to the arg-max, accumulating") {
 TEST_CASE("max_pool2d: forward and backward against plain loops, with padding and ceil_mode") {
   Context ctx = Context::cpu(2);
   for (const ops::Pool2dParams& p :
-       {pool(3, 2, 1), pool(2, 2, 0, true), pool(3, 2, 1, true), pool(5, 3, 2, true)}) {
+       {pool_params(3, 2, 1), pool_params(2, 2, 0, true), pool_params(3, 2, 1, true), pool_params(5, 3, 2, true)}) {
     CAPTURE(p.kernel_h);
     CAPTURE(p.ceil_mode);
     Tensor x = randn({2, 3, 9, 8}, 5);
@@ -129,19 +121,19 @@ TEST_CASE("max_pool2d: forward and backward against plain loops, with padding an
 TEST_CASE("avg_pool2d: hand values with padding, count_include_pad on and off") {
   Context ctx = Context::cpu();
   Tensor x = iota({1, 1, 4, 4}, 1), y = Tensor::empty({1, 1, 2, 2});
-  ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 0));
+  ops::avg_pool2d_forward(ctx, y, x, pool_params(2, 2, 0));
   check_close(y, {3.5, 5.5, 11.5, 13.5});
   // 3x3 windows, stride 2, padding 1: sums 14, 30, 57, 99 over 4, 6, 6, 9 real elements.
-  ops::avg_pool2d_forward(ctx, y, x, pool(3, 2, 1, false, true));
+  ops::avg_pool2d_forward(ctx, y, x, pool_params(3, 2, 1, false, true));
   check_close(y, {14 / 9., 30 / 9., 57 / 9., 99 / 9.});
-  ops::avg_pool2d_forward(ctx, y, x, pool(3, 2, 1, false, false));
+  ops::avg_pool2d_forward(ctx, y, x, pool_params(3, 2, 1, false, false));
   check_close(y, {14 / 4., 30 / 6., 57 / 6., 99 / 9.});
 }
 
 TEST_CASE("avg_pool2d: ceil_mode windows past the edge divide by what they cover") {
   Context ctx = Context::cpu();
   Tensor x = iota({1, 1, 5, 5}, 0), y = Tensor::empty({1, 1, 3, 3});
-  ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 0, true));
+  ops::avg_pool2d_forward(ctx, y, x, pool_params(2, 2, 0, true));
   // The last row and column of windows cover one input row / column only (PyTorch divides
   // by the part inside the padded input, here no padding).
   check_close(y, {3, 5, 6.5, 13, 15, 16.5, 20.5, 22.5, 24});
@@ -150,8 +142,8 @@ TEST_CASE("avg_pool2d: ceil_mode windows past the edge divide by what they cover
 TEST_CASE("avg_pool2d: forward and backward against plain loops, accumulating") {
   Context ctx = Context::cpu(2);
   for (const ops::Pool2dParams& p :
-       {pool(3, 2, 1, false, true), pool(3, 2, 1, true, false), pool(2, 2, 0, true, true),
-        pool(3, 1, 1, false, false), pool(5, 3, 2, true, true)}) {
+       {pool_params(3, 2, 1, false, true), pool_params(3, 2, 1, true, false), pool_params(2, 2, 0, true, true),
+        pool_params(3, 1, 1, false, false), pool_params(5, 3, 2, true, true)}) {
     CAPTURE(p.kernel_h);
     CAPTURE(p.ceil_mode);
     Tensor x = randn({2, 3, 9, 8}, 1);
@@ -231,9 +223,9 @@ TEST_CASE("adaptive_avg_pool2d: a global pool over a 112x112 map is the mean cor
 TEST_CASE("pooling: bad windows are clear errors") {
   Context ctx = Context::cpu();
   Tensor x = Tensor::zeros({1, 1, 4, 4}), y = Tensor::empty({1, 1, 3, 3});
-  CHECK_THROWS_WITH_AS(ops::avg_pool2d_forward(ctx, y, x, pool(2, 2, 2)),
+  CHECK_THROWS_WITH_AS(ops::avg_pool2d_forward(ctx, y, x, pool_params(2, 2, 2)),
                        doctest::Contains("padding (2, 2) must be at most half the kernel"), Error);
   Tensor am = Tensor::empty({1, 1, 2, 2}), y2 = Tensor::empty({1, 1, 2, 2});
-  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y2, am, x, pool(2, 2, 0)),
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y2, am, x, pool_params(2, 2, 0)),
                        doctest::Contains("argmax (1, 1, 2, 2) must be i32, got f32"), Error);
 }

@@ -14,10 +14,13 @@
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/kernels/kernel_params.hpp"
 #include "tests/common/tensors.hpp"
 
 using namespace dpx;
 using dpx::testing::bitwise_equal;
+using dpx::testing::conv_params;
+using dpx::testing::pool_params;
 using dpx::testing::labels_from;
 using dpx::testing::poisoned;  // outputs start as NaN: an element a kernel does not write stays NaN
 using dpx::testing::randn;
@@ -49,25 +52,6 @@ void close(const char* what, const Tensor& got, const Tensor& want, double tol =
   CHECK_MESSAGE(d <= tol, std::string(what), ": CPU and reference differ by ", d, " (tolerance ", tol, ")");
 }
 void close(const char* what, const Grad& g, double tol = kShort) { close(what, g.cpu, g.ref, tol); }
-
-ops::Conv2dParams conv(int stride, int pad, int dilation, int groups) {
-  ops::Conv2dParams p;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = dilation;
-  p.groups = groups;
-  return p;
-}
-
-ops::Pool2dParams pool(int k, int s, int pad, bool ceil_mode = false, bool include_pad = true) {
-  ops::Pool2dParams p;
-  p.kernel_h = p.kernel_w = k;
-  p.stride_h = p.stride_w = s;
-  p.pad_h = p.pad_w = pad;
-  p.ceil_mode = ceil_mode;
-  p.count_include_pad = include_pad;
-  return p;
-}
 
 }  // namespace
 
@@ -190,26 +174,26 @@ void check_conv(const ConvCase& k, double tol) {
 }  // namespace
 
 TEST_CASE("ref: conv2d, forward and backward, strides, padding, dilation, groups") {
-  check_conv({2, 3, 7, 9, 4, 3, 3, conv(1, 1, 1, 1)}, kShort);    // odd sizes, 3x3 "same"
-  check_conv({2, 4, 7, 6, 6, 3, 3, conv(2, 1, 1, 2)}, kShort);    // stride 2, 2 groups
-  check_conv({2, 3, 10, 11, 4, 3, 3, conv(1, 2, 2, 1)}, kShort);  // dilation 2
-  check_conv({3, 5, 4, 6, 3, 1, 1, conv(1, 0, 1, 1)}, kShort);    // 1x1 (x is the column matrix)
-  check_conv({2, 5, 5, 5, 3, 1, 1, conv(2, 0, 1, 1)}, kShort);    // 1x1 stride 2
-  check_conv({1, 3, 29, 27, 8, 7, 7, conv(2, 3, 1, 1)}, kLong);   // a 7x7/2 stem: 147-term sums
-  check_conv({2, 2, 3, 3, 2, 3, 3, conv(1, 0, 1, 1)}, kShort);    // kernel as large as the image
-  ConvCase rect{2, 3, 8, 9, 4, 3, 2, conv(1, 2, 2, 1)};         // non-square everything
+  check_conv({2, 3, 7, 9, 4, 3, 3, conv_params(1, 1, 1, 1)}, kShort);    // odd sizes, 3x3 "same"
+  check_conv({2, 4, 7, 6, 6, 3, 3, conv_params(2, 1, 1, 2)}, kShort);    // stride 2, 2 groups
+  check_conv({2, 3, 10, 11, 4, 3, 3, conv_params(1, 2, 2, 1)}, kShort);  // dilation 2
+  check_conv({3, 5, 4, 6, 3, 1, 1, conv_params(1, 0, 1, 1)}, kShort);    // 1x1 (x is the column matrix)
+  check_conv({2, 5, 5, 5, 3, 1, 1, conv_params(2, 0, 1, 1)}, kShort);    // 1x1 stride 2
+  check_conv({1, 3, 29, 27, 8, 7, 7, conv_params(2, 3, 1, 1)}, kLong);   // a 7x7/2 stem: 147-term sums
+  check_conv({2, 2, 3, 3, 2, 3, 3, conv_params(1, 0, 1, 1)}, kShort);    // kernel as large as the image
+  ConvCase rect{2, 3, 8, 9, 4, 3, 2, conv_params(1, 2, 2, 1)};         // non-square everything
   rect.p.stride_w = 2, rect.p.pad_w = 1, rect.p.dilation_w = 3;
   check_conv(rect, kShort);
 }
 
 TEST_CASE("ref: conv2d depthwise (its own CPU kernel) and the batched small-image path") {
   // dW of a depthwise kernel sums up to N * OH * OW products in f32: kLong.
-  check_conv({2, 6, 9, 8, 6, 3, 3, conv(1, 1, 1, 6)}, kLong);      // depthwise
-  check_conv({2, 4, 9, 10, 8, 5, 5, conv(2, 2, 1, 4)}, kLong);     // multiplier 2, 5x5 stride 2
-  check_conv({3, 3, 12, 13, 3, 7, 7, conv(1, 3, 1, 3)}, kLong);    // 7x7 depthwise
-  check_conv({2, 5, 15, 12, 5, 3, 3, conv(2, 2, 2, 5)}, kLong);    // dilation 2, stride 2
-  check_conv({8, 64, 3, 3, 48, 3, 3, conv(1, 1, 1, 2)}, kLong);    // several images per GEMM
-  check_conv({2, 16, 30, 30, 4, 3, 3, conv(1, 1, 1, 1)}, kLong);   // several column tiles
+  check_conv({2, 6, 9, 8, 6, 3, 3, conv_params(1, 1, 1, 6)}, kLong);      // depthwise
+  check_conv({2, 4, 9, 10, 8, 5, 5, conv_params(2, 2, 1, 4)}, kLong);     // multiplier 2, 5x5 stride 2
+  check_conv({3, 3, 12, 13, 3, 7, 7, conv_params(1, 3, 1, 3)}, kLong);    // 7x7 depthwise
+  check_conv({2, 5, 15, 12, 5, 3, 3, conv_params(2, 2, 2, 5)}, kLong);    // dilation 2, stride 2
+  check_conv({8, 64, 3, 3, 48, 3, 3, conv_params(1, 1, 1, 2)}, kLong);    // several images per GEMM
+  check_conv({2, 16, 30, 30, 4, 3, 3, conv_params(1, 1, 1, 1)}, kLong);   // several column tiles
 }
 
 TEST_CASE("ref: max and average pooling, padding, ceil_mode, count_include_pad") {
@@ -218,15 +202,15 @@ TEST_CASE("ref: max and average pooling, padding, ceil_mode, count_include_pad")
     Shape x;
     ops::Pool2dParams p;
   };
-  ops::Pool2dParams rect = pool(3, 2, 1);
+  ops::Pool2dParams rect = pool_params(3, 2, 1);
   rect.kernel_w = 2, rect.stride_w = 1, rect.pad_w = 0;
   for (bool include_pad : {true, false})
-    for (const Case& k : {Case{{2, 3, 7, 7}, pool(3, 2, 1, false, include_pad)},  // ResNet's stem pool
-                          Case{{2, 3, 8, 9}, pool(2, 2, 0, false, include_pad)},
-                          Case{{1, 2, 6, 7}, pool(3, 2, 0, true, include_pad)},   // SqueezeNet's
-                          Case{{1, 2, 2, 2}, pool(3, 2, 0, true, include_pad)},   // window > input
-                          Case{{2, 2, 8, 8}, pool(3, 2, 1, true, include_pad)},   // last window clipped
-                          Case{{2, 2, 9, 7}, pool(3, 1, 1, false, include_pad)},  // overlapping
+    for (const Case& k : {Case{{2, 3, 7, 7}, pool_params(3, 2, 1, false, include_pad)},  // ResNet's stem pool
+                          Case{{2, 3, 8, 9}, pool_params(2, 2, 0, false, include_pad)},
+                          Case{{1, 2, 6, 7}, pool_params(3, 2, 0, true, include_pad)},   // SqueezeNet's
+                          Case{{1, 2, 2, 2}, pool_params(3, 2, 0, true, include_pad)},   // window > input
+                          Case{{2, 2, 8, 8}, pool_params(3, 2, 1, true, include_pad)},   // last window clipped
+                          Case{{2, 2, 9, 7}, pool_params(3, 1, 1, false, include_pad)},  // overlapping
                           Case{{1, 3, 7, 5}, rect}}) {
       CAPTURE(shape_str(k.x)); CAPTURE(k.p.kernel_h); CAPTURE(k.p.stride_h); CAPTURE(k.p.pad_h);
       CAPTURE(k.p.ceil_mode); CAPTURE(k.p.count_include_pad);

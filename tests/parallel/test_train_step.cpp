@@ -15,30 +15,20 @@
 #include "parallel/metrics.hpp"
 #include "parallel/train_step.hpp"
 #include "parallel/trainer.hpp"
+#include "tests/parallel/small_job.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
 
 namespace {
 
+// small_job, shorter: 6 steps over 256 images, the loader on the stepping thread.
 TrainOptions tiny(const std::string& devices, ParallelMode mode) {
-  TrainOptions o;
-  o.model = "mlp";
-  o.dataset = "synthetic";
-  o.image_size = 8;
-  o.channels = 1;
+  TrainOptions o = dpx::testing::small_job(devices, mode);
   o.synthetic_size = 256;
-  o.batch_size = 32;
   o.max_steps = 6;
-  o.epochs = 1;
   o.seed = 3;
-  o.devices = devices;
-  o.parallel = mode;
-  o.threads = 2;
   o.workers = 0;
-  o.warmup_steps = 0;
-  o.evaluate = false;
-  o.log_interval_s = 1e9;
   return o;
 }
 

@@ -16,37 +16,15 @@
 #include "parallel/trainer.hpp"
 #include "zoo/registry.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/parallel/small_job.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
 using dpx::testing::check_close;
 using dpx::testing::max_abs_diff;
+using dpx::testing::small_job;
 
 namespace {
-
-TrainOptions small_job(const std::string& devices, ParallelMode mode) {
-  TrainOptions o;
-  o.model = "mlp";
-  o.dataset = "synthetic";
-  o.image_size = 8;
-  o.channels = 1;
-  o.synthetic_size = 512;
-  o.batch_size = 32;
-  o.max_steps = 10;
-  o.epochs = 1;
-  o.lr = 0.05f;
-  o.momentum = 0.9f;
-  o.weight_decay = 1e-4f;
-  o.seed = 7;
-  o.devices = devices;
-  o.parallel = mode;
-  o.threads = 2;
-  o.workers = 1;
-  o.warmup_steps = 0;
-  o.evaluate = false;
-  o.log_interval_s = 1e9;
-  return o;
-}
 
 // Mean loss over ranks at each global step: the loss of the whole global batch.
 std::vector<double> global_losses(const TrainReport& r) {
