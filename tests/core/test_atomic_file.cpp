@@ -17,9 +17,15 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
+#include "tests/common/errors.hpp"
 
 namespace fs = std::filesystem;
+
+using dpx::testing::contains;
+using dpx::testing::error_of;
+
+using dpx::testing::file_text;
 
 namespace {
 
@@ -28,33 +34,13 @@ struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("atomic") {}
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The message of the dpx::Error that f throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 }  // namespace
 
 TEST_CASE("write_file_atomic writes the contents and leaves only the file") {
   TempDir dir;
   const std::string path = dir.file("out.csv");
   dpx::write_file_atomic(path, std::string_view("a,b\n1,2\n"));
-  CHECK(slurp(path) == "a,b\n1,2\n");
+  CHECK(file_text(path) == "a,b\n1,2\n");
 
   const std::string big(300000, 'x');  // larger than the stream buffer: the direct-write path
   dpx::write_file_atomic(dir.file("big.bin"), [&](std::ostream& os) {
@@ -62,7 +48,7 @@ TEST_CASE("write_file_atomic writes the contents and leaves only the file") {
     os.write(big.data(), static_cast<std::streamsize>(big.size()));
     os << "tail";
   });
-  CHECK(slurp(dir.file("big.bin")) == "head" + big + "tail");
+  CHECK(file_text(dir.file("big.bin")) == "head" + big + "tail");
   CHECK(dir.entries() == std::vector<std::string>{"big.bin", "out.csv"});
 }
 
@@ -71,7 +57,7 @@ TEST_CASE("write_file_atomic replaces an existing file") {
   const std::string path = dir.file("summary.json");
   dpx::write_file_atomic(path, std::string_view("old"));
   dpx::write_file_atomic(path, std::string_view("new contents"));
-  CHECK(slurp(path) == "new contents");
+  CHECK(file_text(path) == "new contents");
   dpx::write_file_atomic(path, std::string_view(""));
   CHECK(fs::file_size(path) == 0);
   CHECK(dir.entries() == std::vector<std::string>{"summary.json"});
@@ -86,7 +72,7 @@ TEST_CASE("a writer that throws leaves the old file as it was and no temporary")
     throw std::runtime_error("model diverged");
   };
   CHECK_THROWS_WITH_AS(dpx::write_file_atomic(path, throwing), "model diverged", std::runtime_error);
-  CHECK(slurp(path) == "complete");
+  CHECK(file_text(path) == "complete");
   CHECK(dir.entries() == std::vector<std::string>{"trace.json"});
 
   CHECK_THROWS_AS(dpx::write_file_atomic(dir.file("fresh.json"), throwing), std::runtime_error);
@@ -122,7 +108,7 @@ TEST_CASE("write_file_atomic under a regular file fails and creates nothing") {
   std::string msg = error_of([&] { dpx::write_file_atomic(path, std::string_view("x")); });
   CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--out): Not a directory"), msg);
   CHECK(dir.entries() == std::vector<std::string>{"plain"});
-  CHECK(slurp(dir.file("plain")) == "i am a file");
+  CHECK(file_text(dir.file("plain")) == "i am a file");
 }
 
 TEST_CASE("write_file_atomic onto a directory fails at the rename and removes the temporary") {
@@ -155,7 +141,7 @@ TEST_CASE("a failing write (file size limit) is reported and leaves no partial f
 
   CHECK_MESSAGE(contains(msg, "cannot write " + path + " (--out): File too large"), msg);
   CHECK_MESSAGE(contains(msg, "free some disk space"), msg);
-  CHECK(slurp(path) == "previous");
+  CHECK(file_text(path) == "previous");
   CHECK(dir.entries() == std::vector<std::string>{"weights.bin"});
 }
 
@@ -171,7 +157,7 @@ TEST_CASE("ensure_writable_dir creates missing directories and accepts existing 
   CHECK(fs::is_directory(out));
   dpx::ensure_writable_dir(out);  // again: nothing to do, no error
   dpx::write_file_atomic(out + "/steps.csv", std::string_view("step\n"));
-  CHECK(slurp(out + "/steps.csv") == "step\n");
+  CHECK(file_text(out + "/steps.csv") == "step\n");
   CHECK_NOTHROW(dpx::ensure_writable_dir(""));  // the current directory
 }
 

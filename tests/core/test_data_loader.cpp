@@ -15,25 +15,16 @@
 #include "core/clock.hpp"
 #include "core/data/loader.hpp"
 #include "core/data/synthetic.hpp"
+#include "tests/common/errors.hpp"
 
 using dpx::Shape;
 using dpx::Tensor;
 using namespace dpx::data;
 
+using dpx::testing::contains;
+using dpx::testing::error_of;
+
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  FAIL_CHECK("no dpx::Error thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Sample i is the image (i, -i) with label i, so a batch tells which samples it holds. It can
 // sleep per sample (a slow disk) and throw for one index (a bad file).

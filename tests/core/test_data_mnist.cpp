@@ -15,7 +15,8 @@
 #include "core/data/datasets.hpp"
 #include "core/data/idx.hpp"
 #include "core/data/mnist.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
+#include "tests/common/errors.hpp"
 
 namespace fs = std::filesystem;
 using dpx::DType;
@@ -23,25 +24,15 @@ using dpx::Shape;
 using dpx::Tensor;
 using namespace dpx::data;
 
+using dpx::testing::contains;
+using dpx::testing::error_of;
+
 namespace {
 
 // Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "mnist".
 struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("mnist") {}
 };
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  FAIL_CHECK("no dpx::Error thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Sets an environment variable for one scope, restoring the old value after.
 struct ScopedEnv {

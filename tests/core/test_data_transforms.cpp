@@ -10,25 +10,16 @@
 
 #include "core/data/transforms.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/common/errors.hpp"
 
 using dpx::Shape;
 using namespace dpx::data;
 using dpx::testing::check_close;
 
+using dpx::testing::contains;
+using dpx::testing::error_of;
+
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  FAIL_CHECK("no dpx::Error thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The inputs of the PyTorch reference: x[i] = ((i * 37) % 11) / 10, row-major.
 std::vector<float> pattern(int64_t n) {

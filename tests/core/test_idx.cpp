@@ -15,13 +15,17 @@
 #include <vector>
 
 #include "core/data/idx.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
+#include "tests/common/errors.hpp"
 
 namespace fs = std::filesystem;
 using dpx::DType;
 using dpx::Tensor;
 using namespace dpx::data;
 using Bytes = std::vector<uint8_t>;
+
+using dpx::testing::contains;
+using dpx::testing::error_of;
 
 namespace {
 
@@ -53,20 +57,6 @@ Bytes gzip(const Bytes& raw) {
   deflateEnd(&zs);
   return out;
 }
-
-// The message of the dpx::Error that f throws, or "" (and a failed check) when it throws none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  FAIL_CHECK("no dpx::Error thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Writes `b` to a file and returns the message read_idx gives for it; checks it names the file.
 std::string read_error(const TempDir& dir, const std::string& name, const Bytes& b) {

@@ -15,11 +15,17 @@
 #include <vector>
 
 #include "core/safetensors.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
+#include "tests/common/errors.hpp"
 
 namespace fs = std::filesystem;
 using dpx::DType;
 using dpx::Tensor;
+
+using dpx::testing::contains;
+using dpx::testing::error_of;
+
+using dpx::testing::file_text;
 
 namespace {
 
@@ -27,13 +33,6 @@ namespace {
 struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("st") {}
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void spill(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -67,18 +66,6 @@ Tensor patterned(const dpx::Shape& shape, DType dtype, int seed) {
   for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(i * 131 + seed * 29 + 7);
   return t;
 }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const dpx::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Reads a hand-made file and checks that the error names the file and says `what`.
 void check_rejected(const std::string& header, const std::string& data, const std::string& what) {
@@ -135,7 +122,7 @@ TEST_CASE("safetensors round trip is bit for bit for every dtype, shape and meta
   CHECK(st.find("missing") == nullptr);
 
   // The layout: header padded with spaces to 8 bytes, then exactly the tensors' bytes.
-  const std::string raw = slurp(path);
+  const std::string raw = file_text(path);
   REQUIRE(raw.size() >= 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(raw[i]);
@@ -171,14 +158,14 @@ TEST_CASE("safetensors files match the reference writer byte for byte") {
   const std::string attn_data = bytes_of<float>({0, 1, 2, 3, 4, 5});
   Tensor attn = Tensor::from({1, 1, 2, 3}, {0, 1, 2, 3, 4, 5});
   dpx::write_safetensors(path, {{"attn0", attn}});
-  CHECK(slurp(path) == le64(72) + attn_header + attn_data);
+  CHECK(file_text(path) == le64(72) + attn_header + attn_data);
 
   dpx::write_safetensors(path, {}, {{"framework", "pt"}});
-  CHECK(slurp(path) == le64(40) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
+  CHECK(file_text(path) == le64(40) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
   CHECK(dpx::read_safetensors(path).metadata.at("framework") == "pt");
 
   dpx::write_safetensors(path, {});
-  CHECK(slurp(path) == le64(8) + "{}      ");
+  CHECK(file_text(path) == le64(8) + "{}      ");
   CHECK(dpx::read_safetensors(path).tensors.empty());
 }
 
@@ -215,7 +202,7 @@ TEST_CASE("safetensors reads a multi-dtype file laid out by the reference, and w
   std::vector<std::pair<std::string, Tensor>> shuffled = {st.tensors[2], st.tensors[1], st.tensors[0]};
   dpx::sort_like_reference(shuffled);
   dpx::write_safetensors(dir.file("again.safetensors"), shuffled, st.metadata);
-  CHECK(slurp(dir.file("again.safetensors")) == file);
+  CHECK(file_text(dir.file("again.safetensors")) == file);
 }
 
 TEST_CASE("safetensors reader accepts any key order, null metadata and unknown fields") {
@@ -442,7 +429,7 @@ TEST_CASE("decode_safetensors reads bytes in memory as read_safetensors reads th
   const std::string path = dir.file("m.safetensors");
   dpx::write_safetensors(path, {{"w", patterned({2, 3}, DType::f32, 1)}, {"n", patterned({}, DType::i64, 2)}},
                          {{"format", "pt"}});
-  const std::string raw = slurp(path);
+  const std::string raw = file_text(path);
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
   dpx::SafeTensors file = dpx::read_safetensors(path), memory = dpx::decode_safetensors(bytes, "in memory");
   CHECK(memory.path == "in memory");

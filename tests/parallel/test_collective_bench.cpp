@@ -12,6 +12,7 @@
 #include "parallel/collective_bench.hpp"
 #include "parallel/collective_check.hpp"
 #include "test_collective_util.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
 using namespace dpx;
@@ -148,10 +149,7 @@ TEST_CASE("the table has nccl-tests' columns and closing lines; busbw follows nc
   CHECK(rep.rows[0].in_place == false);
   CHECK(rep.rows[1].in_place == true);
 
-  std::ifstream f(csv);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::vector<std::string> lines = lines_of(ss.str());
+  std::vector<std::string> lines = lines_of(dpx::testing::file_text(csv));
   REQUIRE(lines.size() == 7);
   CHECK(lines[0] == "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong");
   CHECK(lines[1].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,out,", 0) == 0);

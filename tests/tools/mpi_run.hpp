@@ -18,6 +18,9 @@
 #include <thread>
 
 #include "run_dpx.hpp"
+#include "tests/common/files.hpp"
+
+using dpx::testing::file_text;
 
 #ifdef DPX_MPIEXEC
 inline std::string mpirun(int np) {
@@ -27,13 +30,6 @@ inline std::string mpirun(int np) {
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-inline std::string file_text(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // A job started in the background, its output (stdout and stderr) going to a file.

@@ -11,7 +11,7 @@
 #include "core/data/idx.hpp"
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
 using dpx::testing::TempDir;

@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 
 #include "run_dpx.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
+
+using dpx::testing::file_text;
 
 namespace {
 
@@ -23,13 +26,6 @@ fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("dpx_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 const std::string kQuick = "train --dataset synthetic --image-size 12 --synthetic-size 256 --steps 4 --epochs 1 --threads 2 ";
@@ -147,13 +143,13 @@ TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") 
   REQUIRE(r.code == 0);
   CHECK(r.output.find("step 4/4") != std::string::npos);
   CHECK(r.output.find("test accuracy") != std::string::npos);
-  std::string steps = read(d / "steps.csv");
+  std::string steps = file_text(d / "steps.csv");
   CHECK(steps.rfind("rank,epoch,step,global_step,loss,load_s", 0) == 0);
   CHECK(std::count(steps.begin(), steps.end(), '\n') == 1 + 2 * 4);  // header + 2 ranks x 4 steps
-  std::string summary = read(d / "summary.csv");
+  std::string summary = file_text(d / "summary.csv");
   CHECK(std::count(summary.begin(), summary.end(), '\n') == 2);
   CHECK(summary.find("parallel_efficiency") != std::string::npos);
-  auto config = nlohmann::json::parse(read(d / "config.json"));
+  auto config = nlohmann::json::parse(file_text(d / "config.json"));
   CHECK(config["ranks"] == 2);
   CHECK(config["parallel"] == "ddp");
   CHECK(config["optimizer"] == "sgd");  // the defaults: SGD lr 0.05, Nesterov momentum 0.9
@@ -163,7 +159,7 @@ TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") 
   CHECK(config["weight_decay"] == 0.0);
   CHECK(config["betas"].is_null());
   CHECK(r.output.find("| SGD lr 0.05 momentum 0.9 wd 0 nesterov") != std::string::npos);
-  auto trace = nlohmann::json::parse(read(d / "trace.json"));
+  auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
   CHECK(trace["traceEvents"].size() > 8);
   for (auto& entry : fs::directory_iterator(d)) CHECK(entry.path().string().find(".tmp") == std::string::npos);
   fs::remove_all(d);
@@ -175,7 +171,7 @@ TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say othe
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find("| AdamW lr 0.001 betas 0.9,0.999 eps 1e-08 wd 0.01 ") != std::string::npos);
-  auto config = nlohmann::json::parse(read(d / "config.json"));
+  auto config = nlohmann::json::parse(file_text(d / "config.json"));
   CHECK(config["optimizer"] == "adamw");
   CHECK(config["lr"].get<double>() == doctest::Approx(1e-3));
   CHECK(config["weight_decay"].get<double>() == doctest::Approx(1e-2));
@@ -190,7 +186,7 @@ TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say othe
   CAPTURE(given.output);
   REQUIRE(given.code == 0);
   CHECK(given.output.find("| AdamW lr 0.002 betas 0.8,0.99 eps 1e-06 wd 0 ") != std::string::npos);
-  config = nlohmann::json::parse(read(d / "config.json"));
+  config = nlohmann::json::parse(file_text(d / "config.json"));
   CHECK(config["weight_decay"] == 0.0);
   CHECK(config["betas"][0].get<double>() == doctest::Approx(0.8));
 
@@ -207,7 +203,7 @@ TEST_CASE("bench writes results.csv with one row per configuration and POP colum
                  "--steps 4 --warmup 1 --threads 2 --out " + d.string());
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  std::string csv = read(d / "results.csv");
+  std::string csv = file_text(d / "results.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 4);
   CHECK(csv.find("load_balance,comm_efficiency,parallel_efficiency") != std::string::npos);
   CHECK(fs::exists(d / "steps" / "mlp_b16_ddp_cpu2.csv"));

@@ -15,11 +15,17 @@
 #include "zoo/registry.hpp"
 #include "tests/common/tensors.hpp"
 #include "zoo/weights.hpp"
+#include "tests/common/errors.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
 using namespace dpx;
 using dpx::testing::bitwise_equal;
 using dpx::testing::randn;
+
+using dpx::testing::contains;
+
+using dpx::testing::file_text;
 
 namespace {
 
@@ -29,15 +35,6 @@ fs::path temp_dir(const std::string& name) {
   fs::create_directories(d);
   return d;
 }
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 
 // Flags are given once each (CLI11 refuses repeats): the number of classes is added per run.
@@ -56,7 +53,7 @@ TEST_CASE("dpx models: torchvision's parameter counts, FLOPs and activation memo
   CHECK(contains(r.output, "2 per multiply-add"));
   CHECK(contains(r.output, "11,689,512"));
   CHECK(contains(r.output, "1,235,496"));
-  std::istringstream csv(read(d / "models.csv"));
+  std::istringstream csv(file_text(d / "models.csv"));
   std::string header, resnet, squeeze;
   std::getline(csv, header);
   std::getline(csv, resnet);
@@ -184,7 +181,7 @@ TEST_CASE("dpx train: --save, then --weights, --head and --freeze-backbone under
               (d / "run").string() + " --save " + b);
   REQUIRE(r.code == 0);
   CHECK(contains(r.output, "120 tensors loaded, 0 missing, 0 unexpected"));  // fc.* left to the new head
-  auto config = nlohmann::json::parse(read(d / "run" / "config.json"));
+  auto config = nlohmann::json::parse(file_text(d / "run" / "config.json"));
   CHECK(config["num_trainable"] == 512 * 4 + 4);
   CHECK(config["head"] == "linear");
   SafeTensors after = read_safetensors(b);

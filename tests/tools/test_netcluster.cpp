@@ -13,7 +13,7 @@
 #include "core/safetensors.hpp"
 #include "mpi_run.hpp"
 #include "weights_diff.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "mpi_run.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/common/files.hpp"
 
 namespace fs = std::filesystem;
 using dpx::testing::TempDir;

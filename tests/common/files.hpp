@@ -1,12 +1,14 @@
-// A fresh, empty directory under the system's temporary folder for one test, removed with
-// everything in it when the test ends. The name carries a tag, the process id and a counter,
-// so tests running in parallel (ctest -j) never share one.
+// Files in tests: a fresh, empty directory under the system's temporary folder for one test,
+// removed with everything in it when the test ends (the name carries a tag, the process id and
+// a counter, so tests running in parallel, ctest -j, never share one); and a file's contents.
 #pragma once
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -39,5 +41,13 @@ struct TempDir {
     return out;
   }
 };
+
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace dpx::testing
