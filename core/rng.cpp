@@ -31,38 +31,38 @@ float Rng::normal_at(uint64_t c) const {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-void fill_uniform(Tensor& t, Rng& rng, float lo, float hi) {
-  DPX_CHECK(t.device().is_cpu(), "fill_uniform works on host tensors");
+namespace {
+// Element i of host tensor t = value(first counter of element i), each element owning `draws`
+// consecutive counters taken from rng: the values do not depend on the number of threads.
+template <class Value>
+void fill_host(const char* who, Tensor& t, Rng& rng, uint64_t draws, Value value) {
+  DPX_CHECK(t.device().is_cpu(), who, " works on host tensors");
   float* p = t.data<float>();
   const int64_t n = t.numel();
-  uint64_t base = rng.advance(static_cast<uint64_t>(n));
+  uint64_t base = rng.advance(static_cast<uint64_t>(n) * draws);
 #pragma omp parallel for schedule(static) if (n >= kParallelFill)
-  for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * rng.uniform_at(base + i);
+  for (int64_t i = 0; i < n; ++i) p[i] = value(base + static_cast<uint64_t>(i) * draws);
+}
+}  // namespace
+
+void fill_uniform(Tensor& t, Rng& rng, float lo, float hi) {
+  fill_host("fill_uniform", t, rng, 1, [&](uint64_t c) { return lo + (hi - lo) * rng.uniform_at(c); });
 }
 
 void fill_normal(Tensor& t, Rng& rng, float mean, float stddev) {
-  DPX_CHECK(t.device().is_cpu(), "fill_normal works on host tensors");
-  float* p = t.data<float>();
-  const int64_t n = t.numel();
-  uint64_t base = rng.advance(static_cast<uint64_t>(n));
-#pragma omp parallel for schedule(static) if (n >= kParallelFill)
-  for (int64_t i = 0; i < n; ++i) p[i] = mean + stddev * rng.normal_at(base + i);
+  fill_host("fill_normal", t, rng, 1, [&](uint64_t c) { return mean + stddev * rng.normal_at(c); });
 }
 
 void fill_trunc_normal(Tensor& t, Rng& rng, float mean, float stddev, float lo, float hi) {
-  DPX_CHECK(t.device().is_cpu(), "fill_trunc_normal works on host tensors");
-  float* p = t.data<float>();
-  const int64_t n = t.numel();
-  uint64_t base = rng.advance(static_cast<uint64_t>(n) * 64);
-#pragma omp parallel for schedule(static) if (n >= kParallelFill)
-  for (int64_t i = 0; i < n; ++i) {
+  // Up to 64 draws per element until one lands in [lo, hi]; clamped if none does.
+  fill_host("fill_trunc_normal", t, rng, 64, [&](uint64_t c) {
     float v = mean;
     for (uint64_t attempt = 0; attempt < 64; ++attempt) {
-      v = mean + stddev * rng.normal_at(base + static_cast<uint64_t>(i) * 64 + attempt);
+      v = mean + stddev * rng.normal_at(c + attempt);
       if (v >= lo && v <= hi) break;
     }
-    p[i] = std::min(std::max(v, lo), hi);
-  }
+    return std::min(std::max(v, lo), hi);
+  });
 }
 
 std::vector<int64_t> permutation(int64_t n, Rng& rng) {

@@ -154,7 +154,8 @@ void Sched::recv_reduce(int peer, void* dst, const void* local, size_t elems) co
   sendrecv_reduce(-1, nullptr, 0, peer, dst, local, elems);
 }
 
-void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const {
+// One exchange with peers `to` (send_elems from p) and `from` (recv_elems into dst); -1: none.
+Exchange Sched::exchange(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const {
   Exchange x;
   x.send_peer = to;
   x.send = p;
@@ -163,20 +164,17 @@ void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* d
   x.recv = dst;
   x.recv_bytes = recv_elems * elem_size;
   x.dtype = args.dtype;
-  transport.exchange(x);
+  return x;
+}
+
+void Sched::sendrecv(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const {
+  transport.exchange(exchange(to, p, send_elems, from, dst, recv_elems));
 }
 
 void Sched::sendrecv_reduce(int to, const void* p, size_t send_elems, int from, void* dst, const void* local,
                             size_t recv_elems) const {
-  Exchange x;
-  x.send_peer = to;
-  x.send = p;
-  x.send_bytes = send_elems * elem_size;
-  x.recv_peer = from;
-  x.recv = dst;
-  x.recv_bytes = recv_elems * elem_size;
+  Exchange x = exchange(to, p, send_elems, from, dst, recv_elems);
   x.reduce_with = local;
-  x.dtype = args.dtype;
   x.op = op;
   transport.exchange(x);
 }

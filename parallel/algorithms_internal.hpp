@@ -54,6 +54,9 @@ struct Sched {
   void sendrecv(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const;
   void sendrecv_reduce(int to, const void* p, size_t send_elems, int from, void* dst, const void* local,
                        size_t recv_elems) const;
+
+ private:
+  Exchange exchange(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const;
 };
 
 // One algorithm's schedules, one per collective, for ranks >= 2 and count > 0.
