@@ -1,5 +1,5 @@
-// GELU, SiLU and Sigmoid: each forward keeps the one tensor its derivative reads; each backward
-// returns a fresh dx the accumulating op writes into.
+// The activation layers' forward and backward (one template, four instances) and the op each
+// one runs.
 #include "layers/activation.hpp"
 
 #include "kernels/ops.hpp"
@@ -7,55 +7,45 @@
 
 namespace dpx::nn {
 
-namespace {
-// Checks dy against the cached tensor's shape, naming the layer.
-void check_backward(const std::string& layer, const Tensor& saved, const Tensor& dy) {
-  DPX_CHECK(saved.defined(), layer, ": backward called before forward");
-  if (dy.shape() != saved.shape())
-    fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(saved.shape()));
+void ReluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::relu_forward(ctx, y, x); }
+void ReluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  ops::relu_backward(ctx, dx, dy, y);
 }
-}  // namespace
+void GeluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::gelu_forward(ctx, y, x); }
+void GeluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
+  ops::gelu_backward(ctx, dx, dy, x);
+}
+void SiluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::silu_forward(ctx, y, x); }
+void SiluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
+  ops::silu_backward(ctx, dx, dy, x);
+}
+void SigmoidOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::sigmoid_forward(ctx, y, x); }
+void SigmoidOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+  ops::sigmoid_backward(ctx, dx, dy, y);
+}
 
-Tensor GELU::forward(Context& ctx, const Tensor& x) {
+template <class Ops>
+Tensor Activation<Ops>::forward(Context& ctx, const Tensor& x) {
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
-  ops::gelu_forward(ctx, y, x);
-  x_ = x;
+  Ops::forward(ctx, y, x);
+  kept_ = Ops::keeps_output ? y : x;
   return y;
 }
 
-Tensor GELU::backward(Context& ctx, const Tensor& dy) {
-  check_backward(describe(), x_, dy);
-  Tensor dx = zeros_on(ctx, x_.shape());
-  ops::gelu_backward(ctx, dx, dy, x_);
+template <class Ops>
+Tensor Activation<Ops>::backward(Context& ctx, const Tensor& dy) {
+  const std::string layer = this->describe();
+  DPX_CHECK(kept_.defined(), layer, ": backward called before forward");
+  if (dy.shape() != kept_.shape())
+    fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(kept_.shape()));
+  Tensor dx = zeros_on(ctx, kept_.shape());
+  Ops::backward(ctx, dx, dy, kept_);
   return dx;
 }
 
-Tensor SiLU::forward(Context& ctx, const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
-  ops::silu_forward(ctx, y, x);
-  x_ = x;
-  return y;
-}
-
-Tensor SiLU::backward(Context& ctx, const Tensor& dy) {
-  check_backward(describe(), x_, dy);
-  Tensor dx = zeros_on(ctx, x_.shape());
-  ops::silu_backward(ctx, dx, dy, x_);
-  return dx;
-}
-
-Tensor Sigmoid::forward(Context& ctx, const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
-  ops::sigmoid_forward(ctx, y, x);
-  y_ = y;
-  return y;
-}
-
-Tensor Sigmoid::backward(Context& ctx, const Tensor& dy) {
-  check_backward(describe(), y_, dy);
-  Tensor dx = zeros_on(ctx, y_.shape());
-  ops::sigmoid_backward(ctx, dx, dy, y_);
-  return dx;
-}
+template class Activation<ReluOps>;
+template class Activation<GeluOps>;
+template class Activation<SiluOps>;
+template class Activation<SigmoidOps>;
 
 }  // namespace dpx::nn

@@ -1,48 +1,67 @@
-// Smooth activations as layers: GELU (exact erf form, torch.nn.GELU()), SiLU (torch.nn.SiLU,
-// EfficientNet's) and Sigmoid (torch.nn.Sigmoid, squeeze-excitation's gate). No parameters;
-// each keeps only what its backward reads.
+// Elementwise activations as layers, without parameters: ReLU (torch.nn.ReLU), GELU (exact erf
+// form, torch.nn.GELU()), SiLU (torch.nn.SiLU, EfficientNet's) and Sigmoid (torch.nn.Sigmoid,
+// squeeze-excitation's gate). One class template serves them all: each keeps only the tensor its
+// derivative reads (the input, or for ReLU and Sigmoid the output) and its backward returns a
+// fresh dx that the accumulating op writes into.
 #pragma once
+#include <string>
+
 #include "layers/module.hpp"
 
 namespace dpx::nn {
 
-class GELU : public Cloneable<GELU> {
- public:
-  GELU() = default;
-  Tensor forward(Context& ctx, const Tensor& x) override;  // any shape -> same shape
-  Tensor backward(Context& ctx, const Tensor& dy) override;
-  std::string type_name() const override { return "GELU"; }
-  std::string describe() const override { return "GELU(approximate='none')"; }
-  void clear_cache() override { x_ = Tensor(); }
-
- private:
-  Tensor x_;  // like x: forward's input (shared, not copied); GELU' needs x
+// An activation's ops and names (defined in activation.cpp).
+struct ReluOps {
+  static constexpr const char* name = "ReLU";
+  static constexpr const char* repr = "ReLU()";
+  static constexpr bool keeps_output = true;  // relu' is read from y (y > 0)
+  static void forward(Context& ctx, Tensor& y, const Tensor& x);
+  static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
+};
+struct GeluOps {
+  static constexpr const char* name = "GELU";
+  static constexpr const char* repr = "GELU(approximate='none')";
+  static constexpr bool keeps_output = false;  // GELU' needs x
+  static void forward(Context& ctx, Tensor& y, const Tensor& x);
+  static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
+};
+struct SiluOps {
+  static constexpr const char* name = "SiLU";
+  static constexpr const char* repr = "SiLU()";
+  static constexpr bool keeps_output = false;  // SiLU' needs x
+  static void forward(Context& ctx, Tensor& y, const Tensor& x);
+  static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
+};
+struct SigmoidOps {
+  static constexpr const char* name = "Sigmoid";
+  static constexpr const char* repr = "Sigmoid()";
+  static constexpr bool keeps_output = true;  // sigmoid' = y (1 - y)
+  static void forward(Context& ctx, Tensor& y, const Tensor& x);
+  static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
 
-class SiLU : public Cloneable<SiLU> {
+template <class Ops>
+class Activation : public Cloneable<Activation<Ops>> {
  public:
-  SiLU() = default;
-  Tensor forward(Context& ctx, const Tensor& x) override;  // any shape -> same shape
-  Tensor backward(Context& ctx, const Tensor& dy) override;
-  std::string type_name() const override { return "SiLU"; }
-  std::string describe() const override { return "SiLU()"; }
-  void clear_cache() override { x_ = Tensor(); }
+  Activation() = default;
+  Tensor forward(Context& ctx, const Tensor& x) override;    // any shape -> same shape
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // dx (a fresh tensor) += dy * f'
+  std::string type_name() const override { return Ops::name; }
+  std::string describe() const override { return Ops::repr; }
+  void clear_cache() override { kept_ = Tensor(); }
 
  private:
-  Tensor x_;  // like x: forward's input; SiLU' needs x
+  Tensor kept_;  // like x: forward's input or output (shared with the neighbours, not copied)
 };
 
-class Sigmoid : public Cloneable<Sigmoid> {
- public:
-  Sigmoid() = default;
-  Tensor forward(Context& ctx, const Tensor& x) override;  // any shape -> same shape
-  Tensor backward(Context& ctx, const Tensor& dy) override;
-  std::string type_name() const override { return "Sigmoid"; }
-  std::string describe() const override { return "Sigmoid()"; }
-  void clear_cache() override { y_ = Tensor(); }
+using ReLU = Activation<ReluOps>;
+using GELU = Activation<GeluOps>;
+using SiLU = Activation<SiluOps>;
+using Sigmoid = Activation<SigmoidOps>;
 
- private:
-  Tensor y_;  // like x: forward's output; sigmoid' = y (1 - y)
-};
+extern template class Activation<ReluOps>;
+extern template class Activation<GeluOps>;
+extern template class Activation<SiluOps>;
+extern template class Activation<SigmoidOps>;
 
 }  // namespace dpx::nn

@@ -8,7 +8,7 @@
 #include "layers/dropout.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/pooling.hpp"
-#include "layers/relu.hpp"
+#include "layers/activation.hpp"
 
 namespace dpx::nn {
 

@@ -5,7 +5,7 @@
 #include "kernels/ops.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/layer_util.hpp"
-#include "layers/relu.hpp"
+#include "layers/activation.hpp"
 
 namespace dpx::nn {
 

@@ -20,7 +20,6 @@
 #include "layers/patch_merging.hpp"
 #include "layers/permute.hpp"
 #include "layers/pooling.hpp"
-#include "layers/relu.hpp"
 #include "layers/residual.hpp"
 #include "layers/resnet_block.hpp"
 #include "layers/sequential.hpp"

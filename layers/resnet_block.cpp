@@ -4,7 +4,7 @@
 
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
-#include "layers/relu.hpp"
+#include "layers/activation.hpp"
 #include "layers/residual.hpp"
 #include "layers/sequential.hpp"
 

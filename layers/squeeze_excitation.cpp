@@ -7,7 +7,6 @@
 #include "layers/conv2d.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/pooling.hpp"
-#include "layers/relu.hpp"
 
 namespace dpx::nn {
 

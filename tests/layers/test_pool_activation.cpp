@@ -7,7 +7,7 @@
 #include "layers/dropout.hpp"
 #include "layers/flatten.hpp"
 #include "layers/pooling.hpp"
-#include "layers/relu.hpp"
+#include "layers/activation.hpp"
 #include "tests/layers/layer_test_util.hpp"
 
 using namespace dpx;
