@@ -39,12 +39,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   int nt = threads_for(ctx, x.numel());
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
-    double sum = 0;
-    for (int64_t n = 0; n < s.N; ++n) {
-      const float* in = xp + (n * s.C + c) * s.S;
-      for (int64_t i = 0; i < s.S; ++i) sum += in[i];
-    }
-    const double mean = sum / M;
+    const double mean = channel_sum(xp, s.N, s.C, s.S, c) / M;
     // Two passes: the squared deviations do not cancel the way E[x^2] - E[x]^2 does.
     double sq = 0;
     for (int64_t n = 0; n < s.N; ++n) {

@@ -432,14 +432,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     float* dbp = db->data<float>();
     const int nt = threads_for(ctx, s.N * s.K * s.P);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
-    for (int64_t k = 0; k < s.K; ++k) {
-      double acc = 0;
-      for (int64_t n = 0; n < s.N; ++n) {
-        const float* row = dyp + (n * s.K + k) * s.P;
-        for (int64_t i = 0; i < s.P; ++i) acc += row[i];
-      }
-      dbp[k] += static_cast<float>(acc);
-    }
+    for (int64_t k = 0; k < s.K; ++k) dbp[k] += static_cast<float>(channel_sum(dyp, s.N, s.K, s.P, k));
   }
 }
 

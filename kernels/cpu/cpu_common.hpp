@@ -19,6 +19,17 @@ inline int threads_for(const Context& ctx, int64_t work) {
   return (ctx.threads > 1 && work >= kMinParallelWork) ? ctx.threads : 1;
 }
 
+// The sum over n and i of x[(n * C + c) * S + i], in double, in that order: channel c of x
+// (N, C, S) — a batch-norm mean, a convolution's bias gradient.
+inline double channel_sum(const float* x, int64_t N, int64_t C, int64_t S, int64_t c) {
+  double sum = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const float* in = x + (n * C + c) * S;
+    for (int64_t i = 0; i < S; ++i) sum += in[i];
+  }
+  return sum;
+}
+
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C, where op(A) is (M, K) and op(B) is
 // (K, N); A is stored (M, K) or, with trans_a, (K, M); likewise B. beta == 0 never reads C.
 // C is cut into fixed tiles that depend only on M, N and K, and each tile is one
