@@ -29,7 +29,7 @@ using dpx::testing::file_text;
 
 namespace {
 
-// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "atomic".
+// Every test's files go into its own TempDir (tests/common/files.hpp), tagged "atomic".
 struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("atomic") {}
 };

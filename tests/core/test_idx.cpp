@@ -29,7 +29,7 @@ using dpx::testing::error_of;
 
 namespace {
 
-// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "idx".
+// Every test's files go into its own TempDir (tests/common/files.hpp), tagged "idx".
 struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("idx") {}
 };

@@ -29,7 +29,7 @@ using dpx::testing::file_text;
 
 namespace {
 
-// Every test's files go into its own TempDir (tests/temp_dir.hpp), tagged "st".
+// Every test's files go into its own TempDir (tests/common/files.hpp), tagged "st".
 struct TempDir : dpx::testing::TempDir {
   TempDir() : dpx::testing::TempDir("st") {}
 };
