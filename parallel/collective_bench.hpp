@@ -24,6 +24,7 @@ struct CollectiveOptions {
   int ranks_per_node = 0;                 // --ranks-per-node: hier's nodes (0: the real nodes)
   double comm_timeout_s = 300;            // --comm-timeout
   double link_gbps = 0;                   // --link-gbps: the network's rate, printed as busbw's limit
+  std::string net_sim;                    // --net-sim RATE,LATENCY: every exchange as on that network
   size_t min_bytes = size_t{32} << 20;    // -b/--minbytes
   size_t max_bytes = size_t{32} << 20;    // -e/--maxbytes
   size_t step_bytes = size_t{1} << 20;    // -i/--stepbytes: additive step, used when step_factor == 0

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/threads_backend.hpp"
+#include "parallel/net_sim.hpp"
 
 namespace dpx::parallel {
 
@@ -157,6 +158,9 @@ void validate(const CollectiveOptions& o) {
     usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
   if (!(o.link_gbps >= 0) || !std::isfinite(o.link_gbps))
     usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
+  if (parse_net_sim(o.net_sim, "--net-sim").enabled() && o.backend != "threads")
+    usage_fail("--net-sim works with --backend threads, not yet with ", o.backend,
+               ": MPI processes already talk over a real network");
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))

@@ -12,6 +12,7 @@
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "parallel/comm_reduce.hpp"
+#include "parallel/net_sim.hpp"
 #include "parallel/stop_vote.hpp"
 
 namespace dpx::parallel {
@@ -45,8 +46,13 @@ class Transport {
   // Whether buffers on `device` can be passed to exchange().
   virtual bool accepts(Device device) const = 0;
 
-  // Runs one step and counts its bytes.
+  // Runs one step and counts its bytes; with a simulated network (set_net_sim), then waits
+  // latency + max(sent, received bytes) / rate more, so the step costs at least that.
   void exchange(const Exchange& x);
+  // Every later exchange on this transport as on that network (--net-sim); set it alike on
+  // every rank. Off by default.
+  void set_net_sim(const NetSim& net) { net_sim_ = net; }
+  const NetSim& net_sim() const { return net_sim_; }
   // Every rank waits until all have arrived. Default: a dissemination barrier of log2(n)
   // zero-byte exchanges; backends with a cheaper native barrier override it.
   virtual void barrier();
@@ -78,6 +84,7 @@ class Transport {
   // Atomic because DDP's communication thread counts while the rank's thread may read.
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
   std::vector<int> node_of_rank_;  // empty: one node
+  NetSim net_sim_;
 };
 
 }  // namespace dpx::parallel

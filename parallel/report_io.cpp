@@ -92,6 +92,7 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["warmup_steps"] = o.warmup_steps;
   j["loss_threshold"] = o.loss_threshold;
   j["comm_timeout_s"] = o.comm_timeout_s;
+  j["net_sim"] = o.net_sim;
   j["ranks_per_node"] = o.ranks_per_node;
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;

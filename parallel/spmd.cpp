@@ -75,6 +75,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.pin_threads = o.pin_threads;
     ro.timeout_s = o.comm_timeout_s;
     ro.ranks_per_node = o.ranks_per_node;
+    ro.net_sim = parse_net_sim(o.net_sim, "--net-sim");
     run_ranks(job.ranks, [&](Communicator& comm) {
       DdpSync sync(comm, d);
       spmd_rank(job, comm.rank(), &comm, sync, report, report_mu, hooks, 0.0);

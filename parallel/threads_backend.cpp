@@ -487,6 +487,7 @@ void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOp
         PinGuard pin(cpus, r);
         ThreadsTransport transport(world, r);
         transport.set_node_layout(layout);
+        transport.set_net_sim(options.net_sim);
         Communicator comm(transport, options.algorithm);
         fn(comm);
         world.finish(r);

@@ -19,6 +19,8 @@ struct RankOptions {
   double timeout_s = 300;
   // For hier: groups of this many consecutive ranks are taken as one node (0: one node).
   int ranks_per_node = 0;
+  // Every exchange as on this network (--net-sim); off by default.
+  NetSim net_sim;
 };
 
 // Runs fn(comm) on k ranks at once and returns when all have finished. If a rank throws, every

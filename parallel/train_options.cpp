@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
 #include "parallel/algorithms.hpp"
+#include "parallel/net_sim.hpp"
 
 namespace dpx::parallel {
 
@@ -161,6 +162,14 @@ void TrainOptions::validate() const {
     usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
                "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");
   if (!(comm_timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", comm_timeout_s, ")");
+  if (parse_net_sim(net_sim, "--net-sim").enabled()) {
+    if (parallel != ParallelMode::ddp)
+      usage_fail("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp (DataParallel copies "
+                 "through memory on one machine; one replica does not communicate)");
+    if (process_ranks > 0)
+      usage_fail("--net-sim works with thread ranks (--devices cpu:K), not yet under mpirun: MPI processes already "
+                 "talk over a real network");
+  }
   if (checkpoint_every < 0) usage_fail("--checkpoint-every must be >= 0 steps (0: at the end of each epoch only; got ",
                                        checkpoint_every, ")");
   if (keep_checkpoints < 1) usage_fail("--keep must be at least 1 checkpoint (got ", keep_checkpoints, ")");
@@ -197,7 +206,7 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--parallel", parallel_mode_name(parallel)},
       {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
       {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--warmup", num(warmup_steps)},
-      {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)},
+      {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},
       {"--checkpoint-dir", checkpoint_dir}, {"--checkpoint-every", num(checkpoint_every)},

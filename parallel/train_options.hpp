@@ -57,6 +57,7 @@ struct TrainOptions {
   ParallelMode parallel = ParallelMode::none;
   std::string algo = "ring";              // ring, tree, naive, rhd, hier; mpi with process ranks
   double comm_timeout_s = 300;            // a rank waiting longer in one collective reports a stall
+  std::string net_sim;                    // --net-sim RATE,LATENCY: DDP's exchanges as on that network (net_sim.hpp)
   int ranks_per_node = 0;                 // hier: nodes of this many consecutive ranks (0: the real ones)
   double bucket_mb = 25;
   int accumulate = 1;

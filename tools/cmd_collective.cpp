@@ -82,6 +82,10 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--comm-timeout", o.comm_timeout_s,
                   "seconds a rank may wait in one collective before it prints a stall report and ends the job")
       ->capture_default_str();
+  cmd->add_option("--net-sim", o.net_sim,
+                  "RATE,LATENCY: every exchange of the thread ranks takes at least latency + bytes / rate, really "
+                  "waiting, as on that network (e.g. 10gbit,5us or 1GB,50us)")
+      ->capture_default_str();
   cmd->add_option("--link-gbps", o.link_gbps,
                   "the network link's rate in Gbit/s, printed as the busbw limit across nodes (0: unknown)")
       ->capture_default_str();

@@ -104,6 +104,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                                      : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, "
                                        "then across)")
       ->capture_default_str();
+  cmd.add_option("--net-sim", o.net_sim,
+                 "RATE,LATENCY: every exchange of DDP's thread ranks takes at least latency + bytes / rate, really "
+                 "waiting, as on that network (e.g. 10gbit,5us or 1GB,50us; units bit kbit mbit gbit tbit, B kB MB "
+                 "GB TB per second; ns us ms s)");
   cmd.add_option("--comm-timeout", o.comm_timeout_s,
                  "seconds a rank may wait in one collective before it prints a stall report and ends the job")
       ->capture_default_str();
