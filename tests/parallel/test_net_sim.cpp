@@ -1,7 +1,8 @@
 // The network you can dial in (--net-sim, parallel/net_sim.hpp): RATE,LATENCY parses with units
 // and refuses what it cannot read, naming the flag; exchanges, ring all-reduces and DDP's
 // gradient all-reduces under it take the alpha-beta model's time: never less (the wait is real),
-// and at most 50 % + 10 ms more (the copies and reductions themselves, on a shared 2-core machine).
+// and at most 50 % + 10 ms more (the copies and reductions themselves, on a shared 2-core machine;
+// twice that under the sanitizers, whose instrumented copies are several times slower).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -28,11 +29,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// measured within [model, 1.5 model + 10 ms].
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kSlack = 2;
+#else
+constexpr double kSlack = 1;
+#endif
+
+// measured within [model, (1 + 0.5 slack) model + slack * 10 ms].
 void check_model(const char* what, double measured_s, double model_s) {
   INFO(what << ": measured " << measured_s * 1e3 << " ms, model " << model_s * 1e3 << " ms");
   CHECK(measured_s >= model_s);
-  CHECK(measured_s <= 1.5 * model_s + 0.010);
+  CHECK(measured_s <= (1 + 0.5 * kSlack) * model_s + kSlack * 0.010);
 }
 
 }  // namespace
@@ -75,7 +82,7 @@ TEST_CASE("--net-sim refuses what it cannot read, naming the flag and what to wr
 TEST_CASE("under --net-sim an exchange and a ring all-reduce take the alpha-beta model's time") {
   dpx::testing::Watchdog dog(60, "net-sim timings");
   RankOptions ro;
-  ro.net_sim = parse_net_sim("100MB,1ms", "--net-sim");  // 10 ms per MB
+  ro.net_sim = parse_net_sim("40MB,1ms", "--net-sim");  // 25 ms per MB: slow beside the copies
   const NetSim& net = ro.net_sim;
   for (int k : {2, 3}) {
     CAPTURE(k);
@@ -105,7 +112,7 @@ TEST_CASE("under --net-sim an exchange and a ring all-reduce take the alpha-beta
 
 TEST_CASE("DDP under --net-sim: each update's communication is its buckets' ring all-reduces on that network") {
   dpx::testing::Watchdog dog(120, "DDP under net-sim");
-  const char* net_text = "50MB,2ms";
+  const char* net_text = "20MB,2ms";
   const NetSim net = parse_net_sim(net_text, "--net-sim");
   parallel::TrainOptions o = dpx::testing::small_job("cpu:2", ParallelMode::ddp);
   o.max_steps = 6;
