@@ -160,7 +160,7 @@ void validate(const CollectiveOptions& o) {
     usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
   if (parse_net_sim(o.net_sim, "--net-sim").enabled() && o.backend != "threads")
     usage_fail("--net-sim works with --backend threads, not yet with ", o.backend,
-               ": MPI processes already talk over a real network");
+               " (the MPI transport does not take it yet); for processes on a shaped network see scripts/netcluster");
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))

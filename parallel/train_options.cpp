@@ -167,8 +167,8 @@ void TrainOptions::validate() const {
       usage_fail("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp (DataParallel copies "
                  "through memory on one machine; one replica does not communicate)");
     if (process_ranks > 0)
-      usage_fail("--net-sim works with thread ranks (--devices cpu:K), not yet under mpirun: MPI processes already "
-                 "talk over a real network");
+      usage_fail("--net-sim works with thread ranks (--devices cpu:K), not yet under mpirun (the MPI transport does "
+                 "not take it yet); for processes on a shaped network see scripts/netcluster");
   }
   if (checkpoint_every < 0) usage_fail("--checkpoint-every must be >= 0 steps (0: at the end of each epoch only; got ",
                                        checkpoint_every, ")");
