@@ -410,10 +410,13 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();
     const int failed_before = report.failed;
-    if (mpi)
+    if (mpi) {
+      processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
       bench_rank(processes->world(), p, o, algo, sink);
-    else
+      processes->world().set_net_sim({});
+    } else {
       run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
+    }
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;
     const size_t rows = report.rows.size() - first_row;

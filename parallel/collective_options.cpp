@@ -158,9 +158,9 @@ void validate(const CollectiveOptions& o) {
     usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
   if (!(o.link_gbps >= 0) || !std::isfinite(o.link_gbps))
     usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
-  if (parse_net_sim(o.net_sim, "--net-sim").enabled() && o.backend != "threads")
-    usage_fail("--net-sim works with --backend threads, not yet with ", o.backend,
-               " (the MPI transport does not take it yet); for processes on a shaped network see scripts/netcluster");
+  if (parse_net_sim(o.net_sim, "--net-sim").enabled() && (o.algo == "mpi" || (o.algo == "all" && o.backend == "mpi")))
+    usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; the MPI library's collectives (--algo ",
+               o.algo, ") are out of its reach: pass --algo ring, tree, naive, rhd or hier");
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))

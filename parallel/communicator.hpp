@@ -92,6 +92,8 @@ class Communicator {
   uint64_t calls_made() const { return seq_; }
   // Which node each rank runs on (hier groups ranks by node); set alike on every rank.
   void set_node_layout(std::vector<int> node_of_rank) { transport_.set_node_layout(std::move(node_of_rank)); }
+  // Every later exchange of this communicator as on that network (--net-sim; net_sim.hpp).
+  void set_net_sim(const NetSim& net) { transport_.set_net_sim(net); }
   int node_of(int rank) const { return transport_.node_of(rank); }
 
   // ---- counters ("bytes communicated as counted"), since construction or reset_stats() ----

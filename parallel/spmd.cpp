@@ -51,6 +51,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   d.overlap = o.overlap;
   d.algo = o.algo;
   if (processes) {
+    processes->set_net_sim(parse_net_sim(o.net_sim, "--net-sim"));
     if (o.ranks_per_node > 0) {
       std::vector<int> nodes;
       for (int r = 0; r < processes->size(); ++r) nodes.push_back(r / o.ranks_per_node);

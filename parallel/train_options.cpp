@@ -166,9 +166,9 @@ void TrainOptions::validate() const {
     if (parallel != ParallelMode::ddp)
       usage_fail("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp (DataParallel copies "
                  "through memory on one machine; one replica does not communicate)");
-    if (process_ranks > 0)
-      usage_fail("--net-sim works with thread ranks (--devices cpu:K), not yet under mpirun (the MPI transport does "
-                 "not take it yet); for processes on a shaped network see scripts/netcluster");
+    if (algo == "mpi")
+      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; --algo mpi calls the MPI library's "
+                 "all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier");
   }
   if (checkpoint_every < 0) usage_fail("--checkpoint-every must be >= 0 steps (0: at the end of each epoch only; got ",
                                        checkpoint_every, ")");

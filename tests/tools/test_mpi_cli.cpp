@@ -244,6 +244,38 @@ TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side
   CHECK(r.output.find("ring      tree     naive       rhd      hier       mpi") != std::string::npos);
 }
 
+TEST_CASE("dpx collective under mpirun --net-sim: a ring all-reduce over 2 processes takes the alpha-beta model's time") {
+  TempDir dir("mpi-netsim");
+  const fs::path csv = dir.path / "ring.csv";
+  DpxResult r = run_command(mpirun(2) + DPX_BINARY + " collective --net-sim 40MB,1ms -b 4M -e 4M -n 3 -w 1 --csv " +
+                            csv.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("# net-sim: 0.32 Gbit/s (0.04 GB/s), 1000 us") != std::string::npos);
+  std::istringstream in(file_text(csv));
+  std::string line;
+  std::getline(in, line);
+  REQUIRE(line.find("time_us") != std::string::npos);
+  // 2 (k - 1) messages of S / k: 2 (1 ms + 2 MiB / 40 MB/s).
+  const double model_us = 2 * (1000 + (4 << 20) / 2 / 40e6 * 1e6);
+  int rows = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    REQUIRE(cells.size() >= 11);
+    const double time_us = std::stod(cells[10]);
+    CAPTURE(line);
+    CHECK(time_us >= model_us);
+    CHECK(time_us <= 2 * model_us + 20000);  // two processes on a shared 2-core machine, maybe sanitized
+    ++rows;
+  }
+  CHECK(rows == 2);  // out of place and in place
+  DpxResult bad = run_command(mpirun(2) + DPX_BINARY + " collective --algo mpi --net-sim 40MB,1ms");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--net-sim shapes the exchanges of dpx's own algorithms") != std::string::npos);
+}
+
 TEST_CASE("dpx bench under mpirun sweeps the configurations that fit in the job, on its first k processes") {
   const TempDir tmp("mpi_bench");
   const fs::path& d = tmp.path;
