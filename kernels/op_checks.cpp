@@ -246,6 +246,18 @@ void check_dropout_p(const char* op, float p) {
   if (!(p >= 0.f && p <= 1.f)) fail(op, ": dropout probability ", p, " must lie in [0, 1]");
 }
 
+// x (N, in), w (out, in); returns {N, in, out}.
+std::array<int64_t, 3> linear_sizes(const char* op, const Tensor& x, const Tensor& w) {
+  require_f32(op, "x", x);
+  require_f32(op, "w", w);
+  require_dim(op, "x", x, 2);
+  require_dim(op, "w", w, 2);
+  if (x.size(1) != w.size(1))
+    fail(op, ": x ", shape_str(x.shape()), " has ", x.size(1), " features but w ",
+         shape_str(w.shape()), " expects ", w.size(1));
+  return {x.size(0), x.size(1), w.size(0)};
+}
+
 }  // namespace
 
 // ==== elementwise and utility
@@ -274,17 +286,6 @@ void scale(Context&, Tensor& x, float) { require_f32("scale", "x", x); }
 void count_nonfinite(Context&, const Tensor& x) { require_f32("count_nonfinite", "x", x); }
 
 // ==== matrix products
-// x (N, in), w (out, in); returns {N, in, out}.
-static std::array<int64_t, 3> linear_sizes(const char* op, const Tensor& x, const Tensor& w) {
-  require_f32(op, "x", x);
-  require_f32(op, "w", w);
-  require_dim(op, "x", x, 2);
-  require_dim(op, "w", w, 2);
-  if (x.size(1) != w.size(1))
-    fail(op, ": x ", shape_str(x.shape()), " has ", x.size(1), " features but w ",
-         shape_str(w.shape()), " expects ", w.size(1));
-  return {x.size(0), x.size(1), w.size(0)};
-}
 
 void linear_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {
   const char* op = "linear_forward";

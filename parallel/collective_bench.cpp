@@ -383,7 +383,8 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
         << "# sent (shared memory), so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy\n"
         << "# bandwidth above.\n";
   }
-  if (const NetSim net = parse_net_sim(o.net_sim, "--net-sim"); net.enabled()) {
+  const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
+  if (net.enabled()) {
     char line[256];
     std::snprintf(line, sizeof(line),
                   "# net-sim: %s (--net-sim): every exchange waits latency + bytes / rate more; busbw cannot pass\n"
@@ -405,7 +406,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   ro.pin_threads = o.pin_threads;
   ro.timeout_s = o.comm_timeout_s;
   ro.ranks_per_node = o.ranks_per_node;
-  ro.net_sim = parse_net_sim(o.net_sim, "--net-sim");
+  ro.net_sim = net;
   for (Algorithm algo : algos) {
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();

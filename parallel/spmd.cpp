@@ -50,8 +50,9 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   d.overlap = o.overlap;
   d.algo = o.algo;
+  const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
   if (processes) {
-    processes->set_net_sim(parse_net_sim(o.net_sim, "--net-sim"));
+    processes->set_net_sim(net);
     if (o.ranks_per_node > 0) {
       std::vector<int> nodes;
       for (int r = 0; r < processes->size(); ++r) nodes.push_back(r / o.ranks_per_node);
@@ -76,7 +77,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.pin_threads = o.pin_threads;
     ro.timeout_s = o.comm_timeout_s;
     ro.ranks_per_node = o.ranks_per_node;
-    ro.net_sim = parse_net_sim(o.net_sim, "--net-sim");
+    ro.net_sim = net;
     run_ranks(job.ranks, [&](Communicator& comm) {
       DdpSync sync(comm, d);
       spmd_rank(job, comm.rank(), &comm, sync, report, report_mu, hooks, 0.0);

@@ -10,6 +10,7 @@
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
+#include "tests/common/errors.hpp"
 #include "tests/common/tensors.hpp"
 
 using namespace dpx;
@@ -17,23 +18,12 @@ using dpx::testing::randn;
 
 namespace {
 
-// The message `call(ctx)` throws on a context; "" when it does not throw.
-template <class Call>
-std::string message_on(Context ctx, Call call) {
-  try {
-    call(ctx);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // The misuse must be refused on the CPU and on the reference context alike, with one message:
 // the reference kernels check nothing, so only the op layer can have refused it.
 template <class Call>
 void check_refused_once(const char* expected, Call call) {
-  const std::string on_cpu = message_on(Context::cpu(2), call);
-  const std::string on_ref = message_on(Context::ref(), call);
+  const std::string on_cpu = dpx::testing::error_of([&] { call(Context::cpu(2)); });
+  const std::string on_ref = dpx::testing::error_of([&] { call(Context::ref()); });
   INFO("cpu: " << on_cpu);
   INFO("ref: " << on_ref);
   CHECK(on_cpu.find(expected) != std::string::npos);

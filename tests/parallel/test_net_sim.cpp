@@ -5,10 +5,10 @@
 // twice that under the sanitizers, whose instrumented copies are several times slower).
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <sstream>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/net_sim.hpp"
 #include "parallel/threads_backend.hpp"
@@ -24,10 +24,6 @@ using dpx::testing::contains;
 using dpx::testing::error_of;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr double kSlack = 2;
@@ -91,16 +87,16 @@ TEST_CASE("under --net-sim an exchange and a ring all-reduce take the alpha-beta
     run_ranks(k, [&](Communicator& comm) {
       std::vector<float> data(count, 1.f);
       comm.barrier();
-      auto t = std::chrono::steady_clock::now();
+      double t = now_s();
       comm.all_reduce(data.data(), data.data(), count, DType::f32, ReduceOp::sum);
-      allreduce_s[static_cast<size_t>(comm.rank())] = seconds_since(t);
+      allreduce_s[static_cast<size_t>(comm.rank())] = now_s() - t;
       CHECK(data[count - 1] == static_cast<float>(k));
       // One message of 1 MB from rank 0 to rank 1.
       comm.barrier();
-      t = std::chrono::steady_clock::now();
+      t = now_s();
       if (comm.rank() == 0) comm.send(data.data(), count / 4, DType::f32, 1);
       if (comm.rank() == 1) comm.recv(data.data(), count / 4, DType::f32, 0);
-      send_s[static_cast<size_t>(comm.rank())] = seconds_since(t);
+      send_s[static_cast<size_t>(comm.rank())] = now_s() - t;
     }, ro);
     // Ring: reduce-scatter then all-gather, 2 (k - 1) steps of count / k elements.
     const double ring = 2.0 * (k - 1) * net.message_s(count * 4 / static_cast<size_t>(k));
