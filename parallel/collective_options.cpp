@@ -158,9 +158,15 @@ void validate(const CollectiveOptions& o) {
     usage_fail("--comm-timeout: ", o.comm_timeout_s, " is not a positive number of seconds");
   if (!(o.link_gbps >= 0) || !std::isfinite(o.link_gbps))
     usage_fail("--link-gbps: ", o.link_gbps, " is not a rate in Gbit/s (0: unknown)");
-  if (parse_net_sim(o.net_sim, "--net-sim").enabled() && (o.algo == "mpi" || (o.algo == "all" && o.backend == "mpi")))
-    usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; the MPI library's collectives (--algo ",
-               o.algo, ") are out of its reach: pass --algo ring, tree, naive, rhd or hier");
+  if (const NetSim net = parse_net_sim(o.net_sim, "--net-sim"); net.enabled()) {
+    if (net.message_s(o.max_bytes) >= o.comm_timeout_s)
+      usage_fail("--net-sim ", o.net_sim, ": one exchange of the largest size (", o.max_bytes, " bytes) would take ",
+                 net.message_s(o.max_bytes), " s, beyond --comm-timeout ", o.comm_timeout_s,
+                 " s: dial in a faster network, or raise --comm-timeout");
+    if (o.algo == "mpi" || (o.algo == "all" && o.backend == "mpi"))
+      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; the MPI library's collectives (--algo ",
+                 o.algo, ") are out of its reach: pass --algo ring, tree, naive, rhd or hier");
+  }
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
   if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))

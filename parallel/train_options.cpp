@@ -162,7 +162,13 @@ void TrainOptions::validate() const {
     usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
                "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");
   if (!(comm_timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", comm_timeout_s, ")");
-  if (parse_net_sim(net_sim, "--net-sim").enabled()) {
+  if (const NetSim net = parse_net_sim(net_sim, "--net-sim"); net.enabled()) {
+    // A bucket is at most one message's worth of bytes per exchange (a ring sends bucket / k).
+    const size_t bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
+    if (net.message_s(bucket_bytes) >= comm_timeout_s)
+      usage_fail("--net-sim ", net_sim, ": one exchange of a ", bucket_mb, " MiB bucket would take ",
+                 net.message_s(bucket_bytes), " s, beyond --comm-timeout ", comm_timeout_s,
+                 " s: dial in a faster network, or raise --comm-timeout");
     if (parallel != ParallelMode::ddp)
       usage_fail("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp (DataParallel copies "
                  "through memory on one machine; one replica does not communicate)");

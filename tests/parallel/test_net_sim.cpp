@@ -146,4 +146,10 @@ TEST_CASE("--net-sim is refused where it would do nothing") {
   o = dpx::testing::small_job("cpu:2", ParallelMode::ddp);
   o.net_sim = "1gbit";
   CHECK_THROWS_WITH_AS(o.validate(), doctest::Contains("--net-sim '1gbit': write RATE,LATENCY"), UsageError);
+  o.net_sim = "1mbit,1ms";  // a 25 MiB bucket: 210 s a message
+  o.comm_timeout_s = 60;
+  CHECK_THROWS_WITH_AS(o.validate(), doctest::Contains("one exchange of a 25 MiB bucket would take 209.716 s, beyond --comm-timeout 60 s"),
+                       UsageError);
+  o.comm_timeout_s = 300;
+  CHECK_NOTHROW(o.validate());
 }
