@@ -11,15 +11,19 @@ namespace dpx::parallel {
 
 void Transport::exchange(const Exchange& x) {
   do_exchange(x);
+  // Both halves run at once (full duplex): a step costs as much as its larger half.
+  const size_t bytes = std::max(x.send_peer >= 0 ? x.send_bytes : 0, x.recv_peer >= 0 ? x.recv_bytes : 0);
   if (net_sim_.enabled()) {
     // The exchange has completed, so both ranks are here (a late peer already cost its delay);
-    // what the network adds is the message's own time. Both halves run at once (full duplex).
-    const size_t bytes = std::max(x.send_peer >= 0 ? x.send_bytes : 0, x.recv_peer >= 0 ? x.recv_bytes : 0);
+    // what the network adds is the message's own time.
     const auto wait = std::chrono::duration<double>(net_sim_.message_s(bytes));
     std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(wait));
   }
   if (x.send_peer >= 0) bytes_sent_.fetch_add(x.send_bytes, std::memory_order_relaxed);
   if (x.recv_peer >= 0) bytes_received_.fetch_add(x.recv_bytes, std::memory_order_relaxed);
+  exchanges_.fetch_add(1, std::memory_order_relaxed);
+  step_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (x.recv_peer >= 0 && x.reduce_with) reduced_bytes_.fetch_add(x.recv_bytes, std::memory_order_relaxed);
 }
 
 void Transport::barrier() {

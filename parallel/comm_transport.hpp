@@ -76,6 +76,12 @@ class Transport {
 
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  // The terms of the alpha-beta-gamma cost model as this rank saw them (analysis/cost_model.hpp):
+  // exchanges made, the sum over them of max(sent, received) bytes (each step costs as much as
+  // its larger half, the halves running at once), and the bytes received into a reduction.
+  uint64_t exchanges() const { return exchanges_.load(std::memory_order_relaxed); }
+  uint64_t step_bytes() const { return step_bytes_.load(std::memory_order_relaxed); }
+  uint64_t reduced_bytes() const { return reduced_bytes_.load(std::memory_order_relaxed); }
 
  protected:
   virtual void do_exchange(const Exchange& x) = 0;
@@ -83,6 +89,7 @@ class Transport {
  private:
   // Atomic because DDP's communication thread counts while the rank's thread may read.
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+  std::atomic<uint64_t> exchanges_{0}, step_bytes_{0}, reduced_bytes_{0};
   std::vector<int> node_of_rank_;  // empty: one node
   NetSim net_sim_;
 };

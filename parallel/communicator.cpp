@@ -228,6 +228,9 @@ CommStats Communicator::stats() const {
   CommStats s;
   s.bytes_sent = bytes_sent();
   s.bytes_received = transport_.bytes_received() - received_mark_;
+  s.exchanges = transport_.exchanges() - exchanges_mark_;
+  s.step_bytes = transport_.step_bytes() - step_bytes_mark_;
+  s.reduced_bytes = transport_.reduced_bytes() - reduced_mark_;
   for (size_t i = 0; i < s.calls_by_kind.size(); ++i) {
     s.calls_by_kind[i] = calls_[i].load(std::memory_order_relaxed);
     s.calls += s.calls_by_kind[i];
@@ -238,6 +241,9 @@ CommStats Communicator::stats() const {
 void Communicator::reset_stats() {
   sent_mark_ = transport_.bytes_sent();
   received_mark_ = transport_.bytes_received();
+  exchanges_mark_ = transport_.exchanges();
+  step_bytes_mark_ = transport_.step_bytes();
+  reduced_mark_ = transport_.reduced_bytes();
   for (auto& c : calls_) c.store(0, std::memory_order_relaxed);
 }
 

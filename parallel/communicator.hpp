@@ -25,6 +25,9 @@ namespace dpx::parallel {
 struct CommStats {
   uint64_t bytes_sent = 0;      // payload this rank sent in point-to-point steps
   uint64_t bytes_received = 0;  // payload this rank received
+  uint64_t exchanges = 0;       // point-to-point steps (the cost model's alpha terms)
+  uint64_t step_bytes = 0;      // sum over the steps of max(sent, received) bytes (its beta terms)
+  uint64_t reduced_bytes = 0;   // bytes received into a reduction (its gamma terms)
   uint64_t calls = 0;           // collective, barrier and send/recv calls
   std::array<uint64_t, kCollectiveKinds> calls_by_kind{};
 };
@@ -125,7 +128,7 @@ class Communicator {
   Algorithm default_algorithm_;
   Workspace workspace_;
   std::array<std::atomic<uint64_t>, kCollectiveKinds> calls_{};
-  uint64_t sent_mark_ = 0, received_mark_ = 0;
+  uint64_t sent_mark_ = 0, received_mark_ = 0, exchanges_mark_ = 0, step_bytes_mark_ = 0, reduced_mark_ = 0;
   uint64_t seq_ = 0;  // collectives called so far
 };
 
