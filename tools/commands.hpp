@@ -13,6 +13,8 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes);
 void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes);
 void add_models_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
+void add_fit_command(CLI::App& app);
+void add_predict_command(CLI::App& app);
 // Versions of dpx and of the libraries built in, one "name version" per line; with MPI, the
 // library and the thread level in use when `launch` is an MPI launch.
 std::string version_text(const parallel::LaunchInfo& launch);

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   dpx::tools::add_collective_command(app, *processes);
   dpx::tools::add_models_command(app);
   dpx::tools::add_infer_command(app);
+  dpx::tools::add_fit_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {
