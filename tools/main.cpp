@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   dpx::tools::add_models_command(app);
   dpx::tools::add_infer_command(app);
   dpx::tools::add_fit_command(app);
+  dpx::tools::add_predict_command(app);
   try {
     app.parse(argc, argv);
     if (show_version) {

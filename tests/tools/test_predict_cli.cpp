@@ -1,0 +1,105 @@
+// dpx collective -> dpx fit -> dpx predict end to end, on a simulated network so that the
+// numbers are known: the fit recovers the network's latency and rate, predict's DDP step agrees
+// with what dpx bench measures under the same network, and careless inputs get clear errors.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "analysis/csv_table.hpp"
+#include "analysis/fit.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("fit recovers a simulated network, and predict's DDP step matches dpx bench on it") {
+  dpx::testing::TempDir dir("predict_cli");
+  // 5 ms and 100 MB/s: far above what the threads backend itself costs (microseconds, GB/s).
+  const std::string net = "--net-sim 100MB,5ms ";
+  DpxResult c = run_dpx("collective -t all_reduce --algo ring --ranks 2 -b 64K -e 4M -f 4 -n 3 -w 1 " + net +
+                        "--csv " + dir.file("c.csv"));
+  CAPTURE(c.output);
+  REQUIRE(c.code == 0);
+  DpxResult f = run_dpx("fit " + dir.file("c.csv") + " --out " + dir.file("fit.json"));
+  CAPTURE(f.output);
+  REQUIRE(f.code == 0);
+  CHECK(f.output.find("all_reduce ring (threads, in place)") != std::string::npos);
+  const dpx::analysis::FitResult fits = dpx::analysis::read_fit_json(dir.file("fit.json"), "--fit");
+  bool seen = false;
+  for (const auto& x : fits.collectives) {
+    if (x.collective != "all_reduce" || !x.in_place) continue;
+    seen = true;
+    CHECK(x.ok);
+    // alpha: the latency plus a wake-up; beta: 1 / rate plus the copy and (folded in) the sum.
+    CHECK(x.alpha_s == doctest::Approx(5e-3).epsilon(0.15));
+    CHECK(x.beta_s_per_byte == doctest::Approx(1e-8).epsilon(0.10));
+  }
+  CHECK(seen);
+
+  // DDP of lenet5 at 2 ranks on the same network: its 240 KB of gradients take ~12 ms a step,
+  // most of it exposed, more than the computation.
+  const std::string model = "--model lenet5 --batch-size 16 --image-size 28 ";
+  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 16 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                        "--steps 12 --warmup 3 " + net + "--out " + dir.file("bench"));
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  DpxResult p = run_dpx("predict " + model + "--ranks 1..8 --fit " + dir.file("fit.json") + " --compare " +
+                        dir.file("bench/results.csv") + " --csv " + dir.file("p.csv"));
+  CAPTURE(p.output);
+  REQUIRE(p.code == 0);
+  CHECK(p.output.find("best for batch 16:") != std::string::npos);
+  const auto t = dpx::analysis::CsvTable::read(dir.file("p.csv"), "p.csv");
+  REQUIRE(t.rows() == 4);  // 1, 2, 4, 8 ranks
+  const size_t ranks = t.column("ranks"), err = t.column("error"), exposed = t.column("exposed_s");
+  CHECK(t.number(0, exposed) == 0);
+  CHECK(t.number(1, exposed) > 5e-3);  // the network shows
+  CHECK(t.text(1, err) != "");         // dpx bench measured 2 ranks
+  CHECK(t.number(1, ranks) == 2);
+  CHECK(std::abs(t.number(1, err)) < 0.3);  // within 30 % of the measured step (a loaded machine's noise)
+}
+
+TEST_CASE("dpx fit and dpx predict refuse careless input with a clear message") {
+  dpx::testing::TempDir dir("predict_bad");
+  std::ofstream(dir.file("user.json")) << "{\"mine\": true}\n";
+  std::ofstream(dir.file("foreign.csv")) << "a,b\n1,2\n";
+  struct Case {
+    std::string args, expected;
+  };
+  const Case cases[] = {
+      {"fit", "files is required"},
+      {"fit " + dir.file("missing.csv"), "cannot read"},
+      {"fit " + dir.file("foreign.csv"), "neither a dpx collective --csv file nor a dpx bench results.csv"},
+      {"fit " + dir.file("foreign.csv") + " --out " + dir.file("user.json"), "is not a file dpx fit wrote"},
+      {"predict --model lenet5", "needs a network"},
+      {"predict --model nope --link 10gbit,5us", "nope"},
+      {"predict --model lenet5 --fit " + dir.file("user.json"), "is not a file that dpx fit wrote"},
+      {"predict --model lenet5 --link 10gbit", "--link"},
+      {"predict --model lenet5 --link 10gbit,5us --ranks 0..8", "--ranks"},
+      {"predict --model lenet5 --link 10gbit,5us --parallel dp", "--parallel dp"},
+      {"predict --model lenet5 --link 10gbit,5us --algo hier", "--ranks-per-node"},
+      {"predict --model lenet5 --link 10gbit,5us --algo mpi", "--algo mpi"},
+      {"predict --model lenet5 --link 10gbit,5us --scaling both", "--scaling"},
+      {"predict --model lenet5 --link 10gbit,5us --batch-size 0", "--batch-sizes"},
+      {"predict --model lenet5 --link 10gbit,5us --compare " + dir.file("foreign.csv"), "not a dpx bench results.csv"},
+  };
+  for (const Case& c : cases) {
+    const DpxResult r = run_dpx(c.args);
+    CAPTURE(c.args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expected) != std::string::npos);
+  }
+  CHECK(slurp(dir.file("user.json")) == "{\"mine\": true}\n");  // never written over
+}
