@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -24,6 +25,9 @@ std::vector<std::string> split(const std::string& line) {
 }  // namespace
 
 CsvTable CsvTable::read(const std::string& path, std::string_view flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    usage_fail(flag, ": '", path, "' is a folder: name a CSV file in it (dpx bench writes FOLDER/results.csv)");
   std::ifstream in(path, std::ios::binary);
   if (!in) usage_fail(flag, ": cannot read '", path, "': ", std::strerror(errno));
   CsvTable t;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -547,6 +548,8 @@ std::string fit_json(const FitResult& r) {
 }
 
 bool is_fit_json(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path);
   if (!in) return false;
   try {
@@ -558,6 +561,8 @@ bool is_fit_json(const std::string& path) {
 }
 
 FitResult read_fit_json(const std::string& path, const char* flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) usage_fail(flag, ": '", path, "' is a folder, not a dpx fit JSON file");
   std::ifstream in(path);
   if (!in) usage_fail(flag, ": cannot read '", path, "' (make one with dpx fit FILE.csv --out ", path, ")");
   FitResult r;

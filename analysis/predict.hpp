@@ -21,6 +21,7 @@ struct Network {
   int ranks_per_node = 1;        // hier: tree inside each node of this many ranks, ring across nodes
   double intra_alpha_s = 0, intra_beta_s_per_byte = 0;  // hier: the links inside a node
   std::string source;            // where the numbers came from, for printing
+  double fit_bytes_min = 0, fit_bytes_max = 0;  // the sizes the fit was valid for (0: not from a fit)
 };
 
 // One all-reduce of `bytes` over `ranks` ranks on `net`.

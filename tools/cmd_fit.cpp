@@ -22,6 +22,8 @@ struct FitFlags {
 
 void run(const FitFlags& f) {
   // Never write over a file of the user's: only over one that dpx fit wrote before.
+  if (!f.out.empty() && std::filesystem::is_directory(f.out))
+    usage_fail("--out: '", f.out, "' is a folder: name a file (e.g. ", f.out, "/fit.json)");
   if (!f.out.empty() && std::filesystem::exists(f.out) && !analysis::is_fit_json(f.out))
     usage_fail("--out: '", f.out, "' exists and is not a file dpx fit wrote: name another file (--out FILE)");
   const analysis::FitResult r = analysis::fit_files(f.files);

@@ -104,6 +104,8 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
       net.alpha_s = ar->alpha_s;
       net.beta_s_per_byte = ar->beta_s_per_byte;
       net.source = "--fit " + f.fit + ": " + ar->name();
+      net.fit_bytes_min = ar->bytes_min;
+      net.fit_bytes_max = ar->bytes_max;
       if (ar->has_gamma) {
         net.gamma_s_per_byte = ar->gamma_s_per_byte;
         have_gamma = true;
@@ -116,6 +118,8 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
       net.alpha_s = link->alpha_s;
       net.beta_s_per_byte = link->beta_s_per_byte;
       net.source = "--fit " + f.fit + ": " + link->name();
+      net.fit_bytes_min = link->bytes_min;
+      net.fit_bytes_max = link->bytes_max;
       if (const analysis::CollectiveFit* g = pick(*fits, "all_reduce", "", f.backend); g && g->has_gamma) {
         net.gamma_s_per_byte = g->gamma_s_per_byte;
         have_gamma = true;
@@ -136,6 +140,7 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
     net.alpha_s = link.latency_s;
     net.beta_s_per_byte = 1 / link.bytes_per_s;
     net.source = "--link " + link.str();
+    net.fit_bytes_min = net.fit_bytes_max = 0;
   }
   if (!have_gamma) {
     net.gamma_s_per_byte = measure_gamma();
@@ -196,7 +201,11 @@ std::map<std::pair<int64_t, int>, Measured> read_measured(const PredictFlags& f)
 void run(const PredictFlags& f) {
   // ---- flags, before anything is measured ----
   if (f.model.empty()) usage_fail("--model: name the model to predict (dpx models --list)");
-  zoo::find_model(f.model);
+  const zoo::ModelInfo& info = zoo::find_model(f.model);
+  if (f.image_size != 0 && f.image_size < info.min_image_size)
+    usage_fail("--image-size ", f.image_size, ": ", f.model, " needs ", info.min_image_size, " or more (", info.note, ")");
+  if (f.image_size < 0) usage_fail("--image-size: ", f.image_size, " is not a size (0: the model's own)");
+  if (f.threads < 1) usage_fail("--threads: ", f.threads, " is not a number of threads");
   if (f.parallel == "dp")
     usage_fail("--parallel dp: DataParallel runs its replicas in one process on one machine, so it has no network to "
                "predict; predict --parallel ddp");
@@ -232,7 +241,8 @@ void run(const PredictFlags& f) {
       else if (b % k == 0) needed.insert(b / k);
   for (int64_t b : f.batch_sizes) needed.insert(b);  // the one-rank baselines
   const int64_t hi = std::min(*needed.rbegin(), f.max_measured_batch);
-  const int64_t lo = std::max<int64_t>(std::max<int64_t>(*needed.begin(), 1), std::max<int64_t>(1, hi / 4));
+  int64_t lo = std::max<int64_t>(std::max<int64_t>(*needed.begin(), 1), std::max<int64_t>(1, hi / 4));
+  if (needed.size() > 1 && lo == hi) lo = std::max<int64_t>(1, hi / 4);  // a line needs two points
   parallel::TrainOptions base;
   base.model = f.model;
   base.image_size = f.image_size > 0 ? f.image_size : zoo::find_model(f.model).default_image_size;
@@ -278,6 +288,17 @@ void run(const PredictFlags& f) {
   for (size_t i = 0; i < std::min<size_t>(buckets.size(), 8); ++i)
     std::cout << " " << static_cast<int>(std::lround(buckets[i].ready_fraction * 100)) << "%";
   std::cout << (buckets.size() > 8 ? " ..." : "") << " of backward)\n";
+  if (net.fit_bytes_max > 0 && !buckets.empty()) {
+    double smallest = buckets.front().bytes, largest = smallest;
+    for (const auto& b : buckets) smallest = std::min(smallest, b.bytes), largest = std::max(largest, b.bytes);
+    if (smallest < net.fit_bytes_min || largest > net.fit_bytes_max) {
+      std::snprintf(line, sizeof line,
+                    "# note: buckets of %.3g..%.3g MiB lie outside the sizes the fit holds for (%.3g..%.3g MiB): "
+                    "extrapolated\n", smallest / (1 << 20), largest / (1 << 20), net.fit_bytes_min / (1 << 20),
+                    net.fit_bytes_max / (1 << 20));
+      std::cout << line;
+    }
+  }
 
   analysis::PredictOptions po;
   po.scaling = f.scaling;
