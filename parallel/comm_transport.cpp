@@ -20,6 +20,7 @@ void Transport::exchange(const Exchange& x) {
   }
   if (x.send_peer >= 0) bytes_sent_.fetch_add(x.send_bytes, std::memory_order_relaxed);
   if (x.recv_peer >= 0) bytes_received_.fetch_add(x.recv_bytes, std::memory_order_relaxed);
+  exchanges_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Transport::barrier() {

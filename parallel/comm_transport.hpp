@@ -46,7 +46,7 @@ class Transport {
   // Whether buffers on `device` can be passed to exchange().
   virtual bool accepts(Device device) const = 0;
 
-  // Runs one step and counts its bytes; with a simulated network (set_net_sim), then waits
+  // Runs one step and counts it and its bytes; with a simulated network (set_net_sim), then waits
   // latency + max(sent, received bytes) / rate more, so the step costs at least that.
   void exchange(const Exchange& x);
   // Every later exchange on this transport as on that network (--net-sim); set it alike on
@@ -76,13 +76,15 @@ class Transport {
 
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  // Calls of exchange() so far: one per step of a schedule, whether it sends, receives or both.
+  uint64_t exchanges() const { return exchanges_.load(std::memory_order_relaxed); }
 
  protected:
   virtual void do_exchange(const Exchange& x) = 0;
 
  private:
   // Atomic because DDP's communication thread counts while the rank's thread may read.
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, exchanges_{0};
   std::vector<int> node_of_rank_;  // empty: one node
   NetSim net_sim_;
 };

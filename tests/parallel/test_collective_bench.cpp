@@ -89,7 +89,7 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.ranks_per_node = -1; }, "--ranks-per-node: -1"},
       {[](CollectiveOptions& o) { o.comm_timeout_s = 0; }, "--comm-timeout: 0"},
       {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},
-      {[](CollectiveOptions& o) { o.collective = "alltoall"; }, "-t/--collective: unknown collective"},
+      {[](CollectiveOptions& o) { o.collective = "alltoone"; }, "-t/--collective: unknown collective"},
       {[](CollectiveOptions& o) { o.collective = "16"; }, "the number of ranks is --ranks"},
       {[](CollectiveOptions& o) { o.min_bytes = 2048; o.max_bytes = 1024; }, "is larger than -e/--maxbytes"},
       {[](CollectiveOptions& o) { o.step_factor = 1; }, "-f/--stepfactor: 1 would not grow"},

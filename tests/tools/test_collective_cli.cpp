@@ -50,7 +50,7 @@ TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
       {"--algo hierarchical", "--algo: unknown algorithm 'hierarchical'"},
       {"--backend nccl", "--backend nccl: not"},
       {"--backend gloo", "--backend: unknown backend 'gloo'"},
-      {"-t alltoall", "-t/--collective: unknown collective 'alltoall'"},
+      {"-t alltoone", "-t/--collective: unknown collective 'alltoone'"},
       {"-t 8", "the number of ranks is --ranks"},
       {"-b 2K -e 1K", "-b/--minbytes 2048 is larger than -e/--maxbytes 1024"},
       {"-b 12Q", "-b/--minbytes: '12Q' has an unknown unit"},
