@@ -104,12 +104,11 @@ std::optional<CostTerms> cost_terms(std::string_view c, std::string_view algo, c
       return x.step(Lg, Lg * n, Lg * n).step((Gd - 1) * g, (Gd - 1) / Gd * n, (Gd - 1) / Gd * n).step(g - 1, (g - 1) / P * n).t;
   } else if (c == "sendrecv") {  // one exchange with each neighbour at once
     if (algo == "ring") return x.step(1, n).t;
-  } else if (c == "alltoall") {  // pairwise exchange: p - 1 steps of one block
+  } else if (c == "all_to_all") {  // pairwise exchange: p - 1 steps of one block
     if (algo == "ring") return x.step(P - 1, ring).t;
   } else if (c == "gather" || c == "scatter") {  // n: the root's buffer
     if (algo == "naive") return x.step(P - 1, ring).t;
-    if (algo == "tree") return x.step(L, ring).t;
-    if (algo == "rhd") return x.step(l, halving).step(e, e * n / P).t;
+    if (algo == "tree" || algo == "rhd") return x.step(L, ring).t;  // rhd: l steps + the extra's block
   }
   return std::nullopt;
 }
@@ -146,13 +145,13 @@ std::string cost_formula(std::string_view c, std::string_view algo) {
       {"reduce_scatter", "rhd", "(l+2e) a + (D/p + e(1 + 1/p)) n b + (D/p + e) n g, D as all_gather's"},
       {"reduce_scatter", "hier", "(Lg + (G-1)g + g-1) a + (Lg + (p-1)/p) n b + (Lg + (G-1)/G) n g"},
       {"sendrecv", "ring", "a + n b"},
-      {"alltoall", "ring", "(p-1) a + (p-1)/p n b"},
+      {"all_to_all", "ring", "(p-1) a + (p-1)/p n b"},
       {"gather", "naive", "(p-1) a + (p-1)/p n b"},
       {"gather", "tree", "L a + (p-1)/p n b"},
-      {"gather", "rhd", "(l+e) a + ((q-1)/q + e/p) n b"},
+      {"gather", "rhd", "L a + (p-1)/p n b"},
       {"scatter", "naive", "(p-1) a + (p-1)/p n b"},
       {"scatter", "tree", "L a + (p-1)/p n b"},
-      {"scatter", "rhd", "(l+e) a + ((q-1)/q + e/p) n b"},
+      {"scatter", "rhd", "L a + (p-1)/p n b"},
   };
   for (const Row& r : kRows)
     if (r.coll == c && r.algo == algo) return std::string(r.text);

@@ -2,8 +2,10 @@
 // one-rank and empty cases every algorithm shares, and the step vocabulary of algorithms_internal.hpp.
 #include "parallel/algorithms.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "core/error.hpp"
 #include "parallel/algorithms_internal.hpp"
@@ -56,20 +58,51 @@ std::string_view collective_name(Collective c) {
     case Collective::barrier: return "barrier";
     case Collective::send: return "send";
     case Collective::recv: return "recv";
+    case Collective::sendrecv: return "sendrecv";
+    case Collective::all_to_all: return "all_to_all";
+    case Collective::gather: return "gather";
+    case Collective::scatter: return "scatter";
   }
   return "?";
 }
 
 Collective parse_collective(std::string_view name) {
-  for (Collective c : {Collective::all_reduce, Collective::broadcast, Collective::reduce, Collective::all_gather,
-                       Collective::reduce_scatter}) {
+  for (Collective c : kBenchCollectives) {
     std::string_view full = collective_name(c);
-    std::string squashed;  // "allreduce", as NCCL spells its functions
+    std::string squashed;  // "allreduce", "alltoall", as NCCL and nccl-tests spell them
     for (char ch : full)
       if (ch != '_') squashed += ch;
     if (name == full || name == squashed) return c;
   }
-  usage_fail("unknown collective '", name, "': use all_reduce, broadcast, reduce, all_gather or reduce_scatter");
+  if (name == "send_recv") return Collective::sendrecv;
+  usage_fail("unknown collective '", name,
+             "': use all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, gather or "
+             "scatter");
+}
+
+bool algorithm_applies(Algorithm algo, Collective c) {
+  const bool collective = std::find(kBenchCollectives.begin(), kBenchCollectives.end(), c) != kBenchCollectives.end();
+  if (is_library_algorithm(algo)) return collective;
+  const impl::Schedules* table = impl::schedules_of(algo);
+  return table != nullptr && impl::schedule_for(*table, c) != nullptr;
+}
+
+std::string algorithm_choices(Collective c) {
+  std::vector<std::string_view> names;
+  for (Algorithm a : kAlgorithms)
+    if (algorithm_applies(a, c)) names.push_back(algorithm_name(a));
+  if (kMpiBuilt) names.push_back("mpi (the MPI library's own)");
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += detail::concat(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
+  return s;
+}
+
+Algorithm algorithm_for(Collective c, Algorithm preferred) {
+  if (algorithm_applies(preferred, c)) return preferred;
+  for (Algorithm a : kAlgorithms)
+    if (algorithm_applies(a, c)) return a;
+  return preferred;
 }
 
 void Workspace::Free::operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
@@ -85,6 +118,9 @@ std::byte* Workspace::get(size_t bytes, int slot) {
 }
 
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws) {
+  if (!is_library_algorithm(algo) && !algorithm_applies(algo, args.kind))  // alike for every size and rank count
+    fail(algorithm_name(algo), ": ", collective_name(args.kind), " has no ", algorithm_name(algo), " schedule (use ",
+         algorithm_choices(args.kind), ")");
   impl::Sched s(t, args, ws);
   if (args.count == 0) return;
   if (s.ranks == 1) {  // every collective is a copy of this rank's own data
@@ -95,10 +131,7 @@ void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Wor
   if (table == nullptr)
     fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
          " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
-  const impl::Schedule schedule = impl::schedule_for(*table, args.kind);
-  if (schedule == nullptr)
-    fail(algorithm_name(algo), ": ", collective_name(args.kind), " is not a collective with an algorithm");
-  schedule(s);
+  impl::schedule_for(*table, args.kind)(s);
 }
 
 namespace impl {
@@ -122,7 +155,13 @@ Schedule schedule_for(const Schedules& table, Collective kind) {
     case Collective::reduce: return table.reduce;
     case Collective::all_gather: return table.all_gather;
     case Collective::reduce_scatter: return table.reduce_scatter;
-    default: break;
+    case Collective::sendrecv: return table.sendrecv;
+    case Collective::all_to_all: return table.all_to_all;
+    case Collective::gather: return table.gather;
+    case Collective::scatter: return table.scatter;
+    case Collective::barrier:
+    case Collective::send:
+    case Collective::recv: break;
   }
   return nullptr;
 }
@@ -140,6 +179,35 @@ Blocks uniform_blocks(size_t per_block, int parts) {
   b.off.resize(static_cast<size_t>(parts) + 1);
   for (size_t i = 0; i <= static_cast<size_t>(parts); ++i) b.off[i] = i * per_block;
   return b;
+}
+
+std::byte* RelativeBlocks::at(int u) const {
+  const int block = whole ? mod(u + root, s.ranks) : u - base;
+  return s.at(buf, static_cast<size_t>(block) * count);
+}
+
+// A range that wraps round (whole buffers only) is staged in scratch: the root's own block
+// never moves, so the range can hold at most n-1 blocks and two pieces.
+void RelativeBlocks::send(int peer, int lo, int hi) const {
+  const size_t elems = static_cast<size_t>(hi - lo) * count;
+  const int first = whole ? mod(lo + root, s.ranks) : 0;
+  if (!whole || first + (hi - lo) <= s.ranks) return s.send(peer, at(lo), elems);
+  std::byte* tmp = s.scratch(elems);
+  const size_t head = static_cast<size_t>(s.ranks - first) * count;
+  s.copy(tmp, at(lo), head);
+  s.copy(s.at(tmp, head), buf, elems - head);
+  s.send(peer, tmp, elems);
+}
+
+void RelativeBlocks::recv(int peer, int lo, int hi) const {
+  const size_t elems = static_cast<size_t>(hi - lo) * count;
+  const int first = whole ? mod(lo + root, s.ranks) : 0;
+  if (!whole || first + (hi - lo) <= s.ranks) return s.recv(peer, at(lo), elems);
+  std::byte* tmp = s.scratch(elems);
+  s.recv(peer, tmp, elems);
+  const size_t head = static_cast<size_t>(s.ranks - first) * count;
+  s.copy(at(lo), tmp, head);
+  s.copy(buf, s.at(tmp, head), elems - head);
 }
 
 Sched::Sched(Transport& transport_, const CollectiveArgs& args_, Workspace& workspace_)

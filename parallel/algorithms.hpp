@@ -55,16 +55,46 @@ constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi; }
 // "sum", "prod", "max", "min" or "avg"; throws dpx::UsageError otherwise.
 ReduceOp parse_reduce_op(std::string_view name);
 
-enum class Collective : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier, send, recv };
-inline constexpr int kCollectiveKinds = 8;
+// The collectives, then the point-to-point calls. The four patterns after recv are nccl-tests'
+// sendrecv, alltoall, gather and scatter (added last, so the older kinds keep their numbers):
+//   sendrecv:   every rank sends count elements to rank r+1 and receives count from r-1 at once
+//   all_to_all: block q (count elements) of rank r's send goes to block r of rank q's recv
+//   gather:     every rank's count elements land at the root, in rank order
+//   scatter:    block r of the root's send (count elements each) goes to rank r
+enum class Collective : uint8_t {
+  all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier, send, recv,
+  sendrecv, all_to_all, gather, scatter
+};
+inline constexpr int kCollectiveKinds = 12;
+// The collectives `dpx collective -t` measures, in the order help texts list them.
+inline constexpr std::array<Collective, 9> kBenchCollectives = {
+    Collective::all_reduce, Collective::broadcast, Collective::reduce,     Collective::all_gather,
+    Collective::reduce_scatter, Collective::sendrecv, Collective::all_to_all, Collective::gather,
+    Collective::scatter};
 std::string_view collective_name(Collective c);
-// all_reduce, broadcast, reduce, all_gather, reduce_scatter (also without the underscore);
-// throws dpx::UsageError otherwise.
+// One of kBenchCollectives by its name, also without underscores (as NCCL and nccl-tests spell
+// them: allreduce, alltoall) and send_recv; throws dpx::UsageError otherwise.
 Collective parse_collective(std::string_view name);
+// The collectives with a root (broadcast, reduce, gather, scatter).
+constexpr bool is_rooted(Collective c) {
+  return c == Collective::broadcast || c == Collective::reduce || c == Collective::gather || c == Collective::scatter;
+}
+// Whether `algo` has a schedule for `c`: every algorithm for the five older collectives; ring
+// alone for sendrecv and all_to_all; tree, naive and rhd for gather and scatter; mpi (the
+// library's call) for all nine.
+bool algorithm_applies(Algorithm algo, Collective c);
+// The algorithms that apply to `c`, for errors and help: "tree, naive, rhd or mpi (...)", with
+// mpi where it is built.
+std::string algorithm_choices(Collective c);
+// The algorithm a call of `c` without its own runs: `preferred` (a communicator's default) if
+// it applies, else the first of kAlgorithms that does (gather and scatter under a ring
+// default: tree).
+Algorithm algorithm_for(Collective c, Algorithm preferred);
 
 // One call, as an algorithm sees it (validated by the Communicator). `count` is per rank where
-// the collective has per-rank blocks (all_gather: send count; reduce_scatter: receive count),
-// otherwise the whole buffer. Buffer conventions are NCCL's (see communicator.hpp).
+// the collective has per-rank blocks (all_gather and gather: send count; reduce_scatter and
+// scatter: receive count; all_to_all: the count of each block), otherwise the whole buffer.
+// Buffer conventions are NCCL's (see communicator.hpp).
 struct CollectiveArgs {
   Collective kind = Collective::all_reduce;
   const void* send = nullptr;
@@ -97,15 +127,16 @@ class Workspace {
 struct CommCall {
   Collective kind = Collective::barrier;
   uint64_t seq = 0;        // 1, 2, ...: every rank numbers its communicator's collectives alike; 0 for send/recv
-  size_t bytes = 0;        // this rank's payload (all_gather: the gathered size; reduce_scatter: the input)
+  size_t bytes = 0;        // this rank's payload; for per-rank blocks all of them (all_gather, gather:
+                           // the gathered size; reduce_scatter, scatter, all_to_all: the whole input)
   DType dtype = DType::u8;
   Algorithm algo = Algorithm::ring;
-  int root = -1;           // broadcast and reduce
+  int root = -1;           // broadcast, reduce, gather and scatter
   int peer = -1;           // send and recv
   bool patient = false;    // a wait for ranks known to work long outside communication: no timeout
 };
 
-// Runs args.kind (one of the five collectives) with one of dpx's algorithms on this rank.
+// Runs args.kind (a collective `algo` applies to) with one of dpx's algorithms on this rank.
 void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Workspace& ws);
 
 }  // namespace dpx::parallel

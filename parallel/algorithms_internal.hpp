@@ -59,17 +59,40 @@ struct Sched {
   Exchange exchange(int to, const void* p, size_t send_elems, int from, void* dst, size_t recv_elems) const;
 };
 
-// One algorithm's schedules, one per collective, for ranks >= 2 and count > 0.
+// Per-rank blocks of count elements, addressed by rank relative to a root (block u belongs to
+// rank u + root mod n), as gathers and scatters move them: a range [lo, hi) of blocks travels as
+// one message. The buffer holds either the blocks from relative rank `base` on, in order (a
+// subtree's blocks, or one rank's own), or, for `whole`, all n blocks at their real ranks'
+// places (the root's buffer; every rank's with root 0): there a range that passes block n-1
+// continues at block 0 and goes through scratch (slot 0, so buf must not be it when root != 0),
+// still as one message.
+struct RelativeBlocks {
+  const Sched& s;
+  std::byte* buf;
+  size_t count;    // elements per block
+  int root = 0;
+  int base = 0;    // not whole: buf starts at relative block base
+  bool whole = false;
+
+  std::byte* at(int u) const;  // relative block u (whole: real block u + root mod n)
+  void send(int peer, int lo, int hi) const;
+  void recv(int peer, int lo, int hi) const;
+};
+
+// One algorithm's schedules, one per collective it applies to (null: it does not), for
+// ranks >= 2 and count > 0.
 using Schedule = void (*)(const Sched& s);
 struct Schedules {
   Schedule all_reduce, broadcast, reduce, all_gather, reduce_scatter;
+  Schedule sendrecv = nullptr, all_to_all = nullptr, gather = nullptr, scatter = nullptr;
 };
 extern const Schedules kRingSchedules, kTreeSchedules, kNaiveSchedules, kRhdSchedules, kHierSchedules;
 
 // dpx's schedules of `algo`, or nullptr for a library's own (Algorithm::mpi): the one place
 // that maps an algorithm to its implementation.
 const Schedules* schedules_of(Algorithm algo);
-// The entry of `table` for `kind`, or nullptr where `kind` has no schedule (barrier, send, recv).
+// The entry of `table` for `kind`, or nullptr where it has none (barrier, send, recv; a pattern
+// the algorithm does not apply to).
 Schedule schedule_for(const Schedules& table, Collective kind);
 
 }  // namespace dpx::parallel::impl

@@ -1,7 +1,8 @@
 // Recursive halving/doubling (Rabenseifner): reduce-scatter by recursive halving (log2 p exchanges
 // with partners ever closer, the data halving each time), then all-gather by recursive doubling.
 // For n not a power of two, p = 2^floor(log2 n) ranks take part; each of the rem = n - p extra
-// ranks first folds its data into a partner and gets the result back at the end.
+// ranks first folds its data into a partner and gets the result back at the end. Gather and
+// scatter are the doubling and halving halves alone, over ranges of per-rank blocks.
 #include "core/error.hpp"
 #include "parallel/algorithms_internal.hpp"
 
@@ -76,27 +77,62 @@ void doubling_all_gather(const Sched& s, const Fold& f, std::byte* buf, const Bl
   }
 }
 
+// Participant blocks of one buffer (block j of b is participant j's), moved as ranges.
+struct ParticipantBlocks {
+  const Sched& s;
+  std::byte* buf;
+  const Blocks& b;
+  void send(int peer, int lo, int hi) const { s.send(peer, s.at(buf, b.begin(lo)), b.span(lo, hi)); }
+  void recv(int peer, int lo, int hi) const { s.recv(peer, s.at(buf, b.begin(lo)), b.span(lo, hi)); }
+};
+
+// Participant ranges as ranges of per-rank blocks (gather, scatter): participant j stands for
+// the relative ranks [first(j), first(j+1)).
+struct ParticipantRanks {
+  const Fold& f;
+  const RelativeBlocks& held;
+  void send(int peer, int lo, int hi) const { held.send(peer, f.first(lo), f.first(hi)); }
+  void recv(int peer, int lo, int hi) const { held.recv(peer, f.first(lo), f.first(hi)); }
+};
+
 // Participant 0 holds every block; halving the ranges hands block j to participant j.
-void halving_scatter(const Sched& s, const Fold& f, std::byte* buf, const Blocks& b) {
+template <typename Held>
+void halving_scatter(const Fold& f, const Held& held) {
   for (int mask = f.p / 2; mask >= 1; mask /= 2) {
     const int j = f.j;
     if (j % (2 * mask) == 0)
-      s.send(f.real(j + mask), s.at(buf, b.begin(j + mask)), b.span(j + mask, j + 2 * mask));
+      held.send(f.real(j + mask), j + mask, j + 2 * mask);
     else if (j % (2 * mask) == mask)
-      s.recv(f.real(j - mask), s.at(buf, b.begin(j)), b.span(j, j + mask));
+      held.recv(f.real(j - mask), j, j + mask);
   }
 }
 
 // The reverse: participant j holds block j; doubling ranges collect all of them at participant 0.
-void doubling_gather(const Sched& s, const Fold& f, std::byte* buf, const Blocks& b) {
+template <typename Held>
+void doubling_gather(const Fold& f, const Held& held) {
   for (int mask = 1; mask < f.p; mask *= 2) {
     const int j = f.j;
     if (j & mask) {
-      s.send(f.real(j - mask), s.at(buf, b.begin(j)), b.span(j, j + mask));
+      held.send(f.real(j - mask), j, j + mask);
       return;
     }
-    s.recv(f.real(j + mask), s.at(buf, b.begin(j + mask)), b.span(j + mask, j + 2 * mask));
+    held.recv(f.real(j + mask), j + mask, j + 2 * mask);
   }
+}
+
+// Where a participant of a rooted gather or scatter keeps its blocks: the root in its whole
+// buffer (`whole`), a participant that handles only its own block in `own`, any other in
+// scratch for the relative ranks it gathers or scatters, [first(j), first(j + lowbit(j))).
+RelativeBlocks participant_blocks(const Sched& s, const Fold& f, std::byte* whole, std::byte* own) {
+  const int lo = f.first(f.j), hi = f.j == 0 ? s.ranks : f.first(f.j + (f.j & -f.j));
+  RelativeBlocks held{.s = s, .buf = own, .count = s.args.count, .root = f.root, .base = lo};
+  if (f.j == 0) {
+    held.buf = whole;
+    held.whole = true;
+  } else if (hi - lo > 1) {
+    held.buf = s.scratch(static_cast<size_t>(hi - lo) * s.args.count);
+  }
+  return held;
 }
 
 void all_reduce(const Sched& s) {
@@ -161,7 +197,7 @@ void broadcast(const Sched& s) {
     return;
   }
   Blocks b = even_blocks(a.count, f.p);
-  halving_scatter(s, f, recv, b);
+  halving_scatter(f, ParticipantBlocks{s, recv, b});
   doubling_all_gather(s, f, recv, b);
   if (f.partner >= 0) s.send(f.partner, recv, a.count);
 }
@@ -179,7 +215,36 @@ void reduce(const Sched& s) {
   Blocks b = even_blocks(a.count, f.p);
   halving_reduce_scatter(s, f, a.send, work, b, f.partner >= 0);
   s.finish_avg(s.at(work, b.begin(f.j)), b.size(f.j));
-  doubling_gather(s, f, work, b);
+  doubling_gather(f, ParticipantBlocks{s, work, b});
+}
+
+// Gather = the extras hand their block to their partner, then doubling ranges of participants'
+// blocks collect everything at the root (participant 0). A participant that only ever sends
+// its own block sends it straight from send.
+void gather(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  Fold f(s.ranks, s.rank, a.root);
+  if (f.extra) return s.send(f.partner, a.send, a.count);
+  const int v = f.first(f.j);
+  const RelativeBlocks held =
+      participant_blocks(s, f, static_cast<std::byte*>(a.recv), static_cast<std::byte*>(const_cast<void*>(a.send)));
+  s.copy(held.at(v), a.send, a.count);
+  if (f.partner >= 0) held.recv(f.partner, v + 1, v + 2);
+  doubling_gather(f, ParticipantRanks{f, held});
+}
+
+// Scatter = the mirror image: halving ranges hand every participant its ranks' blocks, then
+// each hands its extra partner that one's block.
+void scatter(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  Fold f(s.ranks, s.rank, a.root);
+  if (f.extra) return s.recv(f.partner, a.recv, a.count);
+  const int v = f.first(f.j);
+  const RelativeBlocks held =
+      participant_blocks(s, f, static_cast<std::byte*>(const_cast<void*>(a.send)), static_cast<std::byte*>(a.recv));
+  halving_scatter(f, ParticipantRanks{f, held});
+  if (f.partner >= 0) held.send(f.partner, v + 1, v + 2);
+  s.copy(a.recv, held.at(v), a.count);
 }
 
 }  // namespace
@@ -188,6 +253,8 @@ constinit const Schedules kRhdSchedules = {.all_reduce = all_reduce,
                                            .broadcast = broadcast,
                                            .reduce = reduce,
                                            .all_gather = all_gather,
-                                           .reduce_scatter = reduce_scatter};
+                                           .reduce_scatter = reduce_scatter,
+                                           .gather = gather,
+                                           .scatter = scatter};
 
 }  // namespace dpx::parallel::impl

@@ -1,6 +1,7 @@
 // Ring schedules: every rank sends only to its right neighbour and receives only from its
 // left, so each link carries (n-1)/n of the data per phase — the bandwidth-optimal algorithm
-// NCCL uses for large messages. Block c is reduced in ring order starting at rank c+1.
+// NCCL uses for large messages. Block c is reduced in ring order starting at rank c+1. The ring
+// also names the one-step exchanges of sendrecv and all_to_all (pairwise, one peer pair a step).
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -110,12 +111,45 @@ void broadcast(const Sched& s) {
   }
 }
 
+// In place (send == recv) the input is first copied aside: a peer may still be reading a block
+// of it when this rank's receive overwrites it. The result is then MPI's in-place one
+// (MPI_Sendrecv_replace, MPI_Alltoall with MPI_IN_PLACE).
+const void* staged_input(const Sched& s, size_t elems) {
+  if (s.args.send != s.args.recv) return s.args.send;
+  std::byte* tmp = s.scratch(elems);
+  s.copy(tmp, s.args.send, elems);
+  return tmp;
+}
+
+// One step of the ring: send right, receive from the left (nccl-tests' sendrecv).
+void sendrecv(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  const void* src = staged_input(s, a.count);
+  s.sendrecv(mod(s.rank + 1, s.ranks), src, a.count, mod(s.rank - 1, s.ranks), a.recv, a.count);
+}
+
+// Pairwise exchange: at step k = 1..n-1 this rank sends block r+k to rank r+k and receives
+// block r-k from rank r-k, so every step every rank sends one block and receives one.
+void all_to_all(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  const size_t c = a.count;
+  const bool in_place = a.send == a.recv;
+  const void* src = staged_input(s, c * s.ranks);
+  if (!in_place) s.copy(s.at(a.recv, s.rank * c), s.at(src, s.rank * c), c);
+  for (int k = 1; k < s.ranks; ++k) {
+    const int to = mod(s.rank + k, s.ranks), from = mod(s.rank - k, s.ranks);
+    s.sendrecv(to, s.at(src, to * c), c, from, s.at(a.recv, from * c), c);
+  }
+}
+
 }  // namespace
 
 constinit const Schedules kRingSchedules = {.all_reduce = all_reduce,
                                             .broadcast = broadcast,
                                             .reduce = reduce,
                                             .all_gather = all_gather,
-                                            .reduce_scatter = reduce_scatter};
+                                            .reduce_scatter = reduce_scatter,
+                                            .sendrecv = sendrecv,
+                                            .all_to_all = all_to_all};
 
 }  // namespace dpx::parallel::impl

@@ -45,37 +45,36 @@ void binomial_broadcast(const Sched& s, const void* root_src, std::byte* buf, si
     if (v + mask < s.ranks) s.send(mod(v + mask + root, s.ranks), held, count);
 }
 
-// Gathers blocks b (block q belongs to rank q) at rank 0: the mirror image of binomial_reduce,
-// with ranges [v, v + 2^k) concatenated instead of summed.
-void binomial_gather(const Sched& s, std::byte* buf, const Blocks& b) {
-  const int v = s.rank;
+// Gathers every rank's block at the root: the mirror image of binomial_reduce, with ranges of
+// relative ranks [v, v + 2^k) concatenated instead of summed. `held` holds this rank's subtree.
+void binomial_gather(const Sched& s, int root, const RelativeBlocks& held) {
+  const int v = mod(s.rank - root, s.ranks);
   for (int mask = 1; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.send(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.ranks)));
+      held.send(mod(v - mask + root, s.ranks), v, std::min(v + mask, s.ranks));
       return;
     }
-    if (v + mask < s.ranks) {
-      const int lo = v + mask;
-      s.recv(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.ranks)));
-    }
+    if (v + mask < s.ranks) held.recv(mod(v + mask + root, s.ranks), v + mask, std::min(v + 2 * mask, s.ranks));
   }
 }
 
-// Scatters blocks b from rank 0: the mirror image of binomial_gather.
-void binomial_scatter(const Sched& s, std::byte* buf, const Blocks& b) {
-  const int v = s.rank;
+// Scatters the root's blocks: the mirror image of binomial_gather (the farthest subtree first).
+void binomial_scatter(const Sched& s, int root, const RelativeBlocks& held) {
+  const int v = mod(s.rank - root, s.ranks);
   int mask = 1;
   for (; mask < s.ranks; mask <<= 1) {
     if (v & mask) {
-      s.recv(v - mask, s.at(buf, b.begin(v)), b.span(v, std::min(v + mask, s.ranks)));
+      held.recv(mod(v - mask + root, s.ranks), v, std::min(v + mask, s.ranks));
       break;
     }
   }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    const int lo = v + mask;
-    if (lo < s.ranks) s.send(lo, s.at(buf, b.begin(lo)), b.span(lo, std::min(lo + mask, s.ranks)));
-  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < s.ranks) held.send(mod(v + mask + root, s.ranks), v + mask, std::min(v + 2 * mask, s.ranks));
 }
+
+// The relative ranks [v, end) whose blocks rank v of a binomial tree gathers or scatters: its
+// subtree, all ranks for the root.
+int subtree_end(int v, int n) { return v == 0 ? n : std::min(v + (v & -v), n); }
 
 void tree_all_reduce(const Sched& s) {
   std::byte* recv = static_cast<std::byte*>(s.args.recv);
@@ -101,7 +100,7 @@ void tree_all_gather(const Sched& s) {
   const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
   s.copy(s.at(recv, s.rank * a.count), a.send, a.count);
-  binomial_gather(s, recv, uniform_blocks(a.count, s.ranks));
+  binomial_gather(s, 0, {.s = s, .buf = recv, .count = a.count, .whole = true});
   binomial_broadcast(s, recv, recv, a.count * s.ranks, 0);
 }
 
@@ -110,9 +109,41 @@ void tree_reduce_scatter(const Sched& s) {
   const size_t total = a.count * s.ranks;
   std::byte* acc = s.scratch(total);
   binomial_reduce(s, a.send, acc, total, 0);
-  binomial_scatter(s, acc, uniform_blocks(a.count, s.ranks));
+  binomial_scatter(s, 0, {.s = s, .buf = acc, .count = a.count, .whole = true});
   s.copy(a.recv, s.at(acc, s.rank * a.count), a.count);
   s.finish_avg(a.recv, a.count);
+}
+
+// Gather: a leaf sends its own block straight from send; an inner rank collects its subtree
+// in scratch (its own block first); the root collects into recv, at every rank's place.
+void tree_gather(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  const int v = mod(s.rank - a.root, s.ranks), end = subtree_end(v, s.ranks);
+  RelativeBlocks held{.s = s, .buf = nullptr, .count = a.count, .root = a.root, .base = v};
+  if (v == 0) {
+    held.buf = static_cast<std::byte*>(a.recv);
+    held.whole = true;
+  } else {
+    held.buf = end - v == 1 ? static_cast<std::byte*>(const_cast<void*>(a.send)) : s.scratch((end - v) * a.count);
+  }
+  s.copy(held.at(v), a.send, a.count);
+  binomial_gather(s, a.root, held);
+}
+
+// Scatter: the mirror image; a leaf receives straight into recv, an inner rank its subtree into
+// scratch, and each keeps its own block.
+void tree_scatter(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  const int v = mod(s.rank - a.root, s.ranks), end = subtree_end(v, s.ranks);
+  RelativeBlocks held{.s = s, .buf = nullptr, .count = a.count, .root = a.root, .base = v};
+  if (v == 0) {
+    held.buf = static_cast<std::byte*>(const_cast<void*>(a.send));
+    held.whole = true;
+  } else {
+    held.buf = end - v == 1 ? static_cast<std::byte*>(a.recv) : s.scratch((end - v) * a.count);
+  }
+  binomial_scatter(s, a.root, held);
+  s.copy(a.recv, held.at(v), a.count);
 }
 
 // ---- naive: the root does everything ------------------------------------------------------------
@@ -183,18 +214,44 @@ void naive_reduce_scatter(const Sched& s) {
   s.finish_avg(a.recv, c);
 }
 
+// Gather: the root receives from root+1, root+2, ... in turn, straight into their places.
+void naive_gather(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  if (s.rank != a.root) return s.send(a.root, a.send, a.count);
+  s.copy(s.at(a.recv, a.root * a.count), a.send, a.count);
+  for (int i = 1; i < s.ranks; ++i) {
+    const int q = mod(a.root + i, s.ranks);
+    s.recv(q, s.at(a.recv, q * a.count), a.count);
+  }
+}
+
+// Scatter: the root sends to root+1, root+2, ... in turn.
+void naive_scatter(const Sched& s) {
+  const CollectiveArgs& a = s.args;
+  if (s.rank != a.root) return s.recv(a.root, a.recv, a.count);
+  for (int i = 1; i < s.ranks; ++i) {
+    const int q = mod(a.root + i, s.ranks);
+    s.send(q, s.at(a.send, q * a.count), a.count);
+  }
+  s.copy(a.recv, s.at(a.send, a.root * a.count), a.count);
+}
+
 }  // namespace
 
 constinit const Schedules kTreeSchedules = {.all_reduce = tree_all_reduce,
                                             .broadcast = tree_broadcast,
                                             .reduce = tree_reduce,
                                             .all_gather = tree_all_gather,
-                                            .reduce_scatter = tree_reduce_scatter};
+                                            .reduce_scatter = tree_reduce_scatter,
+                                            .gather = tree_gather,
+                                            .scatter = tree_scatter};
 
 constinit const Schedules kNaiveSchedules = {.all_reduce = naive_all_reduce,
                                              .broadcast = naive_broadcast,
                                              .reduce = naive_reduce,
                                              .all_gather = naive_all_gather,
-                                             .reduce_scatter = naive_reduce_scatter};
+                                             .reduce_scatter = naive_reduce_scatter,
+                                             .gather = naive_gather,
+                                             .scatter = naive_scatter};
 
 }  // namespace dpx::parallel::impl

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <set>
 
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
@@ -20,8 +21,9 @@ namespace dpx::parallel {
 
 namespace {
 
-// Buffer sizes of one call, nccl-tests' getCollByteCount: all_gather and reduce_scatter round
-// the size down to a multiple of ranks * element size, and their count is per rank.
+// Buffer sizes of one call, nccl-tests' getCollByteCount: the collectives with per-rank blocks
+// (all_gather, reduce_scatter, all_to_all, gather, scatter) round the size down to a multiple of
+// ranks * element size, and their count is per rank (per block).
 struct Shape {
   size_t count = 0;                  // the count passed to the call
   size_t send_count = 0, recv_count = 0;
@@ -31,13 +33,21 @@ struct Shape {
 Shape shape_of(Collective c, size_t size_bytes, DType dtype, int n) {
   const size_t es = dtype_size(dtype), elems = size_bytes / es;
   Shape s;
-  if (c == Collective::all_gather || c == Collective::reduce_scatter) {
-    s.count = elems / static_cast<size_t>(n);
-    const size_t total = s.count * static_cast<size_t>(n);
-    s.send_count = c == Collective::all_gather ? s.count : total;
-    s.recv_count = c == Collective::all_gather ? total : s.count;
-  } else {
-    s.count = s.send_count = s.recv_count = elems;
+  switch (c) {
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+    case Collective::gather:
+    case Collective::scatter: {
+      s.count = elems / static_cast<size_t>(n);
+      const size_t total = s.count * static_cast<size_t>(n);
+      const bool gathers = c == Collective::all_gather || c == Collective::gather;
+      const bool scatters = c == Collective::reduce_scatter || c == Collective::scatter;
+      s.send_count = gathers ? s.count : total;
+      s.recv_count = scatters ? s.count : total;
+      break;
+    }
+    default: s.count = s.send_count = s.recv_count = elems;
   }
   s.bytes = std::max(s.send_count, s.recv_count) * es;
   return s;
@@ -85,32 +95,69 @@ void print_row(std::ostream& out, const CollectiveRow& a, const CollectiveRow& b
   out << line << std::endl;  // flushed: long sweeps show progress row by row
 }
 
+// Where a call's buffers are on this rank, out of place (a, b) or in place (inside b), by
+// nccl-tests' offsets: all_gather and gather send from block r of recv; reduce_scatter and
+// scatter receive into block r of send; the others pass one buffer as both.
+struct Buffers {
+  void* send;
+  void* recv;
+};
+
+Buffers placement(Collective c, const Shape& s, int r, size_t es, std::byte* a, std::byte* b, bool in_place) {
+  if (!in_place) return {a, b};
+  std::byte* block = b + static_cast<size_t>(r) * s.count * es;
+  if (c == Collective::all_gather || c == Collective::gather) return {block, b};
+  if (c == Collective::reduce_scatter || c == Collective::scatter) return {b, block};
+  return {b, b};
+}
+
+// The element index at which rank q's data starts in a collective with per-rank blocks: the
+// new patterns number the elements of the whole (gathered or scattered) buffer, as nccl-tests
+// does (rank*count), so a block that lands in the wrong place is caught too.
+size_t first_of(Collective c, size_t count, int q) {
+  return c == Collective::sendrecv || c == Collective::gather ? static_cast<size_t>(q) * count : 0;
+}
+
 // Fills this rank's input and clears its output, so a call that does nothing is caught by the
 // check (inputs are never 0). Outputs first: an in-place input lives inside the output.
+// The four patterns clear the output whatever the placement (in place on rank 0, gather's
+// input is the start of its output).
 void prepare(const Plan& p, const Shape& s, int r, int root, void* send, void* recv) {
   const size_t es = dtype_size(p.dtype);
-  if (recv != send) std::memset(recv, 0, s.recv_count * es);
-  if (p.coll == Collective::broadcast && r != root) {
+  const bool pattern = p.coll == Collective::sendrecv || p.coll == Collective::all_to_all ||
+                       p.coll == Collective::gather || p.coll == Collective::scatter;
+  if (recv != send || pattern) std::memset(recv, 0, s.recv_count * es);
+  if ((p.coll == Collective::broadcast || p.coll == Collective::scatter) && r != root) {
     if (send == recv) std::memset(recv, 0, s.recv_count * es);
     return;  // only the root has an input
   }
-  fill_input(send, s.send_count, 0, p.dtype, p.data_op, r);
+  fill_input(send, s.send_count, first_of(p.coll, s.count, r), p.dtype, p.data_op, r);
 }
 
 int64_t wrong_elements(const Plan& p, const Shape& s, int n, int r, int root, const void* recv) {
   const size_t es = dtype_size(p.dtype);
+  const auto* got = static_cast<const std::byte*>(recv);
+  auto blocks_from_every_rank = [&](auto first) {  // block q came from rank q
+    int64_t wrong = 0;
+    for (int q = 0; q < n; ++q)
+      wrong += count_wrong_input(got + static_cast<size_t>(q) * s.count * es, s.count, first(q), p.dtype, p.data_op, q);
+    return wrong;
+  };
   switch (p.coll) {
     case Collective::all_reduce: return count_wrong_reduced(recv, s.count, 0, p.dtype, p.op, n);
     case Collective::reduce: return r == root ? count_wrong_reduced(recv, s.count, 0, p.dtype, p.op, n) : 0;
     case Collective::broadcast: return count_wrong_input(recv, s.count, 0, p.dtype, p.data_op, root);
     case Collective::reduce_scatter: return count_wrong_reduced(recv, s.count, r * s.count, p.dtype, p.op, n);
-    case Collective::all_gather: {
-      int64_t wrong = 0;
-      for (int q = 0; q < n; ++q)
-        wrong += count_wrong_input(static_cast<const std::byte*>(recv) + q * s.count * es, s.count, 0, p.dtype,
-                                   p.data_op, q);
-      return wrong;
+    case Collective::all_gather: return blocks_from_every_rank([](int) { return size_t{0}; });
+    case Collective::sendrecv: {
+      const int left = (r - 1 + n) % n;
+      return count_wrong_input(recv, s.count, first_of(p.coll, s.count, left), p.dtype, p.data_op, left);
     }
+    // Block q of rank r's result is block r of rank q's input, elements [r*count, (r+1)*count).
+    case Collective::all_to_all: return blocks_from_every_rank([&](int) { return r * s.count; });
+    case Collective::gather:
+      return r == root ? blocks_from_every_rank([&](int q) { return first_of(p.coll, s.count, q); }) : 0;
+    case Collective::scatter: return count_wrong_input(recv, s.count, r * s.count, p.dtype, p.data_op, root);
     default: return 0;
   }
 }
@@ -122,6 +169,10 @@ void call(Communicator& comm, const Plan& p, const Shape& s, int root, Algorithm
     case Collective::reduce: return comm.reduce(send, recv, s.count, p.dtype, p.op, root, algo);
     case Collective::all_gather: return comm.all_gather(send, recv, s.count, p.dtype, algo);
     case Collective::reduce_scatter: return comm.reduce_scatter(send, recv, s.count, p.dtype, p.op, algo);
+    case Collective::sendrecv: return comm.sendrecv(send, recv, s.count, p.dtype, algo);
+    case Collective::all_to_all: return comm.all_to_all(send, recv, s.count, p.dtype, algo);
+    case Collective::gather: return comm.gather(send, recv, s.count, p.dtype, root, algo);
+    case Collective::scatter: return comm.scatter(send, recv, s.count, p.dtype, root, algo);
     default: fail("dpx collective: ", collective_name(p.coll), " is not benchmarked");
   }
 }
@@ -136,11 +187,11 @@ struct Sink {
   const CollectiveOptions& o;
   CollectiveReport& report;
   std::string csv;  // the whole file so far, rewritten atomically after every size
+  int nodes = 1;    // distinct nodes of hier's layout
 };
 
 void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink) {
-  const int n = comm.size(), r = comm.rank(), root = p.coll == Collective::broadcast || p.coll == Collective::reduce
-                                                         ? o.root : -1;
+  const int n = comm.size(), r = comm.rank(), root = is_rooted(p.coll) ? o.root : -1;
   const size_t es = dtype_size(p.dtype);
   Workspace wa, wb;
   std::byte* a = wa.get(std::max<size_t>(p.buffer_bytes, 64));
@@ -151,13 +202,7 @@ void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, A
     const Shape s = shape_of(p.coll, size, p.dtype, n);
     CollectiveRow rows[2];
     for (int in_place = 0; in_place < 2; ++in_place) {
-      void* send = a;
-      void* recv = b;
-      if (in_place) {
-        send = b;
-        if (p.coll == Collective::all_gather) send = b + static_cast<size_t>(r) * s.count * es;
-        if (p.coll == Collective::reduce_scatter) recv = b + static_cast<size_t>(r) * s.count * es;
-      }
+      const auto [send, recv] = placement(p.coll, s, r, es, a, b, in_place != 0);
       const int call_root = root < 0 ? 0 : root;
       prepare(p, s, r, call_root, send, recv);
       for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, send, recv);
@@ -178,6 +223,7 @@ void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, A
       row.algo = std::string(algorithm_name(algo));
       row.backend = std::string(comm.backend());
       row.ranks = n;
+      row.nodes = sink.nodes;
       row.bytes = s.bytes;
       row.count = s.count;
       row.dtype = std::string(nccl_type_name(p.dtype));
@@ -367,6 +413,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   for (int r = 0; r < o.ranks; ++r)
     layout.push_back(o.ranks_per_node > 0 ? r / o.ranks_per_node : mpi ? launch.node_of_rank[static_cast<size_t>(r)] : 0);
   if (mpi) processes->world().set_node_layout(layout);
+  sink.nodes = static_cast<int>(std::set<int>(layout.begin(), layout.end()).size());
   if (std::find(algos.begin(), algos.end(), Algorithm::hier) != algos.end())
     out << "#\n# hier's nodes: " << node_groups(layout) << (o.ranks_per_node > 0 ? " (--ranks-per-node)" : "") << "\n";
   if (o.memcpy_bytes > 0) {

@@ -20,7 +20,7 @@ struct CollectiveOptions {
   std::string backend = "threads";        // --backend: threads, or mpi (the default under mpirun)
   int ranks = 2;                          // --ranks (under MPI: the number of processes)
   int process_ranks = 0;                  // the MPI job's processes (0: not launched); not a flag
-  std::string algo = "ring";              // --algo: ring, tree, naive, rhd, hier, mpi or all
+  std::string algo = "ring";              // --algo: ring, tree, naive, rhd, hier, mpi or all (those that apply)
   int ranks_per_node = 0;                 // --ranks-per-node: hier's nodes (0: the real nodes)
   double comm_timeout_s = 300;            // --comm-timeout
   double link_gbps = 0;                   // --link-gbps: the network's rate, printed as busbw's limit
@@ -34,7 +34,7 @@ struct CollectiveOptions {
   int check = 1;                          // -c/--check: 1 = count wrong elements
   std::string op = "sum";                 // -o/--op
   std::string datatype = "float";         // -d/--datatype
-  int root = 0;                           // -r/--root (broadcast and reduce)
+  int root = 0;                           // -r/--root (broadcast, reduce, gather and scatter)
   bool pin_threads = false;               // --pin: rank r on CPU r mod ncpus
   std::string csv_path;                   // --csv FILE
   size_t memcpy_bytes = size_t{64} << 20; // per-rank buffer of the memcpy bandwidth line; 0 skips it
@@ -44,8 +44,10 @@ struct CollectiveOptions {
 struct CollectiveRow {
   std::string collective, algo, backend;
   int ranks = 0;
+  int nodes = 1;     // distinct nodes in hier's layout: --ranks-per-node groups, the MPI job's nodes, or 1
   size_t bytes = 0;  // nccl-tests' size column: the larger of the send and receive sizes
-  size_t count = 0;  // nccl-tests' count column: elements per call (per rank for all_gather/reduce_scatter)
+  size_t count = 0;  // nccl-tests' count column: elements per call (per rank, or per block, where the
+                     // collective has per-rank blocks: all_gather, reduce_scatter, all_to_all, gather, scatter)
   std::string dtype, op;
   int root = -1;  // -1 for collectives without a root, as nccl-tests prints
   bool in_place = false;
@@ -64,7 +66,8 @@ struct CollectiveReport {
 // With `processes` (an MPI launch, o.backend "mpi") every process is one rank of the benchmark,
 // and rank 0 alone prints, writes and returns the rows.
 CollectiveReport run_collective(const CollectiveOptions& o, std::ostream& out, ProcessGroup* processes = nullptr);
-// The algorithms `o.algo` names ("all": dpx's five, and the library's with --backend mpi).
+// The algorithms `o.algo` names ("all": those of dpx's five that apply to the collective, and
+// the library's with --backend mpi).
 std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o);
 // Throws dpx::UsageError for any bad flag, before anything runs.
 void validate(const CollectiveOptions& o);
@@ -73,7 +76,8 @@ void validate(const CollectiveOptions& o);
 size_t parse_bytes(std::string_view text, std::string_view flag = "size");
 // The sizes nccl-tests would visit: min, then *factor (or +step) while <= max.
 std::vector<size_t> size_steps(const CollectiveOptions& o);
-// nccl-tests' busbw / algbw: 2(n-1)/n all_reduce, (n-1)/n all_gather and reduce_scatter, 1 otherwise.
+// nccl-tests' busbw / algbw: 2(n-1)/n all_reduce; (n-1)/n all_gather, reduce_scatter,
+// all_to_all, gather and scatter; 1 broadcast, reduce and sendrecv.
 double bus_factor(Collective c, int ranks);
 // nccl-tests' name of a dtype: float, double, half, bfloat16, int32, int64, uint8.
 std::string_view nccl_type_name(DType t);
@@ -81,7 +85,7 @@ std::string_view nccl_type_name(DType t);
 DType parse_bench_dtype(std::string_view name);
 
 inline constexpr std::string_view kCollectiveCsvHeader =
-    "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong";
+    "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes";
 std::string collective_csv_row(const CollectiveRow& r);
 
 // Copy bandwidth of one rank (GB/s) while `ranks` ranks each memcpy `bytes` at once: the ceiling

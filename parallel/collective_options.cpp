@@ -76,8 +76,11 @@ double bus_factor(Collective c, int ranks) {
   switch (c) {
     case Collective::all_reduce: return 2.0 * (n - 1) / n;
     case Collective::all_gather:
-    case Collective::reduce_scatter: return (n - 1) / n;
-    default: return 1.0;
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+    case Collective::gather:
+    case Collective::scatter: return (n - 1) / n;
+    default: return 1.0;  // broadcast, reduce, sendrecv
   }
 }
 
@@ -151,6 +154,9 @@ void validate(const CollectiveOptions& o) {
     const Algorithm a = with_flag("--algo", [&] { return parse_algorithm(o.algo); });
     if (a == Algorithm::mpi && o.backend != "mpi")
       usage_fail("--algo mpi is the MPI library's own collectives: it needs --backend mpi, under mpirun");
+    if (!algorithm_applies(a, c))
+      usage_fail("--algo ", o.algo, " does not apply to -t ", collective_name(c), ": use ", algorithm_choices(c),
+                 ", or all");
   }
   if (o.ranks_per_node < 0)
     usage_fail("--ranks-per-node: ", o.ranks_per_node, " is not a number of ranks per node (0: the real nodes)");
@@ -169,7 +175,7 @@ void validate(const CollectiveOptions& o) {
   }
   parse_bench_dtype(o.datatype);
   with_flag("-o/--op", [&] { return parse_reduce_op(o.op); });
-  if ((c == Collective::broadcast || c == Collective::reduce) && (o.root < 0 || o.root >= o.ranks))
+  if (is_rooted(c) && (o.root < 0 || o.root >= o.ranks))
     usage_fail("-r/--root: ", o.root, " is not a rank (0 to ", o.ranks - 1, ")");
   if (o.min_bytes > o.max_bytes)
     usage_fail("-b/--minbytes ", o.min_bytes, " is larger than -e/--maxbytes ", o.max_bytes);
@@ -189,15 +195,18 @@ void validate(const CollectiveOptions& o) {
 
 std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o) {
   if (o.algo != "all") return {parse_algorithm(o.algo)};
-  std::vector<Algorithm> algos(kAlgorithms.begin(), kAlgorithms.end());
+  const Collective c = parse_collective(o.collective);
+  std::vector<Algorithm> algos;
+  for (Algorithm a : kAlgorithms)
+    if (algorithm_applies(a, c)) algos.push_back(a);
   if (o.backend == "mpi") algos.push_back(Algorithm::mpi);
   return algos;
 }
 
 std::string collective_csv_row(const CollectiveRow& r) {
-  char nums[160];
-  std::snprintf(nums, sizeof(nums), "%.3f,%.6f,%.6f,%lld", r.time_us, r.algbw_gbs, r.busbw_gbs,
-                static_cast<long long>(r.wrong));
+  char nums[192];
+  std::snprintf(nums, sizeof(nums), "%.3f,%.6f,%.6f,%lld,%d", r.time_us, r.algbw_gbs, r.busbw_gbs,
+                static_cast<long long>(r.wrong), r.nodes);
   return detail::concat(r.collective, ",", r.algo, ",", r.backend, ",", r.ranks, ",", r.bytes, ",", r.count, ",",
                         r.dtype, ",", r.op, ",", r.root, ",", r.in_place ? "in" : "out", ",", nums);
 }

@@ -46,7 +46,7 @@ class Transport {
   // Whether buffers on `device` can be passed to exchange().
   virtual bool accepts(Device device) const = 0;
 
-  // Runs one step and counts its bytes; with a simulated network (set_net_sim), then waits
+  // Runs one step and counts it and its bytes; with a simulated network (set_net_sim), then waits
   // latency + max(sent, received bytes) / rate more, so the step costs at least that.
   void exchange(const Exchange& x);
   // Every later exchange on this transport as on that network (--net-sim); set it alike on

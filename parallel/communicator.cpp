@@ -33,35 +33,39 @@ void Communicator::run(const CollectiveArgs& a, Algo algo) {
   const std::string_view name = collective_name(a.kind);
   const int n = size(), r = rank();
   const size_t es = dtype_size(a.dtype);
-  const bool rooted = a.kind == Collective::broadcast || a.kind == Collective::reduce;
+  const bool rooted = is_rooted(a.kind);
   if (rooted && (a.root < 0 || a.root >= n)) fail(name, ": root ", a.root, " is not a rank of this ", n, "-rank group");
+  // Per-rank blocks: the side that holds all n of them.
+  const bool send_whole = a.kind == Collective::reduce_scatter || a.kind == Collective::scatter ||
+                          a.kind == Collective::all_to_all;
+  const bool recv_whole = a.kind == Collective::all_gather || a.kind == Collective::gather ||
+                          a.kind == Collective::all_to_all;
+  const Algorithm chosen = algo ? *algo : algorithm_for(a.kind, default_algorithm_);
+  if (!algorithm_applies(chosen, a.kind))
+    fail(name, ": the ", algorithm_name(chosen), " algorithm has no schedule for it; use ", algorithm_choices(a.kind));
   if (a.count > 0) {
-    const bool needs_send = a.kind != Collective::broadcast || r == a.root;
-    const bool needs_recv = a.kind != Collective::reduce || r == a.root;
+    const bool needs_send = (a.kind != Collective::broadcast && a.kind != Collective::scatter) || r == a.root;
+    const bool needs_recv = (a.kind != Collective::reduce && a.kind != Collective::gather) || r == a.root;
     if (needs_send && !a.send) fail(name, ": rank ", r, " passed no send buffer");
     if (needs_recv && !a.recv) fail(name, ": rank ", r, " passed no receive buffer");
     // Partly overlapping buffers would be read after being overwritten; only NCCL's exact
     // in-place layouts are allowed.
-    size_t send_bytes = a.count * es, recv_bytes = a.count * es;
-    const void* in_place_send = a.recv;
-    if (a.kind == Collective::all_gather) {
-      recv_bytes *= static_cast<size_t>(n);
-      in_place_send = static_cast<const std::byte*>(a.recv) + static_cast<size_t>(r) * send_bytes;
-    } else if (a.kind == Collective::reduce_scatter) {
-      send_bytes *= static_cast<size_t>(n);
-    }
-    const bool in_place = a.kind == Collective::reduce_scatter
-                              ? a.recv == static_cast<const std::byte*>(a.send) + static_cast<size_t>(r) * recv_bytes
-                              : a.send == in_place_send;
+    const size_t send_bytes = a.count * es * (send_whole ? static_cast<size_t>(n) : 1);
+    const size_t recv_bytes = a.count * es * (recv_whole ? static_cast<size_t>(n) : 1);
+    const size_t block_bytes = a.count * es * static_cast<size_t>(r);
+    bool in_place = a.send == a.recv;
+    if (a.kind == Collective::all_gather || a.kind == Collective::gather)
+      in_place = a.send == static_cast<const std::byte*>(a.recv) + block_bytes;
+    if (a.kind == Collective::reduce_scatter || a.kind == Collective::scatter)
+      in_place = a.recv == static_cast<const std::byte*>(a.send) + block_bytes;
     if (needs_send && needs_recv && !in_place && overlaps(a.send, send_bytes, a.recv, recv_bytes))
       fail(name, ": the send and receive buffers overlap without being in place (see communicator.hpp)");
   }
   count_call(a.kind);
-  const Algorithm chosen = algo.value_or(default_algorithm_);
   CommCall call;
   call.kind = a.kind;
   call.seq = ++seq_;
-  call.bytes = a.count * es * (a.kind == Collective::all_gather || a.kind == Collective::reduce_scatter ? n : 1);
+  call.bytes = a.count * es * (send_whole || recv_whole ? static_cast<size_t>(n) : 1);
   call.dtype = a.dtype;
   call.algo = chosen;
   call.root = rooted ? a.root : -1;
@@ -88,6 +92,22 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
                                   Algo algo) {
   run({Collective::reduce_scatter, send, recv, recv_count, dtype, op, 0}, algo);
+}
+
+void Communicator::sendrecv(const void* send, void* recv, size_t count, DType dtype, Algo algo) {
+  run({Collective::sendrecv, send, recv, count, dtype, ReduceOp::sum, 0}, algo);
+}
+
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype, Algo algo) {
+  run({Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, 0}, algo);
+}
+
+void Communicator::gather(const void* send, void* recv, size_t send_count, DType dtype, int root, Algo algo) {
+  run({Collective::gather, send, recv, send_count, dtype, ReduceOp::sum, root}, algo);
+}
+
+void Communicator::scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root, Algo algo) {
+  run({Collective::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root}, algo);
 }
 
 void Communicator::barrier() { run_barrier(false); }
@@ -208,6 +228,30 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out, Algo algo) {
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo) {
   check_same(out, in, size(), "reduce_scatter");
   reduce_scatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), out.dtype(), op, algo);
+}
+
+void Communicator::sendrecv(const Tensor& in, const Tensor& out, Algo algo) {
+  check_same(in, out, 1, "sendrecv");
+  sendrecv(in.raw(), out.raw(), static_cast<size_t>(in.numel()), in.dtype(), algo);
+}
+
+void Communicator::all_to_all(const Tensor& in, const Tensor& out, Algo algo) {
+  check_same(in, out, 1, "all_to_all");
+  if (in.numel() % size() != 0)
+    fail("all_to_all: ", in.numel(), " elements are not ", size(), " blocks of one size (", shape_str(in.shape()), ")");
+  all_to_all(in.raw(), out.raw(), static_cast<size_t>(in.numel() / size()), in.dtype(), algo);
+}
+
+void Communicator::gather(const Tensor& in, const Tensor& out, int root, Algo algo) {
+  if (rank() == root) check_same(in, out, size(), "gather");
+  else check_tensor(in, "gather");
+  gather(in.raw(), rank() == root ? ptr(out) : nullptr, static_cast<size_t>(in.numel()), in.dtype(), root, algo);
+}
+
+void Communicator::scatter(const Tensor& in, const Tensor& out, int root, Algo algo) {
+  if (rank() == root) check_same(out, in, size(), "scatter");
+  else check_tensor(out, "scatter");
+  scatter(rank() == root ? ptr(in) : nullptr, out.raw(), static_cast<size_t>(out.numel()), out.dtype(), root, algo);
 }
 
 void Communicator::send(const Tensor& t, int peer) {

@@ -1,5 +1,6 @@
 // Communicator: the collectives every backend offers (all_reduce, broadcast, reduce, all_gather,
-// reduce_scatter, barrier, send/recv) on raw buffers and on Tensors, with byte and call counters.
+// reduce_scatter, sendrecv, all_to_all, gather, scatter, barrier, send/recv) on raw buffers and
+// on Tensors, with byte, exchange and call counters.
 // dpx's own algorithms (ring, tree, naive, rhd, hier) run over a point-to-point Transport
 // (comm_transport.hpp); a vendor backend (mpi) may run the library's own instead (--algo mpi).
 // Every collective is numbered, so that a rank that waits too long can say which one it is in.
@@ -34,9 +35,12 @@ struct CommStats {
 
 // One rank's handle on a group of ranks. Not thread-safe: one thread of a rank at a time may
 // call it (DDP's communication thread, or the rank's own thread, never both at once).
-// Buffers follow NCCL's conventions: in-place is send == recv for all_reduce, broadcast and
-// reduce; send == recv + rank * count for all_gather; recv == send + rank * count for
-// reduce_scatter. Every collective is blocking: buffers may be reused when it returns.
+// Buffers follow NCCL's conventions: in-place is send == recv for all_reduce, broadcast, reduce,
+// sendrecv and all_to_all; send == recv + rank * count for all_gather and gather; recv == send +
+// rank * count for reduce_scatter and scatter. Every collective is blocking: buffers may be
+// reused when it returns. A call without its own algorithm runs the communicator's default, or
+// where that has no schedule for the collective the first of kAlgorithms that has
+// (algorithm_for: tree for gather and scatter under a ring default).
 class Communicator {
  public:
   explicit Communicator(Transport& transport, Algorithm default_algorithm = Algorithm::ring);
@@ -62,6 +66,18 @@ class Communicator {
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype, Algo algo = {});
   // send holds size() * recv_count elements; rank r gets the reduction of block r.
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op, Algo algo = {});
+  // recv gets rank (rank()-1) mod size()'s send; send goes to rank (rank()+1) mod size().
+  // In place (send == recv) the buffer is replaced, as by MPI_Sendrecv_replace.
+  void sendrecv(const void* send, void* recv, size_t count, DType dtype, Algo algo = {});
+  // send and recv hold size() blocks of count elements: block q of send goes to rank q, block q of
+  // recv comes from rank q (MPI_Alltoall; in place as MPI_IN_PLACE).
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype, Algo algo = {});
+  // recv (size() * send_count elements, on the root only; may be null elsewhere) gets every
+  // rank's send, in rank order.
+  void gather(const void* send, void* recv, size_t send_count, DType dtype, int root, Algo algo = {});
+  // send (size() * recv_count elements, read on the root only; may be null elsewhere): rank r
+  // gets block r.
+  void scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root, Algo algo = {});
   void barrier();
   // A barrier that waits as long as it takes for ranks known to be busy outside communication
   // (rank 0 evaluating the test set; ranks left out of a bench configuration): the backends'
@@ -84,6 +100,14 @@ class Communicator {
   void all_gather(const Tensor& in, const Tensor& out, Algo algo = {});
   // in.numel() == size() * out.numel().
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo = {});
+  // in and out of one size (the same tensor: in place).
+  void sendrecv(const Tensor& in, const Tensor& out, Algo algo = {});
+  // in and out of one size, a multiple of size(): size() blocks (the same tensor: in place).
+  void all_to_all(const Tensor& in, const Tensor& out, Algo algo = {});
+  // On the root out.numel() == size() * in.numel(); elsewhere out is not used (may be undefined).
+  void gather(const Tensor& in, const Tensor& out, int root, Algo algo = {});
+  // On the root in.numel() == size() * out.numel(); elsewhere in is not used (may be undefined).
+  void scatter(const Tensor& in, const Tensor& out, int root, Algo algo = {});
   void send(const Tensor& t, int peer);
   void recv(const Tensor& t, int peer);
 

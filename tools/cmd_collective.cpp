@@ -27,6 +27,13 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
     if (cmd.count("--backend") == 0) o.backend = "mpi";
     if (cmd.count("--ranks") == 0) o.ranks = processes.size();
   }
+  if (cmd.count("--algo") == 0) {  // ring, or the first of dpx's algorithms that applies (gather, scatter: tree)
+    try {
+      o.algo = parallel::algorithm_name(parallel::algorithm_for(parallel::parse_collective(o.collective),
+                                                                parallel::Algorithm::ring));
+    } catch (const UsageError&) {  // a bad -t: validate() says so, naming the flag
+    }
+  }
   o.min_bytes = parallel::parse_bytes(f.min_bytes, "-b/--minbytes");
   o.max_bytes = parallel::parse_bytes(f.max_bytes, "-e/--maxbytes");
   o.step_bytes = parallel::parse_bytes(f.step_bytes, "-i/--stepbytes");
@@ -62,7 +69,10 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   parallel::CollectiveOptions& o = f->o;
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // as getopt: the last wins
   cmd->add_option("-t,--collective", o.collective,
-                  "all_reduce, broadcast, reduce, all_gather or reduce_scatter")->capture_default_str();
+                  "all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all (alltoall), gather "
+                  "or scatter; busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, "
+                  "all_to_all, gather and scatter, 1 for broadcast, reduce and sendrecv (nccl-tests' factors)")
+      ->capture_default_str();
   cmd->add_option("--backend", o.backend,
                   parallel::kMpiBuilt ? "threads (ranks are threads of this process) or mpi (ranks are the processes "
                                         "of mpirun/srun; the default there)"
@@ -74,7 +84,8 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   std::string(parallel::kMpiBuilt ? "ring, tree, naive, rhd, hier, mpi (the MPI library's own; "
                                                     "--backend mpi)"
                                                   : "ring, tree, naive, rhd, hier") +
-                      ", or all (one table each, then busbw side by side)")
+                      ", or all (one table each, then busbw side by side); sendrecv and all_to_all have ring "
+                      "(and mpi), gather and scatter tree, naive and rhd (and mpi; their default is tree)")
       ->capture_default_str();
   cmd->add_option("--ranks-per-node", o.ranks_per_node,
                   "for hier: take each group of this many consecutive ranks as one node (0: the real nodes)")
@@ -103,7 +114,7 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("-o,--op", o.op, "sum, prod, max, min or avg")->capture_default_str();
   cmd->add_option("-d,--datatype", o.datatype, "float, double, half, bfloat16, int32, int64 or uint8")
       ->capture_default_str();
-  cmd->add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
+  cmd->add_option("-r,--root", o.root, "root rank of broadcast, reduce, gather and scatter")->capture_default_str();
   cmd->add_flag("--pin", o.pin_threads, "pin rank r to CPU r mod (number of CPUs)");
   cmd->add_option("--csv", o.csv_path, "also write one row per measurement to this CSV file");
   cmd->callback([cmd, f, &processes] { run(*cmd, *f, processes); });

@@ -22,6 +22,7 @@ namespace {
 
 constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 constexpr int kPointToPointTag = 1;  // send/recv; collectives use 2 + their number mod 32000
+constexpr int kLibrarySendrecvTag = 0;  // MPI_Sendrecv of --algo mpi: a tag dpx's own messages never use
 
 const std::byte* at(const void* p, size_t bytes) { return static_cast<const std::byte*>(p) + bytes; }
 std::byte* at(void* p, size_t bytes) { return static_cast<std::byte*>(p) + bytes; }
@@ -236,6 +237,42 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
                                              static_cast<int>(a.count), type, op, c));
       if (in_place && r != 0) std::memmove(a.recv, whole, a.count * es);
       if (a.op == ReduceOp::avg) finish_average(a.recv, a.count, a.dtype, n);
+      return;
+    }
+    case Collective::sendrecv: {
+      const int right = (r + 1) % n, left = (r - 1 + n) % n;
+      in_chunks([&](size_t off, int len) {
+        if (a.send == a.recv)
+          DPX_MPI_CHECK(MPI_Sendrecv_replace(at(a.recv, off), len, type, right, kLibrarySendrecvTag, left,
+                                             kLibrarySendrecvTag, c, MPI_STATUS_IGNORE));
+        else
+          DPX_MPI_CHECK(MPI_Sendrecv(at(a.send, off), len, type, right, kLibrarySendrecvTag, at(a.recv, off), len, type,
+                                     left, kLibrarySendrecvTag, c, MPI_STATUS_IGNORE));
+      });
+      return;
+    }
+    case Collective::all_to_all: {
+      if (a.count > static_cast<size_t>(INT_MAX))
+        fail("all_to_all --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
+      DPX_MPI_CHECK(MPI_Alltoall(a.send == a.recv ? MPI_IN_PLACE : a.send, static_cast<int>(a.count), type, a.recv,
+                                 static_cast<int>(a.count), type, c));
+      return;
+    }
+    case Collective::gather: {
+      if (a.count > static_cast<size_t>(INT_MAX))
+        fail("gather --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
+      // In place on the root, MPI takes the root's block where it already is in recv.
+      const bool in_place = r == a.root && a.send == at(a.recv, static_cast<size_t>(r) * a.count * es);
+      DPX_MPI_CHECK(MPI_Gather(in_place ? MPI_IN_PLACE : a.send, static_cast<int>(a.count), type, a.recv,
+                               static_cast<int>(a.count), type, a.root, c));
+      return;
+    }
+    case Collective::scatter: {
+      if (a.count > static_cast<size_t>(INT_MAX))
+        fail("scatter --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
+      const bool in_place = r == a.root && a.recv == at(a.send, static_cast<size_t>(r) * a.count * es);
+      DPX_MPI_CHECK(MPI_Scatter(a.send, static_cast<int>(a.count), type, in_place ? MPI_IN_PLACE : a.recv,
+                                static_cast<int>(a.count), type, a.root, c));
       return;
     }
     default: fail("--algo mpi: ", collective_name(a.kind), " is not a collective");

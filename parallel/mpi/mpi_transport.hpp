@@ -1,7 +1,8 @@
 // The mpi backend's communicator: dpx's algorithms over MPI point-to-point messages (an
 // MpiTransport), bit for bit the numerics of the threads backend, plus the library's own
 // collectives for --algo mpi (MPI_Allreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,
-// MPI_Reduce_scatter_block). Every wait is recorded in the RankState, so the watchdog can time it.
+// MPI_Reduce_scatter_block, MPI_Sendrecv, MPI_Alltoall, MPI_Gather, MPI_Scatter). Every wait is
+// recorded in the RankState, so the watchdog can time it.
 #pragma once
 #include <mpi.h>
 

@@ -1,4 +1,5 @@
-// Collectives over MPI (run under mpirun -np 2, 3 and 4): every collective x every dpx algorithm
+// Collectives over MPI (run under mpirun -np 2, 3 and 4): every collective (nccl-tests' patterns
+// included) x every dpx algorithm that applies
 // (hier on one node, one node per rank, and nodes of two) x sizes, in and out of place, against
 // the closed forms, and bitwise equal to the threads backend on the same inputs; every dtype and
 // op, for dpx's algorithms and the library's own (--algo mpi); sub-communicators.
@@ -19,8 +20,9 @@ using testing::mpi_group;
 
 namespace {
 
-constexpr Collective kCollectives[] = {Collective::all_reduce, Collective::broadcast, Collective::reduce,
-                                       Collective::all_gather, Collective::reduce_scatter};
+constexpr Collective kCollectives[] = {Collective::all_reduce, Collective::broadcast,  Collective::reduce,
+                                       Collective::all_gather, Collective::reduce_scatter, Collective::sendrecv,
+                                       Collective::all_to_all, Collective::gather,     Collective::scatter};
 
 bool reduces(Collective c) { return c == Collective::all_reduce || c == Collective::reduce || c == Collective::reduce_scatter; }
 
@@ -57,26 +59,36 @@ std::string where(const Case& c, Algorithm algo, int rank) {
 std::string run_case(Communicator& comm, const Case& c, Algorithm algo, std::vector<std::byte>& result) {
   const int k = comm.size(), r = comm.rank();
   const size_t es = dtype_size(c.dtype), n = c.count;
-  const size_t n_send = c.kind == Collective::reduce_scatter ? n * k : n;
-  const size_t n_recv = c.kind == Collective::all_gather ? n * k : n;
+  const bool send_whole = c.kind == Collective::reduce_scatter || c.kind == Collective::scatter ||
+                          c.kind == Collective::all_to_all;
+  const bool recv_whole = c.kind == Collective::all_gather || c.kind == Collective::gather ||
+                          c.kind == Collective::all_to_all;
+  const size_t n_send = send_whole ? n * k : n, n_recv = recv_whole ? n * k : n;
   std::vector<std::byte> a((n_send + 1) * es, std::byte{0x5a}), b((std::max(n_send, n_recv) + 1) * es, std::byte{0x5a});
   std::byte *send = a.data(), *recv = b.data();
   if (c.in_place) {
     send = b.data();
-    if (c.kind == Collective::all_gather) send = b.data() + r * n * es;
-    if (c.kind == Collective::reduce_scatter) recv = b.data() + r * n * es;
+    if (c.kind == Collective::all_gather || c.kind == Collective::gather) send = b.data() + r * n * es;
+    if (c.kind == Collective::reduce_scatter || c.kind == Collective::scatter) recv = b.data() + r * n * es;
   }
   const ReduceOp data_op = reduces(c.kind) ? c.op : ReduceOp::sum;
-  if (c.kind != Collective::broadcast || r == c.root) fill_input(send, n_send, 0, c.dtype, data_op, r);
+  // sendrecv and gather number their elements across ranks, so a block in the wrong place shows.
+  auto first = [&](int q) { return c.kind == Collective::sendrecv || c.kind == Collective::gather ? q * n : 0; };
+  if ((c.kind != Collective::broadcast && c.kind != Collective::scatter) || r == c.root)
+    fill_input(send, n_send, first(r), c.dtype, data_op, r);
   switch (c.kind) {
     case Collective::all_reduce: comm.all_reduce(send, recv, n, c.dtype, c.op, algo); break;
     case Collective::broadcast: comm.broadcast(send, recv, n, c.dtype, c.root, algo); break;
     case Collective::reduce: comm.reduce(send, recv, n, c.dtype, c.op, c.root, algo); break;
     case Collective::all_gather: comm.all_gather(send, recv, n, c.dtype, algo); break;
     case Collective::reduce_scatter: comm.reduce_scatter(send, recv, n, c.dtype, c.op, algo); break;
+    case Collective::sendrecv: comm.sendrecv(send, recv, n, c.dtype, algo); break;
+    case Collective::all_to_all: comm.all_to_all(send, recv, n, c.dtype, algo); break;
+    case Collective::gather: comm.gather(send, recv, n, c.dtype, c.root, algo); break;
+    case Collective::scatter: comm.scatter(send, recv, n, c.dtype, c.root, algo); break;
     default: return "not a collective";
   }
-  const bool has_result = c.kind != Collective::reduce || r == c.root;
+  const bool has_result = (c.kind != Collective::reduce && c.kind != Collective::gather) || r == c.root;
   result.assign(recv, recv + (has_result ? n_recv * es : 0));
   if (a.back() != std::byte{0x5a} || b.back() != std::byte{0x5a}) return "wrote past the end of a buffer";
   int64_t wrong = 0;
@@ -88,6 +100,19 @@ std::string run_case(Communicator& comm, const Case& c, Algorithm algo, std::vec
     case Collective::all_gather:
       for (int q = 0; q < k; ++q) wrong += count_wrong_input(recv + q * n * es, n, 0, c.dtype, data_op, q);
       break;
+    case Collective::sendrecv: {
+      const int left = (r - 1 + k) % k;
+      wrong = count_wrong_input(recv, n, first(left), c.dtype, data_op, left);
+      break;
+    }
+    case Collective::all_to_all:  // block q: block r of rank q's input
+      for (int q = 0; q < k; ++q) wrong += count_wrong_input(recv + q * n * es, n, r * n, c.dtype, data_op, q);
+      break;
+    case Collective::gather:
+      if (r == c.root)
+        for (int q = 0; q < k; ++q) wrong += count_wrong_input(recv + q * n * es, n, first(q), c.dtype, data_op, q);
+      break;
+    case Collective::scatter: wrong = count_wrong_input(recv, n, r * n, c.dtype, data_op, c.root); break;
     default: break;
   }
   return wrong == 0 ? "" : detail::concat(wrong, " wrong elements");
@@ -105,6 +130,7 @@ std::string check_grid(Algorithm algo, const std::vector<Case>& cases, const std
       if (!layout.empty()) comm.set_node_layout(layout);
       std::vector<std::byte> out;
       for (size_t i = 0; i < cases.size(); ++i) {
+        if (!algorithm_applies(algo, cases[i].kind)) continue;
         run_case(comm, cases[i], algo, out);
         if (comm.rank() == me) mine[i] = out;
       }
@@ -119,6 +145,7 @@ std::string check_grid(Algorithm algo, const std::vector<Case>& cases, const std
   std::string problem;
   std::vector<std::byte> out;
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (!algorithm_applies(algo, cases[i].kind)) continue;  // the patterns: only the algorithms that fit them
     std::string e = run_case(world, cases[i], algo, out);
     if (e.empty() && algo != Algorithm::mpi && out != mine[i]) e = "differs from the threads backend's result";
     if (!e.empty() && problem.empty()) problem = where(cases[i], algo, me) + ": " + e;

@@ -89,7 +89,11 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.ranks_per_node = -1; }, "--ranks-per-node: -1"},
       {[](CollectiveOptions& o) { o.comm_timeout_s = 0; }, "--comm-timeout: 0"},
       {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},
-      {[](CollectiveOptions& o) { o.collective = "alltoall"; }, "-t/--collective: unknown collective"},
+      {[](CollectiveOptions& o) { o.collective = "alltoone"; }, "-t/--collective: unknown collective"},
+      {[](CollectiveOptions& o) { o.collective = "gather"; o.algo = "ring"; },
+       "--algo ring does not apply to -t gather: use tree, naive, rhd"},
+      {[](CollectiveOptions& o) { o.collective = "alltoall"; o.algo = "hier"; },
+       "--algo hier does not apply to -t all_to_all: use ring"},
       {[](CollectiveOptions& o) { o.collective = "16"; }, "the number of ranks is --ranks"},
       {[](CollectiveOptions& o) { o.min_bytes = 2048; o.max_bytes = 1024; }, "is larger than -e/--maxbytes"},
       {[](CollectiveOptions& o) { o.step_factor = 1; }, "-f/--stepfactor: 1 would not grow"},
@@ -98,6 +102,7 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.step_factor = 0; o.step_bytes = 1; o.max_bytes = 1 << 20; }, "more than 10000 sizes"},
       {[](CollectiveOptions& o) { o.ranks = 0; }, "--ranks: 0 is not"},
       {[](CollectiveOptions& o) { o.collective = "broadcast"; o.root = 3; }, "-r/--root: 3 is not a rank"},
+      {[](CollectiveOptions& o) { o.collective = "scatter"; o.algo = "tree"; o.root = -1; }, "-r/--root: -1 is not a rank"},
       {[](CollectiveOptions& o) { o.iters = 0; }, "-n/--iters"},
       {[](CollectiveOptions& o) { o.warmup_iters = -1; }, "-w/--warmup_iters"},
       {[](CollectiveOptions& o) { o.check = 2; }, "-c/--check"},
@@ -151,11 +156,12 @@ TEST_CASE("the table has nccl-tests' columns and closing lines; busbw follows nc
 
   std::vector<std::string> lines = lines_of(dpx::testing::file_text(csv));
   REQUIRE(lines.size() == 7);
-  CHECK(lines[0] == "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong");
+  CHECK(lines[0] ==
+        "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes");
   CHECK(lines[1].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,out,", 0) == 0);
   CHECK(lines[2].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,in,", 0) == 0);
-  for (const std::string& l : lines) CHECK(count_of(l, ",") == 13);
-  CHECK(lines[6].substr(lines[6].size() - 2) == ",0");  // #wrong, checked
+  for (const std::string& l : lines) CHECK(count_of(l, ",") == 14);
+  CHECK(lines[6].substr(lines[6].size() - 4) == ",0,1");  // #wrong, checked; thread ranks: one node
   fs::remove(csv);
 }
 
@@ -188,9 +194,65 @@ TEST_CASE("--algo all prints one table per algorithm and busbw side by side; siz
   }
 }
 
+TEST_CASE("sendrecv, all_to_all, gather, scatter: the algorithms that apply, nccl-tests' sizes and busbw, 0 wrong") {
+  testing::Watchdog dog(30, "patterns");
+  struct Pattern {
+    const char* name;
+    std::vector<std::string> algos;
+    double bus_factor;  // on 3 ranks
+    size_t bytes, count;  // of -b 100 (25 floats)
+    int root;
+  };
+  const Pattern patterns[] = {
+      {"sendrecv", {"ring"}, 1.0, 100, 25, -1},         // count: the whole buffer
+      {"alltoall", {"ring"}, 2.0 / 3, 96, 8, -1},        // count: per block, 8 to each of 3 ranks
+      {"gather", {"tree", "naive", "rhd"}, 2.0 / 3, 96, 8, 1},
+      {"scatter", {"tree", "naive", "rhd"}, 2.0 / 3, 96, 8, 1},
+  };
+  for (const Pattern& pat : patterns) {
+    CAPTURE(pat.name);
+    CollectiveOptions o = quick();
+    o.collective = pat.name;
+    o.algo = "all";
+    o.root = 1;
+    o.min_bytes = o.max_bytes = 100;
+    o.memcpy_bytes = 0;
+    std::ostringstream out;
+    CollectiveReport rep = run_collective(o, out);
+    CAPTURE(out.str());
+    CHECK(count_of(out.str(), "# Algorithm: ") == pat.algos.size());
+    CHECK(count_of(out.str(), "# Out of bounds values : 0 OK") == pat.algos.size());
+    REQUIRE(rep.rows.size() == 2 * pat.algos.size());
+    for (size_t i = 0; i < rep.rows.size(); ++i) {
+      const CollectiveRow& r = rep.rows[i];
+      CHECK(r.algo == pat.algos[i / 2]);
+      CHECK(r.collective == collective_name(parse_collective(pat.name)));
+      CHECK(r.bytes == pat.bytes);
+      CHECK(r.count == pat.count);
+      CHECK(r.root == pat.root);
+      CHECK(r.op == "none");
+      CHECK(r.nodes == 1);
+      CHECK(r.wrong == 0);  // in place too: dpx defines it (MPI's in-place semantics)
+      CHECK(r.busbw_gbs == doctest::Approx(r.algbw_gbs * pat.bus_factor));
+    }
+  }
+  CHECK(bus_factor(Collective::sendrecv, 8) == 1.0);
+  for (Collective c : {Collective::all_to_all, Collective::gather, Collective::scatter})
+    CHECK(bus_factor(c, 8) == doctest::Approx(7.0 / 8));
+  // --ranks-per-node: the nodes column counts hier's nodes.
+  CollectiveOptions o = quick();
+  o.ranks = 4;
+  o.ranks_per_node = 3;
+  o.min_bytes = o.max_bytes = 1024;
+  o.memcpy_bytes = 0;
+  std::ostringstream out;
+  for (const CollectiveRow& r : run_collective(o, out).rows) CHECK(r.nodes == 2);
+}
+
 TEST_CASE("every collective, dtype and op checks out with zero wrong elements") {
   testing::Watchdog dog(30, "dtypes x ops");
-  for (const char* coll : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"}) {
+  for (const char* coll : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sendrecv",
+                           "all_to_all", "gather", "scatter"}) {
     for (const char* type : {"float", "double", "half", "bfloat16", "int32", "int64", "uint8"}) {
       for (const char* op : {"sum", "prod", "max", "min", "avg"}) {
         CollectiveOptions o = quick();
@@ -202,14 +264,16 @@ TEST_CASE("every collective, dtype and op checks out with zero wrong elements") 
         o.iters = 1;
         o.warmup_iters = 0;
         o.min_bytes = o.max_bytes = 4000;
-        o.algo = std::string(op) == "sum" ? "all" : "rhd";
+        o.algo = std::string(op) == "sum"                                    ? "all"
+                 : algorithm_applies(Algorithm::rhd, parse_collective(coll)) ? "rhd"
+                                                                             : "ring";
         o.memcpy_bytes = 0;
         std::ostringstream out;
         CollectiveReport rep = run_collective(o, out);
         CAPTURE(out.str());
         CHECK(rep.failed == 0);
         for (const CollectiveRow& r : rep.rows) CHECK(r.wrong == 0);
-        if (std::string(coll) == "broadcast" || std::string(coll) == "reduce") CHECK(rep.rows[0].root == 2);
+        CHECK(rep.rows[0].root == (is_rooted(parse_collective(coll)) ? 2 : -1));
       }
     }
   }

@@ -30,6 +30,16 @@ TEST_CASE("rank lists and calls read as a person writes them") {
   c.peer = 3;
   c.bytes = 4;
   CHECK(describe_call(c) == "recv from rank 3 (4 B)");
+  c.kind = Collective::gather;  // the patterns: bytes are all the blocks, as for all_gather
+  c.peer = -1;
+  c.root = 1;
+  c.bytes = 3 << 20;
+  c.algo = Algorithm::rhd;
+  CHECK(describe_call(c) == "gather #57 (3.0 MiB of f32, rhd, root 1)");
+  c.kind = Collective::sendrecv;
+  c.root = -1;
+  c.algo = Algorithm::ring;
+  CHECK(describe_call(c) == "sendrecv #57 (3.0 MiB of f32, ring)");
 }
 
 TEST_CASE("a stall report names the reached ranks and every other rank's state, with advice") {

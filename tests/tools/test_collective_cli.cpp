@@ -50,7 +50,12 @@ TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
       {"--algo hierarchical", "--algo: unknown algorithm 'hierarchical'"},
       {"--backend nccl", "--backend nccl: not"},
       {"--backend gloo", "--backend: unknown backend 'gloo'"},
-      {"-t alltoall", "-t/--collective: unknown collective 'alltoall'"},
+      {"-t alltoone", "-t/--collective: unknown collective 'alltoone'"},
+      {"-t gather --algo ring", "--algo ring does not apply to -t gather: use tree, naive, rhd"},
+      {"-t scatter --algo hier", "--algo hier does not apply to -t scatter: use tree, naive, rhd"},
+      {"-t sendrecv --algo tree", "--algo tree does not apply to -t sendrecv: use ring"},
+      {"-t alltoall --algo naive", "--algo naive does not apply to -t all_to_all: use ring"},
+      {"-t gather -r 2", "-r/--root: 2 is not a rank"},
       {"-t 8", "the number of ranks is --ranks"},
       {"-b 2K -e 1K", "-b/--minbytes 2048 is larger than -e/--maxbytes 1024"},
       {"-b 12Q", "-b/--minbytes: '12Q' has an unknown unit"},
@@ -69,6 +74,39 @@ TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
     CHECK(r.output.find("dpx: error: ") != std::string::npos);
     CHECK(r.output.find(c.needle) != std::string::npos);
   }
+}
+
+TEST_CASE("dpx collective runs sendrecv, alltoall, gather and scatter with every algorithm that applies") {
+  struct Pattern {
+    std::string name;
+    std::vector<std::string> algos;
+  };
+  const std::vector<Pattern> patterns = {{"sendrecv", {"ring"}},
+                                         {"alltoall", {"ring"}},
+                                         {"gather", {"tree", "naive", "rhd"}},
+                                         {"scatter", {"tree", "naive", "rhd"}}};
+  for (const Pattern& p : patterns) {
+    Result r = dpx(kSmall + "--ranks 3 -r 2 -t " + p.name + " --algo all");
+    CAPTURE(p.name);
+    CAPTURE(r.output);
+    CHECK(r.code == 0);
+    for (const std::string& algo : p.algos) CHECK(r.output.find("# Algorithm: " + algo + "\n") != std::string::npos);
+    size_t tables = 0, ok = 0;
+    for (size_t at = r.output.find("# Algorithm: "); at != std::string::npos; at = r.output.find("# Algorithm: ", at + 1))
+      ++tables;
+    for (size_t at = r.output.find("# Out of bounds values : 0 OK"); at != std::string::npos;
+         at = r.output.find("# Out of bounds values : 0 OK", at + 1))
+      ++ok;
+    CHECK(tables == p.algos.size());
+    CHECK(ok == p.algos.size());
+  }
+  // Without --algo, gather and scatter run tree (ring has no schedule for them).
+  Result r = dpx(kSmall + "--ranks 2 -t gather");
+  CHECK(r.code == 0);
+  CHECK(r.output.find("# Algorithm: tree\n") != std::string::npos);
+  Result help = dpx("collective --help");
+  CHECK(help.output.find("sendrecv, all_to_all (alltoall), gather or scatter") != std::string::npos);
+  CHECK(help.output.find("root rank of broadcast, reduce, gather and scatter") != std::string::npos);
 }
 
 TEST_CASE("dpx collective: more ranks than CPUs is a warning, and the run still checks out") {

@@ -138,6 +138,7 @@ TEST_CASE("usage errors under mpirun are said once, and every rank leaves with e
       {mpirun(2) + dpx + kMlp + "--bogus", "The following argument was not expected: --bogus"},
       {mpirun(2) + dpx + "collective --backend threads", "--backend threads under MPI with 2 processes"},
       {mpirun(2) + dpx + "collective --ranks 3", "--ranks 3 under MPI with 2 processes"},
+      {mpirun(2) + dpx + "collective -t gather --algo ring", "--algo ring does not apply to -t gather: use tree"},
       // Ranks started with different options (MPMD): the differing option is named.
       {mpmd + dpx + brief + "--seed 1 : -np 1 " + dpx + brief + "--seed 2",
        "the ranks were started with different options: --seed is 1 on rank 0 and 2 on rank 1"},
@@ -242,6 +243,51 @@ TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side
     ++ok;
   CHECK(ok == 6);
   CHECK(r.output.find("ring      tree     naive       rhd      hier       mpi") != std::string::npos);
+}
+
+TEST_CASE("dpx collective under mpirun: sendrecv, alltoall, gather and scatter, dpx's and the library's, all correct") {
+  struct Pattern {
+    std::string name, collective;
+    std::vector<std::string> algos;
+    double bus_factor;  // nccl-tests' busbw / algbw on 3 ranks
+  };
+  const std::vector<Pattern> patterns = {{"sendrecv", "sendrecv", {"ring", "mpi"}, 1.0},
+                                         {"alltoall", "all_to_all", {"ring", "mpi"}, 2.0 / 3},
+                                         {"gather", "gather", {"tree", "naive", "rhd", "mpi"}, 2.0 / 3},
+                                         {"scatter", "scatter", {"tree", "naive", "rhd", "mpi"}, 2.0 / 3}};
+  TempDir dir("mpi-patterns");
+  for (const Pattern& p : patterns) {
+    CAPTURE(p.name);
+    const fs::path csv = dir.path / (p.name + ".csv");
+    DpxResult r = run_command(mpirun(3) + DPX_BINARY + " collective -t " + p.name +
+                              " -r 1 --algo all -b 1K -e 64K -f 8 -n 2 -w 1 --csv " + csv.string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    for (const std::string& algo : p.algos) CHECK(r.output.find("# Algorithm: " + algo + "\n") != std::string::npos);
+    std::istringstream in(file_text(csv));
+    std::string line;
+    std::getline(in, line);
+    CHECK(line.substr(line.size() - 12) == ",wrong,nodes");
+    std::map<std::string, int> rows_of_algo;
+    while (std::getline(in, line)) {
+      CAPTURE(line);
+      std::vector<std::string> cells;
+      std::stringstream ss(line);
+      for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+      REQUIRE(cells.size() == 15);
+      CHECK(cells[0] == p.collective);
+      CHECK(cells[2] == "mpi");
+      CHECK(cells[3] == "3");
+      CHECK(cells[8] == (p.name == "gather" || p.name == "scatter" ? "1" : "-1"));  // root
+      const double algbw = std::stod(cells[11]), busbw = std::stod(cells[12]);
+      CHECK(busbw == doctest::Approx(algbw * p.bus_factor).epsilon(1e-3));  // the CSV's 6 decimals
+      CHECK(cells[13] == "0");  // wrong, in and out of place
+      CHECK(cells[14] == "1");  // nodes: one machine
+      ++rows_of_algo[cells[1]];
+    }
+    CHECK(rows_of_algo.size() == p.algos.size());
+    for (const auto& [algo, rows] : rows_of_algo) CHECK(rows == 3 * 2);  // sizes 1K, 8K, 64K, out of and in place
+  }
 }
 
 TEST_CASE("dpx collective under mpirun --net-sim: a ring all-reduce over 2 processes takes the alpha-beta model's time") {
