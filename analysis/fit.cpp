@@ -401,6 +401,9 @@ std::vector<OverheadFit> fit_overheads(const std::vector<OverheadPoint>& points)
         }
         f.coef = ls.coef;
         for (size_t j = 1; j < f.coef.size(); ++j) f.coef[j] /= std::pow(1e6, static_cast<double>(j));
+        for (size_t j = 0; j < ls.at_zero.size(); ++j)
+          if (ls.at_zero[j]) f.note += std::string(f.note.empty() ? "" : ", ") + "c" + std::to_string(j);
+        if (!f.note.empty()) f.note += " held at 0 (the data put it below zero)";
         f.r2 = ls.r2;
         f.max_rel_residual = ls.max_rel_residual;
         if (f.r2 < kMinR2)
@@ -489,6 +492,7 @@ void print_fits(std::ostream& os, const FitResult& r) {
       std::snprintf(line, sizeof line, "   R^2 %.4f, max residual %.1f %%, %d points, %d models, P %.3g..%.3g M\n", f.r2,
                     f.max_rel_residual * 100, f.points, f.models, f.params_min / 1e6, f.params_max / 1e6);
       os << line;
+      if (!f.note.empty()) os << "      note: " << f.note << "\n";
     }
   }
 }
@@ -536,6 +540,7 @@ std::string fit_json(const FitResult& r) {
     o["ok"] = f.ok;
     if (!f.ok) o["reason"] = f.reason;
     o["coef"] = f.coef;
+    o["note"] = f.note;
     o["r2"] = f.r2;
     o["max_rel_residual"] = f.max_rel_residual;
     o["points"] = f.points;

@@ -75,6 +75,7 @@ struct OverheadFit {
   bool ok = false;
   std::string reason;
   std::vector<double> coef;      // c0 (s), c1 (s per parameter), c2 (s per parameter^2)
+  std::string note;              // coefficients held at 0 by the bound
   double r2 = 0, max_rel_residual = 0;
   int points = 0, models = 0;
   double params_min = 0, params_max = 0;

@@ -241,7 +241,7 @@ void run(const PredictFlags& f) {
       else if (b % k == 0) needed.insert(b / k);
   for (int64_t b : f.batch_sizes) needed.insert(b);  // the one-rank baselines
   const int64_t hi = std::min(*needed.rbegin(), f.max_measured_batch);
-  int64_t lo = std::max<int64_t>(std::max<int64_t>(*needed.begin(), 1), std::max<int64_t>(1, hi / 4));
+  int64_t lo = std::min(hi, std::max<int64_t>(*needed.begin(), std::max<int64_t>(1, hi / 4)));
   if (needed.size() > 1 && lo == hi) lo = std::max<int64_t>(1, hi / 4);  // a line needs two points
   parallel::TrainOptions base;
   base.model = f.model;
