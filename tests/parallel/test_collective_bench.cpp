@@ -91,7 +91,7 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},
       {[](CollectiveOptions& o) { o.collective = "alltoone"; }, "-t/--collective: unknown collective"},
       {[](CollectiveOptions& o) { o.collective = "gather"; o.algo = "ring"; },
-       "--algo ring does not apply to -t gather: use tree, naive, rhd"},
+       "--algo ring does not apply to -t gather: use tree, naive"},
       {[](CollectiveOptions& o) { o.collective = "alltoall"; o.algo = "hier"; },
        "--algo hier does not apply to -t all_to_all: use ring"},
       {[](CollectiveOptions& o) { o.collective = "16"; }, "the number of ranks is --ranks"},
