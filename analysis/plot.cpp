@@ -392,14 +392,17 @@ std::string file_text_of(const std::string& path) {
 const std::vector<PlotFigureInfo>& plot_figures() {
   static const std::vector<PlotFigureInfo> figures = {
       {"throughput", "images/s against devices, a line per model and batch size, with ideal scaling",
-       "a dpx bench folder (results.csv)"},
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
       {"phases", "step time against devices as stacked phases, one figure per model and batch size",
-       "a dpx bench folder (results.csv)"},
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
       {"busbw", "bus bandwidth against message size (log x), a line per algorithm and backend, one figure per "
                 "collective",
-       "a dpx collective --csv file"},
+       "a dpx collective --csv file, e.g. dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv"},
       {"efficiency", "scaling efficiency and POP load balance, communication and parallel efficiency against ranks",
-       "a dpx bench folder (results.csv)"},
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
   };
   return figures;
 }
