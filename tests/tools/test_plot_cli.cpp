@@ -198,3 +198,56 @@ TEST_CASE("dpx plot leaves nothing when gnuplot fails") {
   CHECK(std::filesystem::is_directory(out));
   CHECK(std::filesystem::is_empty(out));
 }
+
+TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, more models") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_columns");
+  // Every line gets a new first column; each row comes again as another model, so there are
+  // two groups: throughput has four lines, phases and efficiency one figure each per model.
+  std::istringstream in(slurp(d.bench + "/results.csv"));
+  std::string line, header, rows, again;
+  std::getline(in, header);
+  const size_t model_col = [&] {
+    size_t col = 0;
+    for (size_t at = 0; at < header.find("model,"); ++at) col += header[at] == ',';
+    return col;
+  }();
+  while (std::getline(in, line)) {
+    rows += "7," + line + "\n";
+    std::string copy = line;
+    size_t at = 0;
+    for (size_t c = 0; c < model_col; ++c) at = copy.find(',', at) + 1;
+    copy.insert(at, "other");  // the model "otherlenet5"
+    again += "7," + copy + "\n";
+  }
+  std::filesystem::create_directories(dir.file("b"));
+  std::ofstream(dir.file("b/results.csv")) << "a_new_column," << header << "\n" << rows << again;
+  DpxResult r = run_dpx("plot " + dir.file("b") + " --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string figs = dir.file("figs");
+  auto series = [&](const std::string& stem) { return svg_series(slurp(figs + "/" + stem + ".svg")); };
+  CHECK(series("throughput") == 4);
+  CHECK(series("phases-lenet5-b8") == 7);
+  CHECK(series("phases-otherlenet5-b8") == 7);
+  CHECK(series("efficiency-otherlenet5-b8") == 4);
+
+  // A column the figures read, gone: a usage error naming the file and the column.
+  std::string cut = header;
+  cut.replace(cut.find("mean_wait_s"), 11, "mean_idle_s");
+  std::ofstream(dir.file("b/results.csv")) << cut << "\n" << slurp(d.bench + "/results.csv").substr(header.size() + 1);
+  DpxResult bad = run_dpx("plot " + dir.file("b") + " --out " + dir.file("figs2"));
+  CAPTURE(bad.output);
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("mean_wait_s") != std::string::npos);
+  CHECK(bad.output.find("results.csv") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("figs2")));
+}
+
+TEST_CASE("dpx plot --help lists its flags") {
+  DpxResult r = run_dpx("plot --help");
+  REQUIRE(r.code == 0);
+  for (const char* flag : {"--out", "--figure", "--list", "--gnuplot", "--width", "--height", "gnuplot-nox"})
+    CHECK(r.output.find(flag) != std::string::npos);
+}
