@@ -303,7 +303,7 @@ std::vector<Figure> phases_figures(const Inputs& in) {
     b += "set title " + quoted("Step time by phase: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
-         "set boxwidth 0.6\nset key outside right top\nset grid y\n" +
+         "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
          xtics + ")\n" + caption_label(caption);
     const char* names[] = {"load + h2d", "forward", "backward", "exposed communication (less wait)", "optimizer",
                            "wait for the slowest rank"};
