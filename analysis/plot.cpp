@@ -3,14 +3,10 @@
 // it and renames the images into place only once every figure has been drawn.
 #include "analysis/plot.hpp"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +14,7 @@
 #include <sstream>
 
 #include "analysis/csv_table.hpp"
+#include "analysis/gnuplot.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
@@ -138,7 +135,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     auto it = index.find(key);
     if (it == index.end()) {
       it = index.emplace(key, in.bench.size()).first;
-      in.bench.push_back({label, slug(key), source, {}});
+      in.bench.push_back({label, slug(key), source, {}, {}});
     }
     in.bench[it->second].rows.push_back(b);
   }
@@ -359,34 +356,6 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
   return out;
 }
 
-bool is_executable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); }
-
-// Runs `gnuplot script`, its output into `log`; returns its exit status (127: could not start).
-int run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid < 0) fail("dpx plot: cannot start gnuplot: ", std::strerror(errno));
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) fail("dpx plot: waiting for gnuplot: ", std::strerror(errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-std::string file_text_of(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 const std::vector<PlotFigureInfo>& plot_figures() {
@@ -407,18 +376,6 @@ const std::vector<PlotFigureInfo>& plot_figures() {
   return figures;
 }
 
-std::string find_executable(const std::string& name) {
-  if (name.empty()) return "";
-  if (name.find('/') != std::string::npos) return is_executable(name) ? name : "";
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::string p = (fs::path(dir.empty() ? "." : dir) / name).string();
-    if (is_executable(p)) return p;
-  }
-  return "";
-}
 
 std::vector<std::string> make_plots(const PlotOptions& o) {
   // Every check before anything is written: the figures named, the inputs, gnuplot.

@@ -31,7 +31,4 @@ struct PlotOptions {
 // dpx::Error (exit 1) when gnuplot is missing or fails.
 std::vector<std::string> make_plots(const PlotOptions& options);
 
-// The gnuplot executable `name` resolves to (PATH search unless it holds a '/'); "" if none.
-std::string find_executable(const std::string& name);
-
 }  // namespace dpx::analysis

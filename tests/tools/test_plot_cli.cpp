@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "analysis/plot.hpp"
+#include "analysis/gnuplot.hpp"
 #include "../common/files.hpp"
 #include "run_dpx.hpp"
 
