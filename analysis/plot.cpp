@@ -65,7 +65,14 @@ std::string slug(const std::string& s) {
   return out;
 }
 
-std::string join(const std::set<std::string>& values, std::string_view sep) {
+// Shorter first, so that numbers in text sort as numbers ("8" before "32").
+struct ShortFirst {
+  bool operator()(const std::string& a, const std::string& b) const {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  }
+};
+
+std::string join(const std::set<std::string, ShortFirst>& values, std::string_view sep) {
   std::string out;
   for (const auto& v : values) out += (out.empty() ? "" : std::string(sep)) + v;
   return out;
@@ -95,7 +102,8 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
                c_wait = col("mean_wait_s"), c_step = col("mean_step_s"), c_se = col("scaling_efficiency"),
                c_lb = col("load_balance"), c_ce = col("comm_efficiency"), c_pe = col("parallel_efficiency");
   const bool has_scaling = t.has("scaling");
-  std::set<std::string> parallels, models, devices, datasets, batches, scalings;
+  std::set<std::string> parallels;
+  std::set<std::string, ShortFirst> models, devices, datasets, batches, scalings;
   for (size_t r = 0; r < t.rows(); ++r) parallels.insert(t.text(r, c_par));
   std::map<std::string, size_t> index;
   for (size_t r = 0; r < t.rows(); ++r) {
@@ -154,7 +162,7 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
                c_ranks = t.column("ranks"), c_bytes = t.column("bytes"), c_place = t.column("placement"),
                c_busbw = t.column("busbw_gbs");
   const bool has_nodes = t.has("nodes");
-  std::set<std::string> ranks, nodes, collectives, backends;
+  std::set<std::string, ShortFirst> ranks, nodes, collectives, backends;
   for (size_t r = 0; r < t.rows(); ++r) {
     ranks.insert(t.text(r, c_ranks));
     if (has_nodes) nodes.insert(t.text(r, t.column("nodes")));
@@ -253,15 +261,18 @@ std::string datablock(const std::string& name, const std::vector<std::vector<dou
 }
 
 std::string ranks_axis(const std::vector<BenchGroup>& groups) {
-  double hi = 1;
+  std::set<double> ranks;
   for (const auto& g : groups)
-    for (const auto& r : g.rows) hi = std::max(hi, r.ranks);
-  return "set xlabel 'devices (ranks)'\nset xrange [0.5:" + fmt(hi * 1.25 + 0.5) +
-         "]\nset logscale x 2\nset xtics (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)\nset grid\n";
+    for (const auto& r : g.rows) ranks.insert(r.ranks);
+  std::string tics;
+  for (double r : ranks) tics += (tics.empty() ? "" : ", ") + fmt(r);
+  const double lo = *ranks.begin(), hi = *ranks.rbegin();
+  return "set xlabel 'devices (ranks)'\nset xrange [" + fmt(lo / 1.4) + ":" + fmt(hi * 1.4) +
+         "]\nset logscale x 2\nset xtics (" + tics + ")\nset grid\n";
 }
 
 Figure throughput_figure(const Inputs& in) {
-  std::string caption = join(std::set<std::string>(in.bench_captions.begin(), in.bench_captions.end()), "; ");
+  std::string caption = join(std::set<std::string, ShortFirst>(in.bench_captions.begin(), in.bench_captions.end()), "; ");
   std::string b;
   std::string plot = "plot ";
   for (size_t i = 0; i < in.bench.size(); ++i) {
