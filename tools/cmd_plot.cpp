@@ -28,6 +28,7 @@ void run(PlotFlags& f) {
   f.o.figures.clear();
   std::string name;
   for (char c : f.figures + ",") {
+    if (c == ' ') continue;
     if (c != ',') {
       name += c;
     } else if (!name.empty()) {

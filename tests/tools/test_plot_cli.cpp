@@ -127,7 +127,7 @@ TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
   require_gnuplot();
   Data& d = data();
   dpx::testing::TempDir out("plot_out");
-  DpxResult r = run_dpx("plot " + d.coll + " " + d.bench + "/results.csv --figure busbw,throughput --width 640 "
+  DpxResult r = run_dpx("plot " + d.coll + " " + d.bench + "/results.csv --figure 'busbw, throughput' --width 640 "
                         "--height 480 --out " + out.path.string());
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
