@@ -15,6 +15,7 @@ void add_models_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
 void add_fit_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
+void add_plot_command(CLI::App& app);
 // Versions of dpx and of the libraries built in, one "name version" per line; with MPI, the
 // library and the thread level in use when `launch` is an MPI launch.
 std::string version_text(const parallel::LaunchInfo& launch);

@@ -1,0 +1,34 @@
+// `dpx plot`: figures (PNG and SVG, drawn by gnuplot run as a child process) from the files runs
+// write: dpx bench folders (results.csv, read by column name) and dpx collective --csv files.
+// Each figure gets a title, axis labels with units, a legend, a caption and a sidecar NAME.txt.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dpx::analysis {
+
+// One kind of figure, as `dpx plot --list` names it.
+struct PlotFigureInfo {
+  std::string_view name;
+  std::string_view description;
+  std::string_view needs;  // the data it needs and the run that makes it
+};
+const std::vector<PlotFigureInfo>& plot_figures();
+
+struct PlotOptions {
+  std::vector<std::string> inputs;   // bench folders, results.csv files, collective CSV files
+  std::string out_dir = "plots";
+  std::vector<std::string> figures;  // empty: every figure whose data is present
+  std::string gnuplot = "gnuplot";   // a name looked up on PATH, or a path
+  int width_px = 960;
+  int height_px = 640;
+};
+
+// Reads the inputs, draws the figures into temporaries in out_dir and renames them into place
+// only when every one was drawn; returns the files written. Throws dpx::UsageError (exit 2)
+// naming the file for missing, empty or foreign inputs and for figures without their data, and
+// dpx::Error (exit 1) when gnuplot is missing or fails.
+std::vector<std::string> make_plots(const PlotOptions& options);
+
+}  // namespace dpx::analysis

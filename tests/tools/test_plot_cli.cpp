@@ -1,0 +1,253 @@
+// dpx plot end to end: small real dpx bench and dpx collective runs, then the figures' PNGs
+// (signature and IHDR size), SVGs (well formed ends, one gnuplot group per series) and captions;
+// bad inputs exit 2 and write nothing; a missing gnuplot exits 1 naming gnuplot-nox.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "analysis/gnuplot.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Without gnuplot the figures cannot be drawn: the test binary ends with 77 (ctest: skipped).
+void require_gnuplot() {
+  if (dpx::analysis::find_executable("gnuplot").empty()) {
+    std::printf("skipped: gnuplot is not installed (Debian: apt-get install gnuplot-nox)\n");
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+}
+
+struct PngSize {
+  bool ok = false;
+  uint32_t width = 0, height = 0;
+};
+
+// The PNG signature, then the IHDR chunk first with the width and height, big-endian.
+PngSize png_size(const std::string& bytes) {
+  static const std::string sig = "\x89PNG\r\n\x1a\n";
+  PngSize s;
+  if (bytes.size() < 24 || bytes.compare(0, 8, sig) != 0 || bytes.compare(12, 4, "IHDR") != 0) return s;
+  auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(bytes[at + i]);
+    return v;
+  };
+  s.ok = true;
+  s.width = be32(16);
+  s.height = be32(20);
+  return s;
+}
+
+// gnuplot's SVG terminal wraps each plotted series in <g id="gnuplot_plot_N">.
+int svg_series(const std::string& svg) {
+  int n = 0;
+  for (size_t at = svg.find("<g id=\"gnuplot_plot_"); at != std::string::npos;
+       at = svg.find("<g id=\"gnuplot_plot_", at + 1))
+    ++n;
+  return n;
+}
+
+bool svg_well_formed(const std::string& svg) {
+  const bool starts = svg.rfind("<?xml", 0) == 0 || svg.rfind("<svg", 0) == 0;
+  const size_t end = svg.find_last_not_of(" \n\r\t");
+  return starts && end != std::string::npos && end >= 5 && svg.compare(end - 5, 6, "</svg>") == 0;
+}
+
+void check_figure(const dpx::testing::TempDir& out, const std::string& stem, int series, int width, int height) {
+  CAPTURE(stem);
+  const PngSize p = png_size(slurp(out.file(stem + ".png")));
+  CHECK(p.ok);
+  CHECK(p.width == static_cast<uint32_t>(width));
+  CHECK(p.height == static_cast<uint32_t>(height));
+  const std::string svg = slurp(out.file(stem + ".svg"));
+  CHECK(svg_well_formed(svg));
+  CHECK(svg_series(svg) == series);
+  const std::string caption = slurp(out.file(stem + ".txt"));
+  CHECK(caption.find("data: ") != std::string::npos);
+}
+
+// The bench and collective runs every case uses, made once.
+struct Data {
+  dpx::testing::TempDir dir{"plot_cli"};
+  std::string bench = dir.file("bench"), coll = dir.file("c.csv");
+  Data() {
+    DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                          "--steps 3 --warmup 1 --out " + bench);
+    CAPTURE(b.output);
+    REQUIRE(b.code == 0);
+    DpxResult c = run_dpx("collective -b 1K -e 64K -f 4 -n 2 -w 1 --algo all --csv " + coll);
+    CAPTURE(c.output);
+    REQUIRE(c.code == 0);
+  }
+};
+
+Data& data() {
+  static Data d;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir out("plot_out");
+  DpxResult r = run_dpx("plot " + d.bench + " " + d.coll + " --out " + out.path.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // One model at one batch size: throughput has the measured and the ideal line; phases six
+  // stacked phases and the measured step; busbw one line per all-reduce algorithm (threads).
+  check_figure(out, "throughput", 2, 960, 640);
+  check_figure(out, "phases-lenet5-b8", 7, 960, 640);
+  check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
+  check_figure(out, "busbw-all_reduce", 5, 960, 640);
+  CHECK(slurp(out.file("throughput.txt")).find("dpx bench") != std::string::npos);
+  CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
+  // Only the figures and their captions: no script, log or temporary left.
+  CHECK(out.entries().size() == 12);
+}
+
+TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir out("plot_out");
+  DpxResult r = run_dpx("plot " + d.coll + " " + d.bench + "/results.csv --figure 'busbw, throughput' --width 640 "
+                        "--height 480 --out " + out.path.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  check_figure(out, "throughput", 2, 640, 480);
+  check_figure(out, "busbw-all_reduce", 5, 640, 480);
+  CHECK(out.entries().size() == 6);
+}
+
+TEST_CASE("dpx plot --list names every figure and the data it needs") {
+  DpxResult r = run_dpx("plot --list");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "dpx collective --csv", "dpx bench"})
+    CHECK(r.output.find(name) != std::string::npos);
+}
+
+TEST_CASE("dpx plot refuses missing, empty and foreign inputs with exit 2 and writes nothing") {
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_bad");
+  const std::string out = dir.file("figs");
+  std::ofstream(dir.file("empty.csv")).close();
+  std::ofstream(dir.file("foreign.csv")) << "a,b,c\n1,2,3\n";
+  std::ofstream(dir.file("header_only.csv")) << slurp(d.coll).substr(0, slurp(d.coll).find('\n') + 1);
+  struct Case {
+    std::string args, expect;
+  };
+  const Case cases[] = {
+      {dir.file("missing.csv"), "missing.csv"},
+      {dir.file("empty.csv"), "empty.csv"},
+      {dir.file("foreign.csv"), "foreign.csv"},
+      {dir.file("header_only.csv"), "header_only.csv"},
+      {dir.path.string(), "without results.csv"},
+      {d.coll + " --figure throughput", "dpx bench --models"},
+      {d.bench + " --figure busbw", "dpx collective --algo all"},
+      {d.bench + " --figure nosuch", "--figure"},
+      {"", "at least one"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    DpxResult r = run_dpx("plot " + c.args + " --out " + out);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+}
+
+TEST_CASE("dpx plot without gnuplot says which package to install, exit 1, nothing written") {
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_nognuplot");
+  const std::string out = dir.file("figs");
+  DpxResult r = run_dpx("plot " + d.bench + " --gnuplot " + dir.file("no-gnuplot") + " --out " + out);
+  CAPTURE(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("gnuplot-nox") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
+TEST_CASE("dpx plot leaves nothing when gnuplot fails") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_gnuplot_fails");
+  const std::string out = dir.file("figs");
+  DpxResult r = run_dpx("plot " + d.bench + " --gnuplot /bin/false --out " + out);
+  CAPTURE(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("gnuplot") != std::string::npos);
+  CHECK(std::filesystem::is_directory(out));
+  CHECK(std::filesystem::is_empty(out));
+}
+
+TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, more models") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_columns");
+  // Every line gets a new first column; each row comes again as another model, so there are
+  // two groups: throughput has four lines, phases and efficiency one figure each per model.
+  std::istringstream in(slurp(d.bench + "/results.csv"));
+  std::string line, header, rows, again;
+  std::getline(in, header);
+  const size_t model_col = [&] {
+    size_t col = 0;
+    for (size_t at = 0; at < header.find("model,"); ++at) col += header[at] == ',';
+    return col;
+  }();
+  while (std::getline(in, line)) {
+    rows += "7," + line + "\n";
+    std::string copy = line;
+    size_t at = 0;
+    for (size_t c = 0; c < model_col; ++c) at = copy.find(',', at) + 1;
+    copy.insert(at, "other");  // the model "otherlenet5"
+    again += "7," + copy + "\n";
+  }
+  std::filesystem::create_directories(dir.file("b"));
+  std::ofstream(dir.file("b/results.csv")) << "a_new_column," << header << "\n" << rows << again;
+  DpxResult r = run_dpx("plot " + dir.file("b") + " --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string figs = dir.file("figs");
+  auto series = [&](const std::string& stem) { return svg_series(slurp(figs + "/" + stem + ".svg")); };
+  CHECK(series("throughput") == 4);
+  CHECK(series("phases-lenet5-b8") == 7);
+  CHECK(series("phases-otherlenet5-b8") == 7);
+  CHECK(series("efficiency-otherlenet5-b8") == 4);
+
+  // A column the figures read, gone: a usage error naming the file and the column.
+  std::string cut = header;
+  cut.replace(cut.find("mean_wait_s"), 11, "mean_idle_s");
+  std::ofstream(dir.file("b/results.csv")) << cut << "\n" << slurp(d.bench + "/results.csv").substr(header.size() + 1);
+  DpxResult bad = run_dpx("plot " + dir.file("b") + " --out " + dir.file("figs2"));
+  CAPTURE(bad.output);
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("mean_wait_s") != std::string::npos);
+  CHECK(bad.output.find("results.csv") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("figs2")));
+}
+
+TEST_CASE("dpx plot --help lists its flags") {
+  DpxResult r = run_dpx("plot --help");
+  REQUIRE(r.code == 0);
+  for (const char* flag : {"--out", "--figure", "--list", "--gnuplot", "--width", "--height", "gnuplot-nox"})
+    CHECK(r.output.find(flag) != std::string::npos);
+}
