@@ -43,6 +43,25 @@ struct BenchFlags {
   std::string out_dir = "bench-out";
 };
 
+// "25" and "0.5", not "25.000000": values as they go into tags and the start report.
+template <class T>
+std::string text_of(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A value given twice would run the same configuration twice under one tag, its runs.csv rows
+// and steps files overwriting each other: refused, naming the flag.
+template <class T>
+void check_distinct(const std::vector<T>& values, const char* flag) {
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (values[i] == values[j])
+        usage_fail(flag, ": ", text_of(values[i]), " is given twice; pass each value once (--repeat N runs each "
+                   "configuration N times)");
+}
+
 // One configuration of the sweep and what its runs measured (rank 0 keeps the runs).
 struct Config {
   parallel::TrainOptions o;
@@ -51,13 +70,6 @@ struct Config {
   std::vector<parallel::Summary> summaries;
 };
 
-// "25" and "0.5", not "25.000000": values as they go into tags and the start report.
-template <class T>
-std::string text_of(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
 template <class T>
 std::string join_values(const std::vector<T>& vs) {
   std::string out;
@@ -229,6 +241,15 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   }
   std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
                                                             : expand_devices(bf.devices);
+  check_distinct(bf.models, "--models");
+  check_distinct(bf.batch_sizes, "--batch-sizes");
+  check_distinct(devices, "--devices");
+  check_distinct(bf.parallel, "--parallel");
+  check_distinct(bf.scaling, "--scaling");
+  check_distinct(bf.algo, "--algo");
+  check_distinct(bf.bucket_mb, "--bucket-mb");
+  check_distinct(bf.accumulate, "--accumulate");
+  check_distinct(bf.optimizer, "--optimizer");
   std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
   if (rank0) {
     ensure_writable_dir(bf.out_dir);

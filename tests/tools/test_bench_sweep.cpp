@@ -86,6 +86,8 @@ TEST_CASE("bench refuses a bad value of every swept flag before running anything
       {"--repeat x", "--repeat"},
       {"--noisy-spread -0.1", "--noisy-spread"},
       {"--optimizer sgd,adamw --momentum 0.5", "--momentum"},
+      {"--algo ring,tree,ring", "--algo: ring is given twice"},
+      {"--bucket-mb 25,25.0", "--bucket-mb: 25 is given twice"},
   };
   for (const auto& [flags, flag] : cases) {
     DpxResult r = run_dpx(quick + flags);
