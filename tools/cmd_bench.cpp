@@ -114,8 +114,8 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
     auto ms = [&](Phase p) { return s.mean_s[static_cast<int>(p)] * 1e3; };
     std::snprintf(line, sizeof line,
                   "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f\n",
-                  width, configs[i].tag.c_str(), s.images_per_s, spread, spread > noisy_spread ? "yes" : "",
-                  s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward), ms(Phase::backward),
+                  width, configs[i].tag.c_str(), s.images_per_s, spread,
+                  analysis::is_noisy(ips, noisy_spread) ? "yes" : "", s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward), ms(Phase::backward),
                   ms(Phase::comm_total), ms(Phase::comm_exposed), ms(Phase::optimizer), ms(Phase::wait),
                   s.load_balance, s.comm_efficiency, s.parallel_efficiency);
     os << line;
