@@ -449,8 +449,9 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--repeat", bf->repeat,
                   "run the whole sweep N times over (interleaved: every configuration once, then again, so that a "
-                  "slow spell of a shared machine spreads over all of them); results.csv then holds the medians "
-                  "with 95 % confidence intervals (N >= 3) and spreads, runs.csv every run")
+                  "slow spell of a shared machine spreads over all of them); results.csv then holds the medians, "
+                  "their 95 % confidence intervals from order statistics (N >= 3; [min, max] below 6 runs, column "
+                  "ci_coverage gives the level) and spreads; runs.csv every run")
       ->capture_default_str();
   cmd->add_option("--noisy-spread", bf->noisy_spread,
                   "flag a configuration noisy when (max - min) / median of its throughput over the runs exceeds this")
