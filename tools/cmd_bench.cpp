@@ -1,7 +1,9 @@
 // `dpx bench`: the measurement studies' sweep (docs/ARCHITECTURE.md, Studies) — every model ×
-// batch size × device count × parallel mode, a fixed number of timed steps each — written to
-// results.csv (one row per configuration, with speedup and scaling efficiency against the
-// configuration with the fewest ranks) and one per-step CSV per configuration.
+// batch size × parallel mode × scaling × algorithm × bucket size × accumulation × optimizer ×
+// device count, a fixed number of timed steps each, the whole sweep --repeat times — written to
+// results.csv (one row per configuration: medians over the runs, their confidence intervals and
+// spread, speedup and scaling efficiency against the configuration with the fewest ranks),
+// runs.csv (one row per run) and one per-step CSV per run.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <sstream>
 
+#include "analysis/stats.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/stop.hpp"
@@ -30,9 +33,49 @@ struct BenchFlags {
   std::vector<int64_t> batch_sizes = {64};
   std::vector<std::string> devices = {"cpu:1", "cpu:2"};
   std::vector<std::string> parallel = {"ddp"};
-  std::string scaling = "weak";
+  std::vector<std::string> scaling = {"weak"};
+  std::vector<std::string> algo = {parallel::TrainOptions{}.algo};
+  std::vector<double> bucket_mb = {parallel::TrainOptions{}.bucket_mb};
+  std::vector<int> accumulate = {parallel::TrainOptions{}.accumulate};
+  std::vector<std::string> optimizer = {parallel::TrainOptions{}.optimizer};
+  int repeat = 1;
+  double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
 };
+
+// "25" and "0.5", not "25.000000": values as they go into tags and the start report.
+template <class T>
+std::string text_of(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A value given twice would run the same configuration twice under one tag, its runs.csv rows
+// and steps files overwriting each other: refused, naming the flag.
+template <class T>
+void check_distinct(const std::vector<T>& values, const char* flag) {
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (values[i] == values[j])
+        usage_fail(flag, ": ", text_of(values[i]), " is given twice; pass each value once (--repeat N runs each "
+                   "configuration N times)");
+}
+
+// One configuration of the sweep and what its runs measured (rank 0 keeps the runs).
+struct Config {
+  parallel::TrainOptions o;
+  std::string scaling, tag, key;  // key: the tag without the devices, which share a baseline
+  std::vector<parallel::TrainReport> runs;  // without their step records
+  std::vector<parallel::Summary> summaries;
+};
+
+template <class T>
+std::string join_values(const std::vector<T>& vs) {
+  std::string out;
+  for (const auto& v : vs) out += (out.empty() ? "" : ",") + text_of(v);
+  return out;
+}
 
 std::vector<std::string> expand_devices(const std::vector<std::string>& specs) {
   // "cpu:1,2,4" arrives from CLI11 as {"cpu:1", "2", "4"}: bare numbers repeat the last kind.
@@ -50,25 +93,120 @@ std::vector<std::string> expand_devices(const std::vector<std::string>& specs) {
   return out;
 }
 
-// The phases and efficiencies of every configuration, one line each (milliseconds per step).
-void print_bench_table(std::ostream& os, const std::vector<std::pair<std::string, parallel::Summary>>& rows) {
-  char line[320];
-  std::snprintf(line, sizeof line, "\n%-28s %9s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s\n", "configuration",
-                "img/s", "speedup", "eff", "load", "forward", "backward", "comm", "exposed", "optim", "wait", "LB",
-                "CommE", "PE");
+// The phases and efficiencies of every configuration, one line each (milliseconds per step; the
+// medians over the runs, with throughput's spread and the noisy flag).
+void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
+                       const std::vector<parallel::Summary>& medians, int repeat, double noisy_spread) {
+  int width = 28;
+  for (const auto& c : configs) width = std::max(width, static_cast<int>(c.tag.size()));
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\n%-*s %9s %6s %5s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s\n", width, "configuration",
+                "img/s", "spread", "noisy", "speedup", "eff", "load", "forward", "backward", "comm", "exposed", "optim",
+                "wait", "LB", "CommE", "PE");
   os << line;
-  for (const auto& [tag, s] : rows) {
-    const auto& mean_s = s.mean_s;  // (clang 14 cannot capture a structured binding)
-    auto ms = [&](Phase p) { return mean_s[static_cast<int>(p)] * 1e3; };
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (configs[i].summaries.empty()) continue;
+    const parallel::Summary& s = medians[i];
+    std::vector<double> ips;
+    for (const auto& r : configs[i].summaries) ips.push_back(r.images_per_s);
+    const double spread = analysis::spread(ips);
+    auto ms = [&](Phase p) { return s.mean_s[static_cast<int>(p)] * 1e3; };
     std::snprintf(line, sizeof line,
-                  "%-28s %9.1f %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f\n",
-                  tag.c_str(), s.images_per_s, s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward),
-                  ms(Phase::backward), ms(Phase::comm_total), ms(Phase::comm_exposed), ms(Phase::optimizer),
-                  ms(Phase::wait), s.load_balance, s.comm_efficiency, s.parallel_efficiency);
+                  "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f\n",
+                  width, configs[i].tag.c_str(), s.images_per_s, spread,
+                  analysis::is_noisy(ips, noisy_spread) ? "yes" : "", s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward), ms(Phase::backward),
+                  ms(Phase::comm_total), ms(Phase::comm_exposed), ms(Phase::optimizer), ms(Phase::wait),
+                  s.load_balance, s.comm_efficiency, s.parallel_efficiency);
     os << line;
   }
-  os << "(ms per step; eff = scaling efficiency against the first row of the same model, batch and mode;\n"
+  os << "(ms per step, medians over " << repeat << (repeat == 1 ? " run" : " runs")
+     << "; spread = (max - min) / median of img/s over the runs, noisy = spread above --noisy-spread "
+     << noisy_spread << ";\n eff = scaling efficiency against the first row of the same configuration but devices;\n"
         " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics)\n";
+}
+
+// The median over the runs of every measured field of the summaries (speedup and efficiency are
+// set afterwards, from the medians' throughput).
+parallel::Summary median_summary(const std::vector<parallel::Summary>& runs) {
+  parallel::Summary m = runs.front();
+  auto med = [&](auto field) {
+    std::vector<double> xs;
+    for (const auto& r : runs) xs.push_back(static_cast<double>(field(r)));
+    return analysis::median(xs);
+  };
+  for (int p = 0; p < kPhaseCount; ++p) m.mean_s[p] = med([p](const parallel::Summary& r) { return r.mean_s[p]; });
+  m.images_per_s = med([](const parallel::Summary& r) { return r.images_per_s; });
+  m.load_balance = med([](const parallel::Summary& r) { return r.load_balance; });
+  m.comm_efficiency = med([](const parallel::Summary& r) { return r.comm_efficiency; });
+  m.parallel_efficiency = med([](const parallel::Summary& r) { return r.parallel_efficiency; });
+  m.bytes_per_epoch_counted = med([](const parallel::Summary& r) { return r.bytes_per_epoch_counted; });
+  m.final_loss = med([](const parallel::Summary& r) { return r.final_loss; });
+  m.test_accuracy = med([](const parallel::Summary& r) { return r.test_accuracy; });
+  m.speedup = m.scaling_efficiency = 1;
+  return m;
+}
+
+// results.csv's columns after summary_csv_header()'s, which hold the medians: how many runs, then
+// for throughput and each phase's mean the 95 % confidence interval of the median (empty below 3
+// runs) and the spread; the interval's exact coverage; the noisy flag.
+std::string stats_csv_header() {
+  std::string h = ",repeats";
+  auto add = [&](const std::string& name) { h += "," + name + "_ci_lo," + name + "_ci_hi," + name + "_spread"; };
+  add("images_per_s");
+  for (auto name : kPhaseNames) add("mean_" + std::string(name) + "_s");
+  return h + ",ci_coverage,noisy";
+}
+
+std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noisy_spread) {
+  std::ostringstream os;
+  os.precision(9);
+  os << "," << runs.size();
+  double coverage = 0;
+  bool valid = false;
+  auto add = [&](auto field) {
+    std::vector<double> xs;
+    for (const auto& r : runs) xs.push_back(field(r));
+    const analysis::RepeatStats st = analysis::repeat_stats(xs);
+    if (st.ci.valid) os << "," << st.ci.lo << "," << st.ci.hi;
+    else os << ",,";
+    os << "," << st.spread;
+    valid = st.ci.valid;
+    coverage = st.ci.coverage;
+  };
+  add([](const parallel::Summary& r) { return r.images_per_s; });
+  for (int p = 0; p < kPhaseCount; ++p) add([p](const parallel::Summary& r) { return r.mean_s[p]; });
+  std::vector<double> ips;
+  for (const auto& r : runs) ips.push_back(r.images_per_s);
+  os << ",";
+  if (valid) os << coverage;
+  os << "," << (analysis::is_noisy(ips, noisy_spread) ? 1 : 0);
+  return os.str();
+}
+
+// results.csv from every configuration's runs so far: the medians and their statistics, speedup
+// and efficiency of the medians against the baseline's (the first configuration of its key).
+std::string results_csv(std::vector<Config>& configs, std::vector<parallel::Summary>& medians, double noisy_spread) {
+  std::ostringstream csv;
+  csv << "scaling," << parallel::summary_csv_header() << stats_csv_header() << "\n";
+  std::map<std::string, parallel::Summary> baselines;
+  medians.assign(configs.size(), parallel::Summary{});
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    if (c.summaries.empty()) continue;
+    parallel::Summary m = median_summary(c.summaries);
+    auto it = baselines.find(c.key);
+    if (it == baselines.end()) baselines[c.key] = m;
+    else parallel::with_baseline(m, it->second);
+    parallel::TrainReport report = c.runs.front();
+    std::vector<double> walls;
+    for (const auto& r : c.runs) walls.push_back(r.wall_s);
+    report.wall_s = analysis::median(walls);
+    csv << c.scaling << "," << parallel::summary_csv_row(report, m) << stats_csv_row(c.summaries, noisy_spread)
+        << "\n";
+    medians[i] = m;
+  }
+  return csv.str();
 }
 
 // Under MPI without --devices: 1, 2, 4, ... ranks and the whole world.
@@ -82,13 +220,36 @@ std::vector<std::string> world_device_sets(int world) {
 void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFlags& bf, bool devices_given,
                parallel::ProcessGroup& processes) {
   const bool mpi = processes.launched(), rank0 = processes.rank() == 0;
-  apply_train_flags(base, tf);
-  if (bf.scaling != "weak" && bf.scaling != "strong")
-    usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", bf.scaling, "'");
-  if (bf.models.empty() || bf.batch_sizes.empty() || bf.devices.empty() || bf.parallel.empty())
-    usage_fail("--models, --batch-sizes, --devices and --parallel each need at least one value");
+  if (bf.models.empty() || bf.batch_sizes.empty() || bf.devices.empty() || bf.parallel.empty() ||
+      bf.scaling.empty() || bf.algo.empty() || bf.bucket_mb.empty() || bf.accumulate.empty() || bf.optimizer.empty())
+    usage_fail("--models, --batch-sizes, --devices, --parallel, --scaling, --algo, --bucket-mb, --accumulate and "
+               "--optimizer each need at least one value");
+  for (const auto& sc : bf.scaling)
+    if (sc != "weak" && sc != "strong")
+      usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", sc, "'");
+  if (bf.repeat < 1) usage_fail("--repeat: ", bf.repeat, " runs; pass 1 or more (3 or more for confidence intervals)");
+  if (!(bf.noisy_spread >= 0))
+    usage_fail("--noisy-spread: ", bf.noisy_spread, " is not a spread; pass a fraction >= 0, e.g. 0.10 for 10 %");
+  // Each optimizer with the flags given: the other optimizer's flags are refused (--momentum with adamw).
+  std::map<std::string, parallel::TrainOptions> per_optimizer;
+  for (const auto& opt : bf.optimizer) {
+    parallel::TrainOptions o = base;
+    o.optimizer = opt;
+    if (opt != "sgd" && opt != "adamw") usage_fail("--optimizer: unknown optimizer '", opt, "': use sgd or adamw");
+    apply_train_flags(o, tf);
+    per_optimizer[opt] = o;
+  }
   std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
                                                             : expand_devices(bf.devices);
+  check_distinct(bf.models, "--models");
+  check_distinct(bf.batch_sizes, "--batch-sizes");
+  check_distinct(devices, "--devices");
+  check_distinct(bf.parallel, "--parallel");
+  check_distinct(bf.scaling, "--scaling");
+  check_distinct(bf.algo, "--algo");
+  check_distinct(bf.bucket_mb, "--bucket-mb");
+  check_distinct(bf.accumulate, "--accumulate");
+  check_distinct(bf.optimizer, "--optimizer");
   std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
   if (rank0) {
     ensure_writable_dir(bf.out_dir);
@@ -107,51 +268,75 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     if (!set) set = data::make_dataset(spec, data::Split::train);
     return set;
   };
-  struct Config { parallel::TrainOptions o; std::string tag; };
   std::vector<Config> configs;
   std::vector<std::string> skipped;  // device sets larger than the launched MPI world
+  // A swept axis (more than one value) names its value in the tag; a single value leaves the tag
+  // as it was before these axes could be swept.
+  auto axis = [](const auto& values, const std::string& text) {
+    return values.size() > 1 ? "_" + text : std::string();
+  };
   for (const auto& model : bf.models)
     for (int64_t b : bf.batch_sizes)
       for (const auto& par : bf.parallel)
-        for (const auto& dev : devices) {
-          parallel::TrainOptions o = base;
-          o.model = model;
-          o.devices = dev;
-          o.parallel = parallel::parse_parallel_mode(par);
-          int k = o.ranks();
-          if (mpi && k > processes.size()) {
-            if (std::find(skipped.begin(), skipped.end(), dev) == skipped.end()) skipped.push_back(dev);
-            continue;
-          }
-          if (mpi) o.process_ranks = k;  // ranks 0..k-1 of the job run it
-          // A device is one core unless --threads says otherwise: cpu:K uses K cores. Under MPI
-          // a rank's cores are its process's.
-          if (!mpi && base.threads == 0) o.threads = k;
-          if (o.parallel == parallel::ParallelMode::none && k > 1)
-            usage_fail("--parallel none cannot run --devices ", dev, ": use ddp or dp");
-          if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
-          o.batch_size = bf.scaling == "weak" ? b * k : b;
-          o.validate();
-          parallel::Job::check_fits(o, *train_set_of(o));
-          std::ostringstream tag;
-          tag << model << "_b" << b << "_" << par << "_" << dev.substr(0, dev.find(':')) << k;
-          configs.push_back({o, tag.str()});
-          if (!mpi) warn_if_oversubscribed(o, processes.info());
-        }
+        for (const auto& scaling : bf.scaling)
+          for (const auto& algo : bf.algo)
+            for (double bucket_mb : bf.bucket_mb)
+              for (int accumulate : bf.accumulate)
+                for (const auto& opt : bf.optimizer)
+                  for (const auto& dev : devices) {
+                    parallel::TrainOptions o = per_optimizer.at(opt);
+                    o.model = model;
+                    o.devices = dev;
+                    o.parallel = parallel::parse_parallel_mode(par);
+                    o.algo = algo;
+                    o.bucket_mb = bucket_mb;
+                    o.accumulate = accumulate;
+                    int k = o.ranks();
+                    if (mpi && k > processes.size()) {
+                      if (std::find(skipped.begin(), skipped.end(), dev) == skipped.end()) skipped.push_back(dev);
+                      continue;
+                    }
+                    if (mpi) o.process_ranks = k;  // ranks 0..k-1 of the job run it
+                    // A device is one core unless --threads says otherwise: cpu:K uses K cores.
+                    // Under MPI a rank's cores are its process's.
+                    if (!mpi && base.threads == 0) o.threads = k;
+                    if (o.parallel == parallel::ParallelMode::none && k > 1)
+                      usage_fail("--parallel none cannot run --devices ", dev, ": use ddp or dp");
+                    if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
+                    o.batch_size = scaling == "weak" ? b * k : b;
+                    o.validate();
+                    parallel::Job::check_fits(o, *train_set_of(o));
+                    Config c{o, scaling, "", "", {}, {}};
+                    c.key = detail::concat(model, "_b", b, "_", par, axis(bf.scaling, scaling), axis(bf.algo, algo),
+                                           axis(bf.bucket_mb, "bucket" + text_of(bucket_mb)),
+                                           axis(bf.accumulate, "acc" + text_of(accumulate)), axis(bf.optimizer, opt));
+                    c.tag = c.key + "_" + dev.substr(0, dev.find(':')) + std::to_string(k);
+                    configs.push_back(std::move(c));
+                    if (!mpi) warn_if_oversubscribed(o, processes.info());
+                  }
   if (configs.empty())
     usage_fail("--devices: no device set fits in the ", processes.size(), " ranks of this MPI job (mpirun -np K sets "
                "them); pass sets of at most ", processes.size(), " ranks, or leave --devices out for 1, 2, 4, ... ranks");
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;
   // The sweep's own flags replace the single-run ones they stand for.
-  std::vector<std::pair<std::string, std::string>> options = {{"--models", CLI::detail::join(bf.models)},
-                                                              {"--batch-sizes", CLI::detail::join(bf.batch_sizes)},
+  std::vector<std::pair<std::string, std::string>> options = {{"--models", join_values(bf.models)},
+                                                              {"--batch-sizes", join_values(bf.batch_sizes)},
                                                               {"--devices", sets},
-                                                              {"--parallel", CLI::detail::join(bf.parallel)},
-                                                              {"--scaling", bf.scaling},
+                                                              {"--parallel", join_values(bf.parallel)},
+                                                              {"--scaling", join_values(bf.scaling)},
+                                                              {"--algo", join_values(bf.algo)},
+                                                              {"--bucket-mb", join_values(bf.bucket_mb)},
+                                                              {"--accumulate", join_values(bf.accumulate)},
+                                                              {"--optimizer", join_values(bf.optimizer)},
+                                                              {"--repeat", text_of(bf.repeat)},
+                                                              {"--noisy-spread", text_of(bf.noisy_spread)},
                                                               {"--out", bf.out_dir}};
-  for (auto& [flag, value] : base.flag_values())
-    if (flag != "--model" && flag != "--batch-size" && flag != "--devices" && flag != "--parallel" && flag != "--out")
+  // The optimizer's own --lr and --weight-decay defaults differ: the first optimizer's are shown.
+  for (auto& [flag, value] : configs.front().o.flag_values())
+    if (flag != "--model" && flag != "--batch-size" && flag != "--devices" && flag != "--parallel" &&
+        flag != "--out" && flag != "--algo" && flag != "--bucket-mb" && flag != "--accumulate" &&
+        flag != "--optimizer")
       options.emplace_back(flag, value);
   processes.agree(start_report("bench", options));
   processes.set_comm_timeout(base.comm_timeout_s);
@@ -163,64 +348,77 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   }
 
   stop::Graceful graceful;  // a signal ends the configuration in progress at a step, and the sweep
-  std::ostringstream csv;
-  csv << "scaling," << parallel::summary_csv_header() << "\n";
-  std::map<std::string, parallel::Summary> baselines;  // model/batch/parallel -> fewest ranks
-  std::vector<std::pair<std::string, parallel::Summary>> done;
+  std::ostringstream runs_csv;
+  runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";
+  std::vector<parallel::Summary> medians;
+  const size_t total = configs.size() * static_cast<size_t>(bf.repeat);
   size_t i = 0;
-  for (auto& c : configs) {
-    ++i;
-    std::cout << "[" << i << "/" << configs.size() << "] " << c.o.model << " batch " << c.o.batch_size << " "
-              << parallel::parallel_mode_name(c.o.parallel) << " " << c.o.devices << std::endl;
-    std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
-    parallel::TrainReport report;
-    if (mpi) {
-      // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
-      const int k = c.o.process_ranks;
-      std::unique_ptr<parallel::Communicator> part = processes.first(k);
-      if (part) report = parallel::train(c.o, quiet, part.get(), processes.info());
-      else processes.world().set_activity(detail::concat("idle: configuration ", i, " runs on ranks 0-", k - 1));
-      processes.world().barrier_patient(detail::concat("configuration ", i, " on ranks 0-", k - 1));
-      // Rank 0 runs every configuration: it tells the idle ranks whether a signal stopped it.
-      int stopped = report.stopped_by;
-      processes.world().broadcast(&stopped, &stopped, 1, DType::i32, 0);
-      report.stopped_by = stopped;
-    } else {
-      report = parallel::train(c.o, quiet);
-    }
-    if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
-      std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during configuration " << i << " of "
-                << configs.size() << "; " << bf.out_dir << "/results.csv holds the " << i - 1 << " before it"
+  // The whole sweep runs --repeat times over, rather than each configuration N times in a row, so
+  // that a slow spell of a shared machine spreads over every configuration.
+  for (int run = 1; run <= bf.repeat; ++run) {
+    std::map<std::string, parallel::Summary> baselines;  // this run's, for runs.csv
+    for (auto& c : configs) {
+      ++i;
+      std::cout << "[" << i << "/" << total << "] ";
+      if (bf.repeat > 1) std::cout << "run " << run << "/" << bf.repeat << " ";
+      std::cout << c.o.model << " batch " << c.o.batch_size << " " << parallel::parallel_mode_name(c.o.parallel)
+                << " " << c.o.devices << " (" << c.tag << ")"
                 << std::endl;
-      throw stop::Stopped(report.stopped_by);
+      std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
+      parallel::TrainReport report;
+      if (mpi) {
+        // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
+        const int k = c.o.process_ranks;
+        std::unique_ptr<parallel::Communicator> part = processes.first(k);
+        if (part) report = parallel::train(c.o, quiet, part.get(), processes.info());
+        else processes.world().set_activity(detail::concat("idle: configuration ", i, " runs on ranks 0-", k - 1));
+        processes.world().barrier_patient(detail::concat("configuration ", i, " on ranks 0-", k - 1));
+        // Rank 0 runs every configuration: it tells the idle ranks whether a signal stopped it.
+        int stopped = report.stopped_by;
+        processes.world().broadcast(&stopped, &stopped, 1, DType::i32, 0);
+        report.stopped_by = stopped;
+      } else {
+        report = parallel::train(c.o, quiet);
+      }
+      if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
+        std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during run " << i << " of " << total
+                  << "; " << bf.out_dir << "/results.csv and runs.csv hold the " << i - 1 << " before it"
+                  << std::endl;
+        throw stop::Stopped(report.stopped_by);
+      }
+      if (mpi && !rank0) continue;
+      parallel::Summary s = parallel::summarize(report);
+      const std::string steps_name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
+      parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_name + ".csv", report);
+      c.summaries.push_back(s);
+      report.steps.clear();
+      report.steps.shrink_to_fit();
+      auto it = baselines.find(c.key);
+      if (it == baselines.end()) baselines[c.key] = s;
+      else parallel::with_baseline(s, it->second);
+      runs_csv << c.scaling << "," << run << "," << parallel::summary_csv_row(report, s) << "\n";
+      c.runs.push_back(std::move(report));
+      std::printf("    %.1f img/s | speedup %.2f | %s-scaling efficiency %.3f | LB %.3f CommE %.3f PE %.3f\n",
+                  s.images_per_s, s.speedup, c.scaling.c_str(), s.scaling_efficiency, s.load_balance,
+                  s.comm_efficiency, s.parallel_efficiency);
+      std::fflush(stdout);
+      // Written after every run, so an interrupted sweep keeps what it measured.
+      write_file_atomic(bf.out_dir + "/runs.csv", runs_csv.str());
+      write_file_atomic(bf.out_dir + "/results.csv", results_csv(configs, medians, bf.noisy_spread));
     }
-    if (mpi && !rank0) continue;
-    parallel::Summary s = parallel::summarize(report);
-    std::string key = c.tag.substr(0, c.tag.rfind('_'));
-    auto it = baselines.find(key);
-    if (it == baselines.end())
-      baselines[key] = s;
-    else
-      parallel::with_baseline(s, it->second);
-    parallel::write_steps_csv(bf.out_dir + "/steps/" + c.tag + ".csv", report);
-    csv << bf.scaling << "," << parallel::summary_csv_row(report, s) << "\n";
-    std::printf("    %.1f img/s | speedup %.2f | %s-scaling efficiency %.3f | LB %.3f CommE %.3f PE %.3f\n",
-                s.images_per_s, s.speedup, bf.scaling.c_str(), s.scaling_efficiency, s.load_balance,
-                s.comm_efficiency, s.parallel_efficiency);
-    std::fflush(stdout);
-    // Written after every configuration, so an interrupted sweep keeps what it measured.
-    write_file_atomic(bf.out_dir + "/results.csv", csv.str());
-    done.emplace_back(c.tag, s);
   }
   if (!rank0) return;
-  print_bench_table(std::cout, done);
-  std::cout << "wrote " << bf.out_dir << "/results.csv and " << bf.out_dir << "/steps/*.csv\n";
+  print_bench_table(std::cout, configs, medians, bf.repeat, bf.noisy_spread);
+  std::cout << "wrote " << bf.out_dir << "/results.csv, " << bf.out_dir << "/runs.csv and " << bf.out_dir
+            << "/steps/*.csv\n";
 }
 
 }  // namespace
 
 void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
-  auto* cmd = app.add_subcommand("bench", "sweep models x batch sizes x devices x parallel modes; write results.csv");
+  auto* cmd = app.add_subcommand("bench",
+                                 "sweep models x batch sizes x devices x parallel modes x algorithms x bucket sizes x "
+                                 "accumulation x optimizers, --repeat times; write results.csv and runs.csv");
   auto o = std::make_shared<parallel::TrainOptions>();
   auto tf = std::make_shared<TrainFlags>();
   auto bf = std::make_shared<BenchFlags>();
@@ -240,9 +438,25 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--parallel", bf->parallel, "parallel modes: ddp, dp, none")->delimiter(',')->capture_default_str();
-  cmd->add_option("--scaling", bf->scaling, "weak (fixed per-rank batch) or strong (fixed global batch)")
+  cmd->add_option("--scaling", bf->scaling, "weak (fixed per-rank batch), strong (fixed global batch), or both")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--algo", bf->algo, algo_help() + "; a list sweeps each")->delimiter(',')->capture_default_str();
+  cmd->add_option("--bucket-mb", bf->bucket_mb, std::string(kBucketMbHelp) + "; a list sweeps each")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--accumulate", bf->accumulate, std::string(kAccumulateHelp) + "; a list sweeps each")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--optimizer", bf->optimizer, std::string(kOptimizerHelp) + "; a list sweeps each")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--repeat", bf->repeat,
+                  "run the whole sweep N times over (interleaved: every configuration once, then again, so that a "
+                  "slow spell of a shared machine spreads over all of them); results.csv then holds the medians, "
+                  "their 95 % confidence intervals from order statistics (N >= 3; [min, max] below 6 runs, column "
+                  "ci_coverage gives the level) and spreads; runs.csv every run")
       ->capture_default_str();
-  cmd->add_option("--out", bf->out_dir, "directory for results.csv and steps/")->capture_default_str();
+  cmd->add_option("--noisy-spread", bf->noisy_spread,
+                  "flag a configuration noisy when (max - min) / median of its throughput over the runs exceeds this")
+      ->capture_default_str();
+  cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv and steps/")->capture_default_str();
   cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 

@@ -9,6 +9,13 @@
 
 namespace dpx::tools {
 
+std::string algo_help() {
+  return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
+                               "across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
+                             : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
+                               "across)";
+}
+
 void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench) {
   if (!for_bench) {
     cmd.add_option("--model", o.model, "model to train: " + zoo::model_names())->capture_default_str();
@@ -66,9 +73,8 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   // Which flags were given matters: an unset --lr or --weight-decay takes the optimizer's
   // default, and the other optimizer's flags are refused (apply_train_flags).
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
-  cmd.add_option("--optimizer", o.optimizer,
-                 "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)")
-      ->capture_default_str();
+  if (!for_bench)  // bench sweeps a list of optimizers
+    cmd.add_option("--optimizer", o.optimizer, kOptimizerHelp)->capture_default_str();
   cmd.add_option_function<float>(
       "--lr", [&o](const float& v) { o.lr = v; },
       "learning rate (default: 0.05 with sgd; 0.001 with adamw, torch.optim.AdamW's default)");
@@ -98,12 +104,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
       ->capture_default_str();
-  cmd.add_option("--algo", o.algo,
-                 parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, "
-                                       "then across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
-                                     : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, "
-                                       "then across)")
-      ->capture_default_str();
+  if (!for_bench) cmd.add_option("--algo", o.algo, algo_help())->capture_default_str();
   cmd.add_option("--net-sim", o.net_sim,
                  "RATE,LATENCY: every exchange of DDP's thread ranks takes at least latency + bytes / rate, really "
                  "waiting, as on that network (e.g. 10gbit,5us or 1GB,50us; units bit kbit mbit gbit tbit, B kB MB "
@@ -115,9 +116,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "for --algo hier: take each group of this many consecutive ranks as one node (0: the real nodes; "
                  "thread ranks are all on one)")
       ->capture_default_str();
-  cmd.add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB (0: one all-reduce per tensor)")
-      ->capture_default_str();
-  cmd.add_option("--accumulate", o.accumulate, "synchronise gradients every k micro-steps")->capture_default_str();
+  if (!for_bench) {  // bench sweeps lists of these
+    cmd.add_option("--bucket-mb", o.bucket_mb, kBucketMbHelp)->capture_default_str();
+    cmd.add_option("--accumulate", o.accumulate, kAccumulateHelp)->capture_default_str();
+  }
   cmd.add_flag("--no-overlap", f.no_overlap, "DDP: all-reduce after backward instead of during it");
   cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
   cmd.add_flag("--tf32", o.allow_tf32, "allow TF32 tensor-core math for fp32 on GPUs (off: exact fp32)");

@@ -18,8 +18,16 @@ struct TrainFlags {
   bool momentum_given = false, nesterov_given = false, eps_given = false;
 };
 
+// The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).
+std::string algo_help();
+inline constexpr const char* kOptimizerHelp =
+    "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)";
+inline constexpr const char* kBucketMbHelp = "DDP gradient bucket size in MiB (0: one all-reduce per tensor)";
+inline constexpr const char* kAccumulateHelp = "synchronise gradients every k micro-steps";
+
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags
-// that bench sweeps itself (model, batch size, devices, parallel).
+// that bench sweeps itself (model, batch size, devices, parallel, algo, bucket-mb, accumulate,
+// optimizer).
 void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench);
 // Copies the string flags into `o` (parses --parallel, --trace-steps, ...). Set o.process_ranks
 // first: the default of --parallel depends on it.

@@ -1,0 +1,108 @@
+// dpx bench as a study's sweep: every training option a study varies is a list, --repeat runs
+// the sweep N times over, results.csv holds one row of medians, confidence intervals, spreads and
+// the noisy flag per configuration, runs.csv every run, and bad values exit 2 naming the flag.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "analysis/csv_table.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+
+using dpx::analysis::CsvTable;
+
+TEST_CASE("bench sweeps algorithms and optimizers three times over: medians with intervals, every run kept") {
+  dpx::testing::TempDir dir("bench_sweep");
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --algo ring,tree "
+                        "--optimizer sgd,adamw --repeat 3 --dataset synthetic --image-size 28 --steps 3 --warmup 1 --threads 2 --out " +
+                        dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("[24/24] run 3/3") != std::string::npos);  // interleaved: the sweep, three times
+  CHECK(r.output.find("lenet5_b8_ddp_tree_adamw_cpu2") != std::string::npos);
+
+  const CsvTable t = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(t.rows() == 8);  // 2 device sets x 2 algorithms x 2 optimizers
+  for (const char* col : {"scaling", "algo", "optimizer", "bucket_mb", "accumulate", "parallel", "repeats",
+                          "images_per_s", "images_per_s_ci_lo", "images_per_s_ci_hi", "images_per_s_spread",
+                          "mean_step_s", "mean_step_s_ci_lo", "mean_step_s_ci_hi", "mean_step_s_spread",
+                          "mean_forward_s_ci_lo", "mean_comm_total_s_spread", "ci_coverage", "noisy", "speedup"})
+    CHECK_MESSAGE(t.has(col), col);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < t.rows(); ++i) {
+    seen.insert(t.text(i, t.column("devices")) + " " + t.text(i, t.column("algo")) + " " +
+                t.text(i, t.column("optimizer")));
+    CHECK(t.number(i, t.column("repeats")) == 3);
+    const double ips = t.number(i, t.column("images_per_s"));
+    CHECK(ips > 0);
+    CHECK(t.number(i, t.column("images_per_s_ci_lo")) <= ips);
+    CHECK(ips <= t.number(i, t.column("images_per_s_ci_hi")));
+    const double step = t.number(i, t.column("mean_step_s"));
+    CHECK(t.number(i, t.column("mean_step_s_ci_lo")) <= step);
+    CHECK(step <= t.number(i, t.column("mean_step_s_ci_hi")));
+    const double spread = t.number(i, t.column("images_per_s_spread"));
+    CHECK(spread >= 0);
+    CHECK(t.number(i, t.column("noisy")) == (spread > 0.10 ? 1 : 0));
+    CHECK(t.number(i, t.column("ci_coverage")) == doctest::Approx(0.75));  // [min, max] of 3 runs
+  }
+  CHECK(seen.size() == 8);
+
+  const CsvTable runs = CsvTable::read(dir.file("out/runs.csv"), "--out");
+  CHECK(runs.rows() == 24);
+  CHECK(runs.has("run"));
+  CHECK(runs.has("optimizer"));
+  CHECK(dpx::testing::file_text(dir.file("out/steps/lenet5_b8_ddp_ring_sgd_cpu1_run3.csv")).size() > 0);
+}
+
+TEST_CASE("bench with one value of each option keeps today's tags, and writes the columns with one run") {
+  dpx::testing::TempDir dir("bench_single");
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1 --algo tree --optimizer adamw "
+                        "--dataset synthetic --image-size 28 --steps 2 --warmup 1 --threads 1 --out " +
+                        dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(dpx::testing::file_text(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")).size() > 0);
+  const CsvTable t = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(t.rows() == 1);
+  CHECK(t.text(0, t.column("optimizer")) == "adamw");
+  CHECK(t.text(0, t.column("algo")) == "tree");
+  CHECK(t.text(0, t.column("images_per_s_ci_lo")) == "");  // no interval below 3 runs
+  CHECK(t.number(0, t.column("images_per_s_spread")) == 0);
+  CHECK(t.number(0, t.column("noisy")) == 0);
+}
+
+TEST_CASE("bench refuses a bad value of every swept flag before running anything, naming the flag") {
+  const std::string quick = "bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --steps 2 --warmup 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--algo ring,bogus", "--algo"},
+      {"--optimizer sgd,adam", "--optimizer"},
+      {"--bucket-mb 25,-1", "--bucket-mb"},
+      {"--bucket-mb 25,x", "--bucket-mb"},
+      {"--accumulate 1,0", "--accumulate"},
+      {"--scaling weak,sideways", "--scaling"},
+      {"--repeat 0", "--repeat"},
+      {"--repeat x", "--repeat"},
+      {"--noisy-spread -0.1", "--noisy-spread"},
+      {"--optimizer sgd,adamw --momentum 0.5", "--momentum"},
+      {"--algo ring,tree,ring", "--algo: ring is given twice"},
+      {"--bucket-mb 25,25.0", "--bucket-mb: 25 is given twice"},
+  };
+  for (const auto& [flags, flag] : cases) {
+    DpxResult r = run_dpx(quick + flags);
+    CAPTURE(flags);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(flag) != std::string::npos);
+    CHECK(r.output.find("[1/") == std::string::npos);  // not one configuration ran
+  }
+}
+
+TEST_CASE("bench --help describes the swept flags and the interleaved repeats") {
+  DpxResult r = run_dpx("bench --help");
+  REQUIRE(r.code == 0);
+  for (const char* s : {"--algo", "--bucket-mb", "--accumulate", "--optimizer", "--scaling", "--repeat",
+                        "--noisy-spread", "interleaved", "runs.csv"})
+    CHECK_MESSAGE(r.output.find(s) != std::string::npos, s);
+}
