@@ -149,6 +149,8 @@ void read_bench_rows(const CsvTable& t, std::vector<OverheadPoint>& out) {
     p.params = t.number(r, params);
     p.comm_s = t.number(r, comm);
     p.exposed_s = t.number(r, exposed);
+    if (t.has("bucket_mb")) p.bucket_mb = t.number(r, t.column("bucket_mb"));
+    if (t.has("accumulate")) p.accumulate = static_cast<int>(t.number(r, t.column("accumulate")));
     if (p.ranks < 1 || p.params < 0 || p.comm_s < 0 || p.exposed_s < 0)
       usage_fail("'", t.path(), "' line ", t.line_of(r), ": a negative time, size or rank count");
     if (p.ranks < 2) continue;  // one replica communicates nothing
@@ -353,15 +355,16 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectivePoint>& p
 }
 
 std::vector<OverheadFit> fit_overheads(const std::vector<OverheadPoint>& points) {
-  using Key = std::tuple<std::string, std::string, int>;
+  using Key = std::tuple<std::string, std::string, int, double, int>;
   std::map<Key, std::vector<const OverheadPoint*>> groups;
-  for (const OverheadPoint& p : points) groups[{p.parallel, p.algo, p.ranks}].push_back(&p);
+  for (const OverheadPoint& p : points)
+    groups[{p.parallel, p.algo, p.ranks, p.bucket_mb, p.accumulate}].push_back(&p);
   std::vector<OverheadFit> fits;
   for (const auto& [key, pts] : groups)
     for (const char* target : {"comm_total", "comm_exposed"})
       for (int degree : {1, 2}) {
         OverheadFit f;
-        std::tie(f.parallel, f.algo, f.ranks) = key;
+        std::tie(f.parallel, f.algo, f.ranks, f.bucket_mb, f.accumulate) = key;
         f.target = target;
         f.kind = degree == 1 ? "linear" : "quadratic";
         f.points = static_cast<int>(pts.size());
@@ -476,7 +479,8 @@ void print_fits(std::ostream& os, const FitResult& r) {
     os << "# Communication overhead per step against trainable parameters P (dpx bench results)\n";
     for (const OverheadFit& f : r.overheads) {
       char line[400];
-      std::snprintf(line, sizeof line, "  %-4s %-5s %3d ranks  %-12s %-9s ", f.parallel.c_str(), f.algo.c_str(), f.ranks,
+      std::snprintf(line, sizeof line, "  %-4s %-5s %3d ranks  bucket %g MiB  accumulate %d  %-12s %-9s ", f.parallel.c_str(),
+                    f.algo.c_str(), f.ranks, f.bucket_mb, f.accumulate,
                     f.target.c_str(), f.kind.c_str());
       os << line;
       if (!f.ok) {
@@ -535,6 +539,8 @@ std::string fit_json(const FitResult& r) {
     o["parallel"] = f.parallel;
     o["algo"] = f.algo;
     o["ranks"] = f.ranks;
+    o["bucket_mb"] = f.bucket_mb;
+    o["accumulate"] = f.accumulate;
     o["target"] = f.target;
     o["kind"] = f.kind;
     o["ok"] = f.ok;

@@ -11,7 +11,8 @@
 // first, the cleanest alpha-beta measurement), and without one beta holds both (has_gamma false).
 //
 // Overheads: communication time per step against trainable parameters P, linear (c0 + c1 P) and
-// quadratic (c0 + c1 P + c2 P^2), per parallel mode, algorithm and rank count.
+// quadratic (c0 + c1 P + c2 P^2), per parallel mode, algorithm, rank count, bucket size and
+// accumulation.
 //
 // A fit is `ok` only with enough points to check it and R^2 >= kMinR2; otherwise `reason` says
 // what is missing and no numbers are printed.
@@ -64,12 +65,16 @@ struct CollectiveFit {
 struct OverheadPoint {
   std::string model, parallel, algo, devices;
   int ranks = 1;
+  double bucket_mb = 0;  // DDP's bucket size and --accumulate: runs that differ in them are fitted apart
+  int accumulate = 1;
   double params = 0, comm_s = 0, exposed_s = 0;
 };
 
 struct OverheadFit {
   std::string parallel, algo;
   int ranks = 1;
+  double bucket_mb = 0;
+  int accumulate = 1;
   std::string target;            // "comm_total" or "comm_exposed"
   std::string kind;              // "linear" or "quadratic"
   bool ok = false;

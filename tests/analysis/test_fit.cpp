@@ -131,7 +131,19 @@ TEST_CASE("the library's own collectives are fitted per rank count") {
 TEST_CASE("overhead models recover linear and quadratic coefficients") {
   std::vector<OverheadPoint> pts;
   const double params[] = {0.06e6, 1.2e6, 11.7e6, 25.6e6, 61e6, 138e6};
-  for (double P : params) pts.push_back({std::to_string(P), "ddp", "ring", "cpu:4", 4, P, 0.002 + 4e-9 * P, 0.001 + 1e-9 * P});
+  for (double P : params) {
+    OverheadPoint p;
+    p.model = std::to_string(P);
+    p.parallel = "ddp";
+    p.algo = "ring";
+    p.devices = "cpu:4";
+    p.ranks = 4;
+    p.bucket_mb = 25;
+    p.params = P;
+    p.comm_s = 0.002 + 4e-9 * P;
+    p.exposed_s = 0.001 + 1e-9 * P;
+    pts.push_back(p);
+  }
   const auto fits = fit_overheads(pts);
   REQUIRE(fits.size() == 4);  // comm_total and comm_exposed, linear and quadratic
   for (const OverheadFit& f : fits) {
@@ -144,6 +156,16 @@ TEST_CASE("overhead models recover linear and quadratic coefficients") {
     if (f.kind == "quadratic") CHECK(std::abs(f.coef[2]) < 1e-18);
     CHECK(f.r2 > 0.9999);
     CHECK(f.models == 6);
+  }
+  // Another bucket size is another group: fitted apart, not mixed in.
+  std::vector<OverheadPoint> two = pts;
+  for (OverheadPoint& p : two) p.bucket_mb = 1, p.comm_s *= 3;
+  two.insert(two.end(), pts.begin(), pts.end());
+  const auto split = fit_overheads(two);
+  REQUIRE(split.size() == 8);
+  for (const OverheadFit& f : split) {
+    CHECK(f.ok);
+    if (f.target == "comm_total") CHECK(f.coef[0] == doctest::Approx(f.bucket_mb == 1 ? 0.006 : 0.002).epsilon(0.01));
   }
   pts.resize(2);
   for (const OverheadFit& f : fit_overheads(pts)) {
