@@ -42,6 +42,8 @@ CsvTable CsvTable::read(const std::string& path, std::string_view flag) {
       usage_fail(flag, ": '", path, "' line ", line_no, " holds binary data: not a CSV file");
     std::vector<std::string> fields = split(line);
     if (t.header_.empty()) {
+      if (line.front() == '{' || line.front() == '[')
+        usage_fail(flag, ": '", path, "' is JSON, not a CSV file (a dpx fit file goes to dpx predict --fit)");
       t.header_ = std::move(fields);
       continue;
     }

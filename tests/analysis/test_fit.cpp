@@ -209,6 +209,7 @@ TEST_CASE("dpx fit's files: round trip through JSON, and bad inputs named") {
   };
   fails_with("", "is empty");
   fails_with("a,b,c\n1,2,3\n", "neither a dpx collective --csv file nor a dpx bench results.csv");
+  fails_with("{\n  \"dpx_fit\": 1\n}\n", "is JSON, not a CSV file");
   fails_with(kHeader, "no measurements");
   fails_with(with_header("sendrecv,ring,threads,2,4096,1024,float,none,-1,out,-5,1,1,0\n"),
              "is not a positive time");
