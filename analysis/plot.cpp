@@ -149,9 +149,16 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   }
   for (auto& g : in.bench)
     std::stable_sort(g.rows.begin(), g.rows.end(), [](const BenchRow& a, const BenchRow& b) { return a.ranks < b.ranks; });
-  const std::string run = "data: " + source + " from dpx bench (models " + join(models, ",") + ", batch sizes " +
-                          join(batches, ",") + ", devices " + join(devices, " ") + ", dataset " +
-                          join(datasets, ",") + ", " + join(scalings, "/") + " scaling)";
+  // The command that made the folder when dpx bench recorded it (command.txt), else the sweep
+  // as results.csv describes it.
+  std::string command;
+  if (std::ifstream cmd{(fs::path(source).parent_path() / "command.txt").string()}; cmd) std::getline(cmd, command);
+  const std::string run =
+      command.rfind("dpx bench", 0) == 0
+          ? "data: " + source + " from " + excerpt(command, 600)
+          : "data: " + source + " from dpx bench (models " + join(models, ",") + ", batch sizes " + join(batches, ",") +
+                ", devices " + join(devices, " ") + ", dataset " + join(datasets, ",") + ", " + join(scalings, "/") +
+                " scaling)";
   for (auto& g : in.bench)
     if (g.source == source) g.run = run;
   in.bench_captions.push_back(run);

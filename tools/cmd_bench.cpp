@@ -347,6 +347,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::cout << "skipping --devices " << dev << ": this MPI job has " << processes.size() << " ranks\n";
   }
 
+  // What made this folder, for dpx plot's captions (under MPI: this process's dpx command).
+  if (rank0) write_file_atomic(bf.out_dir + "/command.txt", command_line() + "\n", "--out");
   stop::Graceful graceful;  // a signal ends the configuration in progress at a step, and the sweep
   std::ostringstream runs_csv;
   runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";

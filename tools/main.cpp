@@ -41,6 +41,7 @@ int report_error(dpx::parallel::ProcessGroup& processes, int code, const std::st
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpx::tools::set_command_line(argc, argv);
   dpx::stop::install_handlers();  // under MPI the group's watchdog takes the signals over
   std::unique_ptr<dpx::parallel::ProcessGroup> processes;
   try {

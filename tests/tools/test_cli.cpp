@@ -207,5 +207,8 @@ TEST_CASE("bench writes results.csv with one row per configuration and POP colum
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 4);
   CHECK(csv.find("load_balance,comm_efficiency,parallel_efficiency") != std::string::npos);
   CHECK(fs::exists(d / "steps" / "mlp_b16_ddp_cpu2.csv"));
+  // The command that made the folder, as one shell line naming the program dpx (not its path).
+  CHECK(file_text(d / "command.txt") == "dpx bench --models mlp --image-size 12 --synthetic-size 512 --batch-sizes 8,16 "
+                                       "--devices cpu:1,2 --steps 4 --warmup 1 --threads 2 --out " + d.string() + "\n");
   fs::remove_all(d);
 }

@@ -117,7 +117,9 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 5, 960, 640);
-  CHECK(slurp(out.file("throughput.txt")).find("dpx bench") != std::string::npos);
+  // The caption quotes the command that made the bench folder (its command.txt).
+  CHECK(slurp(out.file("throughput.txt")).find("from dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2") !=
+        std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
   CHECK(out.entries().size() == 12);
