@@ -67,7 +67,14 @@ TEST_CASE("fit recovers a simulated network, and predict's DDP step matches dpx 
   CHECK(t.number(1, exposed) > 5e-3);  // the network shows
   CHECK(t.text(1, err) != "");         // dpx bench measured 2 ranks
   CHECK(t.number(1, ranks) == 2);
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer the computation's speed depends on the allocator's quarantine, so one
+  // replica measured for a few steps (predict) and 12 steps of dpx bench disagree by more than the
+  // network's share; the agreement is checked in the ordinary build.
+  MESSAGE("sanitized build: the predicted step is not compared with dpx bench's");
+#else
   CHECK(std::abs(t.number(1, err)) < 0.3);  // within 30 % of the measured step (a loaded machine's noise)
+#endif
 }
 
 TEST_CASE("dpx fit and dpx predict refuse careless input with a clear message") {
