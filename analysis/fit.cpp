@@ -82,17 +82,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-// "10 GB/s" from seconds per byte.
-std::string rate_text(double s_per_byte) {
-  if (s_per_byte <= 0) return "unbounded";
-  const double bps = 1 / s_per_byte;
-  return bps >= 1e9 ? fmt("%.3g GB/s", bps / 1e9) : bps >= 1e6 ? fmt("%.3g MB/s", bps / 1e6) : fmt("%.3g kB/s", bps / 1e3);
-}
-
-std::string time_text(double s) {
-  return s >= 1 ? fmt("%.3g s", s) : s >= 1e-3 ? fmt("%.3g ms", s * 1e3) : fmt("%.3g us", s * 1e6);
-}
-
 std::string size_text(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -285,6 +274,16 @@ CollectiveFit fit_group(const CollectiveKey& key, const std::vector<const Collec
 }
 
 }  // namespace
+
+std::string rate_text(double s_per_byte) {
+  if (s_per_byte <= 0) return "unbounded";
+  const double bps = 1 / s_per_byte;
+  return bps >= 1e9 ? fmt("%.3g GB/s", bps / 1e9) : bps >= 1e6 ? fmt("%.3g MB/s", bps / 1e6) : fmt("%.3g kB/s", bps / 1e3);
+}
+
+std::string time_text(double s) {
+  return s >= 1 ? fmt("%.3g s", s) : s >= 1e-3 ? fmt("%.3g ms", s * 1e3) : fmt("%.3g us", s * 1e6);
+}
 
 std::string CollectiveFit::name() const {
   std::string n = collective + " " + algo + " (" + backend + (in_place ? ", in place" : "");

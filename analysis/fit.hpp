@@ -99,6 +99,10 @@ FitResult fit_files(const std::vector<std::string>& paths);
 std::vector<CollectiveFit> fit_collectives(const std::vector<CollectivePoint>& points);
 std::vector<OverheadFit> fit_overheads(const std::vector<OverheadPoint>& points);
 
+// "10 GB/s" from seconds per byte ("unbounded" for 0); "5 us", "1.2 ms", "3 s" from seconds.
+std::string rate_text(double s_per_byte);
+std::string time_text(double s);
+
 void print_fits(std::ostream& os, const FitResult& r);
 std::string fit_json(const FitResult& r);
 // The collective fits of a file that fit_json wrote; throws dpx::UsageError naming `flag` otherwise.

@@ -75,19 +75,8 @@ const analysis::CollectiveFit* pick(const analysis::FitResult& fits, const std::
   return best;
 }
 
-std::string time_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, s >= 1e-3 ? "%.3g ms" : "%.3g us", s >= 1e-3 ? s * 1e3 : s * 1e6);
-  return buf;
-}
-
-std::string rate_text(double s_per_byte) {
-  char buf[32];
-  if (s_per_byte <= 0) return "unbounded";
-  const double bps = 1 / s_per_byte;
-  std::snprintf(buf, sizeof buf, bps >= 1e9 ? "%.3g GB/s" : "%.3g MB/s", bps >= 1e9 ? bps / 1e9 : bps / 1e6);
-  return buf;
-}
+using analysis::rate_text;
+using analysis::time_text;
 
 analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
   analysis::Network net;
