@@ -1,0 +1,119 @@
+// dpx study end to end: the quick devices study runs its sweep and draws its figures (the
+// throughput figure, and the phases and efficiency figures per model and batch) into a new folder
+// with the commands that remake it; the quick collectives study writes one CSV per pattern;
+// careless use (an unknown study, an --out that holds files, a failing step) exits non-zero with a
+// message naming what to change, and touches no existing file.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "analysis/gnuplot.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool has_gnuplot() { return !dpx::analysis::find_executable("gnuplot").empty(); }
+
+}  // namespace
+
+TEST_CASE("dpx study --list and --dry-run name the studies and their commands") {
+  DpxResult l = run_dpx("study --list");
+  CAPTURE(l.output);
+  CHECK(l.code == 0);
+  for (const char* name : {"devices:", "dp-vs-ddp:", "frozen-backbone:", "accumulation:", "collectives:"})
+    CHECK(l.output.find(name) != std::string::npos);
+  DpxResult d = run_dpx("study devices --quick --dry-run --max-devices 4");
+  CAPTURE(d.output);
+  CHECK(d.code == 0);
+  CHECK(d.output.find("dpx bench ") == 0);
+  CHECK(d.output.find("--devices cpu:1,2,4 ") != std::string::npos);
+  CHECK(d.output.find("--repeat 3") != std::string::npos);
+  DpxResult c = run_dpx("study collectives --dry-run --max-devices 3");
+  CHECK(c.code == 0);
+  CHECK(c.output.find("--ranks 3") != std::string::npos);
+  CHECK(c.output.find("-t all_to_all") != std::string::npos);
+}
+
+TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands that remake them") {
+  dpx::testing::TempDir dir("study");
+  const fs::path out = dir.path / "devices";
+  DpxResult r = run_dpx("study devices --quick --max-devices 2 --out " + out.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string results = slurp(out / "bench" / "results.csv");
+  CHECK(results.find("lenet5,synthetic,cpu:2") != std::string::npos);
+  CHECK(results.find("squeezenet1_1,synthetic,cpu:1") != std::string::npos);
+  const std::string sh = slurp(out / "commands.sh");
+  CHECK(sh.find("dpx bench --models lenet5,squeezenet1_1") != std::string::npos);
+  CHECK(fs::exists(out / "bench" / "command.txt"));
+  if (has_gnuplot()) {
+    CHECK(sh.find("dpx plot bench --out figures") != std::string::npos);
+    CHECK(fs::file_size(out / "figures" / "throughput.png") > 1000);
+    for (const char* m : {"lenet5", "squeezenet1_1"})
+      for (const char* b : {"16", "32", "64"}) {
+        CHECK(fs::exists(out / "figures" / (std::string("phases-") + m + "-b" + b + ".svg")));
+        CHECK(fs::exists(out / "figures" / (std::string("efficiency-") + m + "-b" + b + ".svg")));
+      }
+  } else {
+    MESSAGE("gnuplot is not installed: the figures were not checked");
+    CHECK(r.output.find("no gnuplot") != std::string::npos);
+  }
+}
+
+TEST_CASE("dpx study collectives --quick writes one CSV per pattern") {
+  dpx::testing::TempDir dir("study");
+  const fs::path out = dir.path / "c";
+  DpxResult r = run_dpx("study collectives --quick --max-devices 2 --out " + out.string() + " --gnuplot /nonexistent");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* t : {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"})
+    CHECK(slurp(out / (std::string(t) + ".csv")).find(t) != std::string::npos);
+  CHECK(r.output.find("no gnuplot (/nonexistent)") != std::string::npos);
+}
+
+TEST_CASE("dpx study refuses careless use with a clear message") {
+  dpx::testing::TempDir dir("study");
+  DpxResult none = run_dpx("study");
+  CHECK(none.code == 2);
+  CHECK(none.output.find("name a study") != std::string::npos);
+  DpxResult bad = run_dpx("study devicez --quick");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("no study named 'devicez'") != std::string::npos);
+  DpxResult neg = run_dpx("study devices --max-devices -1");
+  CHECK(neg.code == 2);
+  CHECK(neg.output.find("--max-devices") != std::string::npos);
+
+  // An --out that holds someone's files is left alone.
+  const fs::path taken = dir.path / "taken";
+  fs::create_directories(taken);
+  std::ofstream(taken / "notes.txt") << "mine";
+  DpxResult t = run_dpx("study collectives --quick --out " + taken.string());
+  CAPTURE(t.output);
+  CHECK(t.code == 2);
+  CHECK(t.output.find("exists and is not an empty folder") != std::string::npos);
+  CHECK(slurp(taken / "notes.txt") == "mine");
+  CHECK(!fs::exists(taken / "commands.sh"));
+
+  // A step that fails (no Fashion-MNIST where the data is said to be) stops the study, naming it.
+  const fs::path empty = dir.path / "no-data";
+  fs::create_directories(empty);
+  DpxResult f = run_command("DPX_DATA_DIR=" + empty.string() + " " + DPX_BINARY +
+                            " study frozen-backbone --quick --max-devices 1 --out " + (dir.path / "fb").string());
+  CAPTURE(f.output);
+  CHECK(f.code == 1);
+  CHECK(f.output.find("step 1 failed") != std::string::npos);
+  CHECK(f.output.find("dpx bench --models squeezenet1_1,resnet18") != std::string::npos);
+}
