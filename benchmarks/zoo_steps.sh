@@ -8,7 +8,8 @@
 #   DEVICE   cpu (default) or cuda:N          BATCH (8)  SIZE (64)  STEPS measured (10)  WARMUP (2)
 #   THREADS  CPU threads for both (2)         TF32=1     allow TF32 in both (GPU only)
 #   DPX      the dpx binary (build/bin/dpx)   PYTHON     a Python with torch and torchvision
-#                                                        (default /usr/bin/python3, Debian's)
+#                                                        (default /usr/bin/python3, Debian's);
+#            without them the table still gives dpx's figures, with "-" for PyTorch's
 #   NO_HEADER=1  print the rows only (to append to a table)
 #   PEAK_TFLOPS  the device's peak for the MFU column; on CUDA the default is the H100/H200
 #            datasheet's dense rate: 67 (fp32) or 495 (TF32). No MFU column on the CPU unless given.
@@ -25,8 +26,11 @@ models=("$@")
 [[ ${#models[@]} -gt 0 ]] || models=(resnet18 resnet50 vgg16 vgg16_bn alexnet densenet121 squeezenet1_0
                                      squeezenet1_1 efficientnet_b0 swin_t)
 [[ -x $dpx ]] || { echo "zoo_steps.sh: $dpx not found: build first (scripts/build) or set DPX" >&2; exit 1; }
-"$python" -c "import torch, torchvision" 2>/dev/null ||
-  { echo "zoo_steps.sh: $python has no torch/torchvision: apt-get install python3-torch python3-torchvision, or set PYTHON" >&2; exit 1; }
+have_torch=1
+if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
+  have_torch=0
+  echo "zoo_steps.sh: $python has no torch/torchvision (apt-get install python3-torch python3-torchvision, or set PYTHON): dpx's figures only" >&2
+fi
 
 dpx_flags=(--batch-sizes "$batch" --image-size "$size" --channels 3 --parallel none --threads "$threads"
            --steps $((steps + warmup)) --warmup "$warmup" --no-eval)
@@ -55,8 +59,11 @@ for m in "${models[@]}"; do
   csv=$out/$m/results.csv
   fwd=$(column "$csv" mean_forward_s) bwd=$(column "$csv" mean_backward_s) upd=$(column "$csv" mean_optimizer_s)
   dpx_ips=$(column "$csv" images_per_s)
-  line=$("$python" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
-  read -r tf tb tu t_ips < <(sed -E 's/.*forward ([0-9.]+) ms, backward ([0-9.]+) ms, optimizer ([0-9.]+) ms, ([0-9.]+) img\/s.*/\1 \2 \3 \4/' <<<"$line")
+  tf=- tb=- tu=- t_ips=-
+  if [[ $have_torch == 1 ]]; then
+    line=$("$python" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
+    read -r tf tb tu t_ips < <(sed -E 's/.*forward ([0-9.]+) ms, backward ([0-9.]+) ms, optimizer ([0-9.]+) ms, ([0-9.]+) img\/s.*/\1 \2 \3 \4/' <<<"$line")
+  fi
   mfu=""
   if [[ -n $peak ]]; then
     "$dpx" models "$m" --image-size "$size" --csv "$out/$m.models.csv" >/dev/null
@@ -65,6 +72,7 @@ for m in "${models[@]}"; do
   fi
   awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" -v tf="$tf" -v tb="$tb" -v tu="$tu" \
       -v ti="$t_ips" -v mfu="$mfu" 'BEGIN {
-    printf "| %s | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.2f× |%s\n",
+    if (ti == "-") printf "| %s | %.1f / %.1f / %.1f | %.1f | - | - | - |%s\n", m, 1e3 * f, 1e3 * b, 1e3 * u, i, mfu
+    else printf "| %s | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.2f× |%s\n",
       m, 1e3 * f, 1e3 * b, 1e3 * u, i, tf, tb, tu, ti, i / ti, mfu }'
 done
