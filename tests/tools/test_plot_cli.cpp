@@ -102,6 +102,17 @@ Data& data() {
   return d;
 }
 
+// A small dpx bench run into a folder of `dir`: lenet5 at batch 8 on 1 and 2 CPU ranks, synthetic
+// data, a few steps, with `extra` flags.
+std::string small_bench(const dpx::testing::TempDir& dir, const std::string& name, const std::string& extra) {
+  const std::string out = dir.file(name);
+  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                        "--steps 2 --warmup 1 " + extra + " --out " + out);
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV") {
@@ -252,4 +263,26 @@ TEST_CASE("dpx plot --help lists its flags") {
   REQUIRE(r.code == 0);
   for (const char* flag : {"--out", "--figure", "--list", "--gnuplot", "--width", "--height", "gnuplot-nox"})
     CHECK(r.output.find(flag) != std::string::npos);
+}
+
+TEST_CASE("dpx plot throughput draws the confidence interval of --repeat 3 as error bars") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_repeat");
+  const std::string bench = small_bench(dir, "bench", "--repeat 3");
+  DpxResult r = run_dpx("plot " + bench + " --figure throughput --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string svg = slurp(dir.file("figs/throughput.svg"));
+  CHECK(svg_series(svg) == 2);
+  CHECK(svg.find("lenet5 batch 8/rank (median, CI)") != std::string::npos);
+  // 3 runs: the interval is [min, max], which holds the median with probability 75 %.
+  CHECK(slurp(dir.file("figs/throughput.txt")).find("median of 3 runs, 75 % CI") != std::string::npos);
+  CHECK(png_size(slurp(dir.file("figs/throughput.png"))).width == 960);
+
+  // One run: no interval, no error bars, no such caption.
+  Data& d = data();
+  DpxResult one = run_dpx("plot " + d.bench + " --figure throughput --out " + dir.file("figs1"));
+  REQUIRE(one.code == 0);
+  CHECK(slurp(dir.file("figs1/throughput.svg")).find("(median, CI)") == std::string::npos);
+  CHECK(slurp(dir.file("figs1/throughput.txt")).find("% CI") == std::string::npos);
 }

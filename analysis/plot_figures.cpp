@@ -1,0 +1,194 @@
+// `dpx plot`'s figures: each a function that turns what the inputs hold into a gnuplot script
+// body and a caption (analysis/plot_data.hpp), plus the script helpers they share.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <sstream>
+
+#include "analysis/plot_data.hpp"
+
+namespace dpx::analysis::plot {
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return out;
+}
+
+std::string join(const std::set<std::string, ShortFirst>& values, std::string_view sep) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : std::string(sep)) + v;
+  return out;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string caption_label(const std::string& caption) {
+  const std::string shown = caption.substr(0, caption.find(';'));
+  return "set bmargin 6\nset label 99 " + quoted(shown) + " at screen 0.01, screen 0.02 left font ',8'\n";
+}
+
+std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows) {
+  std::string s = "$" + name + " << EOD\n";
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i) s += ' ';
+      s += fmt(r[i]);
+    }
+    s += "\n";
+  }
+  return s + "EOD\n";
+}
+
+std::string ranks_axis(const std::vector<BenchGroup>& groups) {
+  std::set<double> ranks;
+  for (const auto& g : groups)
+    for (const auto& r : g.rows) ranks.insert(r.ranks);
+  std::string tics;
+  for (double r : ranks) tics += (tics.empty() ? "" : ", ") + fmt(r);
+  const double lo = *ranks.begin(), hi = *ranks.rbegin();
+  return "set xlabel 'devices (ranks)'\nset xrange [" + fmt(lo / 1.4) + ":" + fmt(hi * 1.4) +
+         "]\nset logscale x 2\nset xtics (" + tics + ")\nset grid\n";
+}
+
+namespace {
+
+// A group drawn with error bars: every row has the interval of its median (3 repeats or more).
+bool has_intervals(const BenchGroup& g) {
+  return std::all_of(g.rows.begin(), g.rows.end(), [](const BenchRow& r) {
+    return r.repeats >= 3 && !std::isnan(r.images_per_s_ci_lo) && !std::isnan(r.images_per_s_ci_hi) &&
+           !std::isnan(r.ci_coverage);
+  });
+}
+
+// "median of 3 runs, 75 % CI": the level is the interval's exact coverage (ci_coverage).
+std::string interval_clause(const std::vector<BenchGroup>& groups) {
+  TextSet repeats, levels;
+  for (const BenchGroup& g : groups) {
+    if (!has_intervals(g)) continue;
+    for (const BenchRow& r : g.rows) {
+      repeats.insert(fmt(r.repeats));
+      levels.insert(fmt(std::round(r.ci_coverage * 1000) / 10));
+    }
+  }
+  if (repeats.empty()) return "";
+  return "median of " + join(repeats, "/") + " runs, " + join(levels, "/") + " % CI";
+}
+
+}  // namespace
+
+Figure throughput_figure(const Inputs& in) {
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
+  const std::string ci = interval_clause(in.bench);
+  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
+  std::string b;
+  std::string plot = "plot ";
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    const BenchGroup& g = in.bench[i];
+    const bool bars = has_intervals(g);
+    std::vector<std::vector<double>> rows;
+    const BenchRow& first = g.rows.front();
+    for (const auto& r : g.rows)
+      rows.push_back({r.ranks, r.images_per_s, first.images_per_s * r.ranks / first.ranks,
+                      bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0});
+    b += datablock(std::string("t").append(std::to_string(i)), rows);
+    const std::string lc = " lc " + std::to_string(i + 1);
+    const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
+    plot += std::string(i ? ", \\\n  " : "") + "$t" + std::to_string(i) + measured + lc + " title " +
+            quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $t" + std::to_string(i) +
+            " using 1:3 with lines dt 2" + lc + " title " + quoted(g.label + " ideal (first point x k/k0)");
+  }
+  b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
+       "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") + "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
+       "\n";
+  return {"throughput", b, caption};
+}
+
+std::vector<Figure> phases_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    std::string xtics = "set xtics (";
+    for (size_t i = 0; i < g.rows.size(); ++i) {
+      const BenchRow& r = g.rows[i];
+      rows.push_back({static_cast<double>(i), r.load * 1e3, r.forward * 1e3, r.backward * 1e3,
+                      std::max(0.0, r.comm_exposed - r.wait) * 1e3,
+                      r.optimizer * 1e3, r.wait * 1e3, r.step * 1e3});
+      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
+    }
+    const std::string caption = g.run + "; the bars stack the mean phase times of a step, "
+                                "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
+                                "lies inside it (README: Phases)";
+    std::string b = datablock("p", rows);
+    b += "set title " + quoted("Step time by phase: " + g.label) +
+         "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
+         "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
+         "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
+         xtics + ")\n" + caption_label(caption);
+    const char* names[] = {"load + h2d", "forward", "backward", "exposed communication (less wait)", "optimizer",
+                           "wait for the slowest rank"};
+    b += "plot ";
+    for (int c = 0; c < 6; ++c)
+      b += std::string(c ? ", " : "") + "$p using " + std::to_string(c + 2) + " title " + quoted(names[c]);
+    b += ", $p using 1:8 with points pt 7 ps 1.5 lc rgb 'black' title 'step (measured mean)'\n";
+    out.push_back({"phases-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> efficiency_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    for (const auto& r : g.rows)
+      rows.push_back({r.ranks, r.scaling_efficiency, r.load_balance, r.comm_efficiency, r.parallel_efficiency});
+    const std::string caption = g.run + "; POP metrics: parallel efficiency = load balance x communication "
+                                "efficiency";
+    std::string b = datablock("e", rows);
+    b += "set title " + quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
+         "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
+         caption_label(caption) +
+         "plot $e using 1:2 with linespoints lw 2 pt 7 title 'scaling efficiency', "
+         "$e using 1:3 with linespoints pt 5 title 'load balance', "
+         "$e using 1:4 with linespoints pt 9 title 'communication efficiency', "
+         "$e using 1:5 with linespoints pt 11 title 'parallel efficiency'\n";
+    out.push_back({"efficiency-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> busbw_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (size_t f = 0; f < in.collectives.size(); ++f) {
+    const CollectiveFigure& fig = in.collectives[f];
+    std::string b, plot = "plot ";
+    for (size_t i = 0; i < fig.series.size(); ++i) {
+      std::vector<std::vector<double>> rows;
+      for (auto [bytes, bw] : fig.series[i].points) rows.push_back({bytes, bw});
+      b += datablock(std::string("b").append(std::to_string(i)), rows);
+      plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
+              quoted(fig.series[i].label);
+    }
+    const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it";
+    b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
+         "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
+         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key top left\n" +
+         caption_label(caption) + plot + "\n";
+    out.push_back({"busbw-" + slug(fig.key), b, caption});
+  }
+  return out;
+}
+
+
+}  // namespace dpx::analysis::plot
