@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,10 @@ namespace {
 
 // "" when the inputs hold the figure's data, else what is missing and the run that makes it.
 std::string missing_data(std::string_view name, const Inputs& in) {
+  if (name == "best-devices" && !in.bench.empty() &&
+      std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
+    return "best-devices needs a dpx bench folder with two or more device counts of one model and batch size: " +
+           std::string(kBenchRun);
   if (name == "busbw")
     return in.collectives.empty() ? "busbw needs a dpx collective --csv file among the inputs: " +
                                         std::string(kCollectiveRun)
@@ -49,6 +54,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
       {"efficiency", "scaling efficiency and POP load balance, communication and parallel efficiency against ranks",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench"},
+      {"best-devices",
+       "per model against batch size: the throughput-optimal device count and the most devices whose scaling "
+       "efficiency is at least --min-efficiency (default 0.8)",
+       "a dpx bench folder with two or more device counts, e.g. dpx bench --models lenet5 --batch-sizes 8,32 "
+       "--devices cpu:1,2,4 --dataset synthetic --out runs/bench"},
   };
   return figures;
 }
@@ -66,6 +76,8 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
       usage_fail("--figure: no figure '", w, "': choose from ", names, " (dpx plot --list)");
     }
   }
+  if (!(o.min_efficiency > 0 && o.min_efficiency <= 1))
+    usage_fail("--min-efficiency ", o.min_efficiency, ": give a scaling efficiency in (0, 1], e.g. 0.8");
   const Inputs in = read_inputs(o.inputs);
   if (wanted.empty()) {
     for (const auto& f : plot_figures())
@@ -86,6 +98,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "phases") add = phases_figures(in);
     if (w == "busbw") add = busbw_figures(in);
     if (w == "efficiency") add = efficiency_figures(in);
+    if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }
 

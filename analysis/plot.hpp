@@ -21,6 +21,7 @@ struct PlotOptions {
   std::string out_dir = "plots";
   std::vector<std::string> figures;  // empty: every figure whose data is present
   std::string gnuplot = "gnuplot";   // a name looked up on PATH, or a path
+  double min_efficiency = 0.8;        // best-devices: the scaling efficiency a device count must keep, (0, 1]
   int width_px = 960;
   int height_px = 640;
 };

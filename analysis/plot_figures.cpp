@@ -191,4 +191,67 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
 }
 
 
+namespace {
+
+// "batch size per rank", "global batch size", or both when the groups mix weak and strong scaling.
+std::string batch_axis_label(const std::vector<BenchGroup>& groups) {
+  bool weak = false, strong = false;
+  for (const BenchGroup& g : groups) (g.weak ? weak : strong) = true;
+  if (weak && strong) return "batch size (per rank for weak scaling, global for strong)";
+  return weak ? "batch size per rank" : "global batch size";
+}
+
+// A log-2 axis with a tic at each value, a little room either side.
+std::string log2_axis(char axis, const std::set<double>& values) {
+  std::string tics;
+  for (double v : values) tics += (tics.empty() ? "" : ", ") + fmt(v);
+  const std::string a(1, axis);
+  return "set " + a + "range [" + fmt(*values.begin() / 1.4) + ":" + fmt(*values.rbegin() * 1.4) +
+         "]\nset logscale " + a + " 2\nset " + a + "tics (" + tics + ")\n";
+}
+
+}  // namespace
+
+Figure best_devices_figure(const Inputs& in, const FigureOptions& o) {
+  // Per model (in the order met), rows (batch, throughput-optimal devices, most efficient devices).
+  std::vector<std::string> models;
+  std::map<std::string, std::vector<std::vector<double>>> rows;
+  std::vector<BenchGroup> used;
+  std::set<double> batches, devices;
+  for (const BenchGroup& g : in.bench) {
+    if (g.rows.size() < 2) continue;
+    const BenchRow* fastest = &g.rows.front();
+    double efficient = g.rows.front().ranks;  // the baseline: efficiency 1 by definition
+    for (const BenchRow& r : g.rows) {
+      if (r.images_per_s > fastest->images_per_s) fastest = &r;
+      if (r.scaling_efficiency >= o.min_efficiency) efficient = std::max(efficient, r.ranks);
+      devices.insert(r.ranks);
+    }
+    if (!rows.count(g.model)) models.push_back(g.model);
+    rows[g.model].push_back({g.batch, fastest->ranks, efficient});
+    batches.insert(g.batch);
+    used.push_back(g);
+  }
+  const std::string threshold = fmt(o.min_efficiency);
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                        "; throughput-optimal: the device count with the most images/s; efficient: the most devices "
+                        "whose scaling efficiency (against the fewest devices) is at least " + threshold +
+                        " (--min-efficiency)";
+  std::string b, plot = "plot ";
+  for (size_t m = 0; m < models.size(); ++m) {
+    auto& r = rows[models[m]];
+    std::sort(r.begin(), r.end());
+    const std::string name = "d" + std::to_string(m), lc = " lc " + std::to_string(m + 1);
+    b += datablock(name, r);
+    plot += std::string(m ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 ps 1.5" + lc +
+            " title " + quoted(models[m] + ": throughput-optimal devices") + ", \\\n  $" + name +
+            " using 1:3 with linespoints dt 2 pt 6 ps 2.5" + lc + " title " +
+            quoted(models[m] + ": most devices at scaling efficiency >= " + threshold);
+  }
+  b += "set title 'Best device count against batch size'\nset xlabel " + quoted(batch_axis_label(used)) + "\n" +
+       log2_axis('x', batches) + "set ylabel 'devices (ranks)'\n" + log2_axis('y', devices) +
+       "set grid\nset key top left\n" + caption_label(caption) + plot + "\n";
+  return {"best-devices", b, caption};
+}
+
 }  // namespace dpx::analysis::plot

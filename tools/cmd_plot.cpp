@@ -52,6 +52,9 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--figure", f->figures,
                   "figures to draw, a comma list (dpx plot --list); default: every figure whose data is present");
   cmd->add_flag("--list", f->list, "name every figure and the data it needs, then stop");
+  cmd->add_option("--min-efficiency", f->o.min_efficiency,
+                  "best-devices: the scaling efficiency, in (0, 1], that the most efficient device count keeps")
+      ->capture_default_str();
   cmd->add_option("--gnuplot", f->o.gnuplot, "the gnuplot to run: a name on PATH or a path (Debian: gnuplot-nox)")
       ->capture_default_str();
   cmd->add_option("--width", f->o.width_px, "image width (pixels)")->capture_default_str()->check(CLI::Range(200, 8000));

@@ -102,15 +102,28 @@ Data& data() {
   return d;
 }
 
-// A small dpx bench run into a folder of `dir`: lenet5 at batch 8 on 1 and 2 CPU ranks, synthetic
+// A small dpx bench run into a folder of `dir`: lenet5 at batch 8 (or `batch_sizes`) on 1 and 2 CPU ranks, synthetic
 // data, a few steps, with `extra` flags.
-std::string small_bench(const dpx::testing::TempDir& dir, const std::string& name, const std::string& extra) {
+std::string small_bench(const dpx::testing::TempDir& dir, const std::string& name, const std::string& extra,
+                        const std::string& batch_sizes = "8") {
   const std::string out = dir.file(name);
-  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes " + batch_sizes + " --devices cpu:1,2 --dataset synthetic --image-size 28 "
                         "--steps 2 --warmup 1 " + extra + " --out " + out);
   CAPTURE(b.output);
   REQUIRE(b.code == 0);
   return out;
+}
+
+// A figure asked for without its data: exit 2 naming the run to make, nothing written.
+void check_needs(const std::string& inputs, const std::string& figure, const std::string& run) {
+  dpx::testing::TempDir dir("plot_needs");
+  const std::string out = dir.file("figs");
+  DpxResult r = run_dpx("plot " + inputs + " --figure " + figure + " --out " + out);
+  CAPTURE(figure);
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(run) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace
@@ -128,12 +141,13 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 5, 960, 640);
+  check_figure(out, "best-devices", 2, 960, 640);
   // The caption quotes the command that made the bench folder (its command.txt).
   CHECK(slurp(out.file("throughput.txt")).find("from dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2") !=
         std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
-  CHECK(out.entries().size() == 12);
+  CHECK(out.entries().size() == 15);
 }
 
 TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
@@ -153,7 +167,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -261,7 +275,7 @@ TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, mo
 TEST_CASE("dpx plot --help lists its flags") {
   DpxResult r = run_dpx("plot --help");
   REQUIRE(r.code == 0);
-  for (const char* flag : {"--out", "--figure", "--list", "--gnuplot", "--width", "--height", "gnuplot-nox"})
+  for (const char* flag : {"--out", "--figure", "--list", "--min-efficiency", "--gnuplot", "--width", "--height", "gnuplot-nox"})
     CHECK(r.output.find(flag) != std::string::npos);
 }
 
@@ -285,4 +299,34 @@ TEST_CASE("dpx plot throughput draws the confidence interval of --repeat 3 as er
   REQUIRE(one.code == 0);
   CHECK(slurp(dir.file("figs1/throughput.svg")).find("(median, CI)") == std::string::npos);
   CHECK(slurp(dir.file("figs1/throughput.txt")).find("% CI") == std::string::npos);
+}
+
+TEST_CASE("dpx plot best-devices: per model against batch size, the fastest and the most efficient device count") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_best");
+  const std::string bench = small_bench(dir, "bench", "", "4,8");
+  DpxResult r = run_dpx("plot " + bench + " --figure best-devices --min-efficiency 0.5 --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // One model: the throughput-optimal line and the efficient one.
+  check_figure(dir, "figs/best-devices", 2, 960, 640);
+  const std::string caption = slurp(dir.file("figs/best-devices.txt"));
+  CHECK(caption.find("at least 0.5 (--min-efficiency)") != std::string::npos);
+  CHECK(slurp(dir.file("figs/best-devices.svg")).find("batch size per rank") != std::string::npos);
+
+  // One device count: nothing to choose among.
+  const std::string one = dir.file("one");
+  DpxResult b = run_dpx("bench --models mlp --batch-sizes 8 --devices cpu:1 --dataset synthetic --steps 2 --warmup 1 "
+                        "--out " + one);
+  REQUIRE(b.code == 0);
+  check_needs(one, "best-devices", "two or more device counts");
+  check_needs(data().coll, "best-devices", "dpx bench --models");
+  for (const char* bad : {"0", "1.5", "-1"}) {
+    DpxResult v = run_dpx("plot " + bench + " --figure best-devices --min-efficiency " + bad + " --out " +
+                          dir.file("bad"));
+    CAPTURE(v.output);
+    CHECK(v.code == 2);
+    CHECK(v.output.find("--min-efficiency") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
+  }
 }
