@@ -24,6 +24,18 @@ namespace {
 
 // "" when the inputs hold the figure's data, else what is missing and the run that makes it.
 std::string missing_data(std::string_view name, const Inputs& in) {
+  // Columns older results.csv files may lack.
+  auto lacks = [&](double BenchRow::*field) {
+    return !in.bench.empty() && std::all_of(in.bench.begin(), in.bench.end(), [&](const BenchGroup& g) {
+      return std::all_of(g.rows.begin(), g.rows.end(), [&](const BenchRow& r) { return std::isnan(r.*field); });
+    });
+  };
+  if (name == "comm-compute" && lacks(&BenchRow::comm_total))
+    return "comm-compute needs a results.csv with the column mean_comm_total_s: run the bench again, " +
+           std::string(kBenchRun);
+  if (name == "bytes-per-epoch" && (lacks(&BenchRow::bytes_per_epoch_formula) || lacks(&BenchRow::bytes_per_epoch_counted)))
+    return "bytes-per-epoch needs a results.csv with the columns bytes_per_epoch_formula and bytes_per_epoch_counted: "
+           "run the bench again, " + std::string(kBenchRun);
   if (name == "best-devices" && !in.bench.empty() &&
       std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
     return "best-devices needs a dpx bench folder with two or more device counts of one model and batch size: " +
@@ -59,6 +71,14 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "efficiency is at least --min-efficiency (default 0.8)",
        "a dpx bench folder with two or more device counts, e.g. dpx bench --models lenet5 --batch-sizes 8,32 "
        "--devices cpu:1,2,4 --dataset synthetic --out runs/bench"},
+      {"comm-compute",
+       "computation (forward + backward) against communication (total and exposed) per step, clustered bars against "
+       "devices, one figure per model and batch size",
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
+      {"bytes-per-epoch", "bytes each rank sends per epoch against devices, by formula and counted, per model",
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
   };
   return figures;
 }
@@ -98,6 +118,8 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "phases") add = phases_figures(in);
     if (w == "busbw") add = busbw_figures(in);
     if (w == "efficiency") add = efficiency_figures(in);
+    if (w == "comm-compute") add = comm_compute_figures(in);
+    if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }

@@ -254,4 +254,50 @@ Figure best_devices_figure(const Inputs& in, const FigureOptions& o) {
   return {"best-devices", b, caption};
 }
 
+std::vector<Figure> comm_compute_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    std::string xtics = "set xtics (";
+    for (size_t i = 0; i < g.rows.size(); ++i) {
+      const BenchRow& r = g.rows[i];
+      rows.push_back({static_cast<double>(i), (r.forward + r.backward) * 1e3, r.comm_total * 1e3, r.comm_exposed * 1e3});
+      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
+    }
+    const std::string caption = g.run + "; means per step: computation = forward + backward, communication total = "
+                                "mean_comm_total_s (hidden behind backward or not), exposed = mean_comm_exposed_s (what "
+                                "the step waited for, README: Phases)";
+    std::string b = datablock("c", rows);
+    b += "set title " + quoted("Computation and communication per step: " + g.label) +
+         "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
+         "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+         "set key top left\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + xtics + ")\n" + caption_label(caption) +
+         "plot $c using 2 title 'computation (forward + backward)', $c using 3 title 'communication, total', "
+         "$c using 4 title 'communication, exposed'\n";
+    out.push_back({"comm-compute-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+Figure bytes_per_epoch_figure(const Inputs& in) {
+  const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                              "; formula: bytes_per_epoch_formula, N/(B k) steps x trainable parameters x 4 bytes; "
+                              "counted: bytes_per_epoch_counted, what rank 0's communicator sent (README: Metrics)";
+  std::string b, plot = "plot ";
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    const BenchGroup& g = in.bench[i];
+    std::vector<std::vector<double>> rows;
+    for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
+    const std::string name = "y" + std::to_string(i), lc = " lc " + std::to_string(i + 1);
+    b += datablock(name, rows);
+    plot += std::string(i ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc + " title " +
+            quoted(g.label + ": formula") + ", \\\n  $" + name + " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc +
+            " title " + quoted(g.label + ": counted");
+  }
+  b += "set title 'Bytes sent per epoch against devices'\n" + ranks_axis(in.bench) +
+       "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\nset yrange [0:*]\nset key top left\n" +
+       caption_label(caption) + plot + "\n";
+  return {"bytes-per-epoch", b, caption};
+}
+
 }  // namespace dpx::analysis::plot

@@ -142,12 +142,14 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 5, 960, 640);
   check_figure(out, "best-devices", 2, 960, 640);
+  check_figure(out, "comm-compute-lenet5-b8", 3, 960, 640);
+  check_figure(out, "bytes-per-epoch", 2, 960, 640);
   // The caption quotes the command that made the bench folder (its command.txt).
   CHECK(slurp(out.file("throughput.txt")).find("from dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2") !=
         std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
-  CHECK(out.entries().size() == 15);
+  CHECK(out.entries().size() == 21);
 }
 
 TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
@@ -167,7 +169,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -329,4 +331,36 @@ TEST_CASE("dpx plot best-devices: per model against batch size, the fastest and 
     CHECK(v.output.find("--min-efficiency") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
   }
+}
+
+TEST_CASE("dpx plot comm-compute and bytes-per-epoch: computation against communication, bytes by formula and counted") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_comm");
+  DpxResult r = run_dpx("plot " + d.bench + " --figure comm-compute,bytes-per-epoch --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // Three bars a device count: computation, communication in all, communication exposed.
+  check_figure(dir, "figs/comm-compute-lenet5-b8", 3, 960, 640);
+  // One model: the formula's line and the counted one.
+  check_figure(dir, "figs/bytes-per-epoch", 2, 960, 640);
+  CHECK(dir.entries().size() == 1);
+  CHECK(slurp(dir.file("figs/bytes-per-epoch.txt")).find("bytes_per_epoch_counted") != std::string::npos);
+  const std::string svg = slurp(dir.file("figs/comm-compute-lenet5-b8.svg"));
+  CHECK(svg.find("communication, exposed") != std::string::npos);
+  check_needs(d.coll, "comm-compute", "dpx bench --models");
+  check_needs(d.coll, "bytes-per-epoch", "dpx bench --models");
+
+  // A results.csv from before the columns: a usage error saying which column and the run.
+  std::istringstream in(slurp(d.bench + "/results.csv"));
+  std::string header, body, line;
+  std::getline(in, header);
+  while (std::getline(in, line)) body += line + "\n";
+  std::filesystem::create_directories(dir.file("old"));
+  std::string renamed = header;
+  renamed.replace(renamed.find("bytes_per_epoch_counted"), 23, "bytes_counted_elsewhere");
+  renamed.replace(renamed.find("mean_comm_total_s"), 17, "mean_comm_sum_s");
+  std::ofstream(dir.file("old/results.csv")) << renamed << "\n" << body;
+  check_needs(dir.file("old"), "bytes-per-epoch", "bytes_per_epoch_counted");
+  check_needs(dir.file("old"), "comm-compute", "mean_comm_total_s");
 }
