@@ -40,6 +40,8 @@ std::string missing_data(std::string_view name, const Inputs& in) {
       std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
     return "best-devices needs a dpx bench folder with two or more device counts of one model and batch size: " +
            std::string(kBenchRun);
+  if (name == "loss" && !in.bench.empty() && in.losses.empty())
+    return "loss needs a dpx bench folder with its steps/*.csv (not a results.csv alone): " + std::string(kLossRun);
   if (name == "busbw")
     return in.collectives.empty() ? "busbw needs a dpx collective --csv file among the inputs: " +
                                         std::string(kCollectiveRun)
@@ -79,6 +81,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
       {"bytes-per-epoch", "bytes each rank sends per epoch against devices, by formula and counted, per model",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench"},
+      {"loss",
+       "rank 0's training loss against global step, a line per configuration, with --loss-threshold as a dashed line "
+       "and the first step below it",
+       "a dpx bench folder with its steps/*.csv, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 "
+       "--dataset synthetic --loss-threshold 2.3 --out runs/bench"},
   };
   return figures;
 }
@@ -120,6 +127,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "efficiency") add = efficiency_figures(in);
     if (w == "comm-compute") add = comm_compute_figures(in);
     if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
+    if (w == "loss") add = loss_figures(in);
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }

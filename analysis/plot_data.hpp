@@ -60,9 +60,7 @@ struct CollectiveFigure {
 struct LossSeries {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (global_step, loss)
-  std::vector<std::pair<double, double>> by_epoch;  // (epoch + step fraction, loss)
   double threshold_step = -1, threshold_loss = 0;
-  bool several_epochs = false;
 };
 
 struct LossRun {

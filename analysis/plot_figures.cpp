@@ -300,4 +300,35 @@ Figure bytes_per_epoch_figure(const Inputs& in) {
   return {"bytes-per-epoch", b, caption};
 }
 
+std::vector<Figure> loss_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const LossRun& lr : in.losses) {
+    std::string caption = lr.run + "; rank 0's training loss at each global step of " + lr.source;
+    std::string b, plot = "plot ";
+    std::vector<std::vector<double>> crossings;
+    for (size_t i = 0; i < lr.series.size(); ++i) {
+      const LossSeries& s = lr.series[i];
+      std::vector<std::vector<double>> rows;
+      for (auto [step, loss] : s.points) rows.push_back({step, loss});
+      b += datablock("l" + std::to_string(i), rows);
+      plot += std::string(i ? ", \\\n  " : "") + "$l" + std::to_string(i) + " using 1:2 with lines lw 2 title " +
+              quoted(s.label);
+      if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
+    }
+    if (lr.threshold > 0) {
+      caption += "; dashed: --loss-threshold " + fmt(lr.threshold) + ", circles: the first step below it (threshold_step)";
+      plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
+              quoted("loss threshold " + fmt(lr.threshold));
+      if (!crossings.empty()) {
+        b += datablock("x", crossings);
+        plot += ", \\\n  $x using 1:2 with points pt 6 ps 2.5 lw 2 lc rgb 'black' title 'first step below the threshold'";
+      }
+    }
+    b += "set title 'Training loss against global step'\nset xlabel 'global step'\nset ylabel 'loss (rank 0)'\n"
+         "set grid\nset key top right\n" + caption_label(caption) + plot + "\n";
+    out.push_back({"loss", b, caption});
+  }
+  return out;
+}
+
 }  // namespace dpx::analysis::plot

@@ -2,6 +2,7 @@
 // columns may come and go), a bench folder's steps/*.csv for the loss, and dpx train --trace
 // JSON files, recognised by their content.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,49 @@ namespace {
 double optional_number(const CsvTable& t, size_t row, std::string_view name) {
   if (!t.has(name) || t.text(row, t.column(name)).empty()) return kNone;
   return t.number(row, t.column(name));
+}
+
+// --loss-threshold X (or =X) of the dpx bench command line in command.txt; 0 when absent.
+double loss_threshold_of(const std::string& command) {
+  std::istringstream words(command);
+  std::string w, previous;
+  while (words >> w) {
+    if (w.rfind("--loss-threshold=", 0) == 0) return std::atof(w.c_str() + 17);
+    if (previous == "--loss-threshold") return std::atof(w.c_str());
+    previous = w;
+  }
+  return 0;
+}
+
+// The folder's steps/<tag>.csv files, one series each: rank 0's loss by global step.
+void read_losses(const fs::path& folder, const std::string& run, const std::string& command, Inputs& in) {
+  std::error_code ec;
+  if (!fs::is_directory(folder / "steps", ec)) return;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(folder / "steps", ec))
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    return ShortFirst{}(a.filename().string(), b.filename().string());
+  });
+  LossRun lr{(folder / "steps").string(), run, loss_threshold_of(command), {}};
+  for (const fs::path& f : files) {
+    const CsvTable t = CsvTable::read(f.string(), "dpx plot");
+    const size_t c_rank = t.column("rank"), c_global = t.column("global_step"), c_loss = t.column("loss");
+    LossSeries s;
+    s.label = f.stem().string();
+    for (size_t r = 0; r < t.rows(); ++r) {
+      if (t.number(r, c_rank) != 0) continue;  // dpx bench measures threshold_step on rank 0's loss
+      const double step = t.number(r, c_global), loss = t.number(r, c_loss);
+      s.points.emplace_back(step, loss);
+      if (lr.threshold > 0 && s.threshold_step < 0 && loss < lr.threshold) {
+        s.threshold_step = step;
+        s.threshold_loss = loss;
+      }
+    }
+    std::sort(s.points.begin(), s.points.end());
+    if (!s.points.empty()) lr.series.push_back(std::move(s));
+  }
+  if (!lr.series.empty()) in.losses.push_back(std::move(lr));
 }
 
 void read_bench(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
@@ -105,6 +149,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   for (auto& g : in.bench)
     if (g.source == source) g.run = run;
   in.bench_captions.push_back(run);
+  read_losses(fs::path(source).parent_path(), run, command, in);
 }
 
 void read_collective(const CsvTable& t, const std::string& source, bool several, Inputs& in) {

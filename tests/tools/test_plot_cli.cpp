@@ -144,12 +144,13 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "best-devices", 2, 960, 640);
   check_figure(out, "comm-compute-lenet5-b8", 3, 960, 640);
   check_figure(out, "bytes-per-epoch", 2, 960, 640);
+  check_figure(out, "loss", 2, 960, 640);
   // The caption quotes the command that made the bench folder (its command.txt).
   CHECK(slurp(out.file("throughput.txt")).find("from dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2") !=
         std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
-  CHECK(out.entries().size() == 21);
+  CHECK(out.entries().size() == 24);
 }
 
 TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
@@ -169,7 +170,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -363,4 +364,26 @@ TEST_CASE("dpx plot comm-compute and bytes-per-epoch: computation against commun
   std::ofstream(dir.file("old/results.csv")) << renamed << "\n" << body;
   check_needs(dir.file("old"), "bytes-per-epoch", "bytes_per_epoch_counted");
   check_needs(dir.file("old"), "comm-compute", "mean_comm_total_s");
+}
+
+TEST_CASE("dpx plot loss: rank 0's loss against global step, the --loss-threshold line and where each run crossed it") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_loss");
+  // Every loss of an untrained 10-class network lies below 5: each run crosses at its first step.
+  const std::string bench = small_bench(dir, "bench", "--loss-threshold 5");
+  DpxResult r = run_dpx("plot " + bench + " --figure loss --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // A line per configuration (1 and 2 ranks), the threshold, the crossings.
+  check_figure(dir, "figs/loss", 4, 960, 640);
+  const std::string svg = slurp(dir.file("figs/loss.svg"));
+  for (const char* title : {"lenet5_b8_ddp_cpu1", "lenet5_b8_ddp_cpu2", "loss threshold 5", "first step below"})
+    CHECK(svg.find(title) != std::string::npos);
+  CHECK(slurp(dir.file("figs/loss.txt")).find("--loss-threshold 5") != std::string::npos);
+
+  // results.csv alone, without the steps: a usage error naming the run.
+  std::filesystem::create_directories(dir.file("alone"));
+  std::filesystem::copy_file(bench + "/results.csv", dir.file("alone/results.csv"));
+  check_needs(dir.file("alone"), "loss", "--loss-threshold");
+  check_needs(data().coll, "loss", "dpx bench --models");
 }
