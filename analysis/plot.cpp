@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -42,6 +43,8 @@ std::string missing_data(std::string_view name, const Inputs& in) {
            std::string(kBenchRun);
   if (name == "loss" && !in.bench.empty() && in.losses.empty())
     return "loss needs a dpx bench folder with its steps/*.csv (not a results.csv alone): " + std::string(kLossRun);
+  if (name == "timeline")
+    return in.traces.empty() ? "timeline needs a dpx train --trace file among the inputs: " + std::string(kTraceRun) : "";
   if (name == "busbw")
     return in.collectives.empty() ? "busbw needs a dpx collective --csv file among the inputs: " +
                                         std::string(kCollectiveRun)
@@ -86,6 +89,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "and the first step below it",
        "a dpx bench folder with its steps/*.csv, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 "
        "--dataset synthetic --loss-threshold 2.3 --out runs/bench"},
+      {"timeline",
+       "the phases of each rank over time (load, h2d, forward, backward, exposed communication, optimizer, wait), a "
+       "row per rank, for the traced steps or --steps a:b",
+       "a dpx train --trace file, e.g. dpx train --model lenet5 --dataset synthetic --devices cpu:2 --parallel ddp "
+       "--steps 4 --trace t.json"},
   };
   return figures;
 }
@@ -105,6 +113,17 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
   }
   if (!(o.min_efficiency > 0 && o.min_efficiency <= 1))
     usage_fail("--min-efficiency ", o.min_efficiency, ": give a scaling efficiency in (0, 1], e.g. 0.8");
+  FigureOptions window;
+  if (!o.steps.empty()) {
+    const size_t colon = o.steps.find(':');
+    char* end = nullptr;
+    window.first_step = std::strtol(o.steps.c_str(), &end, 10);
+    const bool first_ok = colon != std::string::npos && end == o.steps.c_str() + colon && colon > 0;
+    const char* b = o.steps.c_str() + colon + 1;
+    window.last_step = first_ok ? std::strtol(b, &end, 10) : -1;
+    if (!first_ok || end == b || *end != '\0' || window.first_step < 0 || window.last_step < window.first_step)
+      usage_fail("--steps '", o.steps, "': give global steps a:b, 0 <= a <= b, e.g. 2:5");
+  }
   const Inputs in = read_inputs(o.inputs);
   if (wanted.empty()) {
     for (const auto& f : plot_figures())
@@ -128,6 +147,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "comm-compute") add = comm_compute_figures(in);
     if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
     if (w == "loss") add = loss_figures(in);
+    if (w == "timeline") add = timeline_figures(in, window);
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }

@@ -17,10 +17,11 @@ struct PlotFigureInfo {
 const std::vector<PlotFigureInfo>& plot_figures();
 
 struct PlotOptions {
-  std::vector<std::string> inputs;   // bench folders, results.csv files, collective CSV files
+  std::vector<std::string> inputs;   // bench folders, results.csv files, collective CSV files, trace JSON files
   std::string out_dir = "plots";
   std::vector<std::string> figures;  // empty: every figure whose data is present
   std::string gnuplot = "gnuplot";   // a name looked up on PATH, or a path
+  std::string steps;                  // timeline: global steps "a:b" (inclusive); empty: every traced step
   double min_efficiency = 0.8;        // best-devices: the scaling efficiency a device count must keep, (0, 1]
   int width_px = 960;
   int height_px = 640;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "analysis/plot_data.hpp"
+#include "core/error.hpp"
 
 namespace dpx::analysis::plot {
 
@@ -110,7 +111,8 @@ Figure throughput_figure(const Inputs& in) {
             " using 1:3 with lines dt 2" + lc + " title " + quoted(g.label + " ideal (first point x k/k0)");
   }
   b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
-       "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") + "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
+       "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
+       "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
        "\n";
   return {"throughput", b, caption};
 }
@@ -327,6 +329,53 @@ std::vector<Figure> loss_figures(const Inputs& in) {
     b += "set title 'Training loss against global step'\nset xlabel 'global step'\nset ylabel 'loss (rank 0)'\n"
          "set grid\nset key top right\n" + caption_label(caption) + plot + "\n";
     out.push_back({"loss", b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
+  static const std::vector<std::pair<std::string, std::string>> phases = {
+      {"load", "load"},          {"h2d", "h2d"},
+      {"forward", "forward"},    {"backward", "backward"},
+      {"comm_exposed", "comm (exposed)"}, {"optimizer", "optimizer"},
+      {"wait", "wait"}};
+  std::vector<Figure> out;
+  for (const Trace& tr : in.traces) {
+    std::vector<TraceBox> kept;
+    for (const TraceBox& box : tr.boxes)
+      if (o.first_step < 0 || (box.step >= o.first_step && box.step <= o.last_step)) kept.push_back(box);
+    if (kept.empty())
+      usage_fail("--steps ", o.first_step, ":", o.last_step, ": '", tr.source,
+                 "' traced none of these steps (dpx train --trace-steps says which it traces)");
+    double t0 = kept.front().start_ms;
+    for (const TraceBox& box : kept) t0 = std::min(t0, box.start_ms);
+    std::string b, plot = "plot ";
+    int series = 0;
+    for (const auto& [phase, title] : phases) {
+      std::vector<std::vector<double>> rows;
+      for (const TraceBox& box : kept)
+        if (box.phase == phase)
+          rows.push_back({(box.start_ms + box.end_ms) / 2 - t0, static_cast<double>(box.rank), box.start_ms - t0,
+                          box.end_ms - t0, box.rank - 0.35, box.rank + 0.35});
+      if (rows.empty()) continue;
+      const std::string name = "p" + std::to_string(series);
+      b += datablock(name, rows);
+      plot += std::string(series ? ", \\\n  " : "") + "$" + name + " using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 "
+              "border -1 lc " + std::to_string(series + 1) + " title " + quoted(title);
+      ++series;
+    }
+    std::string ytics = "set ytics (";
+    for (int r = 0; r < tr.ranks; ++r)
+      ytics += std::string(r ? ", " : "") + quoted("rank " + std::to_string(r)) + " " + std::to_string(r);
+    const std::string window = o.first_step < 0 ? "every traced step"
+                                                : "steps " + std::to_string(o.first_step) + " to " +
+                                                      std::to_string(o.last_step);
+    const std::string caption = tr.run + "; " + window + ", a row per rank, time from the first phase shown; comm is "
+                                "the exposed communication (comm_exposed), the part backward did not hide";
+    b += "set title 'Phases of each rank over time'\nset xlabel 'time (ms)'\nset ylabel 'rank'\nset yrange [" +
+         fmt(tr.ranks - 0.5) + ":-0.5]\n" + ytics + ")\nset grid x\nset key outside right top\n" +
+         caption_label(caption) + plot + "\n";
+    out.push_back({"timeline", b, caption});
   }
   return out;
 }

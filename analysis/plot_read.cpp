@@ -2,6 +2,7 @@
 // columns may come and go), a bench folder's steps/*.csv for the loss, and dpx train --trace
 // JSON files, recognised by their content.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -199,11 +200,61 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
   in.collective_captions.push_back(run);
 }
 
+// A file whose first character other than white space is '{': a JSON trace, not a CSV.
+bool looks_like_json(const std::string& path) {
+  std::ifstream f(path);
+  char c = 0;
+  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return c == '{';
+}
+
+// The phases of a dpx train --trace file, each tied to the step whose "step N" event holds it.
+void read_trace(const std::string& path, Inputs& in) {
+  nlohmann::json j;
+  try {
+    std::ifstream f(path);
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    usage_fail("'", path, "' is not valid JSON (", e.what(), "): name a dpx train --trace file");
+  }
+  if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
+    usage_fail("'", path, "' is JSON without traceEvents: name a dpx train --trace file, e.g. ", kTraceRun);
+  static const std::set<std::string> phases = {"load", "h2d", "forward", "backward", "comm_exposed", "optimizer",
+                                               "wait"};
+  struct Step {
+    double start, end;
+    long step;
+  };
+  std::map<int, std::vector<Step>> steps;  // by rank
+  Trace tr{path, "data: " + path + " from dpx train --trace", 0, {}};
+  for (const auto& e : j["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("pid") || !e.contains("ts")) continue;
+    const std::string name = e.value("name", "");
+    const int rank = e["pid"].get<int>();
+    const double ts = e["ts"].get<double>(), dur = e.value("dur", 0.0);
+    if (name.rfind("step ", 0) == 0 && e.contains("args"))
+      steps[rank].push_back({ts, ts + dur, e["args"].value("step", -1L)});
+    else if (phases.count(name))
+      tr.boxes.push_back({rank, name, ts / 1e3, (ts + dur) / 1e3, -1});
+    tr.ranks = std::max(tr.ranks, rank + 1);
+  }
+  for (TraceBox& box : tr.boxes)
+    for (const Step& s : steps[box.rank])
+      if (box.start_ms * 1e3 >= s.start && box.start_ms * 1e3 <= s.end) box.step = s.step;
+  if (tr.boxes.empty())
+    usage_fail("'", path, "' holds no phase events (load, forward, backward, ...): nothing to plot; make one with ",
+               kTraceRun);
+  in.traces.push_back(std::move(tr));
+}
+
 }  // namespace
 
 Inputs read_inputs(const std::vector<std::string>& paths) {
-  if (paths.empty()) usage_fail("dpx plot: name at least one dpx bench folder or dpx collective --csv file");
+  if (paths.empty())
+    usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
   std::vector<std::pair<CsvTable, std::string>> bench, coll;
+  std::vector<std::string> traces;
   std::set<std::string> seen;
   for (const std::string& p : paths) {
     std::error_code ec;
@@ -218,11 +269,17 @@ Inputs read_inputs(const std::vector<std::string>& paths) {
     // The same file named twice (a folder and its results.csv) is read once.
     const std::string canonical = fs::weakly_canonical(file, ec).string();
     if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
+    if (looks_like_json(file)) {
+      traces.push_back(file);
+      continue;
+    }
     CsvTable t = CsvTable::read(file, "dpx plot");
     const bool is_coll = t.has("busbw_gbs") && t.has("collective");
     const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
     if (!is_coll && !is_bench)
-      usage_fail("'", file, "' is neither a dpx bench results.csv nor a dpx collective --csv file (its header: ",
+      usage_fail("'", file,
+                 "' is neither a dpx bench results.csv, a dpx collective --csv file nor a dpx train --trace file (its "
+                 "header: ",
                  t.header().empty() ? std::string() : t.header().front(), ",...)");
     if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
     (is_coll ? coll : bench).emplace_back(std::move(t), file);
@@ -230,9 +287,8 @@ Inputs read_inputs(const std::vector<std::string>& paths) {
   Inputs in;
   for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, in);
   for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
+  for (const std::string& f : traces) read_trace(f, in);
   return in;
 }
-
-// One figure to draw: its file stem, the gnuplot commands between the terminal and the output,
 
 }  // namespace dpx::analysis::plot

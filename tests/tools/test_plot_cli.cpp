@@ -170,7 +170,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "timeline:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -278,7 +278,7 @@ TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, mo
 TEST_CASE("dpx plot --help lists its flags") {
   DpxResult r = run_dpx("plot --help");
   REQUIRE(r.code == 0);
-  for (const char* flag : {"--out", "--figure", "--list", "--min-efficiency", "--gnuplot", "--width", "--height", "gnuplot-nox"})
+  for (const char* flag : {"--out", "--figure", "--list", "--min-efficiency", "--steps", "--gnuplot", "--width", "--height", "gnuplot-nox"})
     CHECK(r.output.find(flag) != std::string::npos);
 }
 
@@ -386,4 +386,47 @@ TEST_CASE("dpx plot loss: rank 0's loss against global step, the --loss-threshol
   std::filesystem::copy_file(bench + "/results.csv", dir.file("alone/results.csv"));
   check_needs(dir.file("alone"), "loss", "--loss-threshold");
   check_needs(data().coll, "loss", "dpx bench --models");
+}
+
+TEST_CASE("dpx plot timeline: a dpx train --trace file as a row of phase boxes per rank") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_timeline");
+  const std::string trace = dir.file("t.json");
+  DpxResult t = run_dpx("train --model lenet5 --dataset synthetic --image-size 28 --devices cpu:2 --parallel ddp "
+                        "--batch-size 8 --steps 4 --trace " + trace + " --trace-steps 0:3");
+  CAPTURE(t.output);
+  REQUIRE(t.code == 0);
+  // Recognised by its content, whatever its name; only the timeline has its data.
+  std::filesystem::copy_file(trace, dir.file("trace.csv"));
+  DpxResult r = run_dpx("plot " + dir.file("trace.csv") + " --steps 1:2 --width 800 --height 400 --out " +
+                        dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // One series per phase the CPU run traces: load, forward, backward, comm (exposed), optimizer.
+  check_figure(dir, "figs/timeline", 5, 800, 400);
+  const std::string svg = slurp(dir.file("figs/timeline.svg"));
+  for (const char* text : {"rank 0", "rank 1", "comm (exposed)", "time (ms)"}) CHECK(svg.find(text) != std::string::npos);
+  CHECK(slurp(dir.file("figs/timeline.txt")).find("steps 1 to 2") != std::string::npos);
+
+  check_needs(data().bench, "timeline", "--trace t.json");
+  // A window the trace does not hold, a malformed window, JSON that is no trace: exit 2, nothing written.
+  std::ofstream(dir.file("other.json")) << "{\"a\": 1}";
+  struct Case {
+    std::string args, expect;
+  };
+  const Case cases[] = {
+      {trace + " --steps 50:60", "--trace-steps"},
+      {trace + " --steps 3", "--steps"},
+      {trace + " --steps 2:1", "--steps"},
+      {trace + " --steps x:2", "--steps"},
+      {dir.file("other.json"), "traceEvents"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    DpxResult bad = run_dpx("plot " + c.args + " --out " + dir.file("bad"));
+    CAPTURE(bad.output);
+    CHECK(bad.code == 2);
+    CHECK(bad.output.find(c.expect) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
+  }
 }
