@@ -1,5 +1,6 @@
 // `dpx plot`: figures (PNG and SVG, drawn by gnuplot run as a child process) from the files runs
-// write: dpx bench folders (results.csv, read by column name) and dpx collective --csv files.
+// write: dpx bench folders (results.csv, read by column name; steps/*.csv), dpx collective --csv
+// files and dpx train --trace files.
 // Each figure gets a title, axis labels with units, a legend, a caption and a sidecar NAME.txt.
 #pragma once
 #include <string>

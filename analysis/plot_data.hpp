@@ -14,8 +14,6 @@ namespace dpx::analysis::plot {
 constexpr std::string_view kBenchRun =
     "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 --dataset synthetic --out runs/bench";
 constexpr std::string_view kCollectiveRun = "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv";
-constexpr std::string_view kRepeatRun =
-    "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 --dataset synthetic --repeat 3 --out runs/bench";
 constexpr std::string_view kLossRun =
     "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --loss-threshold 2.3 "
     "--out runs/bench";
