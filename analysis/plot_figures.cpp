@@ -52,15 +52,24 @@ std::string datablock(const std::string& name, const std::vector<std::vector<dou
   return s + "EOD\n";
 }
 
+namespace {
+
+// A log-2 axis with a tic at each value, a little room either side.
+std::string log2_axis(char axis, const std::set<double>& values) {
+  std::string tics;
+  for (double v : values) tics += (tics.empty() ? "" : ", ") + fmt(v);
+  const std::string a(1, axis);
+  return "set " + a + "range [" + fmt(*values.begin() / 1.4) + ":" + fmt(*values.rbegin() * 1.4) +
+         "]\nset logscale " + a + " 2\nset " + a + "tics (" + tics + ")\n";
+}
+
+}  // namespace
+
 std::string ranks_axis(const std::vector<BenchGroup>& groups) {
   std::set<double> ranks;
   for (const auto& g : groups)
     for (const auto& r : g.rows) ranks.insert(r.ranks);
-  std::string tics;
-  for (double r : ranks) tics += (tics.empty() ? "" : ", ") + fmt(r);
-  const double lo = *ranks.begin(), hi = *ranks.rbegin();
-  return "set xlabel 'devices (ranks)'\nset xrange [" + fmt(lo / 1.4) + ":" + fmt(hi * 1.4) +
-         "]\nset logscale x 2\nset xtics (" + tics + ")\nset grid\n";
+  return "set xlabel 'devices (ranks)'\n" + log2_axis('x', ranks) + "set grid\n";
 }
 
 namespace {
@@ -201,15 +210,6 @@ std::string batch_axis_label(const std::vector<BenchGroup>& groups) {
   for (const BenchGroup& g : groups) (g.weak ? weak : strong) = true;
   if (weak && strong) return "batch size (per rank for weak scaling, global for strong)";
   return weak ? "batch size per rank" : "global batch size";
-}
-
-// A log-2 axis with a tic at each value, a little room either side.
-std::string log2_axis(char axis, const std::set<double>& values) {
-  std::string tics;
-  for (double v : values) tics += (tics.empty() ? "" : ", ") + fmt(v);
-  const std::string a(1, axis);
-  return "set " + a + "range [" + fmt(*values.begin() / 1.4) + ":" + fmt(*values.rbegin() * 1.4) +
-         "]\nset logscale " + a + " 2\nset " + a + "tics (" + tics + ")\n";
 }
 
 }  // namespace
