@@ -6,381 +6,62 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
 
-#include "analysis/csv_table.hpp"
 #include "analysis/gnuplot.hpp"
+#include "analysis/plot_data.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 
 namespace dpx::analysis {
 
 namespace fs = std::filesystem;
+using namespace plot;
 
 namespace {
 
-constexpr std::string_view kBenchRun =
-    "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 --dataset synthetic --out runs/bench";
-constexpr std::string_view kCollectiveRun = "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv";
-
-struct BenchRow {
-  double ranks = 0, images_per_s = 0;
-  double load = 0, forward = 0, backward = 0, comm_exposed = 0, optimizer = 0, wait = 0, step = 0;
-  double scaling_efficiency = 0, load_balance = 0, comm_efficiency = 0, parallel_efficiency = 0;
-};
-
-// Rows of one model and batch size (and parallel mode, and folder where there are several).
-struct BenchGroup {
-  std::string label, slug, source;
-  std::string run;             // "data: FILE from dpx bench (models ..., ...)"
-  std::vector<BenchRow> rows;  // by ranks
-};
-
-struct BusbwSeries {
-  std::string label;
-  std::vector<std::pair<double, double>> points;  // (bytes, busbw_gbs)
-};
-
-struct CollectiveFigure {
-  std::string collective, source, key;
-  std::string run;  // "data: FILE from dpx collective --csv (...)"
-  std::vector<BusbwSeries> series;
-};
-
-struct Inputs {
-  std::vector<BenchGroup> bench;
-  std::vector<std::string> bench_captions;
-  std::vector<CollectiveFigure> collectives;
-  std::vector<std::string> collective_captions;
-};
-
-std::string slug(const std::string& s) {
-  std::string out;
-  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
-  return out;
-}
-
-// Shorter first, so that numbers in text sort as numbers ("8" before "32").
-struct ShortFirst {
-  bool operator()(const std::string& a, const std::string& b) const {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  }
-};
-
-std::string join(const std::set<std::string, ShortFirst>& values, std::string_view sep) {
-  std::string out;
-  for (const auto& v : values) out += (out.empty() ? "" : std::string(sep)) + v;
-  return out;
-}
-
-std::string fmt(double v) {
-  std::ostringstream os;
-  os.precision(9);
-  os << v;
-  return os.str();
-}
-
-// A gnuplot single-quoted string: a quote is doubled, nothing else is special.
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-void read_bench(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
-  const size_t c_model = t.column("model"), c_ranks = t.column("ranks"), c_ips = t.column("images_per_s");
-  const size_t c_batch = t.column("batch_size"), c_rank_batch = t.column("rank_batch");
-  const size_t c_par = t.column("parallel"), c_dev = t.column("devices"), c_data = t.column("dataset");
-  auto col = [&](std::string_view n) { return t.column(n); };
-  const size_t c_load = col("mean_load_s"), c_h2d = col("mean_h2d_s"), c_fwd = col("mean_forward_s"),
-               c_bwd = col("mean_backward_s"), c_comm = col("mean_comm_exposed_s"), c_opt = col("mean_optimizer_s"),
-               c_wait = col("mean_wait_s"), c_step = col("mean_step_s"), c_se = col("scaling_efficiency"),
-               c_lb = col("load_balance"), c_ce = col("comm_efficiency"), c_pe = col("parallel_efficiency");
-  const bool has_scaling = t.has("scaling");
-  std::set<std::string> parallels;
-  std::set<std::string, ShortFirst> models, devices, datasets, batches, scalings;
-  for (size_t r = 0; r < t.rows(); ++r) parallels.insert(t.text(r, c_par));
-  std::map<std::string, size_t> index;
-  for (size_t r = 0; r < t.rows(); ++r) {
-    const std::string scaling = has_scaling ? t.text(r, t.column("scaling")) : "strong";
-    // Weak scaling keeps the per-rank batch, strong scaling the global one: the sweep's batch size.
-    const bool weak = scaling == "weak";
-    const std::string batch = weak ? t.text(r, c_rank_batch) : t.text(r, c_batch);
-    std::string label = t.text(r, c_model) + " batch " + batch + (weak ? "/rank" : "");
-    std::string key = t.text(r, c_model) + "-b" + batch;
-    if (parallels.size() > 1) {
-      label += " " + t.text(r, c_par);
-      key += "-" + t.text(r, c_par);
-    }
-    if (several) {
-      label += " (" + source + ")";
-      key += "-" + fs::path(source).parent_path().filename().string();
-    }
-    models.insert(t.text(r, c_model));
-    devices.insert(t.text(r, c_dev));
-    datasets.insert(t.text(r, c_data));
-    batches.insert(batch);
-    scalings.insert(scaling);
-    BenchRow b;
-    b.ranks = t.number(r, c_ranks);
-    b.images_per_s = t.number(r, c_ips);
-    b.load = t.number(r, c_load) + t.number(r, c_h2d);
-    b.forward = t.number(r, c_fwd);
-    b.backward = t.number(r, c_bwd);
-    b.comm_exposed = t.number(r, c_comm);
-    b.optimizer = t.number(r, c_opt);
-    b.wait = t.number(r, c_wait);
-    b.step = t.number(r, c_step);
-    b.scaling_efficiency = t.number(r, c_se);
-    b.load_balance = t.number(r, c_lb);
-    b.comm_efficiency = t.number(r, c_ce);
-    b.parallel_efficiency = t.number(r, c_pe);
-    auto it = index.find(key);
-    if (it == index.end()) {
-      it = index.emplace(key, in.bench.size()).first;
-      in.bench.push_back({label, slug(key), source, {}, {}});
-    }
-    in.bench[it->second].rows.push_back(b);
-  }
-  for (auto& g : in.bench)
-    std::stable_sort(g.rows.begin(), g.rows.end(), [](const BenchRow& a, const BenchRow& b) { return a.ranks < b.ranks; });
-  // The command that made the folder when dpx bench recorded it (command.txt), else the sweep
-  // as results.csv describes it.
-  std::string command;
-  if (std::ifstream cmd{(fs::path(source).parent_path() / "command.txt").string()}; cmd) std::getline(cmd, command);
-  const std::string run =
-      command.rfind("dpx bench", 0) == 0
-          ? "data: " + source + " from " + excerpt(command, 600)
-          : "data: " + source + " from dpx bench (models " + join(models, ",") + ", batch sizes " + join(batches, ",") +
-                ", devices " + join(devices, " ") + ", dataset " + join(datasets, ",") + ", " + join(scalings, "/") +
-                " scaling)";
-  for (auto& g : in.bench)
-    if (g.source == source) g.run = run;
-  in.bench_captions.push_back(run);
-}
-
-void read_collective(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
-  const size_t c_coll = t.column("collective"), c_algo = t.column("algo"), c_backend = t.column("backend"),
-               c_ranks = t.column("ranks"), c_bytes = t.column("bytes"), c_place = t.column("placement"),
-               c_busbw = t.column("busbw_gbs");
-  const bool has_nodes = t.has("nodes");
-  std::set<std::string, ShortFirst> ranks, nodes, collectives, backends;
-  for (size_t r = 0; r < t.rows(); ++r) {
-    ranks.insert(t.text(r, c_ranks));
-    if (has_nodes) nodes.insert(t.text(r, t.column("nodes")));
-  }
-  std::map<std::string, size_t> figures;
-  std::map<std::string, std::map<std::string, size_t>> series;
-  for (size_t r = 0; r < t.rows(); ++r) {
-    if (t.text(r, c_place) != "out") continue;  // in-place rows are the same algorithm again
-    const std::string coll = t.text(r, c_coll);
-    collectives.insert(coll);
-    backends.insert(t.text(r, c_backend));
-    std::string label = t.text(r, c_algo) + " " + t.text(r, c_backend);
-    if (ranks.size() > 1) label += " " + t.text(r, c_ranks) + " ranks";
-    if (nodes.size() > 1) label += " " + t.text(r, t.column("nodes")) + " nodes";
-    const std::string fkey = coll + (several ? "-" + fs::path(source).stem().string() : "");
-    auto fit = figures.find(fkey);
-    if (fit == figures.end()) {
-      fit = figures.emplace(fkey, in.collectives.size()).first;
-      in.collectives.push_back({coll + (several ? " (" + source + ")" : ""), source, fkey, {}, {}});
-    }
-    CollectiveFigure& fig = in.collectives[fit->second];
-    auto& sidx = series[fkey];
-    auto sit = sidx.find(label);
-    if (sit == sidx.end()) {
-      sit = sidx.emplace(label, fig.series.size()).first;
-      fig.series.push_back({label, {}});
-    }
-    fig.series[sit->second].points.emplace_back(t.number(r, c_bytes), t.number(r, c_busbw));
-  }
-  if (collectives.empty())
-    usage_fail("'", source, "' holds no out-of-place rows (placement out): nothing to plot; make one with ",
-               kCollectiveRun);
-  for (auto& f : in.collectives)
-    for (auto& s : f.series) std::sort(s.points.begin(), s.points.end());
-  const std::string run = "data: " + source + " from dpx collective --csv (" + join(collectives, ",") + ", backend " +
-                          join(backends, ",") + ", " + join(ranks, ",") + " ranks)";
-  for (auto& f : in.collectives)
-    if (f.source == source) f.run = run;
-  in.collective_captions.push_back(run);
-}
-
-Inputs read_inputs(const std::vector<std::string>& paths) {
-  if (paths.empty()) usage_fail("dpx plot: name at least one dpx bench folder or dpx collective --csv file");
-  std::vector<std::pair<CsvTable, std::string>> bench, coll;
-  std::set<std::string> seen;
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    std::string file = p;
-    if (fs::is_directory(p, ec)) {
-      file = (fs::path(p) / "results.csv").string();
-      if (!fs::exists(file, ec))
-        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
-    } else if (!fs::exists(p, ec)) {
-      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
-    }
-    // The same file named twice (a folder and its results.csv) is read once.
-    const std::string canonical = fs::weakly_canonical(file, ec).string();
-    if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
-    CsvTable t = CsvTable::read(file, "dpx plot");
-    const bool is_coll = t.has("busbw_gbs") && t.has("collective");
-    const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
-    if (!is_coll && !is_bench)
-      usage_fail("'", file, "' is neither a dpx bench results.csv nor a dpx collective --csv file (its header: ",
-                 t.header().empty() ? std::string() : t.header().front(), ",...)");
-    if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
-    (is_coll ? coll : bench).emplace_back(std::move(t), file);
-  }
-  Inputs in;
-  for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, in);
-  for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
-  return in;
-}
-
-// One figure to draw: its file stem, the gnuplot commands between the terminal and the output,
-// and the sidecar caption.
-struct Figure {
-  std::string stem, body, caption;
-};
-
-// The caption's first clause (the data) in the figure; the whole caption goes to NAME.txt.
-std::string caption_label(const std::string& caption) {
-  const std::string shown = caption.substr(0, caption.find(';'));
-  return "set bmargin 6\nset label 99 " + quoted(shown) + " at screen 0.01, screen 0.02 left font ',8'\n";
-}
-
-std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows) {
-  std::string s = "$" + name + " << EOD\n";
-  for (const auto& r : rows) {
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (i) s += ' ';
-      s += fmt(r[i]);
-    }
-    s += "\n";
-  }
-  return s + "EOD\n";
-}
-
-std::string ranks_axis(const std::vector<BenchGroup>& groups) {
-  std::set<double> ranks;
-  for (const auto& g : groups)
-    for (const auto& r : g.rows) ranks.insert(r.ranks);
-  std::string tics;
-  for (double r : ranks) tics += (tics.empty() ? "" : ", ") + fmt(r);
-  const double lo = *ranks.begin(), hi = *ranks.rbegin();
-  return "set xlabel 'devices (ranks)'\nset xrange [" + fmt(lo / 1.4) + ":" + fmt(hi * 1.4) +
-         "]\nset logscale x 2\nset xtics (" + tics + ")\nset grid\n";
-}
-
-Figure throughput_figure(const Inputs& in) {
-  std::string caption = join(std::set<std::string, ShortFirst>(in.bench_captions.begin(), in.bench_captions.end()), "; ");
-  std::string b;
-  std::string plot = "plot ";
-  for (size_t i = 0; i < in.bench.size(); ++i) {
-    const BenchGroup& g = in.bench[i];
-    std::vector<std::vector<double>> rows;
-    const BenchRow& first = g.rows.front();
-    for (const auto& r : g.rows) rows.push_back({r.ranks, r.images_per_s, first.images_per_s * r.ranks / first.ranks});
-    b += datablock(std::string("t").append(std::to_string(i)), rows);
-    const std::string lc = " lc " + std::to_string(i + 1);
-    plot += std::string(i ? ", \\\n  " : "") + "$t" + std::to_string(i) + " using 1:2 with linespoints lw 2 pt 7" +
-            lc + " title " + quoted(g.label) + ", \\\n  $t" + std::to_string(i) + " using 1:3 with lines dt 2" + lc +
-            " title " + quoted(g.label + " ideal (first point x k/k0)");
-  }
-  b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
-       "set ylabel 'throughput (images/s)'\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
-       "\n";
-  return {"throughput", b, caption};
-}
-
-std::vector<Figure> phases_figures(const Inputs& in) {
-  std::vector<Figure> out;
-  for (const BenchGroup& g : in.bench) {
-    std::vector<std::vector<double>> rows;
-    std::string xtics = "set xtics (";
-    for (size_t i = 0; i < g.rows.size(); ++i) {
-      const BenchRow& r = g.rows[i];
-      rows.push_back({static_cast<double>(i), r.load * 1e3, r.forward * 1e3, r.backward * 1e3,
-                      std::max(0.0, r.comm_exposed - r.wait) * 1e3,
-                      r.optimizer * 1e3, r.wait * 1e3, r.step * 1e3});
-      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
-    }
-    const std::string caption = g.run + "; the bars stack the mean phase times of a step, "
-                                "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
-                                "lies inside it (README: Phases)";
-    std::string b = datablock("p", rows);
-    b += "set title " + quoted("Step time by phase: " + g.label) +
-         "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
-         "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
-         "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
-         xtics + ")\n" + caption_label(caption);
-    const char* names[] = {"load + h2d", "forward", "backward", "exposed communication (less wait)", "optimizer",
-                           "wait for the slowest rank"};
-    b += "plot ";
-    for (int c = 0; c < 6; ++c)
-      b += std::string(c ? ", " : "") + "$p using " + std::to_string(c + 2) + " title " + quoted(names[c]);
-    b += ", $p using 1:8 with points pt 7 ps 1.5 lc rgb 'black' title 'step (measured mean)'\n";
-    out.push_back({"phases-" + g.slug, b, caption});
-  }
-  return out;
-}
-
-std::vector<Figure> efficiency_figures(const Inputs& in) {
-  std::vector<Figure> out;
-  for (const BenchGroup& g : in.bench) {
-    std::vector<std::vector<double>> rows;
-    for (const auto& r : g.rows)
-      rows.push_back({r.ranks, r.scaling_efficiency, r.load_balance, r.comm_efficiency, r.parallel_efficiency});
-    const std::string caption = g.run + "; POP metrics: parallel efficiency = load balance x communication "
-                                "efficiency";
-    std::string b = datablock("e", rows);
-    b += "set title " + quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
-         "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
-         caption_label(caption) +
-         "plot $e using 1:2 with linespoints lw 2 pt 7 title 'scaling efficiency', "
-         "$e using 1:3 with linespoints pt 5 title 'load balance', "
-         "$e using 1:4 with linespoints pt 9 title 'communication efficiency', "
-         "$e using 1:5 with linespoints pt 11 title 'parallel efficiency'\n";
-    out.push_back({"efficiency-" + g.slug, b, caption});
-  }
-  return out;
-}
-
-std::vector<Figure> busbw_figures(const Inputs& in) {
-  std::vector<Figure> out;
-  for (size_t f = 0; f < in.collectives.size(); ++f) {
-    const CollectiveFigure& fig = in.collectives[f];
-    std::string b, plot = "plot ";
-    for (size_t i = 0; i < fig.series.size(); ++i) {
-      std::vector<std::vector<double>> rows;
-      for (auto [bytes, bw] : fig.series[i].points) rows.push_back({bytes, bw});
-      b += datablock(std::string("b").append(std::to_string(i)), rows);
-      plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
-              quoted(fig.series[i].label);
-    }
-    const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it";
-    b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
-         "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
-         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key top left\n" +
-         caption_label(caption) + plot + "\n";
-    out.push_back({"busbw-" + slug(fig.key), b, caption});
-  }
-  return out;
+// "" when the inputs hold the figure's data, else what is missing and the run that makes it.
+std::string missing_data(std::string_view name, const Inputs& in) {
+  // Columns older results.csv files may lack.
+  auto lacks = [&](double BenchRow::*field) {
+    return !in.bench.empty() && std::all_of(in.bench.begin(), in.bench.end(), [&](const BenchGroup& g) {
+      return std::all_of(g.rows.begin(), g.rows.end(), [&](const BenchRow& r) { return std::isnan(r.*field); });
+    });
+  };
+  if (name == "comm-compute" && lacks(&BenchRow::comm_total))
+    return "comm-compute needs a results.csv with the column mean_comm_total_s: run the bench again, " +
+           std::string(kBenchRun);
+  if (name == "bytes-per-epoch" && (lacks(&BenchRow::bytes_per_epoch_formula) || lacks(&BenchRow::bytes_per_epoch_counted)))
+    return "bytes-per-epoch needs a results.csv with the columns bytes_per_epoch_formula and bytes_per_epoch_counted: "
+           "run the bench again, " + std::string(kBenchRun);
+  if (name == "best-devices" && !in.bench.empty() &&
+      std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
+    return "best-devices needs a dpx bench folder with two or more device counts of one model and batch size: " +
+           std::string(kBenchRun);
+  if (name == "loss" && !in.bench.empty() && in.losses.empty())
+    return "loss needs a dpx bench folder with its steps/*.csv (not a results.csv alone): " + std::string(kLossRun);
+  if (name == "timeline")
+    return in.traces.empty() ? "timeline needs a dpx train --trace file among the inputs: " + std::string(kTraceRun) : "";
+  if (name == "busbw")
+    return in.collectives.empty() ? "busbw needs a dpx collective --csv file among the inputs: " +
+                                        std::string(kCollectiveRun)
+                                  : "";
+  return in.bench.empty() ? std::string(name) + " needs a dpx bench folder among the inputs: " + std::string(kBenchRun)
+                          : "";
 }
 
 }  // namespace
 
 const std::vector<PlotFigureInfo>& plot_figures() {
   static const std::vector<PlotFigureInfo> figures = {
-      {"throughput", "images/s against devices, a line per model and batch size, with ideal scaling",
+      {"throughput",
+       "images/s against devices, a line per model and batch size, with ideal scaling; with 3 or more repeats the "
+       "median's confidence interval as error bars",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
-       "--dataset synthetic --out runs/bench"},
+       "--dataset synthetic --out runs/bench; error bars: add --repeat 3 (or more)"},
       {"phases", "step time against devices as stacked phases, one figure per model and batch size",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench"},
@@ -390,6 +71,29 @@ const std::vector<PlotFigureInfo>& plot_figures() {
       {"efficiency", "scaling efficiency and POP load balance, communication and parallel efficiency against ranks",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench"},
+      {"best-devices",
+       "per model against batch size: the throughput-optimal device count and the most devices whose scaling "
+       "efficiency is at least --min-efficiency (default 0.8)",
+       "a dpx bench folder with two or more device counts, e.g. dpx bench --models lenet5 --batch-sizes 8,32 "
+       "--devices cpu:1,2,4 --dataset synthetic --out runs/bench"},
+      {"comm-compute",
+       "computation (forward + backward) against communication (total and exposed) per step, clustered bars against "
+       "devices, one figure per model and batch size",
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
+      {"bytes-per-epoch", "bytes each rank sends per epoch against devices, by formula and counted, per model",
+       "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
+       "--dataset synthetic --out runs/bench"},
+      {"loss",
+       "rank 0's training loss against global step, a line per configuration, with --loss-threshold as a dashed line "
+       "and the first step below it",
+       "a dpx bench folder with its steps/*.csv, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 "
+       "--dataset synthetic --loss-threshold 2.3 --out runs/bench"},
+      {"timeline",
+       "the phases of each rank over time (load, h2d, forward, backward, exposed communication, optimizer, wait), a "
+       "row per rank, for the traced steps or --steps a:b",
+       "a dpx train --trace file, e.g. dpx train --model lenet5 --dataset synthetic --devices cpu:2 --parallel ddp "
+       "--steps 4 --trace t.json"},
   };
   return figures;
 }
@@ -407,17 +111,26 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
       usage_fail("--figure: no figure '", w, "': choose from ", names, " (dpx plot --list)");
     }
   }
+  if (!(o.min_efficiency > 0 && o.min_efficiency <= 1))
+    usage_fail("--min-efficiency ", o.min_efficiency, ": give a scaling efficiency in (0, 1], e.g. 0.8");
+  FigureOptions window;
+  if (!o.steps.empty()) {
+    const size_t colon = o.steps.find(':');
+    char* end = nullptr;
+    window.first_step = std::strtol(o.steps.c_str(), &end, 10);
+    const bool first_ok = colon != std::string::npos && end == o.steps.c_str() + colon && colon > 0;
+    const char* b = o.steps.c_str() + colon + 1;
+    window.last_step = first_ok ? std::strtol(b, &end, 10) : -1;
+    if (!first_ok || end == b || *end != '\0' || window.first_step < 0 || window.last_step < window.first_step)
+      usage_fail("--steps '", o.steps, "': give global steps a:b, 0 <= a <= b, e.g. 2:5");
+  }
   const Inputs in = read_inputs(o.inputs);
-  const bool bench = !in.bench.empty(), coll = !in.collectives.empty();
   if (wanted.empty()) {
     for (const auto& f : plot_figures())
-      if (f.name == "busbw" ? coll : bench) wanted.emplace_back(f.name);
+      if (missing_data(f.name, in).empty()) wanted.emplace_back(f.name);
   }
-  for (const std::string& w : wanted) {
-    if (w == "busbw" && !coll)
-      usage_fail("busbw needs a dpx collective --csv file among the inputs: ", kCollectiveRun);
-    if (w != "busbw" && !bench) usage_fail(w, " needs a dpx bench folder among the inputs: ", kBenchRun);
-  }
+  for (const std::string& w : wanted)
+    if (const std::string missing = missing_data(w, in); !missing.empty()) usage_fail(missing);
   const std::string gnuplot = find_executable(o.gnuplot);
   if (gnuplot.empty())
     fail("dpx plot draws with gnuplot, and '", o.gnuplot,
@@ -431,6 +144,11 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "phases") add = phases_figures(in);
     if (w == "busbw") add = busbw_figures(in);
     if (w == "efficiency") add = efficiency_figures(in);
+    if (w == "comm-compute") add = comm_compute_figures(in);
+    if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
+    if (w == "loss") add = loss_figures(in);
+    if (w == "timeline") add = timeline_figures(in, window);
+    if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }
 

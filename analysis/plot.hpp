@@ -1,5 +1,6 @@
 // `dpx plot`: figures (PNG and SVG, drawn by gnuplot run as a child process) from the files runs
-// write: dpx bench folders (results.csv, read by column name) and dpx collective --csv files.
+// write: dpx bench folders (results.csv, read by column name; steps/*.csv), dpx collective --csv
+// files and dpx train --trace files.
 // Each figure gets a title, axis labels with units, a legend, a caption and a sidecar NAME.txt.
 #pragma once
 #include <string>
@@ -17,10 +18,12 @@ struct PlotFigureInfo {
 const std::vector<PlotFigureInfo>& plot_figures();
 
 struct PlotOptions {
-  std::vector<std::string> inputs;   // bench folders, results.csv files, collective CSV files
+  std::vector<std::string> inputs;   // bench folders, results.csv files, collective CSV files, trace JSON files
   std::string out_dir = "plots";
   std::vector<std::string> figures;  // empty: every figure whose data is present
   std::string gnuplot = "gnuplot";   // a name looked up on PATH, or a path
+  std::string steps;                  // timeline: global steps "a:b" (inclusive); empty: every traced step
+  double min_efficiency = 0.8;        // best-devices: the scaling efficiency a device count must keep, (0, 1]
   int width_px = 960;
   int height_px = 640;
 };

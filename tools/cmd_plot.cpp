@@ -1,6 +1,6 @@
-// `dpx plot`: figures from dpx bench folders and dpx collective --csv files, drawn by gnuplot
-// as PNG and SVG with a caption sidecar each (analysis/plot.hpp). --list names the figures and
-// the runs whose data they need.
+// `dpx plot`: figures from dpx bench folders, dpx collective --csv files and dpx train --trace
+// files, drawn by gnuplot as PNG and SVG with a caption sidecar each (analysis/plot.hpp). --list
+// names the figures and the runs whose data they need.
 #include <iostream>
 #include <memory>
 
@@ -24,7 +24,8 @@ void run(PlotFlags& f) {
     return;
   }
   if (f.o.inputs.empty())
-    usage_fail("dpx plot: name at least one dpx bench folder or dpx collective --csv file (dpx plot --list)");
+    usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file "
+               "(dpx plot --list)");
   f.o.figures.clear();
   std::string name;
   for (char c : f.figures + ",") {
@@ -43,15 +44,20 @@ void run(PlotFlags& f) {
 
 void add_plot_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plot",
-                                 "draw figures (PNG and SVG, with gnuplot) from dpx bench folders and dpx collective "
-                                 "--csv files");
+                                 "draw figures (PNG and SVG, with gnuplot) from dpx bench folders, dpx collective "
+                                 "--csv files and dpx train --trace files");
   auto f = std::make_shared<PlotFlags>();
-  cmd->add_option("inputs", f->o.inputs, "dpx bench --out folders (or their results.csv) and dpx collective --csv files");
+  cmd->add_option("inputs", f->o.inputs,
+                  "dpx bench --out folders (or their results.csv), dpx collective --csv files, dpx train --trace files");
   cmd->add_option("-o,--out", f->o.out_dir, "folder for NAME.png, NAME.svg and NAME.txt (the caption)")
       ->capture_default_str();
   cmd->add_option("--figure", f->figures,
                   "figures to draw, a comma list (dpx plot --list); default: every figure whose data is present");
   cmd->add_flag("--list", f->list, "name every figure and the data it needs, then stop");
+  cmd->add_option("--steps", f->o.steps, "timeline: the global steps a:b to draw (default: every traced step)");
+  cmd->add_option("--min-efficiency", f->o.min_efficiency,
+                  "best-devices: the scaling efficiency, in (0, 1], that the most efficient device count keeps")
+      ->capture_default_str();
   cmd->add_option("--gnuplot", f->o.gnuplot, "the gnuplot to run: a name on PATH or a path (Debian: gnuplot-nox)")
       ->capture_default_str();
   cmd->add_option("--width", f->o.width_px, "image width (pixels)")->capture_default_str()->check(CLI::Range(200, 8000));

@@ -102,6 +102,30 @@ Data& data() {
   return d;
 }
 
+// A small dpx bench run into a folder of `dir`: lenet5 at batch 8 (or `batch_sizes`) on 1 and 2 CPU ranks, synthetic
+// data, a few steps, with `extra` flags.
+std::string small_bench(const dpx::testing::TempDir& dir, const std::string& name, const std::string& extra,
+                        const std::string& batch_sizes = "8") {
+  const std::string out = dir.file(name);
+  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes " + batch_sizes + " --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                        "--steps 2 --warmup 1 " + extra + " --out " + out);
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  return out;
+}
+
+// A figure asked for without its data: exit 2 naming the run to make, nothing written.
+void check_needs(const std::string& inputs, const std::string& figure, const std::string& run) {
+  dpx::testing::TempDir dir("plot_needs");
+  const std::string out = dir.file("figs");
+  DpxResult r = run_dpx("plot " + inputs + " --figure " + figure + " --out " + out);
+  CAPTURE(figure);
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(run) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 
 TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV") {
@@ -117,12 +141,16 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 5, 960, 640);
+  check_figure(out, "best-devices", 2, 960, 640);
+  check_figure(out, "comm-compute-lenet5-b8", 3, 960, 640);
+  check_figure(out, "bytes-per-epoch", 2, 960, 640);
+  check_figure(out, "loss", 2, 960, 640);
   // The caption quotes the command that made the bench folder (its command.txt).
   CHECK(slurp(out.file("throughput.txt")).find("from dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2") !=
         std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
-  CHECK(out.entries().size() == 12);
+  CHECK(out.entries().size() == 24);
 }
 
 TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
@@ -142,7 +170,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "timeline:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -250,6 +278,155 @@ TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, mo
 TEST_CASE("dpx plot --help lists its flags") {
   DpxResult r = run_dpx("plot --help");
   REQUIRE(r.code == 0);
-  for (const char* flag : {"--out", "--figure", "--list", "--gnuplot", "--width", "--height", "gnuplot-nox"})
+  for (const char* flag : {"--out", "--figure", "--list", "--min-efficiency", "--steps", "--gnuplot", "--width", "--height", "gnuplot-nox"})
     CHECK(r.output.find(flag) != std::string::npos);
+}
+
+TEST_CASE("dpx plot throughput draws the confidence interval of --repeat 3 as error bars") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_repeat");
+  const std::string bench = small_bench(dir, "bench", "--repeat 3");
+  DpxResult r = run_dpx("plot " + bench + " --figure throughput --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string svg = slurp(dir.file("figs/throughput.svg"));
+  CHECK(svg_series(svg) == 2);
+  CHECK(svg.find("lenet5 batch 8/rank (median, CI)") != std::string::npos);
+  // 3 runs: the interval is [min, max], which holds the median with probability 75 %.
+  CHECK(slurp(dir.file("figs/throughput.txt")).find("median of 3 runs, 75 % CI") != std::string::npos);
+  CHECK(png_size(slurp(dir.file("figs/throughput.png"))).width == 960);
+
+  // One run: no interval, no error bars, no such caption.
+  Data& d = data();
+  DpxResult one = run_dpx("plot " + d.bench + " --figure throughput --out " + dir.file("figs1"));
+  REQUIRE(one.code == 0);
+  CHECK(slurp(dir.file("figs1/throughput.svg")).find("(median, CI)") == std::string::npos);
+  CHECK(slurp(dir.file("figs1/throughput.txt")).find("% CI") == std::string::npos);
+}
+
+TEST_CASE("dpx plot best-devices: per model against batch size, the fastest and the most efficient device count") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_best");
+  const std::string bench = small_bench(dir, "bench", "", "4,8");
+  DpxResult r = run_dpx("plot " + bench + " --figure best-devices --min-efficiency 0.5 --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // One model: the throughput-optimal line and the efficient one.
+  check_figure(dir, "figs/best-devices", 2, 960, 640);
+  const std::string caption = slurp(dir.file("figs/best-devices.txt"));
+  CHECK(caption.find("at least 0.5 (--min-efficiency)") != std::string::npos);
+  CHECK(slurp(dir.file("figs/best-devices.svg")).find("batch size per rank") != std::string::npos);
+
+  // One device count: nothing to choose among.
+  const std::string one = dir.file("one");
+  DpxResult b = run_dpx("bench --models mlp --batch-sizes 8 --devices cpu:1 --dataset synthetic --steps 2 --warmup 1 "
+                        "--out " + one);
+  REQUIRE(b.code == 0);
+  check_needs(one, "best-devices", "two or more device counts");
+  check_needs(data().coll, "best-devices", "dpx bench --models");
+  for (const char* bad : {"0", "1.5", "-1"}) {
+    DpxResult v = run_dpx("plot " + bench + " --figure best-devices --min-efficiency " + bad + " --out " +
+                          dir.file("bad"));
+    CAPTURE(v.output);
+    CHECK(v.code == 2);
+    CHECK(v.output.find("--min-efficiency") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
+  }
+}
+
+TEST_CASE("dpx plot comm-compute and bytes-per-epoch: computation against communication, bytes by formula and counted") {
+  require_gnuplot();
+  Data& d = data();
+  dpx::testing::TempDir dir("plot_comm");
+  DpxResult r = run_dpx("plot " + d.bench + " --figure comm-compute,bytes-per-epoch --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // Three bars a device count: computation, communication in all, communication exposed.
+  check_figure(dir, "figs/comm-compute-lenet5-b8", 3, 960, 640);
+  // One model: the formula's line and the counted one.
+  check_figure(dir, "figs/bytes-per-epoch", 2, 960, 640);
+  CHECK(dir.entries().size() == 1);
+  CHECK(slurp(dir.file("figs/bytes-per-epoch.txt")).find("bytes_per_epoch_counted") != std::string::npos);
+  const std::string svg = slurp(dir.file("figs/comm-compute-lenet5-b8.svg"));
+  CHECK(svg.find("communication, exposed") != std::string::npos);
+  check_needs(d.coll, "comm-compute", "dpx bench --models");
+  check_needs(d.coll, "bytes-per-epoch", "dpx bench --models");
+
+  // A results.csv from before the columns: a usage error saying which column and the run.
+  std::istringstream in(slurp(d.bench + "/results.csv"));
+  std::string header, body, line;
+  std::getline(in, header);
+  while (std::getline(in, line)) body += line + "\n";
+  std::filesystem::create_directories(dir.file("old"));
+  std::string renamed = header;
+  renamed.replace(renamed.find("bytes_per_epoch_counted"), 23, "bytes_counted_elsewhere");
+  renamed.replace(renamed.find("mean_comm_total_s"), 17, "mean_comm_sum_s");
+  std::ofstream(dir.file("old/results.csv")) << renamed << "\n" << body;
+  check_needs(dir.file("old"), "bytes-per-epoch", "bytes_per_epoch_counted");
+  check_needs(dir.file("old"), "comm-compute", "mean_comm_total_s");
+}
+
+TEST_CASE("dpx plot loss: rank 0's loss against global step, the --loss-threshold line and where each run crossed it") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_loss");
+  // Every loss of an untrained 10-class network lies below 5: each run crosses at its first step.
+  const std::string bench = small_bench(dir, "bench", "--loss-threshold 5");
+  DpxResult r = run_dpx("plot " + bench + " --figure loss --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // A line per configuration (1 and 2 ranks), the threshold, the crossings.
+  check_figure(dir, "figs/loss", 4, 960, 640);
+  const std::string svg = slurp(dir.file("figs/loss.svg"));
+  for (const char* title : {"lenet5_b8_ddp_cpu1", "lenet5_b8_ddp_cpu2", "loss threshold 5", "first step below"})
+    CHECK(svg.find(title) != std::string::npos);
+  CHECK(slurp(dir.file("figs/loss.txt")).find("--loss-threshold 5") != std::string::npos);
+
+  // results.csv alone, without the steps: a usage error naming the run.
+  std::filesystem::create_directories(dir.file("alone"));
+  std::filesystem::copy_file(bench + "/results.csv", dir.file("alone/results.csv"));
+  check_needs(dir.file("alone"), "loss", "--loss-threshold");
+  check_needs(data().coll, "loss", "dpx bench --models");
+}
+
+TEST_CASE("dpx plot timeline: a dpx train --trace file as a row of phase boxes per rank") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_timeline");
+  const std::string trace = dir.file("t.json");
+  DpxResult t = run_dpx("train --model lenet5 --dataset synthetic --image-size 28 --devices cpu:2 --parallel ddp "
+                        "--batch-size 8 --steps 4 --trace " + trace + " --trace-steps 0:3");
+  CAPTURE(t.output);
+  REQUIRE(t.code == 0);
+  // Recognised by its content, whatever its name; only the timeline has its data.
+  std::filesystem::copy_file(trace, dir.file("trace.csv"));
+  DpxResult r = run_dpx("plot " + dir.file("trace.csv") + " --steps 1:2 --width 800 --height 400 --out " +
+                        dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // One series per phase the CPU run traces: load, forward, backward, comm (exposed), optimizer.
+  check_figure(dir, "figs/timeline", 5, 800, 400);
+  const std::string svg = slurp(dir.file("figs/timeline.svg"));
+  for (const char* text : {"rank 0", "rank 1", "comm (exposed)", "time (ms)"}) CHECK(svg.find(text) != std::string::npos);
+  CHECK(slurp(dir.file("figs/timeline.txt")).find("steps 1 to 2") != std::string::npos);
+
+  check_needs(data().bench, "timeline", "--trace t.json");
+  // A window the trace does not hold, a malformed window, JSON that is no trace: exit 2, nothing written.
+  std::ofstream(dir.file("other.json")) << "{\"a\": 1}";
+  struct Case {
+    std::string args, expect;
+  };
+  const Case cases[] = {
+      {trace + " --steps 50:60", "--trace-steps"},
+      {trace + " --steps 3", "--steps"},
+      {trace + " --steps 2:1", "--steps"},
+      {trace + " --steps x:2", "--steps"},
+      {dir.file("other.json"), "traceEvents"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    DpxResult bad = run_dpx("plot " + c.args + " --out " + dir.file("bad"));
+    CAPTURE(bad.output);
+    CHECK(bad.code == 2);
+    CHECK(bad.output.find(c.expect) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
+  }
 }

@@ -1,0 +1,137 @@
+// What `dpx plot` reads from its inputs (analysis/plot_read.cpp), the figures drawn from it
+// (analysis/plot_figures.cpp) and the gnuplot script helpers they share. Internal to dpx plot:
+// analysis/plot.hpp is the interface.
+#pragma once
+#include <cmath>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dpx::analysis::plot {
+
+constexpr std::string_view kBenchRun =
+    "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 --dataset synthetic --out runs/bench";
+constexpr std::string_view kCollectiveRun = "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv";
+constexpr std::string_view kLossRun =
+    "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --loss-threshold 2.3 "
+    "--out runs/bench";
+constexpr std::string_view kTraceRun =
+    "dpx train --model lenet5 --dataset synthetic --devices cpu:2 --parallel ddp --steps 4 --trace t.json";
+
+constexpr double kNone = std::nan("");
+
+// One row of results.csv: medians over the runs when there are repeats.
+struct BenchRow {
+  double ranks = 0, images_per_s = 0;
+  double images_per_s_ci_lo = kNone, images_per_s_ci_hi = kNone;  // NaN below 3 repeats
+  double repeats = 1, ci_coverage = kNone;
+  double load = 0, forward = 0, backward = 0, comm_total = 0, comm_exposed = 0, optimizer = 0, wait = 0, step = 0;
+  double scaling_efficiency = 0, load_balance = 0, comm_efficiency = 0, parallel_efficiency = 0;
+  double bytes_per_epoch_formula = 0, bytes_per_epoch_counted = 0;
+};
+
+// Rows of one model and batch size (and parallel mode, and folder where there are several).
+struct BenchGroup {
+  std::string label, slug, source;
+  std::string run;       // "data: FILE from dpx bench (models ..., ...)"
+  std::string model;     // with the parallel mode and folder where label has them
+  double batch = 0;      // the sweep's batch: per rank (weak scaling) or global (strong)
+  bool weak = true;
+  std::vector<BenchRow> rows;  // by ranks
+};
+
+struct BusbwSeries {
+  std::string label;
+  std::vector<std::pair<double, double>> points;  // (bytes, busbw_gbs)
+};
+
+struct CollectiveFigure {
+  std::string collective, source, key;
+  std::string run;  // "data: FILE from dpx collective --csv (...)"
+  std::vector<BusbwSeries> series;
+};
+
+// One steps/<tag>.csv of a bench folder: rank 0's loss by global step (the loss dpx bench's
+// threshold_step is measured on), and the first step below the threshold (-1: none).
+struct LossSeries {
+  std::string label;
+  std::vector<std::pair<double, double>> points;  // (global_step, loss)
+  double threshold_step = -1, threshold_loss = 0;
+};
+
+struct LossRun {
+  std::string source, run;
+  double threshold = 0;  // --loss-threshold of the command that made the folder; 0: none
+  std::vector<LossSeries> series;
+};
+
+// A phase of one rank, from a dpx train --trace file.
+struct TraceBox {
+  int rank = 0;
+  std::string phase;
+  double start_ms = 0, end_ms = 0;
+  long step = -1;
+};
+
+struct Trace {
+  std::string source, run;
+  int ranks = 0;
+  std::vector<TraceBox> boxes;
+};
+
+struct Inputs {
+  std::vector<BenchGroup> bench;
+  std::vector<std::string> bench_captions;
+  std::vector<CollectiveFigure> collectives;
+  std::vector<std::string> collective_captions;
+  std::vector<LossRun> losses;
+  std::vector<Trace> traces;
+};
+
+// Reads bench folders, results.csv files, collective CSV files and trace JSON files; throws
+// dpx::UsageError naming the file for missing, empty or foreign ones.
+Inputs read_inputs(const std::vector<std::string>& paths);
+
+// One figure to draw: its file stem, the gnuplot commands between the terminal and the output,
+// and the sidecar caption.
+struct Figure {
+  std::string stem, body, caption;
+};
+
+struct FigureOptions {
+  double min_efficiency = 0.8;
+  long first_step = -1, last_step = -1;  // --steps a:b of the timeline; -1: every step
+};
+
+Figure throughput_figure(const Inputs& in);
+std::vector<Figure> phases_figures(const Inputs& in);
+std::vector<Figure> efficiency_figures(const Inputs& in);
+std::vector<Figure> busbw_figures(const Inputs& in);
+Figure best_devices_figure(const Inputs& in, const FigureOptions& o);
+std::vector<Figure> comm_compute_figures(const Inputs& in);
+Figure bytes_per_epoch_figure(const Inputs& in);
+std::vector<Figure> loss_figures(const Inputs& in);
+std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o);
+
+// Shorter first, so that numbers in text sort as numbers ("8" before "32").
+struct ShortFirst {
+  bool operator()(const std::string& a, const std::string& b) const {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  }
+};
+using TextSet = std::set<std::string, ShortFirst>;
+
+std::string join(const TextSet& values, std::string_view sep);
+std::string slug(const std::string& s);
+std::string fmt(double v);
+// A gnuplot single-quoted string: a quote is doubled, nothing else is special.
+std::string quoted(const std::string& s);
+// The caption's first clause (the data) in the figure; the whole caption goes to NAME.txt.
+std::string caption_label(const std::string& caption);
+std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows);
+// An x axis of devices (ranks), log 2, a tic at each rank count of `groups`.
+std::string ranks_axis(const std::vector<BenchGroup>& groups);
+
+}  // namespace dpx::analysis::plot

@@ -1,0 +1,383 @@
+// `dpx plot`'s figures: each a function that turns what the inputs hold into a gnuplot script
+// body and a caption (analysis/plot_data.hpp), plus the script helpers they share.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <sstream>
+
+#include "analysis/plot_data.hpp"
+#include "core/error.hpp"
+
+namespace dpx::analysis::plot {
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return out;
+}
+
+std::string join(const std::set<std::string, ShortFirst>& values, std::string_view sep) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : std::string(sep)) + v;
+  return out;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string caption_label(const std::string& caption) {
+  const std::string shown = caption.substr(0, caption.find(';'));
+  return "set bmargin 6\nset label 99 " + quoted(shown) + " at screen 0.01, screen 0.02 left font ',8'\n";
+}
+
+std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows) {
+  std::string s = "$" + name + " << EOD\n";
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i) s += ' ';
+      s += fmt(r[i]);
+    }
+    s += "\n";
+  }
+  return s + "EOD\n";
+}
+
+namespace {
+
+// A log-2 axis with a tic at each value, a little room either side.
+std::string log2_axis(char axis, const std::set<double>& values) {
+  std::string tics;
+  for (double v : values) tics += (tics.empty() ? "" : ", ") + fmt(v);
+  const std::string a(1, axis);
+  return "set " + a + "range [" + fmt(*values.begin() / 1.4) + ":" + fmt(*values.rbegin() * 1.4) +
+         "]\nset logscale " + a + " 2\nset " + a + "tics (" + tics + ")\n";
+}
+
+}  // namespace
+
+std::string ranks_axis(const std::vector<BenchGroup>& groups) {
+  std::set<double> ranks;
+  for (const auto& g : groups)
+    for (const auto& r : g.rows) ranks.insert(r.ranks);
+  return "set xlabel 'devices (ranks)'\n" + log2_axis('x', ranks) + "set grid\n";
+}
+
+namespace {
+
+// A group drawn with error bars: every row has the interval of its median (3 repeats or more).
+bool has_intervals(const BenchGroup& g) {
+  return std::all_of(g.rows.begin(), g.rows.end(), [](const BenchRow& r) {
+    return r.repeats >= 3 && !std::isnan(r.images_per_s_ci_lo) && !std::isnan(r.images_per_s_ci_hi) &&
+           !std::isnan(r.ci_coverage);
+  });
+}
+
+// "median of 3 runs, 75 % CI": the level is the interval's exact coverage (ci_coverage).
+std::string interval_clause(const std::vector<BenchGroup>& groups) {
+  TextSet repeats, levels;
+  for (const BenchGroup& g : groups) {
+    if (!has_intervals(g)) continue;
+    for (const BenchRow& r : g.rows) {
+      repeats.insert(fmt(r.repeats));
+      levels.insert(fmt(std::round(r.ci_coverage * 1000) / 10));
+    }
+  }
+  if (repeats.empty()) return "";
+  return "median of " + join(repeats, "/") + " runs, " + join(levels, "/") + " % CI";
+}
+
+}  // namespace
+
+Figure throughput_figure(const Inputs& in) {
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
+  const std::string ci = interval_clause(in.bench);
+  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
+  std::string b;
+  std::string plot = "plot ";
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    const BenchGroup& g = in.bench[i];
+    const bool bars = has_intervals(g);
+    std::vector<std::vector<double>> rows;
+    const BenchRow& first = g.rows.front();
+    for (const auto& r : g.rows)
+      rows.push_back({r.ranks, r.images_per_s, first.images_per_s * r.ranks / first.ranks,
+                      bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0});
+    b += datablock(std::string("t").append(std::to_string(i)), rows);
+    const std::string lc = " lc " + std::to_string(i + 1);
+    const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
+    plot += std::string(i ? ", \\\n  " : "") + "$t" + std::to_string(i) + measured + lc + " title " +
+            quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $t" + std::to_string(i) +
+            " using 1:3 with lines dt 2" + lc + " title " + quoted(g.label + " ideal (first point x k/k0)");
+  }
+  b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
+       "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
+       "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
+       "\n";
+  return {"throughput", b, caption};
+}
+
+std::vector<Figure> phases_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    std::string xtics = "set xtics (";
+    for (size_t i = 0; i < g.rows.size(); ++i) {
+      const BenchRow& r = g.rows[i];
+      rows.push_back({static_cast<double>(i), r.load * 1e3, r.forward * 1e3, r.backward * 1e3,
+                      std::max(0.0, r.comm_exposed - r.wait) * 1e3,
+                      r.optimizer * 1e3, r.wait * 1e3, r.step * 1e3});
+      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
+    }
+    const std::string caption = g.run + "; the bars stack the mean phase times of a step, "
+                                "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
+                                "lies inside it (README: Phases)";
+    std::string b = datablock("p", rows);
+    b += "set title " + quoted("Step time by phase: " + g.label) +
+         "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
+         "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
+         "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
+         xtics + ")\n" + caption_label(caption);
+    const char* names[] = {"load + h2d", "forward", "backward", "exposed communication (less wait)", "optimizer",
+                           "wait for the slowest rank"};
+    b += "plot ";
+    for (int c = 0; c < 6; ++c)
+      b += std::string(c ? ", " : "") + "$p using " + std::to_string(c + 2) + " title " + quoted(names[c]);
+    b += ", $p using 1:8 with points pt 7 ps 1.5 lc rgb 'black' title 'step (measured mean)'\n";
+    out.push_back({"phases-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> efficiency_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    for (const auto& r : g.rows)
+      rows.push_back({r.ranks, r.scaling_efficiency, r.load_balance, r.comm_efficiency, r.parallel_efficiency});
+    const std::string caption = g.run + "; POP metrics: parallel efficiency = load balance x communication "
+                                "efficiency";
+    std::string b = datablock("e", rows);
+    b += "set title " + quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
+         "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
+         caption_label(caption) +
+         "plot $e using 1:2 with linespoints lw 2 pt 7 title 'scaling efficiency', "
+         "$e using 1:3 with linespoints pt 5 title 'load balance', "
+         "$e using 1:4 with linespoints pt 9 title 'communication efficiency', "
+         "$e using 1:5 with linespoints pt 11 title 'parallel efficiency'\n";
+    out.push_back({"efficiency-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> busbw_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (size_t f = 0; f < in.collectives.size(); ++f) {
+    const CollectiveFigure& fig = in.collectives[f];
+    std::string b, plot = "plot ";
+    for (size_t i = 0; i < fig.series.size(); ++i) {
+      std::vector<std::vector<double>> rows;
+      for (auto [bytes, bw] : fig.series[i].points) rows.push_back({bytes, bw});
+      b += datablock(std::string("b").append(std::to_string(i)), rows);
+      plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
+              quoted(fig.series[i].label);
+    }
+    const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it";
+    b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
+         "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
+         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key top left\n" +
+         caption_label(caption) + plot + "\n";
+    out.push_back({"busbw-" + slug(fig.key), b, caption});
+  }
+  return out;
+}
+
+
+namespace {
+
+// "batch size per rank", "global batch size", or both when the groups mix weak and strong scaling.
+std::string batch_axis_label(const std::vector<BenchGroup>& groups) {
+  bool weak = false, strong = false;
+  for (const BenchGroup& g : groups) (g.weak ? weak : strong) = true;
+  if (weak && strong) return "batch size (per rank for weak scaling, global for strong)";
+  return weak ? "batch size per rank" : "global batch size";
+}
+
+}  // namespace
+
+Figure best_devices_figure(const Inputs& in, const FigureOptions& o) {
+  // Per model (in the order met), rows (batch, throughput-optimal devices, most efficient devices).
+  std::vector<std::string> models;
+  std::map<std::string, std::vector<std::vector<double>>> rows;
+  std::vector<BenchGroup> used;
+  std::set<double> batches, devices;
+  for (const BenchGroup& g : in.bench) {
+    if (g.rows.size() < 2) continue;
+    const BenchRow* fastest = &g.rows.front();
+    double efficient = g.rows.front().ranks;  // the baseline: efficiency 1 by definition
+    for (const BenchRow& r : g.rows) {
+      if (r.images_per_s > fastest->images_per_s) fastest = &r;
+      if (r.scaling_efficiency >= o.min_efficiency) efficient = std::max(efficient, r.ranks);
+      devices.insert(r.ranks);
+    }
+    if (!rows.count(g.model)) models.push_back(g.model);
+    rows[g.model].push_back({g.batch, fastest->ranks, efficient});
+    batches.insert(g.batch);
+    used.push_back(g);
+  }
+  const std::string threshold = fmt(o.min_efficiency);
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                        "; throughput-optimal: the device count with the most images/s; efficient: the most devices "
+                        "whose scaling efficiency (against the fewest devices) is at least " + threshold +
+                        " (--min-efficiency)";
+  std::string b, plot = "plot ";
+  for (size_t m = 0; m < models.size(); ++m) {
+    auto& r = rows[models[m]];
+    std::sort(r.begin(), r.end());
+    const std::string name = "d" + std::to_string(m), lc = " lc " + std::to_string(m + 1);
+    b += datablock(name, r);
+    plot += std::string(m ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 ps 1.5" + lc +
+            " title " + quoted(models[m] + ": throughput-optimal devices") + ", \\\n  $" + name +
+            " using 1:3 with linespoints dt 2 pt 6 ps 2.5" + lc + " title " +
+            quoted(models[m] + ": most devices at scaling efficiency >= " + threshold);
+  }
+  b += "set title 'Best device count against batch size'\nset xlabel " + quoted(batch_axis_label(used)) + "\n" +
+       log2_axis('x', batches) + "set ylabel 'devices (ranks)'\n" + log2_axis('y', devices) +
+       "set grid\nset key top left\n" + caption_label(caption) + plot + "\n";
+  return {"best-devices", b, caption};
+}
+
+std::vector<Figure> comm_compute_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const BenchGroup& g : in.bench) {
+    std::vector<std::vector<double>> rows;
+    std::string xtics = "set xtics (";
+    for (size_t i = 0; i < g.rows.size(); ++i) {
+      const BenchRow& r = g.rows[i];
+      rows.push_back({static_cast<double>(i), (r.forward + r.backward) * 1e3, r.comm_total * 1e3, r.comm_exposed * 1e3});
+      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
+    }
+    const std::string caption = g.run + "; means per step: computation = forward + backward, communication total = "
+                                "mean_comm_total_s (hidden behind backward or not), exposed = mean_comm_exposed_s (what "
+                                "the step waited for, README: Phases)";
+    std::string b = datablock("c", rows);
+    b += "set title " + quoted("Computation and communication per step: " + g.label) +
+         "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
+         "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+         "set key top left\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + xtics + ")\n" + caption_label(caption) +
+         "plot $c using 2 title 'computation (forward + backward)', $c using 3 title 'communication, total', "
+         "$c using 4 title 'communication, exposed'\n";
+    out.push_back({"comm-compute-" + g.slug, b, caption});
+  }
+  return out;
+}
+
+Figure bytes_per_epoch_figure(const Inputs& in) {
+  const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                              "; formula: bytes_per_epoch_formula, N/(B k) steps x trainable parameters x 4 bytes; "
+                              "counted: bytes_per_epoch_counted, what rank 0's communicator sent (README: Metrics)";
+  std::string b, plot = "plot ";
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    const BenchGroup& g = in.bench[i];
+    std::vector<std::vector<double>> rows;
+    for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
+    const std::string name = "y" + std::to_string(i), lc = " lc " + std::to_string(i + 1);
+    b += datablock(name, rows);
+    plot += std::string(i ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc + " title " +
+            quoted(g.label + ": formula") + ", \\\n  $" + name + " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc +
+            " title " + quoted(g.label + ": counted");
+  }
+  b += "set title 'Bytes sent per epoch against devices'\n" + ranks_axis(in.bench) +
+       "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\nset yrange [0:*]\nset key top left\n" +
+       caption_label(caption) + plot + "\n";
+  return {"bytes-per-epoch", b, caption};
+}
+
+std::vector<Figure> loss_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const LossRun& lr : in.losses) {
+    std::string caption = lr.run + "; rank 0's training loss at each global step of " + lr.source;
+    std::string b, plot = "plot ";
+    std::vector<std::vector<double>> crossings;
+    for (size_t i = 0; i < lr.series.size(); ++i) {
+      const LossSeries& s = lr.series[i];
+      std::vector<std::vector<double>> rows;
+      for (auto [step, loss] : s.points) rows.push_back({step, loss});
+      b += datablock("l" + std::to_string(i), rows);
+      plot += std::string(i ? ", \\\n  " : "") + "$l" + std::to_string(i) + " using 1:2 with lines lw 2 title " +
+              quoted(s.label);
+      if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
+    }
+    if (lr.threshold > 0) {
+      caption += "; dashed: --loss-threshold " + fmt(lr.threshold) + ", circles: the first step below it (threshold_step)";
+      plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
+              quoted("loss threshold " + fmt(lr.threshold));
+      if (!crossings.empty()) {
+        b += datablock("x", crossings);
+        plot += ", \\\n  $x using 1:2 with points pt 6 ps 2.5 lw 2 lc rgb 'black' title 'first step below the threshold'";
+      }
+    }
+    b += "set title 'Training loss against global step'\nset xlabel 'global step'\nset ylabel 'loss (rank 0)'\n"
+         "set grid\nset key top right\n" + caption_label(caption) + plot + "\n";
+    out.push_back({"loss", b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
+  static const std::vector<std::pair<std::string, std::string>> phases = {
+      {"load", "load"},          {"h2d", "h2d"},
+      {"forward", "forward"},    {"backward", "backward"},
+      {"comm_exposed", "comm (exposed)"}, {"optimizer", "optimizer"},
+      {"wait", "wait"}};
+  std::vector<Figure> out;
+  for (const Trace& tr : in.traces) {
+    std::vector<TraceBox> kept;
+    for (const TraceBox& box : tr.boxes)
+      if (o.first_step < 0 || (box.step >= o.first_step && box.step <= o.last_step)) kept.push_back(box);
+    if (kept.empty())
+      usage_fail("--steps ", o.first_step, ":", o.last_step, ": '", tr.source,
+                 "' traced none of these steps (dpx train --trace-steps says which it traces)");
+    double t0 = kept.front().start_ms;
+    for (const TraceBox& box : kept) t0 = std::min(t0, box.start_ms);
+    std::string b, plot = "plot ";
+    int series = 0;
+    for (const auto& [phase, title] : phases) {
+      std::vector<std::vector<double>> rows;
+      for (const TraceBox& box : kept)
+        if (box.phase == phase)
+          rows.push_back({(box.start_ms + box.end_ms) / 2 - t0, static_cast<double>(box.rank), box.start_ms - t0,
+                          box.end_ms - t0, box.rank - 0.35, box.rank + 0.35});
+      if (rows.empty()) continue;
+      const std::string name = "p" + std::to_string(series);
+      b += datablock(name, rows);
+      plot += std::string(series ? ", \\\n  " : "") + "$" + name + " using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 "
+              "border -1 lc " + std::to_string(series + 1) + " title " + quoted(title);
+      ++series;
+    }
+    std::string ytics = "set ytics (";
+    for (int r = 0; r < tr.ranks; ++r)
+      ytics += std::string(r ? ", " : "") + quoted("rank " + std::to_string(r)) + " " + std::to_string(r);
+    const std::string window = o.first_step < 0 ? "every traced step"
+                                                : "steps " + std::to_string(o.first_step) + " to " +
+                                                      std::to_string(o.last_step);
+    const std::string caption = tr.run + "; " + window + ", a row per rank, time from the first phase shown; comm is "
+                                "the exposed communication (comm_exposed), the part backward did not hide";
+    b += "set title 'Phases of each rank over time'\nset xlabel 'time (ms)'\nset ylabel 'rank'\nset yrange [" +
+         fmt(tr.ranks - 0.5) + ":-0.5]\n" + ytics + ")\nset grid x\nset key outside right top\n" +
+         caption_label(caption) + plot + "\n";
+    out.push_back({"timeline", b, caption});
+  }
+  return out;
+}
+
+}  // namespace dpx::analysis::plot

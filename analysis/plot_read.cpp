@@ -1,0 +1,294 @@
+// `dpx plot`'s inputs: bench results.csv and collective CSV files read by column name (other
+// columns may come and go), a bench folder's steps/*.csv for the loss, and dpx train --trace
+// JSON files, recognised by their content.
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "analysis/csv_table.hpp"
+#include "analysis/plot_data.hpp"
+#include "core/error.hpp"
+
+namespace dpx::analysis::plot {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A field that older files lack or leave empty (the intervals below 3 repeats): NaN.
+double optional_number(const CsvTable& t, size_t row, std::string_view name) {
+  if (!t.has(name) || t.text(row, t.column(name)).empty()) return kNone;
+  return t.number(row, t.column(name));
+}
+
+// --loss-threshold X (or =X) of the dpx bench command line in command.txt; 0 when absent.
+double loss_threshold_of(const std::string& command) {
+  std::istringstream words(command);
+  std::string w, previous;
+  while (words >> w) {
+    if (w.rfind("--loss-threshold=", 0) == 0) return std::atof(w.c_str() + 17);
+    if (previous == "--loss-threshold") return std::atof(w.c_str());
+    previous = w;
+  }
+  return 0;
+}
+
+// The folder's steps/<tag>.csv files, one series each: rank 0's loss by global step.
+void read_losses(const fs::path& folder, const std::string& run, const std::string& command, Inputs& in) {
+  std::error_code ec;
+  if (!fs::is_directory(folder / "steps", ec)) return;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(folder / "steps", ec))
+    if (e.path().extension() == ".csv") files.push_back(e.path());
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+    return ShortFirst{}(a.filename().string(), b.filename().string());
+  });
+  LossRun lr{(folder / "steps").string(), run, loss_threshold_of(command), {}};
+  for (const fs::path& f : files) {
+    const CsvTable t = CsvTable::read(f.string(), "dpx plot");
+    const size_t c_rank = t.column("rank"), c_global = t.column("global_step"), c_loss = t.column("loss");
+    LossSeries s;
+    s.label = f.stem().string();
+    for (size_t r = 0; r < t.rows(); ++r) {
+      if (t.number(r, c_rank) != 0) continue;  // dpx bench measures threshold_step on rank 0's loss
+      const double step = t.number(r, c_global), loss = t.number(r, c_loss);
+      s.points.emplace_back(step, loss);
+      if (lr.threshold > 0 && s.threshold_step < 0 && loss < lr.threshold) {
+        s.threshold_step = step;
+        s.threshold_loss = loss;
+      }
+    }
+    std::sort(s.points.begin(), s.points.end());
+    if (!s.points.empty()) lr.series.push_back(std::move(s));
+  }
+  if (!lr.series.empty()) in.losses.push_back(std::move(lr));
+}
+
+void read_bench(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
+  const size_t c_model = t.column("model"), c_ranks = t.column("ranks"), c_ips = t.column("images_per_s");
+  const size_t c_batch = t.column("batch_size"), c_rank_batch = t.column("rank_batch");
+  const size_t c_par = t.column("parallel"), c_dev = t.column("devices"), c_data = t.column("dataset");
+  auto col = [&](std::string_view n) { return t.column(n); };
+  const size_t c_load = col("mean_load_s"), c_h2d = col("mean_h2d_s"), c_fwd = col("mean_forward_s"),
+               c_bwd = col("mean_backward_s"), c_comm = col("mean_comm_exposed_s"), c_opt = col("mean_optimizer_s"),
+               c_wait = col("mean_wait_s"), c_step = col("mean_step_s"), c_se = col("scaling_efficiency"),
+               c_lb = col("load_balance"), c_ce = col("comm_efficiency"), c_pe = col("parallel_efficiency");
+  const bool has_scaling = t.has("scaling");
+  std::set<std::string> parallels;
+  TextSet models, devices, datasets, batches, scalings;
+  for (size_t r = 0; r < t.rows(); ++r) parallels.insert(t.text(r, c_par));
+  std::map<std::string, size_t> index;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    const std::string scaling = has_scaling ? t.text(r, t.column("scaling")) : "strong";
+    // Weak scaling keeps the per-rank batch, strong scaling the global one: the sweep's batch size.
+    const bool weak = scaling == "weak";
+    const std::string batch = weak ? t.text(r, c_rank_batch) : t.text(r, c_batch);
+    std::string label = t.text(r, c_model) + " batch " + batch + (weak ? "/rank" : "");
+    std::string key = t.text(r, c_model) + "-b" + batch;
+    if (parallels.size() > 1) {
+      label += " " + t.text(r, c_par);
+      key += "-" + t.text(r, c_par);
+    }
+    if (several) {
+      label += " (" + source + ")";
+      key += "-" + fs::path(source).parent_path().filename().string();
+    }
+    models.insert(t.text(r, c_model));
+    devices.insert(t.text(r, c_dev));
+    datasets.insert(t.text(r, c_data));
+    batches.insert(batch);
+    scalings.insert(scaling);
+    BenchRow b;
+    b.ranks = t.number(r, c_ranks);
+    b.images_per_s = t.number(r, c_ips);
+    b.load = t.number(r, c_load) + t.number(r, c_h2d);
+    b.forward = t.number(r, c_fwd);
+    b.backward = t.number(r, c_bwd);
+    b.comm_exposed = t.number(r, c_comm);
+    b.optimizer = t.number(r, c_opt);
+    b.wait = t.number(r, c_wait);
+    b.step = t.number(r, c_step);
+    b.comm_total = optional_number(t, r, "mean_comm_total_s");
+    b.images_per_s_ci_lo = optional_number(t, r, "images_per_s_ci_lo");
+    b.images_per_s_ci_hi = optional_number(t, r, "images_per_s_ci_hi");
+    b.ci_coverage = optional_number(t, r, "ci_coverage");
+    if (const double n = optional_number(t, r, "repeats"); !std::isnan(n)) b.repeats = n;
+    b.bytes_per_epoch_formula = optional_number(t, r, "bytes_per_epoch_formula");
+    b.bytes_per_epoch_counted = optional_number(t, r, "bytes_per_epoch_counted");
+    b.scaling_efficiency = t.number(r, c_se);
+    b.load_balance = t.number(r, c_lb);
+    b.comm_efficiency = t.number(r, c_ce);
+    b.parallel_efficiency = t.number(r, c_pe);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      it = index.emplace(key, in.bench.size()).first;
+      std::string model = t.text(r, c_model);
+      if (parallels.size() > 1) model += " " + t.text(r, c_par);
+      if (several) model += " (" + source + ")";
+      in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {}});
+    }
+    in.bench[it->second].rows.push_back(b);
+  }
+  for (auto& g : in.bench)
+    std::stable_sort(g.rows.begin(), g.rows.end(), [](const BenchRow& a, const BenchRow& b) { return a.ranks < b.ranks; });
+  // The command that made the folder when dpx bench recorded it (command.txt), else the sweep
+  // as results.csv describes it.
+  std::string command;
+  if (std::ifstream cmd{(fs::path(source).parent_path() / "command.txt").string()}; cmd) std::getline(cmd, command);
+  const std::string run =
+      command.rfind("dpx bench", 0) == 0
+          ? "data: " + source + " from " + excerpt(command, 600)
+          : "data: " + source + " from dpx bench (models " + join(models, ",") + ", batch sizes " + join(batches, ",") +
+                ", devices " + join(devices, " ") + ", dataset " + join(datasets, ",") + ", " + join(scalings, "/") +
+                " scaling)";
+  for (auto& g : in.bench)
+    if (g.source == source) g.run = run;
+  in.bench_captions.push_back(run);
+  read_losses(fs::path(source).parent_path(), run, command, in);
+}
+
+void read_collective(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
+  const size_t c_coll = t.column("collective"), c_algo = t.column("algo"), c_backend = t.column("backend"),
+               c_ranks = t.column("ranks"), c_bytes = t.column("bytes"), c_place = t.column("placement"),
+               c_busbw = t.column("busbw_gbs");
+  const bool has_nodes = t.has("nodes");
+  TextSet ranks, nodes, collectives, backends;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    ranks.insert(t.text(r, c_ranks));
+    if (has_nodes) nodes.insert(t.text(r, t.column("nodes")));
+  }
+  std::map<std::string, size_t> figures;
+  std::map<std::string, std::map<std::string, size_t>> series;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    if (t.text(r, c_place) != "out") continue;  // in-place rows are the same algorithm again
+    const std::string coll = t.text(r, c_coll);
+    collectives.insert(coll);
+    backends.insert(t.text(r, c_backend));
+    std::string label = t.text(r, c_algo) + " " + t.text(r, c_backend);
+    if (ranks.size() > 1) label += " " + t.text(r, c_ranks) + " ranks";
+    if (nodes.size() > 1) label += " " + t.text(r, t.column("nodes")) + " nodes";
+    const std::string fkey = coll + (several ? "-" + fs::path(source).stem().string() : "");
+    auto fit = figures.find(fkey);
+    if (fit == figures.end()) {
+      fit = figures.emplace(fkey, in.collectives.size()).first;
+      in.collectives.push_back({coll + (several ? " (" + source + ")" : ""), source, fkey, {}, {}});
+    }
+    CollectiveFigure& fig = in.collectives[fit->second];
+    auto& sidx = series[fkey];
+    auto sit = sidx.find(label);
+    if (sit == sidx.end()) {
+      sit = sidx.emplace(label, fig.series.size()).first;
+      fig.series.push_back({label, {}});
+    }
+    fig.series[sit->second].points.emplace_back(t.number(r, c_bytes), t.number(r, c_busbw));
+  }
+  if (collectives.empty())
+    usage_fail("'", source, "' holds no out-of-place rows (placement out): nothing to plot; make one with ",
+               kCollectiveRun);
+  for (auto& f : in.collectives)
+    for (auto& s : f.series) std::sort(s.points.begin(), s.points.end());
+  const std::string run = "data: " + source + " from dpx collective --csv (" + join(collectives, ",") + ", backend " +
+                          join(backends, ",") + ", " + join(ranks, ",") + " ranks)";
+  for (auto& f : in.collectives)
+    if (f.source == source) f.run = run;
+  in.collective_captions.push_back(run);
+}
+
+// A file whose first character other than white space is '{': a JSON trace, not a CSV.
+bool looks_like_json(const std::string& path) {
+  std::ifstream f(path);
+  char c = 0;
+  while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return c == '{';
+}
+
+// The phases of a dpx train --trace file, each tied to the step whose "step N" event holds it.
+void read_trace(const std::string& path, Inputs& in) {
+  nlohmann::json j;
+  try {
+    std::ifstream f(path);
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    usage_fail("'", path, "' is not valid JSON (", e.what(), "): name a dpx train --trace file");
+  }
+  if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
+    usage_fail("'", path, "' is JSON without traceEvents: name a dpx train --trace file, e.g. ", kTraceRun);
+  static const std::set<std::string> phases = {"load", "h2d", "forward", "backward", "comm_exposed", "optimizer",
+                                               "wait"};
+  struct Step {
+    double start, end;
+    long step;
+  };
+  std::map<int, std::vector<Step>> steps;  // by rank
+  Trace tr{path, "data: " + path + " from dpx train --trace", 0, {}};
+  for (const auto& e : j["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("pid") || !e.contains("ts")) continue;
+    const std::string name = e.value("name", "");
+    const int rank = e["pid"].get<int>();
+    const double ts = e["ts"].get<double>(), dur = e.value("dur", 0.0);
+    if (name.rfind("step ", 0) == 0 && e.contains("args"))
+      steps[rank].push_back({ts, ts + dur, e["args"].value("step", -1L)});
+    else if (phases.count(name))
+      tr.boxes.push_back({rank, name, ts / 1e3, (ts + dur) / 1e3, -1});
+    tr.ranks = std::max(tr.ranks, rank + 1);
+  }
+  for (TraceBox& box : tr.boxes)
+    for (const Step& s : steps[box.rank])
+      if (box.start_ms * 1e3 >= s.start && box.start_ms * 1e3 <= s.end) box.step = s.step;
+  if (tr.boxes.empty())
+    usage_fail("'", path, "' holds no phase events (load, forward, backward, ...): nothing to plot; make one with ",
+               kTraceRun);
+  in.traces.push_back(std::move(tr));
+}
+
+}  // namespace
+
+Inputs read_inputs(const std::vector<std::string>& paths) {
+  if (paths.empty())
+    usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
+  std::vector<std::pair<CsvTable, std::string>> bench, coll;
+  std::vector<std::string> traces;
+  std::set<std::string> seen;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    std::string file = p;
+    if (fs::is_directory(p, ec)) {
+      file = (fs::path(p) / "results.csv").string();
+      if (!fs::exists(file, ec))
+        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
+    } else if (!fs::exists(p, ec)) {
+      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
+    }
+    // The same file named twice (a folder and its results.csv) is read once.
+    const std::string canonical = fs::weakly_canonical(file, ec).string();
+    if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
+    if (looks_like_json(file)) {
+      traces.push_back(file);
+      continue;
+    }
+    CsvTable t = CsvTable::read(file, "dpx plot");
+    const bool is_coll = t.has("busbw_gbs") && t.has("collective");
+    const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
+    if (!is_coll && !is_bench)
+      usage_fail("'", file,
+                 "' is neither a dpx bench results.csv, a dpx collective --csv file nor a dpx train --trace file (its "
+                 "header: ",
+                 t.header().empty() ? std::string() : t.header().front(), ",...)");
+    if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
+    (is_coll ? coll : bench).emplace_back(std::move(t), file);
+  }
+  Inputs in;
+  for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, in);
+  for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
+  for (const std::string& f : traces) read_trace(f, in);
+  return in;
+}
+
+}  // namespace dpx::analysis::plot
