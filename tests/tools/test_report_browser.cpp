@@ -39,7 +39,7 @@ struct RenderCheck {
 // the render check's result from the DOM it dumps.
 RenderCheck browse(const std::string& chromium, const std::string& page, const std::string& profile) {
   const std::string cmd = "timeout -k 5 60 " + chromium +
-                          " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + profile +
+                          " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir=" + profile +
                           " --dump-dom file://" + std::filesystem::absolute(page).string() + " 2>/dev/null";
   DpxResult r = run_command(cmd);
   CAPTURE(cmd);
