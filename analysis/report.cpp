@@ -62,7 +62,7 @@ std::vector<Input> read_inputs(const std::vector<std::string>& paths) {
     const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
     if (!is_coll && !is_bench)
       usage_fail("'", file, "' is neither a dpx bench results.csv nor a dpx collective --csv file (its header: ",
-                 t.header().empty() ? std::string() : t.header().front(), ",...)");
+                 t.header().empty() ? std::string() : excerpt(t.header().front()), ",...)");
     if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
     out.push_back({std::move(t), file, p, is_bench});
   }
@@ -325,9 +325,17 @@ int make_report(const ReportOptions& o) {
   for (const Input& in : inputs) plot.inputs.push_back(in.file);
   plot.out_dir = scratch.path.string();
   plot.gnuplot = o.gnuplot;
+  std::vector<std::string> drawn;
+  try {
+    drawn = make_plots(plot);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    fail("dpx report could not draw its figures: ", e.what());
+  }
   std::string figures;
   int count = 0;
-  for (const std::string& written : make_plots(plot)) {
+  for (const std::string& written : drawn) {
     const fs::path svg(written);
     if (svg.extension() != ".svg") continue;
     const std::string stem = svg.stem().string();

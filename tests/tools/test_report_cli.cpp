@@ -89,6 +89,12 @@ TEST_CASE("dpx report without gnuplot says which package to install, exit 1, not
   CHECK(r.code == 1);
   CHECK(r.output.find("gnuplot-nox") != std::string::npos);
   CHECK(dir.entries().empty());
+  // A gnuplot that fails: exit 1, the page not written.
+  DpxResult f = run_dpx("report " + d.bench + " --gnuplot /bin/false --out " + out);
+  CAPTURE(f.output);
+  CHECK(f.code == 1);
+  CHECK(f.output.find("could not draw its figures") != std::string::npos);
+  CHECK(dir.entries().empty());
 }
 
 TEST_CASE("dpx report --help describes the page and its flags") {
@@ -164,4 +170,14 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   CAPTURE(again.output);
   CHECK(again.code == 0);
   CHECK(count_of(file_text(out), "<svg") == 1);
+
+  // Three repeats: images/s with its confidence interval, and the noisy column.
+  DpxResult b3 = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1 --dataset synthetic --image-size 28 "
+                         "--steps 3 --warmup 1 --repeat 3 --out " + dir.file("bench3"));
+  CAPTURE(b3.output);
+  REQUIRE(b3.code == 0);
+  DpxResult r3 = run_dpx("report " + dir.file("bench3") + " --out " + out);
+  CAPTURE(r3.output);
+  REQUIRE(r3.code == 0);
+  CHECK(std::regex_search(file_text(out), std::regex(R"(<td>[0-9.]+ \[[0-9.]+, [0-9.]+\]</td>)")));
 }
