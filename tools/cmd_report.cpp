@@ -23,7 +23,8 @@ void add_report_command(CLI::App& app) {
   cmd->footer(
       "The page holds, per input, its command (command.txt), a configuration, a phase and an efficiency table (a "
       "bandwidth table for collective CSVs), then every figure dpx plot draws from the inputs as inline SVG with its "
-      "caption. It loads nothing from elsewhere: no URL, script, font or stylesheet outside the file.");
+      "caption (drawn by gnuplot, as dpx plot draws them). It loads nothing from elsewhere: no URL, script, font or "
+      "stylesheet outside the file.");
   cmd->callback([o] {
     const int figures = analysis::make_report(*o);
     std::cout << "wrote " << o->out_file << " (" << figures << (figures == 1 ? " figure" : " figures") << ")\n";
