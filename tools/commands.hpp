@@ -16,6 +16,7 @@ void add_infer_command(CLI::App& app);
 void add_fit_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 void add_study_command(CLI::App& app);
 // The command line this process was started with, as one shell line ("dpx bench --models
 // lenet5 ..."): the program named dpx whatever its path, arguments quoted where the shell needs

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   dpx::tools::add_fit_command(app);
   dpx::tools::add_predict_command(app);
   dpx::tools::add_plot_command(app);
+  dpx::tools::add_report_command(app);
   dpx::tools::add_study_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,371 @@
+// `dpx report`: reads the inputs as `dpx plot` does (by column name), checks everything before
+// writing anything, draws the figures with make_plots into a temporary folder and inlines each
+// SVG, its ids prefixed per figure so that two figures' <defs> cannot collide in one page.
+#include "analysis/report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "analysis/csv_table.hpp"
+#include "analysis/gnuplot.hpp"
+#include "analysis/plot.hpp"
+#include "core/atomic_file.hpp"
+#include "core/error.hpp"
+
+namespace dpx::analysis {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Input {
+  CsvTable table;
+  std::string file;  // the CSV read
+  std::string name;  // as the user named it
+  bool bench = false;
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<Input> read_inputs(const std::vector<std::string>& paths) {
+  if (paths.empty()) usage_fail("dpx report: name at least one dpx bench folder or dpx collective --csv file");
+  std::vector<Input> out;
+  std::set<std::string> seen;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    std::string file = p;
+    if (fs::is_directory(p, ec)) {
+      file = (fs::path(p) / "results.csv").string();
+      if (!fs::exists(file, ec))
+        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
+    } else if (!fs::exists(p, ec)) {
+      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
+    }
+    const std::string canonical = fs::weakly_canonical(file, ec).string();
+    if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
+    CsvTable t = CsvTable::read(file, "dpx report");
+    const bool is_coll = t.has("busbw_gbs") && t.has("collective");
+    const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
+    if (!is_coll && !is_bench)
+      usage_fail("'", file, "' is neither a dpx bench results.csv nor a dpx collective --csv file (its header: ",
+                 t.header().empty() ? std::string() : excerpt(t.header().front()), ",...)");
+    if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
+    out.push_back({std::move(t), file, p, is_bench});
+  }
+  return out;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A table: a header row and rows of cells, every cell escaped.
+std::string html_table(const std::string& css_class, const std::vector<std::string>& header,
+                       const std::vector<std::vector<std::string>>& rows) {
+  std::string s = "<table class=\"" + css_class + "\">\n<thead><tr>";
+  for (const auto& h : header) s += "<th>" + html_escape(h) + "</th>";
+  s += "</tr></thead>\n<tbody>\n";
+  for (const auto& r : rows) {
+    s += "<tr>";
+    for (const auto& c : r) s += "<td>" + html_escape(c) + "</td>";
+    s += "</tr>\n";
+  }
+  return s + "</tbody>\n</table>\n";
+}
+
+// The settings of a sweep, in the order a reader looks for them.
+constexpr std::string_view kConfigColumns[] = {"model",      "dataset",   "scaling",    "batch_size", "rank_batch",
+                                               "devices",    "ranks",     "parallel",   "algo",       "bucket_mb",
+                                               "accumulate", "overlap",   "optimizer",  "repeats"};
+
+std::string bench_section(const Input& in) {
+  const CsvTable& t = in.table;
+  std::string s;
+  // Settings: one value each, or the values it takes; those that vary name the rows below.
+  std::vector<std::vector<std::string>> config;
+  std::vector<size_t> key_columns;
+  for (std::string_view name : kConfigColumns) {
+    if (!t.has(name)) continue;
+    const size_t c = t.column(name);
+    std::vector<std::string> values;
+    for (size_t r = 0; r < t.rows(); ++r)
+      if (std::find(values.begin(), values.end(), t.text(r, c)) == values.end()) values.push_back(t.text(r, c));
+    std::string joined;
+    for (const auto& v : values) joined += (joined.empty() ? "" : ", ") + v;
+    if (values.size() > 1 && name != "ranks") key_columns.push_back(c);
+    config.push_back({std::string(name), joined, values.size() > 1 ? "varies" : "same in every row"});
+  }
+  if (key_columns.empty()) key_columns = {t.column("model"), t.column("devices")};
+  s += "<h3>Configuration</h3>\n" + html_table("config", {"setting", "value", ""}, config);
+
+  std::vector<std::string> key_header;
+  for (size_t c : key_columns) key_header.push_back(t.header()[c]);
+  auto ms = [&](size_t r, std::string_view col) { return fixed(t.number(r, t.column(col)) * 1e3, 3); };
+  const bool has_repeats = t.has("repeats") && t.has("images_per_s_ci_lo") && t.has("images_per_s_ci_hi");
+  const bool has_noisy = t.has("noisy");
+  std::vector<std::string> phase_header = key_header;
+  for (const char* h : {"load + h2d (ms)", "forward (ms)", "backward (ms)", "comm exposed (ms)", "optimizer (ms)",
+                        "wait (ms)", "step (ms)", "images/s"})
+    phase_header.emplace_back(h);
+  if (has_noisy) phase_header.emplace_back("noisy");
+  std::vector<std::string> eff_header = key_header;
+  for (const char* h : {"speedup", "scaling efficiency", "load balance", "comm efficiency", "parallel efficiency"})
+    eff_header.emplace_back(h);
+  std::vector<std::vector<std::string>> phases, efficiency;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    std::vector<std::string> key;
+    for (size_t c : key_columns) key.push_back(t.text(r, c));
+    std::vector<std::string> row = key;
+    row.push_back(fixed((t.number(r, t.column("mean_load_s")) + t.number(r, t.column("mean_h2d_s"))) * 1e3, 3));
+    for (const char* col : {"mean_forward_s", "mean_backward_s", "mean_comm_exposed_s", "mean_optimizer_s",
+                            "mean_wait_s", "mean_step_s"})
+      row.push_back(ms(r, col));
+    std::string ips = fixed(t.number(r, t.column("images_per_s")), 1);
+    // A confidence interval means something from three repeats on (dpx bench --repeat).
+    if (has_repeats && t.number(r, t.column("repeats")) >= 3 && !t.text(r, t.column("images_per_s_ci_lo")).empty())
+      ips += " [" + fixed(t.number(r, t.column("images_per_s_ci_lo")), 1) + ", " +
+             fixed(t.number(r, t.column("images_per_s_ci_hi")), 1) + "]";
+    row.push_back(ips);
+    if (has_noisy) row.push_back(t.text(r, t.column("noisy")) == "1" ? "noisy" : "");
+    phases.push_back(row);
+    std::vector<std::string> eff = key;
+    for (const char* col : {"speedup", "scaling_efficiency", "load_balance", "comm_efficiency", "parallel_efficiency"})
+      eff.push_back(fixed(t.number(r, t.column(col)), 3));
+    efficiency.push_back(eff);
+  }
+  s += "<h3>Phases (mean per step)</h3>\n" + html_table("phases", phase_header, phases);
+  s += "<p class=\"note\">comm exposed includes the wait for the slowest rank (README: Phases).</p>\n";
+  if (has_repeats)
+    s += "<p class=\"note\">images/s: the median of the repeats, with its confidence interval [lo, hi] where "
+         "there are three repeats or more; noisy: the repeats spread more than dpx bench accepts.</p>\n";
+  s += "<h3>Efficiency</h3>\n" + html_table("efficiency", eff_header, efficiency);
+  s += "<p class=\"note\">parallel efficiency = load balance &times; comm efficiency (POP metrics).</p>\n";
+  return s;
+}
+
+std::string collective_section(const Input& in) {
+  const CsvTable& t = in.table;
+  const size_t c_coll = t.column("collective"), c_algo = t.column("algo"), c_backend = t.column("backend"),
+               c_ranks = t.column("ranks"), c_bytes = t.column("bytes"), c_place = t.column("placement"),
+               c_time = t.column("time_us"), c_algbw = t.column("algbw_gbs"), c_busbw = t.column("busbw_gbs");
+  std::vector<std::vector<std::string>> rows;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    if (t.text(r, c_place) != "out") continue;  // in-place rows are the same algorithm again
+    rows.push_back({t.text(r, c_coll), t.text(r, c_algo), t.text(r, c_backend), t.text(r, c_ranks),
+                    t.text(r, c_bytes), fixed(t.number(r, c_time), 3), fixed(t.number(r, c_algbw), 3),
+                    fixed(t.number(r, c_busbw), 3)});
+  }
+  if (rows.empty())
+    usage_fail("'", in.file, "' holds no out-of-place rows (placement out): nothing to report; make one with "
+               "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv");
+  return "<h3>Bandwidth (out of place)</h3>\n" +
+         html_table("bandwidth",
+                    {"collective", "algorithm", "backend", "ranks", "size (bytes)", "time (us)", "algbw (GB/s)",
+                     "busbw (GB/s)"},
+                    rows);
+}
+
+// The SVG element of a file gnuplot wrote, without its XML prolog, every id (and reference to
+// one) prefixed with `prefix`.
+std::string inline_svg(const std::string& svg, const std::string& prefix, const std::string& path) {
+  const size_t start = svg.find("<svg");
+  const size_t end = svg.rfind("</svg>");
+  if (start == std::string::npos || end == std::string::npos || end < start)
+    fail("dpx report: '", path, "' that gnuplot wrote is not an SVG image");
+  std::string s = svg.substr(start, end + 6 - start);
+  for (std::string_view from : {" id='", " id=\"", "href='#", "href=\"#", "url(#"}) {
+    const std::string to = std::string(from) + prefix;
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+      s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+// Runs in the browser only for the render check (tests/tools/test_report_browser.cpp): the page
+// shows everything without it. A figure counts as rendered when its <svg> has a box and holds a
+// path that was laid out with a size.
+constexpr std::string_view kRenderCheck = R"(<script>
+(function () {
+  var figures = document.querySelectorAll('figure.dpx-figure');
+  var rendered = 0;
+  figures.forEach(function (f) {
+    var svg = f.querySelector('svg');
+    if (!svg) return;
+    var box = svg.getBBox();
+    var drawn = 0;
+    svg.querySelectorAll('path').forEach(function (p) {
+      var b = p.getBBox();
+      if (b.width > 0 || b.height > 0) drawn++;
+    });
+    if (box.width > 0 && box.height > 0 && drawn > 0) rendered++;
+  });
+  var check = document.getElementById('dpx-render-check');
+  check.setAttribute('data-figures', String(figures.length));
+  check.setAttribute('data-rendered', String(rendered));
+  check.textContent = 'render check: ' + rendered + ' of ' + figures.length + ' figures drawn';
+})();
+</script>
+)";
+
+constexpr std::string_view kStyle = R"(<style>
+body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; }
+pre.command { background: #f4f4f4; padding: 0.6em; white-space: pre-wrap; word-break: break-all; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #eee; }
+td:first-child, th:first-child, table.config td { text-align: left; }
+figure.dpx-figure { margin: 1.5em 0; }
+figure.dpx-figure svg { max-width: 100%; height: auto; }
+figcaption, p.note, #dpx-render-check { font-size: 0.85em; color: #555; }
+</style>
+)";
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+// A folder under the system's temporary folder for the figures, removed with the object.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("dpx-report." + std::to_string(::getpid()) + "." + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+};
+
+// An existing --out file is overwritten only when dpx report wrote it (its marker, near the top).
+void check_out_file(const std::string& out) {
+  std::error_code ec;
+  if (out.empty()) usage_fail("--out: name the HTML file to write, e.g. --out report.html");
+  if (fs::is_directory(out, ec)) usage_fail("--out: '", out, "' is a folder: name the HTML file to write");
+  if (!fs::exists(out, ec)) return;
+  std::ifstream in(out, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (head.find(kReportGenerator) == std::string::npos)
+    usage_fail("--out: '", out, "' exists and was not written by dpx report: not overwriting it; remove it or name "
+               "another file");
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+int make_report(const ReportOptions& o) {
+  // Every check before anything is written: the inputs, the --out file, gnuplot.
+  const std::vector<Input> inputs = read_inputs(o.inputs);
+  std::vector<std::string> sections;
+  for (const Input& in : inputs) {
+    std::string s = "<section class=\"input\">\n<h2>" + html_escape(in.file) + "</h2>\n";
+    if (in.bench) {
+      const fs::path command_file = fs::path(in.file).parent_path() / "command.txt";
+      std::string command = read_text(command_file);
+      while (!command.empty() && (command.back() == '\n' || command.back() == '\r')) command.pop_back();
+      s += command.empty() ? "<p class=\"note\">No command.txt beside it: the command is not recorded.</p>\n"
+                           : "<pre class=\"command\">" + html_escape(command) + "</pre>\n";
+      s += bench_section(in);
+    } else {
+      s += "<p class=\"note\">A dpx collective --csv file (the command is not recorded in it).</p>\n";
+      s += collective_section(in);
+    }
+    sections.push_back(s + "</section>\n");
+  }
+  check_out_file(o.out_file);
+  if (find_executable(o.gnuplot).empty())
+    fail("dpx report draws its figures with gnuplot, and '", o.gnuplot,
+         "' was not found: install the Debian package gnuplot-nox (apt-get install gnuplot-nox), or name it with "
+         "--gnuplot PATH");
+
+  ScratchDir scratch;
+  PlotOptions plot;
+  for (const Input& in : inputs) plot.inputs.push_back(in.file);
+  plot.out_dir = scratch.path.string();
+  plot.gnuplot = o.gnuplot;
+  std::vector<std::string> drawn;
+  try {
+    drawn = make_plots(plot);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    fail("dpx report could not draw its figures: ", e.what());
+  }
+  std::string figures;
+  int count = 0;
+  for (const std::string& written : drawn) {
+    const fs::path svg(written);
+    if (svg.extension() != ".svg") continue;
+    const std::string stem = svg.stem().string();
+    std::string caption = read_text(fs::path(svg).replace_extension(".txt"));
+    if (caption.rfind(stem + ": ", 0) == 0) caption.erase(0, stem.size() + 2);
+    while (!caption.empty() && caption.back() == '\n') caption.pop_back();
+    ++count;
+    figures += "<figure class=\"dpx-figure\" id=\"figure-" + html_escape(stem) + "\">\n" +
+               inline_svg(read_text(svg), "f" + std::to_string(count) + "-", written) +
+               "\n<figcaption>Figure " + std::to_string(count) + " (" + html_escape(stem) + "): " +
+               html_escape(caption) + "</figcaption>\n</figure>\n";
+  }
+
+  std::string page = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n" +
+                     std::string(kReportGenerator) +
+                     "\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+                     html_escape(o.title) + "</title>\n" + std::string(kStyle) + "</head>\n<body>\n<h1>" +
+                     html_escape(o.title) + "</h1>\n<p class=\"date\">Written by dpx report on " + utc_now() +
+                     " from " + std::to_string(inputs.size()) + (inputs.size() == 1 ? " input" : " inputs") +
+                     ".</p>\n";
+  for (const auto& s : sections) page += s;
+  page += "<h2>Figures</h2>\n" + figures;
+  page += "<p id=\"dpx-render-check\" data-figures=\"" + std::to_string(count) +
+          "\">render check: not run (it needs JavaScript; the page does not)</p>\n" + std::string(kRenderCheck) +
+          "</body>\n</html>\n";
+  const fs::path parent = fs::path(o.out_file).parent_path();
+  if (!parent.empty()) ensure_writable_dir(parent.string(), "--out");
+  write_file_atomic(o.out_file, page, "--out");
+  return count;
+}
+
+}  // namespace dpx::analysis

@@ -1,0 +1,86 @@
+// dpx report in a real browser: headless Chromium loads the page from the file and dumps the DOM
+// after the page's render check ran; every figure must have been laid out with drawn paths. A
+// copy of the page with one figure hidden must be counted one short (the check can fail). Exits
+// 77 (ctest: skipped) without gnuplot or Chromium (scripts/setup installs it with
+// DPX_WITH_BROWSER=1).
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "analysis/gnuplot.hpp"
+#include "../common/files.hpp"
+#include "report_inputs.hpp"
+#include "run_dpx.hpp"
+
+namespace {
+
+void skip(const std::string& why) {
+  std::printf("skipped: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+std::string find_chromium() {
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"})
+    if (std::string path = dpx::analysis::find_executable(name); !path.empty()) return path;
+  return "";
+}
+
+struct RenderCheck {
+  int figures = -1, rendered = -1;
+};
+
+// Loads `page` in headless Chromium (as root in CI: --no-sandbox; killed after 60 s) and reads
+// the render check's result from the DOM it dumps.
+RenderCheck browse(const std::string& chromium, const std::string& page, const std::string& profile) {
+  const std::string cmd = "timeout -k 5 60 " + chromium +
+                          " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir=" + profile +
+                          " --dump-dom file://" + std::filesystem::absolute(page).string() + " 2>/dev/null";
+  DpxResult r = run_command(cmd);
+  CAPTURE(cmd);
+  CAPTURE(r.output.substr(0, 2000));
+  CHECK(r.code == 0);
+  std::smatch m;
+  RenderCheck c;
+  if (std::regex_search(r.output, m,
+                        std::regex(R"re(<p id="dpx-render-check" data-figures="(\d+)" data-rendered="(\d+)")re"))) {
+    c.figures = std::stoi(m[1]);
+    c.rendered = std::stoi(m[2]);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("dpx report's figures render in headless Chromium") {
+  if (dpx::analysis::find_executable("gnuplot").empty())
+    skip("gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    skip("no chromium, chromium-browser or google-chrome on PATH (DPX_WITH_BROWSER=1 scripts/setup installs it)");
+  ReportInputs& d = report_inputs();
+  dpx::testing::TempDir dir("report_browser");
+  const std::string out = dir.file("report.html");
+  DpxResult r = run_dpx("report " + d.bench + " " + d.coll + " --out " + out);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const RenderCheck good = browse(chromium, out, dir.file("profile"));
+  CHECK(good.figures == 4);  // throughput, phases, efficiency, busbw
+  CHECK(good.rendered == 4);
+
+  // The same page with its first figure hidden: the check must see one figure not drawn.
+  std::string page = dpx::testing::file_text(out);
+  const size_t svg = page.find("<svg");
+  REQUIRE(svg != std::string::npos);
+  page.insert(svg + 4, " style=\"display:none\"");
+  const std::string broken = dir.file("broken.html");
+  std::ofstream(broken) << page;
+  const RenderCheck bad = browse(chromium, broken, dir.file("profile"));
+  CHECK(bad.figures == 4);
+  CHECK(bad.rendered == 3);
+}
