@@ -2,6 +2,7 @@
 #include <Eigen/Core>
 #include <sstream>
 
+#include "core/cuda/memory.hpp"
 #include "core/version_config.hpp"
 #include "tools/commands.hpp"
 
@@ -31,7 +32,9 @@ std::string version_text(const parallel::LaunchInfo& launch) {
   if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
     os << "CUDA driver " << driver / 1000 << "." << (driver % 1000) / 10 << "\n";
   else
-    os << "CUDA driver none (no GPU usable on this machine)\n";
+    os << "CUDA driver none\n";
+  if (const std::string why = cuda::unavailable_reason(); !why.empty()) os << "GPUs: none usable: " << why << "\n";
+  else os << "GPUs: " << cuda::device_count() << "\n";
   os << "cuDNN " << CUDNN_MAJOR << "." << CUDNN_MINOR << "." << CUDNN_PATCHLEVEL << "\n";
   os << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH << "\n";
 #else

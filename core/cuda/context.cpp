@@ -46,8 +46,8 @@ void CudaState::set_cublas_tf32(bool allow) {
 std::unique_ptr<CudaState> make_cuda_state(int device) {
   int count = device_count();
   if (device < 0 || device >= count)
-    fail("cuda:", device, " does not exist: this machine has ", count, " CUDA device",
-         count == 1 ? "" : "s", count == 0 ? " (or no usable driver)" : "");
+    fail("cuda:", device, " does not exist: this machine has ", count, " CUDA device", count == 1 ? "" : "s",
+         count == 0 ? " (" + unavailable_reason() + ")" : std::string());
   DeviceGuard guard(device);
   auto st = std::make_unique<CudaState>();
   st->device = device;

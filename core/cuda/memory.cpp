@@ -227,14 +227,39 @@ class DevicePool {
   size_t in_use_ = 0, cached_ = 0, peak_ = 0;
 };
 
-int query_device_count() {
-  int n = 0;
-  // No driver, no device or a driver older than the runtime: CUDA is simply not available.
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+// The devices, or why there are none. cudaGetDeviceCount says "insufficient driver" both when no
+// driver is installed and when it is older than the runtime; the driver's version tells them apart.
+struct DeviceQuery {
+  int count = 0;
+  std::string reason;
+};
+
+std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+DeviceQuery query_devices() {
+  DeviceQuery q;
+  const cudaError_t err = cudaGetDeviceCount(&q.count);
+  if (err == cudaSuccess && q.count > 0) return q;
+  cudaGetLastError();
+  q.count = 0;
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) cudaGetLastError();
+  if (driver == 0)
+    q.reason = "no NVIDIA driver is installed on this machine (no GPU usable)";
+  else if (err == cudaErrorInsufficientDriver || driver < CUDART_VERSION)
+    q.reason = "the NVIDIA driver supports CUDA " + cuda_version_text(driver) + ", older than the CUDA " +
+               cuda_version_text(CUDART_VERSION) + " runtime dpx was built with: update the driver, or build dpx "
+               "with a CUDA toolkit no newer than " + cuda_version_text(driver);
+  else if (err == cudaSuccess || err == cudaErrorNoDevice)
+    q.reason = "the NVIDIA driver sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  else
+    q.reason = std::string("CUDA cannot start: ") + cudaGetErrorString(err);
+  return q;
+}
+
+const DeviceQuery& devices() {
+  static const DeviceQuery q = query_devices();
+  return q;
 }
 
 // The pools live for the whole process on purpose (never destroyed): tensors in static objects
@@ -345,10 +370,9 @@ int copy_device(Device dst, Device src) { return dst.is_cuda() ? dst.index : src
 
 bool available() { return device_count() > 0; }
 
-int device_count() {
-  static const int n = query_device_count();
-  return n;
-}
+int device_count() { return devices().count; }
+
+std::string unavailable_reason() { return devices().reason; }
 
 void* allocate(size_t bytes, int device) { return allocate(bytes, device, nullptr); }
 

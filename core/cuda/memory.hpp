@@ -3,6 +3,7 @@
 // This header stays free of CUDA headers: core/tensor.cpp includes it in every build.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "core/device.hpp"
 
@@ -14,6 +15,9 @@ using Stream = CUstream_st*;  // the same type as cudaStream_t; nullptr is the l
 
 bool available();              // built with CUDA and at least one device present
 int device_count();            // 0 when not built with CUDA or no device
+// Why no CUDA device can be used, as a clause for an error message ("" when one can): not built
+// with CUDA, no NVIDIA driver, a driver older than the CUDA runtime dpx was built with, or no GPU.
+std::string unavailable_reason();
 void* allocate(size_t bytes, int device);   // from the caching allocator
 void release(void* p, size_t bytes, int device);
 // Synchronous copy between any two devices (host or CUDA).

@@ -14,6 +14,7 @@ namespace {
 
 bool available() { return false; }
 int device_count() { return 0; }
+std::string unavailable_reason() { return "this dpx was built without CUDA (rebuild with -DDPX_CUDA=ON)"; }
 void* allocate(size_t, int) { no_cuda(); }
 void release(void*, size_t, int) {}
 void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }

@@ -60,7 +60,7 @@ class CudaEnv final : public DeviceEnv {
 
 std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32) {
   if (!cuda::available())
-    fail("--devices cuda:", device, ": no usable CUDA device on this machine (driver missing or no GPU)");
+    fail("--devices cuda:", device, ": no usable CUDA device: ", cuda::unavailable_reason());
   if (device >= cuda::device_count())
     fail("--devices cuda:", device, ": this machine has ", cuda::device_count(), " CUDA device(s)");
   return std::make_unique<CudaEnv>(device, allow_tf32);

@@ -125,6 +125,13 @@ TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
   if (gpu.code != 0) {
     CHECK(gpu.code == 1);
     CHECK(gpu.output.find("cuda:0") != std::string::npos);
+    // ... and why: built without CUDA, no driver, a driver older than the runtime, or no GPU.
+    const bool says_why = gpu.output.find("built without CUDA") != std::string::npos ||
+                          gpu.output.find("no NVIDIA driver") != std::string::npos ||
+                          gpu.output.find("older than the CUDA") != std::string::npos ||
+                          gpu.output.find("sees no GPU") != std::string::npos ||
+                          gpu.output.find("CUDA cannot start") != std::string::npos;
+    CHECK(says_why);
   }
   CHECK(run("train --devices cuda:0 --parallel ddp --dataset synthetic").code == 2);
 
