@@ -1,6 +1,6 @@
 // `dpx study NAME`: the studies dpx reproduces, as named sweeps of dpx bench and dpx collective that
 // run on whatever machine is at hand (devices 1..its cores) and end in figures (dpx plot) and one
-// page (dpx report). Each step is this same binary run as a child process with a command line the
+// page (dpx report, report.html). Each step is this same binary run as a child process with a command line the
 // study prints first and writes to commands.sh, so every figure can be remade by hand.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "analysis/gnuplot.hpp"
@@ -202,17 +203,23 @@ void run(StudyFlags& f) {
               << "in " << f.out << ": dpx plot " << outputs.front() << " ... --out figures\n";
     return;
   }
-  std::vector<std::string> plot = {"plot"};
+  std::vector<std::string> plot = {"plot"}, report = {"report"};
   plot.insert(plot.end(), outputs.begin(), outputs.end());
   plot.insert(plot.end(), {"--out", "figures", "--gnuplot", f.gnuplot});
-  std::cout << "== dpx study " << f.name << ": figures: " << shell_line(plot) << std::endl;
-  {
-    std::ofstream sh(fs::path(f.out) / "commands.sh", std::ios::app);
-    sh << shell_line(plot) << "\n";
+  report.insert(report.end(), outputs.begin(), outputs.end());
+  report.insert(report.end(), {"--out", "report.html", "--title", "dpx study " + f.name + (f.quick ? " --quick" : ""),
+                               "--gnuplot", f.gnuplot});
+  for (const auto& [what, words] : {std::pair{"figures", plot}, std::pair{"report", report}}) {
+    std::cout << "== dpx study " << f.name << ": " << what << ": " << shell_line(words) << std::endl;
+    {
+      std::ofstream sh(fs::path(f.out) / "commands.sh", std::ios::app);
+      sh << shell_line(words) << "\n";
+    }
+    if (const int code = run_dpx(self, f.out, words); code != 0)
+      fail("dpx study ", f.name, ": the ", what, " failed (exit ", code, "): ", shell_line(words));
   }
-  if (const int code = run_dpx(self, f.out, plot); code != 0)
-    fail("dpx study ", f.name, ": the figures failed (exit ", code, "): ", shell_line(plot));
-  std::cout << "dpx study " << f.name << ": done; " << f.out << "/commands.sh remakes it\n";
+  std::cout << "dpx study " << f.name << ": done: " << (fs::path(f.out) / "report.html").string() << " holds the "
+            << "tables and figures; " << f.out << "/commands.sh remakes it\n";
 }
 
 }  // namespace

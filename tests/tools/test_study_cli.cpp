@@ -62,6 +62,11 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
   if (has_gnuplot()) {
     CHECK(sh.find("dpx plot bench --out figures") != std::string::npos);
     CHECK(fs::file_size(out / "figures" / "throughput.png") > 1000);
+    CHECK(sh.find("dpx report bench --out report.html --title 'dpx study devices --quick'") != std::string::npos);
+    const std::string page = slurp(out / "report.html");
+    CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
+    CHECK(page.find("dpx study devices --quick") != std::string::npos);
+    CHECK(page.find("<svg") != std::string::npos);
     for (const char* m : {"lenet5", "squeezenet1_1"})
       for (const char* b : {"16", "32", "64"}) {
         CHECK(fs::exists(out / "figures" / (std::string("phases-") + m + "-b" + b + ".svg")));
