@@ -102,6 +102,7 @@ Figure throughput_figure(const Inputs& in) {
   std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
   const std::string ci = interval_clause(in.bench);
   if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
+  caption += "; dashed: ideal scaling, each line's first point x k/k0";
   std::string b;
   std::string plot = "plot ";
   for (size_t i = 0; i < in.bench.size(); ++i) {
@@ -117,7 +118,7 @@ Figure throughput_figure(const Inputs& in) {
     const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
     plot += std::string(i ? ", \\\n  " : "") + "$t" + std::to_string(i) + measured + lc + " title " +
             quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $t" + std::to_string(i) +
-            " using 1:3 with lines dt 2" + lc + " title " + quoted(g.label + " ideal (first point x k/k0)");
+            " using 1:3 with lines dt 2" + lc + " notitle";
   }
   b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
        "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +

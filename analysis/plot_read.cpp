@@ -80,9 +80,12 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
                c_wait = col("mean_wait_s"), c_step = col("mean_step_s"), c_se = col("scaling_efficiency"),
                c_lb = col("load_balance"), c_ce = col("comm_efficiency"), c_pe = col("parallel_efficiency");
   const bool has_scaling = t.has("scaling");
-  std::set<std::string> parallels;
+  std::set<std::string> parallels, scalings_met;
   TextSet models, devices, datasets, batches, scalings;
-  for (size_t r = 0; r < t.rows(); ++r) parallels.insert(t.text(r, c_par));
+  for (size_t r = 0; r < t.rows(); ++r) {
+    parallels.insert(t.text(r, c_par));
+    scalings_met.insert(has_scaling ? t.text(r, t.column("scaling")) : "strong");
+  }
   std::map<std::string, size_t> index;
   for (size_t r = 0; r < t.rows(); ++r) {
     const std::string scaling = has_scaling ? t.text(r, t.column("scaling")) : "strong";
@@ -94,6 +97,12 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     if (parallels.size() > 1) {
       label += " " + t.text(r, c_par);
       key += "-" + t.text(r, c_par);
+    }
+    // Weak and strong rows of one batch size are different series (batch 16 per rank against
+    // 16 in all), and different figures.
+    if (scalings_met.size() > 1) {
+      label += " " + scaling;
+      key += "-" + scaling;
     }
     if (several) {
       label += " (" + source + ")";
@@ -130,6 +139,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       it = index.emplace(key, in.bench.size()).first;
       std::string model = t.text(r, c_model);
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
+      if (scalings_met.size() > 1) model += " " + scaling + " scaling";
       if (several) model += " (" + source + ")";
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {}});
     }

@@ -430,3 +430,20 @@ TEST_CASE("dpx plot timeline: a dpx train --trace file as a row of phase boxes p
     CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
   }
 }
+
+TEST_CASE("dpx plot keeps weak and strong scaling apart: their series and figures") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_scaling");
+  const std::string bench = small_bench(dir, "bench", "--scaling weak,strong");
+  dpx::testing::TempDir out("plot_scaling_out");
+  DpxResult r = run_dpx("plot " + bench + " --out " + out.path.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // Batch 8 per rank (weak) and 8 in all (strong): two measured lines and their two ideal ones.
+  check_figure(out, "throughput", 4, 960, 640);
+  check_figure(out, "phases-lenet5-b8-weak", 7, 960, 640);
+  check_figure(out, "phases-lenet5-b8-strong", 7, 960, 640);
+  const std::string svg = slurp(out.file("throughput.svg"));
+  CHECK(svg.find("lenet5 batch 8/rank weak") != std::string::npos);
+  CHECK(svg.find("lenet5 batch 8 strong") != std::string::npos);
+}
