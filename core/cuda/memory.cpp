@@ -303,7 +303,7 @@ class PinnedPool {
     return p;
   }
 
-  void release(void* p, Stream last_use) {
+  void release(void* p, Stream last_use, int device) {
     std::lock_guard<std::mutex> lock(m_);
     auto it = live_.find(p);
     if (it == live_.end()) {
@@ -315,9 +315,9 @@ class PinnedPool {
     cached_ += size;
     cudaEvent_t e = nullptr;
     if (last_use != nullptr) {
-      int dev = 0, previous = -1;
+      int previous = -1;
       cudaGetDevice(&previous);  // switched by hand: this runs from destructors, never throws
-      bool ok = cudaStreamGetDevice(last_use, &dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
+      bool ok = device >= 0 && cudaSetDevice(device) == cudaSuccess &&
                 cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
                 cudaEventRecord(e, last_use) == cudaSuccess;
       if (previous >= 0) cudaSetDevice(previous);
@@ -422,8 +422,12 @@ void* allocate_pinned(size_t bytes) {
   return pinned_pool().allocate(bytes);
 }
 
-void release_pinned(void* p, size_t, Stream last_use) {
-  if (p) pinned_pool().release(p, last_use);
+void release_pinned(void* p, size_t) {
+  if (p) pinned_pool().release(p, nullptr, -1);
+}
+
+void release_pinned(void* p, size_t, Stream last_use, int device) {
+  if (p) pinned_pool().release(p, last_use, device);
 }
 
 size_t pinned_bytes_cached() { return pinned_pool().cached(); }

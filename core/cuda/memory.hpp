@@ -47,9 +47,12 @@ void reset_peak_bytes_in_use(int device);
 // ---- pinned host memory (for the data loader's host-to-device copies) -------------------------
 // Page-locked host memory from cudaHostAlloc, cached by size because cudaHostAlloc is slow.
 void* allocate_pinned(size_t bytes);
-// `last_use`: a stream whose queued work may still read `p` (an asynchronous copy); the block is
-// reused only after that work has finished. nullptr: no work on the device uses it any more.
-void release_pinned(void* p, size_t bytes, Stream last_use = nullptr);
+// No work on a device uses `p` any more: it can be reused at once.
+void release_pinned(void* p, size_t bytes);
+// `last_use`, a stream of `device`, may still read `p` (an asynchronous copy): the block is reused
+// only after that work has finished. The device is passed with the stream, not asked of it
+// (cudaStreamGetDevice needs CUDA 12.8).
+void release_pinned(void* p, size_t bytes, Stream last_use, int device);
 size_t pinned_bytes_cached();
 
 // Asynchronous copy on `stream` between any two devices. Host memory must be pinned for the

@@ -28,7 +28,8 @@ void record_stream(void*, int, Stream) { no_cuda(); }
 size_t peak_bytes_in_use(int) { return 0; }
 void reset_peak_bytes_in_use(int) {}
 void* allocate_pinned(size_t) { no_cuda(); }
-void release_pinned(void*, size_t, Stream) {}
+void release_pinned(void*, size_t) {}
+void release_pinned(void*, size_t, Stream, int) {}
 size_t pinned_bytes_cached() { return 0; }
 void copy_async(void*, Device, const void*, Device, size_t, Stream) { no_cuda(); }
 void synchronize(Stream, int) { no_cuda(); }

@@ -108,7 +108,7 @@ TEST_CASE("cuda pinned memory and asynchronous copies round-trip on a stream") {
   bool same = true;
   for (int64_t i = 0; i < n; ++i) same = same && back[i] == src[i];
   CHECK(same);
-  cuda::release_pinned(src, bytes, s);
+  cuda::release_pinned(src, bytes, s, 0);
   cuda::release_pinned(back, bytes);
   cuda::synchronize(s, 0);
   CHECK(cuda::pinned_bytes_cached() >= 2 * bytes);
