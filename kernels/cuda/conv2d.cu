@@ -76,9 +76,11 @@ AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, bool tf32) {
 }
 
 // Picks the first heuristic result that runs in the requested math and whose workspace can be
-// allocated (PyTorch's rule), and caches it. `Perf` is one of cuDNN's *AlgoPerf_t structs.
-template <typename Perf, typename Query>
-AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const char* what, Query query) {
+// allocated (PyTorch's rule), and caches it. `Perf` is one of cuDNN's *AlgoPerf_t structs. The
+// heuristics' sizes were computed under the query's math type; `size(algo, math)` sets the math
+// the convolution will run in on its descriptor and asks cuDNN again (TF32 may need more).
+template <typename Perf, typename Query, typename Size>
+AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const char* what, Query query, Size size) {
   auto hit = st.conv_algos.find(key);
   if (hit != st.conv_algos.end()) return hit->second;
   std::vector<Perf> perf(32);
@@ -89,16 +91,18 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
     const Perf& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
     if (!ctx.allow_tf32 && tensor_op_math(r.mathType)) continue;
+    const cudnnMathType_t math = ctx.allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
+    const size_t bytes = std::max(r.memory, size(r.algo, math));
     try {
-      st.workspace(r.memory);
+      st.workspace(bytes);
     } catch (const Error&) {  // too large to allocate now: the next candidate may fit
-      tried += " algo " + std::to_string(int(r.algo)) + " needs " + std::to_string(r.memory) + " bytes;";
+      tried += " algo " + std::to_string(int(r.algo)) + " needs " + std::to_string(bytes) + " bytes;";
       continue;
     }
     AlgoChoice c;
     c.algo = static_cast<int>(r.algo);
-    c.workspace_bytes = r.memory;
-    c.math = ctx.allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
+    c.workspace_bytes = bytes;
+    c.math = math;
     st.conv_algos.emplace(key, c);
     return c;
   }
@@ -129,6 +133,12 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
       ctx, st, make_key(Pass::forward, s, p, ctx.allow_tf32), "forward", [&](int n, int* got, auto* perf) {
         DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
+      },
+      [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
+        size_t bytes = 0;
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+        DPX_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(st.cudnn, xd.d, wd.d, cd.d, yd.d, algo, &bytes));
+        return bytes;
       });
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
   const float one = 1.f, zero = 0.f;
@@ -158,6 +168,13 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         ctx, st, make_key(Pass::backward_data, s, p, ctx.allow_tf32), "backward-data",
         [&](int n, int* got, auto* perf) {
           DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
+          size_t bytes = 0;
+          DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+          DPX_CUDNN_CHECK(
+              cudnnGetConvolutionBackwardDataWorkspaceSize(st.cudnn, wd.d, dyd.d, cd.d, xd.d, algo, &bytes));
+          return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
     void* ws = st.workspace(c.workspace_bytes);
@@ -172,6 +189,13 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
         ctx, st, make_key(Pass::backward_filter, s, p, ctx.allow_tf32), "backward-filter",
         [&](int n, int* got, auto* perf) {
           DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math) {
+          size_t bytes = 0;
+          DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+          DPX_CUDNN_CHECK(
+              cudnnGetConvolutionBackwardFilterWorkspaceSize(st.cudnn, xd.d, dyd.d, cd.d, wd.d, algo, &bytes));
+          return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
     void* ws = st.workspace(c.workspace_bytes);
