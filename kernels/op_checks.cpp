@@ -285,6 +285,12 @@ void scale(Context&, Tensor& x, float) { require_f32("scale", "x", x); }
 
 void count_nonfinite(Context&, const Tensor& x) { require_f32("count_nonfinite", "x", x); }
 
+void increment_i64(Context&, Tensor& counter) {
+  require_dtype("increment_i64", "counter", counter, DType::i64);
+  if (counter.numel() != 1)
+    fail("increment_i64: counter ", shape_str(counter.shape()), " must hold exactly one element");
+}
+
 // ==== matrix products
 
 void linear_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {

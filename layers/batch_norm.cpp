@@ -17,18 +17,6 @@ std::string py_float(float v) {
   return buf;
 }
 
-// +1 on a 0-dim i64 counter. On a GPU this is a small synchronous round trip through the
-// host, since no op adds integers on a device; it is state only (dpx has no momentum=None
-// cumulative average that would read it).
-void increment_counter(Tensor& t) {
-  if (t.device().is_cpu()) {
-    ++t.data<int64_t>()[0];
-    return;
-  }
-  Tensor host = t.to(Device::cpu());
-  ++host.data<int64_t>()[0];
-  t.copy_from(host);
-}
 }  // namespace
 
 template <class Self>
@@ -95,7 +83,7 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
     save_invstd_ = Tensor::empty({c_}, DType::f32, ctx.device);
     ops::batch_norm_forward_train(ctx, y, save_mean_, save_invstd_, running_mean(), running_var(),
                                   x, weight().value, bias().value, momentum_, eps_);
-    increment_counter(num_batches_tracked());
+    ops::increment_i64(ctx, num_batches_tracked());  // on the device: no host round trip
   } else {
     ops::batch_norm_forward_eval(ctx, y, x, weight().value, bias().value, running_mean(),
                                  running_var(), eps_);

@@ -19,6 +19,8 @@ void fill(Context& ctx, Tensor& out, float value) {
   for (int64_t i = 0; i < n; ++i) o[i] = value;
 }
 
+void increment_i64(Context&, Tensor& counter) { ++counter.data<int64_t>()[0]; }
+
 // A byte copy, so any dtype works as long as both sides agree (labels are i64).
 void copy(Context& ctx, Tensor& out, const Tensor& in) {
   if (out.raw() == in.raw()) return;

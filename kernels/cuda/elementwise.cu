@@ -1,4 +1,4 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale, count_nonfinite (the CPU ops' checks and results).
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, count_nonfinite, increment_i64 (the CPU ops' checks and results).
 // Grid-stride loops with 64-bit indices; all work is queued on the Context's stream.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -44,7 +44,15 @@ __global__ void count_nonfinite_kernel(unsigned long long* count, const float* x
   if (threadIdx.x == 0 && block_count) atomicAdd(count, block_count);
 }
 
+__global__ void increment_i64_kernel(long long* counter) { *counter += 1; }
+
 }  // namespace
+
+void increment_i64(Context& ctx, Tensor& counter) {
+  CudaState& st = state_of(ctx);
+  increment_i64_kernel<<<1, 1, 0, st.stream>>>(static_cast<long long*>(counter.raw()));
+  check_launch();
+}
 
 void fill(Context& ctx, Tensor& out, float value) {
   CudaState& st = state_of(ctx);

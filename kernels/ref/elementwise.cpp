@@ -12,6 +12,8 @@ void fill(Context&, Tensor& out, float value) {
   for (int64_t i = 0; i < out.numel(); ++i) o[i] = value;
 }
 
+void increment_i64(Context&, Tensor& counter) { counter.data<int64_t>()[0] += 1; }
+
 // A byte copy, so any dtype works (both sides have the same dtype). memmove, not memcpy: the
 // two may be overlapping views of one storage.
 void copy(Context&, Tensor& out, const Tensor& in) {

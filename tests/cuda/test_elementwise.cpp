@@ -66,6 +66,16 @@ TEST_CASE("cuda count_nonfinite counts as the reference does") {
   CHECK(ops::count_nonfinite(g, gx.view_at(1, {1000})) == 0);
 }
 
+TEST_CASE("cuda increment_i64 adds one on the device") {
+  Context g = gpu();
+  Tensor counter = Tensor::zeros({}, DType::i64);
+  counter.data<int64_t>()[0] = (int64_t(1) << 40) - 1;
+  Tensor gc = counter.to(dev());
+  ops::increment_i64(g, gc);
+  ops::increment_i64(g, gc);
+  CHECK(gc.to(Device::cpu()).data<int64_t>()[0] == (int64_t(1) << 40) + 1);
+}
+
 TEST_CASE("cuda relu forward and backward (accumulating) match the reference") {
   Context c = reference(), g = gpu();
   Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);

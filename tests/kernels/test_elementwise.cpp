@@ -141,6 +141,21 @@ TEST_CASE("dropout: p == 0 copies, p == 1 zeroes, p outside 0..1 is an error") {
                        doctest::Contains("mask (4) must be u8, got f32"), Error);
 }
 
+TEST_CASE("increment_i64 adds one to a one-element i64 counter, on the CPU and in the reference; else says what it takes") {
+  for (Context ctx : {Context::cpu(2), Context::ref()}) {
+    Tensor counter = Tensor::zeros({}, DType::i64);
+    counter.data<int64_t>()[0] = (int64_t(1) << 40) - 1;  // beyond 32 bits
+    ops::increment_i64(ctx, counter);
+    ops::increment_i64(ctx, counter);
+    CHECK(counter.data<int64_t>()[0] == (int64_t(1) << 40) + 1);
+  }
+  Context ctx = Context::cpu();
+  Tensor f = Tensor::zeros({});
+  CHECK_THROWS_WITH_AS(ops::increment_i64(ctx, f), doctest::Contains("counter"), Error);
+  Tensor two = Tensor::zeros({2}, DType::i64);
+  CHECK_THROWS_WITH_AS(ops::increment_i64(ctx, two), doctest::Contains("exactly one element"), Error);
+}
+
 TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else, for any number of threads") {
   const int64_t n = 100003;
   Tensor x = Tensor::empty({n});
