@@ -70,8 +70,9 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   const RenderCheck good = browse(chromium, out, dir.file("profile"));
-  CHECK(good.figures == 4);  // throughput, phases, efficiency, busbw
-  CHECK(good.rendered == 4);
+  // throughput, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
+  CHECK(good.figures == 8);
+  CHECK(good.rendered == 8);
 
   // The same page with its first figure hidden: the check must see one figure not drawn.
   std::string page = dpx::testing::file_text(out);
@@ -81,6 +82,6 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   const std::string broken = dir.file("broken.html");
   std::ofstream(broken) << page;
   const RenderCheck bad = browse(chromium, broken, dir.file("profile"));
-  CHECK(bad.figures == 4);
-  CHECK(bad.rendered == 3);
+  CHECK(bad.figures == 8);
+  CHECK(bad.rendered == 7);
 }

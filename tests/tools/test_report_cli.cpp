@@ -122,13 +122,14 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   REQUIRE(p.code == 0);
   int plotted = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.file("figs"))) plotted += e.path().extension() == ".svg";
-  CHECK(plotted == 4);  // throughput, phases, efficiency, busbw
+  // throughput, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
+  CHECK(plotted == 8);
 
   const std::string out = dir.file("page/report.html");
   DpxResult r = run_dpx("report " + d.bench + " " + d.coll + " --title 'Study <b> & \"co\"' --out " + out);
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  CHECK(r.output.find("4 figures") != std::string::npos);
+  CHECK(r.output.find(std::to_string(plotted) + " figures") != std::string::npos);
   const std::string page = file_text(out);
   CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
   CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
@@ -146,7 +147,8 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   CHECK(count_of(page, "<figure class=\"dpx-figure\"") == plotted);
   CHECK(count_of(page, "<figcaption>") == plotted);
   CHECK(page.find("<?xml") == std::string::npos);
-  CHECK(page.find("<p id=\"dpx-render-check\" data-figures=\"4\"") != std::string::npos);
+  CHECK(page.find("<p id=\"dpx-render-check\" data-figures=\"" + std::to_string(plotted) + "\"") !=
+        std::string::npos);
   for (const char* stem : {"throughput", "phases-lenet5-b8", "efficiency-lenet5-b8", "busbw-all_reduce"})
     CHECK(page.find(std::string("id=\"figure-") + stem + "\"") != std::string::npos);
   // The command that made the bench folder, escaped as text.
