@@ -67,11 +67,14 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
     CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
     CHECK(page.find("dpx study devices --quick") != std::string::npos);
     CHECK(page.find("<svg") != std::string::npos);
-    for (const char* m : {"lenet5", "squeezenet1_1"})
-      for (const char* b : {"16", "32", "64"}) {
-        CHECK(fs::exists(out / "figures" / (std::string("phases-") + m + "-b" + b + ".svg")));
-        CHECK(fs::exists(out / "figures" / (std::string("efficiency-") + m + "-b" + b + ".svg")));
-      }
+    for (const char* fig : {"best-devices", "bytes-per-epoch", "loss"}) CHECK(fs::exists(out / "figures" / (std::string(fig) + ".svg")));
+    for (const std::string m : {"lenet5", "squeezenet1_1"})
+      for (const std::string b : {"16", "32", "64"})
+        for (const std::string s : {"weak", "strong"})  // weak and strong apart
+          for (const std::string fig : {"phases-", "efficiency-", "comm-compute-"}) {
+            CAPTURE(fig + m + "-b" + b + "-" + s);
+            CHECK(fs::exists(out / "figures" / (fig + m + "-b" + b + "-" + s + ".svg")));
+          }
   } else {
     MESSAGE("gnuplot is not installed: the figures were not checked");
     CHECK(r.output.find("no gnuplot") != std::string::npos);
