@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "analysis/gnuplot.hpp"
 #include "analysis/plot_data.hpp"
@@ -98,6 +99,25 @@ const std::vector<PlotFigureInfo>& plot_figures() {
   return figures;
 }
 
+
+std::vector<InputFile> input_files(const std::vector<std::string>& paths) {
+  std::vector<InputFile> out;
+  std::set<std::string> seen;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    std::string file = p;
+    if (fs::is_directory(p, ec)) {
+      file = (fs::path(p) / "results.csv").string();
+      if (!fs::exists(file, ec))
+        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
+    } else if (!fs::exists(p, ec)) {
+      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
+    }
+    const std::string canonical = fs::weakly_canonical(file, ec).string();
+    if (seen.insert(canonical.empty() ? file : canonical).second) out.push_back({file, p});
+  }
+  return out;
+}
 
 std::vector<std::string> make_plots(const PlotOptions& o) {
   // Every check before anything is written: the figures named, the inputs, gnuplot.

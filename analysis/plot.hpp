@@ -34,4 +34,13 @@ struct PlotOptions {
 // dpx::Error (exit 1) when gnuplot is missing or fails.
 std::vector<std::string> make_plots(const PlotOptions& options);
 
+// The files named on a dpx plot or dpx report command line: a folder stands for its results.csv,
+// a file named twice (a folder and its results.csv) counts once. Throws dpx::UsageError naming a
+// path that does not exist or a folder without results.csv.
+struct InputFile {
+  std::string file;   // the file to read
+  std::string named;  // as the command line named it
+};
+std::vector<InputFile> input_files(const std::vector<std::string>& paths);
+
 }  // namespace dpx::analysis

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "analysis/csv_table.hpp"
+#include "analysis/plot.hpp"
 #include "analysis/plot_data.hpp"
 #include "core/error.hpp"
 
@@ -265,20 +266,7 @@ Inputs read_inputs(const std::vector<std::string>& paths) {
     usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
   std::vector<std::pair<CsvTable, std::string>> bench, coll;
   std::vector<std::string> traces;
-  std::set<std::string> seen;
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    std::string file = p;
-    if (fs::is_directory(p, ec)) {
-      file = (fs::path(p) / "results.csv").string();
-      if (!fs::exists(file, ec))
-        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
-    } else if (!fs::exists(p, ec)) {
-      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
-    }
-    // The same file named twice (a folder and its results.csv) is read once.
-    const std::string canonical = fs::weakly_canonical(file, ec).string();
-    if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
+  for (const auto& [file, named] : input_files(paths)) {
     if (looks_like_json(file)) {
       traces.push_back(file);
       continue;

@@ -44,19 +44,7 @@ std::string read_text(const fs::path& path) {
 std::vector<Input> read_inputs(const std::vector<std::string>& paths) {
   if (paths.empty()) usage_fail("dpx report: name at least one dpx bench folder or dpx collective --csv file");
   std::vector<Input> out;
-  std::set<std::string> seen;
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    std::string file = p;
-    if (fs::is_directory(p, ec)) {
-      file = (fs::path(p) / "results.csv").string();
-      if (!fs::exists(file, ec))
-        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
-    } else if (!fs::exists(p, ec)) {
-      usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
-    }
-    const std::string canonical = fs::weakly_canonical(file, ec).string();
-    if (!seen.insert(canonical.empty() ? file : canonical).second) continue;
+  for (const auto& [file, p] : input_files(paths)) {
     CsvTable t = CsvTable::read(file, "dpx report");
     const bool is_coll = t.has("busbw_gbs") && t.has("collective");
     const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");

@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The lines of the ```sh blocks.
 std::vector<std::string> commands_of(const std::string& text) {
@@ -56,10 +50,10 @@ std::vector<fs::path> lessons() {
 TEST_CASE("the lessons: every page has its parts and the index links it") {
   const auto pages = lessons();
   CHECK(pages.size() >= 7);
-  const std::string index = slurp(fs::path(DPX_SOURCE_DIR) / "docs" / "lessons" / "README.md");
+  const std::string index = dpx::testing::file_text(fs::path(DPX_SOURCE_DIR) / "docs" / "lessons" / "README.md");
   for (const fs::path& p : pages) {
     CAPTURE(p.filename().string());
-    const std::string text = slurp(p);
+    const std::string text = dpx::testing::file_text(p);
     std::string link = p.filename().string();  // "(NAME.md)", built so that GCC 12 sees no overlap
     link.insert(link.begin(), '(');
     link.push_back(')');
@@ -76,7 +70,7 @@ TEST_CASE("the lessons: every command runs, and every file a lesson points at is
   for (const fs::path& p : lessons()) {
     CAPTURE(p.filename().string());
     dpx::testing::TempDir dir("lesson");
-    const std::string text = slurp(p);
+    const std::string text = dpx::testing::file_text(p);
     for (std::string cmd : commands_of(text)) {
       CAPTURE(cmd);
       if (cmd.rfind("dpx plot", 0) == 0 && !gnuplot) {

@@ -18,12 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool has_gnuplot() { return !dpx::analysis::find_executable("gnuplot").empty(); }
 
@@ -53,17 +47,17 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
   DpxResult r = run_dpx("study devices --quick --max-devices 2 --out " + out.string());
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  const std::string results = slurp(out / "bench" / "results.csv");
+  const std::string results = dpx::testing::file_text(out / "bench" / "results.csv");
   CHECK(results.find("lenet5,synthetic,cpu:2") != std::string::npos);
   CHECK(results.find("squeezenet1_1,synthetic,cpu:1") != std::string::npos);
-  const std::string sh = slurp(out / "commands.sh");
+  const std::string sh = dpx::testing::file_text(out / "commands.sh");
   CHECK(sh.find("dpx bench --models lenet5,squeezenet1_1") != std::string::npos);
   CHECK(fs::exists(out / "bench" / "command.txt"));
   if (has_gnuplot()) {
     CHECK(sh.find("dpx plot bench --out figures") != std::string::npos);
     CHECK(fs::file_size(out / "figures" / "throughput.png") > 1000);
     CHECK(sh.find("dpx report bench --out report.html --title 'dpx study devices --quick'") != std::string::npos);
-    const std::string page = slurp(out / "report.html");
+    const std::string page = dpx::testing::file_text(out / "report.html");
     CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
     CHECK(page.find("dpx study devices --quick") != std::string::npos);
     CHECK(page.find("<svg") != std::string::npos);
@@ -88,7 +82,7 @@ TEST_CASE("dpx study collectives --quick writes one CSV per pattern") {
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   for (const char* t : {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"})
-    CHECK(slurp(out / (std::string(t) + ".csv")).find(t) != std::string::npos);
+    CHECK(dpx::testing::file_text(out / (std::string(t) + ".csv")).find(t) != std::string::npos);
   CHECK(r.output.find("no gnuplot (/nonexistent)") != std::string::npos);
 }
 
@@ -112,7 +106,7 @@ TEST_CASE("dpx study refuses careless use with a clear message") {
   CAPTURE(t.output);
   CHECK(t.code == 2);
   CHECK(t.output.find("exists and is not an empty folder") != std::string::npos);
-  CHECK(slurp(taken / "notes.txt") == "mine");
+  CHECK(dpx::testing::file_text(taken / "notes.txt") == "mine");
   CHECK(!fs::exists(taken / "commands.sh"));
 
   // A step that fails (no Fashion-MNIST where the data is said to be) stops the study, naming it.
