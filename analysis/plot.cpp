@@ -44,6 +44,16 @@ std::string missing_data(std::string_view name, const Inputs& in) {
            std::string(kBenchRun);
   if (name == "loss" && !in.bench.empty() && in.losses.empty())
     return "loss needs a dpx bench folder with its steps/*.csv (not a results.csv alone): " + std::string(kLossRun);
+  if (name == "loss-epoch" &&
+      std::none_of(in.losses.begin(), in.losses.end(), [](const LossRun& lr) {
+        return std::any_of(lr.series.begin(), lr.series.end(), [](const LossSeries& s) { return s.epochs >= 2; });
+      }))
+    return "loss-epoch needs a run of 2 or more epochs (a dpx train folder): " + std::string(kEpochRun);
+  if (name == "weak-strong" &&
+      !(std::any_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.weak && g.rows.size() >= 2; }) &&
+        std::any_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return !g.weak && g.rows.size() >= 2; })))
+    return "weak-strong needs a dpx bench folder with weak and strong scaling over two or more device counts: " +
+           std::string(kScalingRun);
   if (name == "timeline")
     return in.traces.empty() ? "timeline needs a dpx train --trace file among the inputs: " + std::string(kTraceRun) : "";
   if (name == "busbw")
@@ -90,6 +100,16 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "and the first step below it",
        "a dpx bench folder with its steps/*.csv, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 "
        "--dataset synthetic --loss-threshold 2.3 --out runs/bench"},
+      {"loss-epoch",
+       "rank 0's training loss against epoch (fractional: epoch + step / its steps), a line per run, with "
+       "--loss-threshold dashed",
+       "a run of 2 or more epochs: a dpx train --out folder, e.g. dpx train --model lenet5 --dataset synthetic "
+       "--synthetic-size 512 --epochs 3 --devices cpu:2 --parallel ddp --out runs/train"},
+      {"weak-strong",
+       "per model, scaling efficiency against devices under weak scaling (solid) and strong scaling (dashed) side by "
+       "side, a line per batch size",
+       "a dpx bench folder with --scaling weak,strong, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices "
+       "cpu:1,2,4 --scaling weak,strong --dataset synthetic --out runs/bench"},
       {"timeline",
        "the phases of each rank over time (load, h2d, forward, backward, exposed communication, optimizer, wait), a "
        "row per rank, for the traced steps or --steps a:b",
@@ -107,9 +127,12 @@ std::vector<InputFile> input_files(const std::vector<std::string>& paths) {
     std::error_code ec;
     std::string file = p;
     if (fs::is_directory(p, ec)) {
+      // A dpx bench folder (results.csv), else a dpx train folder (summary.csv, the same columns).
       file = (fs::path(p) / "results.csv").string();
+      if (!fs::exists(file, ec)) file = (fs::path(p) / "summary.csv").string();
       if (!fs::exists(file, ec))
-        usage_fail("'", p, "' is a folder without results.csv: name a dpx bench --out folder or a CSV file");
+        usage_fail("'", p, "' is a folder without results.csv or summary.csv: name a dpx bench or dpx train --out "
+                   "folder, or a CSV file");
     } else if (!fs::exists(p, ec)) {
       usage_fail("'", p, "' does not exist: name a dpx bench --out folder or a dpx collective --csv file");
     }
@@ -167,6 +190,8 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "comm-compute") add = comm_compute_figures(in);
     if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
     if (w == "loss") add = loss_figures(in);
+    if (w == "loss-epoch") add = loss_epoch_figures(in);
+    if (w == "weak-strong") add = weak_strong_figures(in);
     if (w == "timeline") add = timeline_figures(in, window);
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());

@@ -34,7 +34,8 @@ struct PlotOptions {
 // dpx::Error (exit 1) when gnuplot is missing or fails.
 std::vector<std::string> make_plots(const PlotOptions& options);
 
-// The files named on a dpx plot or dpx report command line: a folder stands for its results.csv,
+// The files named on a dpx plot or dpx report command line: a folder stands for its results.csv
+// (dpx bench) or summary.csv (dpx train),
 // a file named twice (a folder and its results.csv) counts once. Throws dpx::UsageError naming a
 // path that does not exist or a folder without results.csv.
 struct InputFile {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <set>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,12 @@ constexpr std::string_view kBenchRun =
 constexpr std::string_view kCollectiveRun = "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv";
 constexpr std::string_view kLossRun =
     "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --loss-threshold 2.3 "
+    "--out runs/bench";
+constexpr std::string_view kEpochRun =
+    "dpx train --model lenet5 --dataset synthetic --synthetic-size 512 --epochs 3 --devices cpu:2 --parallel ddp "
+    "--out runs/train";
+constexpr std::string_view kScalingRun =
+    "dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 --scaling weak,strong --dataset synthetic "
     "--out runs/bench";
 constexpr std::string_view kTraceRun =
     "dpx train --model lenet5 --dataset synthetic --devices cpu:2 --parallel ddp --steps 4 --trace t.json";
@@ -40,6 +47,7 @@ struct BenchGroup {
   double batch = 0;      // the sweep's batch: per rank (weak scaling) or global (strong)
   bool weak = true;
   std::vector<BenchRow> rows;  // by ranks
+  std::string base_model;      // model (with the parallel mode and folder), weak and strong alike
 };
 
 struct BusbwSeries {
@@ -51,6 +59,7 @@ struct CollectiveFigure {
   std::string collective, source, key;
   std::string run;  // "data: FILE from dpx collective --csv (...)"
   std::vector<BusbwSeries> series;
+  std::map<std::string, double> limits;  // the runs' busbw limits by what sets them (limit_source)
 };
 
 // One steps/<tag>.csv of a bench folder: rank 0's loss by global step (the loss dpx bench's
@@ -58,6 +67,8 @@ struct CollectiveFigure {
 struct LossSeries {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (global_step, loss)
+  std::vector<std::pair<double, double>> by_epoch;  // (epoch + step / steps of that epoch, loss)
+  int epochs = 0;
   double threshold_step = -1, threshold_loss = 0;
 };
 
@@ -113,6 +124,8 @@ Figure best_devices_figure(const Inputs& in, const FigureOptions& o);
 std::vector<Figure> comm_compute_figures(const Inputs& in);
 Figure bytes_per_epoch_figure(const Inputs& in);
 std::vector<Figure> loss_figures(const Inputs& in);
+std::vector<Figure> loss_epoch_figures(const Inputs& in);
+std::vector<Figure> weak_strong_figures(const Inputs& in);
 std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o);
 
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").

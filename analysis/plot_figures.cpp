@@ -192,7 +192,26 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
       plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
               quoted(fig.series[i].label);
     }
-    const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it";
+    // The limit lines, across the sizes measured.
+    double lo = 0, hi = 0;
+    for (const auto& s : fig.series)
+      for (auto [bytes, bw] : s.points) {
+        lo = lo > 0 ? std::min(lo, bytes) : bytes;
+        hi = std::max(hi, bytes);
+      }
+    size_t k = 0;
+    for (const auto& [source, gbs] : fig.limits) {
+      const std::string name = "l" + std::to_string(k++);
+      b += datablock(name, {{lo, gbs}, {hi, gbs}});
+      const std::string what = source == "memcpy"    ? "one rank's memcpy"
+                               : source == "net-sim" ? "--net-sim rate"
+                               : source == "link"    ? "link rate"
+                                                     : source;
+      plot += ", \\\n  $" + name + " using 1:2 with lines dt 3 lw 2 lc rgb 'black' title " +
+              quoted("limit: " + what + " " + fmt(gbs) + " GB/s");
+    }
+    const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it" +
+                                (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated");
     b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
          "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
          "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key top left\n" +
@@ -301,6 +320,70 @@ Figure bytes_per_epoch_figure(const Inputs& in) {
        "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\nset yrange [0:*]\nset key top left\n" +
        caption_label(caption) + plot + "\n";
   return {"bytes-per-epoch", b, caption};
+}
+
+std::vector<Figure> loss_epoch_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const LossRun& lr : in.losses) {
+    std::string caption = lr.run + "; rank 0's training loss of " + lr.source +
+                          " against epoch + step / the epoch's steps";
+    std::string b, plot = "plot ";
+    size_t drawn = 0;
+    for (const LossSeries& s : lr.series) {
+      if (s.by_epoch.empty()) continue;
+      std::vector<std::vector<double>> rows;
+      for (auto [epoch, loss] : s.by_epoch) rows.push_back({epoch, loss});
+      const std::string name = "e" + std::to_string(drawn);
+      b += datablock(name, rows);
+      plot += std::string(drawn++ ? ", \\\n  " : "") + "$" + name + " using 1:2 with lines lw 2 title " + quoted(s.label);
+    }
+    if (drawn == 0) continue;
+    if (lr.threshold > 0) {
+      caption += "; dashed: --loss-threshold " + fmt(lr.threshold);
+      plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
+              quoted("loss threshold " + fmt(lr.threshold));
+    }
+    b += "set title 'Training loss against epoch'\nset xlabel 'epoch'\nset ylabel 'loss (rank 0)'\n"
+         "set xtics 1\nset grid\nset key top right\n" + caption_label(caption) + plot + "\n";
+    out.push_back({"loss-epoch", b, caption});
+  }
+  return out;
+}
+
+std::vector<Figure> weak_strong_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  std::vector<std::string> models;  // in the order met
+  for (const BenchGroup& g : in.bench)
+    if (std::find(models.begin(), models.end(), g.base_model) == models.end()) models.push_back(g.base_model);
+  for (const std::string& model : models) {
+    std::vector<BenchGroup> groups;
+    bool weak = false, strong = false;
+    for (const BenchGroup& g : in.bench)
+      if (g.base_model == model && g.rows.size() >= 2) {
+        groups.push_back(g);
+        (g.weak ? weak : strong) = true;
+      }
+    if (!weak || !strong) continue;
+    std::string b, plot = "plot ";
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const BenchGroup& g = groups[i];
+      std::vector<std::vector<double>> rows;
+      for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.scaling_efficiency});
+      const std::string name = "w" + std::to_string(i);
+      b += datablock(name, rows);
+      plot += std::string(i ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" +
+              (g.weak ? "" : " dt 2") + " title " +
+              quoted((g.weak ? "weak, batch " + fmt(g.batch) + " per rank" : "strong, batch " + fmt(g.batch) + " in all"));
+    }
+    const std::string caption = groups.front().run +
+                                "; scaling efficiency = images/s at k devices / (k x images/s at the first): weak "
+                                "scaling keeps the batch per rank, strong scaling the global batch";
+    b += "set title " + quoted("Weak and strong scaling: " + model) + "\n" + ranks_axis(groups) +
+         "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
+         caption_label(caption) + plot + "\n";
+    out.push_back({"weak-strong-" + slug(model), b, caption});
+  }
+  return out;
 }
 
 std::vector<Figure> loss_figures(const Inputs& in) {

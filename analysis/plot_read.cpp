@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "analysis/csv_table.hpp"
 #include "analysis/plot.hpp"
@@ -40,22 +41,32 @@ double loss_threshold_of(const std::string& command) {
   return 0;
 }
 
-// The folder's steps/<tag>.csv files, one series each: rank 0's loss by global step.
+// The folder's steps/<tag>.csv files (dpx bench) or its steps.csv (dpx train), one series each:
+// rank 0's loss by global step, and by epoch.
 void read_losses(const fs::path& folder, const std::string& run, const std::string& command, Inputs& in) {
   std::error_code ec;
-  if (!fs::is_directory(folder / "steps", ec)) return;
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(folder / "steps", ec))
-    if (e.path().extension() == ".csv") files.push_back(e.path());
+  if (fs::is_directory(folder / "steps", ec)) {
+    for (const auto& e : fs::directory_iterator(folder / "steps", ec))
+      if (e.path().extension() == ".csv") files.push_back(e.path());
+  } else if (fs::is_regular_file(folder / "steps.csv", ec)) {
+    files.push_back(folder / "steps.csv");
+  }
+  if (files.empty()) return;
   std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
     return ShortFirst{}(a.filename().string(), b.filename().string());
   });
-  LossRun lr{(folder / "steps").string(), run, loss_threshold_of(command), {}};
+  LossRun lr{files.size() == 1 && files[0].filename() == "steps.csv" ? files[0].string() : (folder / "steps").string(),
+             run, loss_threshold_of(command), {}};
   for (const fs::path& f : files) {
     const CsvTable t = CsvTable::read(f.string(), "dpx plot");
     const size_t c_rank = t.column("rank"), c_global = t.column("global_step"), c_loss = t.column("loss");
+    const bool has_epoch = t.has("epoch") && t.has("step");
     LossSeries s;
-    s.label = f.stem().string();
+    // dpx train's steps.csv is named after its folder; dpx bench's steps/<tag>.csv after the tag.
+    s.label = f.filename() == "steps.csv" ? folder.filename().string() : f.stem().string();
+    std::map<int, double> steps_in_epoch;  // epoch -> its steps (the largest step + 1)
+    std::vector<std::tuple<int, double, double>> rows;  // (epoch, step, loss)
     for (size_t r = 0; r < t.rows(); ++r) {
       if (t.number(r, c_rank) != 0) continue;  // dpx bench measures threshold_step on rank 0's loss
       const double step = t.number(r, c_global), loss = t.number(r, c_loss);
@@ -64,7 +75,16 @@ void read_losses(const fs::path& folder, const std::string& run, const std::stri
         s.threshold_step = step;
         s.threshold_loss = loss;
       }
+      if (has_epoch) {
+        const int epoch = static_cast<int>(t.number(r, t.column("epoch")));
+        const double in_epoch = t.number(r, t.column("step"));
+        steps_in_epoch[epoch] = std::max(steps_in_epoch[epoch], in_epoch + 1);
+        rows.emplace_back(epoch, in_epoch, loss);
+      }
     }
+    for (auto [epoch, step, loss] : rows) s.by_epoch.emplace_back(epoch + step / steps_in_epoch[epoch], loss);
+    std::sort(s.by_epoch.begin(), s.by_epoch.end());
+    s.epochs = static_cast<int>(steps_in_epoch.size());
     std::sort(s.points.begin(), s.points.end());
     if (!s.points.empty()) lr.series.push_back(std::move(s));
   }
@@ -142,7 +162,9 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
       if (scalings_met.size() > 1) model += " " + scaling + " scaling";
       if (several) model += " (" + source + ")";
-      in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {}});
+      in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
+                          t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") +
+                              (several ? " (" + source + ")" : "")});
     }
     in.bench[it->second].rows.push_back(b);
   }
@@ -155,9 +177,10 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   const std::string run =
       command.rfind("dpx bench", 0) == 0
           ? "data: " + source + " from " + excerpt(command, 600)
-          : "data: " + source + " from dpx bench (models " + join(models, ",") + ", batch sizes " + join(batches, ",") +
-                ", devices " + join(devices, " ") + ", dataset " + join(datasets, ",") + ", " + join(scalings, "/") +
-                " scaling)";
+          : "data: " + source + " from " +
+                (fs::path(source).filename() == "summary.csv" ? "dpx train (model " : "dpx bench (models ") +
+                join(models, ",") + ", batch sizes " + join(batches, ",") + ", devices " + join(devices, " ") +
+                ", dataset " + join(datasets, ",") + ", " + join(scalings, "/") + " scaling)";
   for (auto& g : in.bench)
     if (g.source == source) g.run = run;
   in.bench_captions.push_back(run);
@@ -198,6 +221,13 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
       fig.series.push_back({label, {}});
     }
     fig.series[sit->second].points.emplace_back(t.number(r, c_bytes), t.number(r, c_busbw));
+    if (t.has("limit_gbs") && t.has("limit_source") && !t.text(r, t.column("limit_gbs")).empty()) {
+      const double limit = t.number(r, t.column("limit_gbs"));
+      if (limit > 0) {
+        double& kept = fig.limits[t.text(r, t.column("limit_source"))];
+        kept = kept > 0 ? std::min(kept, limit) : limit;  // several runs: the tightest
+      }
+    }
   }
   if (collectives.empty())
     usage_fail("'", source, "' holds no out-of-place rows (placement out): nothing to plot; make one with ",

@@ -188,6 +188,8 @@ struct Sink {
   CollectiveReport& report;
   std::string csv;  // the whole file so far, rewritten atomically after every size
   int nodes = 1;    // distinct nodes of hier's layout
+  double limit_gbs = 0;      // the busbw limit of the run (CollectiveRow)
+  std::string limit_source;
 };
 
 void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink) {
@@ -234,6 +236,8 @@ void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, A
       row.algbw_gbs = slowest_s > 0 ? static_cast<double>(s.bytes) / 1e9 / slowest_s : 0;
       row.busbw_gbs = row.algbw_gbs * bus_factor(p.coll, n);
       row.wrong = wrong;
+      row.limit_gbs = sink.limit_gbs;
+      row.limit_source = sink.limit_source;
     }
     if (r == 0) {
       print_row(sink.out, rows[0], rows[1]);
@@ -446,6 +450,18 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
                   "# crosses one such link (one rank per node).\n",
                   o.link_gbps, o.link_gbps / 8);
     out << line;
+  }
+  // The one limit the CSV records (dpx plot draws it): the simulated network, else the link,
+  // else, with every rank on one node, one rank's memcpy bandwidth.
+  if (net.enabled()) {
+    sink.limit_gbs = net.bytes_per_s / 1e9;
+    sink.limit_source = "net-sim";
+  } else if (o.link_gbps > 0) {
+    sink.limit_gbs = o.link_gbps / 8;
+    sink.limit_source = "link";
+  } else if (report.memcpy_gbs_per_rank > 0 && sink.nodes == 1) {
+    sink.limit_gbs = report.memcpy_gbs_per_rank;
+    sink.limit_source = "memcpy";
   }
   out.flush();
 

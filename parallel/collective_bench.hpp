@@ -53,6 +53,10 @@ struct CollectiveRow {
   bool in_place = false;
   double time_us = 0, algbw_gbs = 0, busbw_gbs = 0;
   int64_t wrong = -1;  // wrong elements summed over ranks; -1 when not checked
+  // The busbw this run cannot exceed, and what sets it: "net-sim" (--net-sim's rate), "link"
+  // (--link-gbps / 8) or "memcpy" (one rank's memcpy bandwidth, ranks on one node); 0 and "": unknown.
+  double limit_gbs = 0;
+  std::string limit_source;
 };
 
 struct CollectiveReport {
@@ -85,7 +89,8 @@ std::string_view nccl_type_name(DType t);
 DType parse_bench_dtype(std::string_view name);
 
 inline constexpr std::string_view kCollectiveCsvHeader =
-    "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes";
+    "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes,"
+    "limit_gbs,limit_source";
 std::string collective_csv_row(const CollectiveRow& r);
 
 // Copy bandwidth of one rank (GB/s) while `ranks` ranks each memcpy `bytes` at once: the ceiling

@@ -207,8 +207,11 @@ std::string collective_csv_row(const CollectiveRow& r) {
   char nums[192];
   std::snprintf(nums, sizeof(nums), "%.3f,%.6f,%.6f,%lld,%d", r.time_us, r.algbw_gbs, r.busbw_gbs,
                 static_cast<long long>(r.wrong), r.nodes);
+  char limit[32] = "";
+  if (r.limit_gbs > 0) std::snprintf(limit, sizeof(limit), "%.6f", r.limit_gbs);
   return detail::concat(r.collective, ",", r.algo, ",", r.backend, ",", r.ranks, ",", r.bytes, ",", r.count, ",",
-                        r.dtype, ",", r.op, ",", r.root, ",", r.in_place ? "in" : "out", ",", nums);
+                        r.dtype, ",", r.op, ",", r.root, ",", r.in_place ? "in" : "out", ",", nums, ",", limit, ",",
+                        r.limit_source);
 }
 
 }  // namespace dpx::parallel

@@ -157,11 +157,19 @@ TEST_CASE("the table has nccl-tests' columns and closing lines; busbw follows nc
   std::vector<std::string> lines = lines_of(dpx::testing::file_text(csv));
   REQUIRE(lines.size() == 7);
   CHECK(lines[0] ==
-        "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes");
+        "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes,"
+        "limit_gbs,limit_source");
   CHECK(lines[1].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,out,", 0) == 0);
   CHECK(lines[2].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,in,", 0) == 0);
-  for (const std::string& l : lines) CHECK(count_of(l, ",") == 14);
-  CHECK(lines[6].substr(lines[6].size() - 4) == ",0,1");  // #wrong, checked; thread ranks: one node
+  for (const std::string& l : lines) CHECK(count_of(l, ",") == 16);
+  // #wrong (checked), one node (thread ranks), and the limit: the memcpy bandwidth measured first.
+  CHECK(lines[6].find(",0,1,") != std::string::npos);
+  CHECK(lines[6].substr(lines[6].size() - 7) == ",memcpy");
+  CHECK(rep.memcpy_gbs_per_rank > 0);
+  for (const CollectiveRow& r : rep.rows) {
+    CHECK(r.limit_source == "memcpy");
+    CHECK(r.limit_gbs == rep.memcpy_gbs_per_rank);
+  }
   fs::remove(csv);
 }
 

@@ -267,14 +267,14 @@ TEST_CASE("dpx collective under mpirun: sendrecv, alltoall, gather and scatter, 
     std::istringstream in(file_text(csv));
     std::string line;
     std::getline(in, line);
-    CHECK(line.substr(line.size() - 12) == ",wrong,nodes");
+    CHECK(line.substr(line.size() - 35) == ",wrong,nodes,limit_gbs,limit_source");
     std::map<std::string, int> rows_of_algo;
     while (std::getline(in, line)) {
       CAPTURE(line);
       std::vector<std::string> cells;
       std::stringstream ss(line);
       for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-      REQUIRE(cells.size() == 15);
+      REQUIRE(cells.size() == 17);
       CHECK(cells[0] == p.collective);
       CHECK(cells[2] == "mpi");
       CHECK(cells[3] == "3");
@@ -283,6 +283,8 @@ TEST_CASE("dpx collective under mpirun: sendrecv, alltoall, gather and scatter, 
       CHECK(busbw == doctest::Approx(algbw * p.bus_factor).epsilon(1e-3));  // the CSV's 6 decimals
       CHECK(cells[13] == "0");  // wrong, in and out of place
       CHECK(cells[14] == "1");  // nodes: one machine
+      CHECK(std::stod(cells[15]) > 0);  // the limit: one rank's memcpy bandwidth, every rank on one machine
+      CHECK(cells[16] == "memcpy");
       ++rows_of_algo[cells[1]];
     }
     CHECK(rows_of_algo.size() == p.algos.size());

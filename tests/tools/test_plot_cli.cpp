@@ -140,7 +140,7 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   check_figure(out, "throughput", 2, 960, 640);
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
-  check_figure(out, "busbw-all_reduce", 5, 960, 640);
+  check_figure(out, "busbw-all_reduce", 6, 960, 640);  // 5 algorithms and the memcpy limit
   check_figure(out, "best-devices", 2, 960, 640);
   check_figure(out, "comm-compute-lenet5-b8", 3, 960, 640);
   check_figure(out, "bytes-per-epoch", 2, 960, 640);
@@ -162,7 +162,7 @@ TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   check_figure(out, "throughput", 2, 640, 480);
-  check_figure(out, "busbw-all_reduce", 5, 640, 480);
+  check_figure(out, "busbw-all_reduce", 6, 640, 480);
   CHECK(out.entries().size() == 6);
 }
 
@@ -446,4 +446,44 @@ TEST_CASE("dpx plot keeps weak and strong scaling apart: their series and figure
   const std::string svg = slurp(out.file("throughput.svg"));
   CHECK(svg.find("lenet5 batch 8/rank weak") != std::string::npos);
   CHECK(svg.find("lenet5 batch 8 strong") != std::string::npos);
+  // Side by side in one figure: weak (solid) and strong (dashed) scaling efficiency.
+  check_figure(out, "weak-strong-lenet5", 2, 960, 640);
+  const std::string ws = slurp(out.file("weak-strong-lenet5.svg"));
+  CHECK(ws.find("weak, batch 8 per rank") != std::string::npos);
+  CHECK(ws.find("strong, batch 8 in all") != std::string::npos);
+  // Without both scalings the figure is refused, naming the run to make.
+  check_needs(data().bench, "weak-strong", "--scaling weak,strong");
+}
+
+TEST_CASE("dpx plot reads a dpx train folder: its loss against step and against epoch") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_train");
+  const std::string run = dir.file("run");
+  DpxResult t = run_dpx("train --model lenet5 --dataset synthetic --synthetic-size 96 --image-size 28 --devices cpu:2 "
+                        "--parallel ddp --batch-size 16 --epochs 3 --warmup 0 --no-eval --out " + run);
+  CAPTURE(t.output);
+  REQUIRE(t.code == 0);
+  DpxResult r = run_dpx("plot " + run + " --figure loss,loss-epoch --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  check_figure(dir, "figs/loss", 1, 960, 640);
+  check_figure(dir, "figs/loss-epoch", 1, 960, 640);
+  CHECK(slurp(dir.file("figs/loss-epoch.svg")).find("epoch") != std::string::npos);
+  CHECK(slurp(dir.file("figs/loss-epoch.txt")).find("from dpx train (model lenet5") != std::string::npos);
+  // A bench folder holds one epoch per run: loss-epoch names the run to make.
+  check_needs(data().bench, "loss-epoch", "--epochs 3");
+}
+
+TEST_CASE("dpx plot busbw draws the limit dpx collective states: the simulated network's rate") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_limit");
+  DpxResult c = run_dpx("collective -b 1K -e 16K -f 4 -n 2 -w 1 --net-sim 1gbit,10us --csv " + dir.file("c.csv"));
+  CAPTURE(c.output);
+  REQUIRE(c.code == 0);
+  CHECK(slurp(dir.file("c.csv")).find(",0.125000,net-sim") != std::string::npos);
+  DpxResult r = run_dpx("plot " + dir.file("c.csv") + " --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  check_figure(dir, "figs/busbw-all_reduce", 2, 960, 640);  // ring, and the limit
+  CHECK(slurp(dir.file("figs/busbw-all_reduce.svg")).find("limit: --net-sim rate 0.125 GB/s") != std::string::npos);
 }

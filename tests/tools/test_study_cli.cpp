@@ -61,7 +61,8 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
     CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
     CHECK(page.find("dpx study devices --quick") != std::string::npos);
     CHECK(page.find("<svg") != std::string::npos);
-    for (const char* fig : {"best-devices", "bytes-per-epoch", "loss"}) CHECK(fs::exists(out / "figures" / (std::string(fig) + ".svg")));
+    for (const char* fig : {"best-devices", "bytes-per-epoch", "loss", "weak-strong-lenet5", "weak-strong-squeezenet1_1"})
+      CHECK(fs::exists(out / "figures" / (std::string(fig) + ".svg")));
     for (const std::string m : {"lenet5", "squeezenet1_1"})
       for (const std::string b : {"16", "32", "64"})
         for (const std::string s : {"weak", "strong"})  // weak and strong apart
