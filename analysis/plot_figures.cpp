@@ -127,17 +127,27 @@ Figure throughput_figure(const Inputs& in) {
   return {"throughput", b, caption};
 }
 
+namespace {
+
+// Bars at x = 0, 1, ... labelled with each row's device count: "set xtics ('1' 0, '2' 1)\n".
+std::string device_xtics(const BenchGroup& g) {
+  std::string xtics = "set xtics (";
+  for (size_t i = 0; i < g.rows.size(); ++i)
+    xtics += std::string(i ? ", " : "") + quoted(fmt(g.rows[i].ranks)) + " " + std::to_string(i);
+  return xtics + ")\n";
+}
+
+}  // namespace
+
 std::vector<Figure> phases_figures(const Inputs& in) {
   std::vector<Figure> out;
   for (const BenchGroup& g : in.bench) {
     std::vector<std::vector<double>> rows;
-    std::string xtics = "set xtics (";
     for (size_t i = 0; i < g.rows.size(); ++i) {
       const BenchRow& r = g.rows[i];
       rows.push_back({static_cast<double>(i), r.load * 1e3, r.forward * 1e3, r.backward * 1e3,
                       std::max(0.0, r.comm_exposed - r.wait) * 1e3,
                       r.optimizer * 1e3, r.wait * 1e3, r.step * 1e3});
-      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
     }
     const std::string caption = g.run + "; the bars stack the mean phase times of a step, "
                                 "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
@@ -147,7 +157,7 @@ std::vector<Figure> phases_figures(const Inputs& in) {
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
          "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
-         xtics + ")\n" + caption_label(caption);
+         device_xtics(g) + caption_label(caption);
     const char* names[] = {"load + h2d", "forward", "backward", "exposed communication (less wait)", "optimizer",
                            "wait for the slowest rank"};
     b += "plot ";
@@ -280,11 +290,9 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
   std::vector<Figure> out;
   for (const BenchGroup& g : in.bench) {
     std::vector<std::vector<double>> rows;
-    std::string xtics = "set xtics (";
     for (size_t i = 0; i < g.rows.size(); ++i) {
       const BenchRow& r = g.rows[i];
       rows.push_back({static_cast<double>(i), (r.forward + r.backward) * 1e3, r.comm_total * 1e3, r.comm_exposed * 1e3});
-      xtics += std::string(i ? ", " : "") + quoted(fmt(r.ranks)) + " " + std::to_string(i);
     }
     const std::string caption = g.run + "; means per step: computation = forward + backward, communication total = "
                                 "mean_comm_total_s (hidden behind backward or not), exposed = mean_comm_exposed_s (what "
@@ -293,7 +301,7 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
     b += "set title " + quoted("Computation and communication per step: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
-         "set key top left\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + xtics + ")\n" + caption_label(caption) +
+         "set key top left\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + device_xtics(g) + caption_label(caption) +
          "plot $c using 2 title 'computation (forward + backward)', $c using 3 title 'communication, total', "
          "$c using 4 title 'communication, exposed'\n";
     out.push_back({"comm-compute-" + g.slug, b, caption});
