@@ -98,6 +98,12 @@ TEST_CASE("dpx study refuses careless use with a clear message") {
   DpxResult neg = run_dpx("study devices --max-devices -1");
   CHECK(neg.code == 2);
   CHECK(neg.output.find("--max-devices") != std::string::npos);
+  // More ranks than the runs take is refused before anything is written.
+  const fs::path huge = dir.path / "huge";
+  DpxResult big = run_dpx("study collectives --quick --max-devices 100000 --out " + huge.string());
+  CHECK(big.code == 2);
+  CHECK(big.output.find("give 1 to 1024") != std::string::npos);
+  CHECK(!fs::exists(huge));
 
   // An --out that holds someone's files is left alone.
   const fs::path taken = dir.path / "taken";
