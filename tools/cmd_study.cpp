@@ -164,7 +164,8 @@ void run(StudyFlags& f) {
   }
   if (f.name.empty()) usage_fail("dpx study: name a study (dpx study --list)");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (f.max_devices < 0 || f.max_devices > 1024)  // 1024: the most thread ranks dpx bench and collective take
+  // 1024: the most thread ranks dpx collective takes (dpx bench stops earlier: 16 per hardware thread)
+  if (f.max_devices < 0 || f.max_devices > 1024)
     usage_fail("--max-devices ", f.max_devices, ": give 1 to 1024 CPU ranks (0: every core, ", cores, " here)");
   const int k = f.max_devices > 0 ? f.max_devices : cores;
   const std::vector<Step> steps = steps_of(f, k);
