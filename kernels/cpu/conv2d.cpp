@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_common.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/depthwise_conv.hpp"
 
@@ -219,8 +220,8 @@ DepthwiseShape depthwise_shape(const ConvShape& s) {
 
 }  // namespace
 
-void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                    const Conv2dParams& p) {
+void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
+                        const Tensor* b, const Conv2dParams& p) {
   const ConvShape s = conv_shape(x, w, p);
   const float* bp = nullptr;
   if (b && b->defined()) {
@@ -282,15 +283,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   }
 }
 
-void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
+                         const Tensor& dy, const Tensor& x, const Tensor& w,
+                         const Conv2dParams& p) {
   const ConvShape s = conv_shape(x, w, p);
-  if (dx) {
-  }
-  if (dw) {
-  }
-  if (db) {
-  }
   if (s.N == 0) return;  // no images: every gradient gets nothing added
   const float *xp = x.data<float>(), *wp = w.data<float>(), *dyp = dy.data<float>();
   const int nt_all = threads_for(ctx, conv_macs(s));

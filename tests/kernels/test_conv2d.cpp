@@ -1,11 +1,14 @@
 // Tests of the CPU conv2d against a direct 7-loop reference (forward and backward) for stride,
 // padding, dilation, groups, depthwise (its own direct kernel), 1x1 and multi-tile shapes;
 // accumulation; and bitwise equality across thread counts, also inside an outer OpenMP region.
+// Every algorithm of kernels/cpu/conv2d_algos.hpp (dpx's own, oneDNN where built, the timed
+// search) is checked on every case; oneDNN's dW is the one result that depends on the threads.
 #include <doctest/doctest.h>
 #include <omp.h>
 
 #include <array>
 
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
@@ -24,6 +27,41 @@ struct Case {
   int64_t N, C, H, W, K, kh, kw;
   ops::Conv2dParams p;
 };
+
+// The CPU convolution's algorithms, each on its own: --conv-algo dpx, onednn and search.
+std::vector<cpu::ConvAlgo> algorithms() {
+  std::vector<cpu::ConvAlgo> all{cpu::ConvAlgo::dpx};
+  if (cpu::onednn_available()) all.insert(all.end(), {cpu::ConvAlgo::onednn, cpu::ConvAlgo::search});
+  return all;
+}
+
+// Uses one algorithm (and forgets every earlier choice) until it goes out of scope.
+struct UseAlgo {
+  explicit UseAlgo(cpu::ConvAlgo a) {
+    cpu::set_conv_algo(a);
+    cpu::clear_conv_choices();
+  }
+  ~UseAlgo() {
+    cpu::set_conv_algo(cpu::ConvAlgo::automatic);
+    cpu::clear_conv_choices();
+  }
+  UseAlgo(const UseAlgo&) = delete;
+  UseAlgo& operator=(const UseAlgo&) = delete;
+};
+
+// Forced oneDNN must have run every shape itself, not fallen back to dpx's kernels.
+void check_ran(cpu::ConvAlgo a) {
+  if (a != cpu::ConvAlgo::onednn) return;
+  for (const cpu::ConvChoice& c : cpu::conv_choices()) {
+    INFO(c.shape, " ", c.pass, ": ", c.why);
+    CHECK(c.algo == "onednn");
+  }
+}
+
+std::vector<double> as_doubles(const Tensor& t) {
+  const auto v = t.to_vector();
+  return std::vector<double>(v.begin(), v.end());
+}
 
 struct Ref {
   std::vector<double> y, dx, dw, db;
@@ -48,36 +86,41 @@ Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, 
 // tol: relative to max(|a|, |b|, 1); float sums of a few hundred products stay well inside 1e-5,
 // the large cases (1800 or 4608 terms per dW element) get 1e-4.
 void check_against_reference(const Case& c, double tol = 1e-5) {
-  Context ctx = Context::cpu(2);
-  const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
-  const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
-  Tensor x = randn({c.N, c.C, c.H, c.W}, 1),
-         w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 2, 0.3f);
-  Tensor b = randn({c.K}, 3), dy = randn({c.N, c.K, OH, OW}, 4);
-  const Ref r = reference(c, x, w, b, dy, OH, OW);
+  for (cpu::ConvAlgo algo : algorithms()) {
+    CAPTURE(std::string(cpu::conv_algo_name(algo)));
+    const UseAlgo use(algo);
+    Context ctx = Context::cpu(2);
+    const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
+    const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
+    Tensor x = randn({c.N, c.C, c.H, c.W}, 1),
+           w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 2, 0.3f);
+    Tensor b = randn({c.K}, 3), dy = randn({c.N, c.K, OH, OW}, 4);
+    const Ref r = reference(c, x, w, b, dy, OH, OW);
 
-  Tensor y = Tensor::empty({c.N, c.K, OH, OW});
-  ops::conv2d_forward(ctx, y, x, w, &b, c.p);
-  INFO("y");
-  check_close(y, r.y, tol);
+    Tensor y = Tensor::empty({c.N, c.K, OH, OW});
+    ops::conv2d_forward(ctx, y, x, w, &b, c.p);
+    INFO("y");
+    check_close(y, r.y, tol);
 
-  Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
-  ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
-  INFO("gradients");
-  check_close(dx, r.dx, tol);
-  check_close(dw, r.dw, tol);
-  check_close(db, r.db, tol);
+    Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
+    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+    INFO("gradients");
+    check_close(dx, r.dx, tol);
+    check_close(dw, r.dw, tol);
+    check_close(db, r.db, tol);
 
-  // A second call adds the same gradients again.
-  ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
-  auto twice = [](std::vector<double> v) {
-    for (double& e : v) e *= 2;
-    return v;
-  };
-  INFO("gradients after the second call");
-  check_close(dx, twice(r.dx), tol);
-  check_close(dw, twice(r.dw), tol);
-  check_close(db, twice(r.db), tol);
+    // A second call adds the same gradients again.
+    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+    auto twice = [](std::vector<double> v) {
+      for (double& e : v) e *= 2;
+      return v;
+    };
+    INFO("gradients after the second call");
+    check_close(dx, twice(r.dx), tol);
+    check_close(dw, twice(r.dw), tol);
+    check_close(db, twice(r.db), tol);
+    check_ran(algo);
+  }
 }
 
 }  // namespace
@@ -148,19 +191,24 @@ TEST_CASE("conv2d depthwise: channel multiplier 3, 7x7 kernel, planes over sever
 }
 
 TEST_CASE("conv2d depthwise: only dx or only dW, and no images") {
-  const Case c{3, 6, 9, 8, 6, 3, 3, conv_params(2, 1, 1, 6)};
-  Context ctx = Context::cpu(2);
-  Tensor x = randn({3, 6, 9, 8}, 11), w = randn({6, 1, 3, 3}, 12), dy = randn({3, 6, 5, 4}, 13);
-  const Ref r = reference(c, x, w, Tensor::zeros({6}), dy, 5, 4);
-  Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
-  ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, c.p);
-  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, dy, x, w, c.p);
-  check_close(dx, r.dx);
-  check_close(dw, r.dw);
-  Tensor x0 = Tensor::zeros({0, 6, 9, 8}), y0 = Tensor::zeros({0, 6, 5, 4});
-  ops::conv2d_forward(ctx, y0, x0, w, nullptr, c.p);
-  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y0, x0, w, c.p);
-  check_close(dw, r.dw);
+  for (cpu::ConvAlgo algo : algorithms()) {
+    CAPTURE(std::string(cpu::conv_algo_name(algo)));
+    const UseAlgo use(algo);
+    const Case c{3, 6, 9, 8, 6, 3, 3, conv_params(2, 1, 1, 6)};
+    Context ctx = Context::cpu(2);
+    Tensor x = randn({3, 6, 9, 8}, 11), w = randn({6, 1, 3, 3}, 12), dy = randn({3, 6, 5, 4}, 13);
+    const Ref r = reference(c, x, w, Tensor::zeros({6}), dy, 5, 4);
+    Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
+    ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, c.p);
+    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, dy, x, w, c.p);
+    check_close(dx, r.dx);
+    check_close(dw, r.dw);
+    Tensor x0 = Tensor::zeros({0, 6, 9, 8}), y0 = Tensor::zeros({0, 6, 5, 4});
+    ops::conv2d_forward(ctx, y0, x0, w, nullptr, c.p);
+    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y0, x0, w, c.p);
+    check_close(dw, r.dw);
+    check_ran(algo);
+  }
 }
 
 TEST_CASE("conv2d: 1x1 stride 1 (no im2col) and 1x1 stride 2") {
@@ -217,27 +265,37 @@ TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an O
     const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
     Tensor x = randn({c.N, c.C, c.H, c.W}, 5), w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 6);
     Tensor b = randn({c.K}, 7), dy = randn({c.N, c.K, OH, OW}, 8);
-    Out one = run(1, c, x, w, b, dy);
-    for (int threads : {2, 3}) {
-      CAPTURE(threads);
-      Out more = run(threads, c, x, w, b, dy);
-      CHECK(bitwise_equal(one.y, more.y));
-      CHECK(bitwise_equal(one.dx, more.dx));
-      CHECK(bitwise_equal(one.dw, more.dw));
-      CHECK(bitwise_equal(one.db, more.db));
-    }
-    // Two "ranks" as outer OpenMP threads, each running the kernel with 2 threads of its own
-    // (nesting enabled, so the inner regions really get 2 threads each).
-    std::array<Out, 2> ranks;
-    const int levels = omp_get_max_active_levels();
-    omp_set_max_active_levels(2);
-#pragma omp parallel for num_threads(2)
-    for (int r = 0; r < 2; ++r) ranks[r] = run(2, c, x, w, b, dy);
-    omp_set_max_active_levels(levels);
-    for (const Out& o : ranks) {
-      CHECK(bitwise_equal(one.y, o.y));
-      CHECK(bitwise_equal(one.dw, o.dw));
-      CHECK(bitwise_equal(one.dx, o.dx));
+    for (cpu::ConvAlgo algo : algorithms()) {
+      if (algo == cpu::ConvAlgo::search) continue;  // its choice may differ between runs
+      CAPTURE(std::string(cpu::conv_algo_name(algo)));
+      const UseAlgo use(algo);
+      Out one = run(1, c, x, w, b, dy);
+      for (int threads : {2, 3}) {
+        CAPTURE(threads);
+        Out more = run(threads, c, x, w, b, dy);
+        CHECK(bitwise_equal(one.y, more.y));
+        CHECK(bitwise_equal(one.dx, more.dx));
+        if (algo == cpu::ConvAlgo::onednn)  // oneDNN splits dW's sum over images by thread (1600 terms)
+          check_close(more.dw, as_doubles(one.dw), 1e-4);
+        else
+          CHECK(bitwise_equal(one.dw, more.dw));
+        CHECK(bitwise_equal(one.db, more.db));
+      }
+      // Two "ranks" as outer OpenMP threads, each running the kernel with 2 threads of its own
+      // (nesting enabled, so the inner regions really get 2 threads each).
+      std::array<Out, 2> ranks;
+      const int levels = omp_get_max_active_levels();
+      omp_set_max_active_levels(2);
+  #pragma omp parallel for num_threads(2)
+      for (int r = 0; r < 2; ++r) ranks[r] = run(2, c, x, w, b, dy);
+      omp_set_max_active_levels(levels);
+      // (oneDNN runs on one thread inside a parallel region: the same as `one`.)
+      for (const Out& o : ranks) {
+        CHECK(bitwise_equal(one.y, o.y));
+        CHECK(bitwise_equal(one.dw, o.dw));
+        CHECK(bitwise_equal(one.dx, o.dx));
+      }
+      check_ran(algo);
     }
   }
 }

@@ -1,0 +1,55 @@
+// The CPU convolution's algorithms and how one is chosen per shape (kernels/cpu/conv2d_select.cpp):
+//   dpx     dpx's own kernels: im2col + Eigen GEMM (conv2d.cpp), the direct depthwise kernel
+//           (depthwise_conv.cpp). Bitwise independent of the thread count.
+//   onednn  oneDNN's convolutions (conv2d_onednn.cpp; Debian's libdnnl), in the blocked layouts
+//           it picks, with the reorders to and from dpx's NCHW around them. Forward and dx do
+//           not depend on the thread count; dW does (oneDNN splits its sum over images by thread).
+// --conv-algo picks the rule: auto (oneDNN for every convolution it implements except depthwise
+// ones, dpx otherwise: the same choice every run), search (time both on the first call of each
+// shape and keep the faster, as cuDNN's benchmark mode does: fastest, but two runs may choose
+// differently), or one of the two everywhere.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels/ops.hpp"
+
+namespace dpx::cpu {
+
+enum class ConvAlgo { automatic, search, onednn, dpx };
+
+const char* conv_algo_name(ConvAlgo algo);  // "auto", "search", "onednn", "dpx"
+// False (out unchanged) for a name that is none of those.
+bool parse_conv_algo(const std::string& name, ConvAlgo& out);
+// Process-wide; set before the first convolution runs (later shapes use the new rule, shapes
+// already seen keep their choice). Throws std::runtime_error for onednn without oneDNN.
+void set_conv_algo(ConvAlgo algo);
+ConvAlgo conv_algo();
+bool onednn_available();  // this dpx was built with oneDNN
+
+// What was chosen for one shape and pass, first-seen order.
+struct ConvChoice {
+  std::string shape;  // "8x64x56x56 -> 64 3x3 s1 p1 d1 g1"
+  std::string pass;   // "forward" or "backward"
+  std::string algo;   // "onednn" or "dpx"
+  std::string why;    // "rule", "only", "search: onednn 1.21 ms, dpx 2.30 ms", "oneDNN refused: ..."
+  int threads = 1;
+  bool nested = false;  // called inside a parallel region (a thread rank)
+};
+std::vector<ConvChoice> conv_choices();
+void clear_conv_choices();  // tests: forget every choice (the next call chooses again)
+
+// The algorithms themselves; same contract as ops::conv2d_forward / conv2d_backward.
+void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
+                        const Tensor* b, const ops::Conv2dParams& p);
+void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
+                         const Tensor& x, const Tensor& w, const ops::Conv2dParams& p);
+// False, with nothing written and the reason in *why, where oneDNN has no implementation for the
+// shape (or dpx was built without it). db is dpx's own sum (in double) on both paths.
+bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
+                           const Tensor* b, const ops::Conv2dParams& p, std::string* why);
+bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Tensor& dy,
+                            const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
+                            std::string* why);
+
+}  // namespace dpx::cpu
