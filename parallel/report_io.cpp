@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/version_config.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 
 namespace dpx::parallel {
 
@@ -96,6 +97,13 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["ranks_per_node"] = o.ranks_per_node;
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;
+  j["conv_algo"] = o.conv_algo;
+  // What each CPU convolution shape ran, and why (this process's; empty on GPUs).
+  nlohmann::json convs = nlohmann::json::array();
+  for (const cpu::ConvChoice& c : cpu::conv_choices())
+    convs.push_back({{"shape", c.shape}, {"pass", c.pass}, {"algo", c.algo}, {"why", c.why},
+                     {"threads", c.threads}, {"nested", c.nested}});
+  j["conv_choices"] = convs;
   const LaunchInfo& l = report.launch;
   nlohmann::json launch = {{"backend", l.backend}};
   if (l.backend == "mpi") {

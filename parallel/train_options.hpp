@@ -64,6 +64,8 @@ struct TrainOptions {
   bool overlap = true;
   bool pin_threads = false;
   bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
+  std::string conv_algo = "auto";         // --conv-algo: CPU convolutions (kernels/cpu/conv2d_algos.hpp)
+  bool verbose = false;                   // --verbose: also print the choices made per shape
   int warmup_steps = 2;                   // excluded from summaries
   double loss_threshold = 0;              // report when the loss first falls below; 0: off
   double log_interval_s = 2;              // progress line cadence

@@ -411,6 +411,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   }
   if (!rank0) return;
   print_bench_table(std::cout, configs, medians, bf.repeat, bf.noisy_spread);
+  if (base.verbose) print_conv_choices(std::cout);
   std::cout << "wrote " << bf.out_dir << "/results.csv, " << bf.out_dir << "/runs.csv and " << bf.out_dir
             << "/steps/*.csv\n";
 }

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "parallel/stall_report.hpp"
 #include "tools/commands.hpp"
 
@@ -101,6 +102,16 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
   for (auto& [k, v] : rows)
     os << "| " << k << std::string(w0 - k.size(), ' ') << " | " << v << std::string(w1 - v.size(), ' ') << " |\n";
   os << bar;
+}
+
+void print_conv_choices(std::ostream& os) {
+  const std::vector<cpu::ConvChoice> choices = cpu::conv_choices();
+  if (choices.empty()) return;
+  os << "CPU convolutions (--conv-algo " << cpu::conv_algo_name(cpu::conv_algo()) << "): shape NxCxHxW -> K kernel, pass, "
+     << "algorithm, why\n";
+  for (const cpu::ConvChoice& c : choices)
+    os << "  " << c.shape << "  " << c.pass << "  " << c.algo << "  (" << c.why << "; " << c.threads << " thread"
+       << (c.threads == 1 ? "" : "s") << (c.nested ? ", in a thread rank" : "") << ")\n";
 }
 
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s) {

@@ -19,6 +19,9 @@ std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::Lau
 // The optimizer row of that table: "SGD lr 0.05 momentum 0.9 wd 0 nesterov", "AdamW lr 0.001 ...".
 std::string optimizer_text(const parallel::TrainOptions& o);
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
+// --verbose: what each CPU convolution shape ran and why (kernels/cpu/conv2d_algos.hpp); nothing
+// where no CPU convolution ran.
+void print_conv_choices(std::ostream& os);
 // More ranks (or rank threads) than cores is allowed (the studies did it: docs/ARCHITECTURE.md,
 // Studies) but is said on stderr.
 void warn_if_oversubscribed(const parallel::TrainOptions& o, const parallel::LaunchInfo& launch);

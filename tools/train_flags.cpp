@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/version_config.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "parallel/algorithms.hpp"
 #include "zoo/registry.hpp"
 
@@ -123,6 +124,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_flag("--no-overlap", f.no_overlap, "DDP: all-reduce after backward instead of during it");
   cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
   cmd.add_flag("--tf32", o.allow_tf32, "allow TF32 tensor-core math for fp32 on GPUs (off: exact fp32)");
+  cmd.add_option("--conv-algo", o.conv_algo, kConvAlgoHelp)
+      ->check(CLI::IsMember({"auto", "search", "onednn", "dpx"}))
+      ->capture_default_str();
+  cmd.add_flag("--verbose", o.verbose, "also print the algorithm each CPU convolution shape runs, and why");
   cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();
   cmd.add_option("--loss-threshold", o.loss_threshold, "report the first step whose loss is below this")
       ->capture_default_str();
@@ -159,6 +164,12 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;
   o.weights_strict = !f.weights_non_strict;
+  cpu::ConvAlgo algo{};
+  if (!cpu::parse_conv_algo(o.conv_algo, algo)) usage_fail("--conv-algo '", o.conv_algo, "': use auto, search, onednn or dpx");
+  if ((algo == cpu::ConvAlgo::onednn || algo == cpu::ConvAlgo::search) && !cpu::onednn_available())
+    usage_fail("--conv-algo ", o.conv_algo, ": this dpx was built without oneDNN (apt-get install libdnnl-dev and rebuild, "
+               "or use --conv-algo dpx or auto)");
+  cpu::set_conv_algo(algo);
   auto colon = f.trace_steps.find(':');
   try {
     if (colon == std::string::npos) throw std::invalid_argument("no colon");

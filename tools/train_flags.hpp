@@ -23,6 +23,11 @@ std::string algo_help();
 inline constexpr const char* kOptimizerHelp =
     "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)";
 inline constexpr const char* kBucketMbHelp = "DDP gradient bucket size in MiB (0: one all-reduce per tensor)";
+inline constexpr const char* kConvAlgoHelp =
+    "CPU convolutions: auto (oneDNN where it implements the shape, except depthwise and inside thread ranks "
+    "given several threads; dpx's own kernels otherwise; the same every run), search (time both on each "
+    "shape's first call and keep the faster; two runs may differ in the last bits), onednn, or dpx (dpx's "
+    "own kernels: results bitwise independent of --threads; oneDNN's dW is not)";
 inline constexpr const char* kAccumulateHelp = "synchronise gradients every k micro-steps";
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags
