@@ -1,11 +1,13 @@
 // Micro-benchmarks of the CPU kernels that dominate training time: square GEMM, conv2d
 // forward/backward on ResNet-like shapes and depthwise conv2d on EfficientNet-B0's, each at 1 and
-// 2 threads, next to the machine's FMA peak. GFLOP/s counts 2 FLOPs per multiply-add; conv2d
-// backward computes dx, dW and db (twice the forward's multiply-adds).
+// 2 threads, next to the machine's FMA peak, each convolution with dpx's own kernels (onednn:0)
+// and with oneDNN's (onednn:1). GFLOP/s counts 2 FLOPs per multiply-add; conv2d backward
+// computes dx, dW and db (twice the forward's multiply-adds).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include "core/rng.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/ops.hpp"
 
 namespace {
@@ -83,6 +85,15 @@ const ConvShape kConvShapes[] = {
     {8, 256, 4, 4, 256, 3, 1, 1},    // ResNet layer3 3x3 at 64x64 input (16 pixels an image)
     {8, 512, 2, 2, 512, 3, 1, 1},    // ResNet layer4 3x3 at 64x64 input (4 pixels an image)
     {8, 128, 16, 16, 32, 3, 1, 1},   // DenseNet dense layer 3x3 at 64x64 input
+    // 224x224 inputs (issue "CPU speed at 224"): VGG's planes from 224 down to 14, ResNet's 7,
+    // Swin's patch embedding (4x4 stride 4).
+    {1, 64, 224, 224, 64, 3, 1, 1},  // VGG-16 conv1_2
+    {2, 128, 112, 112, 128, 3, 1, 1},  // VGG-16 conv2_2
+    {2, 256, 56, 56, 256, 3, 1, 1},  // VGG-16 conv3_x
+    {2, 512, 28, 28, 512, 3, 1, 1},  // VGG-16 conv4_x
+    {8, 512, 14, 14, 512, 3, 1, 1},  // VGG-16 conv5_x
+    {8, 512, 7, 7, 512, 3, 1, 1},    // ResNet layer4 3x3
+    {8, 3, 224, 224, 96, 4, 4, 0},   // Swin-T patch embedding
 };
 // Depthwise (groups == C, w (C, 1, k, k)): EfficientNet-B0's MBConv layers for batch 8 of 64x64
 // images (the model step of RESULTS.md), and its first stage at 224x224.
@@ -120,7 +131,15 @@ void conv_label(benchmark::State& state, const ConvShape& s) {
                  (s.groups > 1 ? " groups=" + std::to_string(s.groups) : ""));
 }
 
+// The third benchmark argument: 0 runs dpx's own kernels, 1 oneDNN's (--conv-algo dpx / onednn).
+void use_algo(benchmark::State& state) {
+  const bool onednn = state.range(2) == 1;
+  if (onednn && !cpu::onednn_available()) state.SkipWithError("this dpx was built without oneDNN");
+  cpu::set_conv_algo(onednn && cpu::onednn_available() ? cpu::ConvAlgo::onednn : cpu::ConvAlgo::dpx);
+}
+
 void conv_forward(benchmark::State& state, const ConvShape& s) {
+  use_algo(state);
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   for (auto _ : state) {
@@ -132,6 +151,7 @@ void conv_forward(benchmark::State& state, const ConvShape& s) {
 }
 
 void conv_backward(benchmark::State& state, const ConvShape& s) {
+  use_algo(state);
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   Tensor dx = Tensor::zeros(c.x.shape()), dw = Tensor::zeros(c.w.shape()),
@@ -157,24 +177,24 @@ void BM_DepthwiseConv2dBackward(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Conv2dForward)
-    ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 2}})
+    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Conv2dBackward)
-    ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 2}})
+    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_DepthwiseConv2dForward)
-    ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DepthwiseConv2dBackward)
-    ->ArgNames({"shape", "threads"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -7,9 +7,12 @@
 # Environment:
 #   DEVICE   cpu (default) or cuda:N          BATCH (8)  SIZE (64)  STEPS measured (10)  WARMUP (2)
 #   THREADS  CPU threads for both (2)         TF32=1     allow TF32 in both (GPU only)
-#   DPX      the dpx binary (build/bin/dpx)   PYTHON     a Python with torch and torchvision
-#                                                        (default /usr/bin/python3, Debian's);
-#            without them the table still gives dpx's figures, with "-" for PyTorch's
+#   DPX      the dpx binary (build/bin/dpx)   PYTHON     Pythons with torch and torchvision, space-
+#                                                        separated: one PyTorch column each, the ratio
+#                                                        against the fastest (default /usr/bin/python3,
+#                                                        Debian's); without torch the table still gives
+#                                                        dpx's figures, with "-" for PyTorch's
+#   CONV_ALGO  dpx's --conv-algo (auto)
 #   NO_HEADER=1  print the rows only (to append to a table)
 #   PEAK_TFLOPS  the device's peak for the MFU column; on CUDA the default is the H100/H200
 #            datasheet's dense rate: 67 (fp32) or 495 (TF32). No MFU column on the CPU unless given.
@@ -19,21 +22,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dpx=${DPX:-build/bin/dpx}
-python=${PYTHON:-/usr/bin/python3}
+read -r -a pythons <<<"${PYTHON:-/usr/bin/python3}"
 device=${DEVICE:-cpu}
 batch=${BATCH:-8} size=${SIZE:-64} threads=${THREADS:-2} steps=${STEPS:-10} warmup=${WARMUP:-2}
 models=("$@")
 [[ ${#models[@]} -gt 0 ]] || models=(resnet18 resnet50 vgg16 vgg16_bn alexnet densenet121 squeezenet1_0
                                      squeezenet1_1 efficientnet_b0 swin_t)
 [[ -x $dpx ]] || { echo "zoo_steps.sh: $dpx not found: build first (scripts/build) or set DPX" >&2; exit 1; }
-have_torch=1
-if ! "$python" -c "import torch, torchvision" 2>/dev/null; then
-  have_torch=0
-  echo "zoo_steps.sh: $python has no torch/torchvision (apt-get install python3-torch python3-torchvision, or set PYTHON): dpx's figures only" >&2
-fi
+# The peers that have torch and torchvision, and a line naming each one's version and BLAS.
+peers=()
+for py in "${pythons[@]}"; do
+  if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
+    echo "zoo_steps.sh: $py has no torch/torchvision (apt-get install python3-torch python3-torchvision libopenblas0-pthread, or set PYTHON): left out" >&2
+    continue
+  fi
+  peers+=("$py")
+done
+[[ ${#peers[@]} -gt 0 ]] || echo "zoo_steps.sh: no PyTorch peer: dpx's figures only" >&2
 
 dpx_flags=(--batch-sizes "$batch" --image-size "$size" --channels 3 --parallel none --threads "$threads"
-           --steps $((steps + warmup)) --warmup "$warmup" --no-eval)
+           --steps $((steps + warmup)) --warmup "$warmup" --no-eval --conv-algo "${CONV_ALGO:-auto}")
 torch_flags=()
 peak=${PEAK_TFLOPS:-}
 case $device in
@@ -51,28 +59,46 @@ column() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; ++i) c[$i] = i; nex
 
 mfu_head="" mfu_rule=""
 [[ -n $peak ]] && mfu_head=" dpx MFU |" mfu_rule=" --- |"
-[[ ${NO_HEADER:-0} == 1 ]] || echo "| model | dpx forward / backward / optimizer (ms) | dpx img/s | PyTorch forward / backward / optimizer (ms) | PyTorch img/s | dpx / PyTorch |$mfu_head"
-[[ ${NO_HEADER:-0} == 1 ]] || echo "| --- | --- | --- | --- | --- | --- |$mfu_rule"
+peer_head="" peer_rule=""
+for py in "${peers[@]}"; do
+  # "PyTorch 1.13.0a0 (generic BLAS: openblas-pthread)": the version and the library its matrix products use.
+  name=$("$py" - <<'PY'
+import re, torch
+cfg = torch.__config__.show()
+blas = (re.search(r"BLAS_INFO=(\w+)", cfg) or [None, "?"])[1]
+if blas == "generic":  # Debian's: libblas.so.3 through the alternatives system
+    import os
+    path = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    blas = "generic = " + os.path.basename(os.path.dirname(path))
+print(f"PyTorch {torch.__version__.split('+')[0]} ({blas})")
+PY
+)
+  peer_head+=" $name forward / backward / optimizer (ms) | $name img/s |" peer_rule+=" --- | --- |"
+done
+ratio_head="" ratio_rule=""
+[[ ${#peers[@]} -gt 0 ]] && ratio_head=" dpx / fastest PyTorch |" ratio_rule=" --- |"
+[[ ${NO_HEADER:-0} == 1 ]] || echo "| model | dpx forward / backward / optimizer (ms) | dpx img/s |$peer_head$ratio_head$mfu_head"
+[[ ${NO_HEADER:-0} == 1 ]] || echo "| --- | --- | --- |$peer_rule$ratio_rule$mfu_rule"
 for m in "${models[@]}"; do
   "$dpx" bench --models "$m" "${dpx_flags[@]}" --out "$out/$m" >"$out/$m.log" 2>&1 ||
     { cat "$out/$m.log" >&2; echo "zoo_steps.sh: dpx bench failed for $m" >&2; exit 1; }
   csv=$out/$m/results.csv
   fwd=$(column "$csv" mean_forward_s) bwd=$(column "$csv" mean_backward_s) upd=$(column "$csv" mean_optimizer_s)
   dpx_ips=$(column "$csv" images_per_s)
-  tf=- tb=- tu=- t_ips=-
-  if [[ $have_torch == 1 ]]; then
-    line=$("$python" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
+  row=$(awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" \
+            'BEGIN { printf "| %s | %.1f / %.1f / %.1f | %.1f |", m, 1e3 * f, 1e3 * b, 1e3 * u, i }')
+  best=0
+  for py in "${peers[@]}"; do
+    line=$("$py" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
     read -r tf tb tu t_ips < <(sed -E 's/.*forward ([0-9.]+) ms, backward ([0-9.]+) ms, optimizer ([0-9.]+) ms, ([0-9.]+) img\/s.*/\1 \2 \3 \4/' <<<"$line")
-  fi
-  mfu=""
+    row+=$(awk -v tf="$tf" -v tb="$tb" -v tu="$tu" -v ti="$t_ips" 'BEGIN { printf " %.1f / %.1f / %.1f | %.1f |", tf, tb, tu, ti }')
+    best=$(awk -v a="$best" -v b="$t_ips" 'BEGIN { print (b > a ? b : a) }')
+  done
+  [[ ${#peers[@]} -gt 0 ]] && row+=$(awk -v i="$dpx_ips" -v b="$best" 'BEGIN { printf " %.2f× |", i / b }')
   if [[ -n $peak ]]; then
     "$dpx" models "$m" --image-size "$size" --csv "$out/$m.models.csv" >/dev/null
     gflops=$(column "$out/$m.models.csv" forward_gflops)
-    mfu=$(awk -v g="$gflops" -v i="$dpx_ips" -v p="$peak" 'BEGIN { printf " %.1f %% |", 100 * 3 * g * i / (p * 1e3) }')
+    row+=$(awk -v g="$gflops" -v i="$dpx_ips" -v p="$peak" 'BEGIN { printf " %.1f %% |", 100 * 3 * g * i / (p * 1e3) }')
   fi
-  awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" -v tf="$tf" -v tb="$tb" -v tu="$tu" \
-      -v ti="$t_ips" -v mfu="$mfu" 'BEGIN {
-    if (ti == "-") printf "| %s | %.1f / %.1f / %.1f | %.1f | - | - | - |%s\n", m, 1e3 * f, 1e3 * b, 1e3 * u, i, mfu
-    else printf "| %s | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.2f× |%s\n",
-      m, 1e3 * f, 1e3 * b, 1e3 * u, i, tf, tb, tu, ti, i / ti, mfu }'
+  echo "$row"
 done

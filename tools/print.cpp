@@ -106,6 +106,11 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
 
 void print_conv_choices(std::ostream& os) {
   const std::vector<cpu::ConvChoice> choices = cpu::conv_choices();
+  if (cpu::conv_algo() == cpu::ConvAlgo::dpx || !cpu::onednn_available()) {
+    os << "CPU convolutions (--conv-algo " << cpu::conv_algo_name(cpu::conv_algo()) << "): dpx's own kernels for every shape"
+       << (cpu::onednn_available() ? "" : " (built without oneDNN)") << "\n";
+    return;
+  }
   if (choices.empty()) return;
   os << "CPU convolutions (--conv-algo " << cpu::conv_algo_name(cpu::conv_algo()) << "): shape NxCxHxW -> K kernel, pass, "
      << "algorithm, why\n";

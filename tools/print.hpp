@@ -20,7 +20,7 @@ std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::Lau
 std::string optimizer_text(const parallel::TrainOptions& o);
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
 // --verbose: what each CPU convolution shape ran and why (kernels/cpu/conv2d_algos.hpp); nothing
-// where no CPU convolution ran.
+// where no CPU convolution ran (one line where dpx's own kernels run them all).
 void print_conv_choices(std::ostream& os);
 // More ranks (or rank threads) than cores is allowed (the studies did it: docs/ARCHITECTURE.md,
 // Studies) but is said on stderr.

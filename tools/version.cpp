@@ -4,6 +4,7 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/version_config.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "tools/commands.hpp"
 
 #ifdef DPX_WITH_CUDA
@@ -22,6 +23,8 @@ std::string version_text(const parallel::LaunchInfo& launch) {
   std::ostringstream os;
   os << "dpx " << DPX_VERSION_STRING << " (" << DPX_BUILD_TYPE << ", " << DPX_CXX_COMPILER << ")\n";
   os << "Eigen " << EIGEN_WORLD_VERSION << "." << EIGEN_MAJOR_VERSION << "." << EIGEN_MINOR_VERSION << "\n";
+  if (cpu::onednn_available()) os << "oneDNN " << cpu::onednn_version() << " (CPU convolutions; --conv-algo)\n";
+  else os << "oneDNN: not built in (CPU convolutions use dpx's own kernels)\n";
   os << "zlib " << ZLIB_VERSION << "\n";
 #ifdef _OPENMP
   os << "OpenMP " << _OPENMP << "\n";

@@ -25,7 +25,8 @@ bool parse_conv_algo(const std::string& name, ConvAlgo& out);
 // already seen keep their choice). Throws std::runtime_error for onednn without oneDNN.
 void set_conv_algo(ConvAlgo algo);
 ConvAlgo conv_algo();
-bool onednn_available();  // this dpx was built with oneDNN
+bool onednn_available();     // this dpx was built with oneDNN
+std::string onednn_version();  // the loaded library's, "2.6.3"; empty without oneDNN
 
 // What was chosen for one shape and pass, first-seen order.
 struct ConvChoice {

@@ -26,6 +26,8 @@ namespace dpx::cpu {
 
 #ifndef DPX_WITH_ONEDNN
 
+std::string onednn_version() { return ""; }
+
 bool conv2d_forward_onednn(const Context&, Tensor&, const Tensor&, const Tensor&, const Tensor*,
                            const ops::Conv2dParams&, std::string* why) {
   if (why) *why = "this dpx was built without oneDNN";
@@ -237,6 +239,11 @@ bool guarded(std::string* why, F&& f) {
 }
 
 }  // namespace
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
 
 bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
                            const Tensor* b, const ops::Conv2dParams& p, std::string* why) {

@@ -219,3 +219,34 @@ TEST_CASE("bench writes results.csv with one row per configuration and POP colum
                                        "--devices cpu:1,2 --steps 4 --warmup 1 --threads 2 --out " + d.string() + "\n");
   fs::remove_all(d);
 }
+
+TEST_CASE("--conv-algo: config.json records each convolution's algorithm; --verbose prints them") {
+  const std::string lenet = "train --dataset synthetic --image-size 28 --synthetic-size 64 --steps 2 --batch-size 16 "
+                            "--threads 2 --model lenet5 --devices cpu:1 --no-eval --warmup 1 ";
+  {
+    fs::path d = temp_dir("conv_dpx");
+    Result r = run(lenet + "--conv-algo dpx --verbose --out " + d.string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("CPU convolutions (--conv-algo dpx)") != std::string::npos);
+    auto config = nlohmann::json::parse(file_text(d / "config.json"));
+    CHECK(config["conv_algo"] == "dpx");
+    CHECK(config["conv_choices"].empty());  // dpx's kernels are not a choice: nothing chosen
+    fs::remove_all(d);
+  }
+  if (run("--version").output.find("oneDNN: not built") == std::string::npos) {
+    fs::path d = temp_dir("conv_onednn");
+    Result r = run(lenet + "--conv-algo onednn --verbose --out " + d.string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("onednn  (forced; 2 threads)") != std::string::npos);
+    auto config = nlohmann::json::parse(file_text(d / "config.json"));
+    CHECK(config["conv_algo"] == "onednn");
+    // lenet5's two convolutions, forward and backward (the first needs no dx: still a choice).
+    REQUIRE(config["conv_choices"].size() == 4);
+    for (const auto& c : config["conv_choices"]) CHECK(c["algo"] == "onednn");
+    CHECK(config["conv_choices"][0]["shape"] == "16x1x28x28 -> 6 5x5 s1 p2 d1 g1 +bias");
+    fs::remove_all(d);
+  }
+  check_usage_errors({{lenet + "--conv-algo fast", "--conv-algo"}});
+}
