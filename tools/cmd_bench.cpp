@@ -393,6 +393,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       } else {
         report = parallel::train(c.o, quiet);
       }
+      // The run's tensors are freed: its cached host blocks, sized for this configuration, would
+      // only sit beside the next one's (core/tensor.hpp, the host block cache).
+      empty_host_cache();
       if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
         std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during run " << i << " of " << total
                   << "; " << bf.out_dir << "/results.csv and runs.csv hold the " << i - 1 << " before it"
