@@ -1,9 +1,14 @@
 #include "core/tensor.hpp"
 
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
 #include "core/cuda/memory.hpp"
 
@@ -33,9 +38,98 @@ Storage::~Storage() {
 namespace {
 std::atomic<size_t> g_host_bytes{0};  // a statistic only: no computation reads it
 
+// The host block cache (core/tensor.hpp): free lists by rounded size, capped by DPX_HOST_CACHE_MB.
+// Under AddressSanitizer it is off unless the variable is set: a block reused at once would hide
+// a use after free from it.
+#if defined(__SANITIZE_ADDRESS__) || defined(DPX_SANITIZE)
+constexpr size_t kDefaultCapMb = 0;
+#else
+constexpr size_t kDefaultCapMb = 4096;
+#endif
+class HostCache {
+ public:
+  HostCache() : cap_bytes_(cap_from_env()) {}
+
+  void* take(size_t rounded) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(rounded);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) {  // the cache's blocks of other sizes may be what the system lacks
+      empty();
+      p = std::aligned_alloc(64, rounded);
+    }
+    if (p) system_allocations_.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+
+  void give(void* p, size_t rounded) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_bytes_ + rounded <= cap_bytes_) {
+        free_[rounded].push_back(p);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(p);
+  }
+
+  void empty() {
+    std::unordered_map<size_t, std::vector<void*>> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks.swap(free_);
+      cached_bytes_ = 0;
+    }
+    for (auto& [size, list] : blocks)
+      for (void* p : list) std::free(p);
+  }
+
+  size_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_bytes_;
+  }
+  uint64_t system_allocations() const { return system_allocations_.load(std::memory_order_relaxed); }
+  size_t cap_bytes() const { return cap_bytes_; }
+
+ private:
+  static size_t cap_from_env() {
+    const char* text = std::getenv("DPX_HOST_CACHE_MB");
+    if (!text || !*text) return kDefaultCapMb << 20;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long mb = std::strtoull(text, &end, 10);
+    if (*end != '\0' || errno == ERANGE || !std::isdigit(static_cast<unsigned char>(text[0])) || mb > (1ull << 30))
+      fail("DPX_HOST_CACHE_MB='", text, "' is not a size in MiB: unset it for the default (4096), pass a whole "
+           "number such as 1024, or 0 to give every freed host block back to the system at once");
+    return static_cast<size_t>(mb) << 20;
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks
+  size_t cached_bytes_ = 0;
+  const size_t cap_bytes_;
+  std::atomic<uint64_t> system_allocations_{0};
+};
+
+HostCache& host_cache() {
+  static HostCache* cache = new HostCache;  // never destroyed: tensors may be freed while the process exits
+  return *cache;
+}
+
+size_t host_rounded(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+
 void host_release(void* p, size_t bytes, Device) {
   g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  std::free(p);
+  host_cache().give(p, host_rounded(bytes));
 }
 void cuda_release(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d.index); }
 }  // namespace
@@ -45,8 +139,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   s->bytes = bytes;
   s->device = device;
   if (device.is_cpu()) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    s->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    s->data = host_cache().take(host_rounded(bytes));
     if (!s->data)
       fail("out of host memory allocating ", bytes, " bytes: lower --batch-size, --image-size, --workers or the "
            "number of ranks, pick a smaller model, or free memory on this machine");
@@ -58,6 +151,11 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   }
   return s;
 }
+
+size_t host_bytes_cached() { return host_cache().cached_bytes(); }
+uint64_t host_system_allocations() { return host_cache().system_allocations(); }
+void empty_host_cache() { host_cache().empty(); }
+size_t host_cache_cap_bytes() { return host_cache().cap_bytes(); }
 
 size_t host_bytes_in_use() { return g_host_bytes.load(std::memory_order_relaxed); }
 

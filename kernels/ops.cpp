@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/op_checks.hpp"
+#include "kernels/op_profile.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #ifdef DPX_WITH_CUDA
 #include "kernels/cuda/cuda_ops.hpp"
@@ -49,6 +50,46 @@ void check_devices(const char* op, const Context& ctx, const Args&... args) {
 #endif
 }  // namespace
 
+// The floating-point operations of one call, for the op profiler (a multiply-add counts 2; bias
+// additions are left out). Defined for the products; every other op gets the template: -1, none.
+// The overloads take exactly the op's parameter types (Tensor* for gradients, not const Tensor*):
+// on an exact match overload resolution prefers them to the template.
+namespace flops {
+#define DPX_OP(ret, name, params, args) \
+  template <class... A>                 \
+  double name(const A&...) {            \
+    return -1;                          \
+  }
+#include "kernels/ops.def"
+#undef DPX_OP
+
+// 2 * N * K * OH * OW * (C_in / groups) * kH * kW, from the output y (or dy) and the weight.
+double conv2d_products(const Tensor& y, const Tensor& w) {
+  return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(w.size(1) * w.size(2) * w.size(3));
+}
+double conv2d_forward(const Context&, const Tensor& y, const Tensor&, const Tensor& w, const Tensor*,
+                      const Conv2dParams&) {
+  return conv2d_products(y, w);
+}
+// dx and dW each cost a forward's products; only the gradients asked for count.
+double conv2d_backward(const Context&, Tensor* dx, Tensor* dw, Tensor*, const Tensor& dy,
+                       const Tensor&, const Tensor& w, const Conv2dParams&) {
+  return conv2d_products(dy, w) * ((dx ? 1 : 0) + (dw ? 1 : 0));
+}
+// 2 * N * out * in per product.
+double linear_forward(const Context&, const Tensor& y, const Tensor& x, const Tensor&, const Tensor*) {
+  return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(x.size(-1));
+}
+double linear_backward(const Context&, Tensor* dx, Tensor* dw, Tensor*, const Tensor& dy,
+                       const Tensor& x, const Tensor&) {
+  return 2.0 * static_cast<double>(dy.numel()) * static_cast<double>(x.size(-1)) * ((dx ? 1 : 0) + (dw ? 1 : 0));
+}
+// 2 * M * N * K per matrix of the batch: c holds batch * M * N elements.
+double matmul(const Context&, const Tensor& c, const Tensor& a, const Tensor&, bool trans_a, bool, float, float) {
+  return 2.0 * static_cast<double>(c.numel()) * static_cast<double>(trans_a ? a.size(-2) : a.size(-1));
+}
+}  // namespace flops
+
 #define DPX_ARGS(...) __VA_ARGS__
 #ifdef DPX_WITH_CUDA
 #define DPX_RUN_CUDA(name, args) return cuda::name args
@@ -56,13 +97,28 @@ void check_devices(const char* op, const Context& ctx, const Args&... args) {
 #define DPX_RUN_CUDA(name, args) not_built(#name)
 #endif
 
-#define DPX_OP(ret, name, params, args)               \
-  ret name params {                                   \
-    check_devices(#name, DPX_ARGS args);              \
-    check::name args;                                 \
-    if (ctx.device.is_cpu())                          \
+// Each op: run_NAME runs the kernel of ctx.device; NAME checks, then runs it, timed when the op
+// profiler is on (kernels/op_profile.hpp).
+namespace {
+#define DPX_OP(ret, name, params, args)                       \
+  ret run_##name params {                                     \
+    if (ctx.device.is_cpu())                                  \
       return ctx.reference ? ref::name args : cpu::name args; \
-    DPX_RUN_CUDA(name, args);                         \
+    DPX_RUN_CUDA(name, args);                                 \
+  }
+#include "kernels/ops.def"
+#undef DPX_OP
+}  // namespace
+
+#define DPX_OP(ret, name, params, args)                           \
+  ret name params {                                               \
+    check_devices(#name, DPX_ARGS args);                          \
+    check::name args;                                             \
+    if (profile::enabled()) [[unlikely]] {                        \
+      profile::Call call(ctx, #name, flops::name args);           \
+      return run_##name args;                                     \
+    }                                                             \
+    return run_##name args;                                       \
   }
 #include "kernels/ops.def"
 #undef DPX_OP

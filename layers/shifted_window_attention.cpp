@@ -192,8 +192,8 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
     ops::pad_hw(ctx, t, dy);
   }
   if (g.shifted()) {
-    Tensor unrolled = zeros_on(ctx, t.shape());
-    ops::roll_backward(ctx, unrolled, t, g.sh, g.sw);
+    Tensor unrolled = empty_on(ctx, t.shape());  // rolled back: every element written once
+    ops::roll(ctx, unrolled, t, -g.sh, -g.sw);
     t = unrolled;
   }
   Tensor dprojected = zeros_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
@@ -232,8 +232,8 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
   Tensor dt_rows = dt.view({g.B, g.nWh, wh, g.nWw, ww, C});
   ops::permute_backward(ctx, dt_rows, dwindows.view({g.B, g.nWh, g.nWw, wh, ww, C}), kWindowPerm);
   if (g.shifted()) {
-    Tensor unrolled = zeros_on(ctx, dt.shape());
-    ops::roll_backward(ctx, unrolled, dt, -g.sh, -g.sw);
+    Tensor unrolled = empty_on(ctx, dt.shape());  // rolled back: every element written once
+    ops::roll(ctx, unrolled, dt, g.sh, g.sw);
     dt = unrolled;
   }
   if (!g.padded()) return dt;

@@ -5,6 +5,7 @@
 #include <exception>
 #include <mutex>
 
+#include "kernels/op_profile.hpp"
 #include "kernels/ops.hpp"
 
 namespace dpx::parallel {
@@ -64,8 +65,10 @@ void parallel_apply(int n, const std::function<void(int)>& fn) {
   std::mutex mu;
   omp_set_dynamic(0);
   omp_set_max_active_levels(4);  // the replicas' kernels may open their own nested regions
+  const bool counting_ops = ops::profile::counting();  // the op profiler's switch: the caller's
 #pragma omp parallel num_threads(n)
   {
+    ops::profile::Counting counted(counting_ops);
     // Normally one thread per replica; the stride keeps it correct if OpenMP gives fewer.
     for (int i = omp_get_thread_num(); i < n; i += omp_get_num_threads()) {
       try {

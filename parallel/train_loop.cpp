@@ -6,6 +6,7 @@
 
 #include "core/clock.hpp"
 #include "core/stop.hpp"
+#include "kernels/op_profile.hpp"
 #include "parallel/evaluate.hpp"
 #include "parallel/rank_checkpoints.hpp"
 #include "parallel/stop_vote.hpp"
@@ -78,7 +79,12 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
     double epoch_start = now_s(), loss_sum = epoch == start.epoch ? start.epoch_loss_sum : 0;
     for (int64_t step = first; step < steps; ++step, ++global_step) {
       if (comm) comm->set_activity(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
-      const std::vector<StepRecord> records = train_step(r, {epoch, step, global_step});
+      std::vector<StepRecord> records;
+      {
+        // The op profiler (dpx bench --profile-ops) counts the measured steps, not the warmup.
+        ops::profile::Counting counted(global_step >= o.warmup_steps);
+        records = train_step(r, {epoch, step, global_step});
+      }
       const StepRecord& rec = records.front();
       loss_sum += rec.loss;
       mine.insert(mine.end(), records.begin(), records.end());

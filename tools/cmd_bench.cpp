@@ -3,10 +3,12 @@
 // device count, a fixed number of timed steps each, the whole sweep --repeat times — written to
 // results.csv (one row per configuration: medians over the runs, their confidence intervals and
 // spread, speedup and scaling efficiency against the configuration with the fewest ranks),
-// runs.csv (one row per run) and one per-step CSV per run.
+// runs.csv (one row per run) and one per-step CSV per run; with --profile-ops, the time of every op
+// per run (ops.csv, kernels/op_profile.hpp).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -16,11 +18,13 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/stop.hpp"
+#include "kernels/op_profile.hpp"
 #include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/report_io.hpp"
 #include "parallel/trainer.hpp"
 #include "tools/commands.hpp"
+#include "tools/op_table.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
 
@@ -41,6 +45,7 @@ struct BenchFlags {
   int repeat = 1;
   double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
+  bool profile_ops = false;  // time every op of the measured steps: a table per run and ops.csv
 };
 
 // "25" and "0.5", not "25.000000": values as they go into tags and the start report.
@@ -255,6 +260,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     ensure_writable_dir(bf.out_dir);
     ensure_writable_dir(bf.out_dir + "/steps");
     lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
+    // An ops.csv of an earlier sweep into this folder would pass for this one's.
+    std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
+    if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
   }
 
   // Validate every configuration before running any, so a typo fails in a second, not an hour:
@@ -352,6 +360,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   stop::Graceful graceful;  // a signal ends the configuration in progress at a step, and the sweep
   std::ostringstream runs_csv;
   runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";
+  std::string ops_csv = op_csv_header();
+  ops::profile::set_enabled(bf.profile_ops);
   std::vector<parallel::Summary> medians;
   const size_t total = configs.size() * static_cast<size_t>(bf.repeat);
   size_t i = 0;
@@ -368,6 +378,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                 << std::endl;
       std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
       parallel::TrainReport report;
+      ops::profile::reset();  // this run's measured steps only (the training loop skips the warmup)
       if (mpi) {
         // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
         const int k = c.o.process_ranks;
@@ -382,6 +393,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       } else {
         report = parallel::train(c.o, quiet);
       }
+      // The run's tensors are freed: its cached host blocks, sized for this configuration, would
+      // only sit beside the next one's (core/tensor.hpp, the host block cache).
+      empty_host_cache();
       if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
         std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during run " << i << " of " << total
                   << "; " << bf.out_dir << "/results.csv and runs.csv hold the " << i - 1 << " before it"
@@ -390,6 +404,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       }
       if (mpi && !rank0) continue;
       parallel::Summary s = parallel::summarize(report);
+      const MeasuredSteps measured = measured_steps(report, processes.rank());  // for --profile-ops
       const std::string steps_name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
       parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_name + ".csv", report);
       c.summaries.push_back(s);
@@ -403,6 +418,12 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::printf("    %.1f img/s | speedup %.2f | %s-scaling efficiency %.3f | LB %.3f CommE %.3f PE %.3f\n",
                   s.images_per_s, s.speedup, c.scaling.c_str(), s.scaling_efficiency, s.load_balance,
                   s.comm_efficiency, s.parallel_efficiency);
+      if (bf.profile_ops) {
+        const std::vector<ops::profile::OpStats> op_stats = ops::profile::snapshot();
+        std::cout << op_table(op_stats, measured);
+        ops_csv += op_csv_rows(c.tag, run, op_stats, measured);
+        write_file_atomic(bf.out_dir + "/ops.csv", ops_csv);
+      }
       std::fflush(stdout);
       // Written after every run, so an interrupted sweep keeps what it measured.
       write_file_atomic(bf.out_dir + "/runs.csv", runs_csv.str());
@@ -412,7 +433,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   if (!rank0) return;
   print_bench_table(std::cout, configs, medians, bf.repeat, bf.noisy_spread);
   if (base.verbose) print_conv_choices(std::cout);
-  std::cout << "wrote " << bf.out_dir << "/results.csv, " << bf.out_dir << "/runs.csv and " << bf.out_dir
+  std::cout << "wrote " << bf.out_dir << "/results.csv, " << bf.out_dir << "/runs.csv"
+            << (bf.profile_ops ? ", " + bf.out_dir + "/ops.csv" : std::string()) << " and " << bf.out_dir
             << "/steps/*.csv\n";
 }
 
@@ -459,7 +481,12 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--noisy-spread", bf->noisy_spread,
                   "flag a configuration noisy when (max - min) / median of its throughput over the runs exceeds this")
       ->capture_default_str();
-  cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv and steps/")->capture_default_str();
+  cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv, steps/ and (--profile-ops) ops.csv")->capture_default_str();
+  cmd->add_flag("--profile-ops", bf->profile_ops,
+                "time every op (kernels/ops.def) of the measured steps, warmup excluded: after each run a table of "
+                "op, calls, total ms, ms per step, % of the step time and GFLOP/s (convolutions, linear, matmul), "
+                "by total time, and ops.csv in --out; on CUDA each op waits for its stream before and after, so "
+                "the run is slower than without the flag");
   cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 

@@ -1,10 +1,13 @@
 // Helpers shared by the CPU kernels (not part of the op list): the thread count a kernel should
-// use, and a thread-count-invariant GEMM. The op layer checks every argument before a kernel
+// use, per-call scratch memory, and a thread-count-invariant GEMM. The op layer checks every argument before a kernel
 // runs (kernels/op_checks.cpp); what a kernel still checks (labels, indices) it checks before
 // an OpenMP region: an exception must not leave one.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
+#include <memory>
+#include <type_traits>
 
 #include "core/context.hpp"
 #include "core/tensor.hpp"
@@ -29,6 +32,28 @@ inline double channel_sum(const float* x, int64_t N, int64_t C, int64_t S, int64
   }
   return sum;
 }
+
+// Scratch memory for one kernel call: `count` elements of a trivially copyable T, 64-byte aligned,
+// zeroed only when asked. It comes from the host tensor cache (allocate_storage, core/tensor.cpp)
+// and goes back there when the Scratch ends, so a kernel that runs every step reuses the same
+// block instead of asking the system for one each call.
+template <class T>
+class Scratch {
+  static_assert(std::is_trivially_copyable_v<T>, "Scratch holds plain values (no constructors run)");
+
+ public:
+  explicit Scratch(int64_t count, bool zero = false)
+      : storage_(allocate_storage(static_cast<size_t>(count) * sizeof(T), Device::cpu())), count_(count) {
+    if (zero && count > 0) std::memset(storage_->data, 0, static_cast<size_t>(count) * sizeof(T));
+  }
+  T* data() const { return static_cast<T*>(storage_->data); }
+  int64_t size() const { return count_; }
+  T& operator[](int64_t i) const { return data()[i]; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t count_;
+};
 
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C, where op(A) is (M, K) and op(B) is
 // (K, N); A is stored (M, K) or, with trans_a, (K, M); likewise B. beta == 0 never reads C.

@@ -224,8 +224,8 @@ void depthwise_conv2d_forward(const Context& ctx, float* y, const float* x, cons
   const int64_t per_thread = slice_stride<float>(p.phase_floats() + acc_floats);
   const int64_t srcs_stride = slice_stride<const float*>(p.taps);
   // Zeros: the padding and slack of the phase buffers are never written.
-  std::vector<float> scratch(static_cast<size_t>(nt * per_thread));
-  std::vector<const float*> srcs(static_cast<size_t>(nt * srcs_stride));
+  Scratch<float> scratch(nt * per_thread, /*zero=*/true);
+  Scratch<const float*> srcs(nt * srcs_stride);
 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, chunk)
   for (int64_t u = 0; u < units; ++u) {
@@ -267,9 +267,9 @@ void depthwise_conv2d_backward(const Context& ctx, float* dx, float* dw, const f
   const int64_t lane_doubles = dw ? s.M * p.taps * kLanes : 0;
   const int64_t lanes_stride = slice_stride<double>(lane_doubles);
   // Zeros: the padding and slack of the phase buffers and of the dy buffer are never written.
-  std::vector<float> scratch(static_cast<size_t>(nt * per_thread));
-  std::vector<const float*> srcs(static_cast<size_t>(nt * srcs_stride));
-  std::vector<double> lanes(static_cast<size_t>(nt * lanes_stride));
+  Scratch<float> scratch(nt * per_thread, /*zero=*/true);
+  Scratch<const float*> srcs(nt * srcs_stride);
+  Scratch<double> lanes(nt * lanes_stride);  // each unit zeroes its lanes before summing
 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, chunk)
   for (int64_t c = 0; c < units; ++c) {

@@ -52,7 +52,7 @@ void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   // At most 64 chunks, so the partial sums stay small, and at least 16 rows per chunk.
   const int64_t chunk_rows = std::max<int64_t>(16, (s.rows + 63) / 64);
   const int64_t chunks = (s.rows + chunk_rows - 1) / chunk_rows;
-  std::vector<double> partial(params ? static_cast<size_t>(chunks * 2 * s.D) : 0, 0.0);
+  Scratch<double> partial(params ? chunks * 2 * s.D : 0, /*zero=*/true);
   const float *xp = x.data<float>(), *dyp = dy.data<float>(), *gp = gamma.data<float>();
   const float *mp = mean.data<float>(), *rp = rstd.data<float>();
   float* dxp = dx ? dx->data<float>() : nullptr;

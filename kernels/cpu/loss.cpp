@@ -35,7 +35,7 @@ void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tens
   float* pr = probs.data<float>();
   const int64_t* lab = labels.data<int64_t>();
   const double eps = label_smoothing;
-  std::vector<double> row_loss(static_cast<size_t>(N));
+  Scratch<double> row_loss(N);
   int nt = threads_for(ctx, N * C);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t n = 0; n < N; ++n) {

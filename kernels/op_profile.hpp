@@ -1,0 +1,72 @@
+// The op profiler behind `dpx bench --profile-ops`: when enabled, every op that kernels/ops.cpp
+// dispatches adds its wall time, one call and (for the products: convolutions, linear, matmul)
+// its floating-point operations to a per-op total. Off, an op pays one relaxed atomic load.
+//
+// Two switches decide whether a call counts: the process-wide one (set_enabled), and a
+// thread-local one (Counting, off by default) that the training loop turns on for the measured
+// steps of each rank's thread, so that warmup steps, model set-up and evaluation stay out.
+// Each thread adds to its own totals (no contention between replica threads); snapshot() merges
+// them. On CUDA the context's stream is synchronised before and after each counted op, so a
+// counted op's time is its kernels' time (and the run is slower: a profile, not a benchmark).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+
+namespace dpx::ops::profile {
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+}
+
+// The process-wide switch. Turning it on does not clear what was counted: reset() does.
+void set_enabled(bool on);
+inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+
+// Whether the ops this thread runs are counted (when enabled()). Off in every thread until a
+// Counting scope turns it on; the scope puts back what was there before.
+bool counting();
+class Counting {
+ public:
+  explicit Counting(bool on);
+  ~Counting();
+  Counting(const Counting&) = delete;
+  Counting& operator=(const Counting&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Forgets every count, in every thread. Call it when no counted op is running.
+void reset();
+
+struct OpStats {
+  std::string name;     // the op's name in kernels/ops.def
+  int64_t calls = 0;
+  double total_s = 0;   // wall time summed over the calls (and over threads)
+  double flops = 0;     // floating-point operations summed over the calls (a multiply-add is 2)
+  bool has_flops = false;  // false for ops whose FLOPs are not defined here (print "-")
+};
+// Every op counted since the last reset, merged over threads, by total time (largest first).
+std::vector<OpStats> snapshot();
+
+// One op call, timed from construction to destruction when enabled() and counting(); made by
+// the dispatcher with the op's FLOPs (negative: not defined for this op).
+class Call {
+ public:
+  Call(const Context& ctx, const char* name, double flops);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+ private:
+  const Context* ctx_ = nullptr;  // null: this call is not counted
+  const char* name_ = nullptr;
+  double flops_ = -1;
+  int64_t start_ns_ = 0;
+};
+
+}  // namespace dpx::ops::profile

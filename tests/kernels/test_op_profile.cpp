@@ -1,0 +1,123 @@
+// The op profiler (kernels/op_profile.hpp): counts every op the dispatcher runs while enabled and
+// counting, with the exact FLOPs of convolutions, linear layers and matrix products, merged over
+// threads; nothing when off, or on a thread that is not counting.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "kernels/op_profile.hpp"
+#include "kernels/ops.hpp"
+#include "tests/common/tensors.hpp"
+
+using namespace dpx;
+namespace profile = dpx::ops::profile;
+
+namespace {
+
+// The profiler on, counting on this thread, from a clean slate; off and clean again afterwards.
+struct Profiling {
+  profile::Counting counting{true};
+  Profiling() {
+    profile::reset();
+    profile::set_enabled(true);
+  }
+  ~Profiling() {
+    profile::set_enabled(false);
+    profile::reset();
+  }
+};
+
+const profile::OpStats* find(const std::vector<profile::OpStats>& stats, const std::string& name) {
+  for (const auto& s : stats)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("the op profiler counts calls and exact FLOPs of conv2d, linear and matmul") {
+  Profiling on;
+  Context ctx = Context::cpu(2);
+  // x (2, 4, 9, 9), w (6, 2, 3, 3): groups 2, stride 2, padding 1 -> y (2, 6, 5, 5).
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  p.groups = 2;
+  Tensor x = dpx::testing::randn({2, 4, 9, 9}, 1), w = dpx::testing::randn({6, 2, 3, 3}, 2);
+  Tensor b = dpx::testing::randn({6}, 3), y = Tensor::empty({2, 6, 5, 5});
+  ops::conv2d_forward(ctx, y, x, w, &b, p);
+  ops::conv2d_forward(ctx, y, x, w, nullptr, p);
+  const double conv = 2.0 * 2 * 6 * 5 * 5 * 2 * 3 * 3;  // 2 N K OH OW (C/groups) kh kw = 10800
+  Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({6});
+  ops::conv2d_backward(ctx, &dx, &dw, &db, y, x, w, p);       // dx and dW: twice the products
+  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y, x, w, p);  // dW only
+
+  // linear: x (3, 5), w (4, 5) -> y (3, 4): 2 * 3 * 4 * 5 = 120 per product.
+  Tensor lx = dpx::testing::randn({3, 5}, 4), lw = dpx::testing::randn({4, 5}, 5), ly = Tensor::empty({3, 4});
+  ops::linear_forward(ctx, ly, lx, lw, nullptr);
+  Tensor ldx = Tensor::zeros(lx.shape()), ldw = Tensor::zeros(lw.shape());
+  ops::linear_backward(ctx, &ldx, &ldw, nullptr, ly, lx, lw);
+  // matmul: a (2, 5, 3) transposed, b (2, 5, 4) -> c (2, 3, 4): 2 * 2 * 3 * 4 * 5 = 240.
+  Tensor a = dpx::testing::randn({2, 5, 3}, 6), mb = dpx::testing::randn({2, 5, 4}, 7), c = Tensor::empty({2, 3, 4});
+  ops::matmul(ctx, c, a, mb, /*trans_a=*/true, /*trans_b=*/false);
+  ops::relu_forward(ctx, ly, ly);
+
+  const std::vector<profile::OpStats> stats = profile::snapshot();
+  const profile::OpStats* fwd = find(stats, "conv2d_forward");
+  REQUIRE(fwd);
+  CHECK(fwd->calls == 2);
+  CHECK(fwd->has_flops);
+  CHECK(fwd->flops == 2 * conv);
+  CHECK(fwd->total_s > 0);
+  const profile::OpStats* bwd = find(stats, "conv2d_backward");
+  REQUIRE(bwd);
+  CHECK(bwd->calls == 2);
+  CHECK(bwd->flops == 3 * conv);
+  const profile::OpStats* lin = find(stats, "linear_forward");
+  REQUIRE(lin);
+  CHECK(lin->flops == 120);
+  const profile::OpStats* lin_bwd = find(stats, "linear_backward");
+  REQUIRE(lin_bwd);
+  CHECK(lin_bwd->flops == 240);
+  const profile::OpStats* mm = find(stats, "matmul");
+  REQUIRE(mm);
+  CHECK(mm->flops == 240);
+  const profile::OpStats* relu = find(stats, "relu_forward");
+  REQUIRE(relu);
+  CHECK(relu->calls == 1);
+  CHECK(!relu->has_flops);
+  for (size_t i = 1; i < stats.size(); ++i) CHECK(stats[i - 1].total_s >= stats[i].total_s);  // by time
+
+  profile::reset();
+  CHECK(profile::snapshot().empty());
+}
+
+TEST_CASE("the op profiler counts only when enabled, on counting threads, and merges the threads") {
+  Profiling on;
+  Context ctx = Context::cpu(1);
+  Tensor t = Tensor::zeros({16});
+  {
+    profile::Counting off(false);
+    ops::fill(ctx, t, 1.f);
+  }
+  CHECK(profile::snapshot().empty());
+  profile::set_enabled(false);
+  ops::fill(ctx, t, 1.f);
+  CHECK(profile::snapshot().empty());
+  profile::set_enabled(true);
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&] {
+      Tensor mine = Tensor::zeros({16});
+      ops::fill(ctx, mine, 2.f);  // a new thread does not count ...
+      profile::Counting counting(true);
+      for (int k = 0; k < 5; ++k) ops::fill(ctx, mine, 2.f);  // ... until it says so
+    });
+  for (auto& th : threads) th.join();
+  ops::fill(ctx, t, 3.f);
+  const std::vector<profile::OpStats> stats = profile::snapshot();
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].name == "fill");
+  CHECK(stats[0].calls == 16);
+}

@@ -1,0 +1,63 @@
+// dpx bench --profile-ops: a table of every op's time per run, and ops.csv in --out, over the
+// measured steps only (the warmup left out); no ops.csv without the flag.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "analysis/csv_table.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+
+using dpx::analysis::CsvTable;
+
+TEST_CASE("bench --profile-ops writes ops.csv with the convolutions' calls and GFLOP/s; without it, none") {
+  dpx::testing::TempDir dir("bench_profile");
+  const std::string common = "bench --models lenet5 --batch-sizes 4 --devices cpu:1,2 --dataset synthetic "
+                             "--image-size 28 --steps 3 --warmup 1 --threads 2 --out " + dir.file("out");
+  DpxResult r = run_dpx(common + " --profile-ops");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("GFLOP/s") != std::string::npos);
+  CHECK(r.output.find("conv2d_forward") != std::string::npos);
+  CHECK(r.output.find("/ops.csv") != std::string::npos);
+
+  const CsvTable t = CsvTable::read(dir.file("out/ops.csv"), "--out");
+  for (const char* col : {"configuration", "run", "op", "calls", "total_ms", "ms_per_step", "percent_of_step", "gflops"})
+    CHECK_MESSAGE(t.has(col), col);
+  std::map<std::string, double> conv_calls;  // configuration -> conv2d_forward's calls
+  double percent_cpu1 = 0;
+  for (size_t i = 0; i < t.rows(); ++i) {
+    const std::string config = t.text(i, t.column("configuration")), op = t.text(i, t.column("op"));
+    CHECK(t.number(i, t.column("run")) == 1);
+    CHECK(t.number(i, t.column("calls")) > 0);
+    CHECK(t.number(i, t.column("total_ms")) >= 0);
+    if (config == "lenet5_b4_ddp_cpu1") percent_cpu1 += t.number(i, t.column("percent_of_step"));
+    if (op == "conv2d_forward") {
+      conv_calls[config] = t.number(i, t.column("calls"));
+      CHECK(t.number(i, t.column("gflops")) > 0);
+      CHECK(t.number(i, t.column("ms_per_step")) > 0);
+    }
+    if (op == "relu_forward") CHECK(t.text(i, t.column("gflops")).empty());  // no FLOPs defined
+  }
+  // LeNet-5 has two convolutions; 2 measured steps (3 minus 1 warmup) on each of 1 and 2 ranks.
+  CHECK(conv_calls["lenet5_b4_ddp_cpu1"] == 2 * 2);
+  CHECK(conv_calls["lenet5_b4_ddp_cpu2"] == 2 * 2 * 2);
+  // The ops are a part of the measured step time (they do not all fit in it when it is wrong).
+  CHECK(percent_cpu1 > 0);
+  CHECK(percent_cpu1 <= 100);
+
+  // The same sweep without the flag leaves no ops.csv behind, not even the earlier one.
+  r = run_dpx(common);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(!std::filesystem::exists(dir.file("out/ops.csv")));
+  CHECK(r.output.find("GFLOP/s") == std::string::npos);
+}
+
+TEST_CASE("bench --help documents --profile-ops") {
+  DpxResult r = run_dpx("bench --help");
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("--profile-ops") != std::string::npos);
+}

@@ -1,0 +1,30 @@
+// `dpx bench --profile-ops`: the op profiler's totals of one run (kernels/op_profile.hpp) as a
+// table on the terminal and as rows of ops.csv, against the run's measured steps.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels/op_profile.hpp"
+#include "parallel/trainer.hpp"
+
+namespace dpx::tools {
+
+// The measured steps of a run as the op profiler saw them: this process's step records after the
+// warmup (every rank's with thread ranks; under MPI this process's rank only, as its profiler
+// counts only its own ops) and their step times summed.
+struct MeasuredSteps {
+  int64_t records = 0;
+  double step_s = 0;
+};
+MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_rank);
+
+// One row per op, by total time: op, calls, total ms, ms per step (per step record: per rank and
+// step), % of the measured step time, GFLOP/s ("-" where the op's FLOPs are not defined).
+std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps);
+
+// ops.csv: the header, and one line per op prefixed with the configuration's tag and run.
+std::string op_csv_header();
+std::string op_csv_rows(const std::string& configuration, int run, const std::vector<ops::profile::OpStats>& ops,
+                        const MeasuredSteps& steps);
+
+}  // namespace dpx::tools
