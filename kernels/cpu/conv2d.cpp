@@ -242,14 +242,14 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
     const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
     const int64_t per_thread = (s.Kdim + kRowBlock) * L;
     const std::vector<int32_t> at = patch_index(s);
-    const std::unique_ptr<float[]> bufs(new float[static_cast<size_t>(nt * per_thread)]);
+    const Scratch<float> bufs(nt * per_thread);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t g = u / (s.chunks * row_blocks), c = (u / row_blocks) % s.chunks;
       const int64_t k0 = g * s.Kg + u % row_blocks * kRowBlock;
       const int64_t kr = std::min(kRowBlock, (g + 1) * s.Kg - k0);
       const int64_t n0 = c * s.batch, nb = std::min(s.batch, s.N - n0), len = nb * s.P;
-      float* col = bufs.get() + omp_get_thread_num() * per_thread;
+      float* col = bufs.data() + omp_get_thread_num() * per_thread;
       float* out = col + s.Kdim * L;
       im2col_images(s, at.data(), xp, g, n0, nb, col);
       MutMap(out, kr, len, Eigen::OuterStride<>(len)).noalias() =
@@ -261,8 +261,7 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
   }
   const int64_t units = s.N * s.G * s.tiles;
   const int nt = units > 1 ? threads_for(ctx, conv_macs(s)) : 1;
-  const std::unique_ptr<float[]> cols(
-      s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
+  const Scratch<float> cols(s.direct ? 0 : nt * s.Kdim * s.tile);
 
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
@@ -274,7 +273,7 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
     if (s.direct) {
       yt.noalias() = wg * ConstMap(xg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
     } else {
-      float* col = cols.get() + omp_get_thread_num() * s.Kdim * s.tile;
+      float* col = cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
       im2col_tile(s, xg, p0, len, col);
       yt.noalias() = wg * ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
     }
@@ -304,13 +303,13 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
     const int nt = units > 1 ? nt_all : 1;
     const int64_t per_thread = (std::min(s.Cg, kChanBlock) * taps + s.Kg) * L;
     const std::vector<int32_t> at = patch_index(s);
-    const std::unique_ptr<float[]> bufs(new float[static_cast<size_t>(nt * per_thread)]);
+    const Scratch<float> bufs(nt * per_thread);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t g = u / (s.chunks * c_blocks), n0 = u / c_blocks % s.chunks * s.batch;
       const int64_t c0 = u % c_blocks * kChanBlock, cn = std::min(kChanBlock, s.Cg - c0);
       const int64_t nb = std::min(s.batch, s.N - n0), len = nb * s.P;
-      float* dcol = bufs.get() + omp_get_thread_num() * per_thread;
+      float* dcol = bufs.data() + omp_get_thread_num() * per_thread;
       float* dyb = dcol + cn * taps * L;
       gather_images(s, dyp, g * s.Kg, s.Kg, n0, nb, dyb);
       // Rows (c, i, j) of W^T for channels c0 ... c0 + cn - 1.
@@ -325,14 +324,13 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
     float* dxp = dx->data<float>();
     const int64_t units = s.N * s.G;
     const int nt = units > 1 ? nt_all : 1;
-    const std::unique_ptr<float[]> cols(
-      s.direct ? nullptr : new float[static_cast<size_t>(nt * s.Kdim * s.tile)]);
+    const Scratch<float> cols(s.direct ? 0 : nt * s.Kdim * s.tile);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t n = u / s.G, g = u % s.G;
       float* dxg = dxp + (n * s.C + g * s.Cg) * s.HW;
       ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
-      float* col = s.direct ? nullptr : cols.get() + omp_get_thread_num() * s.Kdim * s.tile;
+      float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
       for (int64_t t = 0; t < s.tiles; ++t) {
         const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
         ConstMap dyt(dyp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
@@ -358,19 +356,19 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
     const int64_t row_blocks = (s.Kg + kRowBlock - 1) / kRowBlock;
     const int64_t units = slots * s.G * row_blocks;
     const int nt = units > 1 ? nt_all : 1;
-    std::unique_ptr<float[]> partial(new float[static_cast<size_t>(slots * dw_numel)]);
+    const Scratch<float> partial(slots * dw_numel);
     // Per thread: a column tile, or the columns and dy rows of a chunk of images.
     const int64_t per_thread =
         s.batch > 1 ? (s.Kdim + kRowBlock) * L : s.direct ? 0 : s.Kdim * s.tile;
     const std::vector<int32_t> at = s.batch > 1 ? patch_index(s) : std::vector<int32_t>{};
-    const std::unique_ptr<float[]> cols(new float[static_cast<size_t>(nt * per_thread)]);
+    const Scratch<float> cols(nt * per_thread);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t q = u / (s.G * row_blocks), g = (u / row_blocks) % s.G, rb = u % row_blocks;
       const int64_t k0 = rb * kRowBlock, kr = std::min(kRowBlock, s.Kg - k0);
-      MutMap part(partial.get() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
+      MutMap part(partial.data() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
                   Eigen::OuterStride<>(s.Kdim));
-      float* col = cols.get() + omp_get_thread_num() * per_thread;
+      float* col = cols.data() + omp_get_thread_num() * per_thread;
       bool first = true;  // the first product assigns, so the partials need no zeroing
       const auto accumulate = [&](const ConstMap& dyt, const ConstMap& colt) {
         if (first)
@@ -417,7 +415,7 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
       const int64_t e0 = blk * kSumBlock, len = std::min(kSumBlock, dw_numel - e0);
       double acc[kSumBlock] = {};
       for (int64_t q = 0; q < slots; ++q) {
-        const float* part = partial.get() + q * dw_numel + e0;
+        const float* part = partial.data() + q * dw_numel + e0;
         for (int64_t i = 0; i < len; ++i) acc[i] += part[i];
       }
       for (int64_t i = 0; i < len; ++i) dwp[e0 + i] += static_cast<float>(acc[i]);

@@ -190,10 +190,10 @@ void make_backward(Entry& e, int threads) {
   e.backward_made = true;
 }
 
-// Host scratch for one call, from dpx's allocator; carved into 64-byte aligned pieces.
-class Scratch {
+// Host scratch for one call, from dpx's host block cache, carved into 64-byte aligned pieces.
+class Pieces {
  public:
-  explicit Scratch(size_t bytes) {
+  explicit Pieces(size_t bytes) {
     if (bytes) storage_ = allocate_storage(bytes, Device::cpu());
   }
   static size_t round(size_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -209,10 +209,10 @@ class Scratch {
   size_t used_ = 0;
 };
 
-size_t bytes_of(const memory::desc& d) { return Scratch::round(d.get_size()); }
+size_t bytes_of(const memory::desc& d) { return Pieces::round(d.get_size()); }
 
 // Runs a reorder from -> to (both user pointers); nothing where no reorder is needed.
-void run(const Reorder& r, dnnl::stream& s, Scratch& scratch, const memory::desc& from_md,
+void run(const Reorder& r, dnnl::stream& s, Pieces& scratch, const memory::desc& from_md,
          void* from, const memory::desc& to_md, void* to) {
   if (!r.prim) return;
   memory src(from_md, engine(), from), dst(to_md, engine(), to);
@@ -223,7 +223,7 @@ void run(const Reorder& r, dnnl::stream& s, Scratch& scratch, const memory::desc
 }
 
 // A layout's buffer: the user's pointer where no reorder is needed, else a piece of scratch.
-void* staged(const Reorder& r, const memory::desc& md, Scratch& scratch, void* user) {
+void* staged(const Reorder& r, const memory::desc& md, Pieces& scratch, void* user) {
   return r.prim ? scratch.take(md.get_size()) : user;
 }
 
@@ -255,12 +255,12 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
   Entry& e = *entry;
   const auto& pd = *e.fwd_pd;
   const OmpThreads omp(threads);
-  Scratch scratch((e.fwd_x.prim ? bytes_of(pd.src_desc()) : 0) +
+  Pieces scratch((e.fwd_x.prim ? bytes_of(pd.src_desc()) : 0) +
                   (e.fwd_w.prim ? bytes_of(pd.weights_desc()) : 0) +
                   (e.fwd_y.prim ? bytes_of(pd.dst_desc()) : 0) +
-                  Scratch::round(pd.scratchpad_desc().get_size()) +
-                  Scratch::round(e.fwd_x.scratch_bytes()) + Scratch::round(e.fwd_w.scratch_bytes()) +
-                  Scratch::round(e.fwd_y.scratch_bytes()));
+                  Pieces::round(pd.scratchpad_desc().get_size()) +
+                  Pieces::round(e.fwd_x.scratch_bytes()) + Pieces::round(e.fwd_w.scratch_bytes()) +
+                  Pieces::round(e.fwd_y.scratch_bytes()));
   dnnl::stream s(engine());
   void* src = staged(e.fwd_x, pd.src_desc(), scratch, x.raw());
   void* wts = staged(e.fwd_w, pd.weights_desc(), scratch, w.raw());
@@ -297,11 +297,11 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
   void* dy_raw = dy.raw();
   if (dx) {
     const auto& pd = *e.bd_pd;
-    Scratch scratch((e.bd_dy.prim ? bytes_of(pd.diff_dst_desc()) : 0) +
+    Pieces scratch((e.bd_dy.prim ? bytes_of(pd.diff_dst_desc()) : 0) +
                     (e.bd_w.prim ? bytes_of(pd.weights_desc()) : 0) + bytes_of(pd.diff_src_desc()) +
-                    Scratch::round(pd.scratchpad_desc().get_size()) +
-                    Scratch::round(e.bd_dy.scratch_bytes()) + Scratch::round(e.bd_w.scratch_bytes()) +
-                    Scratch::round(e.bd_dx.scratch_bytes()));
+                    Pieces::round(pd.scratchpad_desc().get_size()) +
+                    Pieces::round(e.bd_dy.scratch_bytes()) + Pieces::round(e.bd_w.scratch_bytes()) +
+                    Pieces::round(e.bd_dx.scratch_bytes()));
     void* ddst = staged(e.bd_dy, pd.diff_dst_desc(), scratch, dy_raw);
     void* wts = staged(e.bd_w, pd.weights_desc(), scratch, w.raw());
     void* dsrc = scratch.take(pd.diff_src_desc().get_size());  // always: it is added to dx
@@ -318,12 +318,12 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
   }
   if (dw) {
     const auto& pd = *e.bw_pd;
-    Scratch scratch((e.bw_x.prim ? bytes_of(pd.src_desc()) : 0) +
+    Pieces scratch((e.bw_x.prim ? bytes_of(pd.src_desc()) : 0) +
                     (e.bw_dy.prim ? bytes_of(pd.diff_dst_desc()) : 0) +
                     bytes_of(pd.diff_weights_desc()) +
-                    Scratch::round(pd.scratchpad_desc().get_size()) +
-                    Scratch::round(e.bw_x.scratch_bytes()) + Scratch::round(e.bw_dy.scratch_bytes()) +
-                    Scratch::round(e.bw_dw.scratch_bytes()));
+                    Pieces::round(pd.scratchpad_desc().get_size()) +
+                    Pieces::round(e.bw_x.scratch_bytes()) + Pieces::round(e.bw_dy.scratch_bytes()) +
+                    Pieces::round(e.bw_dw.scratch_bytes()));
     void* src = staged(e.bw_x, pd.src_desc(), scratch, x.raw());
     void* ddst = staged(e.bw_dy, pd.diff_dst_desc(), scratch, dy_raw);
     void* dwts = scratch.take(pd.diff_weights_desc().get_size());  // always: it is added to dW
