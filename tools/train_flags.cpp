@@ -125,7 +125,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
   cmd.add_flag("--tf32", o.allow_tf32, "allow TF32 tensor-core math for fp32 on GPUs (off: exact fp32)");
   cmd.add_option("--conv-algo", o.conv_algo, kConvAlgoHelp)
-      ->check(CLI::IsMember({"auto", "search", "onednn", "dpx"}))
+      ->check(CLI::IsMember({"auto", "search", "onednn", "winograd", "dpx"}))
       ->capture_default_str();
   cmd.add_flag("--verbose", o.verbose, "also print the algorithm each CPU convolution shape runs, and why");
   cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();
@@ -165,8 +165,8 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   o.evaluate = !f.no_eval;
   o.weights_strict = !f.weights_non_strict;
   cpu::ConvAlgo algo{};
-  if (!cpu::parse_conv_algo(o.conv_algo, algo)) usage_fail("--conv-algo '", o.conv_algo, "': use auto, search, onednn or dpx");
-  if ((algo == cpu::ConvAlgo::onednn || algo == cpu::ConvAlgo::search) && !cpu::onednn_available())
+  if (!cpu::parse_conv_algo(o.conv_algo, algo)) usage_fail("--conv-algo '", o.conv_algo, "': use auto, search, onednn, winograd or dpx");
+  if (algo != cpu::ConvAlgo::automatic && algo != cpu::ConvAlgo::dpx && !cpu::onednn_available())
     usage_fail("--conv-algo ", o.conv_algo, ": this dpx was built without oneDNN (apt-get install libdnnl-dev and rebuild, "
                "or use --conv-algo dpx or auto)");
   cpu::set_conv_algo(algo);

@@ -16,9 +16,9 @@
 
 namespace dpx::cpu {
 
-enum class ConvAlgo { automatic, search, onednn, dpx };
+enum class ConvAlgo { automatic, search, onednn, winograd, dpx };
 
-const char* conv_algo_name(ConvAlgo algo);  // "auto", "search", "onednn", "dpx"
+const char* conv_algo_name(ConvAlgo algo);  // "auto", "search", "onednn", "winograd", "dpx"
 // False (out unchanged) for a name that is none of those.
 bool parse_conv_algo(const std::string& name, ConvAlgo& out);
 // Process-wide; set before the first convolution runs (later shapes use the new rule, shapes
@@ -32,7 +32,7 @@ std::string onednn_version();  // the loaded library's, "2.6.3"; empty without o
 struct ConvChoice {
   std::string shape;  // "8x64x56x56 -> 64 3x3 s1 p1 d1 g1"
   std::string pass;   // "forward" or "backward"
-  std::string algo;   // "onednn" or "dpx"
+  std::string algo;   // "dpx", "onednn" (direct) or "winograd" (oneDNN's)
   std::string why;    // "rule", "only", "search: onednn 1.21 ms, dpx 2.30 ms", "oneDNN refused: ..."
   int threads = 1;
   bool nested = false;  // called inside a parallel region (a thread rank)
@@ -47,10 +47,12 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
                          const Tensor& x, const Tensor& w, const ops::Conv2dParams& p);
 // False, with nothing written and the reason in *why, where oneDNN has no implementation for the
 // shape (or dpx was built without it). db is dpx's own sum (in double) on both paths.
+// winograd: oneDNN's Winograd convolution (3x3, stride 1) instead of its direct one.
 bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
-                           const Tensor* b, const ops::Conv2dParams& p, std::string* why);
+                           const Tensor* b, const ops::Conv2dParams& p, bool winograd,
+                           std::string* why);
 bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
-                            std::string* why);
+                            bool winograd, std::string* why);
 
 }  // namespace dpx::cpu

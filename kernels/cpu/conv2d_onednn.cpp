@@ -29,12 +29,12 @@ namespace dpx::cpu {
 std::string onednn_version() { return ""; }
 
 bool conv2d_forward_onednn(const Context&, Tensor&, const Tensor&, const Tensor&, const Tensor*,
-                           const ops::Conv2dParams&, std::string* why) {
+                           const ops::Conv2dParams&, bool, std::string* why) {
   if (why) *why = "this dpx was built without oneDNN";
   return false;
 }
 bool conv2d_backward_onednn(const Context&, Tensor*, Tensor*, const Tensor&, const Tensor&,
-                            const Tensor&, const ops::Conv2dParams&, std::string* why) {
+                            const Tensor&, const ops::Conv2dParams&, bool, std::string* why) {
   if (why) *why = "this dpx was built without oneDNN";
   return false;
 }
@@ -94,6 +94,7 @@ struct Reorder {
 struct Entry {
   memory::desc x, w, y;  // dpx's layouts: NCHW, OIHW (GOIHW when grouped), NCHW
   memory::dims strides, dilates, pad_l, pad_r;
+  dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct;
   std::optional<dnnl::convolution_forward::primitive_desc> fwd_pd;
   std::optional<dnnl::convolution_forward> fwd;
   Reorder fwd_x, fwd_w, fwd_y;  // x -> src, w -> weights, dst -> y
@@ -113,10 +114,11 @@ struct Key {
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
-Key key_of(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias, int threads) {
+Key key_of(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias, int threads,
+           bool winograd) {
   return {{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), p.stride_h,
            p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, bias ? 1 : 0,
-           threads, 0}};
+           threads, winograd ? 1 : 0}};
 }
 
 std::mutex g_mutex;
@@ -131,11 +133,12 @@ memory::desc any(const memory::dims& d) { return memory::desc(d, kF32, Tag::any)
 
 // The entry of a shape with its forward made. Throws dnnl::error where oneDNN refuses it.
 Entry& forward_entry(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias,
-                     int threads) {
+                     int threads, bool winograd) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::unique_ptr<Entry>& slot = g_entries[key_of(x, w, p, bias, threads)];
+  std::unique_ptr<Entry>& slot = g_entries[key_of(x, w, p, bias, threads, winograd)];
   if (slot && slot->fwd) return *slot;
   auto e = std::make_unique<Entry>();
+  if (winograd) e->algorithm = dnnl::algorithm::convolution_winograd;
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const int64_t K = w.size(0), kh = w.size(2), kw = w.size(3), G = p.groups;
   const int64_t OH = ops::conv_out_size(H, static_cast<int>(kh), p.stride_h, p.pad_h, p.dilation_h);
@@ -154,7 +157,7 @@ Entry& forward_entry(const Tensor& x, const Tensor& w, const ops::Conv2dParams& 
   const memory::desc b_md = bias ? plain({K}, Tag::x) : memory::desc();
   const OmpThreads omp(threads);
   const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, any(e->x.dims()),
+                                          e->algorithm, any(e->x.dims()),
                                           any(wd), b_md, any(e->y.dims()), e->strides, e->dilates,
                                           e->pad_l, e->pad_r);
   e->fwd_pd.emplace(d, scratch_attr(), engine());
@@ -171,7 +174,7 @@ void make_backward(Entry& e, int threads) {
   if (e.backward_made) return;
   const OmpThreads omp(threads);
   const memory::dims wd = e.w.dims();
-  const dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct,
+  const dnnl::convolution_backward_data::desc dd(e.algorithm,
                                                  any(e.x.dims()), any(wd), any(e.y.dims()),
                                                  e.strides, e.dilates, e.pad_l, e.pad_r);
   e.bd_pd.emplace(dd, scratch_attr(), engine(), *e.fwd_pd);
@@ -179,7 +182,7 @@ void make_backward(Entry& e, int threads) {
   e.bd_dy.make(e.y, e.bd_pd->diff_dst_desc());
   e.bd_w.make(e.w, e.bd_pd->weights_desc());
   e.bd_dx.make(e.bd_pd->diff_src_desc(), e.x, /*accumulate=*/true);
-  const dnnl::convolution_backward_weights::desc wdsc(dnnl::algorithm::convolution_direct,
+  const dnnl::convolution_backward_weights::desc wdsc(e.algorithm,
                                                       any(e.x.dims()), any(wd), any(e.y.dims()),
                                                       e.strides, e.dilates, e.pad_l, e.pad_r);
   e.bw_pd.emplace(wdsc, scratch_attr(), engine(), *e.fwd_pd);
@@ -233,7 +236,9 @@ bool guarded(std::string* why, F&& f) {
     f();
     return true;
   } catch (const dnnl::error& err) {
-    if (why) *why = std::string("oneDNN refused it: ") + err.what();
+    if (why)
+      *why = err.status == dnnl_unimplemented ? std::string("oneDNN has no implementation for this shape here")
+                                              : std::string("oneDNN refused it: ") + err.what();
     return false;
   }
 }
@@ -246,12 +251,13 @@ std::string onednn_version() {
 }
 
 bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
-                           const Tensor* b, const ops::Conv2dParams& p, std::string* why) {
+                           const Tensor* b, const ops::Conv2dParams& p, bool winograd,
+                           std::string* why) {
   if (x.size(0) == 0) return true;  // no images: nothing to write
   const bool bias = b && b->defined();
   const int threads = threads_of(ctx);
   Entry* entry = nullptr;
-  if (!guarded(why, [&] { entry = &forward_entry(x, w, p, bias, threads); })) return false;
+  if (!guarded(why, [&] { entry = &forward_entry(x, w, p, bias, threads, winograd); })) return false;
   Entry& e = *entry;
   const auto& pd = *e.fwd_pd;
   const OmpThreads omp(threads);
@@ -282,12 +288,12 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
 
 bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
-                            std::string* why) {
+                            bool winograd, std::string* why) {
   if (x.size(0) == 0 || (!dx && !dw)) return true;  // nothing to add
   const int threads = threads_of(ctx);
   Entry* entry = nullptr;
   if (!guarded(why, [&] {
-        entry = &forward_entry(x, w, p, /*bias=*/false, threads);
+        entry = &forward_entry(x, w, p, /*bias=*/false, threads, winograd);
         make_backward(*entry, threads);
       }))
     return false;

@@ -4,6 +4,7 @@
 // config.json.
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -22,8 +23,14 @@ namespace {
 
 std::atomic<ConvAlgo> g_algo{ConvAlgo::automatic};
 
+// The implementations a shape can run on.
+enum class Impl { dpx, direct, winograd };
+const char* impl_name(Impl i) {
+  return i == Impl::dpx ? "dpx" : i == Impl::direct ? "onednn" : "winograd";
+}
+
 struct Choice {
-  bool onednn = false;
+  Impl impl = Impl::dpx;
   size_t index = 0;  // in g_list
 };
 
@@ -76,22 +83,22 @@ std::string fixed2(double v) {
 }
 
 // Returns the choice for (shape, pass, threads), making it with `decide` the first time.
-// decide() -> {onednn, why}; it runs outside the lock (a search runs the kernels).
+// decide() -> {impl, why}; it runs outside the lock (a search runs the kernels).
 template <class Decide>
-bool choose(const std::string& shape, const char* pass, int threads, Decide&& decide) {
+Impl choose(const std::string& shape, const char* pass, int threads, Decide&& decide) {
   const bool in_region = omp_in_parallel();
   const std::string key =
       shape + '|' + pass + '|' + std::to_string(threads) + (in_region ? "|nested" : "");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.onednn;
+    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.impl;
   }
-  auto [onednn, why] = decide();
+  auto [impl, why] = decide();
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.onednn;  // raced
-  g_choices[key] = {onednn, g_list.size()};
-  g_list.push_back({shape, pass, onednn ? "onednn" : "dpx", why, threads, in_region});
-  return onednn;
+  if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.impl;  // raced
+  g_choices[key] = {impl, g_list.size()};
+  g_list.push_back({shape, pass, impl_name(impl), why, threads, in_region});
+  return impl;
 }
 
 }  // namespace
@@ -101,13 +108,15 @@ const char* conv_algo_name(ConvAlgo algo) {
     case ConvAlgo::automatic: return "auto";
     case ConvAlgo::search: return "search";
     case ConvAlgo::onednn: return "onednn";
+    case ConvAlgo::winograd: return "winograd";
     case ConvAlgo::dpx: return "dpx";
   }
   return "?";
 }
 
 bool parse_conv_algo(const std::string& name, ConvAlgo& out) {
-  for (ConvAlgo a : {ConvAlgo::automatic, ConvAlgo::search, ConvAlgo::onednn, ConvAlgo::dpx})
+  for (ConvAlgo a : {ConvAlgo::automatic, ConvAlgo::search, ConvAlgo::onednn, ConvAlgo::winograd,
+                     ConvAlgo::dpx})
     if (name == conv_algo_name(a)) {
       out = a;
       return true;
@@ -124,7 +133,7 @@ bool onednn_available() {
 }
 
 void set_conv_algo(ConvAlgo algo) {
-  if ((algo == ConvAlgo::onednn || algo == ConvAlgo::search) && !onednn_available())
+  if (algo != ConvAlgo::automatic && algo != ConvAlgo::dpx && !onednn_available())
     throw std::runtime_error(std::string("--conv-algo ") + conv_algo_name(algo) +
                              ": this dpx was built without oneDNN (install libdnnl-dev and "
                              "rebuild, or use --conv-algo dpx)");
@@ -144,33 +153,107 @@ void clear_conv_choices() {
   g_list.clear();
 }
 
+namespace {
+
+// The implementations to try for a shape under `algo`, in order of preference, and whether the
+// first that runs is taken (a rule) or all are timed (search). Empty: dpx's kernels by rule.
+constexpr int64_t kWinogradMinPlane = 14;  // output rows and columns
+
+// oneDNN's Winograd F(4x4, 3x3): 3x3 kernels, stride 1, no dilation, no groups.
+bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
+  return w.size(2) == 3 && w.size(3) == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1;
+}
+
+std::vector<Impl> candidates(ConvAlgo algo, const Context& ctx, const Tensor& x, const Tensor& w,
+                             const Conv2dParams& p, std::string& why) {
+  const int64_t out_plane =
+      std::min(ops::conv_out_size(x.size(2), 3, p.stride_h, p.pad_h, p.dilation_h),
+               ops::conv_out_size(x.size(3), 3, p.stride_w, p.pad_w, p.dilation_w));
+  switch (algo) {
+    case ConvAlgo::onednn: return {Impl::direct, Impl::dpx};
+    case ConvAlgo::winograd: return {Impl::winograd, Impl::direct, Impl::dpx};
+    case ConvAlgo::search:
+      if (winograd_shape(w, p)) return {Impl::winograd, Impl::direct, Impl::dpx};
+      return {Impl::direct, Impl::dpx};
+    case ConvAlgo::dpx: break;
+    case ConvAlgo::automatic:
+      if (depthwise(w, p)) {
+        why = "rule: depthwise";
+        return {};
+      }
+      if (nested(ctx)) {
+        why = "rule: inside a parallel region oneDNN takes 1 thread";
+        return {};
+      }
+      // Winograd pays on planes of 14x14 and more (bench_kernels: 1.8-2.4x the direct
+      // convolution's speed there, about even at 8x8 and 7x7, 3-4x slower at 4x4 and 2x2).
+      if (winograd_shape(w, p) && out_plane >= kWinogradMinPlane)
+        return {Impl::winograd, Impl::direct, Impl::dpx};
+      return {Impl::direct, Impl::dpx};
+  }
+  return {};
+}
+
+// Decides among the candidates: by rule, the first that runs (trying it once: a refusal is known
+// before the real call), or by search, the fastest of those that run. run(impl, &refused) runs
+// the implementation into scratch or into the outputs (forward overwrites them).
+template <class Run>
+std::pair<Impl, std::string> decide(ConvAlgo algo, const std::vector<Impl>& impls,
+                                    std::string rule_why, Run&& run) {
+  if (impls.empty()) return {Impl::dpx, rule_why};
+  std::string refusals;
+  auto note = [&](Impl i, const std::string& refused) {
+    refusals += std::string(refusals.empty() ? "" : "; ") + impl_name(i) + ": " + refused;
+  };
+  if (algo != ConvAlgo::search) {
+    for (Impl i : impls) {
+      std::string refused;
+      if (i == Impl::dpx || run(i, &refused)) {
+        const std::string how = algo == ConvAlgo::automatic ? "rule" : "forced";
+        return {i, refusals.empty() ? how : how + " (" + refusals + ")"};
+      }
+      note(i, refused);
+    }
+  }
+  Impl best = Impl::dpx;
+  double best_ms = 1e300;
+  std::string times;
+  for (Impl i : impls) {
+    std::string refused;
+    bool ok = true;
+    const double ms = time_ms([&] { ok = ok && run(i, &refused); });
+    if (!ok) {
+      note(i, refused);
+      continue;
+    }
+    times += std::string(times.empty() ? "" : ", ") + impl_name(i) + " " + fixed2(ms) + " ms";
+    if (ms < best_ms) best = i, best_ms = ms;
+  }
+  return {best, "search: " + times + (refusals.empty() ? "" : " (" + refusals + ")")};
+}
+
+}  // namespace
+
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
   const ConvAlgo algo = g_algo;
   if (algo == ConvAlgo::dpx || !onednn_available()) return conv2d_forward_dpx(ctx, y, x, w, b, p);
   const bool bias = b && b->defined();
-  const bool onednn = choose(shape_text(x, w, p, bias), "forward", ctx.threads, [&] {
-    std::string refused;
-    if (algo == ConvAlgo::automatic && depthwise(w, p))
-      return std::pair{false, std::string("rule: depthwise")};
-    if (algo == ConvAlgo::automatic && nested(ctx))
-      return std::pair{false, std::string("rule: inside a parallel region oneDNN takes 1 thread")};
-    if (algo != ConvAlgo::search) {
-      // Try it once here, so that a refusal is known before the real call.
-      if (!conv2d_forward_onednn(ctx, y, x, w, b, p, &refused)) return std::pair{false, refused};
-      return std::pair{true, std::string(algo == ConvAlgo::automatic ? "rule" : "forced")};
+  auto run = [&](Impl i, std::string* why) {
+    if (i == Impl::dpx) {
+      conv2d_forward_dpx(ctx, y, x, w, b, p);
+      return true;
     }
-    double t_onednn = 0;
-    bool ok = true;
-    t_onednn = time_ms([&] { ok = ok && conv2d_forward_onednn(ctx, y, x, w, b, p, &refused); });
-    if (!ok) return std::pair{false, refused};
-    const double t_dpx = time_ms([&] { conv2d_forward_dpx(ctx, y, x, w, b, p); });
-    return std::pair{t_onednn < t_dpx, "search: onednn " + fixed2(t_onednn) + " ms, dpx " +
-                                            fixed2(t_dpx) + " ms"};
+    return conv2d_forward_onednn(ctx, y, x, w, b, p, i == Impl::winograd, why);
+  };
+  const Impl impl = choose(shape_text(x, w, p, bias), "forward", ctx.threads, [&] {
+    std::string why;
+    const std::vector<Impl> impls = candidates(algo, ctx, x, w, p, why);
+    return decide(algo, impls, why, run);
   });
   std::string why;
-  if (onednn && conv2d_forward_onednn(ctx, y, x, w, b, p, &why)) return;
-  conv2d_forward_dpx(ctx, y, x, w, b, p);
+  if (!run(impl, &why)) conv2d_forward_dpx(ctx, y, x, w, b, p);
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
@@ -178,31 +261,25 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const ConvAlgo algo = g_algo;
   if (algo == ConvAlgo::dpx || !onednn_available() || (!dx && !dw))
     return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p);
-  const bool onednn = choose(shape_text(x, w, p, false), "backward", ctx.threads, [&] {
-    std::string refused;
-    if (algo == ConvAlgo::automatic && depthwise(w, p))
-      return std::pair{false, std::string("rule: depthwise")};
-    if (algo == ConvAlgo::automatic && nested(ctx))
-      return std::pair{false, std::string("rule: inside a parallel region oneDNN takes 1 thread")};
+  const Impl impl = choose(shape_text(x, w, p, false), "backward", ctx.threads, [&] {
+    std::string why;
+    const std::vector<Impl> impls = candidates(algo, ctx, x, w, p, why);
     // The gradients are added to dx and dW: trial runs write into copies.
-    Tensor tdx = dx ? Tensor::zeros(dx->shape()) : Tensor(), tdw = dw ? Tensor::zeros(dw->shape()) : Tensor();
+    Tensor tdx = dx ? Tensor::zeros(dx->shape()) : Tensor();
+    Tensor tdw = dw ? Tensor::zeros(dw->shape()) : Tensor();
     Tensor* pdx = dx ? &tdx : nullptr;
     Tensor* pdw = dw ? &tdw : nullptr;
-    if (algo != ConvAlgo::search) {
-      if (!conv2d_backward_onednn(ctx, pdx, pdw, dy, x, w, p, &refused))
-        return std::pair{false, refused};
-      return std::pair{true, std::string(algo == ConvAlgo::automatic ? "rule" : "forced")};
-    }
-    bool ok = true;
-    const double t_onednn =
-        time_ms([&] { ok = ok && conv2d_backward_onednn(ctx, pdx, pdw, dy, x, w, p, &refused); });
-    if (!ok) return std::pair{false, refused};
-    const double t_dpx = time_ms([&] { conv2d_backward_dpx(ctx, pdx, pdw, nullptr, dy, x, w, p); });
-    return std::pair{t_onednn < t_dpx, "search: onednn " + fixed2(t_onednn) + " ms, dpx " +
-                                            fixed2(t_dpx) + " ms"};
+    return decide(algo, impls, why, [&](Impl i, std::string* refused) {
+      if (i == Impl::dpx) {
+        conv2d_backward_dpx(ctx, pdx, pdw, nullptr, dy, x, w, p);
+        return true;
+      }
+      return conv2d_backward_onednn(ctx, pdx, pdw, dy, x, w, p, i == Impl::winograd, refused);
+    });
   });
   std::string why;
-  if (onednn && conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, &why)) {
+  if (impl != Impl::dpx &&
+      conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, impl == Impl::winograd, &why)) {
     if (db) conv2d_backward_dpx(ctx, nullptr, nullptr, db, dy, x, w, p);
     return;
   }
