@@ -1,7 +1,7 @@
 // Micro-benchmarks of the CPU kernels that dominate training time: square GEMM, conv2d
 // forward/backward on ResNet-like shapes and depthwise conv2d on EfficientNet-B0's, each at 1 and
-// 2 threads, next to the machine's FMA peak, each convolution with dpx's own kernels (onednn:0)
-// and with oneDNN's (onednn:1). GFLOP/s counts 2 FLOPs per multiply-add; conv2d backward
+// 2 threads, next to the machine's FMA peak, each convolution with dpx's own kernels (algo:0),
+// oneDNN's direct convolution (algo:1) and oneDNN's Winograd (algo:2, 3x3 stride 1). GFLOP/s counts 2 FLOPs per multiply-add; conv2d backward
 // computes dx, dW and db (twice the forward's multiply-adds).
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -131,15 +131,20 @@ void conv_label(benchmark::State& state, const ConvShape& s) {
                  (s.groups > 1 ? " groups=" + std::to_string(s.groups) : ""));
 }
 
-// The third benchmark argument: 0 runs dpx's own kernels, 1 oneDNN's (--conv-algo dpx / onednn).
-void use_algo(benchmark::State& state) {
-  const bool onednn = state.range(2) == 1;
-  if (onednn && !cpu::onednn_available()) state.SkipWithError("this dpx was built without oneDNN");
-  cpu::set_conv_algo(onednn && cpu::onednn_available() ? cpu::ConvAlgo::onednn : cpu::ConvAlgo::dpx);
+// The third benchmark argument, the algorithm (--conv-algo): 0 dpx's own kernels, 1 oneDNN's
+// direct convolution, 2 oneDNN's Winograd (3x3 stride 1 only; other shapes are skipped).
+void use_algo(benchmark::State& state, const ConvShape& s) {
+  const int64_t algo = state.range(2);
+  if (algo > 0 && !cpu::onednn_available()) state.SkipWithError("this dpx was built without oneDNN");
+  if (algo == 2 && !(s.k == 3 && s.stride == 1 && s.groups == 1))
+    state.SkipWithError("Winograd: 3x3 stride-1 convolutions only");
+  cpu::set_conv_algo(!cpu::onednn_available() || algo == 0 ? cpu::ConvAlgo::dpx
+                     : algo == 1                            ? cpu::ConvAlgo::onednn
+                                                            : cpu::ConvAlgo::winograd);
 }
 
 void conv_forward(benchmark::State& state, const ConvShape& s) {
-  use_algo(state);
+  use_algo(state, s);
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   for (auto _ : state) {
@@ -151,7 +156,7 @@ void conv_forward(benchmark::State& state, const ConvShape& s) {
 }
 
 void conv_backward(benchmark::State& state, const ConvShape& s) {
-  use_algo(state);
+  use_algo(state, s);
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   ConvSetup c(s);
   Tensor dx = Tensor::zeros(c.x.shape()), dw = Tensor::zeros(c.w.shape()),
@@ -177,23 +182,23 @@ void BM_DepthwiseConv2dBackward(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Conv2dForward)
-    ->ArgNames({"shape", "threads", "onednn"})
-    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1}})
+    ->ArgNames({"shape", "threads", "algo"})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Conv2dBackward)
-    ->ArgNames({"shape", "threads", "onednn"})
-    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1}})
+    ->ArgNames({"shape", "threads", "algo"})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_DepthwiseConv2dForward)
-    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgNames({"shape", "threads", "algo"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DepthwiseConv2dBackward)
-    ->ArgNames({"shape", "threads", "onednn"})
+    ->ArgNames({"shape", "threads", "algo"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -24,10 +24,11 @@ inline constexpr const char* kOptimizerHelp =
     "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)";
 inline constexpr const char* kBucketMbHelp = "DDP gradient bucket size in MiB (0: one all-reduce per tensor)";
 inline constexpr const char* kConvAlgoHelp =
-    "CPU convolutions: auto (oneDNN where it implements the shape, except depthwise and inside thread ranks "
-    "given several threads; dpx's own kernels otherwise; the same every run), search (time both on each "
-    "shape's first call and keep the faster; two runs may differ in the last bits), onednn, or dpx (dpx's "
-    "own kernels: results bitwise independent of --threads; oneDNN's dW is not)";
+    "CPU convolutions: auto (oneDNN's Winograd for 3x3 stride-1 shapes on planes of 14x14 and more, its direct "
+    "convolution for the others, dpx's own kernels for depthwise ones and inside thread ranks of several threads; "
+    "the same every run), search (time each candidate on a shape's first call, keep the fastest; two runs may "
+    "differ in the last bits), onednn (direct only: PyTorch's arithmetic), winograd (wherever it applies), or dpx "
+    "(dpx's own kernels: results bitwise independent of --threads). README.md, CPU kernels";
 inline constexpr const char* kAccumulateHelp = "synchronise gradients every k micro-steps";
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags

@@ -1,13 +1,18 @@
-// The CPU convolution's algorithms and how one is chosen per shape (kernels/cpu/conv2d_select.cpp):
-//   dpx     dpx's own kernels: im2col + Eigen GEMM (conv2d.cpp), the direct depthwise kernel
-//           (depthwise_conv.cpp). Bitwise independent of the thread count.
-//   onednn  oneDNN's convolutions (conv2d_onednn.cpp; Debian's libdnnl), in the blocked layouts
-//           it picks, with the reorders to and from dpx's NCHW around them. Forward and dx do
-//           not depend on the thread count; dW does (oneDNN splits its sum over images by thread).
-// --conv-algo picks the rule: auto (oneDNN for every convolution it implements except depthwise
-// ones, dpx otherwise: the same choice every run), search (time both on the first call of each
-// shape and keep the faster, as cuDNN's benchmark mode does: fastest, but two runs may choose
-// differently), or one of the two everywhere.
+// The CPU convolution's implementations and how one is chosen per shape and pass
+// (kernels/cpu/conv2d_select.cpp):
+//   dpx       dpx's own kernels: im2col + Eigen GEMM (conv2d.cpp), the direct depthwise kernel
+//             (depthwise_conv.cpp). Bitwise independent of the thread count.
+//   onednn    oneDNN's direct convolution (conv2d_onednn.cpp; Debian's libdnnl), in the blocked
+//             layouts it picks, with the reorders to and from dpx's NCHW around it. Forward and
+//             dx do not depend on the thread count; dW does (oneDNN splits its sum over images
+//             by thread).
+//   winograd  oneDNN's Winograd F(4x4, 3x3): 3x3 stride-1 convolutions in about half the time on
+//             planes of 14x14 and more, rounding more (5e-4 relative in the kernel tests).
+// --conv-algo picks the rule: auto (Winograd for 3x3 stride-1 shapes on planes of 14x14 and more,
+// direct for the others, dpx's kernels for depthwise ones and inside thread ranks of several
+// threads: the same choice every run), search (time the candidates on the first call of each
+// shape and keep the fastest, as cuDNN's benchmark mode does: two runs may choose differently),
+// onednn, winograd (the direct convolution where Winograd does not apply), or dpx everywhere.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,7 +27,8 @@ const char* conv_algo_name(ConvAlgo algo);  // "auto", "search", "onednn", "wino
 // False (out unchanged) for a name that is none of those.
 bool parse_conv_algo(const std::string& name, ConvAlgo& out);
 // Process-wide; set before the first convolution runs (later shapes use the new rule, shapes
-// already seen keep their choice). Throws std::runtime_error for onednn without oneDNN.
+// already seen keep their choice). Throws std::runtime_error for an oneDNN rule (search, onednn,
+// winograd) in a dpx built without oneDNN.
 void set_conv_algo(ConvAlgo algo);
 ConvAlgo conv_algo();
 bool onednn_available();     // this dpx was built with oneDNN

@@ -1,10 +1,10 @@
-// CPU convolutions through oneDNN (Debian's libdnnl): the algorithm "onednn" of
-// kernels/cpu/conv2d_algos.hpp. oneDNN picks its own layouts (format_tag::any: blocked nChw16c
+// CPU convolutions through oneDNN (Debian's libdnnl): the implementations "onednn" (its direct
+// convolution) and "winograd" (its Winograd F(4x4, 3x3)) of kernels/cpu/conv2d_algos.hpp. oneDNN picks its own layouts (format_tag::any: blocked nChw16c
 // and OIhw16i16o on AVX-512); dpx's tensors stay NCHW / OIHW, so each call reorders into those
 // layouts and back, as PyTorch's NCHW convolutions on the CPU do. Gradients are accumulated as
 // dpx's ops require (dx += ..., dW += ...): oneDNN writes them into scratch, and the reorder
-// back adds them to dx / dW (a sum post-op). Primitives are made once per shape and thread count
-// and kept; scratch (blocked copies, oneDNN's scratchpad) comes from dpx's host allocator, so a
+// back adds them to dx / dW (a sum post-op). Primitives are made once per shape, thread count and
+// algorithm and kept; scratch (blocked copies, oneDNN's scratchpad) comes from dpx's host allocator, so a
 // steady-state step allocates nothing new.
 #include <omp.h>
 
