@@ -141,6 +141,7 @@ void use_algo(benchmark::State& state, const ConvShape& s) {
   cpu::set_conv_algo(!cpu::onednn_available() || algo == 0 ? cpu::ConvAlgo::dpx
                      : algo == 1                            ? cpu::ConvAlgo::onednn
                                                             : cpu::ConvAlgo::winograd);
+  cpu::clear_conv_choices();  // a shape's choice is kept: forget the last benchmark's
 }
 
 void conv_forward(benchmark::State& state, const ConvShape& s) {

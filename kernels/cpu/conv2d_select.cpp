@@ -158,6 +158,7 @@ namespace {
 // The implementations to try for a shape under `algo`, in order of preference, and whether the
 // first that runs is taken (a rule) or all are timed (search). Empty: dpx's kernels by rule.
 constexpr int64_t kWinogradMinPlane = 14;  // output rows and columns
+constexpr int64_t kOneDnnMinBackwardChannels = 8;
 
 // oneDNN's Winograd F(4x4, 3x3): 3x3 kernels, stride 1, no dilation, no groups.
 bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
@@ -165,8 +166,8 @@ bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
          p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1;
 }
 
-std::vector<Impl> candidates(ConvAlgo algo, const Context& ctx, const Tensor& x, const Tensor& w,
-                             const Conv2dParams& p, std::string& why) {
+std::vector<Impl> candidates(ConvAlgo algo, bool backward, const Context& ctx, const Tensor& x,
+                             const Tensor& w, const Conv2dParams& p, std::string& why) {
   const int64_t out_plane =
       std::min(ops::conv_out_size(x.size(2), 3, p.stride_h, p.pad_h, p.dilation_h),
                ops::conv_out_size(x.size(3), 3, p.stride_w, p.pad_w, p.dilation_w));
@@ -184,6 +185,12 @@ std::vector<Impl> candidates(ConvAlgo algo, const Context& ctx, const Tensor& x,
       }
       if (nested(ctx)) {
         why = "rule: inside a parallel region oneDNN takes 1 thread";
+        return {};
+      }
+      // A network's first convolution (3 input channels: ResNet's 7x7/2 stem, Swin's 4x4/4 patch
+      // embedding): oneDNN's backward takes about twice as long as dpx's there (bench_kernels).
+      if (backward && x.size(1) < kOneDnnMinBackwardChannels) {
+        why = "rule: backward with few input channels";
         return {};
       }
       // Winograd pays on planes of 14x14 and more (bench_kernels: 1.8-2.4x the direct
@@ -249,7 +256,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   };
   const Impl impl = choose(shape_text(x, w, p, bias), "forward", ctx.threads, [&] {
     std::string why;
-    const std::vector<Impl> impls = candidates(algo, ctx, x, w, p, why);
+    const std::vector<Impl> impls = candidates(algo, false, ctx, x, w, p, why);
     return decide(algo, impls, why, run);
   });
   std::string why;
@@ -263,7 +270,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p);
   const Impl impl = choose(shape_text(x, w, p, false), "backward", ctx.threads, [&] {
     std::string why;
-    const std::vector<Impl> impls = candidates(algo, ctx, x, w, p, why);
+    const std::vector<Impl> impls = candidates(algo, true, ctx, x, w, p, why);
     // The gradients are added to dx and dW: trial runs write into copies.
     Tensor tdx = dx ? Tensor::zeros(dx->shape()) : Tensor();
     Tensor tdw = dw ? Tensor::zeros(dw->shape()) : Tensor();
