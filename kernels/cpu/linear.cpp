@@ -1,6 +1,8 @@
 // CPU matrix products: the tiled GEMM every CPU kernel shares, linear forward/backward, and
-// batched matmul. Eigen does each tile single-threaded (EIGEN_DONT_PARALLELIZE); OpenMP
-// shares the tiles, whose bounds depend only on the shape, so results never depend on threads.
+// batched matmul. Each tile is one single-threaded product — oneDNN's sgemm where dpx is built
+// with oneDNN (about 1.3x Eigen's speed on this machine's AVX-512: benchmarks/RESULTS.md), Eigen's
+// otherwise (EIGEN_DONT_PARALLELIZE); OpenMP shares the tiles, whose bounds depend only on the
+// shape, so results never depend on threads.
 // GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
 // GEMM kernel, as maybe-uninitialised: a known false positive that would bury real warnings.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -9,6 +11,11 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+
+#ifdef DPX_WITH_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 namespace dpx::cpu {
 
@@ -57,6 +64,22 @@ Tiling tiling_for(int64_t M, int64_t N, int64_t K) {
 void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, bool trans_a, const float* B,
                bool trans_b, float* C, float alpha, float beta, int64_t i0, int64_t mi, int64_t j0,
                int64_t nj) {
+#ifdef DPX_WITH_ONEDNN
+  if (K > 0) {
+    // Row-major sgemm of the tile on this thread alone (oneDNN's OpenMP build would otherwise
+    // take omp_get_max_threads() of them outside a parallel region).
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const float* a = trans_a ? A + i0 : A + i0 * K;
+    const float* b = trans_b ? B + j0 * K : B + j0;
+    const dnnl_status_t status =
+        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mi, nj, K, alpha, a, trans_a ? M : K, b,
+                   trans_b ? K : N, beta, C + i0 * N + j0, N);
+    omp_set_num_threads(threads);
+    if (status == dnnl_success) return;
+    // (oneDNN refuses only bad arguments, which the op checks exclude; Eigen below if it does.)
+  }
+#endif
   MutMap c(C + i0 * N + j0, mi, nj, Eigen::OuterStride<>(N));
   auto run = [&](const auto& a, const auto& b) {
     if (beta == 0.f) {
