@@ -1,10 +1,23 @@
 // CPU smooth activations, forward and backward: sigmoid, SiLU (x * sigmoid(x), EfficientNet)
-// and exact GELU (x * Phi(x) with erf, torch.nn.GELU's default, Swin's MLP). Each element
-// depends only on its own inputs, so splitting the range over threads changes nothing.
+// and exact GELU (x * Phi(x) with erf, torch.nn.GELU's default, Swin's MLP). expf and erff come
+// in glibc's vector versions (libmvec, at most 4 ulp from the exact value), 16 lanes at a time on
+// AVX-512: several times the scalar calls' speed. Which elements go through a vector call and
+// which through the scalar tail depends on blocks of kBlock elements counted from the start of
+// the tensor, never on the threads, so splitting the range over threads changes nothing.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+
+// The vector versions of expf and erff in glibc's libmvec (libm.so pulls it in as needed);
+// <math.h> declares them only under -ffast-math, which dpx does not use.
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float) noexcept;
+#pragma omp declare simd notinbranch
+float erff(float) noexcept;
+}
 
 namespace dpx::cpu {
 
@@ -15,17 +28,23 @@ namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752f;    // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
 
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+constexpr int64_t kBlock = 1024;  // elements; a multiple of every vector width
+
+inline float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 // y[i] = f(x[i]) for a unary forward op.
 template <class F>
 void map_unary(const Context& ctx, Tensor& y, const Tensor& x, F f) {
   float* yp = y.data<float>();
   const float* xp = x.data<float>();
-  const int64_t n = x.numel();
+  const int64_t n = x.numel(), blocks = (n + kBlock - 1) / kBlock;
   int nt = threads_for(ctx, n);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) yp[i] = f(xp[i]);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+#pragma omp simd
+    for (int64_t i = b * kBlock; i < end; ++i) yp[i] = f(xp[i]);
+  }
 }
 
 // dx[i] += dy[i] * f'(saved[i]), where `saved` is the op's input or output.
@@ -33,10 +52,14 @@ template <class F>
 void accumulate_grad(const Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& saved, F derivative) {
   float* dxp = dx.data<float>();
   const float *dyp = dy.data<float>(), *sp = saved.data<float>();
-  const int64_t n = dy.numel();
+  const int64_t n = dy.numel(), blocks = (n + kBlock - 1) / kBlock;
   int nt = threads_for(ctx, n);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) dxp[i] += dyp[i] * derivative(sp[i]);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+#pragma omp simd
+    for (int64_t i = b * kBlock; i < end; ++i) dxp[i] += dyp[i] * derivative(sp[i]);
+  }
 }
 
 }  // namespace
@@ -51,7 +74,7 @@ void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& 
 
 void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
   // x / (1 + e^-x), as torch computes it: no 0 * inf for very negative x.
-  map_unary(ctx, y, x, [](float v) { return v / (1.f + std::exp(-v)); });
+  map_unary(ctx, y, x, [](float v) { return v / (1.f + expf(-v)); });
 }
 
 void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
@@ -62,14 +85,14 @@ void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) 
 }
 
 void gelu_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  map_unary(ctx, y, x, [](float v) { return 0.5f * v * (1.f + std::erf(v * kInvSqrt2)); });
+  map_unary(ctx, y, x, [](float v) { return 0.5f * v * (1.f + erff(v * kInvSqrt2)); });
 }
 
 void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
   // d/dx x Phi(x) = Phi(x) + x phi(x).
   accumulate_grad(ctx, dx, dy, x, [](float v) {
-    const float cdf = 0.5f * (1.f + std::erf(v * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+    const float cdf = 0.5f * (1.f + erff(v * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
     return cdf + v * pdf;
   });
 }
