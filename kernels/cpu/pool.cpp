@@ -61,7 +61,30 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
     int32_t* idx = ap + pl * s.OH * s.OW;
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       const Window wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, s.H);
+      // Outputs [lo, hi) whose windows lie inside the row: one branch-free loop over them that
+      // the compiler vectorises (the same comparisons in the same order as the loop below).
+      const int64_t lo = std::min<int64_t>(s.OW, (p.pad_w + p.stride_w - 1) / p.stride_w);
+      const int64_t last_start = s.W + p.pad_w - p.kernel_w;  // the last window's start + pad
+      const int64_t hi =
+          last_start < 0 ? lo : std::max(lo, std::min<int64_t>(s.OW, last_start / p.stride_w + 1));
+#pragma omp simd
+      for (int64_t ow = lo; ow < hi; ++ow) {
+        const int64_t iw0 = ow * p.stride_w - p.pad_w;
+        float best = -std::numeric_limits<float>::infinity();
+        int64_t best_i = wh.start * s.W + iw0;
+        for (int64_t ih = wh.start; ih < wh.end; ++ih)
+          for (int64_t j = 0; j < p.kernel_w; ++j) {
+            const float v = in[ih * s.W + iw0 + j];
+            const bool take = v > best || v != v;
+            best = take ? v : best;
+            best_i = take ? ih * s.W + iw0 + j : best_i;
+          }
+        out[oh * s.OW + ow] = best;
+        idx[oh * s.OW + ow] = static_cast<int32_t>(best_i);
+      }
       for (int64_t ow = 0; ow < s.OW; ++ow) {
+        if (ow == lo) ow = hi;  // done above
+        if (ow >= s.OW) break;
         const Window ww = window(ow, p.kernel_w, p.stride_w, p.pad_w, s.W);
         float best = -std::numeric_limits<float>::infinity();
         int64_t best_i = wh.start * s.W + ww.start;

@@ -229,3 +229,37 @@ TEST_CASE("pooling: bad windows are clear errors") {
   CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y2, am, x, pool_params(2, 2, 0)),
                        doctest::Contains("argmax (1, 1, 2, 2) must be i32, got f32"), Error);
 }
+
+TEST_CASE("max pool: the vectorised interior and the borders agree with the reference bit for bit") {
+  // Kernels 2, 3 and 5, strides 1 to 3, padding 0 to 2, ceil_mode on and off, odd and even
+  // widths (some whose windows all touch a border); NaNs and ties in the input: the first maximum
+  // in row-major order wins and a NaN is the maximum, as in PyTorch.
+  struct P {
+    int k, s, pad;
+    bool ceil;
+    int64_t H, W;
+  };
+  for (const P& c : {P{3, 2, 0, true, 13, 111}, P{3, 2, 1, false, 12, 56}, P{2, 2, 0, false, 9, 9},
+                     P{3, 1, 1, false, 7, 40}, P{5, 3, 2, true, 11, 23}, P{3, 2, 1, true, 4, 3},
+                     P{5, 1, 2, false, 6, 5}}) {
+    CAPTURE(c.k);
+    CAPTURE(c.s);
+    CAPTURE(c.pad);
+    CAPTURE(c.ceil);
+    CAPTURE(c.W);
+    const ops::Pool2dParams p = pool_params(c.k, c.s, c.pad, c.ceil);
+    Tensor x = randn({2, 3, c.H, c.W}, 21);
+    float* xp = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); i += 7) xp[i] = xp[i + 1 < x.numel() ? i + 1 : i];  // ties
+    for (int64_t i = 5; i < x.numel(); i += 61) xp[i] = std::nanf("");
+    const int64_t OH = ops::conv_out_size(c.H, c.k, c.s, c.pad, 1, c.ceil);
+    const int64_t OW = ops::conv_out_size(c.W, c.k, c.s, c.pad, 1, c.ceil);
+    Context ctx = Context::cpu(2);
+    Tensor y = Tensor::empty({2, 3, OH, OW}), am = Tensor::empty({2, 3, OH, OW}, DType::i32);
+    Tensor ry = Tensor::empty({2, 3, OH, OW}), ram = Tensor::empty({2, 3, OH, OW}, DType::i32);
+    ops::max_pool2d_forward(ctx, y, am, x, p);
+    ref::max_pool2d_forward(ctx, ry, ram, x, p);
+    CHECK(dpx::testing::bitwise_equal(y, ry));
+    CHECK(dpx::testing::bitwise_equal(am, ram));
+  }
+}
