@@ -25,8 +25,8 @@ inline constexpr const char* kOptimizerHelp =
 inline constexpr const char* kBucketMbHelp = "DDP gradient bucket size in MiB (0: one all-reduce per tensor)";
 inline constexpr const char* kConvAlgoHelp =
     "CPU convolutions: auto (oneDNN's Winograd for 3x3 stride-1 shapes on planes of 14x14 and more, its direct "
-    "convolution for the others, dpx's own kernels for depthwise ones, the backward of a stem (under 8 input "
-    "channels) and inside thread ranks of several threads; "
+    "convolution for the others, dpx's own kernels for depthwise ones, two backward shapes where they are "
+    "faster (stems on large planes, 1024+ channels on tiny planes) and inside thread ranks of several threads; "
     "the same every run), search (time each candidate on a shape's first call, keep the fastest; two runs may "
     "differ in the last bits), onednn (direct only: PyTorch's arithmetic), winograd (wherever it applies), or dpx "
     "(dpx's own kernels: results bitwise independent of --threads). README.md, CPU kernels";

@@ -9,8 +9,8 @@
 //   winograd  oneDNN's Winograd F(4x4, 3x3): 3x3 stride-1 convolutions in about half the time on
 //             planes of 14x14 and more, rounding more (5e-4 relative in the kernel tests).
 // --conv-algo picks the rule: auto (Winograd for 3x3 stride-1 shapes on planes of 14x14 and more,
-// direct for the others, dpx's kernels for depthwise ones, for the backward of convolutions of
-// under 8 input channels and inside thread ranks of several threads: the same choice every run), search (time the candidates on the first call of each
+// direct for the others, dpx's kernels for depthwise ones, for two backward shapes where they are
+// faster (conv2d_select.cpp) and inside thread ranks of several threads: the same choice every run), search (time the candidates on the first call of each
 // shape and keep the fastest, as cuDNN's benchmark mode does: two runs may choose differently),
 // onednn, winograd (the direct convolution where Winograd does not apply), or dpx everywhere.
 #pragma once

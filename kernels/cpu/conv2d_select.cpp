@@ -159,6 +159,7 @@ namespace {
 // first that runs is taken (a rule) or all are timed (search). Empty: dpx's kernels by rule.
 constexpr int64_t kWinogradMinPlane = 14;  // output rows and columns
 constexpr int64_t kOneDnnMinBackwardChannels = 8;
+constexpr int64_t kLargePlane = 2048, kSmallPlane = 16, kManyChannels = 1024;  // output pixels; channels
 
 // oneDNN's Winograd F(4x4, 3x3): 3x3 kernels, stride 1, no dilation, no groups.
 bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
@@ -168,9 +169,11 @@ bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
 
 std::vector<Impl> candidates(ConvAlgo algo, bool backward, const Context& ctx, const Tensor& x,
                              const Tensor& w, const Conv2dParams& p, std::string& why) {
-  const int64_t out_plane =
-      std::min(ops::conv_out_size(x.size(2), 3, p.stride_h, p.pad_h, p.dilation_h),
-               ops::conv_out_size(x.size(3), 3, p.stride_w, p.pad_w, p.dilation_w));
+  const int64_t OH = ops::conv_out_size(x.size(2), static_cast<int>(w.size(2)), p.stride_h, p.pad_h,
+                                        p.dilation_h);
+  const int64_t OW = ops::conv_out_size(x.size(3), static_cast<int>(w.size(3)), p.stride_w, p.pad_w,
+                                        p.dilation_w);
+  const int64_t out_plane = std::min(OH, OW), out_pixels = OH * OW;
   switch (algo) {
     case ConvAlgo::onednn: return {Impl::direct, Impl::dpx};
     case ConvAlgo::winograd: return {Impl::winograd, Impl::direct, Impl::dpx};
@@ -187,10 +190,17 @@ std::vector<Impl> candidates(ConvAlgo algo, bool backward, const Context& ctx, c
         why = "rule: inside a parallel region oneDNN takes 1 thread";
         return {};
       }
-      // A network's first convolution (3 input channels: ResNet's 7x7/2 stem, Swin's 4x4/4 patch
-      // embedding): oneDNN's backward takes about twice as long as dpx's there (bench_kernels).
-      if (backward && x.size(1) < kOneDnnMinBackwardChannels) {
-        why = "rule: backward with few input channels";
+      // Two backward shapes where dpx's kernels beat oneDNN's (bench_kernels, and --conv-algo
+      // search on ResNet-50 at 64x64): a network's first convolution on a large plane (3 input
+      // channels: ResNet's 7x7/2 stem and Swin's 4x4/4 patch embedding at 224x224, 1.6-2.2x),
+      // and 1024 or more input channels on planes of at most 16 output pixels (ResNet-50's
+      // last stages at 64x64, where dpx puts the images side by side in one product; 1.4-2.4x).
+      if (backward && x.size(1) < kOneDnnMinBackwardChannels && out_pixels >= kLargePlane) {
+        why = "rule: backward of a stem on a large plane";
+        return {};
+      }
+      if (backward && x.size(1) >= kManyChannels && out_pixels <= kSmallPlane) {
+        why = "rule: backward of many channels on a small plane";
         return {};
       }
       // Winograd pays on planes of 14x14 and more (bench_kernels: 1.8-2.4x the direct
