@@ -5,9 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -29,14 +29,20 @@ const char* impl_name(Impl i) {
   return i == Impl::dpx ? "dpx" : i == Impl::direct ? "onednn" : "winograd";
 }
 
-struct Choice {
-  Impl impl = Impl::dpx;
-  size_t index = 0;  // in g_list
-};
+// A choice's key: the shape, bias, pass, thread count and whether inside a parallel region, as
+// numbers (every convolution call looks its choice up; the shape's text is made only for the list).
+using Key = std::array<int64_t, 18>;
+
+Key key_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias, bool backward,
+           int threads, bool in_region) {
+  return {x.size(0),   x.size(1),  x.size(2),    x.size(3),    w.size(0),    w.size(2),
+          w.size(3),   p.stride_h, p.stride_w,   p.pad_h,      p.pad_w,      p.dilation_h,
+          p.dilation_w, p.groups,  bias ? 1 : 0, backward ? 1 : 0, threads, in_region ? 1 : 0};
+}
 
 std::mutex g_mutex;
-std::map<std::string, Choice> g_choices;  // key: shape, pass, threads; guarded by g_mutex
-std::vector<ConvChoice> g_list;           // guarded by g_mutex
+std::map<Key, Impl> g_choices;   // guarded by g_mutex
+std::vector<ConvChoice> g_list;  // guarded by g_mutex
 
 std::string shape_text(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias) {
   std::ostringstream s;
@@ -82,22 +88,24 @@ std::string fixed2(double v) {
   return s.str();
 }
 
-// Returns the choice for (shape, pass, threads), making it with `decide` the first time.
-// decide() -> {impl, why}; it runs outside the lock (a search runs the kernels).
+// Returns the choice for the shape of x and w in this pass and thread count, making it with
+// `decide` the first time. decide() -> {impl, why}; it runs outside the lock (a search runs the
+// kernels).
 template <class Decide>
-Impl choose(const std::string& shape, const char* pass, int threads, Decide&& decide) {
+Impl choose(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias, bool backward,
+            int threads, Decide&& decide) {
   const bool in_region = omp_in_parallel();
-  const std::string key =
-      shape + '|' + pass + '|' + std::to_string(threads) + (in_region ? "|nested" : "");
+  const Key key = key_of(x, w, p, bias, backward, threads, in_region);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.impl;
+    if (auto it = g_choices.find(key); it != g_choices.end()) return it->second;
   }
   auto [impl, why] = decide();
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto it = g_choices.find(key); it != g_choices.end()) return it->second.impl;  // raced
-  g_choices[key] = {impl, g_list.size()};
-  g_list.push_back({shape, pass, impl_name(impl), why, threads, in_region});
+  if (auto it = g_choices.find(key); it != g_choices.end()) return it->second;  // raced
+  g_choices[key] = impl;
+  g_list.push_back({shape_text(x, w, p, bias), backward ? "backward" : "forward", impl_name(impl),
+                    why, threads, in_region});
   return impl;
 }
 
@@ -264,7 +272,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     }
     return conv2d_forward_onednn(ctx, y, x, w, b, p, i == Impl::winograd, why);
   };
-  const Impl impl = choose(shape_text(x, w, p, bias), "forward", ctx.threads, [&] {
+  const Impl impl = choose(x, w, p, bias, /*backward=*/false, ctx.threads, [&] {
     std::string why;
     const std::vector<Impl> impls = candidates(algo, false, ctx, x, w, p, why);
     return decide(algo, impls, why, run);
@@ -278,7 +286,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const ConvAlgo algo = g_algo;
   if (algo == ConvAlgo::dpx || !onednn_available() || (!dx && !dw))
     return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p);
-  const Impl impl = choose(shape_text(x, w, p, false), "backward", ctx.threads, [&] {
+  const Impl impl = choose(x, w, p, /*bias=*/false, /*backward=*/true, ctx.threads, [&] {
     std::string why;
     const std::vector<Impl> impls = candidates(algo, true, ctx, x, w, p, why);
     // The gradients are added to dx and dW: trial runs write into copies.
