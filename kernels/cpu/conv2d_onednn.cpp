@@ -43,6 +43,7 @@ bool conv2d_backward_onednn(const Context&, Tensor*, Tensor*, const Tensor&, con
 
 namespace {
 
+using detail::OmpThreads;
 using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
@@ -51,19 +52,6 @@ const dnnl::engine& engine() {
   static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
-
-// oneDNN (OpenMP build) uses omp_get_max_threads() of the calling thread, when a primitive is
-// made and when it runs: set to the op's thread count for the duration of a call.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : old_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(old_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int old_;
-};
 
 dnnl::primitive_attr scratch_attr(bool accumulate = false) {
   dnnl::primitive_attr attr;

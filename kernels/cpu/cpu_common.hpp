@@ -3,6 +3,8 @@
 // runs (kernels/op_checks.cpp); what a kernel still checks (labels, indices) it checks before
 // an OpenMP region: an exception must not leave one.
 #pragma once
+#include <omp.h>
+
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -61,5 +63,18 @@ class Scratch {
 // single-threaded Eigen product, so the result is bitwise the same for any thread count.
 void gemm(int threads, int64_t M, int64_t N, int64_t K, const float* A, bool trans_a,
           const float* B, bool trans_b, float* C, float alpha, float beta);
+
+// Sets this thread's OpenMP thread count (omp_get_max_threads()) for a scope and restores it after:
+// oneDNN's OpenMP build takes that many threads when a primitive is made and when it runs.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : old_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(old_); }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int old_;
+};
 
 }  // namespace dpx::cpu::detail

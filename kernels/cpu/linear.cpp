@@ -1,6 +1,6 @@
 // CPU matrix products: the tiled GEMM every CPU kernel shares, linear forward/backward, and
 // batched matmul. Each tile is one single-threaded product — oneDNN's sgemm where dpx is built
-// with oneDNN (about 1.3x Eigen's speed on this machine's AVX-512: benchmarks/RESULTS.md), Eigen's
+// with oneDNN (1.4-1.7x Eigen's speed on this machine's AVX-512: benchmarks/RESULTS.md), Eigen's
 // otherwise (EIGEN_DONT_PARALLELIZE); OpenMP shares the tiles, whose bounds depend only on the
 // shape, so results never depend on threads.
 // GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
@@ -13,7 +13,6 @@
 #include "kernels/cpu/cpu_ops.hpp"
 
 #ifdef DPX_WITH_ONEDNN
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
@@ -68,15 +67,12 @@ void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, bool trans_a, co
   if (K > 0) {
     // Row-major sgemm of the tile on this thread alone (oneDNN's OpenMP build would otherwise
     // take omp_get_max_threads() of them outside a parallel region).
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const detail::OmpThreads one(1);
     const float* a = trans_a ? A + i0 : A + i0 * K;
     const float* b = trans_b ? B + j0 * K : B + j0;
-    const dnnl_status_t status =
-        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mi, nj, K, alpha, a, trans_a ? M : K, b,
-                   trans_b ? K : N, beta, C + i0 * N + j0, N);
-    omp_set_num_threads(threads);
-    if (status == dnnl_success) return;
+    if (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mi, nj, K, alpha, a, trans_a ? M : K, b,
+                   trans_b ? K : N, beta, C + i0 * N + j0, N) == dnnl_success)
+      return;
     // (oneDNN refuses only bad arguments, which the op checks exclude; Eigen below if it does.)
   }
 #endif
