@@ -1,4 +1,5 @@
-// CPU conv2d forward/backward: im2col + Eigen GEMM per (image, group, tile of output pixels);
+// CPU conv2d forward/backward: im2col + one single-threaded GEMM (detail::gemm_one: oneDNN's
+// sgemm, or Eigen's without oneDNN) per (image, group, tile of output pixels);
 // 1x1 stride-1 unpadded convolutions use x itself as the column matrix. Small images (under 64
 // output pixels) go side by side into one column matrix (several images per GEMM), so that planes
 // (ResNet's 2x2 and 4x4 at 64x64 inputs) make one product with a long inner dimension instead of
@@ -8,12 +9,8 @@
 // instead: as GEMMs they would be N * C tiny products (one weight row each). Work units depend
 // on the shapes only and dW partials are summed in a fixed order, so results never depend on
 // threads.
-// GCC 12 flags the self-initialised `__Y` of _mm512_undefined_ps, inlined from Eigen's AVX-512
-// GEMM kernel, as maybe-uninitialised: a known false positive that would bury real warnings.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -28,10 +25,6 @@ namespace dpx::cpu {
 using namespace detail;
 
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
-using MutMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 
 // A column tile (Kdim x tile floats) of about 512 KB stays in L2 while the GEMM packs it.
 constexpr int64_t kColTileFloats = int64_t{1} << 17;
@@ -252,9 +245,7 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
       float* col = bufs.data() + omp_get_thread_num() * per_thread;
       float* out = col + s.Kdim * L;
       im2col_images(s, at.data(), xp, g, n0, nb, col);
-      MutMap(out, kr, len, Eigen::OuterStride<>(len)).noalias() =
-          ConstMap(wp + k0 * s.Kdim, kr, s.Kdim, Eigen::OuterStride<>(s.Kdim)) *
-          ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
+      gemm_one(false, false, kr, len, s.Kdim, 1.f, wp + k0 * s.Kdim, s.Kdim, col, len, 0.f, out, len);
       to_images(s, out, k0, kr, n0, nb, bp, yp);
     }
     return;
@@ -268,17 +259,20 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
     const int64_t n = u / (s.G * s.tiles), g = (u / s.tiles) % s.G, t = u % s.tiles;
     const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
     const float* xg = xp + (n * s.C + g * s.Cg) * s.HW;
-    ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
-    MutMap yt(yp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
+    const float* wg = wp + g * s.Kg * s.Kdim;
+    float* yt = yp + (n * s.K + g * s.Kg) * s.P + p0;
     if (s.direct) {
-      yt.noalias() = wg * ConstMap(xg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
+      gemm_one(false, false, s.Kg, len, s.Cg, 1.f, wg, s.Kdim, xg + p0, s.HW, 0.f, yt, s.P);
     } else {
       float* col = cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
       im2col_tile(s, xg, p0, len, col);
-      yt.noalias() = wg * ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len));
+      gemm_one(false, false, s.Kg, len, s.Kdim, 1.f, wg, s.Kdim, col, len, 0.f, yt, s.P);
     }
     if (bp)
-      for (int64_t k = 0; k < s.Kg; ++k) yt.row(k).array() += bp[g * s.Kg + k];
+      for (int64_t k = 0; k < s.Kg; ++k) {
+        const float bk = bp[g * s.Kg + k];
+        for (int64_t i = 0; i < len; ++i) yt[k * s.P + i] += bk;
+      }
   }
 }
 
@@ -313,10 +307,8 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
       float* dyb = dcol + cn * taps * L;
       gather_images(s, dyp, g * s.Kg, s.Kg, n0, nb, dyb);
       // Rows (c, i, j) of W^T for channels c0 ... c0 + cn - 1.
-      ConstMap wt(wp + g * s.Kg * s.Kdim + c0 * taps, s.Kg, cn * taps,
-                  Eigen::OuterStride<>(s.Kdim));
-      MutMap(dcol, cn * taps, len, Eigen::OuterStride<>(len)).noalias() =
-          wt.transpose() * ConstMap(dyb, s.Kg, len, Eigen::OuterStride<>(len));
+      gemm_one(true, false, cn * taps, len, s.Kg, 1.f, wp + g * s.Kg * s.Kdim + c0 * taps, s.Kdim,
+               dyb, len, 0.f, dcol, len);
       col2im_images(s, at.data(), dcol, g, c0, cn, n0, nb, dx->data<float>());
     }
   } else if (dx && !depthwise) {
@@ -329,17 +321,15 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
     for (int64_t u = 0; u < units; ++u) {
       const int64_t n = u / s.G, g = u % s.G;
       float* dxg = dxp + (n * s.C + g * s.Cg) * s.HW;
-      ConstMap wg(wp + g * s.Kg * s.Kdim, s.Kg, s.Kdim, Eigen::OuterStride<>(s.Kdim));
+      const float* wg = wp + g * s.Kg * s.Kdim;
       float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
       for (int64_t t = 0; t < s.tiles; ++t) {
         const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
-        ConstMap dyt(dyp + (n * s.K + g * s.Kg) * s.P + p0, s.Kg, len, Eigen::OuterStride<>(s.P));
+        const float* dyt = dyp + (n * s.K + g * s.Kg) * s.P + p0;
         if (s.direct) {
-          MutMap dxt(dxg + p0, s.Cg, len, Eigen::OuterStride<>(s.HW));
-          dxt.noalias() += wg.transpose() * dyt;
+          gemm_one(true, false, s.Cg, len, s.Kg, 1.f, wg, s.Kdim, dyt, s.P, 1.f, dxg + p0, s.HW);
         } else {
-          MutMap dcol(col, s.Kdim, len, Eigen::OuterStride<>(len));
-          dcol.noalias() = wg.transpose() * dyt;
+          gemm_one(true, false, s.Kdim, len, s.Kg, 1.f, wg, s.Kdim, dyt, s.P, 0.f, col, len);
           col2im_tile(s, col, p0, len, dxg);
         }
       }
@@ -366,15 +356,14 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
     for (int64_t u = 0; u < units; ++u) {
       const int64_t q = u / (s.G * row_blocks), g = (u / row_blocks) % s.G, rb = u % row_blocks;
       const int64_t k0 = rb * kRowBlock, kr = std::min(kRowBlock, s.Kg - k0);
-      MutMap part(partial.data() + q * dw_numel + (g * s.Kg + k0) * s.Kdim, kr, s.Kdim,
-                  Eigen::OuterStride<>(s.Kdim));
+      float* part = partial.data() + q * dw_numel + (g * s.Kg + k0) * s.Kdim;
       float* col = cols.data() + omp_get_thread_num() * per_thread;
       bool first = true;  // the first product assigns, so the partials need no zeroing
-      const auto accumulate = [&](const ConstMap& dyt, const ConstMap& colt) {
-        if (first)
-          part.noalias() = dyt * colt.transpose();
-        else
-          part.noalias() += dyt * colt.transpose();
+      // part (kr, Kdim) (+)= dy rows (kr, len) times the columns (Kdim, len) transposed.
+      const auto accumulate = [&](const float* dyt, int64_t ld_dy, const float* colt, int64_t ld_col,
+                                  int64_t len) {
+        gemm_one(false, true, kr, s.Kdim, len, 1.f, dyt, ld_dy, colt, ld_col, first ? 0.f : 1.f, part,
+                 s.Kdim);
         first = false;
       };
       const int64_t n_end = (q + 1) * s.N / slots;
@@ -384,8 +373,7 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
           const int64_t nb = std::min(s.batch, n_end - n0), len = nb * s.P;
           im2col_images(s, at.data(), xp, g, n0, nb, col);
           gather_images(s, dyp, g * s.Kg + k0, kr, n0, nb, dyb);
-          accumulate(ConstMap(dyb, kr, len, Eigen::OuterStride<>(len)),
-                     ConstMap(col, s.Kdim, len, Eigen::OuterStride<>(len)));
+          accumulate(dyb, len, col, len, len);
         }
         continue;
       }
@@ -399,9 +387,7 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
             im2col_tile(s, xg, p0, len, col);
             src = col, stride = len;
           }
-          accumulate(ConstMap(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, kr, len,
-                              Eigen::OuterStride<>(s.P)),
-                     ConstMap(src, s.Kdim, len, Eigen::OuterStride<>(stride)));
+          accumulate(dyp + (n * s.K + g * s.Kg + k0) * s.P + p0, s.P, src, stride, len);
         }
       }
     }

@@ -60,9 +60,16 @@ class Scratch {
 // Row-major C (M, N) = alpha * op(A) op(B) + beta * C, where op(A) is (M, K) and op(B) is
 // (K, N); A is stored (M, K) or, with trans_a, (K, M); likewise B. beta == 0 never reads C.
 // C is cut into fixed tiles that depend only on M, N and K, and each tile is one
-// single-threaded Eigen product, so the result is bitwise the same for any thread count.
+// single-threaded product (gemm_one below), so the result is bitwise the same for any thread count.
 void gemm(int threads, int64_t M, int64_t N, int64_t K, const float* A, bool trans_a,
           const float* B, bool trans_b, float* C, float alpha, float beta);
+
+// The same product on the calling thread alone, row-major with leading dimensions lda, ldb and
+// ldc (A is (M, K) or, with trans_a, (K, M)): oneDNN's sgemm where dpx is built with it, Eigen's
+// otherwise. The tile GEMM above and the convolutions' per-unit products are made of it.
+void gemm_one(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc);
 
 // Sets this thread's OpenMP thread count (omp_get_max_threads()) for a scope and restores it after:
 // oneDNN's OpenMP build takes that many threads when a primitive is made and when it runs.

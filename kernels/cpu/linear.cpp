@@ -63,20 +63,39 @@ Tiling tiling_for(int64_t M, int64_t N, int64_t K) {
 void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, bool trans_a, const float* B,
                bool trans_b, float* C, float alpha, float beta, int64_t i0, int64_t mi, int64_t j0,
                int64_t nj) {
+  const float* a = trans_a ? A + i0 : A + i0 * K;
+  const float* b = trans_b ? B + j0 * K : B + j0;
+  detail::gemm_one(trans_a, trans_b, mi, nj, K, alpha, a, trans_a ? M : K, b, trans_b ? K : N, beta,
+                   C + i0 * N + j0, N);
+}
+
+void gemm_tiled(const Tiling& t, int64_t tile, int64_t M, int64_t N, int64_t K, const float* A,
+                bool trans_a, const float* B, bool trans_b, float* C, float alpha, float beta) {
+  int64_t i0 = (tile / t.tiles_n) * t.rows, j0 = (tile % t.tiles_n) * t.cols;
+  gemm_tile(M, N, K, A, trans_a, B, trans_b, C, alpha, beta, i0, std::min(t.rows, M - i0), j0,
+            std::min(t.cols, N - j0));
+}
+
+}  // namespace
+
+namespace detail {
+
+void gemm_one(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
 #ifdef DPX_WITH_ONEDNN
   if (K > 0) {
-    // Row-major sgemm of the tile on this thread alone (oneDNN's OpenMP build would otherwise
-    // take omp_get_max_threads() of them outside a parallel region).
-    const detail::OmpThreads one(1);
-    const float* a = trans_a ? A + i0 : A + i0 * K;
-    const float* b = trans_b ? B + j0 * K : B + j0;
-    if (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mi, nj, K, alpha, a, trans_a ? M : K, b,
-                   trans_b ? K : N, beta, C + i0 * N + j0, N) == dnnl_success)
+    // Row-major sgemm on this thread alone (oneDNN's OpenMP build would otherwise take
+    // omp_get_max_threads() threads outside a parallel region).
+    const OmpThreads one(1);
+    if (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
+                   ldc) == dnnl_success)
       return;
     // (oneDNN refuses only bad arguments, which the op checks exclude; Eigen below if it does.)
   }
 #endif
-  MutMap c(C + i0 * N + j0, mi, nj, Eigen::OuterStride<>(N));
+  MutMap c(C, M, N, Eigen::OuterStride<>(ldc));
   auto run = [&](const auto& a, const auto& b) {
     if (beta == 0.f) {
       if (alpha == 1.f)
@@ -91,32 +110,20 @@ void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, bool trans_a, co
         c.noalias() += (alpha * a) * b;
     }
   };
-  // op(A) rows [i0, i0+mi): stored rows of A, or stored columns when A is (K, M).
-  ConstMap a_rows(A + i0 * K, mi, K, Eigen::OuterStride<>(std::max<int64_t>(K, 1)));
-  ConstMap a_cols(A + i0, K, mi, Eigen::OuterStride<>(std::max<int64_t>(M, 1)));
-  // op(B) columns [j0, j0+nj): stored columns of B (K, N), or stored rows when B is (N, K).
-  ConstMap b_cols(B + j0, K, nj, Eigen::OuterStride<>(std::max<int64_t>(N, 1)));
-  ConstMap b_rows(B + j0 * K, nj, K, Eigen::OuterStride<>(std::max<int64_t>(K, 1)));
+  // op(A) is (M, K): stored rows (M, K), or stored columns when A is (K, M); likewise op(B).
+  ConstMap a_rows(A, M, K, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
+  ConstMap a_cols(A, K, M, Eigen::OuterStride<>(std::max<int64_t>(lda, 1)));
+  ConstMap b_rows(B, K, N, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
+  ConstMap b_cols(B, N, K, Eigen::OuterStride<>(std::max<int64_t>(ldb, 1)));
   if (!trans_a && !trans_b)
-    run(a_rows, b_cols);
+    run(a_rows, b_rows);
   else if (!trans_a && trans_b)
-    run(a_rows, b_rows.transpose());
+    run(a_rows, b_cols.transpose());
   else if (trans_a && !trans_b)
-    run(a_cols.transpose(), b_cols);
+    run(a_cols.transpose(), b_rows);
   else
-    run(a_cols.transpose(), b_rows.transpose());
+    run(a_cols.transpose(), b_cols.transpose());
 }
-
-void gemm_tiled(const Tiling& t, int64_t tile, int64_t M, int64_t N, int64_t K, const float* A,
-                bool trans_a, const float* B, bool trans_b, float* C, float alpha, float beta) {
-  int64_t i0 = (tile / t.tiles_n) * t.rows, j0 = (tile % t.tiles_n) * t.cols;
-  gemm_tile(M, N, K, A, trans_a, B, trans_b, C, alpha, beta, i0, std::min(t.rows, M - i0), j0,
-            std::min(t.cols, N - j0));
-}
-
-}  // namespace
-
-namespace detail {
 
 void gemm(int threads, int64_t M, int64_t N, int64_t K, const float* A, bool trans_a,
           const float* B, bool trans_b, float* C, float alpha, float beta) {
