@@ -1,6 +1,6 @@
 // The CPU convolution's implementations and how one is chosen per shape and pass
 // (kernels/cpu/conv2d_select.cpp):
-//   dpx       dpx's own kernels: im2col + Eigen GEMM (conv2d.cpp), the direct depthwise kernel
+//   dpx       dpx's own kernels: im2col + single-threaded sgemm per unit (conv2d.cpp), the direct depthwise kernel
 //             (depthwise_conv.cpp). Bitwise independent of the thread count.
 //   onednn    oneDNN's direct convolution (conv2d_onednn.cpp; Debian's libdnnl), in the blocked
 //             layouts it picks, with the reorders to and from dpx's NCHW around it. Forward and
@@ -14,6 +14,8 @@
 // shape and keep the fastest, as cuDNN's benchmark mode does: two runs may choose differently),
 // onednn, winograd (the direct convolution where Winograd does not apply), or dpx everywhere.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,12 @@ void set_conv_algo(ConvAlgo algo);
 ConvAlgo conv_algo();
 bool onednn_available();     // this dpx was built with oneDNN
 std::string onednn_version();  // the loaded library's, "2.6.3"; empty without oneDNN
+
+// A convolution's shape as numbers: x's sizes, w's output channels and kernel, strides, padding,
+// dilation, groups and whether it has a bias. The choices (conv2d_select.cpp) and oneDNN's
+// primitives (conv2d_onednn.cpp) are kept under it and what else they depend on.
+using ConvShapeKey = std::array<int64_t, 15>;
+ConvShapeKey conv_shape_key(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias);
 
 // What was chosen for one shape and pass, first-seen order.
 struct ConvChoice {

@@ -97,16 +97,12 @@ struct Entry {
   Reorder bw_x, bw_dy, bw_dw;  // x -> src, dy -> diff_dst, diff_weights -> dW (adding)
 };
 
-struct Key {
-  std::array<int64_t, 17> v;
-  bool operator<(const Key& o) const { return v < o.v; }
-};
+// An entry's key: the shape, then the thread count and the algorithm.
+using Key = std::pair<ConvShapeKey, std::array<int64_t, 2>>;
 
 Key key_of(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias, int threads,
            bool winograd) {
-  return {{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), p.stride_h,
-           p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, bias ? 1 : 0,
-           threads, winograd ? 1 : 0}};
+  return {conv_shape_key(x, w, p, bias), {threads, winograd ? 1 : 0}};
 }
 
 std::mutex g_mutex;
@@ -289,17 +285,24 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
   const OmpThreads omp(threads);
   dnnl::stream s(engine());
   void* dy_raw = dy.raw();
+  // dy in the blocked layout both backward primitives read, made once where they read the same.
+  const bool share_dy = dx && dw && e.bd_dy.prim && e.bw_dy.prim &&
+                        e.bd_pd->diff_dst_desc() == e.bw_pd->diff_dst_desc();
+  const memory::desc& dy_md = e.bd_pd->diff_dst_desc();
+  Pieces shared(share_dy ? bytes_of(dy_md) + Pieces::round(e.bd_dy.scratch_bytes()) : 0);
+  void* dy_blocked = share_dy ? shared.take(dy_md.get_size()) : nullptr;
+  if (share_dy) run(e.bd_dy, s, shared, e.y, dy_raw, dy_md, dy_blocked);
   if (dx) {
     const auto& pd = *e.bd_pd;
-    Pieces scratch((e.bd_dy.prim ? bytes_of(pd.diff_dst_desc()) : 0) +
+    Pieces scratch((e.bd_dy.prim && !share_dy ? bytes_of(pd.diff_dst_desc()) : 0) +
                     (e.bd_w.prim ? bytes_of(pd.weights_desc()) : 0) + bytes_of(pd.diff_src_desc()) +
                     Pieces::round(pd.scratchpad_desc().get_size()) +
                     Pieces::round(e.bd_dy.scratch_bytes()) + Pieces::round(e.bd_w.scratch_bytes()) +
                     Pieces::round(e.bd_dx.scratch_bytes()));
-    void* ddst = staged(e.bd_dy, pd.diff_dst_desc(), scratch, dy_raw);
+    void* ddst = share_dy ? dy_blocked : staged(e.bd_dy, pd.diff_dst_desc(), scratch, dy_raw);
     void* wts = staged(e.bd_w, pd.weights_desc(), scratch, w.raw());
     void* dsrc = scratch.take(pd.diff_src_desc().get_size());  // always: it is added to dx
-    run(e.bd_dy, s, scratch, e.y, dy_raw, pd.diff_dst_desc(), ddst);
+    if (!share_dy) run(e.bd_dy, s, scratch, e.y, dy_raw, pd.diff_dst_desc(), ddst);
     run(e.bd_w, s, scratch, e.w, w.raw(), pd.weights_desc(), wts);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_DIFF_DST, memory(pd.diff_dst_desc(), engine(), ddst)},
@@ -313,16 +316,16 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
   if (dw) {
     const auto& pd = *e.bw_pd;
     Pieces scratch((e.bw_x.prim ? bytes_of(pd.src_desc()) : 0) +
-                    (e.bw_dy.prim ? bytes_of(pd.diff_dst_desc()) : 0) +
+                    (e.bw_dy.prim && !share_dy ? bytes_of(pd.diff_dst_desc()) : 0) +
                     bytes_of(pd.diff_weights_desc()) +
                     Pieces::round(pd.scratchpad_desc().get_size()) +
                     Pieces::round(e.bw_x.scratch_bytes()) + Pieces::round(e.bw_dy.scratch_bytes()) +
                     Pieces::round(e.bw_dw.scratch_bytes()));
     void* src = staged(e.bw_x, pd.src_desc(), scratch, x.raw());
-    void* ddst = staged(e.bw_dy, pd.diff_dst_desc(), scratch, dy_raw);
+    void* ddst = share_dy ? dy_blocked : staged(e.bw_dy, pd.diff_dst_desc(), scratch, dy_raw);
     void* dwts = scratch.take(pd.diff_weights_desc().get_size());  // always: it is added to dW
     run(e.bw_x, s, scratch, e.x, x.raw(), pd.src_desc(), src);
-    run(e.bw_dy, s, scratch, e.y, dy_raw, pd.diff_dst_desc(), ddst);
+    if (!share_dy) run(e.bw_dy, s, scratch, e.y, dy_raw, pd.diff_dst_desc(), ddst);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(pd.src_desc(), engine(), src)},
         {DNNL_ARG_DIFF_DST, memory(pd.diff_dst_desc(), engine(), ddst)},

@@ -29,15 +29,12 @@ const char* impl_name(Impl i) {
   return i == Impl::dpx ? "dpx" : i == Impl::direct ? "onednn" : "winograd";
 }
 
-// A choice's key: the shape, bias, pass, thread count and whether inside a parallel region, as
-// numbers (every convolution call looks its choice up; the shape's text is made only for the list).
-using Key = std::array<int64_t, 18>;
+// A choice's key: the shape, then the pass, thread count and whether inside a parallel region.
+using Key = std::pair<ConvShapeKey, std::array<int64_t, 3>>;
 
 Key key_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias, bool backward,
            int threads, bool in_region) {
-  return {x.size(0),   x.size(1),  x.size(2),    x.size(3),    w.size(0),    w.size(2),
-          w.size(3),   p.stride_h, p.stride_w,   p.pad_h,      p.pad_w,      p.dilation_h,
-          p.dilation_w, p.groups,  bias ? 1 : 0, backward ? 1 : 0, threads, in_region ? 1 : 0};
+  return {conv_shape_key(x, w, p, bias), {backward ? 1 : 0, threads, in_region ? 1 : 0}};
 }
 
 std::mutex g_mutex;
@@ -149,6 +146,11 @@ void set_conv_algo(ConvAlgo algo) {
 }
 
 ConvAlgo conv_algo() { return g_algo; }
+
+ConvShapeKey conv_shape_key(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias) {
+  return {x.size(0), x.size(1),  x.size(2),  x.size(3), w.size(0),    w.size(2),    w.size(3), p.stride_h,
+          p.stride_w, p.pad_h,   p.pad_w,    p.dilation_h, p.dilation_w, p.groups, bias ? 1 : 0};
+}
 
 std::vector<ConvChoice> conv_choices() {
   std::lock_guard<std::mutex> lock(g_mutex);
