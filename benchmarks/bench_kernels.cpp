@@ -2,7 +2,9 @@
 // forward/backward on ResNet-like shapes and depthwise conv2d on EfficientNet-B0's, each at 1 and
 // 2 threads, next to the machine's FMA peak, each convolution with dpx's own kernels (algo:0),
 // oneDNN's direct convolution (algo:1) and oneDNN's Winograd (algo:2, 3x3 stride 1). GFLOP/s counts 2 FLOPs per multiply-add; conv2d backward
-// computes dx, dW and db (twice the forward's multiply-adds).
+// computes dx, dW and db (twice the forward's multiply-adds). Batch norm (training forward and
+// backward, ResNet-50's 256 x 56 x 56 at batch 8) is memory-bound: GB/s counts each tensor it
+// reads or writes once (x and y; x, dy and dx), the least traffic it could have.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -192,6 +194,27 @@ BENCHMARK(BM_Conv2dBackward)
     ->ArgsProduct({benchmark::CreateDenseRange(0, 13, 1), {1, 2}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// Args: threads.
+void BM_BatchNorm(benchmark::State& state) {
+  Context ctx = Context::cpu(static_cast<int>(state.range(0)));
+  const Shape shape{8, 256, 56, 56};
+  const int64_t C = shape[1];
+  Tensor x = random_tensor(shape, 1), dy = random_tensor(shape, 2), y = Tensor::empty(shape);
+  Tensor gamma = random_tensor({C}, 3), beta = random_tensor({C}, 4);
+  Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), rm = Tensor::zeros({C}),
+         rv = Tensor::zeros({C}), dx = Tensor::zeros(shape), dgamma = Tensor::zeros({C}),
+         dbeta = Tensor::zeros({C});
+  for (auto _ : state) {
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+    ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd);
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  state.counters["GB/s"] = benchmark::Counter(5.0 * 4 * x.numel() * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("N=8 C=256 56x56, forward (train) + backward");
+}
+BENCHMARK(BM_BatchNorm)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_DepthwiseConv2dForward)
     ->ArgNames({"shape", "threads", "algo"})

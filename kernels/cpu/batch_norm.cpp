@@ -1,6 +1,7 @@
 // CPU batch normalisation over (N, spatial) for each channel of x (N, C, ...): training forward
 // (batch statistics; running stats with the unbiased variance, as PyTorch), eval forward, and
-// backward. Channels are independent, and each one is summed in a fixed order, in double.
+// backward. Channels are independent, and each one is summed in a fixed order, in double
+// (detail::LaneSum).
 #include <cmath>
 #include <initializer_list>
 #include <utility>
@@ -41,12 +42,12 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   for (int64_t c = 0; c < s.C; ++c) {
     const double mean = channel_sum(xp, s.N, s.C, s.S, c) / M;
     // Two passes: the squared deviations do not cancel the way E[x^2] - E[x]^2 does.
-    double sq = 0;
+    LaneSum sq;
     for (int64_t n = 0; n < s.N; ++n) {
       const float* in = xp + (n * s.C + c) * s.S;
-      for (int64_t i = 0; i < s.S; ++i) sq += (in[i] - mean) * (in[i] - mean);
+      sq.add(s.S, [in, mean](int64_t i) { return (in[i] - mean) * (in[i] - mean); });
     }
-    const double var = sq / M;
+    const double var = sq.total() / M;
     const double invstd = 1.0 / std::sqrt(var + eps);
     mean_p[c] = static_cast<float>(mean);
     invstd_p[c] = static_cast<float>(invstd);
@@ -100,16 +101,14 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
     const double mean = mean_p[c], invstd = invstd_p[c];
-    double sum_dy = 0, sum_dy_xhat = 0;
+    LaneSum dy_sum, dy_xc_sum;  // sum(dy), sum(dy * (x - mean))
     for (int64_t n = 0; n < s.N; ++n) {
       const float* in = xp + (n * s.C + c) * s.S;
       const float* g = dyp + (n * s.C + c) * s.S;
-      for (int64_t i = 0; i < s.S; ++i) {
-        sum_dy += g[i];
-        sum_dy_xhat += g[i] * (in[i] - mean);
-      }
+      dy_sum.add(s.S, [g](int64_t i) { return static_cast<double>(g[i]); });
+      dy_xc_sum.add(s.S, [g, in, mean](int64_t i) { return g[i] * (in[i] - mean); });
     }
-    sum_dy_xhat *= invstd;
+    const double sum_dy = dy_sum.total(), sum_dy_xhat = dy_xc_sum.total() * invstd;
     if (dbp) dbp[c] += static_cast<float>(sum_dy);
     if (dgp) dgp[c] += static_cast<float>(sum_dy_xhat);
     if (!dxp) continue;

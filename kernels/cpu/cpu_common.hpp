@@ -24,15 +24,40 @@ inline int threads_for(const Context& ctx, int64_t work) {
   return (ctx.threads > 1 && work >= kMinParallelWork) ? ctx.threads : 1;
 }
 
-// The sum over n and i of x[(n * C + c) * S + i], in double, in that order: channel c of x
-// (N, C, S) — a batch-norm mean, a convolution's bias gradient.
+// A sum in double over kLanes partial sums: element i of a row goes into lane i % kLanes, and the
+// lanes are added in lane order at the end. One running sum is a chain of dependent adds (a
+// float->double add every 4 cycles); sixteen lanes are two AVX-512 registers of independent adds,
+// at the memory's speed. The result depends on the rows' lengths and order only, never on threads.
+class LaneSum {
+ public:
+  static constexpr int kLanes = 16;
+  // Adds f(0) ... f(n - 1), f(i) a double.
+  template <class F>
+  void add(int64_t n, F&& f) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lane_[j] += f(i + j);
+    for (int j = 0; i < n; ++i, ++j) lane_[j] += f(i);
+  }
+  double total() const {
+    double t = 0;
+    for (double v : lane_) t += v;
+    return t;
+  }
+
+ private:
+  double lane_[kLanes] = {};
+};
+
+// The sum over n and i of x[(n * C + c) * S + i], in double (LaneSum, rows in n order): channel c
+// of x (N, C, S) — a batch-norm mean, a convolution's bias gradient.
 inline double channel_sum(const float* x, int64_t N, int64_t C, int64_t S, int64_t c) {
-  double sum = 0;
+  LaneSum sum;
   for (int64_t n = 0; n < N; ++n) {
     const float* in = x + (n * C + c) * S;
-    for (int64_t i = 0; i < S; ++i) sum += in[i];
+    sum.add(S, [in](int64_t i) { return static_cast<double>(in[i]); });
   }
-  return sum;
+  return sum.total();
 }
 
 // Scratch memory for one kernel call: `count` elements of a trivially copyable T, 64-byte aligned,
