@@ -78,19 +78,23 @@ void reduce_to(const Context& ctx, Tensor& dt, const Tensor& dy, const Tensor* o
   for (int64_t j = 0; j < targets; ++j) {
     int64_t base[kMaxOperands] = {};
     add_offsets(L, kept, nk, j, base);
-    double sum = 0;
+    LaneSum sum;
     for (int64_t r = 0; r < outer; ++r) {
       int64_t off[kMaxOperands] = {base[0], base[1], base[2]};
       add_offsets(L, reduced, nr - 1, r, off);
       const float* g = dyp + off[0];
-      if (wp) {
-        const float* w = wp + off[2];
-        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(g[i * s_dy]) * w[i * s_o];
-      } else {
-        for (int64_t i = 0; i < inner; ++i) sum += g[i * s_dy];
-      }
+      const float* w = wp ? wp + off[2] : nullptr;
+      // (Contiguous rows, the common case, in loops the compiler can vectorise.)
+      if (w && s_dy == 1 && s_o == 1)
+        sum.add(inner, [g, w](int64_t i) { return static_cast<double>(g[i]) * w[i]; });
+      else if (w)
+        sum.add(inner, [=](int64_t i) { return static_cast<double>(g[i * s_dy]) * w[i * s_o]; });
+      else if (s_dy == 1)
+        sum.add(inner, [g](int64_t i) { return static_cast<double>(g[i]); });
+      else
+        sum.add(inner, [=](int64_t i) { return static_cast<double>(g[i * s_dy]); });
     }
-    tp[j] += static_cast<float>(sum);
+    tp[j] += static_cast<float>(sum.total());
   }
 }
 

@@ -32,13 +32,12 @@ void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, con
   for (int64_t r = 0; r < s.rows; ++r) {
     const float* in = xp + r * s.D;
     float* out = yp + r * s.D;
-    double sum = 0;
-    for (int64_t i = 0; i < s.D; ++i) sum += in[i];
-    const double mu = sum / s.D;
-    double sq = 0;  // two passes: no cancellation as in E[x^2] - E[x]^2
-    for (int64_t i = 0; i < s.D; ++i) sq += (in[i] - mu) * (in[i] - mu);
+    LaneSum sum, sq;  // two passes: no cancellation as in E[x^2] - E[x]^2
+    sum.add(s.D, [in](int64_t i) { return static_cast<double>(in[i]); });
+    const double mu = sum.total() / s.D;
+    sq.add(s.D, [in, mu](int64_t i) { return (in[i] - mu) * (in[i] - mu); });
     const float m = static_cast<float>(mu);
-    const float inv = static_cast<float>(1.0 / std::sqrt(sq / s.D + eps));
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq.total() / s.D + eps));
     mp[r] = m;
     rp[r] = inv;
     for (int64_t i = 0; i < s.D; ++i) out[i] = (in[i] - m) * inv * gp[i] + bp[i];
@@ -70,13 +69,12 @@ void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
           pg[s.D + i] += g[i];
         }
       if (!dxp) continue;
-      double gsum = 0, gxsum = 0;  // sums of dy * gamma and of dy * gamma * xhat
-      for (int64_t i = 0; i < s.D; ++i) {
-        const double gg = static_cast<double>(g[i]) * gp[i];
-        gsum += gg;
-        gxsum += gg * ((in[i] - m) * inv);
-      }
-      const float a = static_cast<float>(gsum / s.D), b = static_cast<float>(gxsum / s.D);
+      LaneSum gsum, gxsum;  // sums of dy * gamma and of dy * gamma * xhat
+      gsum.add(s.D, [g, gp](int64_t i) { return static_cast<double>(g[i]) * gp[i]; });
+      gxsum.add(s.D, [g, gp, in, m, inv](int64_t i) {
+        return static_cast<double>(g[i]) * gp[i] * ((in[i] - m) * inv);
+      });
+      const float a = static_cast<float>(gsum.total() / s.D), b = static_cast<float>(gxsum.total() / s.D);
       float* out = dxp + r * s.D;
       for (int64_t i = 0; i < s.D; ++i) out[i] += inv * (g[i] * gp[i] - a - (in[i] - m) * inv * b);
     }
