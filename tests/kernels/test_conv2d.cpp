@@ -328,3 +328,28 @@ TEST_CASE("conv2d: bad shapes and parameters are clear errors") {
   CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y, x, w4, nullptr, zero_stride),
                        doctest::Contains("must be positive"), Error);
 }
+
+TEST_CASE("conv2d: auto's rule, shape by shape") {
+  if (!cpu::onednn_available()) return;  // without oneDNN every shape runs dpx's kernels
+  const UseAlgo use(cpu::ConvAlgo::automatic);
+  Context ctx = Context::cpu(2);
+  auto run = [&](int64_t C, int64_t HW, int64_t K, int64_t k, int stride, int pad) {
+    const ops::Conv2dParams p = conv_params(stride, pad, 1, 1);
+    const int64_t O = ops::conv_out_size(HW, static_cast<int>(k), stride, pad, 1);
+    Tensor x = randn({2, C, HW, HW}, 1), w = randn({K, C, k, k}, 2, 0.3f), y = Tensor::empty({2, K, O, O});
+    Tensor dy = randn({2, K, O, O}, 4), dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
+    ops::conv2d_forward(ctx, y, x, w, nullptr, p);
+    ops::conv2d_backward(ctx, &dx, &dw, nullptr, dy, x, w, p);
+  };
+  run(32, 16, 64, 1, 1, 0);   // 1x1: dpx's kernels (x is the product's column matrix)
+  run(32, 16, 64, 1, 2, 0);   // 1x1 stride 2: the same
+  run(16, 16, 16, 3, 1, 1);   // 3x3 stride 1 on a 16x16 plane: Winograd
+  run(16, 16, 16, 3, 2, 1);   // 3x3 stride 2: oneDNN's direct convolution
+  const std::vector<cpu::ConvChoice> choices = cpu::conv_choices();
+  REQUIRE(choices.size() == 8);
+  const char* expected[] = {"dpx", "dpx", "dpx", "dpx", "winograd", "winograd", "onednn", "onednn"};
+  for (size_t i = 0; i < choices.size(); ++i) {
+    INFO(choices[i].shape, " ", choices[i].pass, ": ", choices[i].why);
+    CHECK(choices[i].algo == std::string(expected[i]));
+  }
+}
