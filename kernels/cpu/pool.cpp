@@ -187,11 +187,13 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
         const Window bw = bin(ow, OW, W);
         // In double: a global pool sums whole maps (12,544 values in EfficientNet's first
         // squeeze-excitation), where a float running sum loses digits torch's pairwise sum keeps.
-        double sum = 0;
-        for (int64_t ih = bh.start; ih < bh.end; ++ih)
-          for (int64_t iw = bw.start; iw < bw.end; ++iw) sum += in[ih * W + iw];
+        LaneSum sum;
+        for (int64_t ih = bh.start; ih < bh.end; ++ih) {
+          const float* row = in + ih * W + bw.start;
+          sum.add(bw.end - bw.start, [row](int64_t i) { return static_cast<double>(row[i]); });
+        }
         const int64_t area = bh.padded * bw.padded;
-        out[oh * OW + ow] = area > 0 ? static_cast<float>(sum / static_cast<double>(area)) : 0.f;
+        out[oh * OW + ow] = area > 0 ? static_cast<float>(sum.total() / static_cast<double>(area)) : 0.f;
       }
     }
   }
