@@ -89,7 +89,10 @@ for m in "${models[@]}"; do
             'BEGIN { printf "| %s | %.1f / %.1f / %.1f | %.1f |", m, 1e3 * f, 1e3 * b, 1e3 * u, i }')
   best=0
   for py in "${peers[@]}"; do
-    line=$("$py" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
+    # torch.set_num_threads (train_step.py) does not reach OpenBLAS's pthread build, which would
+    # otherwise run PyTorch 1.13's Linear layers on every core whatever THREADS says.
+    line=$(OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
+           "$py" benchmarks/pytorch/train_step.py "$m" "$batch" "$size" "$steps" "$threads" "${torch_flags[@]}")
     read -r tf tb tu t_ips < <(sed -E 's/.*forward ([0-9.]+) ms, backward ([0-9.]+) ms, optimizer ([0-9.]+) ms, ([0-9.]+) img\/s.*/\1 \2 \3 \4/' <<<"$line")
     row+=$(awk -v tf="$tf" -v tb="$tb" -v tu="$tu" -v ti="$t_ips" 'BEGIN { printf " %.1f / %.1f / %.1f | %.1f |", tf, tb, tu, ti }')
     best=$(awk -v a="$best" -v b="$t_ips" 'BEGIN { print (b > a ? b : a) }')
