@@ -1,12 +1,21 @@
 // CPU softmax over the last dimension, with an optional additive bias broadcast over the leading
 // dimensions (attention scores plus a position bias or a window mask), and its backward. Rows
-// are independent and each is summed in order, so results do not depend on threads.
+// are independent and each is summed in a fixed order (detail::LaneSum), so results do not
+// depend on threads. exp is glibc's vector expf (libmvec, at most 4 ulp), as in
+// smooth_activation.cpp; which elements of a row take the vector path depends on the row's
+// length and position only.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+
+// libmvec's vector expf (see smooth_activation.cpp).
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float) noexcept;
+}
 
 namespace dpx::cpu {
 
@@ -34,12 +43,11 @@ void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bia
       mx = std::max(mx, out[i]);
     }
     // A row of -inf (everything masked) would give NaN, as in torch; Swin's -100 mask never does.
-    double sum = 0;
-    for (int64_t i = 0; i < L; ++i) {
-      out[i] = std::exp(out[i] - mx);
-      sum += out[i];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+    for (int64_t i = 0; i < L; ++i) out[i] = expf(out[i] - mx);
+    LaneSum sum;
+    sum.add(L, [out](int64_t i) { return static_cast<double>(out[i]); });
+    const float inv = static_cast<float>(1.0 / sum.total());
     for (int64_t i = 0; i < L; ++i) out[i] *= inv;
   }
 }
@@ -52,9 +60,9 @@ void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& 
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float *g = dyp + r * L, *p = yp + r * L;
-    double dot = 0;
-    for (int64_t i = 0; i < L; ++i) dot += static_cast<double>(g[i]) * p[i];
-    const float d = static_cast<float>(dot);
+    LaneSum dot;
+    dot.add(L, [g, p](int64_t i) { return static_cast<double>(g[i]) * p[i]; });
+    const float d = static_cast<float>(dot.total());
     float* out = dxp + r * L;
     for (int64_t i = 0; i < L; ++i) out[i] += p[i] * (g[i] - d);
   }
