@@ -165,7 +165,7 @@ void conv_backward(benchmark::State& state, const ConvShape& s) {
   Tensor dx = Tensor::zeros(c.x.shape()), dw = Tensor::zeros(c.w.shape()),
          db = Tensor::zeros({s.K});
   for (auto _ : state) {
-    ops::conv2d_backward(ctx, &dx, &dw, &db, c.y, c.x, c.w, c.p);
+    ops::conv2d_backward(ctx, &dx, &dw, &db, c.y, c.x, c.w, c.p, ops::DxMode::add);
     benchmark::DoNotOptimize(dw.raw());
   }
   set_gflops(state, 4.0 * c.macs);  // dx and dW each cost the forward's multiply-adds
@@ -207,7 +207,7 @@ void BM_BatchNorm(benchmark::State& state) {
          dbeta = Tensor::zeros({C});
   for (auto _ : state) {
     ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
-    ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd);
+    ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, ops::DxMode::add);
     benchmark::DoNotOptimize(dx.raw());
   }
   state.counters["GB/s"] = benchmark::Counter(5.0 * 4 * x.numel() * 1e-9,

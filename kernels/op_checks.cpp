@@ -341,7 +341,7 @@ void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
 }
 
 void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+                     const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode) {
   const char* op = "conv2d_backward";
   const Shape out = conv_output(op, x, w, p);
   require_f32_shape(op, "dy", dy, out);
@@ -428,7 +428,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd) {
+                         const Tensor& save_invstd, DxMode) {
   const char* op = "batch_norm_backward";
   const int64_t C = bn_channels(op, x);
   require_f32_shape(op, "dy", dy, x.shape());
@@ -442,7 +442,7 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
 // ==== activations and regularisation
 void relu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("relu_forward", "y", y, "x", x); }
 
-void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
   require_unary_backward("relu_backward", dx, dy, "y", y);
 }
 

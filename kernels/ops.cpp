@@ -73,7 +73,7 @@ double conv2d_forward(const Context&, const Tensor& y, const Tensor&, const Tens
 }
 // dx and dW each cost a forward's products; only the gradients asked for count.
 double conv2d_backward(const Context&, Tensor* dx, Tensor* dw, Tensor*, const Tensor& dy,
-                       const Tensor&, const Tensor& w, const Conv2dParams&) {
+                       const Tensor&, const Tensor& w, const Conv2dParams&, DxMode) {
   return conv2d_products(dy, w) * ((dx ? 1 : 0) + (dw ? 1 : 0));
 }
 // 2 * N * out * in per product.

@@ -21,6 +21,11 @@ struct Conv2dParams {
   int groups = 1;
 };
 
+// How a backward op that offers the choice writes dx: added into it (ops.def's rule for every
+// gradient), or written over it, so that the caller need not zero a fresh dx first (conv2d,
+// batch norm and ReLU backward: most of a CNN's input gradients).
+enum class DxMode { add, overwrite };
+
 struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   bool ceil_mode = false;

@@ -9,7 +9,7 @@ namespace dpx::nn {
 
 void ReluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::relu_forward(ctx, y, x); }
 void ReluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  ops::relu_backward(ctx, dx, dy, y);
+  ops::relu_backward(ctx, dx, dy, y, ops::DxMode::overwrite);
 }
 void GeluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::gelu_forward(ctx, y, x); }
 void GeluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
@@ -38,7 +38,8 @@ Tensor Activation<Ops>::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(kept_.defined(), layer, ": backward called before forward");
   if (dy.shape() != kept_.shape())
     fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(kept_.shape()));
-  Tensor dx = zeros_on(ctx, kept_.shape());
+  Tensor dx = Ops::overwrites_dx ? Tensor::empty(kept_.shape(), DType::f32, ctx.device)
+                                 : zeros_on(ctx, kept_.shape());
   Ops::backward(ctx, dx, dy, kept_);
   return dx;
 }

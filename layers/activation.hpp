@@ -2,7 +2,7 @@
 // form, torch.nn.GELU()), SiLU (torch.nn.SiLU, EfficientNet's) and Sigmoid (torch.nn.Sigmoid,
 // squeeze-excitation's gate). One class template serves them all: each keeps only the tensor its
 // derivative reads (the input, or for ReLU and Sigmoid the output) and its backward returns a
-// fresh dx that the accumulating op writes into.
+// fresh dx: written over by ReLU's op (DxMode::overwrite), zeroed and added into by the others'.
 #pragma once
 #include <string>
 
@@ -15,6 +15,7 @@ struct ReluOps {
   static constexpr const char* name = "ReLU";
   static constexpr const char* repr = "ReLU()";
   static constexpr bool keeps_output = true;  // relu' is read from y (y > 0)
+  static constexpr bool overwrites_dx = true;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
@@ -22,6 +23,7 @@ struct GeluOps {
   static constexpr const char* name = "GELU";
   static constexpr const char* repr = "GELU(approximate='none')";
   static constexpr bool keeps_output = false;  // GELU' needs x
+  static constexpr bool overwrites_dx = false;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
@@ -29,6 +31,7 @@ struct SiluOps {
   static constexpr const char* name = "SiLU";
   static constexpr const char* repr = "SiLU()";
   static constexpr bool keeps_output = false;  // SiLU' needs x
+  static constexpr bool overwrites_dx = false;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
@@ -36,6 +39,7 @@ struct SigmoidOps {
   static constexpr const char* name = "Sigmoid";
   static constexpr const char* repr = "Sigmoid()";
   static constexpr bool keeps_output = true;  // sigmoid' = y (1 - y)
+  static constexpr bool overwrites_dx = false;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };

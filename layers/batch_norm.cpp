@@ -98,9 +98,9 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   if (!trained_forward_) return backward_eval(ctx, dy);
-  Tensor dx = zeros_on(ctx, x_.shape());
+  Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
   ops::batch_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_,
-                           weight().value, save_mean_, save_invstd_);
+                           weight().value, save_mean_, save_invstd_, ops::DxMode::overwrite);
   this->grad_ready(weight());
   this->grad_ready(bias());
   return dx;
@@ -125,9 +125,10 @@ Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
   ops::batch_norm_forward_eval(ctx, s, ones, weight().value, zero_c, zero_c, running_var(), eps_);
   Tensor w = s.view({c_, 1, 1, 1});
 
-  Tensor dx = zeros_on(ctx, x_.shape());
+  Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
   Tensor dx_image = dx.view(as_image), dy_image = dy.view(as_image);
-  ops::conv2d_backward(ctx, &dx_image, nullptr, nullptr, dy_image, x_.view(as_image), w, depthwise);
+  ops::conv2d_backward(ctx, &dx_image, nullptr, nullptr, dy_image, x_.view(as_image), w, depthwise,
+                       ops::DxMode::overwrite);
 
   Tensor* dgamma = grad_target(weight());
   Tensor* dbeta = grad_target(bias());
@@ -137,7 +138,7 @@ Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
                                  running_var(), eps_);
     Tensor dgamma_w = dgamma ? dgamma->view({c_, 1, 1, 1}) : Tensor();
     ops::conv2d_backward(ctx, nullptr, dgamma ? &dgamma_w : nullptr, dbeta, dy_image,
-                         xhat.view(as_image), w, depthwise);
+                         xhat.view(as_image), w, depthwise, ops::DxMode::add);
   }
   this->grad_ready(weight());
   this->grad_ready(bias());

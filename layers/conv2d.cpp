@@ -100,10 +100,12 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy) {
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
   // Without a caller for dx (the model's first layer, or the first trainable one after a
   // frozen backbone) only the weight gradients are computed.
-  Tensor dx = input_grad_needed() ? zeros_on(ctx, x_.shape()) : Tensor();
+  // dx is written over by the op (DxMode::overwrite): no zero-fill first.
+  Tensor dx = input_grad_needed() ? Tensor::empty(x_.shape(), DType::f32, ctx.device) : Tensor();
   Tensor* dw = grad_target(weight());
   Tensor* db = opt_.bias ? grad_target(*bias()) : nullptr;
-  ops::conv2d_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy, x_, weight().value, kernel_params());
+  ops::conv2d_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy, x_, weight().value, kernel_params(),
+                       ops::DxMode::overwrite);
   grad_ready(weight());
   if (opt_.bias) grad_ready(*bias());
   return dx;

@@ -19,11 +19,16 @@ void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
   for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] < 0.f ? 0.f : xp[i];
 }
 
-void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   float* dxp = dx.data<float>();
   const float *dyp = dy.data<float>(), *yp = y.data<float>();
   const int64_t n = y.numel();
   int nt = threads_for(ctx, n);
+  if (dx_mode == DxMode::overwrite) {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < n; ++i) dxp[i] = yp[i] > 0.f ? dyp[i] : 0.f;
+    return;
+  }
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < n; ++i) dxp[i] += yp[i] > 0.f ? dyp[i] : 0.f;
 }

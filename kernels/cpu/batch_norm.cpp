@@ -88,7 +88,7 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd) {
+                         const Tensor& save_invstd, DxMode dx_mode) {
   const BnShape s = bn_shape(x);
   const int64_t M = s.N * s.S;
   if (M == 0) return;
@@ -121,8 +121,10 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
       const float* in = xp + (n * s.C + c) * s.S;
       const float* g = dyp + (n * s.C + c) * s.S;
       float* d = dxp + (n * s.C + c) * s.S;
-      for (int64_t i = 0; i < s.S; ++i)
-        d[i] += k * (g[i] - mean_dy - (in[i] - mean_f) * xhat_scale);
+      if (dx_mode == DxMode::overwrite)
+        for (int64_t i = 0; i < s.S; ++i) d[i] = k * (g[i] - mean_dy - (in[i] - mean_f) * xhat_scale);
+      else
+        for (int64_t i = 0; i < s.S; ++i) d[i] += k * (g[i] - mean_dy - (in[i] - mean_f) * xhat_scale);
     }
   }
 }

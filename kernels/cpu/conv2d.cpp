@@ -278,12 +278,22 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
 
 void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
                          const Tensor& dy, const Tensor& x, const Tensor& w,
-                         const Conv2dParams& p) {
+                         const Conv2dParams& p, DxMode dx_mode) {
   const ConvShape s = conv_shape(x, w, p);
   if (s.N == 0) return;  // no images: every gradient gets nothing added
   const float *xp = x.data<float>(), *wp = w.data<float>(), *dyp = dy.data<float>();
   const int nt_all = threads_for(ctx, conv_macs(s));
   const bool depthwise = is_depthwise(s);
+  // dx is written over by the products of 1x1 stride-1 convolutions (one product per pixel
+  // range); the other paths add into it, so an overwritten dx is zeroed first — per image and
+  // group, just before its products, on the path that goes image by image.
+  const bool overwrite = dx && dx_mode == DxMode::overwrite;
+  if (overwrite && (depthwise || s.batch > 1)) {
+    float* dxp = dx->data<float>();
+    const int nt = threads_for(ctx, dx->numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < dx->numel(); ++i) dxp[i] = 0.f;
+  }
   if (depthwise && (dx || dw))
     depthwise_conv2d_backward(ctx, dx ? dx->data<float>() : nullptr,
                               dw ? dw->data<float>() : nullptr, dyp, xp, wp, depthwise_shape(s));
@@ -323,11 +333,13 @@ void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
       float* dxg = dxp + (n * s.C + g * s.Cg) * s.HW;
       const float* wg = wp + g * s.Kg * s.Kdim;
       float* col = s.direct ? nullptr : cols.data() + omp_get_thread_num() * s.Kdim * s.tile;
+      if (overwrite && !s.direct) std::fill(dxg, dxg + s.Cg * s.HW, 0.f);
       for (int64_t t = 0; t < s.tiles; ++t) {
         const int64_t p0 = t * s.tile, len = std::min(s.tile, s.P - p0);
         const float* dyt = dyp + (n * s.K + g * s.Kg) * s.P + p0;
         if (s.direct) {
-          gemm_one(true, false, s.Cg, len, s.Kg, 1.f, wg, s.Kdim, dyt, s.P, 1.f, dxg + p0, s.HW);
+          gemm_one(true, false, s.Cg, len, s.Kg, 1.f, wg, s.Kdim, dyt, s.P, overwrite ? 0.f : 1.f, dxg + p0,
+                   s.HW);
         } else {
           gemm_one(true, false, s.Kdim, len, s.Kg, 1.f, wg, s.Kdim, dyt, s.P, 0.f, col, len);
           col2im_tile(s, col, p0, len, dxg);

@@ -58,7 +58,8 @@ void clear_conv_choices();  // tests: forget every choice (the next call chooses
 void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
                         const Tensor* b, const ops::Conv2dParams& p);
 void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                         const Tensor& x, const Tensor& w, const ops::Conv2dParams& p);
+                         const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
+                         ops::DxMode dx_mode);
 // False, with nothing written and the reason in *why, where oneDNN has no implementation for the
 // shape (or dpx was built without it). db is dpx's own sum (in double) on both paths.
 // winograd: oneDNN's Winograd convolution (3x3, stride 1) instead of its direct one.
@@ -67,6 +68,6 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
                            std::string* why);
 bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
-                            bool winograd, std::string* why);
+                            bool winograd, ops::DxMode dx_mode, std::string* why);
 
 }  // namespace dpx::cpu

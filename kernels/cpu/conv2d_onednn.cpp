@@ -34,7 +34,8 @@ bool conv2d_forward_onednn(const Context&, Tensor&, const Tensor&, const Tensor&
   return false;
 }
 bool conv2d_backward_onednn(const Context&, Tensor*, Tensor*, const Tensor&, const Tensor&,
-                            const Tensor&, const ops::Conv2dParams&, bool, std::string* why) {
+                            const Tensor&, const ops::Conv2dParams&, bool, ops::DxMode,
+                            std::string* why) {
   if (why) *why = "this dpx was built without oneDNN";
   return false;
 }
@@ -92,6 +93,7 @@ struct Entry {
   std::optional<dnnl::convolution_backward_data::primitive_desc> bd_pd;
   std::optional<dnnl::convolution_backward_data> bd;
   Reorder bd_dy, bd_w, bd_dx;  // dy -> diff_dst, w -> weights, diff_src -> dx (adding)
+  Reorder bd_dx_over;          // diff_src -> dx (writing over; none where the layouts agree)
   std::optional<dnnl::convolution_backward_weights::primitive_desc> bw_pd;
   std::optional<dnnl::convolution_backward_weights> bw;
   Reorder bw_x, bw_dy, bw_dw;  // x -> src, dy -> diff_dst, diff_weights -> dW (adding)
@@ -166,6 +168,7 @@ void make_backward(Entry& e, int threads) {
   e.bd_dy.make(e.y, e.bd_pd->diff_dst_desc());
   e.bd_w.make(e.w, e.bd_pd->weights_desc());
   e.bd_dx.make(e.bd_pd->diff_src_desc(), e.x, /*accumulate=*/true);
+  e.bd_dx_over.make(e.bd_pd->diff_src_desc(), e.x);
   const dnnl::convolution_backward_weights::desc wdsc(e.algorithm,
                                                       any(e.x.dims()), any(wd), any(e.y.dims()),
                                                       e.strides, e.dilates, e.pad_l, e.pad_r);
@@ -272,7 +275,7 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
 
 bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Tensor& dy,
                             const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
-                            bool winograd, std::string* why) {
+                            bool winograd, ops::DxMode dx_mode, std::string* why) {
   if (x.size(0) == 0 || (!dx && !dw)) return true;  // nothing to add
   const int threads = threads_of(ctx);
   Entry* entry = nullptr;
@@ -294,14 +297,18 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
   if (share_dy) run(e.bd_dy, s, shared, e.y, dy_raw, dy_md, dy_blocked);
   if (dx) {
     const auto& pd = *e.bd_pd;
+    // Added into dx through a summing reorder; written over it through a plain one, or by the
+    // primitive itself where its layout is dx's.
+    const Reorder& out = dx_mode == ops::DxMode::overwrite ? e.bd_dx_over : e.bd_dx;
     Pieces scratch((e.bd_dy.prim && !share_dy ? bytes_of(pd.diff_dst_desc()) : 0) +
-                    (e.bd_w.prim ? bytes_of(pd.weights_desc()) : 0) + bytes_of(pd.diff_src_desc()) +
+                    (e.bd_w.prim ? bytes_of(pd.weights_desc()) : 0) +
+                    (out.prim ? bytes_of(pd.diff_src_desc()) : 0) +
                     Pieces::round(pd.scratchpad_desc().get_size()) +
                     Pieces::round(e.bd_dy.scratch_bytes()) + Pieces::round(e.bd_w.scratch_bytes()) +
-                    Pieces::round(e.bd_dx.scratch_bytes()));
+                    Pieces::round(out.scratch_bytes()));
     void* ddst = share_dy ? dy_blocked : staged(e.bd_dy, pd.diff_dst_desc(), scratch, dy_raw);
     void* wts = staged(e.bd_w, pd.weights_desc(), scratch, w.raw());
-    void* dsrc = scratch.take(pd.diff_src_desc().get_size());  // always: it is added to dx
+    void* dsrc = staged(out, pd.diff_src_desc(), scratch, dx->raw());
     if (!share_dy) run(e.bd_dy, s, scratch, e.y, dy_raw, pd.diff_dst_desc(), ddst);
     run(e.bd_w, s, scratch, e.w, w.raw(), pd.weights_desc(), wts);
     std::unordered_map<int, memory> args{
@@ -311,7 +318,7 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
     if (const size_t n = pd.scratchpad_desc().get_size())
       args.emplace(DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), engine(), scratch.take(n)));
     e.bd->execute(s, args);
-    run(e.bd_dx, s, scratch, pd.diff_src_desc(), dsrc, e.x, dx->raw());
+    run(out, s, scratch, pd.diff_src_desc(), dsrc, e.x, dx->raw());
   }
   if (dw) {
     const auto& pd = *e.bw_pd;

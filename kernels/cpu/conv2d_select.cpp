@@ -292,10 +292,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+                     const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
   const ConvAlgo algo = g_algo;
   if (algo == ConvAlgo::dpx || !onednn_available() || (!dx && !dw))
-    return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p);
+    return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p, dx_mode);
   const Impl impl = choose(x, w, p, /*bias=*/false, /*backward=*/true, ctx.threads, [&] {
     std::string why;
     const std::vector<Impl> impls = candidates(algo, true, ctx, x, w, p, why);
@@ -306,19 +306,19 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     Tensor* pdw = dw ? &tdw : nullptr;
     return decide(algo, impls, why, [&](Impl i, std::string* refused) {
       if (i == Impl::dpx) {
-        conv2d_backward_dpx(ctx, pdx, pdw, nullptr, dy, x, w, p);
+        conv2d_backward_dpx(ctx, pdx, pdw, nullptr, dy, x, w, p, dx_mode);
         return true;
       }
-      return conv2d_backward_onednn(ctx, pdx, pdw, dy, x, w, p, i == Impl::winograd, refused);
+      return conv2d_backward_onednn(ctx, pdx, pdw, dy, x, w, p, i == Impl::winograd, dx_mode, refused);
     });
   });
   std::string why;
   if (impl != Impl::dpx &&
-      conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, impl == Impl::winograd, &why)) {
-    if (db) conv2d_backward_dpx(ctx, nullptr, nullptr, db, dy, x, w, p);
+      conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, impl == Impl::winograd, dx_mode, &why)) {
+    if (db) conv2d_backward_dpx(ctx, nullptr, nullptr, db, dy, x, w, p, dx_mode);
     return;
   }
-  conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p);
+  conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p, dx_mode);
 }
 
 }  // namespace dpx::cpu

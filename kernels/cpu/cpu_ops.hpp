@@ -7,6 +7,7 @@ namespace dpx::cpu {
 
 using ops::AdamwParams;
 using ops::Conv2dParams;
+using ops::DxMode;
 using ops::Pool2dParams;
 using ops::SgdParams;
 

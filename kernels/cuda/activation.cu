@@ -20,9 +20,10 @@ __global__ void relu_forward_kernel(float* y, const float* x, int64_t n) {
 }
 
 // The gradient passes where the output is positive (the output is what the layer keeps).
-__global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, int64_t n) {
+__global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, int64_t n, bool overwrite) {
   DPX_CUDA_LOOP(i, n) {
-    if (y[i] > 0.f) dx[i] += dy[i];
+    const float g = y[i] > 0.f ? dy[i] : 0.f;
+    dx[i] = overwrite ? g : dx[i] + g;
   }
 }
 
@@ -53,12 +54,13 @@ void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
   check_launch();
 }
 
-void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   int64_t n = dx.numel();
   if (n == 0) return;
   relu_backward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(
-      f32(dx, "relu_backward", "dx"), f32(dy, "relu_backward", "dy"), f32(y, "relu_backward", "y"), n);
+      f32(dx, "relu_backward", "dx"), f32(dy, "relu_backward", "dy"), f32(y, "relu_backward", "y"), n,
+      dx_mode == DxMode::overwrite);
   check_launch();
 }
 

@@ -132,13 +132,14 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
   }
 }
 
-// dx += gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
+// dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
 template <typename Index>
 __global__ void backward_dx_kernel(float* dx, const float* dy, const float* x, const float* mean, const float* coef,
-                                   Index total, Index c_count, Index s) {
+                                   Index total, Index c_count, Index s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
-    dx[i] += coef[3 * c] * (dy[i] - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
+    const float g = coef[3 * c] * (dy[i] - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
+    dx[i] = overwrite ? g : dx[i] + g;
   }
 }
 
@@ -221,7 +222,8 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
 }
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                         const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd) {
+                         const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                         DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_backward";
   Layout l = layout_of(op, x);
@@ -248,7 +250,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   float* pdx = f32(*dx, op, "dx");
   per_element(l, [&](auto total, auto c, auto s) {
     backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        pdx, pdy, px, pmean, coef, total, c, s);
+        pdx, pdy, px, pmean, coef, total, c, s, dx_mode == DxMode::overwrite);
     check_launch();
   });
 }

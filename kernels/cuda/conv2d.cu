@@ -153,14 +153,15 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, const Conv2dParams& p) {
+                     const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "conv2d_backward";
   Shapes s = shapes_of(x, w, p);
   if (dy.numel() == 0) return;
   TensorDesc xd(s.n, s.c, s.h, s.w), dyd(s.n, s.k, s.oh, s.ow);
   FilterDesc wd(w);
-  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.hpp)
+  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
+  const float dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;  // ... dx unless overwritten
   if (dx) {
     ConvDesc cd(p);
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
@@ -180,7 +181,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     void* ws = st.workspace(c.workspace_bytes);
     DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, f32(w, op, "w"), dyd.d, f32(dy, op, "dy"),
                                                  cd.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                                 c.workspace_bytes, &one, xd.d, f32(*dx, op, "dx")));
+                                                 c.workspace_bytes, &dx_beta, xd.d, f32(*dx, op, "dx")));
   }
   if (dw) {
     ConvDesc cd(p);

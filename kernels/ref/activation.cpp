@@ -13,12 +13,14 @@ void relu_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // dx += dy where the output was positive (the slope of ReLU is 1 there, 0 elsewhere).
-void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   const float* yp = y.data<float>();
-  for (int64_t i = 0; i < y.numel(); ++i)
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    if (dx_mode == DxMode::overwrite) dxp[i] = 0.f;
     if (yp[i] > 0.f) dxp[i] += dyp[i];
+  }
 }
 
 namespace {

@@ -83,7 +83,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 //   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd) {
+                         const Tensor& save_invstd, DxMode dx_mode) {
   const BnSizes b = sizes(x);
   const int64_t M = b.N * b.S;
   if (M == 0) return;
@@ -107,7 +107,8 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
       for (int64_t s = 0; s < b.S; ++s) {
         const int64_t i = b.at(n, c, s);
         const double xhat = (xp[i] - mean) * invstd;
-        dxp[i] += static_cast<float>(gp[c] * invstd * (dyp[i] - sum_dy / M - xhat * sum_dy_xhat / M));
+        const auto g = static_cast<float>(gp[c] * invstd * (dyp[i] - sum_dy / M - xhat * sum_dy_xhat / M));
+        dxp[i] = dx_mode == DxMode::overwrite ? g : dxp[i] + g;
       }
   }
 }

@@ -56,9 +56,10 @@ void for_each_tap(const ConvSizes& s, const Conv2dParams& p, F f) {
 }
 
 // dst[i] += acc[i], rounding each double sum once to f32.
-void add_into(Tensor& dst, const std::vector<double>& acc) {
+void add_into(Tensor& dst, const std::vector<double>& acc, DxMode mode = DxMode::add) {
   float* d = dst.data<float>();
-  for (size_t i = 0; i < acc.size(); ++i) d[i] += static_cast<float>(acc[i]);
+  for (size_t i = 0; i < acc.size(); ++i)
+    d[i] = mode == DxMode::overwrite ? static_cast<float>(acc[i]) : d[i] + static_cast<float>(acc[i]);
 }
 
 }  // namespace
@@ -85,7 +86,7 @@ void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
 //   dx[x_index] += dy[y_index] * w[w_index],   dw[w_index] += dy[y_index] * x[x_index];
 // and db[k] += dy summed over (n, oh, ow).
 void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+                     const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
   const ConvSizes s = sizes(x, w, p);
   const float* xp = x.data<float>();
   const float* wp = w.data<float>();
@@ -97,7 +98,7 @@ void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor&
       if (dx) dx_acc[xi] += static_cast<double>(dyp[yi]) * wp[wi];
       if (dw) dw_acc[wi] += static_cast<double>(dyp[yi]) * xp[xi];
     });
-  if (dx) add_into(*dx, dx_acc);
+  if (dx) add_into(*dx, dx_acc, dx_mode);
   if (dw) add_into(*dw, dw_acc);
   if (db) {
     std::vector<double> db_acc(static_cast<size_t>(s.K), 0.0);

@@ -8,6 +8,7 @@ namespace dpx::ref {
 
 using ops::AdamwParams;
 using ops::Conv2dParams;
+using ops::DxMode;
 using ops::Pool2dParams;
 using ops::SgdParams;
 

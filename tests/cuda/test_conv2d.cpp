@@ -79,13 +79,13 @@ TEST_CASE("cuda conv2d forward and backward match the reference and float64, no 
     Tensor dx0 = uniform(x.shape(), ++seed), dw0 = uniform(w.shape(), ++seed), db0 = uniform({k.k}, ++seed);
     Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev()), gdb = db0.to(dev());
-    ops::conv2d_backward(c, &dx, &dw, &db, dy, x, w, p);
-    ops::conv2d_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw, p);
+    ops::conv2d_backward(c, &dx, &dw, &db, dy, x, w, p, ops::DxMode::add);
+    ops::conv2d_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw, p, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
     CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-    ops::conv2d_backward(c, nullptr, &dw, nullptr, dy, x, w, p);
-    ops::conv2d_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw, p);
+    ops::conv2d_backward(c, nullptr, &dw, nullptr, dy, x, w, p, ops::DxMode::add);
+    ops::conv2d_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw, p, ops::DxMode::add);
     CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
   }
   // The algorithm choices were cached per shape and pass.

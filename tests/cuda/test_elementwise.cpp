@@ -84,8 +84,8 @@ TEST_CASE("cuda relu forward and backward (accumulating) match the reference") {
   ops::relu_forward(g, gy, x.to(dev()));
   CHECK(bitwise_equal(gy, y));
   Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-  ops::relu_backward(c, dx, dy, y);
-  ops::relu_backward(g, gdx, dy.to(dev()), gy);
+  ops::relu_backward(c, dx, dy, y, ops::DxMode::add);
+  ops::relu_backward(g, gdx, dy.to(dev()), gy, ops::DxMode::add);
   CHECK(bitwise_equal(gdx, dx));
 }
 

@@ -37,17 +37,17 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({C}, ++seed), db0 = uniform({C}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
-    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd);
-    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd);
+    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add);
+    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
     // dx subtracts two per-channel means from dy: a long reduction, compared norm-wise.
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd);
-    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd);
+    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add);
+    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
-    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd);
-    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd);
+    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add);
+    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
   }
   Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());

@@ -83,7 +83,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   };
   loss();
   Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd);
+  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd, ops::DxMode::add);
   auto numeric = [&](Tensor& t) {
     std::vector<double> g(t.numel());
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -104,7 +104,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
 
   // Null gradients are skipped; the others add up.
   loss();
-  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd);
+  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd, ops::DxMode::add);
   auto twice = [](std::vector<double> v) {
     for (double& e : v) e *= 2;
     return v;
@@ -112,6 +112,12 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   check_close(dx, twice(ndx), 2e-3);
   check_close(dg, ndg, 2e-3);
   check_close(db, twice(ndb), 2e-3);
+
+  // DxMode::overwrite: dx's old contents (NaN) are written over.
+  Tensor dx_over = Tensor::empty(x.shape());
+  ops::fill(ctx, dx_over, std::numeric_limits<float>::quiet_NaN());
+  ops::batch_norm_backward(ctx, &dx_over, nullptr, nullptr, r, x, gamma, mean, invstd, ops::DxMode::overwrite);
+  check_close(dx_over, ndx, 2e-3);
 }
 
 TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
@@ -126,7 +132,7 @@ TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
     ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
     ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f);
     Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd);
+    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add);
     return std::vector<Tensor>{y, ye, rm, rv, dx, dg, db};
   };
   auto one = run(1), two = run(2);

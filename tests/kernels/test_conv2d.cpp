@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <array>
+#include <limits>
 
 #include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/ops.hpp"
@@ -85,7 +86,7 @@ Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, 
   Tensor y = Tensor::empty({c.N, c.K, OH, OW}), dx = Tensor::zeros(x.shape()),
          dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
   ref::conv2d_forward(ctx, y, x, w, &b, c.p);
-  ref::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+  ref::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p, ops::DxMode::add);
   auto values = [](const Tensor& t) {
     const auto v = t.to_vector();
     return std::vector<double>(v.begin(), v.end());
@@ -114,14 +115,14 @@ void check_against_reference(const Case& c, double tol = 1e-5) {
     check_close(y, r.y, tol_algo);
 
     Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
-    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p, ops::DxMode::add);
     INFO("gradients");
     check_close(dx, r.dx, tol_algo);
     check_close(dw, r.dw, tol_algo);
     check_close(db, r.db, tol_algo);
 
     // A second call adds the same gradients again.
-    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p);
+    ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p, ops::DxMode::add);
     auto twice = [](std::vector<double> v) {
       for (double& e : v) e *= 2;
       return v;
@@ -130,6 +131,13 @@ void check_against_reference(const Case& c, double tol = 1e-5) {
     check_close(dx, twice(r.dx), tol_algo);
     check_close(dw, twice(r.dw), tol_algo);
     check_close(db, twice(r.db), tol_algo);
+
+    // DxMode::overwrite: what dx held before (NaN here) is written over, not added to.
+    Tensor dx_over = Tensor::empty(x.shape());
+    ops::fill(ctx, dx_over, std::numeric_limits<float>::quiet_NaN());
+    ops::conv2d_backward(ctx, &dx_over, nullptr, nullptr, dy, x, w, c.p, ops::DxMode::overwrite);
+    INFO("dx written over");
+    check_close(dx_over, r.dx, tol_algo);
     check_ran(algo);
   }
 }
@@ -210,13 +218,13 @@ TEST_CASE("conv2d depthwise: only dx or only dW, and no images") {
     Tensor x = randn({3, 6, 9, 8}, 11), w = randn({6, 1, 3, 3}, 12), dy = randn({3, 6, 5, 4}, 13);
     const Ref r = reference(c, x, w, Tensor::zeros({6}), dy, 5, 4);
     Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
-    ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, c.p);
-    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, dy, x, w, c.p);
+    ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, c.p, ops::DxMode::add);
+    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, dy, x, w, c.p, ops::DxMode::add);
     check_close(dx, r.dx);
     check_close(dw, r.dw);
     Tensor x0 = Tensor::zeros({0, 6, 9, 8}), y0 = Tensor::zeros({0, 6, 5, 4});
     ops::conv2d_forward(ctx, y0, x0, w, nullptr, c.p);
-    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y0, x0, w, c.p);
+    ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y0, x0, w, c.p, ops::DxMode::add);
     check_close(dw, r.dw);
     check_ran(algo);
   }
@@ -263,7 +271,7 @@ TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an O
     Out o{Tensor::empty(dy.shape()), Tensor::zeros(x.shape()), Tensor::zeros(w.shape()),
           Tensor::zeros(b.shape())};
     ops::conv2d_forward(ctx, o.y, x, w, &b, c.p);
-    ops::conv2d_backward(ctx, &o.dx, &o.dw, &o.db, dy, x, w, c.p);
+    ops::conv2d_backward(ctx, &o.dx, &o.dw, &o.db, dy, x, w, c.p, ops::DxMode::add);
     return o;
   };
   for (const Case& c : {Case{4, 16, 20, 20, 24, 3, 3, conv_params(1, 1, 1, 1)},
@@ -339,7 +347,7 @@ TEST_CASE("conv2d: auto's rule, shape by shape") {
     Tensor x = randn({2, C, HW, HW}, 1), w = randn({K, C, k, k}, 2, 0.3f), y = Tensor::empty({2, K, O, O});
     Tensor dy = randn({2, K, O, O}, 4), dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
     ops::conv2d_forward(ctx, y, x, w, nullptr, p);
-    ops::conv2d_backward(ctx, &dx, &dw, nullptr, dy, x, w, p);
+    ops::conv2d_backward(ctx, &dx, &dw, nullptr, dy, x, w, p, ops::DxMode::add);
   };
   run(32, 16, 64, 1, 1, 0);   // 1x1: dpx's kernels (x is the product's column matrix)
   run(32, 16, 64, 1, 2, 0);   // 1x1 stride 2: the same

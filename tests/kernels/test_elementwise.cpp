@@ -71,10 +71,12 @@ TEST_CASE("relu: forward keeps positives, backward uses the output and accumulat
   check_close(y, {0, 0, 0.5, 3, 0});
   Tensor dy = Tensor::from({5}, {1, 2, 3, 4, 5});
   Tensor dx = Tensor::from({5}, {10, 10, 10, 10, 10});
-  ops::relu_backward(ctx, dx, dy, y);
+  ops::relu_backward(ctx, dx, dy, y, ops::DxMode::add);
   check_close(dx, {10, 10, 13, 14, 10});
-  ops::relu_backward(ctx, dx, dy, y);
+  ops::relu_backward(ctx, dx, dy, y, ops::DxMode::add);
   check_close(dx, {10, 10, 16, 18, 10});
+  ops::relu_backward(ctx, dx, dy, y, ops::DxMode::overwrite);  // written over, zeros included
+  check_close(dx, {0, 0, 3, 4, 0});
 }
 
 TEST_CASE("dropout: mask from Rng(seed, stream) counter i, scaled by 1/(1-p), any threads") {

@@ -49,8 +49,8 @@ TEST_CASE("the op profiler counts calls and exact FLOPs of conv2d, linear and ma
   ops::conv2d_forward(ctx, y, x, w, nullptr, p);
   const double conv = 2.0 * 2 * 6 * 5 * 5 * 2 * 3 * 3;  // 2 N K OH OW (C/groups) kh kw = 10800
   Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({6});
-  ops::conv2d_backward(ctx, &dx, &dw, &db, y, x, w, p);       // dx and dW: twice the products
-  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y, x, w, p);  // dW only
+  ops::conv2d_backward(ctx, &dx, &dw, &db, y, x, w, p, ops::DxMode::add);       // dx and dW: twice the products
+  ops::conv2d_backward(ctx, nullptr, &dw, nullptr, y, x, w, p, ops::DxMode::add);  // dW only
 
   // linear: x (3, 5), w (4, 5) -> y (3, 4): 2 * 3 * 4 * 5 = 120 per product.
   Tensor lx = dpx::testing::randn({3, 5}, 4), lw = dpx::testing::randn({4, 5}, 5), ly = Tensor::empty({3, 4});

@@ -46,7 +46,7 @@ TEST_CASE("op layer: every misuse is refused by the op's one check, alike on cpu
   check_refused_once("dy has shape (1, 2, 3, 3), expected (1, 4, 3, 3)", [](Context ctx) {
     Tensor x = randn({1, 3, 5, 5}, 1), w = randn({4, 3, 3, 3}, 2), dy = randn({1, 2, 3, 3}, 3);
     Tensor dx = Tensor::zeros({1, 3, 5, 5});
-    ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, {});
+    ops::conv2d_backward(ctx, &dx, nullptr, nullptr, dy, x, w, {}, ops::DxMode::add);
   });
   check_refused_once("has 5 features but w (2, 4) expects 4", [](Context ctx) {
     Tensor x = randn({3, 5}, 1), w = randn({2, 4}, 2), y = Tensor::empty({3, 2});

@@ -158,17 +158,22 @@ void check_conv(const ConvCase& k, double tol) {
     close("conv y", yc, yr, tol);
   }
   Grad dx = grad(x.shape(), 5), dw = grad(w.shape(), 6), db = grad(b.shape(), 7);
-  ops::conv2d_backward(c, &dx.cpu, &dw.cpu, &db.cpu, dy, x, w, k.p);
-  ref::conv2d_backward(r, &dx.ref, &dw.ref, &db.ref, dy, x, w, k.p);
+  ops::conv2d_backward(c, &dx.cpu, &dw.cpu, &db.cpu, dy, x, w, k.p, ops::DxMode::add);
+  ref::conv2d_backward(r, &dx.ref, &dw.ref, &db.ref, dy, x, w, k.p, ops::DxMode::add);
   close("conv dx", dx, tol), close("conv dw", dw, tol), close("conv db", db, tol);
   // Each gradient alone (the others null) adds the same again.
-  ops::conv2d_backward(c, &dx.cpu, nullptr, nullptr, dy, x, w, k.p);
-  ref::conv2d_backward(r, &dx.ref, nullptr, nullptr, dy, x, w, k.p);
-  ops::conv2d_backward(c, nullptr, &dw.cpu, nullptr, dy, x, w, k.p);
-  ref::conv2d_backward(r, nullptr, &dw.ref, nullptr, dy, x, w, k.p);
-  ops::conv2d_backward(c, nullptr, nullptr, &db.cpu, dy, x, w, k.p);
-  ref::conv2d_backward(r, nullptr, nullptr, &db.ref, dy, x, w, k.p);
+  ops::conv2d_backward(c, &dx.cpu, nullptr, nullptr, dy, x, w, k.p, ops::DxMode::add);
+  ref::conv2d_backward(r, &dx.ref, nullptr, nullptr, dy, x, w, k.p, ops::DxMode::add);
+  ops::conv2d_backward(c, nullptr, &dw.cpu, nullptr, dy, x, w, k.p, ops::DxMode::add);
+  ref::conv2d_backward(r, nullptr, &dw.ref, nullptr, dy, x, w, k.p, ops::DxMode::add);
+  ops::conv2d_backward(c, nullptr, nullptr, &db.cpu, dy, x, w, k.p, ops::DxMode::add);
+  ref::conv2d_backward(r, nullptr, nullptr, &db.ref, dy, x, w, k.p, ops::DxMode::add);
   close("conv dx twice", dx, tol), close("conv dw twice", dw, tol), close("conv db twice", db, tol);
+  // DxMode::overwrite: dx's old contents (poison) are written over.
+  Tensor dxc = poisoned(x.shape()), dxr = poisoned(x.shape());
+  ops::conv2d_backward(c, &dxc, nullptr, nullptr, dy, x, w, k.p, ops::DxMode::overwrite);
+  ref::conv2d_backward(r, &dxr, nullptr, nullptr, dy, x, w, k.p, ops::DxMode::overwrite);
+  close("conv dx written over", dxc, dxr, tol);
 }
 
 }  // namespace
@@ -278,14 +283,18 @@ TEST_CASE("ref: batch norm, training and eval forward, backward, null gradients"
     close("bn eval y", yc, yr);
 
     Grad dx = grad(xs, 7), dg = grad({C}, 8), db = grad({C}, 9);
-    ops::batch_norm_backward(c, &dx.cpu, &dg.cpu, &db.cpu, dy, x, gamma, mr, ir);
-    ref::batch_norm_backward(r, &dx.ref, &dg.ref, &db.ref, dy, x, gamma, mr, ir);
+    ops::batch_norm_backward(c, &dx.cpu, &dg.cpu, &db.cpu, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ref::batch_norm_backward(r, &dx.ref, &dg.ref, &db.ref, dy, x, gamma, mr, ir, ops::DxMode::add);
     close("bn dx", dx), close("bn dgamma", dg), close("bn dbeta", db);
-    ops::batch_norm_backward(c, nullptr, &dg.cpu, nullptr, dy, x, gamma, mr, ir);
-    ref::batch_norm_backward(r, nullptr, &dg.ref, nullptr, dy, x, gamma, mr, ir);
-    ops::batch_norm_backward(c, &dx.cpu, nullptr, nullptr, dy, x, gamma, mr, ir);
-    ref::batch_norm_backward(r, &dx.ref, nullptr, nullptr, dy, x, gamma, mr, ir);
+    ops::batch_norm_backward(c, nullptr, &dg.cpu, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ref::batch_norm_backward(r, nullptr, &dg.ref, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ops::batch_norm_backward(c, &dx.cpu, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ref::batch_norm_backward(r, &dx.ref, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
     close("bn dx alone", dx), close("bn dgamma alone", dg), close("bn dbeta untouched", db);
+    Tensor dxc = poisoned(xs), dxr = poisoned(xs);
+    ops::batch_norm_backward(c, &dxc, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite);
+    ref::batch_norm_backward(r, &dxr, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite);
+    close("bn dx written over", dxc, dxr);
   }
 }
 
@@ -299,8 +308,11 @@ TEST_CASE("ref: relu, sigmoid, silu, gelu, forward and backward") {
     Grad dx = grad({n}, 3);
     ops::relu_forward(c, yc, x), ref::relu_forward(r, yr, x);
     close("relu y", yc, yr, 0);
-    ops::relu_backward(c, dx.cpu, dy, yc), ref::relu_backward(r, dx.ref, dy, yr);
+    ops::relu_backward(c, dx.cpu, dy, yc, ops::DxMode::add), ref::relu_backward(r, dx.ref, dy, yr, ops::DxMode::add);
     close("relu dx", dx, 0);
+    ops::relu_backward(c, dx.cpu, dy, yc, ops::DxMode::overwrite);
+    ref::relu_backward(r, dx.ref, dy, yr, ops::DxMode::overwrite);
+    close("relu dx written over", dx, 0);
     ops::sigmoid_forward(c, yc, x), ref::sigmoid_forward(r, yr, x);
     close("sigmoid y", yc, yr);
     ops::sigmoid_backward(c, dx.cpu, dy, yc), ref::sigmoid_backward(r, dx.ref, dy, yr);
