@@ -29,4 +29,12 @@ bool LossScaler::update(bool found_inf) {
   return true;
 }
 
+void LossScaler::restore(float scale, int64_t good_updates) {
+  DPX_CHECK(std::isfinite(scale) && scale > 0 && good_updates >= 0 && good_updates < options_.growth_interval,
+            "a loss scaler's state must be a positive scale and fewer good updates than its interval, got ", scale,
+            " and ", good_updates);
+  scale_ = scale;
+  growth_tracker_ = good_updates;
+}
+
 }  // namespace dpx::parallel

@@ -28,6 +28,8 @@ class LossScaler {
   bool update(bool found_inf);
   int64_t good_updates() const { return growth_tracker_; }  // in a row, since the last change
   int64_t skipped_updates() const { return skipped_; }
+  // Where a checkpoint left a dynamic scaler (--resume).
+  void restore(float scale, int64_t good_updates);
 
  private:
   LossScaleOptions options_;

@@ -1,11 +1,14 @@
 // dpx train's mixed-precision flags end to end: --grad-dtype, --loss-scale (and its tuning) and
 // --precision refuse what they cannot do with a usage error naming the flag (exit 2); a DDP run
 // with fp16 gradients records its dtype and loss scaling in config.json, each step's scale and
-// skip in steps.csv, and sends half the bytes of an fp32 run; a diverging fp16 run still stops.
+// skip in steps.csv, and sends half the bytes of an fp32 run; a run resumed from a checkpoint
+// continues its dynamic loss scale; a diverging fp16 run still stops.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,8 +22,9 @@ using dpx::testing::TempDir;
 
 namespace {
 
-const std::string kTrain = "train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 256 "
-                           "--batch-size 16 --steps 4 --warmup 0 --no-eval --threads 2 --workers 0 ";
+const std::string kTrainAnySteps = "train --model mlp --dataset synthetic --image-size 8 --channels 1 "
+                                   "--synthetic-size 256 --batch-size 16 --warmup 0 --no-eval --threads 2 --workers 0 ";
+const std::string kTrain = kTrainAnySteps + "--steps 4 ";
 const std::string kDdp = kTrain + "--devices cpu:2 --parallel ddp ";
 
 // The values of one column of a CSV file, by its name in the header.
@@ -46,7 +50,6 @@ std::vector<std::string> csv_column(const fs::path& csv, const std::string& name
 }  // namespace
 
 TEST_CASE("mixed-precision flags that cannot apply are usage errors naming the flag") {
-  const TempDir tmp("mixed_precision_refused");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {kDdp + "--grad-dtype fp8", "--grad-dtype: unknown dtype 'fp8': use fp32, bf16 or fp16"},
       {kTrain + "--grad-dtype bf16", "--grad-dtype bf16 is the dtype of DDP's gradient all-reduce, and --parallel none"},
@@ -63,8 +66,6 @@ TEST_CASE("mixed-precision flags that cannot apply are usage errors naming the f
       {kTrain + "--loss-scale dynamic --initial-loss-scale 0", "--initial-loss-scale must be a positive number"},
       {kTrain + "--initial-loss-scale 1024", "--initial-loss-scale and --loss-scale-window tune dynamic loss scaling"},
       {kDdp + "--grad-dtype fp16 --loss-scale 8 --loss-scale-window 10", "--initial-loss-scale and --loss-scale-window"},
-      {kDdp + "--grad-dtype fp16 --checkpoint-dir " + tmp.file("ck"),
-       "--loss-scale auto (dynamic, for --grad-dtype fp16): the dynamic scale is not saved in checkpoints"},
   };
   for (const auto& [args, needle] : cases) {
     CAPTURE(args);
@@ -109,4 +110,32 @@ TEST_CASE("dynamic loss scaling does not hide a diverging run: a non-finite loss
   CHECK(r.code == 1);
   CHECK(r.output.find("dpx: error: non-finite loss (") != std::string::npos);
   CHECK(r.output.find("after the all-reduce: every rank has them); lower --lr") != std::string::npos);
+}
+
+TEST_CASE("a run resumed from a checkpoint continues its dynamic loss scale, and ends as the run that never stopped") {
+  // From 2^20 with a window of 2 the scale moves both ways within 8 steps (skips, then growth);
+  // at the checkpoint after step 4 the scaler is one good update into its window, which the resumed
+  // run must remember to grow the scale after step 5 as the full run does.
+  const TempDir tmp("mixed_precision_resume");
+  const std::string run = kTrainAnySteps + "--devices cpu:2 --parallel ddp --steps 8 --lr-schedule constant --grad-dtype fp16 --initial-loss-scale 1048576 "
+                                 "--loss-scale-window 2 --checkpoint-every 4 ";
+  auto train = [&](const std::string& name, const std::string& extra) {
+    const fs::path out = tmp.path / name;
+    const DpxResult r = run_dpx(run + "--out " + out.string() + " --save " + (out / "w.safetensors").string() + " " +
+                                extra);
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    return out;
+  };
+  const fs::path full = train("full", "--checkpoint-dir " + (tmp.path / "ck").string());
+  const std::vector<std::string> scales = csv_column(full / "steps.csv", "loss_scale");
+  const std::vector<std::string> skips = csv_column(full / "steps.csv", "update_skipped");
+  CHECK(std::count(skips.begin(), skips.end(), "1") >= 2);        // some updates overflowed
+  CHECK(std::set<std::string>(scales.begin(), scales.end()).size() >= 3);  // and the scale moved
+  const fs::path resumed =
+      train("resumed", "--checkpoint-dir " + (tmp.path / "ck2").string() + " --resume " +
+                           (tmp.path / "ck" / "checkpoint-000000004.safetensors").string());
+  CHECK(file_text(full / "w.safetensors") == file_text(resumed / "w.safetensors"));  // byte for byte
+  CHECK(csv_column(resumed / "steps.csv", "loss_scale") == scales);
+  CHECK(csv_column(resumed / "steps.csv", "update_skipped") == skips);
 }
