@@ -1,5 +1,6 @@
 #include "parallel/report_io.hpp"
 
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -23,7 +24,8 @@ void write_steps_csv(const std::string& path, const TrainReport& report) {
     for (const auto& r : report.steps) {
       os << r.rank << "," << r.epoch << "," << r.step << "," << r.global_step << "," << r.loss;
       for (int p = 0; p < kPhaseCount; ++p) os << "," << r.times.s[p];
-      os << "," << r.images << "," << r.comm_bytes << "," << (r.optimizer_step ? 1 : 0) << "," << r.loss_scale << ","
+      os << "," << r.images << "," << r.comm_bytes << "," << (r.optimizer_step ? 1 : 0) << ","
+         << std::setprecision(17) << r.loss_scale << std::setprecision(9) << ","
          << (r.update_skipped ? 1 : 0) << "\n";
     }
   });

@@ -86,6 +86,13 @@ TEST_CASE("fp16 gradients under DDP: config.json and steps.csv say so, and half 
   const DpxResult b = run_dpx(kDdp + "--grad-dtype fp16 --out " + half.string());
   CAPTURE(b.output);
   REQUIRE(b.code == 0);
+  CHECK(b.output.find("| precision  | fp32 compute, fp32 weights, fp16 gradient all-reduce, dynamic loss scale from "
+                      "65536 (x2 after 2000 good updates)") != std::string::npos);
+  CHECK(b.output.find("ETA 0m00s | loss scale ") != std::string::npos);  // the progress line
+  CHECK(b.output.find("(formula N/(B*k)*params*2)") != std::string::npos);
+  CHECK(b.output.find(" of 4 updates skipped (inf/NaN gradients)") != std::string::npos);
+  CHECK(a.output.find("| precision ") == std::string::npos);  // all fp32: no row
+  CHECK(a.output.find("loss scale") == std::string::npos);
   const auto config = nlohmann::json::parse(file_text(half / "config.json"));
   CHECK(config.at("grad_dtype") == "fp16");
   CHECK(config.at("precision") == "fp32");
