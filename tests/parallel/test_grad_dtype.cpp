@@ -88,22 +88,36 @@ TEST_CASE("DDP with bf16 and fp16 gradient all-reduces reproduces one fp32 repli
   const TrainReport single = train(one, log);
   const std::vector<float> w0 = initial_weights(one);
   const TrainReport full = train(ddp_job("cpu:2", "fp32"), log);
-  for (const char* devices : {"cpu:2", "cpu:4"}) {
-    for (const char* dtype : {"bf16", "fp16"}) {
+  for (const std::string devices : {"cpu:2", "cpu:4"}) {
+    for (const std::string dtype : {"bf16", "fp16"}) {
       CAPTURE(devices);
       CAPTURE(dtype);
-      TrainOptions o = ddp_job(devices, dtype);
+      TrainOptions o = ddp_job(devices.c_str(), dtype.c_str());
       o.loss_scale = "none";  // the plain narrowing; the scaler has its own tests
       const TrainReport half = train(o, log);
-      const double unit = std::string(dtype) == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+      const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
       const double diff = update_rel_diff(half.final_params, single.final_params, w0);
-      MESSAGE(std::string(devices), " ", std::string(dtype), ": ", diff / unit, " u");
+      MESSAGE(devices, " ", dtype, ": ", diff / unit, " u");
       CHECK(diff <= 2 * o.ranks() * unit);
       CHECK(diff > 0);  // not the fp32 result: the half type did round
-      for (size_t i = 0; i < half.steps.size() && std::string(devices) == "cpu:2"; ++i)
+      for (size_t i = 0; i < half.steps.size() && devices == "cpu:2"; ++i)
         CHECK(half.steps[i].comm_bytes * 2 == full.steps[i].comm_bytes);
     }
   }
+}
+
+TEST_CASE("with --accumulate 2 only the last micro-step's sum is narrowed: bf16 stays as close to one replica") {
+  std::ostringstream log;
+  TrainOptions one = small_job("cpu:1", ParallelMode::none);
+  one.accumulate = 2;
+  TrainOptions o = ddp_job("cpu:2", "bf16");
+  o.accumulate = 2;
+  const TrainReport single = train(one, log), half = train(o, log);
+  const double unit = std::ldexp(1.0, -8);
+  const double diff = update_rel_diff(half.final_params, single.final_params, initial_weights(one));
+  MESSAGE("bf16 with --accumulate 2: ", diff / unit, " u");
+  CHECK(diff <= 2 * 2 * unit);
+  CHECK(diff > 0);
 }
 
 TEST_CASE("fp16 gradients with dynamic loss scaling from 2^20: overflowing updates are skipped on every rank alike") {
