@@ -154,7 +154,8 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
   const RunProgress& p = c.progress;
   const nlohmann::json progress = {{"epoch", p.epoch}, {"step", p.step}, {"global_step", p.global_step},
                                    {"epoch_loss_sum", p.epoch_loss_sum}, {"elapsed_s", p.elapsed_s},
-                                   {"loss_scale", p.loss_scale}, {"loss_scale_good_updates", p.loss_scale_good_updates}};
+                                   {"loss_scale", p.loss_scale},
+                                   {"loss_scale_good_updates", p.loss_scale_good_updates}};
   const std::map<std::string, std::string> metadata = {
       {"dpx_checkpoint", kFormat},         {"dpx_version", DPX_VERSION_STRING},
       {"options", options.dump()},        {"ranks", std::to_string(c.ranks)},
@@ -253,7 +254,8 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   const int64_t columns = static_cast<int64_t>(record_columns);
   if (!records || records->dtype() != DType::f64 || records->shape().size() != 2 || records->shape()[1] != columns)
     bad(path, "'records' is missing or malformed");
-  for (int64_t i = 0; i < records->shape()[0]; ++i) c.steps.push_back(record_of(records->data<double>() + i * columns, record_columns));
+  for (int64_t i = 0; i < records->shape()[0]; ++i)
+    c.steps.push_back(record_of(records->data<double>() + i * columns, record_columns));
   if (c.model.empty()) bad(path, "it holds no model tensors");
   return c;
 }

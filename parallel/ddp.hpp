@@ -41,7 +41,7 @@ std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& optio
 // bf16 divided by the number of ranks in f32 first, narrowed into `staging` (of `wire`, at least
 // as long), summed in that type and widened back. Dividing before the sum keeps it in range: fp16
 // ends at 65504, which k ranks' gradients near 65504 / k would pass if summed first (PyTorch's
-// fp16_compress_hook divides first too).
+// fp16_compress_hook also divides before the all-reduce, though after narrowing).
 void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo);
 
 class DdpSync final : public GradSync {

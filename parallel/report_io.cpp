@@ -105,7 +105,9 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["grad_dtype"] = o.grad_dtype;
   // The loss scaling in force (auto resolved): null when none.
   const std::optional<LossScaleOptions> scaling = o.loss_scaling();
-  j["loss_scale"] = !scaling ? nlohmann::json() : scaling->dynamic ? nlohmann::json("dynamic") : nlohmann::json(scaling->init_scale);
+  j["loss_scale"] = !scaling          ? nlohmann::json()
+                    : scaling->dynamic ? nlohmann::json("dynamic")
+                                       : nlohmann::json(scaling->init_scale);
   j["initial_loss_scale"] = scaling && scaling->dynamic ? nlohmann::json(o.initial_loss_scale) : nlohmann::json();
   j["loss_scale_window"] = scaling && scaling->dynamic ? nlohmann::json(o.loss_scale_window) : nlohmann::json();
   // What each CPU convolution shape ran, and why (this process's; empty on GPUs).

@@ -28,7 +28,7 @@ struct StepRecord {
   double backward_end_s = 0;     // steady-clock time backward ended (for the wait phase), on rank 0's clock
   bool optimizer_step = true;    // false on non-final micro-steps of --accumulate
   float loss_scale = 1;          // what the loss gradient was multiplied by (--loss-scale; 1: none)
-  bool update_skipped = false;   // the optimizer step was skipped: inf/NaN gradients (loss scaler or --on-nonfinite skip)
+  bool update_skipped = false;   // inf/NaN gradients skipped the update (loss scaler, --on-nonfinite skip)
 };
 
 struct EpochRecord {

@@ -91,7 +91,8 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
   const std::optional<parallel::LossScaleOptions> scaling = o.loss_scaling();
   if (o.precision != "fp32" || o.grad_dtype != "fp32" || scaling) {
     std::ostringstream text;
-    text << std::setprecision(10) << o.precision << " compute, fp32 weights, " << o.grad_dtype << " gradient all-reduce";
+    text << std::setprecision(10) << o.precision << " compute, fp32 weights, " << o.grad_dtype
+         << " gradient all-reduce";
     if (scaling && scaling->dynamic)
       text << ", dynamic loss scale from " << scaling->init_scale << " (x2 after " << scaling->growth_interval
            << " good updates)";
@@ -145,7 +146,8 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
                 s.images_per_s, s.load_balance, s.comm_efficiency, s.parallel_efficiency);
   os << line;
   if (report.ranks > 1) {
-    std::snprintf(line, sizeof line, "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",
+    std::snprintf(line, sizeof line,
+                  "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",
                   s.bytes_per_epoch_formula, dtype_size(report.options.grad_wire_dtype()), s.bytes_per_epoch_counted);
     os << line;
   }

@@ -124,7 +124,9 @@ TEST_CASE("a run resumed from a checkpoint continues its dynamic loss scale, and
   // at the checkpoint after step 4 the scaler is one good update into its window, which the resumed
   // run must remember to grow the scale after step 5 as the full run does.
   const TempDir tmp("mixed_precision_resume");
-  const std::string run = kTrainAnySteps + "--devices cpu:2 --parallel ddp --steps 8 --lr-schedule constant --grad-dtype fp16 --initial-loss-scale 1048576 "
+  const std::string run = kTrainAnySteps +
+                          "--devices cpu:2 --parallel ddp --steps 8 --lr-schedule constant --grad-dtype fp16 "
+                          "--initial-loss-scale 1048576 "
                                  "--loss-scale-window 2 --checkpoint-every 4 ";
   auto train = [&](const std::string& name, const std::string& extra) {
     const fs::path out = tmp.path / name;

@@ -106,7 +106,8 @@ TEST_CASE("mpirun -np 2/3 with --grad-dtype bf16 and fp16 trains as the same num
       CAPTURE(np);
       CAPTURE(dtype);
       const std::string tag = dtype + std::to_string(np);
-      const fs::path threads = train("", "threads_" + tag, "--devices cpu:" + std::to_string(np) + " --grad-dtype " + dtype);
+      const fs::path threads =
+          train("", "threads_" + tag, "--devices cpu:" + std::to_string(np) + " --grad-dtype " + dtype);
       const fs::path procs = train(mpirun(np), "mpi_" + tag, "--grad-dtype " + dtype);
       CHECK(dpx::testing::weights_rel_diff(threads / "w.safetensors", procs / "w.safetensors") == 0);
       CHECK(file_text(procs / "steps.csv").find(",loss_scale,update_skipped") != std::string::npos);
