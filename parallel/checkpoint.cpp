@@ -32,23 +32,31 @@ constexpr const char* kMustMatch[] = {
     "--head",           "--freeze-backbone", "--epochs",  "--batch-size", "--optimizer",      "--lr",
     "--weight-decay",   "--momentum",     "--nesterov",   "--betas",      "--eps",            "--lr-schedule",
     "--label-smoothing", "--seed",        "--steps",      "--accumulate", "--parallel",
+    "--grad-dtype",     "--loss-scale",   "--initial-loss-scale", "--loss-scale-window",
 };
+
+// The values of the flags above that checkpoints of older dpx versions did not record.
+const std::map<std::string, std::string> kOlderDefaults = {
+    {"--grad-dtype", "fp32"}, {"--loss-scale", "auto"}, {"--initial-loss-scale", "65536"},
+    {"--loss-scale-window", "2000"}};
 
 // Step records as rows of doubles (exact for every field: counts stay far below 2^53).
 const std::vector<std::string> kRecordColumns = {
     "rank", "epoch", "step", "global_step", "loss", "load_s", "h2d_s", "forward_s", "backward_s", "comm_total_s",
     "comm_exposed_s", "optimizer_s", "wait_s", "step_s", "images", "comm_bytes", "start_s", "backward_end_s",
-    "optimizer_step"};
+    "optimizer_step", "loss_scale", "update_skipped"};
+// Checkpoints of older dpx versions end their rows at optimizer_step.
+constexpr size_t kOlderRecordColumns = 19;
 
 std::vector<double> record_row(const StepRecord& r) {
   std::vector<double> row = {double(r.rank), double(r.epoch), double(r.step), double(r.global_step), r.loss};
   for (double t : r.times.s) row.push_back(t);
   row.insert(row.end(), {double(r.images), double(r.comm_bytes), r.start_s, r.backward_end_s,
-                         r.optimizer_step ? 1.0 : 0.0});
+                         r.optimizer_step ? 1.0 : 0.0, double(r.loss_scale), r.update_skipped ? 1.0 : 0.0});
   return row;
 }
 
-StepRecord record_of(const double* row) {
+StepRecord record_of(const double* row, size_t columns) {
   StepRecord r;
   r.rank = static_cast<int>(row[0]);
   r.epoch = static_cast<int64_t>(row[1]);
@@ -61,6 +69,10 @@ StepRecord record_of(const double* row) {
   r.start_s = row[7 + kPhaseCount];
   r.backward_end_s = row[8 + kPhaseCount];
   r.optimizer_step = row[9 + kPhaseCount] != 0;
+  if (columns > kOlderRecordColumns) {
+    r.loss_scale = static_cast<float>(row[10 + kPhaseCount]);
+    r.update_skipped = row[11 + kPhaseCount] != 0;
+  }
   return r;
 }
 
@@ -141,7 +153,9 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
                       {"test_loss", e.test_loss}, {"time_s", e.time_s}, {"eval_s", e.eval_s}});
   const RunProgress& p = c.progress;
   const nlohmann::json progress = {{"epoch", p.epoch}, {"step", p.step}, {"global_step", p.global_step},
-                                   {"epoch_loss_sum", p.epoch_loss_sum}, {"elapsed_s", p.elapsed_s}};
+                                   {"epoch_loss_sum", p.epoch_loss_sum}, {"elapsed_s", p.elapsed_s},
+                                   {"loss_scale", p.loss_scale},
+                                   {"loss_scale_good_updates", p.loss_scale_good_updates}};
   const std::map<std::string, std::string> metadata = {
       {"dpx_checkpoint", kFormat},         {"dpx_version", DPX_VERSION_STRING},
       {"options", options.dump()},        {"ranks", std::to_string(c.ranks)},
@@ -185,13 +199,15 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   if (meta("dpx_checkpoint") != kFormat) bad(path, "its format is '" + meta("dpx_checkpoint") + "'");
   Checkpoint c;
   c.path = path;
+  size_t record_columns = kRecordColumns.size();
   try {
     const nlohmann::json options = nlohmann::json::parse(meta("options"));
     for (auto it = options.begin(); it != options.end(); ++it) c.options.emplace_back(it.key(), it->get<std::string>());
     c.ranks = std::stoi(meta("ranks"));
     const auto p = nlohmann::json::parse(meta("progress"));
     c.progress = {p.at("epoch").get<int64_t>(), p.at("step").get<int64_t>(), p.at("global_step").get<int64_t>(),
-                  p.at("epoch_loss_sum").get<double>(), p.at("elapsed_s").get<double>()};
+                  p.at("epoch_loss_sum").get<double>(), p.at("elapsed_s").get<double>(),
+                  p.value("loss_scale", 0.f), p.value("loss_scale_good_updates", int64_t{0})};
     const nlohmann::json epochs = nlohmann::json::parse(meta("epochs"));
     for (const auto& e : epochs) {
       EpochRecord r;
@@ -204,8 +220,11 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
       c.epochs.push_back(r);
     }
     const auto layers = nlohmann::json::parse(meta("random_layers")).get<std::vector<std::string>>();
-    if (nlohmann::json::parse(meta("record_columns")).get<std::vector<std::string>>() != kRecordColumns)
+    const auto columns = nlohmann::json::parse(meta("record_columns")).get<std::vector<std::string>>();
+    const std::vector<std::string> older(kRecordColumns.begin(), kRecordColumns.begin() + kOlderRecordColumns);
+    if (columns != kRecordColumns && columns != older)
       bad(path, "its step records have other columns than this dpx writes");
+    record_columns = columns.size();
     if (c.ranks < 1) bad(path, "it says it was made by " + std::to_string(c.ranks) + " ranks");
     for (int r = 0; r < c.ranks; ++r) {
       const Tensor* t = st.find("random/rank" + std::to_string(r));
@@ -232,10 +251,11 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   if (!order || order->dtype() != DType::i64 || order->shape().size() != 1) bad(path, "'loader/order' is missing");
   c.order.assign(order->data<int64_t>(), order->data<int64_t>() + order->numel());
   const Tensor* records = st.find("records");
-  const int64_t columns = static_cast<int64_t>(kRecordColumns.size());
+  const int64_t columns = static_cast<int64_t>(record_columns);
   if (!records || records->dtype() != DType::f64 || records->shape().size() != 2 || records->shape()[1] != columns)
     bad(path, "'records' is missing or malformed");
-  for (int64_t i = 0; i < records->shape()[0]; ++i) c.steps.push_back(record_of(records->data<double>() + i * columns));
+  for (int64_t i = 0; i < records->shape()[0]; ++i)
+    c.steps.push_back(record_of(records->data<double>() + i * columns, record_columns));
   if (c.model.empty()) bad(path, "it holds no model tensors");
   return c;
 }
@@ -249,8 +269,10 @@ std::string resume_mismatch(const Checkpoint& c, const TrainOptions& options, in
            (b.empty() ? "(not set)" : b) + " here";
   };
   if (c.ranks != ranks) differ("the number of ranks", std::to_string(c.ranks), std::to_string(ranks));
-  for (const char* flag : kMustMatch)
+  for (const char* flag : kMustMatch) {
+    if (!theirs.count(flag) && kOlderDefaults.count(flag)) theirs[flag] = kOlderDefaults.at(flag);
     if (theirs[flag] != mine[flag]) differ(flag, theirs[flag], mine[flag]);
+  }
   return out;
 }
 

@@ -1,8 +1,9 @@
 // Checkpoints: everything a bit-exact resume needs, one safetensors file per checkpoint —
 // rank 0's weights and buffers, the optimizer's state, every rank's random streams, the loader's
-// order for the epoch in progress and the position in it, the run's progress, its step and epoch
-// records so far, and the options (to refuse a resume that does not fit) — written atomically by
-// rank 0 into --checkpoint-dir as checkpoint-<next global step>.safetensors, the last --keep kept.
+// order for the epoch in progress and the position in it, the run's progress (with the dynamic
+// loss scale), its step and epoch records so far, and the options (to refuse a resume that does
+// not fit) — written atomically by rank 0 into --checkpoint-dir as
+// checkpoint-<next global step>.safetensors, the last --keep kept.
 #pragma once
 #include <map>
 #include <string>
@@ -23,6 +24,9 @@ struct RunProgress {
   int64_t global_step = 0;
   double epoch_loss_sum = 0;   // rank 0's losses of the epoch's steps so far
   double elapsed_s = 0;        // wall time of the run up to the checkpoint
+  // Dynamic loss scaling's state (loss_scaler.hpp): the scale and its good updates in a row; 0: none.
+  float loss_scale = 0;
+  int64_t loss_scale_good_updates = 0;
 };
 
 // A rank's random streams: one per layer that draws (Dropout, StochasticDepth), by name.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/clock.hpp"
+#include "core/error.hpp"
 #include "kernels/ops.hpp"
 
 namespace dpx::parallel {
@@ -39,6 +40,24 @@ std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& optio
   return buckets;
 }
 
+void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo) {
+  if (wire == DType::f32) {
+    comm.all_reduce(grads, ReduceOp::avg, algo);
+    return;
+  }
+  DPX_CHECK(wire == DType::f16 || wire == DType::bf16, "gradients are all-reduced in f32, bf16 or f16, not ",
+            dtype_name(wire));
+  const int64_t n = grads.numel();
+  DPX_CHECK(staging.dtype() == wire && staging.numel() >= n, "the staging buffer does not fit the gradients");
+  const bool f16 = wire == DType::f16;
+  const float inv_ranks = 1.f / static_cast<float>(comm.size());
+  float* g = grads.data<float>();
+  uint16_t* h = static_cast<uint16_t*>(staging.raw());
+  for (int64_t i = 0; i < n; ++i) h[i] = f16 ? float_to_half(g[i] * inv_ranks) : float_to_bf16(g[i] * inv_ranks);
+  comm.all_reduce(h, h, static_cast<size_t>(n), wire, ReduceOp::sum, algo);
+  for (int64_t i = 0; i < n; ++i) g[i] = f16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
+}
+
 DdpSync::DdpSync(Communicator& comm, DdpOptions options)
     : comm_(comm), options_(std::move(options)), algo_(parse_algorithm(options_.algo)) {
   if (options_.overlap) thread_ = std::thread([this] { comm_loop(); });
@@ -57,6 +76,9 @@ void DdpSync::attach(nn::Model& model) {
   model_ = &model;
   bucket_of_.clear();
   buckets_ = plan_buckets(model, options_, &bucket_of_);
+  int64_t largest = 0;
+  for (const Bucket& b : buckets_) largest = std::max(largest, b.numel);
+  if (options_.grad_dtype != DType::f32) staging_ = Tensor::empty({largest}, options_.grad_dtype);
   model.root().set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
   bytes_mark_ = comm_.bytes_sent();  // the initial broadcast is not gradient traffic
 }
@@ -85,7 +107,7 @@ void DdpSync::on_grad_ready(const nn::Parameter& p) {
 void DdpSync::reduce_bucket(size_t i) {
   double t = now_s();
   Tensor range = model_->flat_grads().view_at(buckets_[i].offset, {buckets_[i].numel});
-  comm_.all_reduce(range, ReduceOp::avg, algo_);
+  all_reduce_mean(comm_, range, options_.grad_dtype, staging_, algo_);  // one bucket at a time: one staging
   double dt = now_s() - t;
   std::lock_guard<std::mutex> lock(mu_);
   comm_s_ += dt;

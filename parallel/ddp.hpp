@@ -4,6 +4,7 @@
 // first bucket, then up to bucket_cap_bytes), each bucket is all-reduced by a communication
 // thread as soon as all its gradients are ready while backward goes on, in bucket-index order
 // on every rank, and then averaged. bucket_cap_bytes = 0 gives one all-reduce per tensor.
+// With grad_dtype f16 or bf16 (--grad-dtype) a bucket travels in that type: half the bytes.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +25,7 @@ struct DdpOptions {
   size_t first_bucket_bytes = 1u << 20;  // PyTorch: dist._DEFAULT_FIRST_BUCKET_BYTES
   bool overlap = true;                   // false: reduce every bucket after backward (--no-overlap)
   std::string algo = "ring";
+  DType grad_dtype = DType::f32;         // the all-reduce's dtype: f32, bf16 or f16 (--grad-dtype)
 };
 
 struct Bucket {
@@ -34,6 +36,13 @@ struct Bucket {
 // Groups the model's trainable parameters into buckets (exposed for tests and `dpx train`).
 std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& options,
                                  std::unordered_map<const nn::Parameter*, int>* bucket_of = nullptr);
+
+// The mean of `grads` (f32, in place) over the ranks, all-reduced in `wire`: f32 as it is; f16 or
+// bf16 divided by the number of ranks in f32 first, narrowed into `staging` (of `wire`, at least
+// as long), summed in that type and widened back. Dividing before the sum keeps it in range: fp16
+// ends at 65504, which k ranks' gradients near 65504 / k would pass if summed first (PyTorch's
+// fp16_compress_hook also divides before the all-reduce, though after narrowing).
+void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo);
 
 class DdpSync final : public GradSync {
  public:
@@ -55,6 +64,7 @@ class DdpSync final : public GradSync {
   Algorithm algo_;
   nn::Model* model_ = nullptr;
   std::vector<Bucket> buckets_;
+  Tensor staging_;                    // (largest bucket,) in grad_dtype; unused for f32
   std::unordered_map<const nn::Parameter*, int> bucket_of_;
   std::vector<int> pending_;          // gradients still missing per bucket
   bool syncing_ = false;

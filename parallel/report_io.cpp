@@ -1,5 +1,6 @@
 #include "parallel/report_io.hpp"
 
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -13,7 +14,7 @@ namespace dpx::parallel {
 namespace {
 const char* kStepColumns =
     "rank,epoch,step,global_step,loss,load_s,h2d_s,forward_s,backward_s,comm_total_s,comm_exposed_s,"
-    "optimizer_s,wait_s,step_s,images,comm_bytes,optimizer_step";
+    "optimizer_s,wait_s,step_s,images,comm_bytes,optimizer_step,loss_scale,update_skipped";
 }
 
 void write_steps_csv(const std::string& path, const TrainReport& report) {
@@ -23,7 +24,9 @@ void write_steps_csv(const std::string& path, const TrainReport& report) {
     for (const auto& r : report.steps) {
       os << r.rank << "," << r.epoch << "," << r.step << "," << r.global_step << "," << r.loss;
       for (int p = 0; p < kPhaseCount; ++p) os << "," << r.times.s[p];
-      os << "," << r.images << "," << r.comm_bytes << "," << (r.optimizer_step ? 1 : 0) << "\n";
+      os << "," << r.images << "," << r.comm_bytes << "," << (r.optimizer_step ? 1 : 0) << ","
+         << std::setprecision(17) << r.loss_scale << std::setprecision(9) << ","
+         << (r.update_skipped ? 1 : 0) << "\n";
     }
   });
 }
@@ -98,6 +101,15 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;
   j["conv_algo"] = o.conv_algo;
+  j["precision"] = o.precision;
+  j["grad_dtype"] = o.grad_dtype;
+  // The loss scaling in force (auto resolved): null when none.
+  const std::optional<LossScaleOptions> scaling = o.loss_scaling();
+  j["loss_scale"] = !scaling          ? nlohmann::json()
+                    : scaling->dynamic ? nlohmann::json("dynamic")
+                                       : nlohmann::json(scaling->init_scale);
+  j["initial_loss_scale"] = scaling && scaling->dynamic ? nlohmann::json(o.initial_loss_scale) : nlohmann::json();
+  j["loss_scale_window"] = scaling && scaling->dynamic ? nlohmann::json(o.loss_scale_window) : nlohmann::json();
   // What each CPU convolution shape ran, and why (this process's; empty on GPUs).
   nlohmann::json convs = nlohmann::json::array();
   for (const cpu::ConvChoice& c : cpu::conv_choices())

@@ -50,6 +50,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   d.overlap = o.overlap;
   d.algo = o.algo;
+  d.grad_dtype = o.grad_wire_dtype();
   const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
   if (processes) {
     processes->set_net_sim(net);

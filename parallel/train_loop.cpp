@@ -17,9 +17,13 @@ namespace dpx::parallel {
 namespace {
 
 // A checkpoint at position `at` (collective); rank 0 notes and announces the file.
-void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* comm, const RunProgress& at,
+void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* comm, RunProgress at,
                      const std::vector<StepRecord>& mine, TrainReport& report, std::mutex& report_mu,
                      const TrainHooks& hooks) {
+  if (r.scaler && r.scaler->dynamic()) {
+    at.loss_scale = r.scaler->scale();
+    at.loss_scale_good_updates = r.scaler->good_updates();
+  }
   std::vector<EpochRecord> epochs;
   if (r.rank == 0) {
     std::lock_guard<std::mutex> lock(report_mu);
@@ -65,6 +69,11 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
   if (job.resume) {
     r.optimizer.load_state(job.resume->optimizer);
     set_random_streams(r.model.master(), job.resume->random.at(static_cast<size_t>(r.rank)));
+    if (r.scaler && r.scaler->dynamic()) {
+      if (!(start.loss_scale > 0))
+        fail("--resume ", job.resume->path, ": the checkpoint holds no dynamic loss scale to continue from");
+      r.scaler->restore(start.loss_scale, start.loss_scale_good_updates);
+    }
     if (r.rank == 0 && start.epoch < o.epochs && job.resume->order != r.loader.epoch_order(start.epoch))
       fail("--resume ", job.resume->path, ": the data order of epoch ", start.epoch + 1,
            " differs from this run's (another data set, or another dpx version's shuffling)");

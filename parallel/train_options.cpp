@@ -89,7 +89,59 @@ void check_process_devices(const TrainOptions& o) {
                "replica alone; pass --parallel ddp (the default under mpirun), or run one process");
 }
 
+// --precision, --grad-dtype and the loss scaling (README.md, Mixed precision).
+void check_mixed_precision(const TrainOptions& o) {
+  const std::string& p = o.precision;
+  if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+    usage_fail("--precision: unknown precision '", p, "': use fp32, tf32, bf16 or fp16");
+  if (p != "fp32" && !o.device().is_cuda())
+    usage_fail("--precision ", p, " needs --devices cuda:N: dpx's CPU kernels compute in fp32 (", p,
+               " is GPU tensor-core math); on CPU ranks, --grad-dtype bf16 or fp16 all-reduces the gradients in half "
+               "precision");
+  if (p == "bf16" || p == "fp16")
+    usage_fail("--precision ", p, " on --devices ", o.devices, ": bf16/fp16 compute through cuBLAS and cuDNN is not "
+               "implemented yet; use --precision fp32 or tf32");
+  const std::string& g = o.grad_dtype;
+  if (g != "fp32" && g != "bf16" && g != "fp16")
+    usage_fail("--grad-dtype: unknown dtype '", g, "': use fp32, bf16 or fp16");
+  if (g != "fp32" && o.parallel == ParallelMode::none)
+    usage_fail("--grad-dtype ", g, " is the dtype of DDP's gradient all-reduce, and --parallel none has none: pass "
+               "--parallel ddp (with --devices cpu:K or under mpirun), or drop --grad-dtype");
+  if (g != "fp32" && o.parallel == ParallelMode::dp)
+    usage_fail("--grad-dtype ", g, ": DataParallel sums its replicas' gradients through memory, in fp32, with no "
+               "all-reduce to narrow; pass --parallel ddp, or drop --grad-dtype");
+  if (!(o.initial_loss_scale > 0) || !std::isfinite(o.initial_loss_scale))
+    usage_fail("--initial-loss-scale must be a positive number (got ", o.initial_loss_scale, ")");
+  if (o.loss_scale_window < 1)
+    usage_fail("--loss-scale-window must be at least 1 update (got ", o.loss_scale_window, ")");
+  (void)o.loss_scaling();  // parses --loss-scale
+}
+
 }  // namespace
+
+DType TrainOptions::grad_wire_dtype() const {
+  if (grad_dtype == "bf16") return DType::bf16;
+  if (grad_dtype == "fp16") return DType::f16;
+  return DType::f32;
+}
+
+std::optional<LossScaleOptions> TrainOptions::loss_scaling() const {
+  LossScaleOptions dynamic{.dynamic = true, .init_scale = initial_loss_scale, .growth_interval = loss_scale_window};
+  if (loss_scale == "dynamic") return dynamic;
+  if (loss_scale == "none") return std::nullopt;
+  if (loss_scale == "auto") {
+    if (grad_dtype == "fp16" || precision == "fp16") return dynamic;
+    return std::nullopt;
+  }
+  float scale = 0;
+  const char* b = loss_scale.data();
+  const char* e = b + loss_scale.size();
+  auto r = std::from_chars(b, e, scale);
+  if (r.ec != std::errc() || r.ptr != e || !(scale > 0) || !std::isfinite(scale))
+    usage_fail("--loss-scale '", loss_scale, "': use auto (dynamic with fp16 gradients, else none), dynamic, none, "
+               "or a positive constant such as 1024");
+  return LossScaleOptions{.dynamic = false, .init_scale = scale};
+}
 
 void TrainOptions::validate() const {
   // NaN passes every comparison it is put through ("nan < 0" is false): refuse it first.
@@ -186,6 +238,7 @@ void TrainOptions::validate() const {
                "loop keeps no checkpoints yet)");
   if (on_nonfinite != "stop" && on_nonfinite != "skip" && on_nonfinite != "ignore")
     usage_fail("--on-nonfinite: unknown choice '", on_nonfinite, "': use stop, skip or ignore");
+  check_mixed_precision(*this);
   if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
     usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
@@ -217,6 +270,8 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},
       {"--checkpoint-dir", checkpoint_dir}, {"--checkpoint-every", num(checkpoint_every)},
       {"--keep", num(keep_checkpoints)}, {"--resume", resume}, {"--on-nonfinite", on_nonfinite},
+      {"--precision", precision}, {"--grad-dtype", grad_dtype}, {"--loss-scale", loss_scale},
+      {"--initial-loss-scale", num(initial_loss_scale)}, {"--loss-scale-window", num(loss_scale_window)},
   };
 }
 

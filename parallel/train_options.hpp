@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/dtype.hpp"
+#include "parallel/loss_scaler.hpp"
 
 namespace dpx::parallel {
 
@@ -64,6 +66,12 @@ struct TrainOptions {
   bool overlap = true;
   bool pin_threads = false;
   bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
+  // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
+  std::string precision = "fp32";         // --precision fp32 | tf32 | bf16 | fp16: the compute's
+  std::string grad_dtype = "fp32";        // --grad-dtype fp32 | bf16 | fp16: DDP's gradient all-reduce
+  std::string loss_scale = "auto";        // --loss-scale auto | dynamic | none | a constant
+  float initial_loss_scale = 65536.f;     // --initial-loss-scale: where dynamic scaling starts (2^16)
+  int64_t loss_scale_window = 2000;       // --loss-scale-window: good updates before the scale doubles
   std::string conv_algo = "auto";         // --conv-algo: CPU convolutions (kernels/cpu/conv2d_algos.hpp)
   bool verbose = false;                   // --verbose: also print the choices made per shape
   int warmup_steps = 2;                   // excluded from summaries
@@ -85,6 +93,9 @@ struct TrainOptions {
   // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).
   bool reference_kernels() const;
   void validate() const;  // throws dpx::UsageError
+  DType grad_wire_dtype() const;          // grad_dtype as a DType
+  // The loss scaling asked for; none when `loss_scale` is none, or auto without fp16 anywhere.
+  std::optional<LossScaleOptions> loss_scaling() const;
   // Every option that shapes the run, as (flag, value): what the ranks of an MPI job must agree on.
   std::vector<std::pair<std::string, std::string>> flag_values() const;
   float effective_lr() const;            // lr, or the optimizer's default

@@ -13,7 +13,8 @@ namespace dpx::parallel {
 
 namespace {
 
-// The loss gradient, scaled by 1/k under --accumulate k. With the divergence guard on, a
+// The loss gradient, scaled by 1/k under --accumulate k and by the loss scale (--loss-scale),
+// which update() takes off again after the reduction. With the divergence guard on, a
 // non-finite loss with finite gradients (a class whose probability underflowed to 0) would slip
 // past the gradient check: its gradient is made NaN, on every rank, so that all decide alike
 // after the reduction.
@@ -21,7 +22,8 @@ Tensor loss_gradient(Rank& r, const Tensor& loss) {
   const TrainOptions& o = r.job.options;
   Context& ctx = r.env.ctx();
   Tensor dlogits = r.criterion.backward(ctx);
-  if (o.accumulate > 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(o.accumulate));
+  const float factor = (r.scaler ? r.scaler->scale() : 1.f) / static_cast<float>(o.accumulate);
+  if (factor != 1.f) ops::scale(ctx, dlogits, factor);
   if (o.on_nonfinite != "ignore" && !std::isfinite(loss.item())) {
     r.bad_loss = loss.item();
     ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
@@ -57,11 +59,27 @@ bool nonfinite_gradients(Rank& r, int64_t global_step) {
   return true;
 }
 
-// The optimizer's update at the end of an accumulation group, unless the guard skips it.
-void update(Rank& r, int64_t global_step) {
+// Divides the reduced gradients by the loss scale. A dynamic scaler then decides on a finite
+// loss: inf or NaN gradients (an overflow, in backward or in an fp16 all-reduce) skip the update
+// and lower the scale. Every rank holds the same reduced gradients, so every rank decides alike.
+// A non-finite loss is left to the divergence guard: no scale would make it finite. Returns
+// whether the scaler skips the update.
+bool unscale(Rank& r) {
+  if (!r.scaler) return false;
+  Context& ctx = r.env.ctx();
+  Tensor grads = r.model.master().flat_grads();
+  ops::scale(ctx, grads, 1.f / r.scaler->scale());
+  if (!r.scaler->dynamic() || r.bad_loss) return false;
+  return !r.scaler->update(ops::count_nonfinite(ctx, grads) > 0);
+}
+
+// The optimizer's update at the end of an accumulation group, unless the loss scaler or the
+// guard skips it.
+void update(Rank& r, int64_t global_step, StepRecord& rec) {
   const TrainOptions& o = r.job.options;
   Context& ctx = r.env.ctx();
-  if (!nonfinite_gradients(r, global_step)) {
+  rec.update_skipped = unscale(r) || nonfinite_gradients(r, global_step);
+  if (!rec.update_skipped) {
     const int64_t total_updates = o.epochs * r.job.steps_per_epoch / o.accumulate;
     r.optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
     r.optimizer.step(ctx);
@@ -75,7 +93,9 @@ void update(Rank& r, int64_t global_step) {
 Rank::Rank(const Job& job, int rank, DeviceEnv& env, StepModel& model, GradSync& grad_sync, nn::Optimizer& optimizer,
            data::DataLoader& loader, double clock_offset_s)
     : job(job), rank(rank), env(env), model(model), grad_sync(grad_sync), optimizer(optimizer), loader(loader),
-      clock_offset_s(clock_offset_s), criterion(job.options.label_smoothing) {}
+      clock_offset_s(clock_offset_s), criterion(job.options.label_smoothing) {
+  if (const std::optional<LossScaleOptions> scaling = job.options.loss_scaling()) scaler.emplace(*scaling);
+}
 
 double Rank::clock() const { return now_s() - clock_offset_s; }
 
@@ -112,13 +132,14 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
   {
     auto scope = phases.scope(Phase::backward);
     r.grad_sync.begin_step(rec.optimizer_step);
+    if (r.scaler) rec.loss_scale = r.scaler->scale();
     r.model.backward(ctx, loss_gradient(r, loss), phases);  // DDP: buckets all-reduce as gradients become ready
   }
   rec.backward_end_s = r.clock();
   r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
   if (rec.optimizer_step) {
     auto scope = phases.scope(Phase::optimizer);
-    update(r, at.global_step);
+    update(r, at.global_step, rec);
   }
 
   rec.times = phases.finish();

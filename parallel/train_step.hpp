@@ -14,6 +14,7 @@
 #include "parallel/device_env.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/job.hpp"
+#include "parallel/loss_scaler.hpp"
 #include "parallel/run_modes.hpp"
 
 namespace dpx::parallel {
@@ -61,6 +62,7 @@ struct Rank {
   const double clock_offset_s;
   nn::CrossEntropyLoss criterion;
   std::optional<double> bad_loss;  // this rank's non-finite loss in the accumulation group
+  std::optional<LossScaler> scaler;  // --loss-scale: the same on every rank, as their gradients
 };
 
 struct StepAt {

@@ -38,10 +38,12 @@ std::string format_duration(double s) {
 // Progress lines at a steady cadence, and epoch lines; called on rank 0 only.
 class Progress {
  public:
-  Progress(std::ostream& log, const Job& job) : log_(log), job_(job) {}
+  Progress(std::ostream& log, const Job& job)
+      : log_(log), job_(job), scaling_(job.options.loss_scaling().has_value()) {}
 
   void step(const StepRecord& r, bool force) {
     images_ += r.images * job_.ranks;
+    skipped_ += r.update_skipped ? 1 : 0;
     double now = now_s();
     if (!force && now - last_ < job_.options.log_interval_s) return;
     double rate = static_cast<double>(images_ - last_images_) / std::max(1e-9, now - last_);
@@ -54,7 +56,10 @@ class Progress {
     std::snprintf(line, sizeof line, "epoch %lld/%d | step %lld/%lld | loss %.4f | %.1f img/s | ETA %s",
                   static_cast<long long>(r.epoch + 1), job_.options.epochs, static_cast<long long>(r.step + 1),
                   static_cast<long long>(job_.steps_per_epoch), r.loss, rate, format_duration(eta).c_str());
-    log_ << line << std::endl;
+    std::ostringstream os;
+    os << line;
+    if (scaling_) os << " | loss scale " << std::setprecision(10) << r.loss_scale << ", " << skipped_ << " skipped";
+    log_ << os.str() << std::endl;
   }
 
   void epoch(const EpochRecord& e) {
@@ -72,6 +77,8 @@ class Progress {
   const Job& job_;
   double start_ = now_s(), last_ = now_s();
   int64_t images_ = 0, last_images_ = 0;
+  const bool scaling_;   // --loss-scale: the line ends with the scale and the updates skipped
+  int64_t skipped_ = 0;
 };
 
 }  // namespace

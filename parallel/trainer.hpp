@@ -27,6 +27,8 @@ struct StepRecord {
   double start_s = 0;            // steady-clock time the step started (for traces), on rank 0's clock
   double backward_end_s = 0;     // steady-clock time backward ended (for the wait phase), on rank 0's clock
   bool optimizer_step = true;    // false on non-final micro-steps of --accumulate
+  float loss_scale = 1;          // what the loss gradient was multiplied by (--loss-scale; 1: none)
+  bool update_skipped = false;   // inf/NaN gradients skipped the update (loss scaler, --on-nonfinite skip)
 };
 
 struct EpochRecord {

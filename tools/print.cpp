@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -86,6 +88,18 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
                       : std::to_string(threads) + " of " + std::to_string(hardware_threads()) + " hardware threads"},
       {"seed", std::to_string(o.seed)},
   };
+  const std::optional<parallel::LossScaleOptions> scaling = o.loss_scaling();
+  if (o.precision != "fp32" || o.grad_dtype != "fp32" || scaling) {
+    std::ostringstream text;
+    text << std::setprecision(10) << o.precision << " compute, fp32 weights, " << o.grad_dtype
+         << " gradient all-reduce";
+    if (scaling && scaling->dynamic)
+      text << ", dynamic loss scale from " << scaling->init_scale << " (x2 after " << scaling->growth_interval
+           << " good updates)";
+    else if (scaling)
+      text << ", loss scale " << scaling->init_scale;
+    rows.emplace_back("precision", text.str());
+  }
   for (auto& row : launch_rows(launch)) rows.push_back(std::move(row));
   std::istringstream versions(version_text(launch));
   for (std::string line; std::getline(versions, line);) {
@@ -132,9 +146,25 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
                 s.images_per_s, s.load_balance, s.comm_efficiency, s.parallel_efficiency);
   os << line;
   if (report.ranks > 1) {
-    std::snprintf(line, sizeof line, "bytes per epoch: %.3g (formula N/(B*k)*params*4), %.3g (counted, rank 0 sent)\n",
-                  s.bytes_per_epoch_formula, s.bytes_per_epoch_counted);
+    std::snprintf(line, sizeof line,
+                  "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",
+                  s.bytes_per_epoch_formula, dtype_size(report.options.grad_wire_dtype()), s.bytes_per_epoch_counted);
     os << line;
+  }
+  if (report.options.loss_scaling()) {
+    // Rank 0's records: every rank scales and skips alike.
+    int64_t updates = 0, skipped = 0;
+    float last_scale = 1;
+    for (const parallel::StepRecord& r : report.steps) {
+      if (r.rank != 0 || !r.optimizer_step) continue;
+      ++updates;
+      skipped += r.update_skipped ? 1 : 0;
+      last_scale = r.loss_scale;
+    }
+    std::ostringstream text;
+    text << "loss scale " << std::setprecision(10) << last_scale << " at the last update; " << skipped << " of "
+         << updates << " updates skipped (inf/NaN gradients)\n";
+    os << text.str();
   }
   if (report.options.loss_threshold > 0) {
     if (report.threshold_step >= 0)

@@ -49,9 +49,34 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                    "continue the run a checkpoint was made of, bit for bit: a checkpoint file, or a --checkpoint-dir "
                    "(its newest)");
   }
+  auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
+  if (!for_bench) {  // mixed precision (README.md, Mixed precision)
+    cmd.add_option("--precision", o.precision,
+                   "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 and fp16 (GPUs, not implemented yet). "
+                   "Weights and optimizer stay fp32")
+        ->capture_default_str();
+    cmd.add_option("--grad-dtype", o.grad_dtype,
+                   "dtype of DDP's gradient all-reduce: fp32, bf16 or fp16 (half the bytes; each rank divides by "
+                   "the number of ranks before the sum, and the result is widened back into the fp32 gradients)")
+        ->capture_default_str();
+    cmd.add_option("--loss-scale", o.loss_scale,
+                   "multiply the loss by a scale before backward and divide the gradients by it after the "
+                   "all-reduce: auto (dynamic with --grad-dtype fp16, else none), dynamic (as PyTorch's GradScaler: "
+                   "inf/NaN gradients skip the update and halve the scale; it doubles after --loss-scale-window "
+                   "good updates), none, or a constant")
+        ->capture_default_str();
+    cmd.add_option("--initial-loss-scale", o.initial_loss_scale, "dynamic loss scaling: the first scale")
+        ->capture_default_str()
+        ->each(mark(f.loss_scale_tuning_given));
+    cmd.add_option("--loss-scale-window", o.loss_scale_window,
+                   "dynamic loss scaling: updates in a row without inf/NaN gradients before the scale doubles")
+        ->capture_default_str()
+        ->each(mark(f.loss_scale_tuning_given));
+  }
   cmd.add_option("--on-nonfinite", o.on_nonfinite,
                  "a NaN or infinite loss or gradient: stop (the default: an error naming the rank, step and first "
-                 "parameter), skip (the update, on every rank), or ignore (no check)")
+                 "parameter), skip (the update, on every rank), or ignore (no check); with dynamic loss scaling, "
+                 "inf/NaN gradients of a finite loss are the scaler's to skip, and this applies to the loss")
       ->capture_default_str();
   cmd.add_option("--head", o.head,
                  "classifier: default (the model's own), linear (one new Linear) or mlp4096 (new Linear 4096, "
@@ -73,7 +98,6 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--steps", o.max_steps, "steps per epoch (0: the whole epoch)")->capture_default_str();
   // Which flags were given matters: an unset --lr or --weight-decay takes the optimizer's
   // default, and the other optimizer's flags are refused (apply_train_flags).
-  auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
   if (!for_bench)  // bench sweeps a list of optimizers
     cmd.add_option("--optimizer", o.optimizer, kOptimizerHelp)->capture_default_str();
   cmd.add_option_function<float>(
@@ -161,6 +185,13 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   o.parallel = !f.parallel.empty()      ? parallel::parse_parallel_mode(f.parallel)
                : o.process_ranks > 1 ? parallel::ParallelMode::ddp
                                      : parallel::ParallelMode::none;
+  if (f.loss_scale_tuning_given) {
+    const std::optional<parallel::LossScaleOptions> scaling = o.loss_scaling();
+    if (!scaling || !scaling->dynamic)
+      usage_fail("--initial-loss-scale and --loss-scale-window tune dynamic loss scaling, which --loss-scale ",
+                 o.loss_scale, " with --grad-dtype ", o.grad_dtype, " does not use: pass --loss-scale dynamic");
+  }
+  if (o.precision == "tf32") o.allow_tf32 = true;  // on CUDA; refused on CPU by validate()
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;
   o.weights_strict = !f.weights_non_strict;

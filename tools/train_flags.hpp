@@ -16,6 +16,7 @@ struct TrainFlags {
   std::string betas;  // AdamW's "B1,B2"; empty: not given
   // Set when the flag is given, so that flags of the other optimizer can be refused.
   bool momentum_given = false, nesterov_given = false, eps_given = false;
+  bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
 };
 
 // The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).

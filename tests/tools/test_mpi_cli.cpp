@@ -87,6 +87,37 @@ TEST_CASE("mpirun -np 2/3/4 dpx train reproduces one replica on the same global 
   check_same_run(single, train(mpirun(2), "mpi2", "--algo mpi"));
 }
 
+TEST_CASE("mpirun -np 2/3 with --grad-dtype bf16 and fp16 trains as the same number of thread ranks, bit for bit") {
+  // The thread ranks' runs are checked against one fp32 replica in tests/parallel/test_grad_dtype.cpp;
+  // processes must run the same half-precision all-reduce (dpx's ring), and dynamic loss scaling
+  // (fp16's default) must take the same decisions, so the weights are equal to the last bit.
+  const TempDir tmp("mpi_grad_dtype");
+  auto train = [&](const std::string& launch, const std::string& name, const std::string& extra) {
+    const fs::path out = tmp.path / name;
+    DpxResult r = run_command(launch + DPX_BINARY + " " + kMlpRun + "--batch-size 24 --log-interval 1000 --bucket-mb "
+                              "0.001 --parallel ddp " + extra + " --out " + out.string() + " --save " +
+                              (out / "w.safetensors").string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    return out;
+  };
+  for (int np : {2, 3}) {
+    for (const std::string dtype : {"bf16", "fp16"}) {
+      CAPTURE(np);
+      CAPTURE(dtype);
+      const std::string tag = dtype + std::to_string(np);
+      const fs::path threads =
+          train("", "threads_" + tag, "--devices cpu:" + std::to_string(np) + " --grad-dtype " + dtype);
+      const fs::path procs = train(mpirun(np), "mpi_" + tag, "--grad-dtype " + dtype);
+      CHECK(dpx::testing::weights_rel_diff(threads / "w.safetensors", procs / "w.safetensors") == 0);
+      CHECK(file_text(procs / "steps.csv").find(",loss_scale,update_skipped") != std::string::npos);
+    }
+  }
+  // The library's MPI_Allreduce on fp16 (dpx's reduction, in f32 and rounded back, as its op).
+  const fs::path lib = train(mpirun(2), "mpi_lib_fp16", "--grad-dtype fp16 --algo mpi");
+  CHECK(dpx::testing::weights_rel_diff(tmp.path / "threads_fp162" / "w.safetensors", lib / "w.safetensors") == 0);
+}
+
 TEST_CASE("under mpirun rank 0 alone prints and writes one set of outputs, with the launch in config.json") {
   const TempDir tmp("mpi_outputs");
   const fs::path& d = tmp.path;
