@@ -167,9 +167,8 @@ namespace {
 
 // The implementations to try for a shape under `algo`, in order of preference, and whether the
 // first that runs is taken (a rule) or all are timed (search). Empty: dpx's kernels by rule.
-constexpr int64_t kWinogradMinPlane = 14;  // output rows and columns
-constexpr int64_t kOneDnnMinBackwardChannels = 8;
-constexpr int64_t kLargePlane = 2048, kSmallPlane = 16, kManyChannels = 1024;  // output pixels; channels
+constexpr int64_t kWinogradMinPlane = 7, kPointwiseMinPlane = 14;  // output rows and columns
+constexpr int64_t kSmallPlane = 16, kManyChannels = 1024;            // output pixels; channels
 
 // oneDNN's Winograd F(4x4, 3x3): 3x3 kernels, stride 1, no dilation, no groups.
 bool winograd_shape(const Tensor& w, const Conv2dParams& p) {
@@ -200,29 +199,25 @@ std::vector<Impl> candidates(ConvAlgo algo, bool backward, const Context& ctx, c
         why = "rule: inside a parallel region oneDNN takes 1 thread";
         return {};
       }
-      // 1x1 convolutions: dpx's kernels, whose products read x and dy in NCHW as they are (or
-      // gather the strided pixels), where oneDNN reorders x, y, dy and dx to and from its blocked
-      // layouts around the same product (--conv-algo search on ResNet-50 at 224x224: dpx
-      // 1.1-2.2x faster on every 1x1 shape in forward, ahead or even in backward).
-      if (w.size(2) == 1 && w.size(3) == 1 && p.groups == 1) {
-        why = "rule: 1x1";
+      // 1x1 convolutions on output planes of 14x14 and more: dpx's kernels, whose products read
+      // x and dy in NCHW as they are (or gather the strided pixels), where oneDNN reorders x, y,
+      // dy and dx to and from its blocked layouts around the same product (--conv-algo search on
+      // ResNet-50 at 224x224: dpx 1.1-2.3x faster forward on those planes, 1.1-1.4x backward on
+      // 28x28 and 56x56, 3-5 % slower backward on 14x14; oneDNN 1.1-1.3x faster on 7x7).
+      if (w.size(2) == 1 && w.size(3) == 1 && p.groups == 1 && out_plane >= kPointwiseMinPlane) {
+        why = "rule: 1x1 on a plane of 14x14 or more";
         return {};
       }
-      // Two backward shapes where dpx's kernels beat oneDNN's (bench_kernels, and --conv-algo
-      // search on ResNet-50 at 64x64): a network's first convolution on a large plane (3 input
-      // channels: ResNet's 7x7/2 stem and Swin's 4x4/4 patch embedding at 224x224, 1.6-2.2x),
-      // and 1024 or more input channels on planes of at most 16 output pixels (ResNet-50's
-      // last stages at 64x64, where dpx puts the images side by side in one product; 1.4-2.4x).
-      if (backward && x.size(1) < kOneDnnMinBackwardChannels && out_pixels >= kLargePlane) {
-        why = "rule: backward of a stem on a large plane";
-        return {};
-      }
+      // 1024 or more input channels on planes of at most 16 output pixels, backward: ResNet-50's
+      // last stages at 64x64, where dpx puts the images side by side in one product (--conv-algo
+      // search at 64x64; 1.4-2.4x).
       if (backward && x.size(1) >= kManyChannels && out_pixels <= kSmallPlane) {
         why = "rule: backward of many channels on a small plane";
         return {};
       }
-      // Winograd pays on planes of 14x14 and more (bench_kernels: 1.8-2.4x the direct
-      // convolution's speed there, about even at 8x8 and 7x7, 3-4x slower at 4x4 and 2x2).
+      // Winograd pays on planes of 7x7 and more (bench_kernels: 1.8-2.4x the direct
+      // convolution's speed on 14x14 and more; --conv-algo search on ResNet-18 and -50 at 224:
+      // 1.1-1.5x on 7x7; 3-4x slower at 4x4 and 2x2).
       if (winograd_shape(w, p) && out_plane >= kWinogradMinPlane)
         return {Impl::winograd, Impl::direct, Impl::dpx};
       return {Impl::direct, Impl::dpx};

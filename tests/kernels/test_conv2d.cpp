@@ -349,13 +349,17 @@ TEST_CASE("conv2d: auto's rule, shape by shape") {
     ops::conv2d_forward(ctx, y, x, w, nullptr, p);
     ops::conv2d_backward(ctx, &dx, &dw, nullptr, dy, x, w, p, ops::DxMode::add);
   };
-  run(32, 16, 64, 1, 1, 0);   // 1x1: dpx's kernels (x is the product's column matrix)
-  run(32, 16, 64, 1, 2, 0);   // 1x1 stride 2: the same
+  run(32, 16, 64, 1, 1, 0);   // 1x1 on a 16x16 plane: dpx's kernels (x is the product's columns)
+  run(32, 32, 64, 1, 2, 0);   // 1x1 stride 2 onto 16x16: the same
+  run(32, 7, 64, 1, 1, 0);    // 1x1 on a 7x7 plane: oneDNN's direct convolution
   run(16, 16, 16, 3, 1, 1);   // 3x3 stride 1 on a 16x16 plane: Winograd
-  run(16, 16, 16, 3, 2, 1);   // 3x3 stride 2: oneDNN's direct convolution
+  run(16, 7, 16, 3, 1, 1);    // ... and on 7x7
+  run(16, 4, 16, 3, 1, 1);    // ... but not on 4x4: direct
+  run(16, 16, 16, 3, 2, 1);   // 3x3 stride 2: direct
   const std::vector<cpu::ConvChoice> choices = cpu::conv_choices();
-  REQUIRE(choices.size() == 8);
-  const char* expected[] = {"dpx", "dpx", "dpx", "dpx", "winograd", "winograd", "onednn", "onednn"};
+  REQUIRE(choices.size() == 14);
+  const char* expected[] = {"dpx",      "dpx",      "dpx",    "dpx",    "onednn", "onednn", "winograd",
+                            "winograd", "winograd", "winograd", "onednn", "onednn", "onednn", "onednn"};
   for (size_t i = 0; i < choices.size(); ++i) {
     INFO(choices[i].shape, " ", choices[i].pass, ": ", choices[i].why);
     CHECK(choices[i].algo == std::string(expected[i]));
