@@ -36,7 +36,8 @@ struct Storage {
 // The host block cache: a freed host block is kept in a free list of its size (rounded up to 64
 // bytes) and handed to the next allocation of that size, so a training step, which allocates
 // the same sizes every step, stops asking the system for memory after its first step. At most
-// DPX_HOST_CACHE_MB MiB (environment; default 4096, under ASan 0; 0 turns the cache off) wait
+// DPX_HOST_CACHE_MB MiB (environment; default half the machine's memory, at least 4096; under
+// ASan 0; 0 turns the cache off) wait
 // there; blocks beyond that go back to the system. Thread-safe.
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 // Bytes of host storage alive right now, over every thread (what cuda::bytes_in_use is for a
