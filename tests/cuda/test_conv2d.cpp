@@ -87,6 +87,11 @@ TEST_CASE("cuda conv2d forward and backward match the reference and float64, no 
     ops::conv2d_backward(c, nullptr, &dw, nullptr, dy, x, w, p, ops::DxMode::add);
     ops::conv2d_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw, p, ops::DxMode::add);
     CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
+    // DxMode::overwrite (cuDNN's beta 0): what dx held (NaN) is written over.
+    Tensor over = Tensor::zeros(x.shape()), gover = poisoned(x.shape(), dev());
+    ops::conv2d_backward(c, &over, nullptr, nullptr, dy, x, w, p, ops::DxMode::overwrite);
+    ops::conv2d_backward(g, &gover, nullptr, nullptr, gdy, gx, gw, p, ops::DxMode::overwrite);
+    CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
   // The algorithm choices were cached per shape and pass.
   CHECK(state().conv_algos.size() >= cases().size());

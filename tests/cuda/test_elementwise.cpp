@@ -76,7 +76,7 @@ TEST_CASE("cuda increment_i64 adds one on the device") {
   CHECK(gc.to(Device::cpu()).data<int64_t>()[0] == (int64_t(1) << 40) + 1);
 }
 
-TEST_CASE("cuda relu forward and backward (accumulating) match the reference") {
+TEST_CASE("cuda relu forward and backward (accumulating, and written over) match the reference") {
   Context c = reference(), g = gpu();
   Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);
   Tensor y = Tensor::empty(x.shape()), gy = poisoned(x.shape(), dev());
@@ -87,6 +87,10 @@ TEST_CASE("cuda relu forward and backward (accumulating) match the reference") {
   ops::relu_backward(c, dx, dy, y, ops::DxMode::add);
   ops::relu_backward(g, gdx, dy.to(dev()), gy, ops::DxMode::add);
   CHECK(bitwise_equal(gdx, dx));
+  Tensor gover = poisoned(x.shape(), dev());
+  ops::relu_backward(c, dx, dy, y, ops::DxMode::overwrite);
+  ops::relu_backward(g, gover, dy.to(dev()), gy, ops::DxMode::overwrite);
+  CHECK(bitwise_equal(gover, dx));
 }
 
 TEST_CASE("cuda dropout: the mask equals the reference's bit for bit, values and gradients match") {

@@ -49,6 +49,10 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add);
     ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
+    Tensor over = Tensor::zeros(xs), gover = poisoned(xs, dev());  // written over: NaN gone
+    ops::batch_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::overwrite);
+    ops::batch_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite);
+    CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
   Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());
   CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f),
