@@ -356,10 +356,11 @@ TEST_CASE("conv2d: auto's rule, shape by shape") {
   run(16, 7, 16, 3, 1, 1);    // ... and on 7x7
   run(16, 4, 16, 3, 1, 1);    // ... but not on 4x4: direct
   run(16, 16, 16, 3, 2, 1);   // 3x3 stride 2: direct
+  run(3, 16, 16, 3, 1, 1);    // a 3x3 stem (3 input channels): dpx's kernels
   const std::vector<cpu::ConvChoice> choices = cpu::conv_choices();
-  REQUIRE(choices.size() == 14);
-  const char* expected[] = {"dpx",      "dpx",      "dpx",    "dpx",    "onednn", "onednn", "winograd",
-                            "winograd", "winograd", "winograd", "onednn", "onednn", "onednn", "onednn"};
+  REQUIRE(choices.size() == 16);
+  const char* expected[] = {"dpx",      "dpx",      "dpx",    "dpx",    "onednn", "onednn", "winograd", "winograd",
+                            "winograd", "winograd", "onednn", "onednn", "onednn", "onednn", "dpx",      "dpx"};
   for (size_t i = 0; i < choices.size(); ++i) {
     INFO(choices[i].shape, " ", choices[i].pass, ": ", choices[i].why);
     CHECK(choices[i].algo == std::string(expected[i]));
