@@ -66,6 +66,30 @@ void reduce_to(const Context& ctx, Tensor& dt, const Tensor& dy, const Tensor* o
   float* tp = dt.data<float>();
   const float* dyp = dy.data<float>();
   const float* wp = other ? other->data<float>() : nullptr;
+  if (nr == 0) {
+    // Nothing to sum (dt has dy's shape: the gradient of the full-size factor, such as x in
+    // squeeze-excitation's x * s): rows along the last dimension, as broadcast_binary.
+    int outer_dims[kMaxDims];
+    for (int d = 0; d + 1 < L.dims; ++d) outer_dims[d] = d;
+    const int64_t inner = L.size[L.dims - 1], rows = L.numel / inner;
+    const int64_t s_dy = L.stride[0][L.dims - 1], s_t = L.stride[1][L.dims - 1];
+    const int64_t s_o = other ? L.stride[2][L.dims - 1] : 0;
+    const int nt = threads_for(ctx, L.numel);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off[kMaxOperands] = {};
+      add_offsets(L, outer_dims, L.dims - 1, r, off);
+      const float* g = dyp + off[0];
+      float* t = tp + off[1];
+      if (wp) {
+        const float* w = wp + off[2];
+        for (int64_t i = 0; i < inner; ++i) t[i * s_t] += g[i * s_dy] * w[i * s_o];
+      } else {
+        for (int64_t i = 0; i < inner; ++i) t[i * s_t] += g[i * s_dy];
+      }
+    }
+    return;
+  }
   const int64_t targets = dt.numel();
   // The innermost reduced dimension is the loop the work happens in.
   const int last = nr > 0 ? reduced[nr - 1] : -1;

@@ -75,6 +75,14 @@ TEST_CASE("add/mul_broadcast: hand values") {
   ops::mul_broadcast_backward(ctx, &da, &db, dy, a, b);
   check_close(da, {31, 31, 31, 31, 31, 51});         // 1 + 10 + 20 (x2 for the last)
   check_close(db, {1 + 2 + 3 + 4 + 5 + 6, 21 + 6});  // sums of a times dy
+
+  // The full-size factor's gradient (no dimension to sum: its own loop) accumulates too.
+  Tensor x = Tensor::from({2, 3}, {1, 2, 3, 4, 5, 6}), s = Tensor::from({2, 1}, {10, 20});
+  Tensor g = Tensor::from({2, 3}, {1, 2, 3, 4, 5, 6}), dx = Tensor::from({2, 3}, {1, 1, 1, 1, 1, 1});
+  ops::mul_broadcast_backward(ctx, &dx, nullptr, g, x, s);
+  check_close(dx, {11, 21, 31, 81, 101, 121});  // 1 + dy * s
+  ops::add_broadcast_backward(ctx, &dx, nullptr, g);
+  check_close(dx, {12, 23, 34, 85, 106, 127});  // + dy
 }
 
 TEST_CASE("add/mul_broadcast: the shapes dpx uses and mixed ones, against a naive reference") {
