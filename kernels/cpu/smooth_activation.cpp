@@ -9,15 +9,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
-
-// The vector versions of expf and erff in glibc's libmvec (libm.so pulls it in as needed);
-// <math.h> declares them only under -ffast-math, which dpx does not use.
-extern "C" {
-#pragma omp declare simd notinbranch
-float expf(float) noexcept;
-#pragma omp declare simd notinbranch
-float erff(float) noexcept;
-}
+#include "kernels/cpu/libmvec.hpp"
 
 namespace dpx::cpu {
 

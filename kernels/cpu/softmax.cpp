@@ -1,21 +1,15 @@
 // CPU softmax over the last dimension, with an optional additive bias broadcast over the leading
 // dimensions (attention scores plus a position bias or a window mask), and its backward. Rows
 // are independent and each is summed in a fixed order (detail::LaneSum), so results do not
-// depend on threads. exp is glibc's vector expf (libmvec, at most 4 ulp), as in
-// smooth_activation.cpp; which elements of a row take the vector path depends on the row's
-// length and position only.
+// depend on threads. exp is glibc's vector expf (libmvec.hpp, at most 4 ulp); which elements of
+// a row take the vector path depends on the row's length and position only.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
-
-// libmvec's vector expf (see smooth_activation.cpp).
-extern "C" {
-#pragma omp declare simd notinbranch
-float expf(float) noexcept;
-}
+#include "kernels/cpu/libmvec.hpp"
 
 namespace dpx::cpu {
 
