@@ -1,18 +1,20 @@
 // The CPU convolution's implementations and how one is chosen per shape and pass
 // (kernels/cpu/conv2d_select.cpp):
-//   dpx       dpx's own kernels: im2col + single-threaded sgemm per unit (conv2d.cpp), the direct depthwise kernel
-//             (depthwise_conv.cpp). Bitwise independent of the thread count.
+//   dpx       dpx's own kernels: im2col + a single-threaded sgemm per work unit (conv2d.cpp), the
+//             direct depthwise kernel (depthwise_conv.cpp). Bitwise independent of the thread count.
 //   onednn    oneDNN's direct convolution (conv2d_onednn.cpp; Debian's libdnnl), in the blocked
 //             layouts it picks, with the reorders to and from dpx's NCHW around it. Forward and
 //             dx do not depend on the thread count; dW does (oneDNN splits its sum over images
 //             by thread).
 //   winograd  oneDNN's Winograd F(4x4, 3x3): 3x3 stride-1 convolutions in about half the time on
 //             planes of 14x14 and more, rounding more (5e-4 relative in the kernel tests).
-// --conv-algo picks the rule: auto (Winograd for 3x3 stride-1 shapes on planes of 14x14 and more,
-// direct for the others, dpx's kernels for depthwise ones, for two backward shapes where they are
-// faster (conv2d_select.cpp) and inside thread ranks of several threads: the same choice every run), search (time the candidates on the first call of each
-// shape and keep the fastest, as cuDNN's benchmark mode does: two runs may choose differently),
-// onednn, winograd (the direct convolution where Winograd does not apply), or dpx everywhere.
+// --conv-algo picks the rule: auto (Winograd for 3x3 stride-1 shapes on planes of 7x7 and more,
+// direct for the others; dpx's kernels for 1x1 convolutions on planes of 14x14 and more, 3x3
+// stems, depthwise ones, one backward shape where they are faster, and inside thread ranks of
+// several threads; conv2d_select.cpp says why: the same choice every run), search (time the
+// candidates on the first call of each shape and keep the fastest, as cuDNN's benchmark mode
+// does: two runs may choose differently), onednn, winograd (the direct convolution where
+// Winograd does not apply), or dpx everywhere.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -59,21 +59,15 @@ Tiling tiling_for(int64_t M, int64_t N, int64_t K) {
   return t;
 }
 
-// One tile of C: rows [i0, i0 + mi), columns [j0, j0 + nj).
-void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, bool trans_a, const float* B,
-               bool trans_b, float* C, float alpha, float beta, int64_t i0, int64_t mi, int64_t j0,
-               int64_t nj) {
+// Tile `tile` of C (rows [i0, i0 + mi), columns [j0, j0 + nj)): one gemm_one call.
+void gemm_tiled(const Tiling& t, int64_t tile, int64_t M, int64_t N, int64_t K, const float* A,
+                bool trans_a, const float* B, bool trans_b, float* C, float alpha, float beta) {
+  const int64_t i0 = (tile / t.tiles_n) * t.rows, j0 = (tile % t.tiles_n) * t.cols;
+  const int64_t mi = std::min(t.rows, M - i0), nj = std::min(t.cols, N - j0);
   const float* a = trans_a ? A + i0 : A + i0 * K;
   const float* b = trans_b ? B + j0 * K : B + j0;
   detail::gemm_one(trans_a, trans_b, mi, nj, K, alpha, a, trans_a ? M : K, b, trans_b ? K : N, beta,
                    C + i0 * N + j0, N);
-}
-
-void gemm_tiled(const Tiling& t, int64_t tile, int64_t M, int64_t N, int64_t K, const float* A,
-                bool trans_a, const float* B, bool trans_b, float* C, float alpha, float beta) {
-  int64_t i0 = (tile / t.tiles_n) * t.rows, j0 = (tile % t.tiles_n) * t.cols;
-  gemm_tile(M, N, K, A, trans_a, B, trans_b, C, alpha, beta, i0, std::min(t.rows, M - i0), j0,
-            std::min(t.cols, N - j0));
 }
 
 }  // namespace
