@@ -206,8 +206,10 @@ void BM_BatchNorm(benchmark::State& state) {
          rv = Tensor::zeros({C}), dx = Tensor::zeros(shape), dgamma = Tensor::zeros({C}),
          dbeta = Tensor::zeros({C});
   for (auto _ : state) {
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
-    ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, ops::DxMode::add);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                  ops::Epilogue::none);
+    ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, ops::DxMode::add,
+                             nullptr);
     benchmark::DoNotOptimize(dx.raw());
   }
   state.counters["GB/s"] = benchmark::Counter(5.0 * 4 * x.numel() * 1e-9,
@@ -215,6 +217,44 @@ void BM_BatchNorm(benchmark::State& state) {
   state.SetLabel("N=8 C=256 56x56, forward (train) + backward");
 }
 BENCHMARK(BM_BatchNorm)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Batch norm + ReLU, a training step's forward and backward as the layers run them: fused 0 is
+// four ops (batch norm, relu, relu backward, batch norm backward), fused 1 two (the batch norm's
+// Epilogue::relu and its backward with relu_out), as nn::forward_children/backward_children.
+void BM_BatchNormRelu(benchmark::State& state) {
+  Context ctx = Context::cpu(static_cast<int>(state.range(1)));
+  const bool fused = state.range(0) != 0;
+  const Shape shape{8, 256, 56, 56};
+  const int64_t C = shape[1];
+  Tensor x = random_tensor(shape, 1), dy = random_tensor(shape, 2), y = Tensor::empty(shape);
+  Tensor h = Tensor::empty(shape), g = Tensor::empty(shape), dx = Tensor::empty(shape);
+  Tensor gamma = random_tensor({C}, 3), beta = random_tensor({C}, 4);
+  Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), rm = Tensor::zeros({C}),
+         rv = Tensor::zeros({C}), dgamma = Tensor::zeros({C}), dbeta = Tensor::zeros({C});
+  const auto overwrite = ops::DxMode::overwrite;
+  for (auto _ : state) {
+    if (fused) {
+      ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                    ops::Epilogue::relu);
+      ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, overwrite, &y);
+    } else {
+      ops::batch_norm_forward_train(ctx, h, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                    ops::Epilogue::none);
+      ops::relu_forward(ctx, y, h);
+      ops::relu_backward(ctx, g, dy, y, overwrite);
+      ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, g, x, gamma, mean, invstd, overwrite,
+                               nullptr);
+    }
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  state.SetLabel(fused ? "N=8 C=256 56x56, BN+ReLU fused, forward (train) + backward"
+                       : "N=8 C=256 56x56, BN then ReLU, forward (train) + backward");
+}
+BENCHMARK(BM_BatchNormRelu)
+    ->ArgNames({"fused", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_DepthwiseConv2dForward)
     ->ArgNames({"shape", "threads", "algo"})

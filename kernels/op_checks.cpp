@@ -398,7 +398,7 @@ void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy) {
 // ==== batch normalisation
 void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
-                              const Tensor& gamma, const Tensor& beta, float, float) {
+                              const Tensor& gamma, const Tensor& beta, float, float, Epilogue) {
   const char* op = "batch_norm_forward_train";
   const int64_t C = bn_channels(op, x);
   require_f32_shape(op, "y", y, x.shape());
@@ -416,7 +416,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
 
 void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
-                             const Tensor& running_var, float) {
+                             const Tensor& running_var, float, Epilogue) {
   const char* op = "batch_norm_forward_eval";
   const int64_t C = bn_channels(op, x);
   require_f32_shape(op, "y", y, x.shape());
@@ -428,7 +428,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, DxMode) {
+                         const Tensor& save_invstd, DxMode, const Tensor* relu_out) {
   const char* op = "batch_norm_backward";
   const int64_t C = bn_channels(op, x);
   require_f32_shape(op, "dy", dy, x.shape());
@@ -437,6 +437,7 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
                     {"dgamma", dgamma}, {"dbeta", dbeta}},
                    C);
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
+  if (relu_out) require_f32_shape(op, "relu_out", *relu_out, x.shape());
 }
 
 // ==== activations and regularisation

@@ -26,6 +26,11 @@ struct Conv2dParams {
 // batch norm and ReLU backward: most of a CNN's input gradients).
 enum class DxMode { add, overwrite };
 
+// What a forward op that offers the choice applies to its output before writing it: nothing, or
+// max(x, 0), so that a ReLU after it need not read and write the tensor again (batch norm, in
+// training and in eval). The ReLU layer then keeps that output as its own (nn::forward_children).
+enum class Epilogue { none, relu };
+
 struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   bool ceil_mode = false;

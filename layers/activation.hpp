@@ -50,6 +50,20 @@ class Activation : public Cloneable<Activation<Ops>> {
   Activation() = default;
   Tensor forward(Context& ctx, const Tensor& x) override;    // any shape -> same shape
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dx (a fresh tensor) += dy * f'
+  // In place of forward when the op before already applied this activation to its output y
+  // (ops::Epilogue::relu): keeps y for backward and returns it, as forward would return its own.
+  Tensor forward_applied(const Tensor& y)
+    requires Ops::keeps_output
+  {
+    kept_ = y;
+    return y;
+  }
+  // The last forward's output (undefined before forward): ReLU's derivative is read from it.
+  const Tensor& output() const
+    requires Ops::keeps_output
+  {
+    return kept_;
+  }
   std::string type_name() const override { return Ops::name; }
   std::string describe() const override { return Ops::repr; }
   void clear_cache() override { kept_ = Tensor(); }

@@ -72,6 +72,11 @@ void BatchNormBase<Self>::check_input(const Tensor& x) const {
 
 template <class Self>
 Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
+  return forward(ctx, x, ops::Epilogue::none);
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
   check_input(x);
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
   trained_forward_ = this->training();
@@ -82,11 +87,11 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
     save_mean_ = Tensor::empty({c_}, DType::f32, ctx.device);
     save_invstd_ = Tensor::empty({c_}, DType::f32, ctx.device);
     ops::batch_norm_forward_train(ctx, y, save_mean_, save_invstd_, running_mean(), running_var(),
-                                  x, weight().value, bias().value, momentum_, eps_);
+                                  x, weight().value, bias().value, momentum_, eps_, epilogue);
     ops::increment_i64(ctx, num_batches_tracked());  // on the device: no host round trip
   } else {
     ops::batch_norm_forward_eval(ctx, y, x, weight().value, bias().value, running_mean(),
-                                 running_var(), eps_);
+                                 running_var(), eps_, epilogue);
   }
   x_ = x;
   return y;
@@ -94,13 +99,24 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
 
 template <class Self>
 Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy) {
+  return backward(ctx, dy, nullptr);
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tensor* relu_out) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
-  if (!trained_forward_) return backward_eval(ctx, dy);
+  if (!trained_forward_) {
+    if (!relu_out) return backward_eval(ctx, dy);
+    Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the ReLU's backward first
+    ops::relu_backward(ctx, g, dy, *relu_out, ops::DxMode::overwrite);
+    return backward_eval(ctx, g);
+  }
   Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
   ops::batch_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_,
-                           weight().value, save_mean_, save_invstd_, ops::DxMode::overwrite);
+                           weight().value, save_mean_, save_invstd_, ops::DxMode::overwrite,
+                           relu_out);
   this->grad_ready(weight());
   this->grad_ready(bias());
   return dx;
@@ -122,7 +138,8 @@ Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
   ops::fill(ctx, ones, 1.f);
   Tensor zero_c = zeros_on(ctx, {c_});
   Tensor s = Tensor::empty({1, c_}, DType::f32, ctx.device);  // (1, C) gamma / sqrt(var + eps)
-  ops::batch_norm_forward_eval(ctx, s, ones, weight().value, zero_c, zero_c, running_var(), eps_);
+  ops::batch_norm_forward_eval(ctx, s, ones, weight().value, zero_c, zero_c, running_var(), eps_,
+                               ops::Epilogue::none);
   Tensor w = s.view({c_, 1, 1, 1});
 
   Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
@@ -135,7 +152,7 @@ Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
   if (dgamma || dbeta) {
     Tensor xhat = Tensor::empty(x_.shape(), DType::f32, ctx.device);
     ops::batch_norm_forward_eval(ctx, xhat, x_, ones.view({c_}), zero_c, running_mean(),
-                                 running_var(), eps_);
+                                 running_var(), eps_, ops::Epilogue::none);
     Tensor dgamma_w = dgamma ? dgamma->view({c_, 1, 1, 1}) : Tensor();
     ops::conv2d_backward(ctx, nullptr, dgamma ? &dgamma_w : nullptr, dbeta, dy_image,
                          xhat.view(as_image), w, depthwise, ops::DxMode::add);

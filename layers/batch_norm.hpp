@@ -3,6 +3,7 @@
 // normalises with batch statistics and updates the running ones; eval uses the running ones.
 #pragma once
 #include "core/rng.hpp"
+#include "kernels/ops.hpp"
 #include "layers/module.hpp"
 
 namespace dpx::nn {
@@ -17,7 +18,14 @@ class BatchNormBase : public Cloneable<Self> {
   explicit BatchNormBase(int64_t num_features, float eps = 1e-5f, float momentum = 0.1f);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, ...) -> (N, C, ...)
+  // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(BN(x), 0) in
+  // the same pass, for a ReLU that follows (nn::forward_children). backward is unchanged: it
+  // needs x and the statistics, never the output.
+  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // in the mode forward ran in
+  // backward through a ReLU after this layer too: dy is the ReLU's, relu_out its forward output
+  // (nn::backward_children); in training one pass (batch_norm_backward's relu_out).
+  Tensor backward(Context& ctx, const Tensor& dy, const Tensor* relu_out);
   std::string describe() const override;
   void clear_cache() override;
 

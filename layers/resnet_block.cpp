@@ -50,8 +50,7 @@ template <class Self>
 Tensor ResNetBlock<Self>::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(1) != in_)
     fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", in_, ", H, W)");
-  Tensor h = x;
-  for (size_t i = 0; i < branch_; ++i) h = this->child(i).forward(ctx, h);
+  Tensor h = forward_children(ctx, *this, 0, branch_, x);  // bn + relu pairs in one pass
   Tensor identity = has_downsample() ? this->child(branch_).forward(ctx, x) : x;
   return final_relu().forward(ctx, residual_add(ctx, h, identity, describe()));
 }
@@ -67,11 +66,8 @@ Tensor ResNetBlock<Self>::backward(Context& ctx, const Tensor& dy) {
     this->child(branch_).set_input_grad_needed(need_dx);
     d_identity = this->child(branch_).backward(ctx, g);
   }
-  Tensor dx = g;
-  for (size_t i = branch_; i-- > 0;) {
-    if (i == 0) this->child(0).set_input_grad_needed(need_dx);  // conv1: dx only if wanted
-    dx = this->child(i).backward(ctx, dx);
-  }
+  this->child(0).set_input_grad_needed(need_dx);  // conv1: dx only if wanted
+  Tensor dx = backward_children(ctx, *this, 0, branch_, g);  // relu + bn pairs as one
   if (!need_dx) return Tensor();
   return residual_backward(ctx, dx, d_identity);
 }

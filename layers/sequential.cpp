@@ -1,7 +1,12 @@
-// Sequential: child naming, and forward/backward over the children in order and reverse.
+// Sequential: child naming, and forward/backward over the children in order and reverse;
+// forward_children and backward_children, which run a batch norm and the ReLU after it as one.
 #include "layers/sequential.hpp"
 
+#include <optional>
+
 #include "kernels/ops.hpp"
+#include "layers/activation.hpp"
+#include "layers/batch_norm.hpp"
 
 namespace dpx::nn {
 
@@ -31,10 +36,63 @@ std::string Sequential::describe() const {
   return s + ")";
 }
 
+namespace {
+// A batch norm (2d or 1d) and the ReLU after it, run as one.
+struct BnRelu {
+  Module* bn;
+  ReLU* relu;
+  // Forward of both, the ReLU folded into the batch norm's pass.
+  Tensor forward(Context& ctx, const Tensor& x) {
+    return relu->forward_applied(
+        with_bn([&](auto& norm) { return norm.forward(ctx, x, ops::Epilogue::relu); }));
+  }
+  // Backward of both, the ReLU's folded into the batch norm's.
+  Tensor backward(Context& ctx, const Tensor& dy) {
+    return with_bn([&](auto& norm) { return norm.backward(ctx, dy, &relu->output()); });
+  }
+  template <class F>
+  Tensor with_bn(F&& f) {
+    if (auto* norm = dynamic_cast<BatchNorm2d*>(bn)) return f(*norm);
+    return f(*static_cast<BatchNorm1d*>(bn));
+  }
+};
+
+std::optional<BnRelu> bn_relu(Module& first, Module& second) {
+  auto* relu = dynamic_cast<ReLU*>(&second);
+  if (!relu || !(dynamic_cast<BatchNorm2d*>(&first) || dynamic_cast<BatchNorm1d*>(&first)))
+    return std::nullopt;
+  return BnRelu{&first, relu};
+}
+}  // namespace
+
+Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x) {
+  for (size_t i = begin; i < end; ++i) {
+    if (auto pair = i + 1 < end ? bn_relu(parent.child(i), parent.child(i + 1)) : std::nullopt) {
+      x = pair->forward(ctx, x);
+      ++i;
+    } else {
+      x = parent.child(i).forward(ctx, x);
+    }
+  }
+  return x;
+}
+
+Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy) {
+  for (size_t i = end; i-- > begin;) {
+    auto pair = i > begin ? bn_relu(parent.child(i - 1), parent.child(i)) : std::nullopt;
+    // A ReLU that has not run forward goes alone: its own backward says so.
+    if (pair && pair->relu->output().defined()) {
+      dy = pair->backward(ctx, dy);
+      --i;
+    } else {
+      dy = parent.child(i).backward(ctx, dy);
+    }
+  }
+  return dy;
+}
+
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {
-  Tensor h = x;
-  for (size_t i = 0; i < num_children(); ++i) h = child(i).forward(ctx, h);
-  return h;
+  return forward_children(ctx, *this, 0, num_children(), x);
 }
 
 Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
@@ -53,11 +111,9 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
       }
     if (first == num_children()) return Tensor();  // nothing to learn here at all
   }
-  Tensor g = dy;
-  for (size_t i = num_children(); i-- > first;) {
+  for (size_t i = first; i < num_children(); ++i)
     child(i).set_input_grad_needed(i > first || input_grad_needed());
-    g = child(i).backward(ctx, g);
-  }
+  Tensor g = backward_children(ctx, *this, first, num_children(), dy);
   return first == 0 ? g : Tensor();
 }
 

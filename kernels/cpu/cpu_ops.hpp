@@ -8,6 +8,7 @@ namespace dpx::cpu {
 using ops::AdamwParams;
 using ops::Conv2dParams;
 using ops::DxMode;
+using ops::Epilogue;
 using ops::Pool2dParams;
 using ops::SgdParams;
 

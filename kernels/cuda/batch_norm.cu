@@ -28,10 +28,11 @@ Layout layout_of(const char* op, const Tensor& x) {
 
 // Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
 // shift = the channel's first element so that the variance does not cancel catastrophically.
-// Backward: a = sum(dy), b = sum(dy * (x - mean)). grid = (C, chunks).
+// Backward: a = sum(dy), b = sum(dy * (x - mean)), dy counting only where relu_out > 0 when
+// relu_out is given (a ReLU's backward folded in). grid = (C, chunks).
 template <bool kBackward>
 __global__ void partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
-                                    const float* mean, Layout l, int64_t chunk) {
+                                    const float* relu_out, const float* mean, Layout l, int64_t chunk) {
   __shared__ double shared[33];
   int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
   int64_t begin = p * chunk, end = min(l.m, begin + chunk);
@@ -44,7 +45,7 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
     int64_t at = (n * l.c + c) * l.s + s;
     double d = static_cast<double>(x[at]) - center;
     if (kBackward) {
-      double g = dy[at];
+      double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
       a += g;
       b += g * d;
     } else {
@@ -89,11 +90,13 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
 // y = (x - mean) * invstd * gamma + beta, per channel; a missing gamma/beta means 1/0.
 template <typename Index>
 __global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, Index total, Index c_count, Index s) {
+                                 const float* gamma, const float* beta, Index total, Index c_count, Index s,
+                                 bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
     float v = (x[i] - mean[c]) * invstd[c];
-    y[i] = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+    v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+    y[i] = relu && v < 0.f ? 0.f : v;  // Epilogue::relu lets NaN through, as relu_forward
   }
 }
 
@@ -101,12 +104,13 @@ __global__ void normalize_kernel(float* y, const float* x, const float* mean, co
 template <typename Index>
 __global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
                                       const float* gamma, const float* beta, float eps, Index total,
-                                      Index c_count, Index s) {
+                                      Index c_count, Index s, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
     float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
     float v = (x[i] - running_mean[c]) * invstd;
-    y[i] = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+    v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
+    y[i] = relu && v < 0.f ? 0.f : v;
   }
 }
 
@@ -134,11 +138,12 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
 template <typename Index>
-__global__ void backward_dx_kernel(float* dx, const float* dy, const float* x, const float* mean, const float* coef,
-                                   Index total, Index c_count, Index s, bool overwrite) {
+__global__ void backward_dx_kernel(float* dx, const float* dy, const float* relu_out, const float* x, const float* mean,
+                                   const float* coef, Index total, Index c_count, Index s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
-    const float g = coef[3 * c] * (dy[i] - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
+    const float dyi = relu_out && !(relu_out[i] > 0.f) ? 0.f : dy[i];
+    const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
     dx[i] = overwrite ? g : dx[i] + g;
   }
 }
@@ -171,7 +176,7 @@ void per_element(const Layout& l, Launch launch) {
 
 void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, float momentum, float eps) {
+                              const Tensor& beta, float momentum, float eps, Epilogue epilogue) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_forward_train";
   Layout l = layout_of(op, x);
@@ -189,7 +194,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
   partial_sums_kernel<false><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
-      pa, pb, px, nullptr, nullptr, l, chunk);
+      pa, pb, px, nullptr, nullptr, nullptr, l, chunk);
   check_launch();
   finish_stats_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
@@ -197,13 +202,14 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   float* py = f32(y, op, "y");
   per_element(l, [&](auto total, auto c, auto s) {
     normalize_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, pmean, pinv, g, b, total, c, s);
+        py, px, pmean, pinv, g, b, total, c, s, epilogue == Epilogue::relu);
     check_launch();
   });
 }
 
 void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                             const Tensor& running_mean, const Tensor& running_var, float eps) {
+                             const Tensor& running_mean, const Tensor& running_var, float eps,
+                             Epilogue epilogue) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_forward_eval";
   Layout l = layout_of(op, x);
@@ -216,14 +222,14 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
   const float* rv = f32(running_var, op, "running_var");
   per_element(l, [&](auto total, auto c, auto s) {
     normalize_eval_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, rm, rv, g, b, eps, total, c, s);
+        py, px, rm, rv, g, b, eps, total, c, s, epilogue == Epilogue::relu);
     check_launch();
   });
 }
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                         DxMode dx_mode) {
+                         DxMode dx_mode, const Tensor* relu_out) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_backward";
   Layout l = layout_of(op, x);
@@ -231,6 +237,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* px = f32(x, op, "x");
   const float* pdy = f32(dy, op, "dy");
+  const float* prelu = relu_out ? f32(*relu_out, op, "relu_out") : nullptr;
   const float* pmean = f32(save_mean, op, "save_mean");
   const float* pinv = f32(save_invstd, op, "save_invstd");
   int chunks = chunks_for(st, l);
@@ -240,7 +247,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   double* pb = pa + l.c * chunks;
   float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
   partial_sums_kernel<true><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
-      pa, pb, px, pdy, pmean, l, chunk);
+      pa, pb, px, pdy, prelu, pmean, l, chunk);
   check_launch();
   finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb, g,
@@ -250,7 +257,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   float* pdx = f32(*dx, op, "dx");
   per_element(l, [&](auto total, auto c, auto s) {
     backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        pdx, pdy, px, pmean, coef, total, c, s, dx_mode == DxMode::overwrite);
+        pdx, pdy, prelu, px, pmean, coef, total, c, s, dx_mode == DxMode::overwrite);
     check_launch();
   });
 }

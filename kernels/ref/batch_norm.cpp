@@ -1,6 +1,7 @@
 // Reference batch normalisation over (N, spatial) for each channel of x (N, C, ...): training
 // forward (batch statistics, running statistics updated), eval forward, and backward.
 #include <cmath>
+#include <vector>
 
 #include "kernels/ref/ref_ops.hpp"
 
@@ -17,6 +18,12 @@ BnSizes sizes(const Tensor& x) {
   for (int d = 2; d < x.dim(); ++d) b.S *= x.size(d);
   return b;
 }
+// max(v, 0) for Epilogue::relu (NaN passes, as relu_forward), else v.
+float apply(Epilogue epilogue, double v) {
+  const float f = static_cast<float>(v);
+  return epilogue == Epilogue::relu && f < 0.f ? 0.f : f;
+}
+
 }  // namespace
 
 // For each channel c, over its M = N * S values:
@@ -26,7 +33,8 @@ BnSizes sizes(const Tensor& x) {
 //   running_var  = (1 - momentum) running_var  + momentum var * M / (M - 1) (unbiased).
 void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
-                              const Tensor& gamma, const Tensor& beta, float momentum, float eps) {
+                              const Tensor& gamma, const Tensor& beta, float momentum, float eps,
+                              Epilogue epilogue) {
   const BnSizes b = sizes(x);
   const int64_t M = b.N * b.S;
   const float* xp = x.data<float>();
@@ -46,7 +54,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
     for (int64_t n = 0; n < b.N; ++n)
       for (int64_t s = 0; s < b.S; ++s) {
         const int64_t i = b.at(n, c, s);
-        yp[i] = static_cast<float>((xp[i] - mean) * invstd * gp[c] + bp[c]);
+        yp[i] = apply(epilogue, (xp[i] - mean) * invstd * gp[c] + bp[c]);
       }
     save_mean.data<float>()[c] = static_cast<float>(mean);
     save_invstd.data<float>()[c] = static_cast<float>(invstd);
@@ -57,10 +65,10 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
   }
 }
 
-// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta
+// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta (then max(y, 0) for relu)
 void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
-                             const Tensor& running_var, float eps) {
+                             const Tensor& running_var, float eps, Epilogue epilogue) {
   const BnSizes b = sizes(x);
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
@@ -73,7 +81,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
       const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
       for (int64_t s = 0; s < b.S; ++s) {
         const int64_t i = b.at(n, c, s);
-        yp[i] = static_cast<float>((xp[i] - rm[c]) * invstd * gp[c] + bp[c]);
+        yp[i] = apply(epilogue, (xp[i] - rm[c]) * invstd * gp[c] + bp[c]);
       }
     }
 }
@@ -83,13 +91,21 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 //   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, DxMode dx_mode) {
+                         const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out) {
   const BnSizes b = sizes(x);
   const int64_t M = b.N * b.S;
   if (M == 0) return;
   const float* xp = x.data<float>();
-  const float* dyp = dy.data<float>();
   const float* gp = gamma.data<float>();
+  // relu_out: dy counts only where the ReLU's output is > 0, as relu_backward's mask.
+  std::vector<float> masked;
+  const float* dyp = dy.data<float>();
+  if (relu_out) {
+    masked.assign(dyp, dyp + dy.numel());
+    for (int64_t i = 0; i < dy.numel(); ++i)
+      if (!(relu_out->data<float>()[i] > 0.f)) masked[i] = 0.f;
+    dyp = masked.data();
+  }
   for (int64_t c = 0; c < b.C; ++c) {
     const double mean = save_mean.data<float>()[c], invstd = save_invstd.data<float>()[c];
     double sum_dy = 0, sum_dy_xhat = 0;

@@ -9,6 +9,7 @@ namespace dpx::ref {
 using ops::AdamwParams;
 using ops::Conv2dParams;
 using ops::DxMode;
+using ops::Epilogue;
 using ops::Pool2dParams;
 using ops::SgdParams;
 

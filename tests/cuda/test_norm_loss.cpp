@@ -21,8 +21,8 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     Tensor grm = rm.to(dev()), grv = rv.to(dev());
     Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
     Tensor gy = poisoned(xs, dev()), gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
-    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
-    ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f);
+    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, ops::Epilogue::none);
     check_close(gmean, mean, 1e-5);
     check_close(ginvstd, invstd, 1e-5);
     check_close(grm, rm, 1e-5);
@@ -30,32 +30,32 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     check_close(gy, y, 1e-5);
 
     Tensor ye = Tensor::empty(xs), gye = poisoned(xs, dev());
-    ops::batch_norm_forward_eval(c, ye, x, gamma, beta, rm, rv, 1e-5f);
-    ops::batch_norm_forward_eval(g, gye, gx, ggamma, gbeta, grm, grv, 1e-5f);
+    ops::batch_norm_forward_eval(c, ye, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_eval(g, gye, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::none);
     check_close(gye, ye, 1e-5);
 
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({C}, ++seed), db0 = uniform({C}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
-    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add);
-    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
+    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
     // dx subtracts two per-channel means from dy: a long reduction, compared norm-wise.
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add);
-    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
+    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
-    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add);
-    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add);
+    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     Tensor over = Tensor::zeros(xs), gover = poisoned(xs, dev());  // written over: NaN gone
-    ops::batch_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::overwrite);
-    ops::batch_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite);
+    ops::batch_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr);
+    ops::batch_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite, nullptr);
     CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
   Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());
-  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f),
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f, ops::Epilogue::none),
                        doctest::Contains("more than 1 value per channel"), Error);
 }
 
@@ -101,4 +101,47 @@ TEST_CASE("cuda count_correct matches the reference, ties go to the first maximu
   lab.data<int64_t>()[0] = 1;  // first of the two 5s
   lab.data<int64_t>()[1] = 1;  // second of the two 2s: wrong
   CHECK(ops::count_correct(g, tie.to(dev()), lab.to(dev())) == 1);
+}
+
+TEST_CASE("cuda batch_norm Epilogue::relu equals relu_forward of the plain output") {
+  Context g = gpu();
+  const int64_t C = 6;
+  Tensor x = uniform({4, C, 9, 9}, 41, -3.f, 3.f).to(dev());
+  Tensor gamma = uniform({C}, 42).to(dev()), beta = uniform({C}, 43).to(dev());
+  Tensor rm = uniform({C}, 44).to(dev()), rv = uniform({C}, 45, 0.5f, 2.f).to(dev());
+  Tensor mean = poisoned({C}, dev()), invstd = poisoned({C}, dev());
+  Tensor plain = poisoned(x.shape(), dev()), want = poisoned(x.shape(), dev());
+  Tensor fused = poisoned(x.shape(), dev());
+  ops::batch_norm_forward_train(g, plain, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f,
+                                ops::Epilogue::none);
+  ops::relu_forward(g, want, plain);
+  ops::batch_norm_forward_train(g, fused, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f,
+                                ops::Epilogue::relu);
+  check_close(fused, want, 0);
+  ops::batch_norm_forward_eval(g, plain, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+  ops::relu_forward(g, want, plain);
+  ops::batch_norm_forward_eval(g, fused, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::relu);
+  check_close(fused, want, 0);
+}
+
+TEST_CASE("cuda batch_norm_backward with relu_out equals relu_backward then the plain backward") {
+  Context g = gpu();
+  const int64_t C = 6;
+  const Shape xs{4, C, 9, 9};
+  Tensor x = uniform(xs, 51, -3.f, 3.f).to(dev()), dy = uniform(xs, 52).to(dev());
+  Tensor gamma = uniform({C}, 53).to(dev()), beta = uniform({C}, 54).to(dev());
+  Tensor rm = uniform({C}, 55).to(dev()), rv = uniform({C}, 56, 0.5f, 2.f).to(dev());
+  Tensor mean = poisoned({C}, dev()), invstd = poisoned({C}, dev()), y = poisoned(xs, dev());
+  ops::batch_norm_forward_train(g, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+  Tensor masked = poisoned(xs, dev());
+  ops::relu_backward(g, masked, dy, y, ops::DxMode::overwrite);
+  Tensor dx_want = poisoned(xs, dev()), dx = poisoned(xs, dev());
+  Tensor dg_want = Tensor::zeros({C}).to(dev()), dg = Tensor::zeros({C}).to(dev());
+  Tensor db_want = Tensor::zeros({C}).to(dev()), db = Tensor::zeros({C}).to(dev());
+  ops::batch_norm_backward(g, &dx_want, &dg_want, &db_want, masked, x, gamma, mean, invstd, ops::DxMode::overwrite,
+                           nullptr);
+  ops::batch_norm_backward(g, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, &y);
+  check_close(dx, dx_want, 0);
+  check_close(dg, dg_want, 0);
+  check_close(db, db_want, 0);
 }

@@ -22,7 +22,7 @@ TEST_CASE("batch_norm train (N, C): hand values and running stats after two step
   Tensor gamma = Tensor::from({2}, {1, 2}), beta = Tensor::from({2}, {0, 1});
   Tensor rm = Tensor::from({2}, {0, 0}), rv = Tensor::from({2}, {1, 1});
   Tensor mean = Tensor::empty({2}), invstd = Tensor::empty({2}), y = Tensor::empty({4, 2});
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
   const double z[4] = {-1.3416354200, -0.4472118067, 0.4472118067, 1.3416354200};   // ch 0
   const double z1[4] = {-1.3416407328, -0.4472135776, 0.4472135776, 1.3416407328};  // ch 1
   std::vector<double> want;
@@ -36,7 +36,7 @@ TEST_CASE("batch_norm train (N, C): hand values and running stats after two step
 
   // Second step with 2x: mean 5 and 50, unbiased variance 20/3 and 2000/3.
   Tensor x2 = Tensor::from({4, 2}, {2, 20, 4, 40, 6, 60, 8, 80});
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x2, gamma, beta, 0.1f, 1e-5f);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x2, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
   check_close(rm, {0.9 * 0.25 + 0.5, 0.9 * 2.5 + 5});
   check_close(rv, {0.9 * (0.9 + 0.5 / 3) + 2 / 3., 0.9 * (0.9 + 50 / 3.) + 200 / 3.});
 }
@@ -48,22 +48,22 @@ TEST_CASE("batch_norm train (N, C, H, W) against plain loops, then eval with the
   Tensor rm = randn({C}, 4), rv = Tensor::from({C}, {1, 2, 0.5f, 4});
   const auto rm0 = rm.to_vector(), rv0 = rv.to_vector();
   Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.2f, 1e-3f);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.2f, 1e-3f, ops::Epilogue::none);
 
   // The reference kernel (kernels/ref/batch_norm.cpp), from the same running stats.
   Context rctx = Context::cpu();
   Tensor want_rm = Tensor::from({C}, rm0), want_rv = Tensor::from({C}, rv0);
   Tensor want_y = Tensor::empty(x.shape()), want_mean = Tensor::empty({C}), want_invstd = Tensor::empty({C});
   ref::batch_norm_forward_train(rctx, want_y, want_mean, want_invstd, want_rm, want_rv, x, gamma, beta,
-                                0.2f, 1e-3f);
+                                0.2f, 1e-3f, ops::Epilogue::none);
   check_close(y, want_y);
   check_close(mean, want_mean);
   check_close(invstd, want_invstd);
   check_close(rm, want_rm);
   check_close(rv, want_rv);
 
-  ops::batch_norm_forward_eval(ctx, y, x, gamma, beta, rm, rv, 1e-3f);
-  ref::batch_norm_forward_eval(rctx, want_y, x, gamma, beta, rm, rv, 1e-3f);
+  ops::batch_norm_forward_eval(ctx, y, x, gamma, beta, rm, rv, 1e-3f, ops::Epilogue::none);
+  ref::batch_norm_forward_eval(rctx, want_y, x, gamma, beta, rm, rv, 1e-3f, ops::Epilogue::none);
   check_close(y, want_y);
 }
 
@@ -75,7 +75,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
   Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
   auto loss = [&]() {
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
     double l = 0;
     for (int64_t i = 0; i < y.numel(); ++i)
       l += static_cast<double>(y.data<float>()[i]) * r.data<float>()[i];
@@ -83,7 +83,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   };
   loss();
   Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd, ops::DxMode::add);
+  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
   auto numeric = [&](Tensor& t) {
     std::vector<double> g(t.numel());
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -104,7 +104,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
 
   // Null gradients are skipped; the others add up.
   loss();
-  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd, ops::DxMode::add);
+  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
   auto twice = [](std::vector<double> v) {
     for (double& e : v) e *= 2;
     return v;
@@ -116,7 +116,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   // DxMode::overwrite: dx's old contents (NaN) are written over.
   Tensor dx_over = Tensor::empty(x.shape());
   ops::fill(ctx, dx_over, std::numeric_limits<float>::quiet_NaN());
-  ops::batch_norm_backward(ctx, &dx_over, nullptr, nullptr, r, x, gamma, mean, invstd, ops::DxMode::overwrite);
+  ops::batch_norm_backward(ctx, &dx_over, nullptr, nullptr, r, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr);
   check_close(dx_over, ndx, 2e-3);
 }
 
@@ -129,10 +129,10 @@ TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
     Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
     Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
     Tensor ye = Tensor::empty(x.shape());
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f);
-    ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
     Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add);
+    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
     return std::vector<Tensor>{y, ye, rm, rv, dx, dg, db};
   };
   auto one = run(1), two = run(2);
@@ -144,9 +144,54 @@ TEST_CASE("batch_norm: one value per channel cannot train, channel counts must m
   Tensor x = Tensor::zeros({1, 3}), y = Tensor::empty({1, 3}), c3 = Tensor::zeros({3});
   Tensor m = Tensor::empty({3}), s = Tensor::empty({3}), rm = Tensor::zeros({3}),
          rv = Tensor::zeros({3});
-  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(ctx, y, m, s, rm, rv, x, c3, c3, 0.1f, 1e-5f),
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(ctx, y, m, s, rm, rv, x, c3, c3, 0.1f, 1e-5f, ops::Epilogue::none),
                        doctest::Contains("expected more than 1 value per channel"), Error);
   Tensor x2 = Tensor::zeros({2, 4}), y2 = Tensor::empty({2, 4});
-  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_eval(ctx, y2, x2, c3, c3, rm, rv, 1e-5f),
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_eval(ctx, y2, x2, c3, c3, rm, rv, 1e-5f, ops::Epilogue::none),
                        doctest::Contains("gamma has shape (3), expected (4)"), Error);
+}
+
+TEST_CASE("batch_norm Epilogue::relu: bitwise relu_forward of the plain output, train and eval") {
+  const int64_t N = 3, C = 5;
+  Tensor x = randn({N, C, 7, 6}, 13, 2.f), gamma = randn({C}, 14), beta = randn({C}, 15);
+  x.data<float>()[4] = std::numeric_limits<float>::quiet_NaN();  // NaN passes, as torch.relu
+  for (bool reference : {false, true}) {
+    CAPTURE(reference);
+    Context ctx = reference ? Context::ref() : Context::cpu(2);
+    Tensor rm = Tensor::zeros({C}), rv = Tensor::from({C}, {1, 2, 0.5f, 4, 1}), rm2 = rm.clone(),
+           rv2 = rv.clone();
+    Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+    Tensor plain = Tensor::empty(x.shape()), want = Tensor::empty(x.shape());
+    Tensor fused = Tensor::empty(x.shape());
+    ops::batch_norm_forward_train(ctx, plain, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                  ops::Epilogue::none);
+    ops::relu_forward(ctx, want, plain);
+    ops::batch_norm_forward_train(ctx, fused, mean, invstd, rm2, rv2, x, gamma, beta, 0.1f, 1e-5f,
+                                  ops::Epilogue::relu);
+    CHECK(bitwise_equal(fused, want));
+    CHECK(bitwise_equal(rm2, rm));  // the statistics are the plain op's
+    ops::batch_norm_forward_eval(ctx, plain, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+    ops::relu_forward(ctx, want, plain);
+    ops::batch_norm_forward_eval(ctx, fused, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::relu);
+    CHECK(bitwise_equal(fused, want));
+    int64_t zeros = 0;  // the test means something: about half the outputs were clamped
+    for (float v : fused.to_vector()) zeros += v == 0.f;
+    CHECK(zeros > fused.numel() / 4);
+
+    // Backward with relu_out: relu_backward, then the plain batch norm backward, in one pass.
+    ops::batch_norm_forward_train(ctx, fused, mean, invstd, rm2, rv2, x, gamma, beta, 0.1f, 1e-5f,
+                                  ops::Epilogue::relu);
+    Tensor dy = randn(x.shape(), 16), g = Tensor::empty(x.shape());
+    ops::relu_backward(ctx, g, dy, fused, ops::DxMode::overwrite);
+    for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
+      Tensor dx_want = randn(x.shape(), 17), dx = dx_want.clone();
+      Tensor dg_want = randn({C}, 18), dg = dg_want.clone(), db_want = randn({C}, 19), db = db_want.clone();
+      ops::batch_norm_backward(ctx, &dx_want, &dg_want, &db_want, g, x, gamma, mean, invstd, mode,
+                               nullptr);
+      ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, mode, &fused);
+      CHECK(bitwise_equal(dx, dx_want));
+      CHECK(bitwise_equal(dg, dg_want));
+      CHECK(bitwise_equal(db, db_want));
+    }
+  }
 }

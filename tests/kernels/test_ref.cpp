@@ -273,27 +273,27 @@ TEST_CASE("ref: batch norm, training and eval forward, backward, null gradients"
     Tensor rmc = rm.clone(), rvc = rv.clone(), rmr = rm.clone(), rvr = rv.clone();
     Tensor yc = poisoned(xs), yr = poisoned(xs), mc = poisoned({C}), mr = poisoned({C}), ic = poisoned({C}),
            ir = poisoned({C});
-    ops::batch_norm_forward_train(c, yc, mc, ic, rmc, rvc, x, gamma, beta, 0.1f, 1e-5f);
-    ref::batch_norm_forward_train(r, yr, mr, ir, rmr, rvr, x, gamma, beta, 0.1f, 1e-5f);
+    ops::batch_norm_forward_train(c, yc, mc, ic, rmc, rvc, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ref::batch_norm_forward_train(r, yr, mr, ir, rmr, rvr, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
     close("bn y", yc, yr), close("bn mean", mc, mr), close("bn invstd", ic, ir);
     close("bn running_mean", rmc, rmr), close("bn running_var", rvc, rvr);
 
-    ops::batch_norm_forward_eval(c, yc, x, gamma, beta, rm, rv, 1e-5f);
-    ref::batch_norm_forward_eval(r, yr, x, gamma, beta, rm, rv, 1e-5f);
+    ops::batch_norm_forward_eval(c, yc, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+    ref::batch_norm_forward_eval(r, yr, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
     close("bn eval y", yc, yr);
 
     Grad dx = grad(xs, 7), dg = grad({C}, 8), db = grad({C}, 9);
-    ops::batch_norm_backward(c, &dx.cpu, &dg.cpu, &db.cpu, dy, x, gamma, mr, ir, ops::DxMode::add);
-    ref::batch_norm_backward(r, &dx.ref, &dg.ref, &db.ref, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ops::batch_norm_backward(c, &dx.cpu, &dg.cpu, &db.cpu, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
+    ref::batch_norm_backward(r, &dx.ref, &dg.ref, &db.ref, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
     close("bn dx", dx), close("bn dgamma", dg), close("bn dbeta", db);
-    ops::batch_norm_backward(c, nullptr, &dg.cpu, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
-    ref::batch_norm_backward(r, nullptr, &dg.ref, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
-    ops::batch_norm_backward(c, &dx.cpu, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
-    ref::batch_norm_backward(r, &dx.ref, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add);
+    ops::batch_norm_backward(c, nullptr, &dg.cpu, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
+    ref::batch_norm_backward(r, nullptr, &dg.ref, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(c, &dx.cpu, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
+    ref::batch_norm_backward(r, &dx.ref, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::add, nullptr);
     close("bn dx alone", dx), close("bn dgamma alone", dg), close("bn dbeta untouched", db);
     Tensor dxc = poisoned(xs), dxr = poisoned(xs);
-    ops::batch_norm_backward(c, &dxc, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite);
-    ref::batch_norm_backward(r, &dxr, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite);
+    ops::batch_norm_backward(c, &dxc, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite, nullptr);
+    ref::batch_norm_backward(r, &dxr, nullptr, nullptr, dy, x, gamma, mr, ir, ops::DxMode::overwrite, nullptr);
     close("bn dx written over", dxc, dxr);
   }
 }
