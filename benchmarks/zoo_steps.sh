@@ -7,6 +7,8 @@
 # Environment:
 #   DEVICE   cpu (default) or cuda:N          BATCH (8)  SIZE (64)  STEPS measured (10)  WARMUP (2)
 #   THREADS  CPU threads for both (2)         TF32=1     allow TF32 in both (GPU only)
+#   BF16=1   bf16 mixed precision in both (GPU only): dpx's --precision bf16 where its bench has the
+#            flag (else dpx's columns say "-": not in this dpx), PyTorch's autocast
 #   DPX      the dpx binary (build/bin/dpx)   PYTHON     Pythons with torch and torchvision, space-
 #                                                        separated: one PyTorch column each, the ratio
 #                                                        against the fastest (default /usr/bin/python3,
@@ -51,6 +53,12 @@ case $device in
   *) echo "zoo_steps.sh: DEVICE must be cpu or cuda:N (got '$device')" >&2; exit 2 ;;
 esac
 if [[ ${TF32:-0} == 1 ]]; then dpx_flags+=(--tf32); torch_flags+=(--tf32); fi
+dpx_runs=1
+if [[ ${BF16:-0} == 1 ]]; then
+  torch_flags+=(--bf16)
+  if "$dpx" bench --help 2>/dev/null | grep -q -- '--precision'; then dpx_flags+=(--precision bf16)
+  else dpx_runs=0; echo "zoo_steps.sh: this dpx's bench has no --precision: PyTorch's bf16 figures only" >&2; fi
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -80,13 +88,18 @@ ratio_head="" ratio_rule=""
 [[ ${NO_HEADER:-0} == 1 ]] || echo "| model | dpx forward / backward / optimizer (ms) | dpx img/s |$peer_head$ratio_head$mfu_head"
 [[ ${NO_HEADER:-0} == 1 ]] || echo "| --- | --- | --- |$peer_rule$ratio_rule$mfu_rule"
 for m in "${models[@]}"; do
-  "$dpx" bench --models "$m" "${dpx_flags[@]}" --out "$out/$m" >"$out/$m.log" 2>&1 ||
-    { cat "$out/$m.log" >&2; echo "zoo_steps.sh: dpx bench failed for $m" >&2; exit 1; }
-  csv=$out/$m/results.csv
-  fwd=$(column "$csv" mean_forward_s) bwd=$(column "$csv" mean_backward_s) upd=$(column "$csv" mean_optimizer_s)
-  dpx_ips=$(column "$csv" images_per_s)
-  row=$(awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" \
-            'BEGIN { printf "| %s | %.1f / %.1f / %.1f | %.1f |", m, 1e3 * f, 1e3 * b, 1e3 * u, i }')
+  if [[ $dpx_runs == 1 ]]; then
+    "$dpx" bench --models "$m" "${dpx_flags[@]}" --out "$out/$m" >"$out/$m.log" 2>&1 ||
+      { cat "$out/$m.log" >&2; echo "zoo_steps.sh: dpx bench failed for $m" >&2; exit 1; }
+    csv=$out/$m/results.csv
+    fwd=$(column "$csv" mean_forward_s) bwd=$(column "$csv" mean_backward_s) upd=$(column "$csv" mean_optimizer_s)
+    dpx_ips=$(column "$csv" images_per_s)
+    row=$(awk -v m="$m" -v f="$fwd" -v b="$bwd" -v u="$upd" -v i="$dpx_ips" \
+              'BEGIN { printf "| %s | %.1f / %.1f / %.1f | %.1f |", m, 1e3 * f, 1e3 * b, 1e3 * u, i }')
+  else
+    dpx_ips=0
+    row="| $m | - | - |"
+  fi
   best=0
   for py in "${peers[@]}"; do
     # torch.set_num_threads (train_step.py) does not reach OpenBLAS's pthread build, which would
@@ -97,11 +110,13 @@ for m in "${models[@]}"; do
     row+=$(awk -v tf="$tf" -v tb="$tb" -v tu="$tu" -v ti="$t_ips" 'BEGIN { printf " %.1f / %.1f / %.1f | %.1f |", tf, tb, tu, ti }')
     best=$(awk -v a="$best" -v b="$t_ips" 'BEGIN { print (b > a ? b : a) }')
   done
-  [[ ${#peers[@]} -gt 0 ]] && row+=$(awk -v i="$dpx_ips" -v b="$best" 'BEGIN { printf " %.2f× |", i / b }')
-  if [[ -n $peak ]]; then
+  [[ ${#peers[@]} -gt 0 ]] && row+=$(awk -v i="$dpx_ips" -v b="$best" 'BEGIN { if (i > 0 && b > 0) printf " %.2f× |", i / b; else printf " - |" }')
+  if [[ -n $peak && $dpx_runs == 1 ]]; then
     "$dpx" models "$m" --image-size "$size" --csv "$out/$m.models.csv" >/dev/null
     gflops=$(column "$out/$m.models.csv" forward_gflops)
     row+=$(awk -v g="$gflops" -v i="$dpx_ips" -v p="$peak" 'BEGIN { printf " %.1f %% |", 100 * 3 * g * i / (p * 1e3) }')
+  elif [[ -n $peak ]]; then
+    row+=" - |"
   fi
   echo "$row"
 done

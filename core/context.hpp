@@ -15,6 +15,7 @@ struct Context {
   bool reference = false;              // host ops run kernels/ref/, not kernels/cpu/ (--devices ref)
   cuda::CudaState* cuda = nullptr;     // owned elsewhere; set only when device is CUDA
   bool allow_tf32 = false;             // TF32 tensor-core math only when asked (--tf32)
+  bool deterministic = false;          // CUDA: deterministic algorithms, no float atomics (--deterministic)
 
   static Context cpu(int threads = 1) {
     Context c;

@@ -24,6 +24,11 @@ class SubTransport final : public Transport {
   int size() const override { return static_cast<int>(members_.size()); }
   std::string_view name() const override { return parent_.name(); }
   bool accepts(Device device) const override { return parent_.accepts(device); }
+  void copy_local(void* dst, const void* src, size_t bytes) override { parent_.copy_local(dst, src, bytes); }
+  void average_local(void* data, size_t count, DType dtype, int ranks) override {
+    parent_.average_local(data, count, dtype, ranks);
+  }
+  std::byte* scratch(size_t bytes, int slot) override { return parent_.scratch(bytes, slot); }
 
  protected:
   void do_exchange(const Exchange& x) override {
@@ -107,7 +112,7 @@ void hier_reduce(const Sched& s, const Topology& topo) {
   // (the sub-schedules below use slot 0).
   std::byte* acc = !leader           ? nullptr
                    : s.rank == a.root ? static_cast<std::byte*>(a.recv)
-                                      : s.workspace.get(a.count * s.elem_size, 1);
+                                      : s.scratch(a.count, 1);
   SubTransport local(s.transport, topo.local());
   run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, a.count, s);
   if (leader && topo.count() > 1) {
@@ -156,7 +161,7 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
   const size_t c = a.count;
   const std::vector<int>& members = topo.local();
   const bool leader = topo.leader(s.rank);
-  std::byte* acc = leader ? s.workspace.get(c * static_cast<size_t>(s.ranks) * s.elem_size, 1) : nullptr;
+  std::byte* acc = leader ? s.scratch(c * static_cast<size_t>(s.ranks), 1) : nullptr;
   SubTransport local(s.transport, members);
   run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, c * static_cast<size_t>(s.ranks), s);
   if (leader) {

@@ -1,7 +1,6 @@
 // Private to parallel/algorithms*.cpp: the step vocabulary the schedules are written in (send,
 // receive, receive-and-reduce, in element counts) and block partitions of a buffer.
 #pragma once
-#include <cstring>
 #include <vector>
 
 #include "parallel/algorithms.hpp"
@@ -39,12 +38,17 @@ struct Sched {
   const std::byte* at(const void* p, size_t elem) const {
     return static_cast<const std::byte*>(p) + elem * elem_size;
   }
-  std::byte* scratch(size_t elems) const { return workspace.get(elems * elem_size); }
+  // Scratch, copies and the average's division go through the transport, which knows where
+  // the buffers live (host memory, or a GPU for p2p).
+  std::byte* scratch(size_t elems, int slot = 0) const {
+    std::byte* p = transport.scratch(elems * elem_size, slot);
+    return p ? p : workspace.get(elems * elem_size, slot);
+  }
   void copy(void* dst, const void* src, size_t elems) const {
-    if (dst != src && elems > 0) std::memcpy(dst, src, elems * elem_size);
+    if (dst != src && elems > 0) transport.copy_local(dst, src, elems * elem_size);
   }
   void finish_avg(void* p, size_t elems) const {
-    if (args.op == ReduceOp::avg) finish_average(p, elems, args.dtype, ranks);
+    if (args.op == ReduceOp::avg) transport.average_local(p, elems, args.dtype, ranks);
   }
 
   void send(int peer, const void* p, size_t elems) const;

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/collective_check.hpp"
+#include "parallel/p2p_backend.hpp"
 #include "parallel/stall_report.hpp"
 #include "parallel/threads_backend.hpp"
 
@@ -192,33 +193,88 @@ struct Sink {
   std::string limit_source;
 };
 
-void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink) {
+// One 8-byte value all-reduced across the ranks, from host memory: through the rank's GPU on
+// the p2p backend (its communicator reaches device memory only).
+void all_reduce_host(Communicator& comm, const void* mine, void* result, DType dtype, ReduceOp op, int gpu) {
+  if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
+  struct DeviceBlock {
+    void* p;
+    int gpu;
+    ~DeviceBlock() { cuda::release(p, 16, gpu); }
+  } d{cuda::allocate(16, gpu), gpu};
+  auto* in = static_cast<std::byte*>(d.p);
+  cuda::copy(in, Device::cuda(gpu), mine, Device::cpu(), 8);
+  comm.all_reduce(in, in + 8, 1, dtype, op, Algorithm::ring);
+  cuda::copy(result, Device::cpu(), in + 8, Device::cuda(gpu), 8);
+}
+
+// The buffers of one rank. Host backends call on host memory a and b; the p2p backend on device
+// copies of them (da, db), filled from a and b before the calls and read back into b to check.
+struct RankBuffers {
+  std::byte* a = nullptr;
+  std::byte* b = nullptr;
+  int gpu = -1;  // the rank's GPU, or -1: the calls use a and b
+  std::byte* da = nullptr;
+  std::byte* db = nullptr;
+  size_t bytes = 0;
+
+  std::byte* call_a() const { return gpu >= 0 ? da : a; }
+  std::byte* call_b() const { return gpu >= 0 ? db : b; }
+  void upload() const {
+    if (gpu < 0) return;
+    cuda::copy(da, Device::cuda(gpu), a, Device::cpu(), bytes);
+    cuda::copy(db, Device::cuda(gpu), b, Device::cpu(), bytes);
+  }
+  void download_results() const {  // every collective writes its results into b (nccl-tests' placement)
+    if (gpu >= 0) cuda::copy(b, Device::cpu(), db, Device::cuda(gpu), bytes);
+  }
+};
+
+void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink,
+                int gpu = -1) {
   const int n = comm.size(), r = comm.rank(), root = is_rooted(p.coll) ? o.root : -1;
   const size_t es = dtype_size(p.dtype);
   Workspace wa, wb;
-  std::byte* a = wa.get(std::max<size_t>(p.buffer_bytes, 64));
-  std::byte* b = wb.get(std::max<size_t>(p.buffer_bytes, 64));
-  std::memset(a, 0, p.buffer_bytes);  // first touch by the rank that uses the memory
-  std::memset(b, 0, p.buffer_bytes);
+  RankBuffers buf;
+  buf.bytes = std::max<size_t>(p.buffer_bytes, 64);
+  buf.a = wa.get(buf.bytes);
+  buf.b = wb.get(buf.bytes);
+  std::memset(buf.a, 0, buf.bytes);  // first touch by the rank that uses the memory
+  std::memset(buf.b, 0, buf.bytes);
+  struct DeviceBlock {  // the p2p rank's copy of a or b, on its GPU
+    void* p;
+    size_t bytes;
+    int gpu;
+    ~DeviceBlock() { cuda::release(p, bytes, gpu); }
+  };
+  const DeviceBlock dev_a{gpu >= 0 ? cuda::allocate(buf.bytes, gpu) : nullptr, buf.bytes, gpu};
+  const DeviceBlock dev_b{gpu >= 0 ? cuda::allocate(buf.bytes, gpu) : nullptr, buf.bytes, gpu};
+  buf.gpu = gpu;
+  buf.da = static_cast<std::byte*>(dev_a.p);
+  buf.db = static_cast<std::byte*>(dev_b.p);
   for (size_t size : p.sizes) {
     const Shape s = shape_of(p.coll, size, p.dtype, n);
     CollectiveRow rows[2];
     for (int in_place = 0; in_place < 2; ++in_place) {
-      const auto [send, recv] = placement(p.coll, s, r, es, a, b, in_place != 0);
+      const auto [host_send, host_recv] = placement(p.coll, s, r, es, buf.a, buf.b, in_place != 0);
+      const auto [send, recv] = placement(p.coll, s, r, es, buf.call_a(), buf.call_b(), in_place != 0);
       const int call_root = root < 0 ? 0 : root;
-      prepare(p, s, r, call_root, send, recv);
+      prepare(p, s, r, call_root, host_send, host_recv);
+      buf.upload();
       for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, send, recv);
       comm.barrier();
       const double start = now_s();
       for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, send, recv);
       double mean_s = (now_s() - start) / o.iters, slowest_s = 0;
-      comm.all_reduce(&mean_s, &slowest_s, 1, DType::f64, ReduceOp::max, Algorithm::ring);
+      all_reduce_host(comm, &mean_s, &slowest_s, DType::f64, ReduceOp::max, gpu);
       int64_t wrong = -1;
       if (o.check) {
-        prepare(p, s, r, call_root, send, recv);
+        prepare(p, s, r, call_root, host_send, host_recv);
+        buf.upload();
         call(comm, p, s, call_root, algo, send, recv);
-        int64_t mine = wrong_elements(p, s, n, r, call_root, recv);
-        comm.all_reduce(&mine, &wrong, 1, DType::i64, ReduceOp::sum, Algorithm::ring);
+        buf.download_results();
+        int64_t mine = wrong_elements(p, s, n, r, call_root, host_recv);
+        all_reduce_host(comm, &mine, &wrong, DType::i64, ReduceOp::sum, gpu);
       }
       CollectiveRow& row = rows[in_place];
       row.collective = std::string(collective_name(p.coll));
@@ -356,6 +412,9 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   if (mpi && (!processes || !processes->launched() || processes->size() != o.ranks))
     fail("dpx collective --backend mpi: no MPI job of ", o.ranks, " processes to run on");
   const LaunchInfo launch = mpi ? processes->info() : LaunchInfo{};
+  const bool p2p = o.backend == "p2p";
+  // p2p: rank r on GPU r mod (the --gpus list, or every visible GPU); validate() checked there is one.
+  const std::vector<int> gpu_of_rank = p2p ? p2p_rank_devices(o.ranks, parse_gpu_list(o.gpus)) : std::vector<int>{};
   Plan p;
   p.coll = parse_collective(o.collective);
   p.dtype = parse_bench_dtype(o.datatype);
@@ -390,9 +449,9 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks << " ranks ("
       << (mpi ? detail::concat("MPI processes on ", launch.nodes, " node", launch.nodes > 1 ? "s" : "", "; ",
                                launch.library, ", ", launch.thread_level)
-              : std::string("threads of one process"))
+              : std::string(p2p ? "threads of one process, each on a GPU" : "threads of one process"))
       << ")\n";
-  out << "# nThread " << o.ranks << " nGpus 0 minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
+  out << "# nThread " << o.ranks << " nGpus " << (p2p ? 1 : 0) << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
       << (o.step_factor != 0 ? o.step_factor : o.step_bytes) << (o.step_factor != 0 ? "(factor)" : "(bytes)")
       << " warmup iters: " << o.warmup_iters << " iters: " << o.iters << " validation: " << o.check << "\n";
   if (reduced) out << "#\n# Reducing maxBytes to " << o.max_bytes << " due to memory limitation\n";
@@ -401,7 +460,10 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   const std::string host = host_name();
   for (int r = 0; r < o.ranks; ++r) {
     char line[256];
-    if (mpi)
+    if (p2p)
+      std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cuda:%d (thread; buffers on the GPU)\n",
+                    r, static_cast<int>(getpid()), host.c_str(), gpu_of_rank[static_cast<size_t>(r)]);
+    else if (mpi)
       std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (process, %s)\n", r,
                     launch.pids[static_cast<size_t>(r)], launch.hosts[static_cast<size_t>(r)].c_str(),
                     launch.bound ? "bound by the launcher" : "not bound");
@@ -420,7 +482,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   sink.nodes = static_cast<int>(std::set<int>(layout.begin(), layout.end()).size());
   if (std::find(algos.begin(), algos.end(), Algorithm::hier) != algos.end())
     out << "#\n# hier's nodes: " << node_groups(layout) << (o.ranks_per_node > 0 ? " (--ranks-per-node)" : "") << "\n";
-  if (o.memcpy_bytes > 0) {
+  if (o.memcpy_bytes > 0 && !p2p) {  // the host's copy bandwidth says nothing of GPU copies
     const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
     report.memcpy_gbs_per_rank =
@@ -478,6 +540,9 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
       processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
       bench_rank(processes->world(), p, o, algo, sink);
       processes->world().set_net_sim({});
+    } else if (p2p) {
+      run_p2p_ranks(gpu_of_rank, [&](Communicator& comm, const P2PRank& me) { bench_rank(comm, p, o, algo, sink, me.device); },
+                    ro);
     } else {
       run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
     }

@@ -17,7 +17,9 @@ namespace dpx::parallel {
 // The flags of `dpx collective`, with nccl-tests' defaults where nccl-tests has the flag.
 struct CollectiveOptions {
   std::string collective = "all_reduce";  // -t/--collective
-  std::string backend = "threads";        // --backend: threads, or mpi (the default under mpirun)
+  std::string backend = "threads";        // --backend: threads, p2p (thread ranks on GPUs), or mpi (the default
+                                          // under mpirun)
+  std::string gpus;                       // --gpus: p2p's GPUs, rank r on the (r mod n)-th ("": every visible one)
   int ranks = 2;                          // --ranks (under MPI: the number of processes)
   int process_ranks = 0;                  // the MPI job's processes (0: not launched); not a flag
   std::string algo = "ring";              // --algo: ring, tree, naive, rhd, hier, mpi or all (those that apply)

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
+#include "parallel/p2p_backend.hpp"
 #include "parallel/threads_backend.hpp"
 #include "parallel/net_sim.hpp"
 
@@ -116,15 +117,21 @@ void validate(const CollectiveOptions& o) {
       throw;
     }
   });
-  const char* const backends = kMpiBuilt ? "threads or mpi" : "threads";  // what this dpx has
-  if (o.backend == "nccl" || o.backend == "p2p") {
-#ifdef DPX_WITH_CUDA
-    usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend ", backends);
-#else
-    usage_fail("--backend ", o.backend, ": not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON "
-               "on a machine with CUDA, cuDNN and NCCL); use --backend ", backends);
-#endif
+  // What this dpx has.
+  const char* const backends = kMpiBuilt && kP2PBuilt ? "threads, p2p or mpi"
+                               : kMpiBuilt            ? "threads or mpi"
+                               : kP2PBuilt            ? "threads or p2p"
+                                                      : "threads";
+  if (o.backend == "nccl")
+    usage_fail("--backend nccl: not in this dpx; use --backend ", backends);
+  if (o.backend == "p2p") {
+    if (const std::string why = p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
+    if (o.process_ranks > 1)
+      usage_fail("--backend p2p under MPI with ", o.process_ranks, " processes: p2p's ranks are threads of one "
+                 "process; run dpx without mpirun");
   }
+  if (!o.gpus.empty() && o.backend != "p2p") usage_fail("--gpus: only with --backend p2p");
+  with_flag("--gpus", [&] { return parse_gpu_list(o.gpus); });
   if (o.backend == "mpi") {
 #ifndef DPX_WITH_MPI
     usage_fail("--backend mpi: not built (configure with -DDPX_MPI=ON where MPI is installed); use --backend threads");
@@ -135,12 +142,12 @@ void validate(const CollectiveOptions& o) {
     if (o.ranks != o.process_ranks)
       usage_fail("--ranks ", o.ranks, " under MPI with ", o.process_ranks, " processes: each process is one rank (mpirun "
                  "-np K sets K); drop --ranks");
-  } else if (o.backend == "threads") {
+  } else if (o.backend == "threads" || o.backend == "p2p") {
     if (o.process_ranks > 1)
       usage_fail("--backend threads under MPI with ", o.process_ranks, " processes: each process would run its own "
                  "benchmark of thread ranks; use --backend mpi (the default under mpirun), or run dpx without mpirun");
   } else {
-    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends, " (nccl and p2p come later)");
+    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends);
   }
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);

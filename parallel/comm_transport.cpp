@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "core/error.hpp"
@@ -24,6 +25,14 @@ void Transport::exchange(const Exchange& x) {
   exchanges_.fetch_add(1, std::memory_order_relaxed);
   step_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (x.recv_peer >= 0 && x.reduce_with) reduced_bytes_.fetch_add(x.recv_bytes, std::memory_order_relaxed);
+}
+
+void Transport::copy_local(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void Transport::average_local(void* data, size_t count, DType dtype, int ranks) {
+  finish_average(data, count, dtype, ranks);
 }
 
 void Transport::barrier() {

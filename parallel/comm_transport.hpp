@@ -46,6 +46,15 @@ class Transport {
   // Whether buffers on `device` can be passed to exchange().
   virtual bool accepts(Device device) const = 0;
 
+  // What the schedules do to this rank's own buffers between exchanges, on memory this transport
+  // accepts: host memory by default (memcpy, finish_average, the communicator's Workspace); a
+  // transport of device buffers (p2p) does it on its device, in order with its exchanges.
+  virtual void copy_local(void* dst, const void* src, size_t bytes);
+  virtual void average_local(void* data, size_t count, DType dtype, int ranks);
+  // Scratch of at least `bytes` for slot 0 or 1 (valid until the next call for that slot), or
+  // null: the schedules then use the communicator's host Workspace.
+  virtual std::byte* scratch(size_t bytes, int slot) { return nullptr; }
+
   // Runs one step and counts it and its bytes; with a simulated network (set_net_sim), then waits
   // latency + max(sent, received bytes) / rate more, so the step costs at least that.
   void exchange(const Exchange& x);

@@ -102,6 +102,8 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["threads_per_rank"] = report.threads_per_rank;
   j["conv_algo"] = o.conv_algo;
   j["precision"] = o.precision;
+  j["tf32"] = o.allow_tf32;
+  j["deterministic"] = o.deterministic;
   j["grad_dtype"] = o.grad_dtype;
   // The loss scaling in force (auto resolved): null when none.
   const std::optional<LossScaleOptions> scaling = o.loss_scaling();

@@ -28,6 +28,7 @@ void spmd_rank(const Job& job, int rank, Communicator* comm, GradSync& sync, Tra
                std::mutex& report_mu, const TrainHooks& hooks, double clock_offset_s) {
   const TrainOptions& o = job.options;
   std::unique_ptr<DeviceEnv> env = make_device_env(o.device(), job.threads_per_rank, o.allow_tf32, o.reference_kernels());
+  env->ctx().deterministic = o.deterministic;
   nn::Model model = job.initial.clone(env->ctx().device);
   if (comm) {
     comm->broadcast(model.flat_params(), 0);

@@ -4,6 +4,8 @@
 // rank has a CPU of its own, then sleeps on the rank's condition variable.
 #include "parallel/threads_backend.hpp"
 
+#include "parallel/thread_ranks.hpp"
+
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,15 +27,14 @@
 
 namespace dpx::parallel {
 
-namespace {
-
-class World {
+class ThreadWorld {
  public:
   struct alignas(64) Mailbox {  // messages from one rank to another, one at a time
     std::atomic<uint64_t> posted{0};  // written by the sender
     std::atomic<uint64_t> taken{0};   // written by the receiver
     const void* data = nullptr;       // valid while posted > taken
     size_t bytes = 0;
+    const void* token = nullptr;      // the sender's before_send()
     // Who may touch `data`: set by the sender when it posts; the receiver claims the message by
     // clearing it before it reads, a failing sender withdraws it by clearing it first. Whoever
     // clears it decides: a withdrawn message is never read, a claimed one is read to the end
@@ -41,8 +42,8 @@ class World {
     std::atomic<bool> open{false};
   };
 
-  World(int k, double timeout_s)
-      : k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
+  ThreadWorld(int k, double timeout_s, const char* backend)
+      : backend_(backend), k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
         statuses_(static_cast<size_t>(k)), finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
         spin_(k <= available_cpus() ? 200 : 0), timeout_s_(timeout_s) {
     for (int r = 0; r < k; ++r) finished_[r] = false;
@@ -144,7 +145,7 @@ class World {
     if (waited <= timeout_s_ || aborting()) return;
     StallPoint at;
     at.rank = me;
-    at.comm = "threads";
+    at.comm = backend_;
     at.waited_s = waited;
     at.timeout_s = timeout_s_;
     at.waiting_for = peer;
@@ -165,7 +166,7 @@ class World {
       std::lock_guard<std::mutex> lock(st.m);
       RankStatus& rs = all[static_cast<size_t>(q)];
       rs.rank = q;
-      rs.comm = "threads";
+      rs.comm = backend_;
       rs.activity = st.activity;
       rs.for_s = now - st.since;
       rs.call = st.call;
@@ -289,6 +290,7 @@ class World {
     throw Error(detail::concat("rank ", abort_rank_, " aborted: ", abort_reason_));
   }
 
+  const char* const backend_;
   const int k_;
   std::vector<Mailbox> boxes_;
   std::vector<Waiter> waiters_;
@@ -311,94 +313,113 @@ class World {
   std::atomic<uint64_t> generation_{0};
 };
 
-class ThreadsTransport final : public Transport {
-  class Vote final : public StopVote {
-   public:
-    Vote(World& world, int rank) : world_(world), rank_(rank) {}
-    bool vote(bool asked) override { return world_.vote_stop(rank_, asked); }
+namespace {
 
-   private:
-    World& world_;
-    const int rank_;
-  };
-
+class Vote final : public StopVote {
  public:
-  ThreadsTransport(World& world, int rank) : world_(world), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return world_.size(); }
-  std::string_view name() const override { return "threads"; }
-  bool accepts(Device device) const override { return device.is_cpu(); }
-  void barrier() override { world_.barrier(rank_); }
-  void begin_call(const CommCall& call) override { world_.begin_call(rank_, call); }
-  void end_call() override { world_.end_call(rank_); }
-  void set_activity(std::string_view what) override { world_.set_activity(rank_, what); }
-  std::unique_ptr<StopVote> make_stop_vote() override { return std::make_unique<Vote>(world_, rank_); }
-
- protected:
-  void do_exchange(const Exchange& x) override {
-    world_.check_abort();
-    World::Mailbox* out = nullptr;
-    uint64_t seq = 0;
-    if (x.send_peer >= 0) {
-      check_peer(x.send_peer);
-      out = &world_.box(rank_, x.send_peer);
-      out->data = x.send;
-      out->bytes = x.send_bytes;
-      out->open.store(true);
-      seq = out->posted.load(std::memory_order_relaxed) + 1;
-      out->posted.store(seq, std::memory_order_release);
-      world_.wake(x.send_peer);
-    }
-    try {
-      if (x.recv_peer >= 0) receive(x);
-      if (out) world_.wait(rank_, x.send_peer, out->taken, seq, "send to");
-    } catch (...) {
-      // This rank leaves early (another aborted, a timeout, a bad count): its caller will free
-      // x.send, so no receiver may still read it. Withdraw the message, or, if the receiver has
-      // claimed it, let it finish its copy first (a memcpy or a reduction: it cannot block).
-      bool open = true;
-      if (out && !out->open.compare_exchange_strong(open, false))
-        while (out->taken.load(std::memory_order_acquire) < seq) std::this_thread::yield();
-      throw;
-    }
-  }
+  Vote(ThreadWorld& world, int rank) : world_(world), rank_(rank) {}
+  bool vote(bool asked) override { return world_.vote_stop(rank_, asked); }
 
  private:
-  void receive(const Exchange& x) {
-    check_peer(x.recv_peer);
-    World::Mailbox& in = world_.box(x.recv_peer, rank_);
-    const uint64_t want = in.taken.load(std::memory_order_relaxed) + 1;
-    world_.wait(rank_, x.recv_peer, in.posted, want, "receive from");
-    if (in.bytes != x.recv_bytes)
-      fail("rank ", rank_, " expected ", x.recv_bytes, " bytes from rank ", x.recv_peer, ", which sent ", in.bytes,
-           ": the ranks called different collectives or passed different counts");
-    bool open = true;
-    if (!in.open.compare_exchange_strong(open, false)) {
-      // Its sender withdrew it: that rank is failing, and its error, the cause, is about to abort
-      // the world. Report that error rather than this one (unless it never comes).
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (std::chrono::steady_clock::now() < until) {
-        world_.check_abort();
-        std::this_thread::yield();
-      }
-      fail("rank ", x.recv_peer, " left the exchange before rank ", rank_, " could receive its message");
-    }
-    if (x.reduce_with)
-      reduce_into(x.recv, x.reduce_with, in.data, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
-    else if (x.recv_bytes > 0)
-      std::memcpy(x.recv, in.data, x.recv_bytes);
-    in.taken.store(want, std::memory_order_release);
-    world_.wake(x.recv_peer);
-  }
-
-  void check_peer(int peer) const {
-    DPX_CHECK(peer >= 0 && peer < world_.size() && peer != rank_, "rank ", rank_, ": bad peer ", peer, " of ",
-              world_.size(), " ranks");
-  }
-
-  World& world_;
+  ThreadWorld& world_;
   const int rank_;
 };
+
+// The threads backend's transport: the receiver copies or reduces host memory straight out of
+// the sender's buffer.
+class ThreadsTransport final : public ThreadRankTransport {
+ public:
+  using ThreadRankTransport::ThreadRankTransport;
+  std::string_view name() const override { return "threads"; }
+  bool accepts(Device device) const override { return device.is_cpu(); }
+
+ protected:
+  void deliver(const Exchange& x, const void* incoming, const void*) override {
+    if (x.reduce_with)
+      reduce_into(x.recv, x.reduce_with, incoming, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
+    else if (x.recv_bytes > 0)
+      std::memcpy(x.recv, incoming, x.recv_bytes);
+  }
+};
+
+}  // namespace
+
+int ThreadRankTransport::size() const { return world_.size(); }
+void ThreadRankTransport::barrier() { world_.barrier(rank_); }
+void ThreadRankTransport::begin_call(const CommCall& call) { world_.begin_call(rank_, call); }
+void ThreadRankTransport::end_call() { world_.end_call(rank_); }
+void ThreadRankTransport::set_activity(std::string_view what) { world_.set_activity(rank_, what); }
+std::unique_ptr<StopVote> ThreadRankTransport::make_stop_vote() { return std::make_unique<Vote>(world_, rank_); }
+
+void ThreadRankTransport::do_exchange(const Exchange& x) {
+  world_.check_abort();
+  ThreadWorld::Mailbox* out = nullptr;
+  uint64_t seq = 0;
+  if (x.send_peer >= 0) {
+    check_peer(x.send_peer);
+    out = &world_.box(rank_, x.send_peer);
+    out->data = x.send;
+    out->bytes = x.send_bytes;
+    out->token = before_send(x);
+    out->open.store(true);
+    seq = out->posted.load(std::memory_order_relaxed) + 1;
+    out->posted.store(seq, std::memory_order_release);
+    world_.wake(x.send_peer);
+  }
+  try {
+    if (x.recv_peer >= 0) receive(x);
+    if (out) world_.wait(rank_, x.send_peer, out->taken, seq, "send to");
+  } catch (...) {
+    // This rank leaves early (another aborted, a timeout, a bad count): its caller will free
+    // x.send, so no receiver may still read it. Withdraw the message, or, if the receiver has
+    // claimed it, let it finish its copy first (a copy or a reduction: it cannot block).
+    bool open = true;
+    if (out && !out->open.compare_exchange_strong(open, false))
+      while (out->taken.load(std::memory_order_acquire) < seq) std::this_thread::yield();
+    throw;
+  }
+}
+
+void ThreadRankTransport::receive(const Exchange& x) {
+  check_peer(x.recv_peer);
+  ThreadWorld::Mailbox& in = world_.box(x.recv_peer, rank_);
+  const uint64_t want = in.taken.load(std::memory_order_relaxed) + 1;
+  world_.wait(rank_, x.recv_peer, in.posted, want, "receive from");
+  if (in.bytes != x.recv_bytes)
+    fail("rank ", rank_, " expected ", x.recv_bytes, " bytes from rank ", x.recv_peer, ", which sent ", in.bytes,
+         ": the ranks called different collectives or passed different counts");
+  bool open = true;
+  if (!in.open.compare_exchange_strong(open, false)) {
+    // Its sender withdrew it: that rank is failing, and its error, the cause, is about to abort
+    // the world. Report that error rather than this one (unless it never comes).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      world_.check_abort();
+      std::this_thread::yield();
+    }
+    fail("rank ", x.recv_peer, " left the exchange before rank ", rank_, " could receive its message");
+  }
+  // The message is claimed: it is marked taken even if the move fails, so that its sender,
+  // waiting for exactly that, can leave (the failure aborts every rank).
+  struct Taken {
+    ThreadWorld& world;
+    ThreadWorld::Mailbox& in;
+    uint64_t want;
+    int peer;
+    ~Taken() {
+      in.taken.store(want, std::memory_order_release);
+      world.wake(peer);
+    }
+  } taken{world_, in, want, x.recv_peer};
+  deliver(x, in.data, in.token);
+}
+
+void ThreadRankTransport::check_peer(int peer) const {
+  DPX_CHECK(peer >= 0 && peer < world_.size() && peer != rank_, "rank ", rank_, ": bad peer ", peer, " of ",
+            world_.size(), " ranks");
+}
+
+namespace {
 
 std::vector<int> allowed_cpus() {
   std::vector<int> cpus;
@@ -456,10 +477,20 @@ int available_cpus() {
 }
 
 void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options) {
+  run_thread_ranks(
+      k, fn, options,
+      [](ThreadWorld& world, int rank) -> std::unique_ptr<ThreadRankTransport> {
+        return std::make_unique<ThreadsTransport>(world, rank);
+      },
+      "threads");
+}
+
+void run_thread_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options,
+                      const ThreadTransportMaker& make, const char* backend) {
   if (k < 1) usage_fail("the number of ranks must be at least 1, not ", k);
   if (!(options.timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", options.timeout_s, ")");
   if (options.ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1 (got ", options.ranks_per_node, ")");
-  World world(k, options.timeout_s);
+  ThreadWorld world(k, options.timeout_s, backend);
   std::vector<int> layout;
   if (options.ranks_per_node > 0)
     for (int r = 0; r < k; ++r) layout.push_back(r / options.ranks_per_node);
@@ -485,10 +516,10 @@ void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOp
     } else {
       try {
         PinGuard pin(cpus, r);
-        ThreadsTransport transport(world, r);
-        transport.set_node_layout(layout);
-        transport.set_net_sim(options.net_sim);
-        Communicator comm(transport, options.algorithm);
+        std::unique_ptr<ThreadRankTransport> transport = make(world, r);
+        transport->set_node_layout(layout);
+        transport->set_net_sim(options.net_sim);
+        Communicator comm(*transport, options.algorithm);
         fn(comm);
         world.finish(r);
       } catch (...) {

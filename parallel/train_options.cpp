@@ -264,7 +264,7 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--eps", num(eps)}, {"--lr-schedule", lr_schedule}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
       {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--parallel", parallel_mode_name(parallel)},
       {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
-      {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--conv-algo", conv_algo}, {"--warmup", num(warmup_steps)},
+      {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo}, {"--warmup", num(warmup_steps)},
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},

@@ -1,12 +1,17 @@
 // `dpx collective`: nccl-tests' all_reduce_perf & co. for dpx's communicators. The flags are
 // nccl-tests' (-b -e -f -i -n -w -c -o -d -r) plus the collective, backend, ranks and algorithm;
 // the work is parallel::run_collective (parallel/collective_bench.hpp).
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
+#include "parallel/p2p_backend.hpp"
 #include "parallel/threads_backend.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
@@ -19,6 +24,50 @@ struct CollectiveFlags {
   parallel::CollectiveOptions o;
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes = "1M";
 };
+
+// "nccl,p2p" -> {"nccl", "p2p"}: --backend may name several, run one after the other.
+std::vector<std::string> split_backends(const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    names.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
+// After several backends: one line per size, the out-of-place busbw of every backend and algorithm.
+void print_backends_side_by_side(std::ostream& out, const std::vector<parallel::CollectiveRow>& rows) {
+  std::vector<std::string> columns;
+  std::vector<size_t> sizes;
+  for (const auto& r : rows) {
+    const std::string c = r.backend + "/" + r.algo;
+    if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+    if (std::find(sizes.begin(), sizes.end(), r.bytes) == sizes.end()) sizes.push_back(r.bytes);
+  }
+  char cell[96];
+  out << "#\n# busbw (GB/s), out of place, backends side by side\n# " << std::string(10, ' ') << "size";
+  for (const auto& c : columns) {
+    std::snprintf(cell, sizeof cell, "  %14s", c.c_str());
+    out << cell;
+  }
+  out << "\n";
+  for (size_t bytes : sizes) {
+    std::snprintf(cell, sizeof cell, "  %12zu", bytes);
+    out << cell;
+    for (const auto& c : columns) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const parallel::CollectiveRow& r) {
+        return r.bytes == bytes && !r.in_place && r.backend + "/" + r.algo == c;
+      });
+      if (it == rows.end()) std::snprintf(cell, sizeof cell, "  %14s", "-");
+      else std::snprintf(cell, sizeof cell, "  %14.2f", it->busbw_gbs);
+      out << cell;
+    }
+    out << "\n";
+  }
+  out << "#" << std::endl;
+}
 
 void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
   parallel::CollectiveOptions o = f.o;
@@ -42,19 +91,41 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
   if (factor && o.step_factor < 2)
     usage_fail("-f/--stepfactor: ", o.step_factor, " would not grow the size; use 2 or more, or -i/--stepbytes");
   if (!factor) o.step_factor = 0;  // nccl-tests: additive steps of -i unless -f is given
-  parallel::validate(o);
+  const std::vector<std::string> backends = split_backends(o.backend);
+  for (const std::string& b : backends) {  // every one checked before any runs
+    parallel::CollectiveOptions each = o;
+    each.backend = b;
+    parallel::validate(each);
+  }
   processes.agree(start_report(
       "collective", {{"-t", o.collective}, {"--backend", o.backend}, {"--ranks", std::to_string(o.ranks)},
                      {"--algo", o.algo}, {"-b", std::to_string(o.min_bytes)}, {"-e", std::to_string(o.max_bytes)},
                      {"-i", std::to_string(o.step_bytes)}, {"-f", std::to_string(o.step_factor)},
                      {"-n", std::to_string(o.iters)}, {"-w", std::to_string(o.warmup_iters)},
                      {"-c", std::to_string(o.check)}, {"-o", o.op}, {"-d", o.datatype}, {"-r", std::to_string(o.root)},
-                     {"--ranks-per-node", std::to_string(o.ranks_per_node)}, {"--csv", o.csv_path}}));
+                     {"--ranks-per-node", std::to_string(o.ranks_per_node)}, {"--gpus", o.gpus},
+                     {"--csv", o.csv_path}}));
   processes.set_comm_timeout(o.comm_timeout_s);
   if (!processes.launched() && o.ranks > parallel::available_cpus())
     std::cerr << "dpx: warning: " << o.ranks << " ranks on " << parallel::available_cpus()
               << " CPUs: ranks take turns, so times include waiting for a CPU\n";
-  parallel::CollectiveReport report = parallel::run_collective(o, std::cout, &processes);
+  parallel::CollectiveReport report;
+  if (backends.size() == 1) {
+    report = parallel::run_collective(o, std::cout, &processes);
+  } else {  // one run per backend; the CSV (all of them) is written at the end
+    std::string csv = std::string(parallel::kCollectiveCsvHeader) + "\n";
+    for (const std::string& b : backends) {
+      parallel::CollectiveOptions each = o;
+      each.backend = b;
+      each.csv_path.clear();
+      const parallel::CollectiveReport one = parallel::run_collective(each, std::cout, &processes);
+      report.rows.insert(report.rows.end(), one.rows.begin(), one.rows.end());
+      report.failed += one.failed;
+      for (const auto& row : one.rows) csv += parallel::collective_csv_row(row) + "\n";
+    }
+    print_backends_side_by_side(std::cout, report.rows);
+    if (!o.csv_path.empty()) write_file_atomic(o.csv_path, csv, "--csv");
+  }
   // Rank 0 checked every rank's results (the #wrong counts are summed over ranks).
   if (report.failed > 0)
     fail(report.failed, " of ", report.rows.size(), " measurements gave wrong values (see #wrong above)");
@@ -74,10 +145,19 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   "all_to_all, gather and scatter, 1 for broadcast, reduce and sendrecv (nccl-tests' factors)")
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
-                  parallel::kMpiBuilt ? "threads (ranks are threads of this process) or mpi (ranks are the processes "
-                                        "of mpirun/srun; the default there)"
-                                      : "threads (ranks are threads of this process; the mpi backend is not built in)")
+                  std::string("threads (ranks are threads of this process, buffers in host memory)") +
+                      (parallel::kP2PBuilt ? "; p2p (thread ranks with buffers on GPUs: dpx's algorithms over CUDA "
+                                             "device-to-device copies and reduction kernels; several ranks may share "
+                                             "a GPU, see --gpus)"
+                                           : "; p2p is not built in (no CUDA)") +
+                      (parallel::kMpiBuilt ? "; mpi (ranks are the processes of mpirun/srun; the default there)"
+                                           : "; the mpi backend is not built in") +
+                      ". Several, comma-separated (e.g. threads,p2p), run one after the other and end with their "
+                      "busbw side by side")
       ->capture_default_str();
+  cmd->add_option("--gpus", o.gpus,
+                  "--backend p2p: the GPUs, comma-separated (e.g. 0,1); rank r runs on the (r mod n)-th, so --ranks "
+                  "4 --gpus 0 puts four ranks on GPU 0 (default: every visible GPU)");
   cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")
       ->capture_default_str();
   cmd->add_option("--algo", o.algo,

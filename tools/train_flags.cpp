@@ -148,6 +148,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_flag("--no-overlap", f.no_overlap, "DDP: all-reduce after backward instead of during it");
   cmd.add_flag("--pin-threads", o.pin_threads, "pin rank r to core r");
   cmd.add_flag("--tf32", o.allow_tf32, "allow TF32 tensor-core math for fp32 on GPUs (off: exact fp32)");
+  cmd.add_flag("--deterministic", o.deterministic,
+               "GPUs: two runs give identical weights: cuDNN's deterministic convolution algorithms only, and no "
+               "float atomics (max-pool and index_select backward); slower. CPU runs are deterministic anyway");
   cmd.add_option("--conv-algo", o.conv_algo, kConvAlgoHelp)
       ->check(CLI::IsMember({"auto", "search", "onednn", "winograd", "dpx"}))
       ->capture_default_str();

@@ -2,10 +2,11 @@
 """PyTorch peer of `dpx bench --parallel none`: one torchvision model, the same batch, input size
 and optimiser (SGD, Nesterov momentum 0.9, lr 0.05; 10 classes; random 3xSxS input), mean forward /
 backward / optimizer milliseconds per step after warm-up, and images/s.
-Usage: train_step.py MODEL [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda] [--tf32]
+Usage: train_step.py MODEL [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda] [--tf32] [--bf16]
 On CUDA every phase ends with torch.cuda.synchronize(), as dpx's phase boundaries end with an
 event; --tf32 allows TF32 in matrix products and convolutions (off: exact fp32, as dpx without
---tf32). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
+--tf32); --bf16 runs forward and backward under torch.autocast in bfloat16 (fp32 weights and
+optimizer, PyTorch's mixed precision). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
 import argparse
 import time
 
@@ -20,6 +21,7 @@ def main():
     ap.add_argument("numbers", nargs="*", type=int, help="batch size steps threads")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
     if len(args.numbers) > 4:
@@ -42,7 +44,8 @@ def main():
     for s in range(steps + args.warmup):
         sync()
         t0 = time.perf_counter()
-        loss = loss_fn(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            loss = loss_fn(model(x), y)
         sync()
         t1 = time.perf_counter()
         loss.backward()
@@ -57,7 +60,7 @@ def main():
     total = fwd + bwd + upd
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"threads {threads}"
     print(f"torch {torch.__version__} {args.model} batch {batch} {size}x{size} {where}"
-          f"{' tf32' if args.tf32 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
+          f"{' tf32' if args.tf32 else ''}{' bf16' if args.bf16 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
           f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s")
 
 

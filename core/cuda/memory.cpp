@@ -2,6 +2,7 @@
 // pool and copies. Freed blocks are kept per (stream, rounded size) and reused, because
 // cudaMalloc/cudaFree synchronise the device and cost far more than a training step's kernels.
 #include "core/cuda/memory.hpp"
+#include "core/gpu_status.hpp"
 
 #include <cstdio>
 #include <map>
@@ -227,14 +228,11 @@ class DevicePool {
   size_t in_use_ = 0, cached_ = 0, peak_ = 0;
 };
 
-// The devices, or why there are none. cudaGetDeviceCount says "insufficient driver" both when no
-// driver is installed and when it is older than the runtime; the driver's version tells them apart.
+// The devices, or why there are none (core/gpu_status.hpp words it).
 struct DeviceQuery {
   int count = 0;
   std::string reason;
 };
-
-std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
 DeviceQuery query_devices() {
   DeviceQuery q;
@@ -244,16 +242,11 @@ DeviceQuery query_devices() {
   q.count = 0;
   int driver = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess) cudaGetLastError();
-  if (driver == 0)
-    q.reason = "no NVIDIA driver is installed on this machine (no GPU usable)";
-  else if (err == cudaErrorInsufficientDriver || driver < CUDART_VERSION)
-    q.reason = "the NVIDIA driver supports CUDA " + cuda_version_text(driver) + ", older than the CUDA " +
-               cuda_version_text(CUDART_VERSION) + " runtime dpx was built with: update the driver, or build dpx "
-               "with a CUDA toolkit no newer than " + cuda_version_text(driver);
-  else if (err == cudaSuccess || err == cudaErrorNoDevice)
-    q.reason = "the NVIDIA driver sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  else
-    q.reason = std::string("CUDA cannot start: ") + cudaGetErrorString(err);
+  const DeviceCountResult result = err == cudaSuccess                   ? DeviceCountResult::ok
+                                   : err == cudaErrorNoDevice           ? DeviceCountResult::no_device
+                                   : err == cudaErrorInsufficientDriver ? DeviceCountResult::insufficient_driver
+                                                                        : DeviceCountResult::other;
+  q.reason = cuda_unavailable_reason(result, 0, driver, CUDART_VERSION, cudaGetErrorString(err));
   return q;
 }
 
@@ -406,6 +399,14 @@ void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t byt
   DeviceGuard guard(copy_device(dst_dev, src_dev));
   // cudaMemcpy runs on the legacy default stream, which waits for the work queued on dpx's
   // (blocking) streams: a device-to-host copy sees every kernel queued before it.
+  if (dst_dev.is_cuda() && src_dev.is_cuda() && dst_dev.index != src_dev.index) {
+    // cudaMemcpyPeer is serialised with the work pending on both devices; cudaMemcpy between
+    // GPUs would wait for the current (destination) device's only, and could read the source
+    // before the kernels writing it on its own GPU have finished.
+    DPX_CUDA_CHECK(cudaMemcpyPeer(dst, dst_dev.index, src, src_dev.index, bytes));
+    DPX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    return;
+  }
   DPX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
   if (dst_dev.is_cuda() && src_dev.is_cuda()) DPX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
@@ -437,6 +438,28 @@ void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size
   if (bytes == 0) return;
   DeviceGuard guard(copy_device(dst_dev, src_dev));
   DPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+void copy_peer_async(void* dst, int dst_device, Stream dst_stream, const void* src, int src_device, Stream src_stream,
+                     size_t bytes) {
+  if (bytes == 0) return;
+  if (src_stream != dst_stream) {
+    cudaEvent_t ready = nullptr;
+    {
+      DeviceGuard guard(src_device);
+      DPX_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+      DPX_CUDA_CHECK(cudaEventRecord(ready, src_stream));
+    }
+    DeviceGuard guard(dst_device);
+    const cudaError_t err = cudaStreamWaitEvent(dst_stream, ready, 0);
+    cudaEventDestroy(ready);  // released once the wait has been satisfied
+    DPX_CUDA_CHECK(err);
+  }
+  DeviceGuard guard(dst_device);
+  if (dst_device == src_device)
+    DPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dst_stream));
+  else
+    DPX_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, dst_stream));
 }
 
 void synchronize(Stream stream, int device) {

@@ -20,7 +20,8 @@ int device_count();            // 0 when not built with CUDA or no device
 std::string unavailable_reason();
 void* allocate(size_t bytes, int device);   // from the caching allocator
 void release(void* p, size_t bytes, int device);
-// Synchronous copy between any two devices (host or CUDA).
+// Synchronous copy between any two devices (host or CUDA). Between two GPUs it waits for the
+// work queued on both (their legacy default streams, and so dpx's blocking streams).
 void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 void memset_zero(void* p, size_t bytes, int device);
 // Bytes the caching allocator holds for a device: in use and cached.
@@ -59,6 +60,11 @@ size_t pinned_bytes_cached();
 // copy to overlap with the host; the caller keeps both buffers alive until the stream gets there.
 void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
                 Stream stream);
+// A copy from one GPU to another on `dst_stream` (a stream of dst's GPU) that first waits, on
+// the GPU, for the work queued so far on `src_stream` (a stream of src's GPU) that writes src:
+// copy_async alone would order the copy after dst's stream only. Either may be on one GPU.
+void copy_peer_async(void* dst, int dst_device, Stream dst_stream, const void* src, int src_device, Stream src_stream,
+                     size_t bytes);
 // Waits until all work queued on `stream` (on `device`) has finished.
 void synchronize(Stream stream, int device);
 

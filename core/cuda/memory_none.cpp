@@ -32,6 +32,7 @@ void release_pinned(void*, size_t) {}
 void release_pinned(void*, size_t, Stream, int) {}
 size_t pinned_bytes_cached() { return 0; }
 void copy_async(void*, Device, const void*, Device, size_t, Stream) { no_cuda(); }
+void copy_peer_async(void*, int, Stream, const void*, int, Stream, size_t) { no_cuda(); }
 void synchronize(Stream, int) { no_cuda(); }
 
 }  // namespace dpx::cuda

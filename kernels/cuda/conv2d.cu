@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
 
@@ -68,10 +69,11 @@ struct Shapes {
   int64_t n, c, h, w, k, kh, kw, oh, ow;
 };
 
-AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, bool tf32) {
+AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, const Context& ctx) {
   AlgoKey key;
   key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
-           p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, tf32 ? 1 : 0, 0, 0, 0, 0};
+           p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, ctx.allow_tf32 ? 1 : 0,
+           ctx.deterministic ? 1 : 0, 0, 0, 0};
   return key;
 }
 
@@ -90,7 +92,9 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
-    if (!ctx.allow_tf32 && tensor_op_math(r.mathType)) continue;
+    if (!kernels::conv_algo_usable(ctx.deterministic, r.determinism == CUDNN_DETERMINISTIC, ctx.allow_tf32,
+                                   tensor_op_math(r.mathType)))
+      continue;
     const cudnnMathType_t math = ctx.allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
     const size_t bytes = std::max(r.memory, size(r.algo, math));
     try {
@@ -131,7 +135,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   ConvDesc cd(p);
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
-      ctx, st, make_key(Pass::forward, s, p, ctx.allow_tf32), "forward", [&](int n, int* got, auto* perf) {
+      ctx, st, make_key(Pass::forward, s, p, ctx), "forward", [&](int n, int* got, auto* perf) {
         DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
       },
       [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
@@ -166,7 +170,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     ConvDesc cd(p);
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-        ctx, st, make_key(Pass::backward_data, s, p, ctx.allow_tf32), "backward-data",
+        ctx, st, make_key(Pass::backward_data, s, p, ctx), "backward-data",
         [&](int n, int* got, auto* perf) {
           DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
         },
@@ -187,7 +191,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     ConvDesc cd(p);
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        ctx, st, make_key(Pass::backward_filter, s, p, ctx.allow_tf32), "backward-filter",
+        ctx, st, make_key(Pass::backward_filter, s, p, ctx), "backward-filter",
         [&](int n, int* got, auto* perf) {
           DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
         },

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
 
@@ -64,9 +65,9 @@ void index_select_backward(Context& ctx, Tensor& dtable, const Tensor& dout, con
   float* pt = static_cast<float*>(dtable.raw());
   const float* pd = static_cast<const float*>(dout.raw());
   const int64_t* pi = static_cast<const int64_t*>(index.raw());
-  // Swin's largest table is (13^2 = 169, heads) against 49^2 = 2401 indices: 1.6e7 cheap reads.
-  constexpr int64_t kMaxScan = int64_t(1) << 26;
-  if (R * D * n <= kMaxScan) {
+  // Swin's largest table is (13^2 = 169, heads) against 49^2 = 2401 indices: 1.6e7 cheap reads,
+  // below the rule's limit of 2^26; --deterministic scans whatever the size.
+  if (kernels::index_select_backward_scans(R, D, n, ctx.deterministic)) {
     gather_backward_kernel<<<detail::grid_for(R * D), detail::kThreads, 0, st.stream>>>(pt, pd, pi, n, R, D);
   } else {
     scatter_add_kernel<<<detail::grid_for(n * D), detail::kThreads, 0, st.stream>>>(pt, pd, pi, n, R, D);

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
 
@@ -56,6 +57,21 @@ __global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32
   DPX_CUDA_LOOP(i, total) {
     int32_t at = argmax[i];
     if (at >= 0 && at < in_plane) atomicAdd(dx + (i / out_plane) * in_plane + at, dy[i]);
+  }
+}
+
+// --deterministic: one thread per plane adds its outputs' gradients in output order, as the CPU
+// op does: no atomics, the same sums every run (and the CPU's); planes run in parallel only.
+__global__ void max_pool_backward_in_order_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t planes,
+                                                  int64_t out_plane, int64_t in_plane) {
+  DPX_CUDA_LOOP(plane, planes) {
+    float* dxp = dx + plane * in_plane;
+    const float* dyp = dy + plane * out_plane;
+    const int32_t* ap = argmax + plane * out_plane;
+    for (int64_t o = 0; o < out_plane; ++o) {
+      const int32_t at = ap[o];
+      if (at >= 0 && at < in_plane) dxp[at] += dyp[o];
+    }
   }
 }
 
@@ -186,9 +202,15 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
   const char* op = "max_pool2d_backward";
   int64_t total = dy.numel();
   if (total == 0) return;
-  max_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(dx, op, "dx"), f32(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()), total,
-      dy.size(2) * dy.size(3), dx.size(2) * dx.size(3));
+  const int64_t out_plane = dy.size(2) * dy.size(3), in_plane = dx.size(2) * dx.size(3);
+  if (kernels::max_pool_backward_in_order(ctx.deterministic)) {
+    const int64_t planes = dy.size(0) * dy.size(1);
+    max_pool_backward_in_order_kernel<<<grid_for(planes), kThreads, 0, st.stream>>>(
+        f32(dx, op, "dx"), f32(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()), planes, out_plane, in_plane);
+  } else {
+    max_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+        f32(dx, op, "dx"), f32(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()), total, out_plane, in_plane);
+  }
   check_launch();
 }
 

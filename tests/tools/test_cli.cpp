@@ -144,7 +144,7 @@ TEST_CASE("runtime errors exit 1: missing data, unwritable output") {
 
 TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") {
   fs::path d = temp_dir("out");
-  Result r = run(kQuick + "--model mlp --devices cpu:2 --parallel ddp --batch-size 16 --warmup 1 --out " +
+  Result r = run(kQuick + "--model mlp --devices cpu:2 --parallel ddp --batch-size 16 --warmup 1 --deterministic --out " +
                  d.string() + " --trace " + (d / "trace.json").string() + " --trace-steps 0:3");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
@@ -165,6 +165,8 @@ TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") 
   CHECK(config["nesterov"] == true);
   CHECK(config["weight_decay"] == 0.0);
   CHECK(config["betas"].is_null());
+  CHECK(config["deterministic"] == true);  // GPU kernels' rule (kernels/determinism.hpp); CPU runs are anyway
+  CHECK(config["tf32"] == false);
   CHECK(r.output.find("| SGD lr 0.05 momentum 0.9 wd 0 nesterov") != std::string::npos);
   auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
   CHECK(trace["traceEvents"].size() > 8);

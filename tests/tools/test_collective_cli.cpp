@@ -49,6 +49,8 @@ TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
       {"-d int8", "-d/--datatype: unknown or unsupported type 'int8'"},
       {"--algo hierarchical", "--algo: unknown algorithm 'hierarchical'"},
       {"--backend nccl", "--backend nccl: not"},
+      {"--backend threads,gloo", "--backend: unknown backend 'gloo'"},
+      {"--gpus 0", "--gpus: only with --backend p2p"},
       {"--backend gloo", "--backend: unknown backend 'gloo'"},
       {"-t alltoone", "-t/--collective: unknown collective 'alltoone'"},
       {"-t gather --algo ring", "--algo ring does not apply to -t gather: use tree, naive"},
@@ -74,6 +76,33 @@ TEST_CASE("dpx collective: bad input exits 2 with a message naming the flag") {
     CHECK(r.output.find("dpx: error: ") != std::string::npos);
     CHECK(r.output.find(c.needle) != std::string::npos);
   }
+}
+
+TEST_CASE("dpx collective --backend p2p without a GPU exits 2 saying why and what to do") {
+  Result r = dpx("collective --backend p2p --ranks 2 -b 1K -e 1K -n 1 -w 0");
+  CAPTURE(r.output);
+  if (r.code != 0) {  // 0 on a GPU machine
+    CHECK(r.code == 2);
+    CHECK(r.output.find("dpx: error: --backend p2p: ") != std::string::npos);
+    const bool no_cuda = r.output.find("built without CUDA: rebuild with -DDPX_CUDA=ON") != std::string::npos;
+    const bool no_gpu = r.output.find("it needs a GPU, and ") != std::string::npos &&
+                        r.output.find("run it on a GPU machine, or use --backend threads") != std::string::npos;
+    CHECK((no_cuda || no_gpu));
+  }
+}
+
+TEST_CASE("dpx collective --backend threads,threads runs each and prints their busbw side by side") {
+  const auto csv = std::filesystem::temp_directory_path() / "dpx_collective_backends.csv";
+  Result r = dpx("collective --backend threads,threads --ranks 2 -b 1K -e 4K -f 2 -n 2 -w 1 --csv " + csv.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("backends side by side") != std::string::npos);
+  CHECK(r.output.find("threads/ring") != std::string::npos);
+  std::ifstream in(csv);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  CHECK(lines == 1 + 2 * 3 * 2);  // header; two runs of three sizes, out of place and in place
+  std::filesystem::remove(csv);
 }
 
 TEST_CASE("dpx collective runs sendrecv, alltoall, gather and scatter with every algorithm that applies") {

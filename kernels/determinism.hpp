@@ -1,0 +1,31 @@
+// The rules --deterministic sets for the CUDA kernels, as plain functions of what the kernels
+// know, so that they are tested without a GPU (tests/kernels/test_determinism.cpp). With it, two
+// runs on the same GPU give identical weights: cuDNN's deterministic algorithms only, and no
+// float atomics (whose sums depend on timing in the last bit); it costs some speed.
+#pragma once
+#include <cstdint>
+
+namespace dpx::kernels {
+
+// Whether a cuDNN convolution algorithm the heuristics offered may run: deterministic ones only
+// when asked, and tensor-op (TF32) math only when TF32 is allowed.
+inline bool conv_algo_usable(bool want_deterministic, bool algo_deterministic, bool allow_tf32,
+                             bool tensor_op_math) {
+  if (want_deterministic && !algo_deterministic) return false;
+  return allow_tf32 || !tensor_op_math;
+}
+
+// index_select's backward: scan the index per table element (no atomics, the CPU's order) unless
+// the scan's table x index reads pass `max_scan` and determinism was not asked for (then a
+// scatter with float atomics).
+inline bool index_select_backward_scans(int64_t rows, int64_t cols, int64_t indices, bool want_deterministic,
+                                        int64_t max_scan = int64_t(1) << 26) {
+  return want_deterministic || rows * cols * indices <= max_scan;
+}
+
+// max_pool2d's backward: one thread per plane adding its outputs' gradients in order (no atomics,
+// the CPU's order; slower) when asked, else one thread per output with float atomics, whose sums
+// differ in the last bit from run to run where windows overlap (stride < kernel).
+inline bool max_pool_backward_in_order(bool want_deterministic) { return want_deterministic; }
+
+}  // namespace dpx::kernels

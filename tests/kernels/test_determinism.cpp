@@ -1,0 +1,29 @@
+// --deterministic's rules for the CUDA kernels (kernels/determinism.hpp), which the kernels
+// apply on a GPU: tested here as functions, without one.
+#include <doctest/doctest.h>
+
+#include "kernels/determinism.hpp"
+
+using namespace dpx::kernels;
+
+TEST_CASE("--deterministic keeps cuDNN's deterministic convolution algorithms only; TF32 only when allowed") {
+  // want_deterministic, algo_deterministic, allow_tf32, tensor_op_math
+  CHECK(conv_algo_usable(false, false, false, false));
+  CHECK(conv_algo_usable(false, true, false, false));
+  CHECK_FALSE(conv_algo_usable(true, false, false, false));
+  CHECK(conv_algo_usable(true, true, false, false));
+  CHECK_FALSE(conv_algo_usable(false, true, false, true));  // tensor ops without TF32 allowed
+  CHECK(conv_algo_usable(false, true, true, true));
+  CHECK_FALSE(conv_algo_usable(true, false, true, true));
+  CHECK(conv_algo_usable(true, true, true, true));
+}
+
+TEST_CASE("--deterministic makes index_select's and max-pool's backward avoid float atomics") {
+  CHECK(index_select_backward_scans(169, 4, 2401, false));       // Swin's table: a scan anyway
+  CHECK_FALSE(index_select_backward_scans(1 << 14, 64, 1 << 14, false));  // large: atomics
+  CHECK(index_select_backward_scans(1 << 14, 64, 1 << 14, true));        // unless asked
+  CHECK(index_select_backward_scans(10, 10, 10, false, 1000));
+  CHECK_FALSE(index_select_backward_scans(10, 10, 11, false, 1000));
+  CHECK(max_pool_backward_in_order(true));
+  CHECK_FALSE(max_pool_backward_in_order(false));
+}

@@ -1,0 +1,48 @@
+// The p2p backend's parts that run without a GPU: the --gpus list, where ranks go, and the
+// refusal with a message that names the flag and what to do where no GPU (or no CUDA) is
+// present. Its collectives themselves are tested on a GPU (tests/cuda/test_p2p.cpp).
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+#include "parallel/collective_bench.hpp"
+#include "parallel/p2p_backend.hpp"
+
+using namespace dpx;
+using namespace dpx::parallel;
+
+TEST_CASE("--gpus parses GPU numbers separated by commas and names itself in errors") {
+  CHECK(parse_gpu_list("").empty());
+  CHECK(parse_gpu_list("0") == std::vector<int>{0});
+  CHECK(parse_gpu_list("0,1,3") == std::vector<int>{0, 1, 3});
+  for (const char* bad : {"x", "0,", ",1", "0,,1", "-1", "1.5", "0 1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_gpu_list(bad), doctest::Contains("--gpus: '"), UsageError);
+  }
+}
+
+TEST_CASE("--backend p2p without a usable GPU is refused, naming the flag and what to do") {
+  if (!p2p_unavailable_reason().empty()) {
+    CollectiveOptions o;
+    o.backend = "p2p";
+    CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--backend p2p: "), UsageError);
+    std::ostringstream out;
+    CHECK_THROWS_AS(run_collective(o, out), UsageError);
+    CHECK_THROWS_WITH_AS(run_p2p_ranks({0}, [](Communicator&, const P2PRank&) {}),
+                         doctest::Contains("--backend p2p: "), UsageError);
+    CHECK_THROWS_WITH_AS(p2p_rank_devices(2, {}), doctest::Contains("--backend p2p needs a GPU"), UsageError);
+    if (!kP2PBuilt) CHECK(p2p_unavailable_reason().find("-DDPX_CUDA=ON") != std::string::npos);
+    else CHECK(p2p_unavailable_reason().find("needs a GPU") != std::string::npos);
+  } else {  // a GPU machine: ranks go round the GPUs listed
+    CHECK(p2p_rank_devices(3, {0}) == std::vector<int>{0, 0, 0});
+    CHECK_THROWS_WITH_AS(p2p_rank_devices(2, {cuda::device_count()}), doctest::Contains("does not exist"), UsageError);
+  }
+}
+
+TEST_CASE("--gpus is refused with a backend other than p2p") {
+  CollectiveOptions o;
+  o.gpus = "0";
+  CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--gpus: only with --backend p2p"), UsageError);
+}
