@@ -11,9 +11,11 @@
 
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
+#include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/collective_check.hpp"
+#include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/stall_report.hpp"
 #include "parallel/threads_backend.hpp"
 
@@ -192,33 +194,84 @@ struct Sink {
   std::string limit_source;
 };
 
-void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink) {
+// A rank's two buffers: host memory, or (the nccl backend) device memory with host mirrors in
+// which the data is made and checked, copied over before each timed loop and after each check.
+struct RankMemory {
+  Workspace wa, wb;
+  std::byte* a = nullptr;  // host (the mirrors, on a GPU)
+  std::byte* b = nullptr;
+  Device device;
+  std::byte* da = nullptr;  // device, or null
+  std::byte* db = nullptr;
+  size_t bytes = 0;
+
+  RankMemory(Device dev, size_t buffer_bytes) : device(dev), bytes(std::max<size_t>(buffer_bytes, 64)) {
+    a = wa.get(bytes);
+    b = wb.get(bytes);
+    std::memset(a, 0, bytes);  // first touch by the rank that uses the memory
+    std::memset(b, 0, bytes);
+    if (device.is_cuda()) {
+      da = static_cast<std::byte*>(cuda::allocate(bytes, device.index));
+      db = static_cast<std::byte*>(cuda::allocate(bytes, device.index));
+    }
+  }
+  ~RankMemory() {
+    if (da) cuda::release(da, bytes, device.index);
+    if (db) cuda::release(db, bytes, device.index);
+  }
+  RankMemory(const RankMemory&) = delete;
+  RankMemory& operator=(const RankMemory&) = delete;
+  // The device address of a host mirror's byte (the host address itself without a device).
+  void* on_device(const void* host) const {
+    if (!da) return const_cast<void*>(host);
+    const auto* h = static_cast<const std::byte*>(host);
+    return h >= b && h < b + bytes ? db + (h - b) : da + (h - a);
+  }
+  void upload(const void* host, size_t n) const {
+    if (da && n > 0) cuda::copy(on_device(host), device, host, Device::cpu(), n);
+  }
+  void download(void* host, size_t n) const {
+    if (da && n > 0) cuda::copy(host, Device::cpu(), on_device(host), device, n);
+  }
+};
+
+// `comm` carries the timed calls; `control` the barriers and the host-memory reductions of the
+// times and #wrong (the same communicator, except for nccl: its thread ranks' or MPI's).
+void bench_rank(Communicator& control, Communicator& comm, Device device, const Plan& p, const CollectiveOptions& o,
+                Algorithm algo, Sink& sink) {
   const int n = comm.size(), r = comm.rank(), root = is_rooted(p.coll) ? o.root : -1;
   const size_t es = dtype_size(p.dtype);
-  Workspace wa, wb;
-  std::byte* a = wa.get(std::max<size_t>(p.buffer_bytes, 64));
-  std::byte* b = wb.get(std::max<size_t>(p.buffer_bytes, 64));
-  std::memset(a, 0, p.buffer_bytes);  // first touch by the rank that uses the memory
-  std::memset(b, 0, p.buffer_bytes);
+  RankMemory mem(device, p.buffer_bytes);
   for (size_t size : p.sizes) {
     const Shape s = shape_of(p.coll, size, p.dtype, n);
     CollectiveRow rows[2];
     for (int in_place = 0; in_place < 2; ++in_place) {
-      const auto [send, recv] = placement(p.coll, s, r, es, a, b, in_place != 0);
+      const auto [send, recv] = placement(p.coll, s, r, es, mem.a, mem.b, in_place != 0);
+      void* dsend = mem.on_device(send);
+      void* drecv = mem.on_device(recv);
       const int call_root = root < 0 ? 0 : root;
-      prepare(p, s, r, call_root, send, recv);
-      for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, send, recv);
-      comm.barrier();
+      auto ready = [&] {  // fresh data, on the device too
+        prepare(p, s, r, call_root, send, recv);
+        mem.upload(recv, s.recv_count * es);
+        mem.upload(send, s.send_count * es);
+      };
+      ready();
+      for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
+      comm.synchronize();
+      control.barrier();
       const double start = now_s();
-      for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, send, recv);
+      for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
+      comm.synchronize();  // a GPU's calls were only queued
       double mean_s = (now_s() - start) / o.iters, slowest_s = 0;
-      comm.all_reduce(&mean_s, &slowest_s, 1, DType::f64, ReduceOp::max, Algorithm::ring);
+      control.all_reduce(&mean_s, &slowest_s, 1, DType::f64, ReduceOp::max, Algorithm::ring);
       int64_t wrong = -1;
       if (o.check) {
-        prepare(p, s, r, call_root, send, recv);
-        call(comm, p, s, call_root, algo, send, recv);
+        ready();
+        call(comm, p, s, call_root, algo, dsend, drecv);
+        comm.synchronize();
+        mem.download(recv, s.recv_count * es);
         int64_t mine = wrong_elements(p, s, n, r, call_root, recv);
-        comm.all_reduce(&mine, &wrong, 1, DType::i64, ReduceOp::sum, Algorithm::ring);
+        control.all_reduce(&mine, &wrong, 1, DType::i64, ReduceOp::sum, Algorithm::ring);
       }
       CollectiveRow& row = rows[in_place];
       row.collective = std::string(collective_name(p.coll));
@@ -352,9 +405,12 @@ std::string node_groups(const std::vector<int>& node_of_rank) {
 CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out, ProcessGroup* processes) {
   validate(options);
   CollectiveOptions o = options;
-  const bool mpi = o.backend == "mpi";
+  // Ranks are the processes of an MPI job (--backend mpi, or nccl under mpirun), else threads.
+  const bool gpus = o.backend == "nccl";
+  const bool mpi = o.backend == "mpi" || (gpus && o.process_ranks > 0);
   if (mpi && (!processes || !processes->launched() || processes->size() != o.ranks))
-    fail("dpx collective --backend mpi: no MPI job of ", o.ranks, " processes to run on");
+    fail("dpx collective --backend ", o.backend, ": no MPI job of ", o.ranks, " processes to run on");
+  if (gpus) check_nccl_gpus(mpi ? 0 : o.ranks);  // before the table: a machine without GPUs says so at once
   const LaunchInfo launch = mpi ? processes->info() : LaunchInfo{};
   Plan p;
   p.coll = parse_collective(o.collective);
@@ -392,16 +448,25 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
                                launch.library, ", ", launch.thread_level)
               : std::string("threads of one process"))
       << ")\n";
-  out << "# nThread " << o.ranks << " nGpus 0 minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
+  out << "# nThread " << (gpus ? 1 : o.ranks) << " nGpus " << (gpus ? (mpi ? 1 : o.ranks) : 0) << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
       << (o.step_factor != 0 ? o.step_factor : o.step_bytes) << (o.step_factor != 0 ? "(factor)" : "(bytes)")
       << " warmup iters: " << o.warmup_iters << " iters: " << o.iters << " validation: " << o.check << "\n";
   if (reduced) out << "#\n# Reducing maxBytes to " << o.max_bytes << " due to memory limitation\n";
   out << "#\n# Using devices\n";
   const int cpus = available_cpus();
   const std::string host = host_name();
+  // The GPU of each rank: thread rank r drives cuda:r; a process its local rank's GPU.
+  auto gpu_of = [&](int r) {
+    return mpi ? nccl_device_for_local_rank(launch.local_rank[static_cast<size_t>(r)], cuda::device_count()) : r;
+  };
   for (int r = 0; r < o.ranks; ++r) {
     char line[256];
-    if (mpi)
+    if (gpus)
+      std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cuda:%d (%s)\n", r,
+                    mpi ? launch.pids[static_cast<size_t>(r)] : static_cast<int>(getpid()),
+                    mpi ? launch.hosts[static_cast<size_t>(r)].c_str() : host.c_str(), gpu_of(r),
+                    mpi ? "process" : "thread of one process");
+    else if (mpi)
       std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (process, %s)\n", r,
                     launch.pids[static_cast<size_t>(r)], launch.hosts[static_cast<size_t>(r)].c_str(),
                     launch.bound ? "bound by the launcher" : "not bound");
@@ -412,6 +477,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
                                   : "thread, not pinned");
     out << line;
   }
+  if (gpus) out << "#\n# NCCL " << nccl_version() << ": non-blocking communicators, calls queued on each GPU's stream\n";
   // hier's nodes: --ranks-per-node, else the real ones (one, for thread ranks).
   std::vector<int> layout;
   for (int r = 0; r < o.ranks; ++r)
@@ -420,7 +486,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   sink.nodes = static_cast<int>(std::set<int>(layout.begin(), layout.end()).size());
   if (std::find(algos.begin(), algos.end(), Algorithm::hier) != algos.end())
     out << "#\n# hier's nodes: " << node_groups(layout) << (o.ranks_per_node > 0 ? " (--ranks-per-node)" : "") << "\n";
-  if (o.memcpy_bytes > 0) {
+  if (o.memcpy_bytes > 0 && !gpus) {  // a host copy says nothing of the GPUs' links
     const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
     report.memcpy_gbs_per_rank =
@@ -474,12 +540,24 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();
     const int failed_before = report.failed;
-    if (mpi) {
+    if (gpus && mpi) {  // one GPU per process; NCCL's unique id travels over MPI
+      const int device = gpu_of(processes->rank());
+      std::unique_ptr<Communicator> nccl = make_nccl_communicator(processes->world(), device, o.comm_timeout_s);
+      bench_rank(processes->world(), *nccl, Device::cuda(device), p, o, algo, sink);
+    } else if (gpus) {  // one process, one thread per GPU
+      std::vector<int> devices;
+      for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
+      std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(devices, o.comm_timeout_s);
+      run_ranks(o.ranks, [&](Communicator& control) {
+        bench_rank(control, *nccl[static_cast<size_t>(control.rank())], Device::cuda(control.rank()), p, o, algo, sink);
+        nccl[static_cast<size_t>(control.rank())].reset();  // every rank finalizes its own at once (a collective)
+      }, ro);
+    } else if (mpi) {
       processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
-      bench_rank(processes->world(), p, o, algo, sink);
+      bench_rank(processes->world(), processes->world(), Device::cpu(), p, o, algo, sink);
       processes->world().set_net_sim({});
     } else {
-      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
+      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, comm, Device::cpu(), p, o, algo, sink); }, ro);
     }
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;

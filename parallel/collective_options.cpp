@@ -116,8 +116,9 @@ void validate(const CollectiveOptions& o) {
       throw;
     }
   });
-  const char* const backends = kMpiBuilt ? "threads or mpi" : "threads";  // what this dpx has
-  if (o.backend == "nccl" || o.backend == "p2p") {
+  const char* const backends = kMpiBuilt ? (kNcclBuilt ? "threads, mpi or nccl" : "threads or mpi")
+                                          : (kNcclBuilt ? "threads or nccl" : "threads");  // what this dpx has
+  if (o.backend == "p2p") {
 #ifdef DPX_WITH_CUDA
     usage_fail("--backend ", o.backend, ": not implemented yet in dpx collective; use --backend ", backends);
 #else
@@ -125,7 +126,20 @@ void validate(const CollectiveOptions& o) {
                "on a machine with CUDA, cuDNN and NCCL); use --backend ", backends);
 #endif
   }
-  if (o.backend == "mpi") {
+  if (o.backend == "nccl") {
+    if (!kNcclBuilt)
+      usage_fail("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a machine "
+                 "with CUDA, cuDNN and NCCL); use --backend ", backends);
+    if (o.process_ranks > 0 && o.ranks != o.process_ranks)
+      usage_fail("--ranks ", o.ranks, " under MPI with ", o.process_ranks, " processes: with --backend nccl each process "
+                 "drives one GPU (mpirun -np K sets K); drop --ranks");
+    if (o.algo != "nccl" && o.algo != "all")
+      usage_fail("--algo ", o.algo, " with --backend nccl: NCCL chooses its own algorithm (NCCL_ALGO=Ring|Tree sets "
+                 "it); pass --algo nccl or leave --algo out");
+    if (!o.net_sim.empty())
+      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's collectives are out of its reach: "
+                 "drop --net-sim with --backend nccl");
+  } else if (o.backend == "mpi") {
 #ifndef DPX_WITH_MPI
     usage_fail("--backend mpi: not built (configure with -DDPX_MPI=ON where MPI is installed); use --backend threads");
 #endif
@@ -140,7 +154,7 @@ void validate(const CollectiveOptions& o) {
       usage_fail("--backend threads under MPI with ", o.process_ranks, " processes: each process would run its own "
                  "benchmark of thread ranks; use --backend mpi (the default under mpirun), or run dpx without mpirun");
   } else {
-    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends, " (nccl and p2p come later)");
+    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends, kNcclBuilt ? "" : " (nccl needs a CUDA build)");
   }
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);
@@ -150,8 +164,10 @@ void validate(const CollectiveOptions& o) {
                cpus, " CPUs: at most ", kThreadRanksPerCpu * cpus, "): thread ranks take turns on the CPUs, so more "
                "take minutes per size and measure the scheduler more than the collective (64 ranks on 2 CPUs: 22 s "
                "for the default size); for more ranks run MPI processes on more machines (--backend mpi)");
-  if (o.algo != "all") {
+  if (o.algo != "all" && o.backend != "nccl") {
     const Algorithm a = with_flag("--algo", [&] { return parse_algorithm(o.algo); });
+    if (a == Algorithm::nccl)
+      usage_fail("--algo nccl is NCCL's own collectives: it needs --backend nccl (GPUs)");
     if (a == Algorithm::mpi && o.backend != "mpi")
       usage_fail("--algo mpi is the MPI library's own collectives: it needs --backend mpi, under mpirun");
     if (!algorithm_applies(a, c))
@@ -194,6 +210,7 @@ void validate(const CollectiveOptions& o) {
 }
 
 std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o) {
+  if (o.backend == "nccl") return {Algorithm::nccl};
   if (o.algo != "all") return {parse_algorithm(o.algo)};
   const Collective c = parse_collective(o.collective);
   std::vector<Algorithm> algos;

@@ -27,7 +27,9 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
     if (cmd.count("--backend") == 0) o.backend = "mpi";
     if (cmd.count("--ranks") == 0) o.ranks = processes.size();
   }
-  if (cmd.count("--algo") == 0) {  // ring, or the first of dpx's algorithms that applies (gather, scatter: tree)
+  if (cmd.count("--algo") == 0 && o.backend == "nccl") {
+    o.algo = "nccl";  // NCCL's own collectives: the nccl backend's one algorithm
+  } else if (cmd.count("--algo") == 0) {  // ring, or the first of dpx's algorithms that applies (gather, scatter: tree)
     try {
       o.algo = parallel::algorithm_name(parallel::algorithm_for(parallel::parse_collective(o.collective),
                                                                 parallel::Algorithm::ring));
@@ -51,7 +53,7 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
                      {"-c", std::to_string(o.check)}, {"-o", o.op}, {"-d", o.datatype}, {"-r", std::to_string(o.root)},
                      {"--ranks-per-node", std::to_string(o.ranks_per_node)}, {"--csv", o.csv_path}}));
   processes.set_comm_timeout(o.comm_timeout_s);
-  if (!processes.launched() && o.ranks > parallel::available_cpus())
+  if (!processes.launched() && o.backend == "threads" && o.ranks > parallel::available_cpus())
     std::cerr << "dpx: warning: " << o.ranks << " ranks on " << parallel::available_cpus()
               << " CPUs: ranks take turns, so times include waiting for a CPU\n";
   parallel::CollectiveReport report = parallel::run_collective(o, std::cout, &processes);
@@ -74,9 +76,14 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   "all_to_all, gather and scatter, 1 for broadcast, reduce and sendrecv (nccl-tests' factors)")
       ->capture_default_str();
   cmd->add_option("--backend", o.backend,
-                  parallel::kMpiBuilt ? "threads (ranks are threads of this process) or mpi (ranks are the processes "
-                                        "of mpirun/srun; the default there)"
-                                      : "threads (ranks are threads of this process; the mpi backend is not built in)")
+                  std::string(parallel::kMpiBuilt ? "threads (ranks are threads of this process) or mpi (ranks are the "
+                                                    "processes of mpirun/srun; the default there)"
+                                                  : "threads (ranks are threads of this process; the mpi backend is not "
+                                                    "built in)") +
+                      (parallel::kNcclBuilt ? "; nccl: NCCL's collectives on GPUs, device buffers (--ranks K: one "
+                                              "thread per GPU, cuda:0 to cuda:K-1; under mpirun one GPU per process, "
+                                              "by local rank)"
+                                            : "; nccl needs a build with -DDPX_CUDA=ON"))
       ->capture_default_str();
   cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")
       ->capture_default_str();
@@ -84,6 +91,7 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   std::string(parallel::kMpiBuilt ? "ring, tree, naive, rhd, hier, mpi (the MPI library's own; "
                                                     "--backend mpi)"
                                                   : "ring, tree, naive, rhd, hier") +
+                      (parallel::kNcclBuilt ? ", nccl (NCCL's own; --backend nccl, its only algorithm)" : "") +
                       ", or all (one table each, then busbw side by side); sendrecv and all_to_all have ring "
                       "(and mpi), gather and scatter tree, naive and rhd (and mpi; their default is tree)")
       ->capture_default_str();
