@@ -549,7 +549,13 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
       for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
       std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(devices, o.comm_timeout_s);
       run_ranks(o.ranks, [&](Communicator& control) {
-        bench_rank(control, *nccl[static_cast<size_t>(control.rank())], Device::cuda(control.rank()), p, o, algo, sink);
+        Communicator& mine = *nccl[static_cast<size_t>(control.rank())];
+        try {
+          bench_rank(control, mine, Device::cuda(control.rank()), p, o, algo, sink);
+        } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
+          abort_nccl_group(mine, detail::concat("rank ", control.rank(), " failed: ", e.what()));
+          throw;
+        }
         nccl[static_cast<size_t>(control.rank())].reset();  // every rank finalizes its own at once (a collective)
       }, ro);
     } else if (mpi) {

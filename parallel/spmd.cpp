@@ -12,6 +12,7 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/data/loader.hpp"
+#include "core/error.hpp"
 #include "layers/optim.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/device_env.hpp"
@@ -85,8 +86,14 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.timeout_s = o.comm_timeout_s;
     run_ranks(job.ranks, [&](Communicator& comm) {
       Communicator& mine = *nccl[static_cast<size_t>(comm.rank())];
-      spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
-                [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+      try {
+        spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
+                  [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks,
+                  0.0);
+      } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
+        abort_nccl_group(mine, detail::concat("rank ", comm.rank(), " failed: ", e.what()));
+        throw;
+      }
       nccl[static_cast<size_t>(comm.rank())].reset();  // every rank finalizes its own at once (a collective)
     }, ro);
   } else if (processes) {

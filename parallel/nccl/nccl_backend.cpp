@@ -116,6 +116,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
       std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), timeout_s, local));
 }
 
+void abort_nccl_group(Communicator& comm, const std::string& why) {
+  if (auto* nccl = dynamic_cast<nccl::NcclCommunicator*>(&comm)) nccl->abort_group(why);
+}
+
 void check_nccl_gpus(int count) {
   if (!cuda::available()) usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason());
   if (count > cuda::device_count())

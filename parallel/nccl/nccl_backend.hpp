@@ -35,6 +35,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
 // CUDA events on the compute stream.
 std::unique_ptr<GradSync> make_nccl_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx);
 
+// Ends the waits of every rank of `comm`'s group in this process (their communicators are
+// aborted): a rank thread that failed outside communication calls it, so the other GPUs' threads
+// stop at once instead of waiting out --comm-timeout. No-op for other backends.
+void abort_nccl_group(Communicator& comm, const std::string& why);
+
 // Throws dpx::UsageError naming --backend nccl unless this process sees a usable GPU and, for
 // count > 0, at least `count` of them: checked before anything is printed or started.
 void check_nccl_gpus(int count);

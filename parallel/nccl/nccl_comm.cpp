@@ -199,12 +199,17 @@ void* NcclTransport::scratch(size_t bytes) {
   return scratch_;
 }
 
-void NcclTransport::collective(const CollectiveArgs& a) {
-  if (aborted_) fail("nccl rank ", rank_, ": the communicator was aborted: ", local_->aborted());
+void NcclTransport::check_alive() {
+  // An aborted communicator's handle is freed: nothing may touch it again.
+  if (aborted_) fail("nccl rank ", rank_, ": its communicator was aborted (", local_->aborted(), ")");
   if (const std::string why = local_->aborted(); !why.empty()) {
     abort_comm();
     fail("nccl rank ", rank_, " aborted: ", why);
   }
+}
+
+void NcclTransport::collective(const CollectiveArgs& a) {
+  check_alive();
   cuda::DeviceGuard guard(device_);
   const ncclDataType_t t = nccl_dtype(a.dtype);
   const size_t es = dtype_size(a.dtype), n = static_cast<size_t>(size_), r = static_cast<size_t>(rank_);
@@ -293,6 +298,7 @@ void NcclTransport::collective(const CollectiveArgs& a) {
 void NcclTransport::do_exchange(const Exchange& x) {
   if (x.reduce_with)
     fail("the nccl backend runs NCCL's collectives, not dpx's algorithms (their reductions need the p2p backend)");
+  check_alive();
   cuda::DeviceGuard guard(device_);
   group([&] {
     if (x.send_peer >= 0) DPX_NCCL_QUEUE(ncclSend(x.send, x.send_bytes, ncclUint8, x.send_peer, comm_, stream_));
@@ -315,6 +321,7 @@ void NcclTransport::barrier() {
     patient = current_.patient;
     call = current_;
   }
+  check_alive();
   cuda::DeviceGuard guard(device_);
   DPX_NCCL_QUEUE(ncclAllReduce(one_, one_, 1, ncclFloat32, ncclSum, comm_, stream_));
   queued(call);
@@ -325,10 +332,7 @@ void NcclTransport::wait(bool patient) {
   cuda::DeviceGuard guard(device_);
   const double start = now_s();
   for (;;) {
-    if (const std::string why = local_->aborted(); !why.empty()) {
-      abort_comm();
-      fail("nccl rank ", rank_, " aborted: ", why);
-    }
+    check_alive();
     NcclProbe probe;
     const cudaError_t s = cudaStreamQuery(stream_);
     probe.stream_idle = s == cudaSuccess;
@@ -368,6 +372,11 @@ void NcclTransport::wait(bool patient) {
       }
     }
   }
+}
+
+void NcclTransport::abort_group(const std::string& why) {
+  local_->abort(why);
+  abort_comm();
 }
 
 void NcclTransport::give_up(const std::string& why, bool timed_out) {

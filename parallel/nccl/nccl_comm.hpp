@@ -65,6 +65,8 @@ class NcclTransport final : public Transport {
   // Waits for everything queued (the watchdog: polls, times out, aborts). `patient`: no timeout.
   void wait(bool patient = false);
   RankStatus status() const;
+  // Tells the other ranks of this process to stop waiting, and aborts this rank's communicator.
+  void abort_group(const std::string& why);
 
  protected:
   void do_exchange(const Exchange& x) override;
@@ -76,6 +78,7 @@ class NcclTransport final : public Transport {
     double queued_s = 0;
   };
   void queued(const CommCall& call);  // records the call's completion event
+  void check_alive();                  // throws once this rank's group has been aborted
   void* scratch(size_t bytes);         // device memory for staged in-place sends
   [[noreturn]] void give_up(const std::string& why, bool timed_out);
   void abort_comm();
@@ -105,6 +108,7 @@ class NcclCommunicator final : public Communicator {
   void synchronize() override { transport_->wait(); }
   int device() const { return transport_->device(); }
   cudaStream_t stream() const { return transport_->stream(); }
+  void abort_group(const std::string& why) { transport_->abort_group(why); }
 
  protected:
   void execute(const CollectiveArgs& args, Algorithm algo) override;
