@@ -41,7 +41,7 @@ Device TrainOptions::device() const {
   std::string kind = devices.substr(0, colon);
   if (kind == "cpu" || kind == "ref") return Device::cpu();
   if (kind != "cuda")
-    usage_fail("--devices '", devices, "': use cpu:K, ref:K (K thread ranks), cuda:N, or cuda:0,cuda:1 (a rank per GPU)");
+    usage_fail("--devices '", devices, "': use cpu:K, ref:K (K thread ranks) or cuda:N (cuda:0,cuda:1: a rank per GPU)");
   if (devices.find(',') != std::string::npos) return Device::cuda(cuda_devices().front());
   return parse_device(devices);
 }

@@ -82,7 +82,7 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                                                     "built in)") +
                       (parallel::kNcclBuilt ? "; nccl: NCCL's collectives on GPUs, device buffers (--ranks K: one "
                                               "thread per GPU, cuda:0 to cuda:K-1; under mpirun one GPU per process, "
-                                              "by local rank)"
+                                              "by local rank; compiled, never yet run on a GPU)"
                                             : "; nccl needs a build with -DDPX_CUDA=ON"))
       ->capture_default_str();
   cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")

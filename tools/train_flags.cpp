@@ -12,6 +12,11 @@ namespace dpx::tools {
 
 std::string algo_help() {
   return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
+                                 "across), mpi (the MPI library's MPI_Allreduce; under mpirun), or nccl (NCCL's, the "
+                                 "one of --backend nccl and its default there)"
+                               : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
+                                 "across), or nccl (NCCL's, the one of --backend nccl and its default there)";
+  return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
                                "across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
                              : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
                                "across)";
@@ -136,7 +141,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
       ->capture_default_str();
-  if (!for_bench) cmd.add_option("--algo", o.algo, algo_help())->capture_default_str();
+  if (!for_bench)
+    cmd.add_option("--algo", o.algo,
+                   algo_help() + (parallel::kNcclBuilt ? "; with --backend nccl: nccl (NCCL's own, its default there)" : ""))
+        ->capture_default_str();
   cmd.add_option("--net-sim", o.net_sim,
                  "RATE,LATENCY: every exchange of DDP's thread ranks takes at least latency + bytes / rate, really "
                  "waiting, as on that network (e.g. 10gbit,5us or 1GB,50us; units bit kbit mbit gbit tbit, B kB MB "
