@@ -287,6 +287,7 @@ void NcclTransport::collective(const CollectiveArgs& a) {
       default: fail("the nccl backend has no ", collective_name(a.kind));
     }
   }
+  settle();  // a non-blocking communicator may return before the work is on the stream
   CommCall call;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -304,6 +305,7 @@ void NcclTransport::do_exchange(const Exchange& x) {
     if (x.send_peer >= 0) DPX_NCCL_QUEUE(ncclSend(x.send, x.send_bytes, ncclUint8, x.send_peer, comm_, stream_));
     if (x.recv_peer >= 0) DPX_NCCL_QUEUE(ncclRecv(x.recv, x.recv_bytes, ncclUint8, x.recv_peer, comm_, stream_));
   });
+  settle();
   CommCall call;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -324,17 +326,22 @@ void NcclTransport::barrier() {
   check_alive();
   cuda::DeviceGuard guard(device_);
   DPX_NCCL_QUEUE(ncclAllReduce(one_, one_, 1, ncclFloat32, ncclSum, comm_, stream_));
+  settle();
   queued(call);
   wait(patient);
 }
 
-void NcclTransport::wait(bool patient) {
+void NcclTransport::wait(bool patient) { poll(true, patient); }
+
+void NcclTransport::settle() { poll(false, false); }
+
+void NcclTransport::poll(bool stream_too, bool patient) {
   cuda::DeviceGuard guard(device_);
   const double start = now_s();
   for (;;) {
     check_alive();
     NcclProbe probe;
-    const cudaError_t s = cudaStreamQuery(stream_);
+    const cudaError_t s = stream_too ? cudaStreamQuery(stream_) : cudaSuccess;
     probe.stream_idle = s == cudaSuccess;
     probe.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
     ncclResult_t async = ncclSuccess;
@@ -344,6 +351,7 @@ void NcclTransport::wait(bool patient) {
     const double waited = now_s() - start;
     switch (judge_wait(probe, waited, patient ? 0 : timeout_s_)) {
       case NcclWaitVerdict::done: {
+        if (!stream_too) return;  // queued: the calls are on the stream now
         std::lock_guard<std::mutex> lock(mu_);
         for (InFlight& f : in_flight_) free_events_.push_back(f.done);
         in_flight_.clear();

@@ -79,6 +79,11 @@ class NcclTransport final : public Transport {
   };
   void queued(const CommCall& call);  // records the call's completion event
   void check_alive();                  // throws once this rank's group has been aborted
+  // A non-blocking communicator's call may return ncclInProgress before its work is on the stream:
+  // settle() polls ncclCommGetAsyncError until it is (events recorded after it then follow the
+  // work); poll() is that, and with stream_too also waits for the stream to finish.
+  void settle();
+  void poll(bool stream_too, bool patient);
   void* scratch(size_t bytes);         // device memory for staged in-place sends
   [[noreturn]] void give_up(const std::string& why, bool timed_out);
   void abort_comm();
