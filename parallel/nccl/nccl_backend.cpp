@@ -62,8 +62,14 @@ void wait_initialised(std::vector<ncclComm_t>& comms, const std::vector<int>& de
   }
 }
 
+// What to do instead, where the GPUs are missing.
+constexpr const char* kNoGpuHint =
+    "; run it on a machine with NVIDIA GPUs, or use CPU ranks here (dpx collective --backend threads; dpx train "
+    "--devices cpu:K --parallel ddp)";
+
 void check_devices(const std::vector<int>& devices) {
-  if (!cuda::available()) usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason());
+  if (!cuda::available())
+    usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason(), kNoGpuHint);
   const int visible = cuda::device_count();
   for (int d : devices)
     if (d < 0 || d >= visible)
@@ -121,7 +127,8 @@ void abort_nccl_group(Communicator& comm, const std::string& why) {
 }
 
 void check_nccl_gpus(int count) {
-  if (!cuda::available()) usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason());
+  if (!cuda::available())
+    usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason(), kNoGpuHint);
   if (count > cuda::device_count())
     usage_fail("--backend nccl with ", count, " ranks: this machine shows ", cuda::device_count(), " CUDA device(s), "
                "and NCCL runs one rank per GPU; pass at most that many");

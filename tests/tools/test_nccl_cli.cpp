@@ -18,7 +18,10 @@ void check_refused(const std::string& args) {
   CAPTURE(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("--backend nccl") != std::string::npos);
-  if (dpx::parallel::kNcclBuilt) CHECK(r.output.find("no usable CUDA device") != std::string::npos);
+  if (dpx::parallel::kNcclBuilt) {
+    CHECK(r.output.find("no usable CUDA device") != std::string::npos);
+    CHECK(r.output.find("or use CPU ranks here") != std::string::npos);
+  }
   else CHECK(r.output.find("configure with -DDPX_CUDA=ON") != std::string::npos);
 }
 
