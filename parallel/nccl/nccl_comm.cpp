@@ -269,7 +269,8 @@ void NcclTransport::collective(const CollectiveArgs& a) {
             return;
           }
           for (size_t q = 0; q < n; ++q)
-            if (q != r) DPX_NCCL_QUEUE(ncclRecv(at_mut(a.recv, q * block), a.count, t, static_cast<int>(q), comm_, stream_));
+            if (q != r)
+              DPX_NCCL_QUEUE(ncclRecv(at_mut(a.recv, q * block), a.count, t, static_cast<int>(q), comm_, stream_));
         });
         break;
       case Collective::scatter:
@@ -279,7 +280,8 @@ void NcclTransport::collective(const CollectiveArgs& a) {
             return;
           }
           for (size_t q = 0; q < n; ++q)
-            if (q != r) DPX_NCCL_QUEUE(ncclSend(at(a.send, q * block), a.count, t, static_cast<int>(q), comm_, stream_));
+            if (q != r)
+              DPX_NCCL_QUEUE(ncclSend(at(a.send, q * block), a.count, t, static_cast<int>(q), comm_, stream_));
         });
         if (static_cast<int>(r) == a.root && at(a.send, r * block) != a.recv)
           DPX_CUDA_CHECK(cudaMemcpyAsync(a.recv, at(a.send, r * block), block, cudaMemcpyDeviceToDevice, stream_));
@@ -357,12 +359,14 @@ void NcclTransport::poll(bool stream_too, bool patient) {
         in_flight_.clear();
         return;
       }
-      case NcclWaitVerdict::failed:
-        give_up(probe.stream_failed ? detail::concat("CUDA error on its stream: ", cudaGetErrorString(s))
-                                    : detail::concat("NCCL error: ", ncclGetErrorString(async),
-                                                     ncclGetLastError(comm_) ? detail::concat(" (", ncclGetLastError(comm_), ")")
-                                                                             : std::string()),
+      case NcclWaitVerdict::failed: {
+        const char* last = ncclGetLastError(comm_);
+        give_up(probe.stream_failed
+                    ? detail::concat("CUDA error on its stream: ", cudaGetErrorString(s))
+                    : detail::concat("NCCL error: ", ncclGetErrorString(async),
+                                     last && last[0] ? detail::concat(" (", last, ")") : std::string()),
                 false);
+      }
       case NcclWaitVerdict::timed_out: {
         StallPoint at;
         at.rank = rank_;

@@ -12,6 +12,9 @@
 
 namespace {
 
+const std::string kTrain = "train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 64 "
+                           "--batch-size 8 --steps 4 --warmup 0 --no-eval --epochs 1 --threads 1 --parallel ddp ";
+
 void check_refused(const std::string& args) {
   const DpxResult r = run_dpx(args);
   CAPTURE(args);
@@ -34,13 +37,11 @@ TEST_CASE("dpx collective --backend nccl without a GPU exits 2 and says why") {
 
 TEST_CASE("dpx train --backend nccl without a GPU exits 2 and says why") {
   if (dpx::cuda::available()) return;
-  check_refused("train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 64 --batch-size 8 "
-                "--steps 4 --warmup 0 --no-eval --epochs 1 --threads 1 --parallel ddp --backend nccl --devices cuda:0,cuda:1");
+  check_refused(kTrain + "--backend nccl --devices cuda:0,cuda:1");
 }
 
 TEST_CASE("dpx train: DDP over GPUs without --backend nccl is refused, naming the flag") {
-  const DpxResult r = run_dpx("train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 64 "
-                              "--batch-size 8 --steps 4 --warmup 0 --no-eval --epochs 1 --threads 1 --parallel ddp --devices cuda:0,cuda:1");
+  const DpxResult r = run_dpx(kTrain + "--devices cuda:0,cuda:1");
   CAPTURE(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("add --backend nccl") != std::string::npos);
