@@ -20,6 +20,7 @@ std::string_view algorithm_name(Algorithm a) {
     case Algorithm::rhd: return "rhd";
     case Algorithm::hier: return "hier";
     case Algorithm::mpi: return "mpi";
+    case Algorithm::nccl: return "nccl";
   }
   return "?";
 }
@@ -38,6 +39,12 @@ Algorithm parse_algorithm(std::string_view name) {
   if (name == algorithm_name(Algorithm::mpi)) {
     if (!kMpiBuilt) fail_mpi_not_built("algorithm 'mpi' (the MPI library's own collectives)");
     return Algorithm::mpi;
+  }
+  if (name == algorithm_name(Algorithm::nccl)) {
+    if (!kNcclBuilt)
+      usage_fail("algorithm 'nccl' (NCCL's own collectives): not built (this dpx has no CUDA backend; configure with "
+                 "-DDPX_CUDA=ON on a machine with CUDA, cuDNN and NCCL)");
+    return Algorithm::nccl;
   }
   usage_fail("unknown algorithm '", name, "': use ", algorithm_choices());
 }
@@ -130,7 +137,8 @@ void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Wor
   const impl::Schedules* table = impl::schedules_of(algo);
   if (table == nullptr)
     fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
-         " library's collectives (they exist with --backend ", algorithm_name(algo), ", under mpirun)");
+         " library's collectives (they exist with --backend ", algorithm_name(algo),
+         algo == Algorithm::mpi ? ", under mpirun)" : ")");
   impl::schedule_for(*table, args.kind)(s);
 }
 
@@ -143,7 +151,8 @@ const Schedules* schedules_of(Algorithm algo) {
     case Algorithm::naive: return &kNaiveSchedules;
     case Algorithm::rhd: return &kRhdSchedules;
     case Algorithm::hier: return &kHierSchedules;
-    case Algorithm::mpi: break;
+    case Algorithm::mpi:
+    case Algorithm::nccl: break;
   }
   return nullptr;
 }

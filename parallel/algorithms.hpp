@@ -30,7 +30,9 @@ namespace dpx::parallel {
 //          reduce), then a tree inside each node again (Transport::node_of says which node)
 //   mpi:   not dpx's: the MPI library's own call (MPI_Allreduce, MPI_Bcast, ...), offered by the
 //          mpi backend only (parallel/mpi/), so one command compares dpx with the library
-enum class Algorithm : uint8_t { ring, tree, naive, rhd, hier, mpi };
+//   nccl:  not dpx's either: NCCL's collectives on the GPUs' streams, the nccl backend's only
+//          algorithm (parallel/nccl/)
+enum class Algorithm : uint8_t { ring, tree, naive, rhd, hier, mpi, nccl };
 // dpx's own algorithms: every backend runs them over its Transport.
 inline constexpr std::array<Algorithm, 5> kAlgorithms = {Algorithm::ring, Algorithm::tree, Algorithm::naive,
                                                          Algorithm::rhd, Algorithm::hier};
@@ -41,9 +43,16 @@ inline constexpr bool kMpiBuilt = true;
 #else
 inline constexpr bool kMpiBuilt = false;
 #endif
+// Whether this dpx was built with CUDA (CMake's DPX_WITH_CUDA, which also needs NCCL): the nccl
+// backend and Algorithm::nccl exist only then.
+#ifdef DPX_WITH_CUDA
+inline constexpr bool kNcclBuilt = true;
+#else
+inline constexpr bool kNcclBuilt = false;
+#endif
 std::string_view algorithm_name(Algorithm a);
-// "ring", "tree", "naive", "rhd", "hier" or (built with MPI) "mpi"; throws dpx::UsageError
-// otherwise, saying so when "mpi" is asked of a dpx built without it.
+// "ring", "tree", "naive", "rhd", "hier", (built with MPI) "mpi" or (built with CUDA) "nccl";
+// throws dpx::UsageError otherwise, saying so when "mpi" or "nccl" is asked of a dpx built without it.
 Algorithm parse_algorithm(std::string_view name);
 // The names parse_algorithm takes, for help texts and errors: "ring, tree, naive, rhd, hier, or
 // mpi (the MPI library's own)", without mpi where it is not built.
@@ -51,7 +60,7 @@ std::string algorithm_choices();
 // The usage error for Algorithm::mpi in a dpx built without MPI.
 [[noreturn]] void fail_mpi_not_built(std::string_view what);
 // True for the vendor paths (a library's collectives), which only their own backend runs.
-constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi; }
+constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi || a == Algorithm::nccl; }
 // "sum", "prod", "max", "min" or "avg"; throws dpx::UsageError otherwise.
 ReduceOp parse_reduce_op(std::string_view name);
 

@@ -11,9 +11,11 @@
 
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
+#include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/collective_check.hpp"
+#include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/p2p_backend.hpp"
 #include "parallel/stall_report.hpp"
 #include "parallel/threads_backend.hpp"
@@ -193,88 +195,106 @@ struct Sink {
   std::string limit_source;
 };
 
-// One 8-byte value all-reduced across the ranks, from host memory: through the rank's GPU on
-// the p2p backend (its communicator reaches device memory only).
-void all_reduce_host(Communicator& comm, const void* mine, void* result, DType dtype, ReduceOp op, int gpu) {
-  if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
-  struct DeviceBlock {
-    void* p;
-    int gpu;
-    ~DeviceBlock() { cuda::release(p, 16, gpu); }
-  } d{cuda::allocate(16, gpu), gpu};
-  auto* in = static_cast<std::byte*>(d.p);
-  cuda::copy(in, Device::cuda(gpu), mine, Device::cpu(), 8);
-  comm.all_reduce(in, in + 8, 1, dtype, op, Algorithm::ring);
-  cuda::copy(result, Device::cpu(), in + 8, Device::cuda(gpu), 8);
-}
-
-// The buffers of one rank. Host backends call on host memory a and b; the p2p backend on device
-// copies of them (da, db), filled from a and b before the calls and read back into b to check.
-struct RankBuffers {
-  std::byte* a = nullptr;
-  std::byte* b = nullptr;
-  int gpu = -1;  // the rank's GPU, or -1: the calls use a and b
-  std::byte* da = nullptr;
-  std::byte* db = nullptr;
-  size_t bytes = 0;
-
-  std::byte* call_a() const { return gpu >= 0 ? da : a; }
-  std::byte* call_b() const { return gpu >= 0 ? db : b; }
-  void upload() const {
-    if (gpu < 0) return;
-    cuda::copy(da, Device::cuda(gpu), a, Device::cpu(), bytes);
-    cuda::copy(db, Device::cuda(gpu), b, Device::cpu(), bytes);
-  }
-  void download_results() const {  // every collective writes its results into b (nccl-tests' placement)
-    if (gpu >= 0) cuda::copy(b, Device::cpu(), db, Device::cuda(gpu), bytes);
+// The barriers and the host-memory reductions of the times and #wrong. A host communicator
+// reduces host memory; the p2p backend's reaches device memory only, so there an 8-byte value
+// goes through the rank's GPU (gpu >= 0).
+struct Control {
+  Communicator& comm;
+  int gpu = -1;
+  void barrier() { comm.barrier(); }
+  void all_reduce(const void* mine, void* result, DType dtype, ReduceOp op) {
+    if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
+    struct DeviceBlock {
+      void* p;
+      int gpu;
+      ~DeviceBlock() { cuda::release(p, 16, gpu); }
+    } d{cuda::allocate(16, gpu), gpu};
+    auto* in = static_cast<std::byte*>(d.p);
+    cuda::copy(in, Device::cuda(gpu), mine, Device::cpu(), 8);
+    comm.all_reduce(in, in + 8, 1, dtype, op, Algorithm::ring);
+    cuda::copy(result, Device::cpu(), in + 8, Device::cuda(gpu), 8);
   }
 };
 
-void bench_rank(Communicator& comm, const Plan& p, const CollectiveOptions& o, Algorithm algo, Sink& sink,
-                int gpu = -1) {
+// A rank's two buffers: host memory, or (the nccl backend) device memory with host mirrors in
+// which the data is made and checked, copied over before each timed loop and after each check.
+struct RankMemory {
+  Workspace wa, wb;
+  std::byte* a = nullptr;  // host (the mirrors, on a GPU)
+  std::byte* b = nullptr;
+  Device device;
+  std::byte* da = nullptr;  // device, or null
+  std::byte* db = nullptr;
+  size_t bytes = 0;
+
+  RankMemory(Device dev, size_t buffer_bytes) : device(dev), bytes(std::max<size_t>(buffer_bytes, 64)) {
+    a = wa.get(bytes);
+    b = wb.get(bytes);
+    std::memset(a, 0, bytes);  // first touch by the rank that uses the memory
+    std::memset(b, 0, bytes);
+    if (device.is_cuda()) {
+      da = static_cast<std::byte*>(cuda::allocate(bytes, device.index));
+      db = static_cast<std::byte*>(cuda::allocate(bytes, device.index));
+    }
+  }
+  ~RankMemory() {
+    if (da) cuda::release(da, bytes, device.index);
+    if (db) cuda::release(db, bytes, device.index);
+  }
+  RankMemory(const RankMemory&) = delete;
+  RankMemory& operator=(const RankMemory&) = delete;
+  // The device address of a host mirror's byte (the host address itself without a device).
+  void* on_device(const void* host) const {
+    if (!da) return const_cast<void*>(host);
+    const auto* h = static_cast<const std::byte*>(host);
+    return h >= b && h < b + bytes ? db + (h - b) : da + (h - a);
+  }
+  void upload(const void* host, size_t n) const {
+    if (da && n > 0) cuda::copy(on_device(host), device, host, Device::cpu(), n);
+  }
+  void download(void* host, size_t n) const {
+    if (da && n > 0) cuda::copy(host, Device::cpu(), on_device(host), device, n);
+  }
+};
+
+// `comm` carries the timed calls; `control` the barriers and the host-memory reductions of the
+// times and #wrong (the same communicator, except for nccl: its thread ranks' or MPI's).
+// device: where the buffers live (a GPU for nccl and p2p).
+void bench_rank(Control control, Communicator& comm, Device device, const Plan& p, const CollectiveOptions& o,
+                Algorithm algo, Sink& sink) {
   const int n = comm.size(), r = comm.rank(), root = is_rooted(p.coll) ? o.root : -1;
   const size_t es = dtype_size(p.dtype);
-  Workspace wa, wb;
-  RankBuffers buf;
-  buf.bytes = std::max<size_t>(p.buffer_bytes, 64);
-  buf.a = wa.get(buf.bytes);
-  buf.b = wb.get(buf.bytes);
-  std::memset(buf.a, 0, buf.bytes);  // first touch by the rank that uses the memory
-  std::memset(buf.b, 0, buf.bytes);
-  struct DeviceBlock {  // the p2p rank's copy of a or b, on its GPU
-    void* p;
-    size_t bytes;
-    int gpu;
-    ~DeviceBlock() { cuda::release(p, bytes, gpu); }
-  };
-  const DeviceBlock dev_a{gpu >= 0 ? cuda::allocate(buf.bytes, gpu) : nullptr, buf.bytes, gpu};
-  const DeviceBlock dev_b{gpu >= 0 ? cuda::allocate(buf.bytes, gpu) : nullptr, buf.bytes, gpu};
-  buf.gpu = gpu;
-  buf.da = static_cast<std::byte*>(dev_a.p);
-  buf.db = static_cast<std::byte*>(dev_b.p);
+  RankMemory mem(device, p.buffer_bytes);
   for (size_t size : p.sizes) {
     const Shape s = shape_of(p.coll, size, p.dtype, n);
     CollectiveRow rows[2];
     for (int in_place = 0; in_place < 2; ++in_place) {
-      const auto [host_send, host_recv] = placement(p.coll, s, r, es, buf.a, buf.b, in_place != 0);
-      const auto [send, recv] = placement(p.coll, s, r, es, buf.call_a(), buf.call_b(), in_place != 0);
+      const auto [send, recv] = placement(p.coll, s, r, es, mem.a, mem.b, in_place != 0);
+      void* dsend = mem.on_device(send);
+      void* drecv = mem.on_device(recv);
       const int call_root = root < 0 ? 0 : root;
-      prepare(p, s, r, call_root, host_send, host_recv);
-      buf.upload();
-      for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, send, recv);
-      comm.barrier();
+      auto ready = [&] {  // fresh data, on the device too
+        prepare(p, s, r, call_root, send, recv);
+        mem.upload(recv, s.recv_count * es);
+        mem.upload(send, s.send_count * es);
+      };
+      ready();
+      for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
+      comm.synchronize();
+      control.barrier();
       const double start = now_s();
-      for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, send, recv);
+      for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
+      comm.synchronize();  // a GPU's calls were only queued
       double mean_s = (now_s() - start) / o.iters, slowest_s = 0;
-      all_reduce_host(comm, &mean_s, &slowest_s, DType::f64, ReduceOp::max, gpu);
+      control.all_reduce(&mean_s, &slowest_s, DType::f64, ReduceOp::max);
       int64_t wrong = -1;
       if (o.check) {
-        prepare(p, s, r, call_root, host_send, host_recv);
-        buf.upload();
-        call(comm, p, s, call_root, algo, send, recv);
-        buf.download_results();
-        int64_t mine = wrong_elements(p, s, n, r, call_root, host_recv);
-        all_reduce_host(comm, &mine, &wrong, DType::i64, ReduceOp::sum, gpu);
+        ready();
+        call(comm, p, s, call_root, algo, dsend, drecv);
+        comm.synchronize();
+        mem.download(recv, s.recv_count * es);
+        int64_t mine = wrong_elements(p, s, n, r, call_root, recv);
+        control.all_reduce(&mine, &wrong, DType::i64, ReduceOp::sum);
       }
       CollectiveRow& row = rows[in_place];
       row.collective = std::string(collective_name(p.coll));
@@ -408,9 +428,12 @@ std::string node_groups(const std::vector<int>& node_of_rank) {
 CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out, ProcessGroup* processes) {
   validate(options);
   CollectiveOptions o = options;
-  const bool mpi = o.backend == "mpi";
+  // Ranks are the processes of an MPI job (--backend mpi, or nccl under mpirun), else threads.
+  const bool nccl_ranks = o.backend == "nccl";  // ranks on GPUs through NCCL (threads, or MPI processes)
+  const bool mpi = o.backend == "mpi" || (nccl_ranks && o.process_ranks > 0);
   if (mpi && (!processes || !processes->launched() || processes->size() != o.ranks))
-    fail("dpx collective --backend mpi: no MPI job of ", o.ranks, " processes to run on");
+    fail("dpx collective --backend ", o.backend, ": no MPI job of ", o.ranks, " processes to run on");
+  if (nccl_ranks) check_nccl_gpus(mpi ? 0 : o.ranks);  // before the table: a machine without GPUs says so at once
   const LaunchInfo launch = mpi ? processes->info() : LaunchInfo{};
   const bool p2p = o.backend == "p2p";
   // p2p: rank r on GPU r mod (the --gpus list, or every visible GPU); validate() checked there is one.
@@ -451,18 +474,27 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
                                launch.library, ", ", launch.thread_level)
               : std::string(p2p ? "threads of one process, each on a GPU" : "threads of one process"))
       << ")\n";
-  out << "# nThread " << o.ranks << " nGpus " << (p2p ? 1 : 0) << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
+  out << "# nThread " << (nccl_ranks ? 1 : o.ranks) << " nGpus " << (nccl_ranks ? (mpi ? 1 : o.ranks) : p2p ? 1 : 0) << " minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
       << (o.step_factor != 0 ? o.step_factor : o.step_bytes) << (o.step_factor != 0 ? "(factor)" : "(bytes)")
       << " warmup iters: " << o.warmup_iters << " iters: " << o.iters << " validation: " << o.check << "\n";
   if (reduced) out << "#\n# Reducing maxBytes to " << o.max_bytes << " due to memory limitation\n";
   out << "#\n# Using devices\n";
   const int cpus = available_cpus();
   const std::string host = host_name();
+  // The GPU of each rank: thread rank r drives cuda:r; a process its local rank's GPU.
+  auto gpu_of = [&](int r) {
+    return mpi ? nccl_device_for_local_rank(launch.local_rank[static_cast<size_t>(r)], cuda::device_count()) : r;
+  };
   for (int r = 0; r < o.ranks; ++r) {
     char line[256];
     if (p2p)
       std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cuda:%d (thread; buffers on the GPU)\n",
                     r, static_cast<int>(getpid()), host.c_str(), gpu_of_rank[static_cast<size_t>(r)]);
+    else if (nccl_ranks)
+      std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cuda:%d (%s)\n", r,
+                    mpi ? launch.pids[static_cast<size_t>(r)] : static_cast<int>(getpid()),
+                    mpi ? launch.hosts[static_cast<size_t>(r)].c_str() : host.c_str(), gpu_of(r),
+                    mpi ? "process" : "thread of one process");
     else if (mpi)
       std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device cpu (process, %s)\n", r,
                     launch.pids[static_cast<size_t>(r)], launch.hosts[static_cast<size_t>(r)].c_str(),
@@ -474,6 +506,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
                                   : "thread, not pinned");
     out << line;
   }
+  if (nccl_ranks) out << "#\n# NCCL " << nccl_version() << ": non-blocking communicators, calls queued on each GPU's stream\n";
   // hier's nodes: --ranks-per-node, else the real ones (one, for thread ranks).
   std::vector<int> layout;
   for (int r = 0; r < o.ranks; ++r)
@@ -482,7 +515,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   sink.nodes = static_cast<int>(std::set<int>(layout.begin(), layout.end()).size());
   if (std::find(algos.begin(), algos.end(), Algorithm::hier) != algos.end())
     out << "#\n# hier's nodes: " << node_groups(layout) << (o.ranks_per_node > 0 ? " (--ranks-per-node)" : "") << "\n";
-  if (o.memcpy_bytes > 0 && !p2p) {  // the host's copy bandwidth says nothing of GPU copies
+  if (o.memcpy_bytes > 0 && !nccl_ranks && !p2p) {  // a host copy says nothing of the GPUs' links
     const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
     report.memcpy_gbs_per_rank =
@@ -536,15 +569,37 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();
     const int failed_before = report.failed;
-    if (mpi) {
+    if (nccl_ranks && mpi) {  // one GPU per process; NCCL's unique id travels over MPI
+      const int device = gpu_of(processes->rank());
+      std::unique_ptr<Communicator> nccl = make_nccl_communicator(processes->world(), device, o.comm_timeout_s);
+      bench_rank({processes->world()}, *nccl, Device::cuda(device), p, o, algo, sink);
+    } else if (nccl_ranks) {  // one process, one thread per GPU
+      std::vector<int> devices;
+      for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
+      std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(devices, o.comm_timeout_s);
+      run_ranks(o.ranks, [&](Communicator& control) {
+        Communicator& mine = *nccl[static_cast<size_t>(control.rank())];
+        try {
+          bench_rank({control}, mine, Device::cuda(control.rank()), p, o, algo, sink);
+        } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
+          abort_nccl_group(mine, detail::concat("rank ", control.rank(), " failed: ", e.what()));
+          throw;
+        }
+        nccl[static_cast<size_t>(control.rank())].reset();  // every rank finalizes its own at once (a collective)
+      }, ro);
+    } else if (mpi) {
       processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
-      bench_rank(processes->world(), p, o, algo, sink);
+      bench_rank({processes->world()}, processes->world(), Device::cpu(), p, o, algo, sink);
       processes->world().set_net_sim({});
     } else if (p2p) {
-      run_p2p_ranks(gpu_of_rank, [&](Communicator& comm, const P2PRank& me) { bench_rank(comm, p, o, algo, sink, me.device); },
-                    ro);
+      run_p2p_ranks(
+          gpu_of_rank,
+          [&](Communicator& comm, const P2PRank& me) {
+            bench_rank({comm, me.device}, comm, Device::cuda(me.device), p, o, algo, sink);
+          },
+          ro);
     } else {
-      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, p, o, algo, sink); }, ro);
+      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank({comm}, comm, Device::cpu(), p, o, algo, sink); }, ro);
     }
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;

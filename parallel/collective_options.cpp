@@ -117,22 +117,32 @@ void validate(const CollectiveOptions& o) {
       throw;
     }
   });
-  // What this dpx has.
-  const char* const backends = kMpiBuilt && kP2PBuilt ? "threads, p2p or mpi"
+  // What this dpx has (p2p and nccl come with the CUDA build).
+  const char* const backends = kMpiBuilt && kP2PBuilt ? "threads, p2p, mpi or nccl"
                                : kMpiBuilt            ? "threads or mpi"
-                               : kP2PBuilt            ? "threads or p2p"
+                               : kP2PBuilt            ? "threads, p2p or nccl"
                                                       : "threads";
-  if (o.backend == "nccl")
-    usage_fail("--backend nccl: not in this dpx; use --backend ", backends);
+  if (!o.gpus.empty() && o.backend != "p2p") usage_fail("--gpus: only with --backend p2p");
+  with_flag("--gpus", [&] { return parse_gpu_list(o.gpus); });
   if (o.backend == "p2p") {
     if (const std::string why = p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
     if (o.process_ranks > 1)
       usage_fail("--backend p2p under MPI with ", o.process_ranks, " processes: p2p's ranks are threads of one "
                  "process; run dpx without mpirun");
-  }
-  if (!o.gpus.empty() && o.backend != "p2p") usage_fail("--gpus: only with --backend p2p");
-  with_flag("--gpus", [&] { return parse_gpu_list(o.gpus); });
-  if (o.backend == "mpi") {
+  } else if (o.backend == "nccl") {
+    if (!kNcclBuilt)
+      usage_fail("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a machine "
+                 "with CUDA, cuDNN and NCCL); use --backend ", backends);
+    if (o.process_ranks > 0 && o.ranks != o.process_ranks)
+      usage_fail("--ranks ", o.ranks, " under MPI with ", o.process_ranks, " processes: with --backend nccl each process "
+                 "drives one GPU (mpirun -np K sets K); drop --ranks");
+    if (o.algo != "nccl" && o.algo != "all")
+      usage_fail("--algo ", o.algo, " with --backend nccl: NCCL chooses its own algorithm (NCCL_ALGO=Ring|Tree sets "
+                 "it); pass --algo nccl or leave --algo out");
+    if (!o.net_sim.empty())
+      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's collectives are out of its reach: "
+                 "drop --net-sim with --backend nccl");
+  } else if (o.backend == "mpi") {
 #ifndef DPX_WITH_MPI
     usage_fail("--backend mpi: not built (configure with -DDPX_MPI=ON where MPI is installed); use --backend threads");
 #endif
@@ -142,12 +152,13 @@ void validate(const CollectiveOptions& o) {
     if (o.ranks != o.process_ranks)
       usage_fail("--ranks ", o.ranks, " under MPI with ", o.process_ranks, " processes: each process is one rank (mpirun "
                  "-np K sets K); drop --ranks");
-  } else if (o.backend == "threads" || o.backend == "p2p") {
+  } else if (o.backend == "threads") {
     if (o.process_ranks > 1)
       usage_fail("--backend threads under MPI with ", o.process_ranks, " processes: each process would run its own "
                  "benchmark of thread ranks; use --backend mpi (the default under mpirun), or run dpx without mpirun");
   } else {
-    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends);
+    usage_fail("--backend: unknown backend '", o.backend, "': use ", backends,
+               kNcclBuilt ? "" : " (p2p and nccl need a CUDA build)");
   }
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     usage_fail("--ranks: ", o.ranks, " is not a number of ranks from 1 to ", kMaxRanks);
@@ -157,8 +168,10 @@ void validate(const CollectiveOptions& o) {
                cpus, " CPUs: at most ", kThreadRanksPerCpu * cpus, "): thread ranks take turns on the CPUs, so more "
                "take minutes per size and measure the scheduler more than the collective (64 ranks on 2 CPUs: 22 s "
                "for the default size); for more ranks run MPI processes on more machines (--backend mpi)");
-  if (o.algo != "all") {
+  if (o.algo != "all" && o.backend != "nccl") {
     const Algorithm a = with_flag("--algo", [&] { return parse_algorithm(o.algo); });
+    if (a == Algorithm::nccl)
+      usage_fail("--algo nccl is NCCL's own collectives: it needs --backend nccl (GPUs)");
     if (a == Algorithm::mpi && o.backend != "mpi")
       usage_fail("--algo mpi is the MPI library's own collectives: it needs --backend mpi, under mpirun");
     if (!algorithm_applies(a, c))
@@ -201,6 +214,7 @@ void validate(const CollectiveOptions& o) {
 }
 
 std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o) {
+  if (o.backend == "nccl") return {Algorithm::nccl};
   if (o.algo != "all") return {parse_algorithm(o.algo)};
   const Collective c = parse_collective(o.collective);
   std::vector<Algorithm> algos;

@@ -37,8 +37,9 @@ struct CommStats {
 // call it (DDP's communication thread, or the rank's own thread, never both at once).
 // Buffers follow NCCL's conventions: in-place is send == recv for all_reduce, broadcast, reduce,
 // sendrecv and all_to_all; send == recv + rank * count for all_gather and gather; recv == send +
-// rank * count for reduce_scatter and scatter. Every collective is blocking: buffers may be
-// reused when it returns. A call without its own algorithm runs the communicator's default, or
+// rank * count for reduce_scatter and scatter. Every collective of the host backends is blocking:
+// buffers may be reused when it returns; the nccl backend's are queued on its GPU stream, ordered
+// with later calls, and done after synchronize(). A call without its own algorithm runs the communicator's default, or
 // where that has no schedule for the collective the first of kAlgorithms that has
 // (algorithm_for: tree for gather and scatter under a ring default).
 class Communicator {
@@ -110,6 +111,11 @@ class Communicator {
   void scatter(const Tensor& in, const Tensor& out, int root, Algo algo = {});
   void send(const Tensor& t, int peer);
   void recv(const Tensor& t, int peer);
+
+  // Waits until every call made so far has finished. Host backends finish a call before it
+  // returns (nothing to wait for); the nccl backend queues its calls on a GPU stream, and this is
+  // where it waits for them, with --comm-timeout (parallel/nccl/nccl_backend.hpp).
+  virtual void synchronize() {}
 
   // This group's vote on stopping after a signal (stop_vote.hpp); every rank makes one.
   std::unique_ptr<StopVote> stop_vote();

@@ -7,7 +7,8 @@
 //
 // The master runs the same train_loop and train_step as an SPMD rank (train_step.hpp); what
 // differs is here: the step's model (ReplicatedModel: scatter, replicas in parallel, gather)
-// and its gradient reduction (SumIntoMaster), and one record per replica.
+// and its gradient reduction (SumIntoMaster), and one record per replica. With --devices
+// cuda:0,cuda:1 the master lives on the first GPU and replica i on the i-th, with peer copies.
 #include <algorithm>
 #include <mutex>
 
@@ -28,6 +29,25 @@ void copy_buffers(nn::Model& dst, nn::Model& src) {
   for (size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
 }
 
+// The master's device for DataParallel on GPUs: the master GPU's CudaEnv, every phase timed on
+// the host with a wait for the device at its end. DataParallel's copies between GPUs are
+// synchronous and each replica's work is waited for before the master goes on, so host times are
+// the device's; device events on the master's stream alone would count the replicas' work and
+// the copies inside forward.
+class WaitingEnv final : public DeviceEnv {
+ public:
+  explicit WaitingEnv(std::unique_ptr<DeviceEnv> inner) : inner_(std::move(inner)) { ctx_ = inner_->ctx(); }
+  Tensor upload(const Tensor& host) override { return inner_->upload(host); }
+  void mark(Phase, Edge e) override {
+    if (e == Edge::end) inner_->synchronize();
+  }
+  void finish_step(StepTimes&) override { inner_->synchronize(); }
+  void synchronize() override { inner_->synchronize(); }
+
+ private:
+  std::unique_ptr<DeviceEnv> inner_;
+};
+
 // The master's forward and backward over k replicas, one thread each.
 class ReplicatedModel final : public StepModel {
  public:
@@ -36,6 +56,17 @@ class ReplicatedModel final : public StepModel {
       : master_(master), replicas_(replicate(master, k)), ctxs_(static_cast<size_t>(k), master_ctx),
         fwd_(ctxs_.size()), bwd_(ctxs_.size()), bwd_end_(ctxs_.size()) {
     for (Context& c : ctxs_) c.threads = threads_per_replica;
+  }
+  // Replicas on GPUs: replica i on envs[i]'s device with its stream (replica 0 on the master's
+  // GPU, as torch.nn.DataParallel's device_ids[0]); the batch is scattered from and the outputs
+  // gathered to the master's GPU by peer copies.
+  ReplicatedModel(nn::Model& master, std::vector<std::unique_ptr<DeviceEnv>> envs, DeviceEnv& master_env)
+      : master_(master), envs_(std::move(envs)), master_env_(&master_env), fwd_(envs_.size()), bwd_(envs_.size()),
+        bwd_end_(envs_.size()) {
+    for (auto& env : envs_) {
+      ctxs_.push_back(env->ctx());
+      replicas_.push_back(master.clone(env->ctx().device));
+    }
   }
 
   nn::Model& master() override { return master_; }
@@ -49,28 +80,35 @@ class ReplicatedModel final : public StepModel {
   Tensor forward(Context&, const Tensor& images, StepPhases& phases) override {
     {
       auto scope = phases.scope(Phase::comm_total);  // replicate + scatter
+      if (master_env_) master_env_->synchronize();   // the last optimizer step, before its weights are copied
       broadcast_weights(master_, replicas_);
-      inputs_ = scatter(images, k());
+      inputs_ = to_replicas(scatter(images, k()));
     }
     std::vector<Tensor> outputs(ctxs_.size());
     const double t = now_s();
     parallel_apply(k(), [&](int i) {
       const double s = now_s();
       outputs[i] = replicas_[i].forward(ctxs_[i], inputs_[i]);
+      if (!envs_.empty()) envs_[i]->synchronize();  // the replica's GPU work is its forward time
       fwd_[i] = now_s() - s;
     });
     parallel_fwd_ = now_s() - t;
     auto scope = phases.scope(Phase::comm_total);
-    return gather(outputs);
+    return gather(outputs, master_.device());
   }
 
-  void backward(Context&, const Tensor& dlogits, StepPhases&) override {
-    const std::vector<Tensor> grads = scatter(dlogits, k());
+  void backward(Context&, const Tensor& dlogits, StepPhases& phases) override {
+    std::vector<Tensor> grads;
+    {
+      auto scope = phases.scope(Phase::comm_total);
+      grads = to_replicas(scatter(dlogits, k()));
+    }
     const double t = now_s();
     parallel_apply(k(), [&](int i) {
       const double s = now_s();
       replicas_[i].zero_grad(ctxs_[i]);
       replicas_[i].backward(ctxs_[i], grads[i]);
+      if (!envs_.empty()) envs_[i]->synchronize();
       bwd_end_[i] = now_s();
       bwd_[i] = bwd_end_[i] - s;
     });
@@ -97,8 +135,16 @@ class ReplicatedModel final : public StepModel {
 
  private:
   int k() const { return static_cast<int>(replicas_.size()); }
+  // Each part on its replica's device: a peer copy from the master's GPU (views on the CPU).
+  std::vector<Tensor> to_replicas(std::vector<Tensor> parts) const {
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (!(parts[i].device() == ctxs_[i].device)) parts[i] = parts[i].to(ctxs_[i].device);
+    return parts;
+  }
 
   nn::Model& master_;
+  std::vector<std::unique_ptr<DeviceEnv>> envs_;  // replicas on GPUs only
+  DeviceEnv* master_env_ = nullptr;                // idem
   std::vector<nn::Model> replicas_;
   std::vector<Context> ctxs_;
   std::vector<Tensor> inputs_;                  // this step's scattered batch
@@ -128,10 +174,22 @@ class SumIntoMaster final : public GradSync {
 
 void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks) {
   const int k = job.ranks;
+  const TrainOptions& o = job.options;
+  const std::vector<int> gpus = o.cuda_devices();
   std::unique_ptr<DeviceEnv> env =
-      make_device_env(Device::cpu(), job.threads_per_rank * k, false, job.options.reference_kernels());
-  nn::Model master = job.initial.clone(Device::cpu());
-  ReplicatedModel model(master, k, env->ctx(), job.threads_per_rank);
+      gpus.empty() ? make_device_env(Device::cpu(), job.threads_per_rank * k, false, o.reference_kernels())
+                   : std::make_unique<WaitingEnv>(make_device_env(Device::cuda(gpus[0]), 1, o.allow_tf32, false));
+  nn::Model master = job.initial.clone(env->ctx().device);
+  std::unique_ptr<ReplicatedModel> replicated;
+  if (gpus.empty()) {
+    replicated = std::make_unique<ReplicatedModel>(master, k, env->ctx(), job.threads_per_rank);
+  } else {
+    enable_peer_access(gpus);
+    std::vector<std::unique_ptr<DeviceEnv>> envs;
+    for (int gpu : gpus) envs.push_back(make_device_env(Device::cuda(gpu), 1, o.allow_tf32, false));
+    replicated = std::make_unique<ReplicatedModel>(master, std::move(envs), *env);
+  }
+  ReplicatedModel& model = *replicated;
   SumIntoMaster sync(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(master);
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch * k));  // the global batch

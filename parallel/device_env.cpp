@@ -6,6 +6,8 @@ namespace dpx::parallel {
 
 #ifdef DPX_WITH_CUDA
 std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32);  // parallel/cuda/
+#else
+void enable_peer_access(const std::vector<int>&) {}
 #endif
 
 namespace {

@@ -5,6 +5,7 @@
 // once, at the end of the step. PhaseScope is the one way a trainer times a phase: it does both.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "core/context.hpp"
 #include "core/phase_timer.hpp"
@@ -24,6 +25,8 @@ class DeviceEnv {
   virtual void mark(Phase, Edge) {}
   // Waits for the step's work and writes the device-timed phases into `times`.
   virtual void finish_step(StepTimes& times) {}
+  // Waits until the work queued on this device so far has finished (nothing to wait for on the CPU).
+  virtual void synchronize() {}
 
  protected:
   Context ctx_;
@@ -31,6 +34,10 @@ class DeviceEnv {
 
 // A CPU rank with `threads` threads, or cuda:N (TF32 math only when allow_tf32).
 std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32, bool reference);
+
+// Lets each GPU of `devices` read and write the others' memory directly (DataParallel's peer
+// copies), where the hardware allows; elsewhere copies go through the host. No-op without CUDA.
+void enable_peer_access(const std::vector<int>& devices);
 
 // Times one phase of a step from construction to destruction: on the host timer (nested scopes
 // take their time out of the outer one) and, for the device env, marks of its begin and end.

@@ -1,18 +1,24 @@
 // SPMD training: every rank runs the same program, train_loop over its own replica
 // (train_step.hpp). One rank with NoSync is the single-replica run; k ranks with DdpSync are
 // DistributedDataParallel, the ranks being threads of this process or, under MPI, one per
-// process.
+// process. With --backend nccl the ranks are GPUs: a thread per GPU in this process, or a
+// process per GPU under MPI; their gradients travel over NCCL (parallel/nccl/ddp_cuda.cpp) while
+// votes, barriers and step records stay on the host communicator.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <type_traits>
 
+#include "core/cuda/memory.hpp"
 #include "core/data/loader.hpp"
+#include "core/error.hpp"
 #include "layers/optim.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/device_env.hpp"
 #include "parallel/gather.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/run_modes.hpp"
 #include "parallel/threads_backend.hpp"
 #include "parallel/train_step.hpp"
@@ -21,19 +27,27 @@ namespace dpx::parallel {
 
 namespace {
 
+// A rank's gradient reduction, made once its device exists (DDP on GPUs needs the compute stream).
+using MakeSync = std::function<std::unique_ptr<GradSync>(DeviceEnv&)>;
+
 // One SPMD rank: its device, its replica (rank 0's weights, as DDP's constructor broadcasts),
-// optimizer and shard of the data, trained by the shared loop. `comm` is null for the
-// single-replica run.
-void spmd_rank(const Job& job, int rank, Communicator* comm, GradSync& sync, TrainReport& report,
-               std::mutex& report_mu, const TrainHooks& hooks, double clock_offset_s) {
+// optimizer and shard of the data, trained by the shared loop. `comm` (host memory: votes,
+// barriers) is null for the single-replica run; `grads` carries the model's tensors (the same
+// communicator, except with --backend nccl: the rank's NCCL communicator).
+void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Communicator* grads,
+               const MakeSync& make_sync, TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks,
+               double clock_offset_s) {
   const TrainOptions& o = job.options;
-  std::unique_ptr<DeviceEnv> env = make_device_env(o.device(), job.threads_per_rank, o.allow_tf32, o.reference_kernels());
+  std::unique_ptr<DeviceEnv> env = make_device_env(device, job.threads_per_rank, o.allow_tf32, o.reference_kernels());
   env->ctx().deterministic = o.deterministic;
   nn::Model model = job.initial.clone(env->ctx().device);
-  if (comm) {
-    comm->broadcast(model.flat_params(), 0);
-    for (auto& [name, buffer] : model.root().named_buffers()) comm->broadcast(*buffer, 0);
+  if (grads) {
+    grads->broadcast(model.flat_params(), 0);
+    for (auto& [name, buffer] : model.root().named_buffers()) grads->broadcast(*buffer, 0);
+    grads->synchronize();  // a GPU's broadcast was queued on the communicator's stream
   }
+  std::unique_ptr<GradSync> owned = make_sync(*env);
+  GradSync& sync = *owned;
   sync.attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   data::DataLoader loader(job.train_set, job.train_loader(rank, job.ranks, job.rank_batch));
@@ -53,7 +67,37 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   d.algo = o.algo;
   d.grad_dtype = o.grad_wire_dtype();
   const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
-  if (processes) {
+  const auto no_sync = [](DeviceEnv&) -> std::unique_ptr<GradSync> { return std::make_unique<NoSync>(); };
+  if (o.backend == "nccl" && processes) {  // one GPU per process, by local rank; NCCL's id over MPI
+    const int rank = processes->rank();
+    const auto& launch = report.launch;
+    const int local = static_cast<size_t>(rank) < launch.local_rank.size() ? launch.local_rank[static_cast<size_t>(rank)] : 0;
+    const int gpu = nccl_device_for_local_rank(local, cuda::device_count());
+    std::unique_ptr<Communicator> nccl = make_nccl_communicator(*processes, gpu, o.comm_timeout_s);
+    const auto& offsets = launch.clock_offset_s;
+    const double offset = static_cast<size_t>(rank) < offsets.size() ? offsets[static_cast<size_t>(rank)] : 0.0;
+    spmd_rank(job, rank, Device::cuda(gpu), processes, nccl.get(),
+              [&](DeviceEnv& env) { return make_nccl_ddp_sync(*nccl, d, env.ctx()); }, report, report_mu, hooks, offset);
+    if (processes->size() > 1) gather_steps(*processes, report.steps);
+  } else if (o.backend == "nccl") {  // one process, one thread per GPU
+    const std::vector<int> gpus = o.cuda_devices();
+    check_nccl_gpus(static_cast<int>(gpus.size()));
+    std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(gpus, o.comm_timeout_s);
+    RankOptions ro;
+    ro.timeout_s = o.comm_timeout_s;
+    run_ranks(job.ranks, [&](Communicator& comm) {
+      Communicator& mine = *nccl[static_cast<size_t>(comm.rank())];
+      try {
+        spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
+                  [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks,
+                  0.0);
+      } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
+        abort_nccl_group(mine, detail::concat("rank ", comm.rank(), " failed: ", e.what()));
+        throw;
+      }
+      nccl[static_cast<size_t>(comm.rank())].reset();  // every rank finalizes its own at once (a collective)
+    }, ro);
+  } else if (processes) {
     processes->set_net_sim(net);
     if (o.ranks_per_node > 0) {
       std::vector<int> nodes;
@@ -64,16 +108,14 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     const auto& offsets = report.launch.clock_offset_s;
     const double offset = static_cast<size_t>(rank) < offsets.size() ? offsets[static_cast<size_t>(rank)] : 0.0;
     if (o.parallel == ParallelMode::none) {
-      NoSync sync;
-      spmd_rank(job, rank, nullptr, sync, report, report_mu, hooks, offset);
+      spmd_rank(job, rank, o.device(), nullptr, nullptr, no_sync, report, report_mu, hooks, offset);
     } else {
-      DdpSync sync(*processes, d);
-      spmd_rank(job, rank, processes, sync, report, report_mu, hooks, offset);
+      spmd_rank(job, rank, o.device(), processes, processes,
+                [&](DeviceEnv&) { return std::make_unique<DdpSync>(*processes, d); }, report, report_mu, hooks, offset);
     }
     if (processes->size() > 1) gather_steps(*processes, report.steps);
   } else if (o.parallel == ParallelMode::none) {
-    NoSync sync;
-    spmd_rank(job, 0, nullptr, sync, report, report_mu, hooks, 0.0);
+    spmd_rank(job, 0, o.device(), nullptr, nullptr, no_sync, report, report_mu, hooks, 0.0);
   } else {
     RankOptions ro;
     ro.pin_threads = o.pin_threads;
@@ -81,8 +123,8 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.ranks_per_node = o.ranks_per_node;
     ro.net_sim = net;
     run_ranks(job.ranks, [&](Communicator& comm) {
-      DdpSync sync(comm, d);
-      spmd_rank(job, comm.rank(), &comm, sync, report, report_mu, hooks, 0.0);
+      spmd_rank(job, comm.rank(), o.device(), &comm, &comm,
+                [&](DeviceEnv&) { return std::make_unique<DdpSync>(comm, d); }, report, report_mu, hooks, 0.0);
     }, ro);
   }
   std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {

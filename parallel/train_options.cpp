@@ -1,5 +1,7 @@
 #include "parallel/train_options.hpp"
 
+#include "parallel/nccl/nccl_backend.hpp"
+
 #include <charconv>
 #include <algorithm>
 #include <cmath>
@@ -38,8 +40,15 @@ Device TrainOptions::device() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
   if (kind == "cpu" || kind == "ref") return Device::cpu();
-  if (kind != "cuda") usage_fail("--devices '", devices, "': use cpu:K, ref:K (K thread ranks) or cuda:N");
+  if (kind != "cuda")
+    usage_fail("--devices '", devices, "': use cpu:K, ref:K (K thread ranks) or cuda:N (cuda:0,cuda:1: a rank per GPU)");
+  if (devices.find(',') != std::string::npos) return Device::cuda(cuda_devices().front());
   return parse_device(devices);
+}
+
+std::vector<int> TrainOptions::cuda_devices() const {
+  if (devices.substr(0, devices.find(':')) != "cuda") return {};
+  return parse_cuda_device_list(devices, "--devices");
 }
 
 bool TrainOptions::reference_kernels() const { return devices.substr(0, devices.find(':')) == "ref"; }
@@ -48,6 +57,7 @@ int TrainOptions::ranks() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
   if (process_ranks > 0) return process_ranks;
+  if (kind == "cuda") return static_cast<int>(cuda_devices().size());
   if (kind != "cpu" && kind != "ref") return 1;
   if (colon == std::string::npos) return 1;
   int k = 0;
@@ -65,14 +75,20 @@ namespace {
 // job (cpu:K with K the number of processes), nothing else.
 void check_process_devices(const TrainOptions& o) {
   if (o.process_ranks == 0) return;
+  if (o.backend == "nccl") {
+    if (o.devices != "cuda")
+      usage_fail("--devices ", o.devices, " under MPI with --backend nccl: each process drives the GPU of its local "
+                 "rank; pass --devices cuda");
+    return;
+  }
   const int threads_asked = [&] {
     TrainOptions plain = o;
     plain.process_ranks = 0;
     return plain.ranks();
   }();
   if (o.device().is_cuda() && o.process_ranks > 1)
-    usage_fail("--devices ", o.devices, " under MPI: GPU ranks in several processes need the nccl backend, which "
-               "dpx does not have yet; use CPU ranks (drop --devices) or one process with --parallel none");
+    usage_fail("--devices ", o.devices, " under MPI: GPU ranks in several processes communicate with NCCL: pass "
+               "--backend nccl --devices cuda (each process drives its local rank's GPU)");
   if (threads_asked != 1 && threads_asked != o.process_ranks)
     usage_fail("--devices ", o.devices, " under MPI with ", o.process_ranks, " processes: each process is one rank "
                "here, so the job has ", o.process_ranks, " ranks (mpirun -np K or srun -n K sets them); cpu:K asks for "
@@ -87,6 +103,45 @@ void check_process_devices(const TrainOptions& o) {
   if (o.parallel == ParallelMode::none && o.process_ranks > 1)
     usage_fail("--parallel none under MPI with ", o.process_ranks, " processes: every process would train its own "
                "replica alone; pass --parallel ddp (the default under mpirun), or run one process");
+}
+
+// --backend, and data parallelism over GPUs: DDP with --backend nccl, DataParallel with peer
+// copies (no backend).
+void check_gpu_parallel(const TrainOptions& o) {
+  const char* const built = kMpiBuilt ? "threads (thread ranks) or mpi (under mpirun)" : "threads (thread ranks)";
+  if (!o.backend.empty() && o.backend != "threads" && o.backend != "mpi" && o.backend != "nccl")
+    usage_fail("--backend: unknown backend '", o.backend, "': use nccl (GPU ranks) or leave it out (", built, ")");
+  if (o.backend == "nccl" && !kNcclBuilt)
+    usage_fail("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a machine "
+               "with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks with --devices cpu:K "
+               "--parallel ddp instead");
+  if (o.backend == "mpi" && o.process_ranks == 0)
+    usage_fail("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun or srun");
+  if (o.backend == "threads" && o.process_ranks > 1)
+    usage_fail("--backend threads under MPI: the ranks are the processes; leave --backend out");
+  const bool gpus = o.device().is_cuda() || (o.backend == "nccl" && o.devices == "cuda");
+  if (o.backend == "nccl") {
+    if (!gpus)
+      usage_fail("--backend nccl runs one rank per GPU: pass --devices cuda:0,cuda:1 (one process, a thread per GPU), "
+                 "or --devices cuda under mpirun (a process per GPU)");
+    if (o.parallel != ParallelMode::ddp)
+      usage_fail("--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies between GPUs "
+                 "without it)");
+    if (o.grad_dtype != "fp32")
+      usage_fail("--grad-dtype ", o.grad_dtype, " with --backend nccl: not implemented yet (gradients travel in fp32 "
+                 "on GPUs); drop --grad-dtype");
+    if (!o.net_sim.empty())
+      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop --net-sim");
+    if (o.algo != "ring" && o.algo != "nccl")
+      usage_fail("--algo ", o.algo, " with --backend nccl: NCCL chooses its own algorithm (NCCL_ALGO=Ring|Tree sets "
+                 "it); pass --algo nccl or leave --algo out");
+    return;
+  }
+  if (o.device().is_cuda() && o.parallel == ParallelMode::ddp)
+    usage_fail("--devices ", o.devices, " with --parallel ddp: DDP over GPUs all-reduces with NCCL: add --backend nccl");
+  if (o.device().is_cuda() && o.parallel == ParallelMode::dp && o.cuda_devices().size() < 2)
+    usage_fail("--devices ", o.devices, " with --parallel dp: DataParallel needs two GPUs or more (--devices "
+               "cuda:0,cuda:1), or CPU replicas (--devices cpu:K)");
 }
 
 // --precision, --grad-dtype and the loss scaling (README.md, Mixed precision).
@@ -195,10 +250,7 @@ void TrainOptions::validate() const {
   if (image_size < 0) usage_fail("--image-size must be positive (got ", image_size, ")");
   if (synthetic_size < 1) usage_fail("--synthetic-size must be at least 1 (got ", synthetic_size, ")");
   if (num_classes < 2) usage_fail("--classes must be at least 2 (got ", num_classes, ")");
-  if (device().is_cuda() && parallel != ParallelMode::none)
-    usage_fail("--devices ", devices, " with --parallel ", parallel_mode_name(parallel),
-               ": data parallelism over GPUs needs the nccl backend, which dpx does not have yet; "
-               "train on one GPU with --parallel none, or on CPU ranks with --devices cpu:K");
+  check_gpu_parallel(*this);
   if (parallel == ParallelMode::none && k > 1)
     usage_fail("--devices ", devices, " asks for ", k, " ranks but --parallel is none: pass --parallel ddp or dp");
   if (parallel != ParallelMode::none && batch_size % k != 0)
@@ -208,7 +260,10 @@ void TrainOptions::validate() const {
   if (trace_first < 0 || trace_last < trace_first)
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
   if (algo == "mpi" && !kMpiBuilt) fail_mpi_not_built("--algo mpi");
-  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi")
+  if (algo == "nccl" && backend != "nccl")
+    usage_fail("--algo nccl is NCCL's all-reduce: it needs --backend nccl (GPU ranks)");
+  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi" &&
+      algo != "nccl")
     usage_fail("--algo: unknown algorithm '", algo, "': use ", algorithm_choices());
   if (algo == "mpi" && process_ranks == 0 && parallel == ParallelMode::ddp)
     usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
@@ -262,7 +317,7 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--weight-decay", num(effective_weight_decay())}, {"--momentum", num(momentum)},
       {"--label-smoothing", num(label_smoothing)}, {"--nesterov", num(nesterov)}, {"--betas", num(beta1) + "," + num(beta2)},
       {"--eps", num(eps)}, {"--lr-schedule", lr_schedule}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
-      {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--parallel", parallel_mode_name(parallel)},
+      {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--backend", backend}, {"--parallel", parallel_mode_name(parallel)},
       {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
       {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo}, {"--warmup", num(warmup_steps)},
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},

@@ -50,7 +50,11 @@ struct TrainOptions {
   int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
   bool evaluate = true;                   // test accuracy after each epoch
   // execution
-  std::string devices = "cpu:1";          // cpu:K (K thread ranks), ref:K (the same on kernels/ref/) or cuda:N
+  std::string devices = "cpu:1";          // cpu:K (K thread ranks), ref:K (the same on kernels/ref/), cuda:N,
+                                          // or cuda:0,cuda:1 (a rank per GPU: --parallel ddp --backend nccl, or dp)
+  // --backend: how DDP's ranks communicate: "" (threads for thread ranks, mpi under mpirun) or
+  // nccl (GPU ranks: NCCL's all-reduce; one thread per GPU, or one process per GPU under mpirun).
+  std::string backend;
   // Ranks that are MPI processes (parallel/mpi/): the launched world's size, or the size of a
   // bench configuration's part of it; 0 when not launched. Set from the launch, not a flag.
   int process_ranks = 0;
@@ -88,8 +92,10 @@ struct TrainOptions {
   int64_t trace_first = 0, trace_last = 20;
   std::string out_dir;
 
-  // Parsed view of `devices`.
+  // Parsed view of `devices`: the first device of a list.
   Device device() const;
+  // The GPUs of a cuda:N or cuda:0,cuda:1 list, one per thread rank (empty for CPU devices).
+  std::vector<int> cuda_devices() const;
   int ranks() const;
   // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).
   bool reference_kernels() const;

@@ -92,11 +92,15 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
     usage_fail("-f/--stepfactor: ", o.step_factor, " would not grow the size; use 2 or more, or -i/--stepbytes");
   if (!factor) o.step_factor = 0;  // nccl-tests: additive steps of -i unless -f is given
   const std::vector<std::string> backends = split_backends(o.backend);
-  for (const std::string& b : backends) {  // every one checked before any runs
+  // The options of one backend of the list: nccl's one algorithm is NCCL's own unless --algo says.
+  auto options_for = [&](const std::string& backend) {
     parallel::CollectiveOptions each = o;
-    each.backend = b;
-    parallel::validate(each);
-  }
+    each.backend = backend;
+    if (backend == "nccl" && cmd.count("--algo") == 0) each.algo = "nccl";
+    return each;
+  };
+  for (const std::string& b : backends) parallel::validate(options_for(b));  // all checked before any runs
+  if (backends.size() == 1) o = options_for(backends[0]);
   processes.agree(start_report(
       "collective", {{"-t", o.collective}, {"--backend", o.backend}, {"--ranks", std::to_string(o.ranks)},
                      {"--algo", o.algo}, {"-b", std::to_string(o.min_bytes)}, {"-e", std::to_string(o.max_bytes)},
@@ -106,7 +110,7 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
                      {"--ranks-per-node", std::to_string(o.ranks_per_node)}, {"--gpus", o.gpus},
                      {"--csv", o.csv_path}}));
   processes.set_comm_timeout(o.comm_timeout_s);
-  if (!processes.launched() && o.ranks > parallel::available_cpus())
+  if (!processes.launched() && o.backend == "threads" && o.ranks > parallel::available_cpus())
     std::cerr << "dpx: warning: " << o.ranks << " ranks on " << parallel::available_cpus()
               << " CPUs: ranks take turns, so times include waiting for a CPU\n";
   parallel::CollectiveReport report;
@@ -115,8 +119,7 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
   } else {  // one run per backend; the CSV (all of them) is written at the end
     std::string csv = std::string(parallel::kCollectiveCsvHeader) + "\n";
     for (const std::string& b : backends) {
-      parallel::CollectiveOptions each = o;
-      each.backend = b;
+      parallel::CollectiveOptions each = options_for(b);
       each.csv_path.clear();
       const parallel::CollectiveReport one = parallel::run_collective(each, std::cout, &processes);
       report.rows.insert(report.rows.end(), one.rows.begin(), one.rows.end());
@@ -148,11 +151,15 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   std::string("threads (ranks are threads of this process, buffers in host memory)") +
                       (parallel::kP2PBuilt ? "; p2p (thread ranks with buffers on GPUs: dpx's algorithms over CUDA "
                                              "device-to-device copies and reduction kernels; several ranks may share "
-                                             "a GPU, see --gpus)"
+                                             "a GPU, see --gpus; compiled, never yet run on a GPU)"
                                            : "; p2p is not built in (no CUDA)") +
                       (parallel::kMpiBuilt ? "; mpi (ranks are the processes of mpirun/srun; the default there)"
                                            : "; the mpi backend is not built in") +
-                      ". Several, comma-separated (e.g. threads,p2p), run one after the other and end with their "
+                      (parallel::kNcclBuilt ? "; nccl (NCCL's collectives on GPUs, device buffers; --ranks K: one "
+                                              "thread per GPU, cuda:0 to cuda:K-1; under mpirun one GPU per process, "
+                                              "by local rank; compiled, never yet run on a GPU)"
+                                            : "; nccl is not built in (no CUDA)") +
+                      ". Several, comma-separated (e.g. nccl,p2p), run one after the other and end with their "
                       "busbw side by side")
       ->capture_default_str();
   cmd->add_option("--gpus", o.gpus,
@@ -164,6 +171,7 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   std::string(parallel::kMpiBuilt ? "ring, tree, naive, rhd, hier, mpi (the MPI library's own; "
                                                     "--backend mpi)"
                                                   : "ring, tree, naive, rhd, hier") +
+                      (parallel::kNcclBuilt ? ", nccl (NCCL's own; --backend nccl, its only algorithm)" : "") +
                       ", or all (one table each, then busbw side by side); sendrecv and all_to_all have ring "
                       "(and mpi), gather and scatter tree, naive and rhd (and mpi; their default is tree)")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include "core/stop.hpp"
 #include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
+#include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/report_io.hpp"
 #include "parallel/trainer.hpp"
 #include "tools/commands.hpp"
@@ -25,6 +26,8 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   if (processes.launched()) o.process_ranks = processes.size();
   apply_train_flags(o, f);
   o.validate();
+  // GPUs for a thread per GPU, before anything is printed (under MPI each process checks its own).
+  if (o.backend == "nccl" && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
   const bool rank0 = processes.rank() == 0;
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.

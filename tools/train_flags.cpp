@@ -12,6 +12,11 @@ namespace dpx::tools {
 
 std::string algo_help() {
   return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
+                                 "across), mpi (the MPI library's MPI_Allreduce; under mpirun), or nccl (NCCL's, the "
+                                 "one of --backend nccl and its default there)"
+                               : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
+                                 "across), or nccl (NCCL's, the one of --backend nccl and its default there)";
+  return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
                                "across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
                              : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
                                "across)";
@@ -23,12 +28,19 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--batch-size,-b", o.batch_size, "global batch size (split over the ranks)")->capture_default_str();
     cmd.add_option("--devices", o.devices,
                    "cpu:K (K thread ranks in this process), ref:K (the same ranks running the plain reference "
-                   "kernels of kernels/ref/: slow, for teaching and checking) or cuda:N; under mpirun/srun every "
-                   "process is one rank (mpirun -np K sets K)")
+                   "kernels of kernels/ref/: slow, for teaching and checking), cuda:N (one GPU), or cuda:0,cuda:1 "
+                   "(a rank per GPU: --parallel ddp --backend nccl, or --parallel dp); under mpirun/srun every "
+                   "process is one rank (mpirun -np K sets K; with --backend nccl pass --devices cuda: each process "
+                   "drives its local rank's GPU)")
         ->capture_default_str();
     cmd.add_option("--parallel", f.parallel,
                    "none, dp (DataParallel) or ddp (DistributedDataParallel); default: ddp under mpirun/srun with "
                    "several processes, else none");
+    cmd.add_option("--backend", o.backend,
+                   parallel::kNcclBuilt
+                       ? "nccl: DDP over GPUs with NCCL's all-reduce (--devices cuda:0,cuda:1, or cuda under mpirun; "
+                         "compiled, never yet run on a GPU); default: threads for thread ranks, mpi under mpirun"
+                       : "nccl needs a build with -DDPX_CUDA=ON; default: threads for thread ranks, mpi under mpirun");
     cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
     cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");
@@ -129,7 +141,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
       ->capture_default_str();
-  if (!for_bench) cmd.add_option("--algo", o.algo, algo_help())->capture_default_str();
+  if (!for_bench)
+    cmd.add_option("--algo", o.algo,
+                   algo_help() + (parallel::kNcclBuilt ? "; with --backend nccl: nccl (NCCL's own, its default there)" : ""))
+        ->capture_default_str();
   cmd.add_option("--net-sim", o.net_sim,
                  "RATE,LATENCY: every exchange of DDP's thread ranks takes at least latency + bytes / rate, really "
                  "waiting, as on that network (e.g. 10gbit,5us or 1GB,50us; units bit kbit mbit gbit tbit, B kB MB "
@@ -185,6 +200,7 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
                "AdamW's decay rates of its moments are --betas B1,B2");
   if (o.optimizer == "sgd" && (!f.betas.empty() || f.eps_given))
     usage_fail("--betas and --eps apply to --optimizer adamw only; pass --optimizer adamw, or --momentum for sgd");
+  if (o.backend == "nccl" && o.algo == "ring") o.algo = "nccl";  // the default: NCCL's own is the backend's one
   o.parallel = !f.parallel.empty()      ? parallel::parse_parallel_mode(f.parallel)
                : o.process_ranks > 1 ? parallel::ParallelMode::ddp
                                      : parallel::ParallelMode::none;

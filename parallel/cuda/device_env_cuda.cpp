@@ -1,11 +1,12 @@
 // A rank on one GPU: its CudaState (stream, handles), synchronous host-to-device copies of each
 // batch (ordered with the stream, which is blocking), and CUDA events at the begin and end of
-// each device-timed phase (PhaseScope marks them).
+// each device-timed phase (PhaseScope marks them), DDP's exposed communication among them.
 #include <array>
 #include <vector>
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/context.hpp"
+#include "core/cuda/device_guard.hpp"
 #include "core/cuda/event.hpp"
 #include "core/cuda/memory.hpp"
 #include "parallel/device_env.hpp"
@@ -30,6 +31,8 @@ class CudaEnv final : public DeviceEnv {
     marked_[i] = true;
   }
 
+  void synchronize() override { cuda::synchronize(state_->stream, state_->device); }
+
   void finish_step(StepTimes& t) override {
     auto span_s = [&](Phase p) {
       const int i = event_of(p, Edge::begin), j = event_of(p, Edge::end);
@@ -42,9 +45,11 @@ class CudaEnv final : public DeviceEnv {
   }
 
  private:
-  // The phases the device times, each by an event at its begin and one at its end.
-  static constexpr std::array<Phase, 4> kDevicePhases = {Phase::h2d, Phase::forward, Phase::backward,
-                                                         Phase::optimizer};
+  // The phases the device times, each by an event at its begin and one at its end. comm_exposed
+  // is the compute stream's wait for DDP's last all-reduce (parallel/nccl/ddp_cuda.cpp); a step
+  // that marks no such phase reads 0.
+  static constexpr std::array<Phase, 5> kDevicePhases = {Phase::h2d, Phase::forward, Phase::backward,
+                                                         Phase::comm_exposed, Phase::optimizer};
   static constexpr int kEvents = 2 * static_cast<int>(kDevicePhases.size());
   static int event_of(Phase p, Edge e) {
     for (size_t k = 0; k < kDevicePhases.size(); ++k)
@@ -57,6 +62,23 @@ class CudaEnv final : public DeviceEnv {
 };
 
 }  // namespace
+
+void enable_peer_access(const std::vector<int>& devices) {
+  for (int from : devices)
+    for (int to : devices) {
+      if (from == to) continue;
+      int can = 0;
+      DPX_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+      if (!can) continue;  // cudaMemcpy stages through the host instead
+      cuda::DeviceGuard guard(from);
+      const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();  // not an error here: clear it
+        continue;
+      }
+      DPX_CUDA_CHECK(err);
+    }
+}
 
 std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32) {
   if (!cuda::available())

@@ -81,7 +81,13 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.datatype = "int8"; }, "-d/--datatype: unknown or unsupported type 'int8'"},
       {[](CollectiveOptions& o) { o.algo = "hierarchical"; }, "--algo: unknown algorithm"},
       {[](CollectiveOptions& o) { o.backend = "gloo"; }, "--backend: unknown backend 'gloo'"},
-      {[](CollectiveOptions& o) { o.backend = "nccl"; }, "--backend nccl: not"},
+      {[](CollectiveOptions& o) { o.backend = "nccl"; },  // ring is dpx's; nccl runs NCCL's own (or is not built)
+       kNcclBuilt ? "--algo ring with --backend nccl: NCCL chooses its own algorithm" : "--backend nccl: not built"},
+      {[](CollectiveOptions& o) { o.algo = "nccl"; },
+       kNcclBuilt ? "--algo nccl is NCCL's own collectives: it needs --backend nccl" : "algorithm 'nccl' (NCCL's own "
+                                                                                      "collectives): not built"},
+      {[](CollectiveOptions& o) { o.backend = "nccl"; o.algo = "nccl"; o.net_sim = "1GB,1us"; },
+       kNcclBuilt ? "--net-sim shapes the exchanges of dpx's own algorithms" : "--backend nccl: not built"},
       {[](CollectiveOptions& o) { o.backend = "mpi"; }, "--backend mpi: "},  // not under mpirun (or not built)
       {[](CollectiveOptions& o) { o.algo = "mpi"; },
        kMpiBuilt ? "--algo mpi is the MPI library's own collectives" : "algorithm 'mpi' (the MPI library's own "

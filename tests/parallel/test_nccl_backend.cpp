@@ -1,0 +1,165 @@
+// The nccl backend's parts that need no GPU, checked on the CPU in every build: the watchdog's
+// decision (nccl_wait.hpp), which GPU a rank drives, the --backend nccl option checks and their
+// refusals, the algorithm name, and in CUDA builds the mapping of dtypes and reductions to NCCL's
+// and the clear error where no GPU is present. What runs NCCL itself is tests/cuda/test_nccl.cpp.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+#include "parallel/algorithms.hpp"
+#include "parallel/nccl/nccl_backend.hpp"
+#include "parallel/nccl/nccl_wait.hpp"
+#include "parallel/train_options.hpp"
+#ifdef DPX_WITH_CUDA
+#include "parallel/nccl/nccl_types.hpp"
+#endif
+
+using namespace dpx;
+using namespace dpx::parallel;
+using nccl::judge_wait;
+using nccl::NcclProbe;
+using nccl::NcclWaitVerdict;
+
+namespace {
+
+// The message of the UsageError `f` throws ("" when it throws none).
+template <typename F>
+std::string usage_error(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("the nccl watchdog: errors first, then completion, then the timeout; patient waits never time out") {
+  NcclProbe idle;
+  idle.stream_idle = true;
+  CHECK(judge_wait(idle, 0.0, 10) == NcclWaitVerdict::done);
+  CHECK(judge_wait(idle, 99.0, 10) == NcclWaitVerdict::done);  // finished just as the timeout passed: no stall
+
+  NcclProbe busy;
+  CHECK(judge_wait(busy, 1.0, 10) == NcclWaitVerdict::pending);
+  CHECK(judge_wait(busy, 10.0, 10) == NcclWaitVerdict::timed_out);
+  CHECK(judge_wait(busy, 1e6, 0) == NcclWaitVerdict::pending);  // patient (barrier while rank 0 evaluates)
+
+  NcclProbe init = idle;  // a non-blocking communicator still initialising: its stream says nothing
+  init.comm_in_progress = true;
+  CHECK(judge_wait(init, 1.0, 10) == NcclWaitVerdict::pending);
+  CHECK(judge_wait(init, 11.0, 10) == NcclWaitVerdict::timed_out);
+
+  NcclProbe failed = busy;
+  failed.comm_failed = true;
+  CHECK(judge_wait(failed, 0.0, 10) == NcclWaitVerdict::failed);
+  CHECK(judge_wait(failed, 100.0, 10) == NcclWaitVerdict::failed);  // an error is said as such, not as a stall
+  NcclProbe cuda_failed = idle;
+  cuda_failed.stream_failed = true;
+  CHECK(judge_wait(cuda_failed, 0.0, 10) == NcclWaitVerdict::failed);
+}
+
+TEST_CASE("the nccl watchdog polls at once, then at most every millisecond") {
+  CHECK(nccl::poll_pause_s(0) == 0);
+  CHECK(nccl::poll_pause_s(50e-6) == 0);
+  CHECK(nccl::poll_pause_s(1.6e-3) == doctest::Approx(1e-4));
+  CHECK(nccl::poll_pause_s(5.0) == doctest::Approx(1e-3));
+}
+
+TEST_CASE("--devices names the GPUs of the nccl ranks; each GPU once") {
+  CHECK(parse_cuda_device_list("cuda:0,cuda:1", "--devices") == std::vector<int>{0, 1});
+  CHECK(parse_cuda_device_list("cuda:2,3", "--devices") == std::vector<int>{2, 3});
+  CHECK(parse_cuda_device_list("cuda:5", "--devices") == std::vector<int>{5});
+  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:0,cuda:0", "--devices"); }), "cuda:0 is named twice"));
+  CHECK(has(usage_error([] { parse_cuda_device_list("cpu:2", "--devices"); }), "--devices 'cpu:2': not a list"));
+  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:-1", "--devices"); }), "cuda:N with N >= 0"));
+  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:0,", "--devices"); }), "cuda:N with N >= 0"));
+  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:x", "--devices"); }), "cuda:N with N >= 0"));
+
+  TrainOptions o;
+  o.devices = "cuda:0,cuda:1,cuda:3";
+  CHECK(o.ranks() == 3);
+  CHECK(o.device() == Device::cuda(0));
+  CHECK(o.cuda_devices() == std::vector<int>{0, 1, 3});
+}
+
+TEST_CASE("a process under mpirun drives its local rank's GPU, never two ranks on one") {
+  CHECK(nccl_device_for_local_rank(0, 4) == 0);
+  CHECK(nccl_device_for_local_rank(3, 4) == 3);
+  CHECK_THROWS_WITH_AS(nccl_device_for_local_rank(4, 4), doctest::Contains("mpirun -npernode 4"), Error);
+  CHECK_THROWS_WITH_AS(nccl_device_for_local_rank(0, 0), doctest::Contains("sees none"), Error);
+}
+
+TEST_CASE("dpx train --backend nccl: the options it needs, refused with what to do") {
+  auto check = [](void (*change)(TrainOptions&)) {
+    TrainOptions o;
+    o.batch_size = 8;
+    o.devices = "cuda:0,cuda:1";
+    o.parallel = ParallelMode::ddp;
+    o.backend = "nccl";
+    change(o);
+    return usage_error([&] { o.validate(); });
+  };
+  if (!kNcclBuilt) {
+    const std::string e = check([](TrainOptions&) {});
+    CHECK(has(e, "--backend nccl: not built"));
+    CHECK(has(e, "-DDPX_CUDA=ON"));
+    return;
+  }
+  CHECK(check([](TrainOptions&) {}).empty());
+  CHECK(has(check([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend nccl runs one rank per GPU"));
+  CHECK(has(check([](TrainOptions& o) { o.parallel = ParallelMode::dp; }), "pass --parallel ddp"));
+  CHECK(has(check([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend nccl"));
+  CHECK(has(check([](TrainOptions& o) { o.algo = "tree"; }), "NCCL chooses its own algorithm"));
+  CHECK(has(check([](TrainOptions& o) { o.net_sim = "1GB,1us"; }), "drop --net-sim"));
+  CHECK(has(check([](TrainOptions& o) { o.backend = ""; }), "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
+  CHECK(has(check([](TrainOptions& o) { o.backend = "gloo"; }), "--backend: unknown backend 'gloo'"));
+  CHECK(has(check([](TrainOptions& o) { o.backend = ""; o.algo = "nccl"; o.devices = "cpu:2"; }),
+            "--algo nccl is NCCL's all-reduce: it needs --backend nccl"));
+  CHECK(has(check([](TrainOptions& o) { o.backend = ""; o.parallel = ParallelMode::dp; o.devices = "cuda:0"; }),
+            "DataParallel needs two GPUs or more"));
+  // Under mpirun each process drives its local rank's GPU: --devices cuda.
+  CHECK(check([](TrainOptions& o) { o.process_ranks = 2; o.devices = "cuda"; }).empty());
+  CHECK(has(check([](TrainOptions& o) { o.process_ranks = 2; }), "pass --devices cuda"));
+  CHECK(has(check([](TrainOptions& o) { o.process_ranks = 2; o.backend = ""; o.devices = "cuda:0"; }),
+            "pass --backend nccl --devices cuda"));
+}
+
+TEST_CASE("the nccl algorithm is NCCL's own, named where it is built") {
+  CHECK(algorithm_name(Algorithm::nccl) == "nccl");
+  CHECK(is_library_algorithm(Algorithm::nccl));
+  CHECK(algorithm_applies(Algorithm::nccl, Collective::all_reduce));
+  CHECK(algorithm_applies(Algorithm::nccl, Collective::scatter));
+  if (kNcclBuilt) CHECK(parse_algorithm("nccl") == Algorithm::nccl);
+  else CHECK(has(usage_error([] { parse_algorithm("nccl"); }), "-DDPX_CUDA=ON"));
+}
+
+TEST_CASE("without a GPU, making nccl communicators is a usage error that says why") {
+  if (cuda::available()) return;  // a GPU machine: tests/cuda/test_nccl.cpp runs them
+  const std::string e = usage_error([] { make_nccl_communicators({0, 1}, 10); });
+  CHECK(has(e, "--backend nccl"));
+  CHECK(has(e, kNcclBuilt ? "no usable CUDA device" : "-DDPX_CUDA=ON"));
+}
+
+#ifdef DPX_WITH_CUDA
+TEST_CASE("dpx's dtypes and reductions are NCCL's") {
+  CHECK(nccl::nccl_dtype(DType::f32) == ncclFloat32);
+  CHECK(nccl::nccl_dtype(DType::f64) == ncclFloat64);
+  CHECK(nccl::nccl_dtype(DType::f16) == ncclFloat16);
+  CHECK(nccl::nccl_dtype(DType::bf16) == ncclBfloat16);
+  CHECK(nccl::nccl_dtype(DType::i32) == ncclInt32);
+  CHECK(nccl::nccl_dtype(DType::i64) == ncclInt64);
+  CHECK(nccl::nccl_dtype(DType::u8) == ncclUint8);
+  CHECK(nccl::nccl_op(ReduceOp::sum) == ncclSum);
+  CHECK(nccl::nccl_op(ReduceOp::prod) == ncclProd);
+  CHECK(nccl::nccl_op(ReduceOp::max) == ncclMax);
+  CHECK(nccl::nccl_op(ReduceOp::min) == ncclMin);
+  CHECK(nccl::nccl_op(ReduceOp::avg) == ncclAvg);
+}
+#endif
