@@ -192,7 +192,7 @@ struct Sink {
   std::string csv;  // the whole file so far, rewritten atomically after every size
   int nodes = 1;    // distinct nodes of hier's layout
   double limit_gbs = 0;      // the busbw limit of the run (CollectiveRow)
-  std::string limit_source;
+  std::string limit_source = {};  // its source (CollectiveRow)
 };
 
 // The barriers and the host-memory reductions of the times and #wrong. A host communicator
