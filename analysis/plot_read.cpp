@@ -122,12 +122,12 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     // Weak and strong rows of one batch size are different series (batch 16 per rank against
     // 16 in all), and different figures.
     if (scalings_met.size() > 1) {
-      label += " " + scaling;
-      key += "-" + scaling;
+      label.append(" ").append(scaling);
+      key.append("-").append(scaling);
     }
     if (several) {
-      label += " (" + source + ")";
-      key += "-" + fs::path(source).parent_path().filename().string();
+      label.append(" (").append(source).append(")");
+      key.append("-").append(fs::path(source).parent_path().filename().string());
     }
     models.insert(t.text(r, c_model));
     devices.insert(t.text(r, c_dev));
@@ -207,11 +207,14 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
     std::string label = t.text(r, c_algo) + " " + t.text(r, c_backend);
     if (ranks.size() > 1) label += " " + t.text(r, c_ranks) + " ranks";
     if (nodes.size() > 1) label += " " + t.text(r, t.column("nodes")) + " nodes";
-    const std::string fkey = coll + (several ? "-" + fs::path(source).stem().string() : "");
+    std::string fkey = coll;  // appended to, not "-" + s: GCC 12's -Wrestrict misfires on that
+    if (several) fkey.append("-").append(fs::path(source).stem().string());
     auto fit = figures.find(fkey);
     if (fit == figures.end()) {
       fit = figures.emplace(fkey, in.collectives.size()).first;
-      in.collectives.push_back({coll + (several ? " (" + source + ")" : ""), source, fkey, {}, {}});
+      std::string title = coll;
+      if (several) title.append(" (").append(source).append(")");
+      in.collectives.push_back({title, source, fkey, {}, {}, {}});
     }
     CollectiveFigure& fig = in.collectives[fit->second];
     auto& sidx = series[fkey];
