@@ -80,7 +80,7 @@ std::string html_table(const std::string& css_class, const std::vector<std::stri
 // The settings of a sweep, in the order a reader looks for them.
 constexpr std::string_view kConfigColumns[] = {"model",      "dataset",   "scaling",    "batch_size", "rank_batch",
                                                "devices",    "ranks",     "parallel",   "algo",       "bucket_mb",
-                                               "accumulate", "overlap",   "optimizer",  "repeats"};
+                                               "accumulate", "overlap",   "optimizer",  "grad_dtype", "repeats"};
 
 std::string bench_section(const Input& in) {
   const CsvTable& t = in.table;

@@ -53,14 +53,22 @@ case $device in
   *) echo "zoo_steps.sh: DEVICE must be cpu or cuda:N (got '$device')" >&2; exit 2 ;;
 esac
 if [[ ${TF32:-0} == 1 ]]; then dpx_flags+=(--tf32); torch_flags+=(--tf32); fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 dpx_runs=1
 if [[ ${BF16:-0} == 1 ]]; then
   torch_flags+=(--bf16)
-  if "$dpx" bench --help 2>/dev/null | grep -q -- '--precision'; then dpx_flags+=(--precision bf16)
-  else dpx_runs=0; echo "zoo_steps.sh: this dpx's bench has no --precision: PyTorch's bf16 figures only" >&2; fi
+  # dpx takes --precision bf16 where it computes in bf16 on this device; a one-step probe asks it.
+  if "$dpx" bench --models lenet5 --batch-sizes 8 --precision bf16 --devices "$device" \
+       --parallel none --dataset synthetic --image-size 28 --steps 1 --warmup 0 --no-eval --out "$out/probe" \
+       >"$out/probe.log" 2>&1; then
+    dpx_flags+=(--precision bf16)
+  else
+    dpx_runs=0
+    echo "zoo_steps.sh: dpx refused --precision bf16 on $device ($(grep -m1 -o 'precision.*' "$out/probe.log")):" \
+         "PyTorch's bf16 figures only" >&2
+  fi
 fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 
 # column(CSV, NAME): the value of column NAME in the first data row of CSV.
 column() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; ++i) c[$i] = i; next } NR == 2 { print $c[n] }' "$1"; }

@@ -37,7 +37,7 @@ std::string summary_csv_header() {
   for (auto name : kPhaseNames) h += ",mean_" + std::string(name) + "_s";
   h += ",images_per_s,speedup,scaling_efficiency,load_balance,comm_efficiency,parallel_efficiency,"
        "bytes_per_epoch_formula,bytes_per_epoch_counted,final_loss,test_accuracy,threshold_step,"
-       "threshold_epoch,wall_s,optimizer";
+       "threshold_epoch,wall_s,optimizer,grad_dtype";
   return h;
 }
 
@@ -53,7 +53,8 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
   os << "," << s.images_per_s << "," << s.speedup << "," << s.scaling_efficiency << "," << s.load_balance << ","
      << s.comm_efficiency << "," << s.parallel_efficiency << "," << s.bytes_per_epoch_formula << ","
      << s.bytes_per_epoch_counted << "," << s.final_loss << "," << s.test_accuracy << ","
-     << report.threshold_step << "," << report.threshold_epoch << "," << report.wall_s << "," << o.optimizer;
+     << report.threshold_step << "," << report.threshold_epoch << "," << report.wall_s << "," << o.optimizer << ","
+     << o.grad_dtype;
   return os.str();
 }
 

@@ -1,10 +1,10 @@
 // `dpx bench`: the measurement studies' sweep (docs/ARCHITECTURE.md, Studies) — every model ×
 // batch size × parallel mode × scaling × algorithm × bucket size × accumulation × optimizer ×
-// device count, a fixed number of timed steps each, the whole sweep --repeat times — written to
-// results.csv (one row per configuration: medians over the runs, their confidence intervals and
-// spread, speedup and scaling efficiency against the configuration with the fewest ranks),
-// runs.csv (one row per run) and one per-step CSV per run; with --profile-ops, the time of every op
-// per run (ops.csv, kernels/op_profile.hpp).
+// gradient dtype × device count, a fixed number of timed steps each, the whole sweep --repeat
+// times — written to results.csv (one row per configuration: medians over the runs, their
+// confidence intervals and spread, speedup and scaling efficiency against the configuration with
+// the fewest ranks), runs.csv (one row per run) and one per-step CSV per run; with --profile-ops,
+// the time of every op per run (ops.csv, kernels/op_profile.hpp).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -42,6 +42,7 @@ struct BenchFlags {
   std::vector<double> bucket_mb = {parallel::TrainOptions{}.bucket_mb};
   std::vector<int> accumulate = {parallel::TrainOptions{}.accumulate};
   std::vector<std::string> optimizer = {parallel::TrainOptions{}.optimizer};
+  std::vector<std::string> grad_dtype = {parallel::TrainOptions{}.grad_dtype};
   int repeat = 1;
   double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
@@ -226,24 +227,28 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                parallel::ProcessGroup& processes) {
   const bool mpi = processes.launched(), rank0 = processes.rank() == 0;
   if (bf.models.empty() || bf.batch_sizes.empty() || bf.devices.empty() || bf.parallel.empty() ||
-      bf.scaling.empty() || bf.algo.empty() || bf.bucket_mb.empty() || bf.accumulate.empty() || bf.optimizer.empty())
-    usage_fail("--models, --batch-sizes, --devices, --parallel, --scaling, --algo, --bucket-mb, --accumulate and "
-               "--optimizer each need at least one value");
+      bf.scaling.empty() || bf.algo.empty() || bf.bucket_mb.empty() || bf.accumulate.empty() || bf.optimizer.empty() ||
+      bf.grad_dtype.empty())
+    usage_fail("--models, --batch-sizes, --devices, --parallel, --scaling, --algo, --bucket-mb, --accumulate, "
+               "--optimizer and --grad-dtype each need at least one value");
   for (const auto& sc : bf.scaling)
     if (sc != "weak" && sc != "strong")
       usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", sc, "'");
   if (bf.repeat < 1) usage_fail("--repeat: ", bf.repeat, " runs; pass 1 or more (3 or more for confidence intervals)");
   if (!(bf.noisy_spread >= 0))
     usage_fail("--noisy-spread: ", bf.noisy_spread, " is not a spread; pass a fraction >= 0, e.g. 0.10 for 10 %");
-  // Each optimizer with the flags given: the other optimizer's flags are refused (--momentum with adamw).
-  std::map<std::string, parallel::TrainOptions> per_optimizer;
-  for (const auto& opt : bf.optimizer) {
-    parallel::TrainOptions o = base;
-    o.optimizer = opt;
-    if (opt != "sgd" && opt != "adamw") usage_fail("--optimizer: unknown optimizer '", opt, "': use sgd or adamw");
-    apply_train_flags(o, tf);
-    per_optimizer[opt] = o;
-  }
+  // Each optimizer and gradient dtype with the flags given: the other optimizer's flags are refused
+  // (--momentum with adamw), and the loss scaling's follow the dtype (auto is dynamic for fp16).
+  std::map<std::pair<std::string, std::string>, parallel::TrainOptions> per_choice;
+  for (const auto& opt : bf.optimizer)
+    for (const auto& gd : bf.grad_dtype) {
+      parallel::TrainOptions o = base;
+      o.optimizer = opt;
+      o.grad_dtype = gd;
+      if (opt != "sgd" && opt != "adamw") usage_fail("--optimizer: unknown optimizer '", opt, "': use sgd or adamw");
+      apply_train_flags(o, tf);
+      per_choice[{opt, gd}] = o;
+    }
   std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
                                                             : expand_devices(bf.devices);
   check_distinct(bf.models, "--models");
@@ -255,6 +260,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   check_distinct(bf.bucket_mb, "--bucket-mb");
   check_distinct(bf.accumulate, "--accumulate");
   check_distinct(bf.optimizer, "--optimizer");
+  check_distinct(bf.grad_dtype, "--grad-dtype");
   std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
   if (rank0) {
     ensure_writable_dir(bf.out_dir);
@@ -291,8 +297,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
             for (double bucket_mb : bf.bucket_mb)
               for (int accumulate : bf.accumulate)
                 for (const auto& opt : bf.optimizer)
+                  for (const auto& gd : bf.grad_dtype)
                   for (const auto& dev : devices) {
-                    parallel::TrainOptions o = per_optimizer.at(opt);
+                    parallel::TrainOptions o = per_choice.at({opt, gd});
                     o.model = model;
                     o.devices = dev;
                     o.parallel = parallel::parse_parallel_mode(par);
@@ -317,7 +324,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                     Config c{o, scaling, "", "", {}, {}};
                     c.key = detail::concat(model, "_b", b, "_", par, axis(bf.scaling, scaling), axis(bf.algo, algo),
                                            axis(bf.bucket_mb, "bucket" + text_of(bucket_mb)),
-                                           axis(bf.accumulate, "acc" + text_of(accumulate)), axis(bf.optimizer, opt));
+                                           axis(bf.accumulate, "acc" + text_of(accumulate)), axis(bf.optimizer, opt),
+                                           axis(bf.grad_dtype, "grad" + gd));
                     c.tag = c.key + "_" + dev.substr(0, dev.find(':')) + std::to_string(k);
                     configs.push_back(std::move(c));
                     if (!mpi) warn_if_oversubscribed(o, processes.info());
@@ -337,6 +345,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                                                               {"--bucket-mb", join_values(bf.bucket_mb)},
                                                               {"--accumulate", join_values(bf.accumulate)},
                                                               {"--optimizer", join_values(bf.optimizer)},
+                                                              {"--grad-dtype", join_values(bf.grad_dtype)},
                                                               {"--repeat", text_of(bf.repeat)},
                                                               {"--noisy-spread", text_of(bf.noisy_spread)},
                                                               {"--out", bf.out_dir}};
@@ -344,7 +353,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   for (auto& [flag, value] : configs.front().o.flag_values())
     if (flag != "--model" && flag != "--batch-size" && flag != "--devices" && flag != "--parallel" &&
         flag != "--out" && flag != "--algo" && flag != "--bucket-mb" && flag != "--accumulate" &&
-        flag != "--optimizer")
+        flag != "--optimizer" && flag != "--grad-dtype")
       options.emplace_back(flag, value);
   processes.agree(start_report("bench", options));
   processes.set_comm_timeout(base.comm_timeout_s);
@@ -443,7 +452,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
 void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   auto* cmd = app.add_subcommand("bench",
                                  "sweep models x batch sizes x devices x parallel modes x algorithms x bucket sizes x "
-                                 "accumulation x optimizers, --repeat times; write results.csv and runs.csv");
+                                 "accumulation x optimizers x gradient dtypes, --repeat times; write results.csv and "
+                                 "runs.csv");
   auto o = std::make_shared<parallel::TrainOptions>();
   auto tf = std::make_shared<TrainFlags>();
   auto bf = std::make_shared<BenchFlags>();
@@ -471,6 +481,8 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--accumulate", bf->accumulate, std::string(kAccumulateHelp) + "; a list sweeps each")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--optimizer", bf->optimizer, std::string(kOptimizerHelp) + "; a list sweeps each")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--grad-dtype", bf->grad_dtype, std::string(kGradDtypeHelp) + "; a list sweeps each")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--repeat", bf->repeat,
                   "run the whole sweep N times over (interleaved: every configuration once, then again, so that a "

@@ -62,29 +62,26 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                    "(its newest)");
   }
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
-  if (!for_bench) {  // mixed precision (README.md, Mixed precision)
-    cmd.add_option("--precision", o.precision,
-                   "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 and fp16 (GPUs, not implemented yet). "
-                   "Weights and optimizer stay fp32")
-        ->capture_default_str();
-    cmd.add_option("--grad-dtype", o.grad_dtype,
-                   "dtype of DDP's gradient all-reduce: fp32, bf16 or fp16 (half the bytes; each rank divides by "
-                   "the number of ranks before the sum, and the result is widened back into the fp32 gradients)")
-        ->capture_default_str();
-    cmd.add_option("--loss-scale", o.loss_scale,
-                   "multiply the loss by a scale before backward and divide the gradients by it after the "
-                   "all-reduce: auto (dynamic with --grad-dtype fp16, else none), dynamic (as PyTorch's GradScaler: "
-                   "inf/NaN gradients skip the update and halve the scale; it doubles after --loss-scale-window "
-                   "good updates), none, or a constant")
-        ->capture_default_str();
-    cmd.add_option("--initial-loss-scale", o.initial_loss_scale, "dynamic loss scaling: the first scale")
-        ->capture_default_str()
-        ->each(mark(f.loss_scale_tuning_given));
-    cmd.add_option("--loss-scale-window", o.loss_scale_window,
-                   "dynamic loss scaling: updates in a row without inf/NaN gradients before the scale doubles")
-        ->capture_default_str()
-        ->each(mark(f.loss_scale_tuning_given));
-  }
+  // Mixed precision (README.md, Mixed precision); bench sweeps a list of --grad-dtype.
+  cmd.add_option("--precision", o.precision,
+                 "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 and fp16 (GPUs, not implemented yet). "
+                 "Weights and optimizer stay fp32")
+      ->capture_default_str();
+  if (!for_bench)
+    cmd.add_option("--grad-dtype", o.grad_dtype, kGradDtypeHelp)->capture_default_str();
+  cmd.add_option("--loss-scale", o.loss_scale,
+                 "multiply the loss by a scale before backward and divide the gradients by it after the "
+                 "all-reduce: auto (dynamic with --grad-dtype fp16, else none), dynamic (as PyTorch's GradScaler: "
+                 "inf/NaN gradients skip the update and halve the scale; it doubles after --loss-scale-window "
+                 "good updates), none, or a constant")
+      ->capture_default_str();
+  cmd.add_option("--initial-loss-scale", o.initial_loss_scale, "dynamic loss scaling: the first scale")
+      ->capture_default_str()
+      ->each(mark(f.loss_scale_tuning_given));
+  cmd.add_option("--loss-scale-window", o.loss_scale_window,
+                 "dynamic loss scaling: updates in a row without inf/NaN gradients before the scale doubles")
+      ->capture_default_str()
+      ->each(mark(f.loss_scale_tuning_given));
   cmd.add_option("--on-nonfinite", o.on_nonfinite,
                  "a NaN or infinite loss or gradient: stop (the default: an error naming the rank, step and first "
                  "parameter), skip (the update, on every rank), or ignore (no check); with dynamic loss scaling, "

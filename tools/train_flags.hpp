@@ -21,6 +21,9 @@ struct TrainFlags {
 
 // The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).
 std::string algo_help();
+inline constexpr const char* kGradDtypeHelp =
+    "dtype of DDP's gradient all-reduce: fp32, bf16 or fp16 (half the bytes; each rank divides by the number of "
+    "ranks before the sum, and the result is widened back into the fp32 gradients)";
 inline constexpr const char* kOptimizerHelp =
     "sgd (torch.optim.SGD) or adamw (torch.optim.AdamW: decoupled weight decay, amsgrad off)";
 inline constexpr const char* kBucketMbHelp = "DDP gradient bucket size in MiB (0: one all-reduce per tensor)";

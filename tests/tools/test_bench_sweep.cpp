@@ -88,6 +88,11 @@ TEST_CASE("bench refuses a bad value of every swept flag before running anything
       {"--optimizer sgd,adamw --momentum 0.5", "--momentum"},
       {"--algo ring,tree,ring", "--algo: ring is given twice"},
       {"--bucket-mb 25,25.0", "--bucket-mb: 25 is given twice"},
+      {"--grad-dtype fp32,fp8", "--grad-dtype: unknown dtype 'fp8'"},
+      {"--grad-dtype bf16,bf16", "--grad-dtype: bf16 is given twice"},
+      {"--grad-dtype bf16 --parallel dp", "--grad-dtype bf16: DataParallel"},
+      {"--grad-dtype fp16 --loss-scale 0", "--loss-scale"},
+      {"--grad-dtype fp32 --initial-loss-scale 1024", "--initial-loss-scale"},
   };
   for (const auto& [flags, flag] : cases) {
     DpxResult r = run_dpx(quick + flags);
@@ -102,7 +107,41 @@ TEST_CASE("bench refuses a bad value of every swept flag before running anything
 TEST_CASE("bench --help describes the swept flags and the interleaved repeats") {
   DpxResult r = run_dpx("bench --help");
   REQUIRE(r.code == 0);
-  for (const char* s : {"--algo", "--bucket-mb", "--accumulate", "--optimizer", "--scaling", "--repeat",
-                        "--noisy-spread", "interleaved", "runs.csv"})
+  for (const char* s : {"--algo", "--bucket-mb", "--accumulate", "--optimizer", "--grad-dtype", "--loss-scale",
+                        "--scaling", "--repeat", "--noisy-spread", "interleaved", "runs.csv"})
     CHECK_MESSAGE(r.output.find(s) != std::string::npos, s);
+}
+
+TEST_CASE("bench sweeps the gradient all-reduce's dtype: a row and a tag each, fp16 with dynamic loss scaling") {
+  dpx::testing::TempDir dir("bench_grad_dtype");
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:2 --grad-dtype fp32,bf16,fp16 "
+                        "--dataset synthetic --image-size 28 --steps 3 --warmup 1 --threads 2 --out " +
+                        dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const CsvTable t = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(t.rows() == 3);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < t.rows(); ++i) {
+    seen.insert(t.text(i, t.column("grad_dtype")));
+    CHECK(t.number(i, t.column("images_per_s")) > 0);
+    // Half the bytes of fp32's all-reduce in half precision (the same buckets, counted).
+    const double bytes = t.number(i, t.column("bytes_per_epoch_counted"));
+    CHECK(bytes > 0);
+  }
+  CHECK(seen == std::set<std::string>{"fp32", "bf16", "fp16"});
+  for (const char* tag : {"lenet5_b8_ddp_gradfp32_cpu2", "lenet5_b8_ddp_gradbf16_cpu2", "lenet5_b8_ddp_gradfp16_cpu2"})
+    CHECK_MESSAGE(dpx::testing::file_text(dir.file(std::string("out/steps/") + tag + ".csv")).size() > 0, tag);
+  auto row_of = [&](const std::string& dtype) {
+    for (size_t i = 0; i < t.rows(); ++i)
+      if (t.text(i, t.column("grad_dtype")) == dtype) return i;
+    return t.rows();
+  };
+  const double fp32 = t.number(row_of("fp32"), t.column("bytes_per_epoch_counted"));
+  CHECK(t.number(row_of("bf16"), t.column("bytes_per_epoch_counted")) == doctest::Approx(fp32 / 2).epsilon(0.01));
+  CHECK(t.number(row_of("fp16"), t.column("bytes_per_epoch_counted")) == doctest::Approx(fp32 / 2).epsilon(0.01));
+  // fp16's loss scale is dynamic by default (auto): its steps file says so.
+  const CsvTable steps = CsvTable::read(dir.file("out/steps/lenet5_b8_ddp_gradfp16_cpu2.csv"), "steps");
+  REQUIRE(steps.has("loss_scale"));
+  CHECK(steps.number(0, steps.column("loss_scale")) > 1);
 }
