@@ -37,9 +37,10 @@ std::string Sequential::describe() const {
 }
 
 namespace {
-// A batch norm (2d or 1d) and the ReLU after it, run as one.
+// A batch norm (2d or 1d: one of the two pointers) and the ReLU after it, run as one.
 struct BnRelu {
-  Module* bn;
+  BatchNorm2d* bn2d;
+  BatchNorm1d* bn1d;
   ReLU* relu;
   // Forward of both, the ReLU folded into the batch norm's pass.
   Tensor forward(Context& ctx, const Tensor& x) {
@@ -52,16 +53,16 @@ struct BnRelu {
   }
   template <class F>
   Tensor with_bn(F&& f) {
-    if (auto* norm = dynamic_cast<BatchNorm2d*>(bn)) return f(*norm);
-    return f(*static_cast<BatchNorm1d*>(bn));
+    return bn2d ? f(*bn2d) : f(*bn1d);
   }
 };
 
 std::optional<BnRelu> bn_relu(Module& first, Module& second) {
   auto* relu = dynamic_cast<ReLU*>(&second);
-  if (!relu || !(dynamic_cast<BatchNorm2d*>(&first) || dynamic_cast<BatchNorm1d*>(&first)))
-    return std::nullopt;
-  return BnRelu{&first, relu};
+  if (!relu) return std::nullopt;
+  BnRelu pair{dynamic_cast<BatchNorm2d*>(&first), dynamic_cast<BatchNorm1d*>(&first), relu};
+  if (!pair.bn2d && !pair.bn1d) return std::nullopt;
+  return pair;
 }
 }  // namespace
 

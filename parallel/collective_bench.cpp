@@ -195,27 +195,6 @@ struct Sink {
   std::string limit_source = {};  // its source (CollectiveRow)
 };
 
-// The barriers and the host-memory reductions of the times and #wrong. A host communicator
-// reduces host memory; the p2p backend's reaches device memory only, so there an 8-byte value
-// goes through the rank's GPU (gpu >= 0).
-struct Control {
-  Communicator& comm;
-  int gpu = -1;
-  void barrier() { comm.barrier(); }
-  void all_reduce(const void* mine, void* result, DType dtype, ReduceOp op) {
-    if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
-    struct DeviceBlock {
-      void* p;
-      int gpu;
-      ~DeviceBlock() { cuda::release(p, 16, gpu); }
-    } d{cuda::allocate(16, gpu), gpu};
-    auto* in = static_cast<std::byte*>(d.p);
-    cuda::copy(in, Device::cuda(gpu), mine, Device::cpu(), 8);
-    comm.all_reduce(in, in + 8, 1, dtype, op, Algorithm::ring);
-    cuda::copy(result, Device::cpu(), in + 8, Device::cuda(gpu), 8);
-  }
-};
-
 // A rank's two buffers: host memory, or (the nccl backend) device memory with host mirrors in
 // which the data is made and checked, copied over before each timed loop and after each check.
 struct RankMemory {
@@ -254,6 +233,24 @@ struct RankMemory {
   }
   void download(void* host, size_t n) const {
     if (da && n > 0) cuda::copy(host, Device::cpu(), on_device(host), device, n);
+  }
+};
+
+// The barriers and the host-memory reductions of the times and #wrong. A host communicator
+// reduces host memory; the p2p backend's reaches device memory only, so there an 8-byte value
+// goes through the rank's GPU (gpu >= 0), in a RankMemory of its own.
+struct Control {
+  Communicator& comm;
+  int gpu = -1;
+  void barrier() { comm.barrier(); }
+  void all_reduce(const void* mine, void* result, DType dtype, ReduceOp op) {
+    if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
+    RankMemory mem(Device::cuda(gpu), 8);
+    std::memcpy(mem.a, mine, 8);
+    mem.upload(mem.a, 8);
+    comm.all_reduce(mem.on_device(mem.a), mem.on_device(mem.b), 1, dtype, op, Algorithm::ring);
+    mem.download(mem.b, 8);
+    std::memcpy(result, mem.b, 8);
   }
 };
 
