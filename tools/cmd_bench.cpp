@@ -261,16 +261,6 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   check_distinct(bf.accumulate, "--accumulate");
   check_distinct(bf.optimizer, "--optimizer");
   check_distinct(bf.grad_dtype, "--grad-dtype");
-  std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
-  if (rank0) {
-    ensure_writable_dir(bf.out_dir);
-    ensure_writable_dir(bf.out_dir + "/steps");
-    lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
-    // An ops.csv of an earlier sweep into this folder would pass for this one's.
-    std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
-    if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
-  }
-
   // Validate every configuration before running any, so a typo fails in a second, not an hour:
   // the options, the model, its smallest input and the data set's size (each set loaded once).
   std::map<std::string, std::shared_ptr<const data::Dataset>> data_sets;
@@ -333,6 +323,16 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   if (configs.empty())
     usage_fail("--devices: no device set fits in the ", processes.size(), " ranks of this MPI job (mpirun -np K sets "
                "them); pass sets of at most ", processes.size(), " ranks, or leave --devices out for 1, 2, 4, ... ranks");
+  // --out is made only once every configuration is valid: a refused sweep leaves no folder behind.
+  std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
+  if (rank0) {
+    ensure_writable_dir(bf.out_dir);
+    ensure_writable_dir(bf.out_dir + "/steps");
+    lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
+    // An ops.csv of an earlier sweep into this folder would pass for this one's.
+    std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
+    if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
+  }
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;
   // The sweep's own flags replace the single-run ones they stand for.

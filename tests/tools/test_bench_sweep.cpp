@@ -3,6 +3,7 @@
 // the noisy flag per configuration, runs.csv every run, and bad values exit 2 naming the flag.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -74,7 +75,10 @@ TEST_CASE("bench with one value of each option keeps today's tags, and writes th
 }
 
 TEST_CASE("bench refuses a bad value of every swept flag before running anything, naming the flag") {
-  const std::string quick = "bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --steps 2 --warmup 1 ";
+  dpx::testing::TempDir dir("bench_refused");
+  const std::string out = dir.file("never");  // a refused sweep makes no --out folder
+  const std::string quick = "bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --steps 2 --warmup 1 --out " +
+                            out + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--algo ring,bogus", "--algo"},
       {"--optimizer sgd,adam", "--optimizer"},
@@ -101,6 +105,7 @@ TEST_CASE("bench refuses a bad value of every swept flag before running anything
     CHECK(r.code == 2);
     CHECK(r.output.find(flag) != std::string::npos);
     CHECK(r.output.find("[1/") == std::string::npos);  // not one configuration ran
+    CHECK_FALSE(std::filesystem::exists(out));
   }
 }
 
