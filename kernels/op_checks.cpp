@@ -283,6 +283,17 @@ void axpy(Context&, Tensor& y, float, const Tensor& x) { require_f32_pair("axpy"
 
 void scale(Context&, Tensor& x, float) { require_f32("scale", "x", x); }
 
+void cast(Context&, Tensor& out, const Tensor& in, float) {
+  const char* op = "cast";
+  require_defined(op, "out", out);
+  require_defined(op, "in", in);
+  require_same_numel(op, "out", out, "in", in);
+  auto floating = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  if (!floating(out.dtype()) || !floating(in.dtype()) || (out.dtype() != DType::f32 && in.dtype() != DType::f32))
+    fail(op, ": converts f32 to bf16 or f16 and back (or f32 to f32), not ", dtype_name(in.dtype()), " to ",
+         dtype_name(out.dtype()));
+}
+
 void count_nonfinite(Context&, const Tensor& x) { require_f32("count_nonfinite", "x", x); }
 
 void increment_i64(Context&, Tensor& counter) {

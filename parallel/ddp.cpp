@@ -49,13 +49,12 @@ void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const 
             dtype_name(wire));
   const int64_t n = grads.numel();
   DPX_CHECK(staging.dtype() == wire && staging.numel() >= n, "the staging buffer does not fit the gradients");
-  const bool f16 = wire == DType::f16;
-  const float inv_ranks = 1.f / static_cast<float>(comm.size());
-  float* g = grads.data<float>();
-  uint16_t* h = static_cast<uint16_t*>(staging.raw());
-  for (int64_t i = 0; i < n; ++i) h[i] = f16 ? float_to_half(g[i] * inv_ranks) : float_to_bf16(g[i] * inv_ranks);
-  comm.all_reduce(h, h, static_cast<size_t>(n), wire, ReduceOp::sum, algo);
-  for (int64_t i = 0; i < n; ++i) g[i] = f16 ? half_to_float(h[i]) : bf16_to_float(h[i]);
+  Context one_thread = Context::cpu(1);  // the communication thread's share of the cores
+  Tensor h = staging.view_at(0, {n});
+  Tensor g = grads;
+  ops::cast(one_thread, h, g, 1.f / static_cast<float>(comm.size()));  // divided first: no fp16 overflow
+  comm.all_reduce(h, ReduceOp::sum, algo);
+  ops::cast(one_thread, g, h, 1.f);
 }
 
 DdpSync::DdpSync(Communicator& comm, DdpOptions options)

@@ -1,4 +1,4 @@
-// CPU elementwise and utility ops: fill, copy, add, axpy, scale, count_nonfinite. Each element depends only on
+// CPU elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite. Each element depends only on
 // its own inputs, so splitting the range over threads cannot change any result.
 #include <algorithm>
 #include <cmath>
@@ -38,6 +38,36 @@ void copy(Context& ctx, Tensor& out, const Tensor& in) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b0 = c * kChunk, len = std::min(kChunk, bytes - b0);
     std::memmove(o + b0, s + b0, static_cast<size_t>(len));
+  }
+}
+
+namespace {
+// One direction of cast, its conversions (core/dtype.hpp) inlined into the threaded loop.
+template <typename Load, typename Store>
+void cast_loop(Context& ctx, int64_t n, float alpha, Load load, Store store) {
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) store(i, load(i) * alpha);
+}
+}  // namespace
+
+void cast(Context& ctx, Tensor& out, const Tensor& in, float alpha) {
+  const int64_t n = out.numel();
+  const auto* fi = static_cast<const float*>(in.raw());
+  const auto* hi = static_cast<const uint16_t*>(in.raw());
+  auto* fo = static_cast<float*>(out.raw());
+  auto* ho = static_cast<uint16_t*>(out.raw());
+  auto from_f32 = [fi](int64_t i) { return fi[i]; };
+  auto to_f32 = [fo](int64_t i, float v) { fo[i] = v; };
+  switch (out.dtype()) {
+    case DType::bf16: return cast_loop(ctx, n, alpha, from_f32, [ho](int64_t i, float v) { ho[i] = float_to_bf16(v); });
+    case DType::f16: return cast_loop(ctx, n, alpha, from_f32, [ho](int64_t i, float v) { ho[i] = float_to_half(v); });
+    default: break;
+  }
+  switch (in.dtype()) {
+    case DType::bf16: return cast_loop(ctx, n, alpha, [hi](int64_t i) { return bf16_to_float(hi[i]); }, to_f32);
+    case DType::f16: return cast_loop(ctx, n, alpha, [hi](int64_t i) { return half_to_float(hi[i]); }, to_f32);
+    default: return cast_loop(ctx, n, alpha, from_f32, to_f32);
   }
 }
 

@@ -1,5 +1,5 @@
 // Shared pieces of the CUDA kernels: launch sizes, argument checks, stream-ordered scratch
-// buffers and deterministic block reductions (fixed order, so results repeat bit for bit).
+// buffers, half-precision operands and deterministic block reductions (fixed order, so results repeat bit for bit).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,6 +60,25 @@ class Scratch {
   int device_;
   size_t bytes_;
   void* p_;
+};
+
+// ---- half-precision operands (--precision bf16|fp16: Context::compute) ------------------------
+// dst (n elements of `dtype`, bf16 or f16) = src * alpha, rounded as the host rounds; on `stream`.
+void narrow(void* dst, DType dtype, const float* src, float alpha, int64_t n, cudaStream_t stream);
+// dst = beta * dst + src widened to f32 (beta = 0 writes dst without reading it); on `stream`.
+void widen_into(float* dst, float beta, const void* src, DType dtype, int64_t n, cudaStream_t stream);
+
+// An f32 operand rounded to the compute dtype in scratch memory, for cuBLAS and cuDNN to read.
+class HalfCopy {
+ public:
+  HalfCopy(const CudaState& st, const float* src, int64_t n, DType dtype)
+      : buf_(st, static_cast<size_t>(n) * dtype_size(dtype)) {
+    narrow(buf_.as<void>(), dtype, src, 1.f, n, st.stream);
+  }
+  const void* get() const { return buf_.as<void>(); }
+
+ private:
+  Scratch buf_;
 };
 
 // ---- deterministic reductions (device) -----------------------------------------------------

@@ -1,5 +1,6 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale, count_nonfinite, increment_i64 (the CPU ops' checks and results).
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64 (the CPU ops' checks and results).
 // Grid-stride loops with 64-bit indices; all work is queued on the Context's stream.
+#include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 
@@ -46,7 +47,77 @@ __global__ void count_nonfinite_kernel(unsigned long long* count, const float* x
 
 __global__ void increment_i64_kernel(long long* counter) { *counter += 1; }
 
+// Half-precision casts (H: F16 or BF16 of core/cuda/half.cuh, the host's rounding).
+template <typename H>
+__global__ void narrow_kernel(uint16_t* dst, const float* src, float alpha, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    dst[i] = H::store(src[i] * alpha);
+}
+
+template <typename H>
+__global__ void widen_kernel(float* dst, float alpha, float beta, const uint16_t* src, int64_t n) {
+  DPX_CUDA_LOOP(i, n) {
+    const float v = H::load(src[i]) * alpha;
+    dst[i] = beta == 0.f ? v : beta * dst[i] + v;  // not 0 + v, which would turn -0 into +0
+  }
+}
+
+__global__ void scale_copy_kernel(float* dst, const float* src, float alpha, int64_t n) {
+  DPX_CUDA_LOOP(i, n)
+    dst[i] = src[i] * alpha;
+}
+
+void check_half(DType dtype) {
+  DPX_CHECK(dtype == DType::bf16 || dtype == DType::f16, "a half-precision cast needs bf16 or f16, not ",
+            dtype_name(dtype));
+}
+
+void widen(float* dst, float alpha, float beta, const void* src, DType dtype, int64_t n, cudaStream_t stream) {
+  check_half(dtype);
+  if (n == 0) return;
+  const auto* h = static_cast<const uint16_t*>(src);
+  if (dtype == DType::bf16)
+    widen_kernel<BF16><<<grid_for(n), kThreads, 0, stream>>>(dst, alpha, beta, h, n);
+  else
+    widen_kernel<F16><<<grid_for(n), kThreads, 0, stream>>>(dst, alpha, beta, h, n);
+  check_launch();
+}
+
 }  // namespace
+
+namespace detail {
+
+void narrow(void* dst, DType dtype, const float* src, float alpha, int64_t n, cudaStream_t stream) {
+  check_half(dtype);
+  if (n == 0) return;
+  auto* h = static_cast<uint16_t*>(dst);
+  if (dtype == DType::bf16)
+    narrow_kernel<BF16><<<grid_for(n), kThreads, 0, stream>>>(h, src, alpha, n);
+  else
+    narrow_kernel<F16><<<grid_for(n), kThreads, 0, stream>>>(h, src, alpha, n);
+  check_launch();
+}
+
+void widen_into(float* dst, float beta, const void* src, DType dtype, int64_t n, cudaStream_t stream) {
+  widen(dst, 1.f, beta, src, dtype, n, stream);
+}
+
+}  // namespace detail
+
+void cast(Context& ctx, Tensor& out, const Tensor& in, float alpha) {
+  CudaState& st = state_of(ctx);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  if (out.dtype() != DType::f32) {
+    detail::narrow(out.raw(), out.dtype(), f32(in, "cast", "in"), alpha, n, st.stream);
+  } else if (in.dtype() != DType::f32) {
+    widen(static_cast<float*>(out.raw()), alpha, 0.f, in.raw(), in.dtype(), n, st.stream);
+  } else {
+    scale_copy_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(static_cast<float*>(out.raw()), f32(in, "cast", "in"),
+                                                               alpha, n);
+    check_launch();
+  }
+}
 
 void increment_i64(Context& ctx, Tensor& counter) {
   CudaState& st = state_of(ctx);

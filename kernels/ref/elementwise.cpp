@@ -1,4 +1,4 @@
-// Reference elementwise and utility ops: fill, copy, add, axpy, scale, count_nonfinite.
+// Reference elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite.
 // One loop over the elements each; nothing depends on any other element.
 #include <cmath>
 #include <cstring>
@@ -38,6 +38,27 @@ void axpy(Context&, Tensor& y, float alpha, const Tensor& x) {
 void scale(Context&, Tensor& x, float alpha) {
   float* xp = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) xp[i] *= alpha;
+}
+
+// out = in * alpha rounded to out's dtype; f16/bf16 go through f32 (core/dtype.hpp's rounding).
+void cast(Context&, Tensor& out, const Tensor& in, float alpha) {
+  const auto* h_in = static_cast<const uint16_t*>(in.raw());
+  auto* h_out = static_cast<uint16_t*>(out.raw());
+  auto load = [&](int64_t i) {
+    switch (in.dtype()) {
+      case DType::bf16: return bf16_to_float(h_in[i]);
+      case DType::f16: return half_to_float(h_in[i]);
+      default: return static_cast<const float*>(in.raw())[i];
+    }
+  };
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const float v = load(i) * alpha;
+    switch (out.dtype()) {
+      case DType::bf16: h_out[i] = float_to_bf16(v); break;
+      case DType::f16: h_out[i] = float_to_half(v); break;
+      default: static_cast<float*>(out.raw())[i] = v;
+    }
+  }
 }
 
 // How many elements are NaN, +inf or -inf.

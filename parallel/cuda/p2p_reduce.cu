@@ -1,11 +1,10 @@
 // The p2p backend's reduction kernels (p2p_reduce.hpp): one grid-stride loop per dtype and op,
 // element for element what parallel/comm_reduce.cpp computes on the host, so the p2p backend's
 // results equal the threads backend's bit for bit (tests/cuda/test_p2p.cpp).
-#include <cuda_fp16.h>
-
 #include <type_traits>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/half.cuh"
 #include "core/error.hpp"
 #include "parallel/cuda/p2p_reduce.hpp"
 
@@ -23,20 +22,8 @@ unsigned grid_for(size_t n) {
 #define DPX_P2P_LOOP(i, n) \
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
 
-// f16 and bf16 as dpx's host conversions round: to nearest, ties to even (core/dtype.cpp).
-struct F16 {
-  __device__ static float load(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-  __device__ static uint16_t store(float f) { return __half_as_ushort(__float2half_rn(f)); }
-};
-struct BF16 {
-  __device__ static float load(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-  __device__ static uint16_t store(float f) {
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu)) return static_cast<uint16_t>((x >> 16) | 0x40);
-    x += 0x7FFFu + ((x >> 16) & 1);
-    return static_cast<uint16_t>(x >> 16);
-  }
-};
+using dpx::cuda::BF16;  // core/cuda/half.cuh: the host's rounding, bit for bit
+using dpx::cuda::F16;
 
 template <typename T>
 __device__ T combine(T a, T b, ReduceOp op) {

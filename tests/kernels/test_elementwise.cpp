@@ -2,7 +2,9 @@
 // dropout's mask drawn from the documented counter (the same for 1 and 2 threads), clear errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
@@ -177,4 +179,63 @@ TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else, for any
   Context ctx = Context::cpu();
   Tensor ints = Tensor::empty({3}, DType::i64);
   CHECK_THROWS_AS(ops::count_nonfinite(ctx, ints), Error);  // f32 only, said
+}
+
+TEST_CASE("cast: f32 to bf16 and f16 rounds to nearest even after the scale, and back; cpu (1, 2 threads) = ref") {
+  // 1 + 2^-8 lies halfway between bf16's 1 and 1 + 2^-7: ties go to the even 1. 1 + 3 * 2^-8 goes
+  // up to 1 + 2^-6. In f16 (10 bits) the halfway case is 1 + 2^-11.
+  const std::vector<float> values = {1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, 1.f + 0x1p-11f, -2.5f, -0.f, 65504.f * 4,
+                                     std::numeric_limits<float>::infinity(), 1e-30f};
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor x = Tensor::from({n}, values);
+  for (DType half : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(half));
+    for (float alpha : {1.f, 0.25f}) {
+      Tensor h = Tensor::empty({n}, half), back = Tensor::empty({n});
+      Context ctx = Context::cpu(1);
+      ops::cast(ctx, h, x, alpha);
+      const auto* bits = static_cast<const uint16_t*>(h.raw());
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = values[static_cast<size_t>(i)] * alpha;
+        CHECK(bits[i] == (half == DType::bf16 ? float_to_bf16(v) : float_to_half(v)));
+      }
+      ops::cast(ctx, back, h, 2.f);
+      for (int64_t i = 0; i < n; ++i)
+        CHECK(back.data<float>()[i] == 2.f * (half == DType::bf16 ? bf16_to_float(bits[i]) : half_to_float(bits[i])));
+      Context ref = Context::ref();
+      Tensor h_ref = Tensor::empty({n}, half), back_ref = Tensor::empty({n});
+      ops::cast(ref, h_ref, x, alpha);
+      ops::cast(ref, back_ref, h_ref, 2.f);
+      CHECK(bitwise_equal(h, h_ref));
+      CHECK(bitwise_equal(back, back_ref));
+    }
+    CHECK(bf16_to_float(float_to_bf16(1.f + 0x1p-8f)) == 1.f);
+    CHECK(bf16_to_float(float_to_bf16(1.f + 3 * 0x1p-8f)) == 1.f + 0x1p-6f);
+  }
+  // -0 stays -0 both ways; 4 * 65504 overflows f16 to infinity.
+  Tensor h = Tensor::empty({n}, DType::f16), back = Tensor::empty({n});
+  Context ctx = Context::cpu(1);
+  ops::cast(ctx, h, x, 1.f);
+  ops::cast(ctx, back, h, 1.f);
+  CHECK(std::signbit(back.data<float>()[4]));
+  CHECK(std::isinf(back.data<float>()[5]));
+  // Large: 1 and 2 threads agree bit for bit, f32 -> f32 scales.
+  Tensor big = randn({100003}, 3);
+  Tensor one = Tensor::empty({100003}, DType::bf16), two = Tensor::empty({100003}, DType::bf16);
+  Context c1 = Context::cpu(1), c2 = Context::cpu(2);
+  ops::cast(c1, one, big, 0.5f);
+  ops::cast(c2, two, big, 0.5f);
+  CHECK(bitwise_equal(one, two));
+  Tensor scaled = Tensor::empty({100003});
+  ops::cast(c2, scaled, big, 0.5f);
+  CHECK(scaled.data<float>()[7] == big.data<float>()[7] * 0.5f);
+}
+
+TEST_CASE("cast: other dtypes and sizes are errors naming what it takes") {
+  Context ctx = Context::cpu();
+  Tensor f = Tensor::zeros({3}), h = Tensor::zeros({3}, DType::bf16), g = Tensor::zeros({3}, DType::f16);
+  Tensor i = Tensor::zeros({3}, DType::i64), four = Tensor::zeros({4}, DType::bf16);
+  CHECK_THROWS_WITH_AS(ops::cast(ctx, i, f, 1.f), doctest::Contains("cast: converts f32 to bf16 or f16 and back"), Error);
+  CHECK_THROWS_WITH_AS(ops::cast(ctx, h, g, 1.f), doctest::Contains("not f16 to bf16"), Error);
+  CHECK_THROWS_WITH_AS(ops::cast(ctx, four, f, 1.f), doctest::Contains("cast: out (4) and in (3)"), Error);
 }
