@@ -4,6 +4,7 @@
 // (core/cuda/context.hpp). No hidden global state, so replicas run side by side.
 #pragma once
 #include "core/device.hpp"
+#include "core/dtype.hpp"
 
 namespace dpx {
 
@@ -16,6 +17,10 @@ struct Context {
   cuda::CudaState* cuda = nullptr;     // owned elsewhere; set only when device is CUDA
   bool allow_tf32 = false;             // TF32 tensor-core math only when asked (--tf32)
   bool deterministic = false;          // CUDA: deterministic algorithms, no float atomics (--deterministic)
+  // CUDA: the dtype convolutions and matrix products round their operands to (--precision bf16 or
+  // fp16: tensor-core math, fp32 accumulation into fp32 outputs); f32 = no rounding. Every other op
+  // computes in fp32, and the weights stay fp32 (PyTorch's autocast lists the same ops).
+  DType compute = DType::f32;
 
   static Context cpu(int threads = 1) {
     Context c;

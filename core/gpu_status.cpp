@@ -19,3 +19,16 @@ std::string cuda_unavailable_reason(DeviceCountResult result, int devices, int d
 }
 
 }  // namespace dpx
+
+namespace dpx {
+
+std::string precision_unsupported_reason(std::string_view precision, int capability, int device) {
+  const int need = precision == "bf16" ? 80 : precision == "fp16" ? 53 : 0;
+  if (capability >= need) return "";
+  auto cc = [](int c) { return std::to_string(c / 10) + "." + std::to_string(c % 10); };
+  return "--precision " + std::string(precision) + " needs a GPU of compute capability " + cc(need) +
+         (precision == "bf16" ? " (Ampere) or newer" : " or newer") + "; cuda:" + std::to_string(device) + " is " +
+         cc(capability) + ": use --precision " + (precision == "bf16" && capability >= 53 ? "fp16 or fp32" : "fp32");
+}
+
+}  // namespace dpx

@@ -17,6 +17,11 @@ enum class DeviceCountResult { ok, no_device, insufficient_driver, other };
 std::string cuda_unavailable_reason(DeviceCountResult result, int devices, int driver_version, int runtime_version,
                                     std::string_view error_text = "");
 
+// "" when a GPU of compute capability `capability` (major * 10 + minor) computes in `precision`
+// (--precision fp32, tf32, bf16 or fp16); else why not, naming the flag: bf16 needs 8.0 (Ampere),
+// fp16 5.3; fp32 and tf32 run anywhere (before Ampere TF32 changes nothing, as in PyTorch).
+std::string precision_unsupported_reason(std::string_view precision, int capability, int device);
+
 // 12080 -> "12.8".
 std::string cuda_version_text(int version);
 

@@ -8,11 +8,12 @@
 namespace dpx::kernels {
 
 // Whether a cuDNN convolution algorithm the heuristics offered may run: deterministic ones only
-// when asked, and tensor-op (TF32) math only when TF32 is allowed.
-inline bool conv_algo_usable(bool want_deterministic, bool algo_deterministic, bool allow_tf32,
+// when asked, and tensor-op math only where allowed: TF32 for fp32 data (--tf32), always for
+// bf16/fp16 data (--precision bf16|fp16).
+inline bool conv_algo_usable(bool want_deterministic, bool algo_deterministic, bool allow_tensor_ops,
                              bool tensor_op_math) {
   if (want_deterministic && !algo_deterministic) return false;
-  return allow_tf32 || !tensor_op_math;
+  return allow_tensor_ops || !tensor_op_math;
 }
 
 // index_select's backward: scan the index per table element (no atomics, the CPU's order) unless

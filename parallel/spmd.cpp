@@ -39,7 +39,7 @@ void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Comm
                double clock_offset_s) {
   const TrainOptions& o = job.options;
   std::unique_ptr<DeviceEnv> env = make_device_env(device, job.threads_per_rank, o.allow_tf32, o.reference_kernels());
-  env->ctx().deterministic = o.deterministic;
+  apply_math(env->ctx(), o);
   nn::Model model = job.initial.clone(env->ctx().device);
   if (grads) {
     grads->broadcast(model.flat_params(), 0);

@@ -8,7 +8,9 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cuda/memory.hpp"
 #include "core/error.hpp"
+#include "core/gpu_status.hpp"
 #include "kernels/ops.hpp"
 #include "parallel/algorithms.hpp"
 #include "parallel/net_sim.hpp"
@@ -127,9 +129,6 @@ void check_gpu_parallel(const TrainOptions& o) {
     if (o.parallel != ParallelMode::ddp)
       usage_fail("--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies between GPUs "
                  "without it)");
-    if (o.grad_dtype != "fp32")
-      usage_fail("--grad-dtype ", o.grad_dtype, " with --backend nccl: not implemented yet (gradients travel in fp32 "
-                 "on GPUs); drop --grad-dtype");
     if (!o.net_sim.empty())
       usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop --net-sim");
     if (o.algo != "ring" && o.algo != "nccl")
@@ -153,9 +152,6 @@ void check_mixed_precision(const TrainOptions& o) {
     usage_fail("--precision ", p, " needs --devices cuda:N: dpx's CPU kernels compute in fp32 (", p,
                " is GPU tensor-core math); on CPU ranks, --grad-dtype bf16 or fp16 all-reduces the gradients in half "
                "precision");
-  if (p == "bf16" || p == "fp16")
-    usage_fail("--precision ", p, " on --devices ", o.devices, ": bf16/fp16 compute through cuBLAS and cuDNN is not "
-               "implemented yet; use --precision fp32 or tf32");
   const std::string& g = o.grad_dtype;
   if (g != "fp32" && g != "bf16" && g != "fp16")
     usage_fail("--grad-dtype: unknown dtype '", g, "': use fp32, bf16 or fp16");
@@ -173,6 +169,22 @@ void check_mixed_precision(const TrainOptions& o) {
 }
 
 }  // namespace
+
+DType TrainOptions::compute_dtype() const {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") return DType::f16;
+  return DType::f32;
+}
+
+void apply_math(Context& ctx, const TrainOptions& o) {
+  ctx.deterministic = o.deterministic;
+  if (!ctx.device.is_cuda()) return;
+  ctx.allow_tf32 = o.allow_tf32;
+  ctx.compute = o.compute_dtype();
+  const std::string why = precision_unsupported_reason(o.precision, cuda::compute_capability(ctx.device.index),
+                                                       ctx.device.index);
+  if (!why.empty()) usage_fail(why);
+}
 
 DType TrainOptions::grad_wire_dtype() const {
   if (grad_dtype == "bf16") return DType::bf16;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/context.hpp"
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "parallel/loss_scaler.hpp"
@@ -101,6 +102,7 @@ struct TrainOptions {
   bool reference_kernels() const;
   void validate() const;  // throws dpx::UsageError
   DType grad_wire_dtype() const;          // grad_dtype as a DType
+  DType compute_dtype() const;            // what --precision rounds GPU GEMM/conv operands to (f32: none)
   // The loss scaling asked for; none when `loss_scale` is none, or auto without fp16 anywhere.
   std::optional<LossScaleOptions> loss_scaling() const;
   // Every option that shapes the run, as (flag, value): what the ranks of an MPI job must agree on.
@@ -112,5 +114,10 @@ struct TrainOptions {
   // step (divided by 10 at 50 % and again at 75 % of the run).
   float lr_at(int64_t step, int64_t total) const;  // from effective_lr()
 };
+
+// The math `o` asks of a rank's device, set on its Context: --deterministic, and on GPUs --tf32
+// and --precision's compute dtype. Refuses (UsageError) a precision the GPU lacks (bf16 before
+// Ampere).
+void apply_math(Context& ctx, const TrainOptions& o);
 
 }  // namespace dpx::parallel

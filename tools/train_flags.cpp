@@ -64,14 +64,15 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
   // Mixed precision (README.md, Mixed precision); bench sweeps a list of --grad-dtype.
   cmd.add_option("--precision", o.precision,
-                 "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 and fp16 (GPUs, not implemented yet). "
-                 "Weights and optimizer stay fp32")
+                 "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 or fp16 (GPUs: convolutions and matrix "
+                 "products on tensor cores with operands rounded to it and fp32 accumulation; bf16 needs Ampere or "
+                 "newer; fp16 scales the loss dynamically by default). Weights, optimizer and other ops stay fp32")
       ->capture_default_str();
   if (!for_bench)
     cmd.add_option("--grad-dtype", o.grad_dtype, kGradDtypeHelp)->capture_default_str();
   cmd.add_option("--loss-scale", o.loss_scale,
                  "multiply the loss by a scale before backward and divide the gradients by it after the "
-                 "all-reduce: auto (dynamic with --grad-dtype fp16, else none), dynamic (as PyTorch's GradScaler: "
+                 "all-reduce: auto (dynamic with --grad-dtype fp16 or --precision fp16, else none), dynamic (as PyTorch's GradScaler: "
                  "inf/NaN gradients skip the update and halve the scale; it doubles after --loss-scale-window "
                  "good updates), none, or a constant")
       ->capture_default_str();

@@ -367,6 +367,15 @@ int device_count() { return devices().count; }
 
 std::string unavailable_reason() { return devices().reason; }
 
+int compute_capability(int device) {
+  const int count = device_count();
+  if (device < 0 || device >= count) fail("cuda:", device, " does not exist: this machine has ", count, " CUDA devices");
+  int major = 0, minor = 0;
+  DPX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  DPX_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
 void* allocate(size_t bytes, int device) { return allocate(bytes, device, nullptr); }
 
 void* allocate(size_t bytes, int device, Stream stream) {

@@ -18,6 +18,8 @@ int device_count();            // 0 when not built with CUDA or no device
 // Why no CUDA device can be used, as a clause for an error message ("" when one can): not built
 // with CUDA, no NVIDIA driver, a driver older than the CUDA runtime dpx was built with, or no GPU.
 std::string unavailable_reason();
+// cuda:`device`'s compute capability as major * 10 + minor (90 for an H100); throws if none.
+int compute_capability(int device);
 void* allocate(size_t bytes, int device);   // from the caching allocator
 void release(void* p, size_t bytes, int device);
 // Synchronous copy between any two devices (host or CUDA). Between two GPUs it waits for the

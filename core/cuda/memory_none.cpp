@@ -15,6 +15,7 @@ namespace {
 bool available() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "this dpx was built without CUDA (rebuild with -DDPX_CUDA=ON)"; }
+int compute_capability(int) { no_cuda(); }
 void* allocate(size_t, int) { no_cuda(); }
 void release(void*, size_t, int) {}
 void copy(void*, Device, const void*, Device, size_t) { no_cuda(); }

@@ -1,6 +1,7 @@
 // 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter
 // and bias. The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
 // benchmark=False), is cached in CudaState, and its workspace comes from the caching allocator.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,9 @@ using detail::f32;
 // ---- descriptors (created per call: host-only and cheap next to the convolution itself) -----
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w) {
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     DPX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    DPX_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(n), int(c),
-                                               int(h), int(w)));
+    DPX_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, int(n), int(c), int(h), int(w)));
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
   TensorDesc(const TensorDesc&) = delete;
@@ -29,9 +29,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const Tensor& w) {
+  FilterDesc(const Tensor& w, cudnnDataType_t type) {
     DPX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(w.size(0)),
+    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, int(w.size(0)),
                                                int(w.size(1)), int(w.size(2)), int(w.size(3))));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
@@ -43,7 +43,8 @@ struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   explicit ConvDesc(const Conv2dParams& p) {
     DPX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d).
+    // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d). The compute
+    // type is fp32 for bf16/fp16 data too (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
     DPX_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
                                                     p.dilation_h, p.dilation_w, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
@@ -57,7 +58,16 @@ struct ConvDesc {
 // Without TF32, fp32 convolutions must use FMA math: cuDNN's default math lets Ampere and newer
 // GPUs run fp32 as TF32. With TF32 allowed, default math (as PyTorch); never
 // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which may also convert fp32 data to fp16.
-cudnnMathType_t base_math(const Context& ctx) { return ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+// bf16/fp16 data (--precision) runs on tensor cores, as PyTorch's half convolutions do.
+bool half_compute(const Context& ctx) { return ctx.compute != DType::f32; }
+bool tensor_ops_allowed(const Context& ctx) { return ctx.allow_tf32 || half_compute(ctx); }
+cudnnMathType_t base_math(const Context& ctx) {
+  return half_compute(ctx) ? CUDNN_TENSOR_OP_MATH : ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+// The data type of the convolution's tensors: the compute dtype (operands rounded to it).
+cudnnDataType_t data_type(const Context& ctx) {
+  return ctx.compute == DType::bf16 ? CUDNN_DATA_BFLOAT16 : ctx.compute == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
 
 bool tensor_op_math(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
@@ -73,7 +83,7 @@ AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, const Contex
   AlgoKey key;
   key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
            p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, ctx.allow_tf32 ? 1 : 0,
-           ctx.deterministic ? 1 : 0, 0, 0, 0};
+           ctx.deterministic ? 1 : 0, static_cast<int64_t>(ctx.compute), 0, 0};
   return key;
 }
 
@@ -92,10 +102,10 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[i];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
-    if (!kernels::conv_algo_usable(ctx.deterministic, r.determinism == CUDNN_DETERMINISTIC, ctx.allow_tf32,
+    if (!kernels::conv_algo_usable(ctx.deterministic, r.determinism == CUDNN_DETERMINISTIC, tensor_ops_allowed(ctx),
                                    tensor_op_math(r.mathType)))
       continue;
-    const cudnnMathType_t math = ctx.allow_tf32 ? r.mathType : CUDNN_FMA_MATH;
+    const cudnnMathType_t math = tensor_ops_allowed(ctx) ? r.mathType : CUDNN_FMA_MATH;
     const size_t bytes = std::max(r.memory, size(r.algo, math));
     try {
       st.workspace(bytes);
@@ -124,14 +134,18 @@ Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
 
 }  // namespace
 
+// With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
+// them on tensor cores with fp32 accumulation into a bf16/fp16 result, and that result is widened
+// into the fp32 output or added into the fp32 gradient; the bias stays fp32.
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
   CudaState& st = state_of(ctx);
   const char* op = "conv2d_forward";
   Shapes s = shapes_of(x, w, p);
   if (y.numel() == 0) return;
-  TensorDesc xd(s.n, s.c, s.h, s.w), yd(s.n, s.k, s.oh, s.ow);
-  FilterDesc wd(w);
+  const cudnnDataType_t type = data_type(ctx);
+  TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
+  FilterDesc wd(w, type);
   ConvDesc cd(p);
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -146,13 +160,24 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
       });
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
   const float one = 1.f, zero = 0.f;
+  const void* px = f32(x, op, "x");
+  const void* pw = f32(w, op, "w");
+  void* py = f32(y, op, "y");
+  std::optional<detail::HalfCopy> hx, hw;
+  std::optional<detail::Scratch> hy;
+  if (half_compute(ctx)) {
+    px = hx.emplace(st, f32(x, op, "x"), x.numel(), ctx.compute).get();
+    pw = hw.emplace(st, f32(w, op, "w"), w.numel(), ctx.compute).get();
+    py = hy.emplace(st, static_cast<size_t>(y.numel()) * dtype_size(ctx.compute)).as<void>();
+  }
   void* ws = st.workspace(c.workspace_bytes);
-  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, f32(x, op, "x"), wd.d, f32(w, op, "w"), cd.d,
-                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
-                                          c.workspace_bytes, &zero, yd.d, f32(y, op, "y")));
+  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, px, wd.d, pw, cd.d,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace_bytes,
+                                          &zero, yd.d, py));
+  if (hy) detail::widen_into(f32(y, op, "y"), 0.f, py, ctx.compute, y.numel(), st.stream);
   if (b) {
-    TensorDesc bd(1, s.k, 1, 1);
-    DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yd.d, f32(y, op, "y")));
+    TensorDesc bd(1, s.k, 1, 1), yf(s.n, s.k, s.oh, s.ow);
+    DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yf.d, f32(y, op, "y")));
   }
 }
 
@@ -162,10 +187,15 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const char* op = "conv2d_backward";
   Shapes s = shapes_of(x, w, p);
   if (dy.numel() == 0) return;
-  TensorDesc xd(s.n, s.c, s.h, s.w), dyd(s.n, s.k, s.oh, s.ow);
-  FilterDesc wd(w);
-  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
+  const cudnnDataType_t type = data_type(ctx);
+  const bool half = half_compute(ctx);
+  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
+  FilterDesc wd(w, type);
+  const float one = 1.f, zero = 0.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
   const float dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;  // ... dx unless overwritten
+  const void* pdy = f32(dy, op, "dy");
+  std::optional<detail::HalfCopy> hdy;
+  if (half && (dx || dw)) pdy = hdy.emplace(st, f32(dy, op, "dy"), dy.numel(), ctx.compute).get();
   if (dx) {
     ConvDesc cd(p);
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
@@ -182,10 +212,19 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+    const void* pw = f32(w, op, "w");
+    void* pdx = f32(*dx, op, "dx");
+    std::optional<detail::HalfCopy> hw;
+    std::optional<detail::Scratch> hdx;
+    if (half) {  // the half result is added into the fp32 dx below
+      pw = hw.emplace(st, f32(w, op, "w"), w.numel(), ctx.compute).get();
+      pdx = hdx.emplace(st, static_cast<size_t>(dx->numel()) * dtype_size(ctx.compute)).as<void>();
+    }
     void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, f32(w, op, "w"), dyd.d, f32(dy, op, "dy"),
-                                                 cd.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                                 c.workspace_bytes, &dx_beta, xd.d, f32(*dx, op, "dx")));
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, pw, dyd.d, pdy, cd.d,
+                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                                 c.workspace_bytes, half ? &zero : &dx_beta, xd.d, pdx));
+    if (half) detail::widen_into(f32(*dx, op, "dx"), dx_beta, pdx, ctx.compute, dx->numel(), st.stream);
   }
   if (dw) {
     ConvDesc cd(p);
@@ -203,14 +242,23 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+    const void* px = f32(x, op, "x");
+    void* pdw = f32(*dw, op, "dw");
+    std::optional<detail::HalfCopy> hx;
+    std::optional<detail::Scratch> hdw;
+    if (half) {  // the half result is added into the fp32 dw below
+      px = hx.emplace(st, f32(x, op, "x"), x.numel(), ctx.compute).get();
+      pdw = hdw.emplace(st, static_cast<size_t>(dw->numel()) * dtype_size(ctx.compute)).as<void>();
+    }
     void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, f32(x, op, "x"), dyd.d, f32(dy, op, "dy"),
-                                                   cd.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
-                                                   c.workspace_bytes, &one, wd.d, f32(*dw, op, "dw")));
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, px, dyd.d, pdy, cd.d,
+                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                                   c.workspace_bytes, half ? &zero : &one, wd.d, pdw));
+    if (half) detail::widen_into(f32(*dw, op, "dw"), 1.f, pdw, ctx.compute, dw->numel(), st.stream);
   }
   if (db) {
-    TensorDesc bd(1, s.k, 1, 1);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardBias(st.cudnn, &one, dyd.d, f32(dy, op, "dy"), &one, bd.d,
+    TensorDesc bd(1, s.k, 1, 1), dyf(s.n, s.k, s.oh, s.ow);
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardBias(st.cudnn, &one, dyf.d, f32(dy, op, "dy"), &one, bd.d,
                                                  f32(*db, op, "db")));
   }
 }

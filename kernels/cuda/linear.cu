@@ -1,7 +1,9 @@
-// Matrix products on CUDA through cuBLAS (fp32 compute; TF32 only with ctx.allow_tf32).
+// Matrix products on CUDA through cuBLAS (fp32 compute; TF32 only with ctx.allow_tf32; bf16/fp16
+// operands with fp32 accumulation under ctx.compute, --precision).
 // cuBLAS is column-major: a row-major (r, c) matrix is its column-major transpose, so every
 // product C = A B is issued as C^T = B^T A^T with the operands swapped.
 #include <climits>
+#include <optional>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -44,11 +46,20 @@ int as_int(int64_t v, const char* op, const char* what) {
 }
 
 cublasComputeType_t compute_type(const Context& ctx) {
-  // CUBLAS_COMPUTE_32F keeps fp32 arithmetic whatever the handle's math mode says.
-  return ctx.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // CUBLAS_COMPUTE_32F keeps fp32 arithmetic whatever the handle's math mode says; with bf16/fp16
+  // operands it runs on tensor cores and still accumulates in fp32.
+  return ctx.allow_tf32 && ctx.compute == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-// Column-major C (m, n) = alpha op(A) op(B) + beta C, `batch` times with the given strides.
+// Elements a column-major operand spans: `batch` matrices `stride` apart, each `cols` columns of
+// `rows` values `ld` apart.
+int64_t extent(int rows, int cols, int ld, int64_t stride, int batch) {
+  return (batch - 1) * stride + static_cast<int64_t>(ld) * (cols - 1) + rows;
+}
+
+// Column-major C (m, n) = alpha op(A) op(B) + beta C, `batch` times with the given strides. With
+// ctx.compute bf16 or fp16 (--precision), A and B are rounded to it first and cuBLAS multiplies
+// them on tensor cores, accumulating in fp32 into the fp32 C (cublasGemmEx's mixed-precision case).
 void gemm(const Context& ctx, CudaState& st, cublasOperation_t op_a, cublasOperation_t op_b, int m,
           int n, int k, float alpha, const float* a, int lda, int64_t stride_a, const float* b, int ldb,
           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c, int batch) {
@@ -65,15 +76,26 @@ void gemm(const Context& ctx, CudaState& st, cublasOperation_t op_a, cublasOpera
     }
     return;
   }
-  st.set_cublas_tf32(ctx.allow_tf32);
+  const void* pa = a;
+  const void* pb = b;
+  cudaDataType_t type = CUDA_R_32F;
+  std::optional<detail::HalfCopy> ha, hb;
+  if (ctx.compute != DType::f32) {
+    const bool ta = op_a != CUBLAS_OP_N, tb = op_b != CUBLAS_OP_N;
+    ha.emplace(st, a, extent(ta ? k : m, ta ? m : k, lda, stride_a, batch), ctx.compute);
+    hb.emplace(st, b, extent(tb ? n : k, tb ? k : n, ldb, stride_b, batch), ctx.compute);
+    pa = ha->get();
+    pb = hb->get();
+    type = ctx.compute == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  }
+  st.set_cublas_tf32(ctx.allow_tf32 && ctx.compute == DType::f32);
   if (batch == 1) {
-    DPX_CUBLAS_CHECK(cublasGemmEx(st.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
-                                  CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, compute_type(ctx),
-                                  CUBLAS_GEMM_DEFAULT));
+    DPX_CUBLAS_CHECK(cublasGemmEx(st.cublas, op_a, op_b, m, n, k, &alpha, pa, type, lda, pb, type, ldb, &beta, c,
+                                  CUDA_R_32F, ldc, compute_type(ctx), CUBLAS_GEMM_DEFAULT));
   } else {
-    DPX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        st.cublas, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, stride_a, b, CUDA_R_32F, ldb,
-        stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, batch, compute_type(ctx), CUBLAS_GEMM_DEFAULT));
+    DPX_CUBLAS_CHECK(cublasGemmStridedBatchedEx(st.cublas, op_a, op_b, m, n, k, &alpha, pa, type, lda, stride_a, pb,
+                                                type, ldb, stride_b, &beta, c, CUDA_R_32F, ldc, stride_c, batch,
+                                                compute_type(ctx), CUBLAS_GEMM_DEFAULT));
   }
 }
 

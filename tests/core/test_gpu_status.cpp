@@ -35,3 +35,16 @@ TEST_CASE("CUDA versions print as major.minor") {
   CHECK(cuda_version_text(13000) == "13.0");
   CHECK(cuda_version_text(11040) == "11.4");
 }
+
+TEST_CASE("--precision bf16 needs compute capability 8.0, fp16 5.3; fp32 and tf32 run anywhere") {
+  CHECK(precision_unsupported_reason("bf16", 80, 0).empty());
+  CHECK(precision_unsupported_reason("bf16", 90, 1).empty());
+  CHECK(precision_unsupported_reason("fp16", 70, 0).empty());
+  CHECK(precision_unsupported_reason("fp32", 35, 0).empty());
+  CHECK(precision_unsupported_reason("tf32", 60, 0).empty());
+  CHECK(precision_unsupported_reason("bf16", 75, 1) ==
+        "--precision bf16 needs a GPU of compute capability 8.0 (Ampere) or newer; cuda:1 is 7.5: use --precision "
+        "fp16 or fp32");
+  CHECK(precision_unsupported_reason("fp16", 50, 0) ==
+        "--precision fp16 needs a GPU of compute capability 5.3 or newer; cuda:0 is 5.0: use --precision fp32");
+}

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/memory.hpp"
 #include "run_dpx.hpp"
 #include "tests/common/files.hpp"
 
@@ -73,6 +74,23 @@ TEST_CASE("mixed-precision flags that cannot apply are usage errors naming the f
     CAPTURE(r.output);
     CHECK(r.code == 2);
     CHECK(r.output.find("dpx: error: " + needle) != std::string::npos);
+    CHECK(r.output.find("| step ") == std::string::npos);
+  }
+}
+
+TEST_CASE("--precision bf16 and fp16 pass the option checks on GPUs: without one, only the device is refused") {
+  for (const std::string args : {kTrain + "--devices cuda:0 --precision bf16",
+                                 kTrain + "--devices cuda:0 --precision fp16",
+                                 kTrain + "--devices cuda:0,cuda:1 --parallel ddp --backend nccl --grad-dtype bf16"}) {
+    CAPTURE(args);
+    if (dpx::cuda::available()) continue;  // trained on a GPU by tests/cuda/test_precision.cpp and test_nccl.cpp
+    const DpxResult r = run_dpx(args);
+    CAPTURE(r.output);
+    CHECK(r.code != 0);
+    CHECK(r.output.find("dpx: error: --precision") == std::string::npos);
+    CHECK(r.output.find("dpx: error: --grad-dtype") == std::string::npos);
+    CHECK((r.output.find("no usable CUDA device") != std::string::npos ||
+           r.output.find("not built") != std::string::npos || r.output.find("without CUDA") != std::string::npos));
     CHECK(r.output.find("| step ") == std::string::npos);
   }
 }

@@ -1,0 +1,190 @@
+// --precision bf16 and fp16 on the GPU (Context::compute): the cast op narrows and widens exactly
+// as the CPU does; cuBLAS products and cuDNN convolutions round their operands to the compute
+// dtype and accumulate in fp32. Each product is compared with the reference kernels run on the
+// rounded operands (what the GPU should compute, up to summation order) and must be closer to it
+// than the fp32 result on the unrounded operands is: so a path that forgot to round, or rounded
+// something else, fails. A training step of a small ResNet in bf16 stays near its fp32 step.
+// Written without a GPU at hand: run by scripts/gpu.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/ref/ref_ops.hpp"
+#include "layers/loss.hpp"
+#include "layers/model.hpp"
+#include "tests/cuda/gpu_test_util.hpp"
+#include "zoo/registry.hpp"
+
+using namespace dpx;
+using namespace dpx::testing;
+
+namespace {
+
+const DType kHalves[] = {DType::bf16, DType::f16};
+
+Context gpu_in(DType compute) {
+  Context g = gpu();
+  g.compute = compute;
+  return g;
+}
+
+// x rounded to `half` and widened back, on the host (the CPU cast op).
+Tensor rounded(const Tensor& x, DType half) {
+  Context c = Context::cpu(1);
+  Tensor h = Tensor::empty(x.shape(), half), back = Tensor::empty(x.shape());
+  ops::cast(c, h, x, 1.f);
+  ops::cast(c, back, h, 1.f);
+  return back;
+}
+
+// The GPU's result must be within `tol` of the reference on rounded operands, and nearer to it
+// than the unrounded reference is (by a factor 4).
+void check_rounded(const Tensor& gpu_result, const Tensor& want_rounded, const Tensor& want_fp32, double tol) {
+  const Tensor got = gpu_result.to(Device::cpu());
+  const double to_rounded = norm_rel_diff(got, want_rounded);
+  const double rounding = norm_rel_diff(want_rounded, want_fp32);
+  CAPTURE(to_rounded);
+  CAPTURE(rounding);
+  CHECK(rounding > 0);  // the operands did change when rounded
+  CHECK(to_rounded <= std::min(tol, rounding / 4));
+}
+
+}  // namespace
+
+TEST_CASE("cuda cast narrows and widens bit for bit as the CPU, -0, inf and the scale included") {
+  Context g = gpu(), c = Context::cpu(1);
+  Tensor x = uniform({100003}, 1, -70000.f, 70000.f);  // past fp16's range at both ends
+  x.data<float>()[5] = -0.f;
+  x.data<float>()[6] = std::numeric_limits<float>::infinity();
+  for (DType half : kHalves) {
+    CAPTURE(dtype_name(half));
+    for (float alpha : {1.f, 0.25f}) {
+      Tensor h = Tensor::empty({100003}, half), back = Tensor::empty({100003});
+      ops::cast(c, h, x, alpha);
+      ops::cast(c, back, h, 3.f);
+      Tensor gh = Tensor::empty({100003}, half, dev()), gback = poisoned({100003}, dev());
+      ops::cast(g, gh, x.to(dev()), alpha);
+      ops::cast(g, gback, gh, 3.f);
+      CHECK(bitwise_equal(gh.to(Device::cpu()), h));
+      CHECK(bitwise_equal(gback.to(Device::cpu()), back));
+    }
+  }
+}
+
+TEST_CASE("cuda linear and matmul in bf16/fp16 equal fp32 products of the rounded operands") {
+  Context ref = reference();
+  const int64_t n = 7, in = 1031, out = 33;
+  Tensor x = uniform({n, in}, 1), w = uniform({out, in}, 2), b = uniform({out}, 3), dy = uniform({n, out}, 4);
+  for (DType half : kHalves) {
+    CAPTURE(dtype_name(half));
+    Context g = gpu_in(half);
+    const Tensor rx = rounded(x, half), rw = rounded(w, half), rdy = rounded(dy, half);
+    // Forward, with the bias (added in fp32).
+    Tensor want = Tensor::empty({n, out}), want32 = Tensor::empty({n, out});
+    ref::linear_forward(ref, want, rx, rw, &b);
+    ref::linear_forward(ref, want32, x, w, &b);
+    Tensor gy = poisoned({n, out}, dev()), gb = b.to(dev());
+    ops::linear_forward(g, gy, x.to(dev()), w.to(dev()), &gb);
+    check_rounded(gy, want, want32, 1e-5);
+    // Backward: dx and dw accumulate into what was there, db is fp32 sums of dy.
+    Tensor dx0 = uniform({n, in}, 5), dw0 = uniform({out, in}, 6);
+    Tensor dx = dx0.clone(), dw = dw0.clone(), dx32 = dx0.clone(), dw32 = dw0.clone();
+    ref::linear_backward(ref, &dx, &dw, nullptr, rdy, rx, rw);
+    ref::linear_backward(ref, &dx32, &dw32, nullptr, dy, x, w);
+    Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev());
+    ops::linear_backward(g, &gdx, &gdw, nullptr, dy.to(dev()), x.to(dev()), w.to(dev()));
+    // dx0 and dw0 dominate the sums: compare the increments, where the rounding shows.
+    auto increment = [](const Tensor& t, const Tensor& t0) {
+      Tensor d = t.to(Device::cpu()).clone();
+      Context c = Context::cpu(1);
+      ops::axpy(c, d, -1.f, t0);
+      return d;
+    };
+    check_rounded(increment(gdx, dx0), increment(dx, dx0), increment(dx32, dx0), 1e-5);
+    check_rounded(increment(gdw, dw0), increment(dw, dw0), increment(dw32, dw0), 1e-5);
+    // Batched matmul with both transposes (Swin's attention).
+    Tensor a = uniform({3, 40, 24}, 7), bm = uniform({3, 56, 40}, 8);
+    Tensor m = Tensor::empty({3, 24, 56}), m32 = Tensor::empty({3, 24, 56});
+    ref::matmul(ref, m, rounded(a, half), rounded(bm, half), true, true, 0.5f, 0.f);
+    ref::matmul(ref, m32, a, bm, true, true, 0.5f, 0.f);
+    Tensor gm = poisoned({3, 24, 56}, dev());
+    ops::matmul(g, gm, a.to(dev()), bm.to(dev()), true, true, 0.5f, 0.f);
+    check_rounded(gm, m, m32, 1e-5);
+  }
+}
+
+TEST_CASE("cuda conv2d in bf16/fp16: cuDNN on rounded operands, the result rounded once, added in fp32") {
+  Context ref = reference();
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  for (int groups : {1, 4}) {
+    p.groups = groups;
+    CAPTURE(groups);
+    const int64_t n = 3, c = 8, h = 15, w = 13, k = 12, kh = 3, kw = 3;
+    const int64_t oh = ops::conv_out_size(h, kh, p.stride_h, p.pad_h, p.dilation_h);
+    const int64_t ow = ops::conv_out_size(w, kw, p.stride_w, p.pad_w, p.dilation_w);
+    Tensor x = uniform({n, c, h, w}, 11), wt = uniform({k, c / groups, kh, kw}, 12), b = uniform({k}, 13);
+    Tensor dy = uniform({n, k, oh, ow}, 14);
+    for (DType half : kHalves) {
+      CAPTURE(dtype_name(half));
+      Context g = gpu_in(half);
+      // The result of cuDNN is rounded to the half type once: within one unit of it of the
+      // reference (2^-8 bf16, 2^-11 fp16, relative), norm-wise well within.
+      const double unit = half == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+      const Tensor rx = rounded(x, half), rw = rounded(wt, half), rdy = rounded(dy, half);
+      Tensor want = Tensor::empty({n, k, oh, ow}), want32 = Tensor::empty({n, k, oh, ow});
+      ref::conv2d_forward(ref, want, rx, rw, &b, p);
+      ref::conv2d_forward(ref, want32, x, wt, &b, p);
+      Tensor gy = poisoned({n, k, oh, ow}, dev()), gb = b.to(dev());
+      ops::conv2d_forward(g, gy, x.to(dev()), wt.to(dev()), &gb, p);
+      CHECK(norm_rel_diff(gy.to(Device::cpu()), want) <= unit);
+      // Backward: dx overwritten, dw and db accumulated.
+      Tensor dx = Tensor::zeros({n, c, h, w}), dw = uniform(wt.shape(), 15), db = uniform({k}, 16);
+      Tensor gdx = poisoned({n, c, h, w}, dev()), gdw = dw.to(dev()), gdb = db.to(dev());
+      ref::conv2d_backward(ref, &dx, &dw, nullptr, rdy, rx, rw, p, ops::DxMode::add);
+      ops::conv2d_backward(g, &gdx, &gdw, &gdb, dy.to(dev()), x.to(dev()), wt.to(dev()), p, ops::DxMode::overwrite);
+      CHECK(norm_rel_diff(gdx.to(Device::cpu()), dx) <= unit);
+      CHECK(norm_rel_diff(gdw.to(Device::cpu()), dw) <= unit);
+      // The bias gradient sums the fp32 dy, not the rounded one.
+      ref::conv2d_backward(ref, nullptr, nullptr, &db, dy, x, wt, p, ops::DxMode::add);
+      CHECK(norm_rel_diff(gdb.to(Device::cpu()), db) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a resnet18 training step in bf16 and fp16 stays near the fp32 step on the GPU") {
+  zoo::ModelOptions o;
+  o.num_classes = 10;
+  o.in_channels = 3;
+  o.image_size = 64;
+  o.seed = 3;
+  nn::Model host(zoo::build_model("resnet18", o));
+  Tensor x = uniform({8, 3, 64, 64}, 21).to(dev()), y = random_labels(8, 10, 22).to(dev());
+  auto step = [&](DType compute, float* loss_out) {
+    Context g = gpu_in(compute);
+    nn::Model m = host.clone(dev());
+    m.train();
+    m.zero_grad(g);
+    nn::CrossEntropyLoss loss;
+    *loss_out = loss.forward(g, m.forward(g, x), y);
+    m.backward(g, loss.backward(g));
+    return m.flat_grads().to(Device::cpu());
+  };
+  float loss32 = 0;
+  const Tensor grads32 = step(DType::f32, &loss32);
+  for (DType half : kHalves) {
+    CAPTURE(dtype_name(half));
+    float loss = 0;
+    const Tensor grads = step(half, &loss);
+    // bf16 keeps 8 bits: each conv's output is off by up to 2^-8 relative, and 20 layers add up;
+    // batch norm renormalises after each. A wrong kernel is off by O(1).
+    const double tol = half == DType::bf16 ? 5e-2 : 1e-2;
+    CHECK(std::abs(loss - loss32) <= tol * std::abs(loss32));
+    CHECK(norm_rel_diff(grads, grads32) <= 4 * tol);
+    CHECK(norm_rel_diff(grads, grads32) > 0);
+  }
+}
