@@ -7,6 +7,9 @@
 // finish makes the compute stream wait for the last all-reduce: that wait, timed by CUDA events
 // on the compute stream (Phase::comm_exposed, device_env_cuda.cpp), is the communication backward
 // did not hide; comm_total is the sum of the all-reduces' own event-timed spans.
+// With --grad-dtype bf16|fp16 each bucket is divided by the ranks and narrowed into a staging
+// buffer on the compute stream (ops::cast, the CPU ranks' rounding), NCCL sums the halves, and
+// finish widens them back into the fp32 gradients on the compute stream, inside comm_exposed.
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "core/cuda/context.hpp"
 #include "core/cuda/event.hpp"
 #include "core/error.hpp"
+#include "kernels/ops.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/nccl/nccl_comm.hpp"
@@ -25,11 +29,11 @@ namespace {
 class CudaDdpSync final : public GradSync {
  public:
   CudaDdpSync(nccl::NcclCommunicator& comm, DdpOptions options, const Context& ctx)
-      : comm_(comm), options_(std::move(options)), compute_(cuda::state_of(ctx).stream), device_(ctx.device.index),
-        done_(device_, false) {
-    if (options_.grad_dtype != DType::f32)
-      usage_fail("--grad-dtype ", dtype_name(options_.grad_dtype), " with --backend nccl: not implemented yet "
-                 "(gradients travel in fp32 on GPUs); drop --grad-dtype");
+      : comm_(comm), options_(std::move(options)), ctx_(ctx), compute_(cuda::state_of(ctx).stream),
+        device_(ctx.device.index), done_(device_, false) {
+    DPX_CHECK(options_.grad_dtype == DType::f32 || options_.grad_dtype == DType::bf16 ||
+                  options_.grad_dtype == DType::f16,
+              "gradients are all-reduced in f32, bf16 or f16, not ", dtype_name(options_.grad_dtype));
     DPX_CHECK(comm_.device() == device_, "the nccl communicator is on cuda:", comm_.device(), ", the rank on cuda:",
               device_);
   }
@@ -38,6 +42,8 @@ class CudaDdpSync final : public GradSync {
     model_ = &model;
     bucket_of_.clear();
     buckets_ = plan_buckets(model, options_, &bucket_of_);
+    // Every bucket its own part of one staging buffer: several may be in flight on the stream.
+    if (narrowed()) staging_ = Tensor::empty({model.flat_grads().numel()}, options_.grad_dtype, ctx_.device);
     ready_events_.clear();
     starts_.clear();
     ends_.clear();
@@ -63,6 +69,11 @@ class CudaDdpSync final : public GradSync {
       auto scope = phases.scope(Phase::comm_exposed);
       done_.record(comm_.stream());
       done_.wait_on(compute_);  // the compute stream stalls here for what backward did not hide
+      if (narrowed())
+        for (const Bucket& b : buckets_) {
+          Tensor grads = model_->flat_grads().view_at(b.offset, {b.numel});
+          ops::cast(ctx_, grads, staging_.view_at(b.offset, {b.numel}), 1.f);
+        }
     }
     comm_.synchronize();  // the watchdog's wait: errors and --comm-timeout surface here
     double total_s = 0;
@@ -90,27 +101,41 @@ class CudaDdpSync final : public GradSync {
     if (options_.overlap) launch_up_to(next);
   }
 
+  bool narrowed() const { return options_.grad_dtype != DType::f32; }
+
   // Queues the all-reduces of buckets [launched_, end), in bucket-index order.
   void launch_up_to(size_t end) {
     const int n = comm_.size();
     for (; launched_ < end; ++launched_) {
       const Bucket& b = buckets_[launched_];
+      Tensor grads = model_->flat_grads().view_at(b.offset, {b.numel});
+      Tensor half;
+      if (narrowed()) {  // divided before the sum, so that k halves of 65504 / k cannot overflow
+        half = staging_.view_at(b.offset, {b.numel});
+        ops::cast(ctx_, half, grads, 1.f / static_cast<float>(n));
+      }
       ready_events_[launched_].record(compute_);  // the bucket's gradients are queued before this point
       ready_events_[launched_].wait_on(comm_.stream());
       starts_[launched_].record(comm_.stream());
-      comm_.all_reduce(model_->flat_grads().view_at(b.offset, {b.numel}), ReduceOp::avg);
+      if (narrowed())
+        comm_.all_reduce(half, ReduceOp::sum);
+      else
+        comm_.all_reduce(grads, ReduceOp::avg);
       ends_[launched_].record(comm_.stream());
-      sent_bytes_ += static_cast<uint64_t>(2.0 * (n - 1) / n * static_cast<double>(b.numel) * sizeof(float));
+      sent_bytes_ += static_cast<uint64_t>(2.0 * (n - 1) / n * static_cast<double>(b.numel) *
+                                           static_cast<double>(dtype_size(options_.grad_dtype)));
     }
   }
 
   nccl::NcclCommunicator& comm_;
   DdpOptions options_;
+  Context ctx_;  // the rank's compute stream: narrowing and widening run there
   cudaStream_t compute_;
   int device_;
   nn::Model* model_ = nullptr;
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Parameter*, int> bucket_of_;
+  Tensor staging_;            // --grad-dtype bf16|fp16: the narrowed gradients, on the GPU
   std::vector<int> pending_;  // gradients still missing per bucket
   size_t launched_ = 0;
   bool syncing_ = false;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/cuda/memory.hpp"
@@ -174,6 +175,37 @@ TEST_CASE("DDP over the GPUs with --backend nccl reproduces one GPU on the same 
     REQUIRE(got.size() == want.size());
     dpx::testing::check_close(got, want, 1e-4);
     dpx::testing::check_close(ddp.final_params, single.final_params, 1e-4, /*floor=*/1e-3);
+  }
+}
+
+// As tests/parallel/test_grad_dtype.cpp on CPU ranks: each bucket divided by k, narrowed on the
+// compute stream, summed by NCCL in the half type and widened back; within 2 k u of one fp32 GPU's
+// movement of the weights, and half the bytes of the fp32 run.
+TEST_CASE("DDP over the GPUs with --grad-dtype bf16 and fp16 stays within the half type's rounding of one GPU") {
+  const int k = gpus_for_test();
+  CAPTURE(k);
+  std::ostringstream log;
+  const TrainOptions one = dpx::testing::small_job("cuda:0", ParallelMode::none);
+  const TrainReport single = train(one, log);
+  const std::vector<float> w0 = dpx::testing::initial_weights(one);
+  TrainOptions full = dpx::testing::small_job(gpu_list(k), ParallelMode::ddp);
+  full.backend = "nccl";
+  full.bucket_mb = 0.001;
+  const TrainReport fp32 = train(full, log);
+  for (const std::string dtype : {"bf16", "fp16"}) {
+    CAPTURE(dtype);
+    TrainOptions o = full;
+    o.grad_dtype = dtype;
+    o.loss_scale = "none";
+    const TrainReport half = train(o, log);
+    const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    const double diff = dpx::testing::update_rel_diff(half.final_params, single.final_params, w0);
+    MESSAGE(k, " GPUs, ", dtype, ": ", diff / unit, " u");
+    CHECK(diff <= 2 * k * unit);
+    CHECK(diff > 0);  // the half type did round
+    REQUIRE(half.steps.size() == fp32.steps.size());
+    for (size_t i = 0; i < half.steps.size() && (k == 2 || k == 4); ++i)  // 2 (k - 1) / k exact in binary
+      CHECK(half.steps[i].comm_bytes * 2 == fp32.steps[i].comm_bytes);
   }
 }
 

@@ -1,9 +1,15 @@
 // The trainer tests' job: the MLP on a small synthetic data set, 10 steps of a 32-image global
 // batch over `devices` in `mode`, without evaluation or logging, on 2 threads.
 #pragma once
-#include <string>
+#include <doctest/doctest.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "parallel/job.hpp"
 #include "parallel/train_options.hpp"
+#include "parallel/trainer.hpp"
 
 namespace dpx::testing {
 
@@ -29,6 +35,25 @@ inline parallel::TrainOptions small_job(const std::string& devices, parallel::Pa
   o.evaluate = false;
   o.log_interval_s = 1e9;
   return o;
+}
+
+// How far a run's training moved the weights from where another's moved them, relative to how
+// far they moved: ||(w - w0) - (w_ref - w0)|| / ||w_ref - w0|| (2-norms over every weight).
+inline double update_rel_diff(const std::vector<float>& w, const std::vector<float>& w_ref,
+                              const std::vector<float>& w0) {
+  REQUIRE(w.size() == w0.size());
+  REQUIRE(w_ref.size() == w0.size());
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < w0.size(); ++i) {
+    diff += (double(w[i]) - w_ref[i]) * (double(w[i]) - w_ref[i]);
+    moved += (double(w_ref[i]) - w0[i]) * (double(w_ref[i]) - w0[i]);
+  }
+  return std::sqrt(diff / moved);  // NaN or inf weights give NaN or inf: no tolerance passes them
+}
+
+// The weights a job starts from (every rank's, after DDP's broadcast).
+inline std::vector<float> initial_weights(const parallel::TrainOptions& o) {
+  return parallel::prepare_job(o)->initial.flat_params().to_vector();
 }
 
 }  // namespace dpx::testing

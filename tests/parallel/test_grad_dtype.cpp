@@ -18,7 +18,9 @@
 using namespace dpx;
 using namespace dpx::parallel;
 using dpx::testing::check_close;
+using dpx::testing::initial_weights;
 using dpx::testing::small_job;
+using dpx::testing::update_rel_diff;
 
 TEST_CASE("a half-precision all-reduce divides before the sum: 4 ranks of 30000 average to 30000 in fp16") {
   // Summed first, 4 x 30000 = 120000 is past fp16's largest finite value, 65504: inf.
@@ -58,21 +60,6 @@ TrainOptions ddp_job(const char* devices, const char* grad_dtype) {
   o.bucket_mb = 0.001;  // many buckets
   return o;
 }
-
-// How far a run's training moved the weights from where another's moved them, relative to how
-// far they moved: ||(w - w0) - (w_ref - w0)|| / ||w_ref - w0|| (2-norms over every weight).
-double update_rel_diff(const std::vector<float>& w, const std::vector<float>& w_ref, const std::vector<float>& w0) {
-  REQUIRE(w.size() == w0.size());
-  REQUIRE(w_ref.size() == w0.size());
-  double diff = 0, moved = 0;
-  for (size_t i = 0; i < w0.size(); ++i) {
-    diff += (double(w[i]) - w_ref[i]) * (double(w[i]) - w_ref[i]);
-    moved += (double(w_ref[i]) - w0[i]) * (double(w_ref[i]) - w0[i]);
-  }
-  return std::sqrt(diff / moved);  // NaN or inf weights give NaN or inf: no tolerance passes them
-}
-
-std::vector<float> initial_weights(const TrainOptions& o) { return prepare_job(o)->initial.flat_params().to_vector(); }
 
 }  // namespace
 

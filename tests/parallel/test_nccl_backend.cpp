@@ -115,7 +115,10 @@ TEST_CASE("dpx train --backend nccl: the options it needs, refused with what to 
   CHECK(check([](TrainOptions&) {}).empty());
   CHECK(has(check([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend nccl runs one rank per GPU"));
   CHECK(has(check([](TrainOptions& o) { o.parallel = ParallelMode::dp; }), "pass --parallel ddp"));
-  CHECK(has(check([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend nccl"));
+  // Half-precision gradients and compute are the GPU's to take (narrowed on the compute stream).
+  CHECK(check([](TrainOptions& o) { o.grad_dtype = "bf16"; }).empty());
+  CHECK(check([](TrainOptions& o) { o.grad_dtype = "fp16"; o.precision = "fp16"; }).empty());
+  CHECK(check([](TrainOptions& o) { o.precision = "bf16"; }).empty());
   CHECK(has(check([](TrainOptions& o) { o.algo = "tree"; }), "NCCL chooses its own algorithm"));
   CHECK(has(check([](TrainOptions& o) { o.net_sim = "1GB,1us"; }), "drop --net-sim"));
   CHECK(has(check([](TrainOptions& o) { o.backend = ""; }), "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
