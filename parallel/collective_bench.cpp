@@ -573,17 +573,9 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     } else if (nccl_ranks) {  // one process, one thread per GPU
       std::vector<int> devices;
       for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
-      std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(devices, o.comm_timeout_s);
-      run_ranks(o.ranks, [&](Communicator& control) {
-        Communicator& mine = *nccl[static_cast<size_t>(control.rank())];
-        try {
-          bench_rank({control}, mine, Device::cuda(control.rank()), p, o, algo, sink);
-        } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
-          abort_nccl_group(mine, detail::concat("rank ", control.rank(), " failed: ", e.what()));
-          throw;
-        }
-        nccl[static_cast<size_t>(control.rank())].reset();  // every rank finalizes its own at once (a collective)
-      }, ro);
+      run_nccl_ranks(devices, o.comm_timeout_s, ro, [&](Communicator& control, Communicator& mine) {
+        bench_rank({control}, mine, Device::cuda(control.rank()), p, o, algo, sink);
+      });
     } else if (mpi) {
       processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
       bench_rank({processes->world()}, processes->world(), Device::cpu(), p, o, algo, sink);

@@ -82,21 +82,12 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   } else if (o.backend == "nccl") {  // one process, one thread per GPU
     const std::vector<int> gpus = o.cuda_devices();
     check_nccl_gpus(static_cast<int>(gpus.size()));
-    std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(gpus, o.comm_timeout_s);
     RankOptions ro;
     ro.timeout_s = o.comm_timeout_s;
-    run_ranks(job.ranks, [&](Communicator& comm) {
-      Communicator& mine = *nccl[static_cast<size_t>(comm.rank())];
-      try {
-        spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
-                  [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks,
-                  0.0);
-      } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
-        abort_nccl_group(mine, detail::concat("rank ", comm.rank(), " failed: ", e.what()));
-        throw;
-      }
-      nccl[static_cast<size_t>(comm.rank())].reset();  // every rank finalizes its own at once (a collective)
-    }, ro);
+    run_nccl_ranks(gpus, o.comm_timeout_s, ro, [&](Communicator& comm, Communicator& mine) {
+      spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
+                [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+    });
   } else if (processes) {
     processes->set_net_sim(net);
     if (o.ranks_per_node > 0) {

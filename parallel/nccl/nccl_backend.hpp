@@ -8,6 +8,7 @@
 // Communicator::synchronize() waits for them, polling the stream and ncclCommGetAsyncError, and
 // past --comm-timeout prints the stall report and calls ncclCommAbort. Barriers wait.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "parallel/communicator.hpp"
 #include "parallel/ddp.hpp"
 #include "parallel/grad_sync.hpp"
+#include "parallel/threads_backend.hpp"
 
 namespace dpx::parallel {
 
@@ -34,6 +36,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
 // compute stream (ctx's), overlapped with the rest of backward; exposed communication timed by
 // CUDA events on the compute stream.
 std::unique_ptr<GradSync> make_nccl_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx);
+
+// One process, one thread rank per GPU of `devices` (rank i on cuda:devices[i]): runs
+// `body(host, nccl)` on each, `host` the thread ranks' communicator (host memory: votes, barriers)
+// and `nccl` the rank's NCCL communicator (make_nccl_communicators). A rank that throws first
+// aborts the group's NCCL communicators, so the other GPUs' threads stop instead of waiting for it
+// in NCCL; each rank finalizes its own communicator when its body returns (a collective).
+void run_nccl_ranks(const std::vector<int>& devices, double timeout_s, const RankOptions& options,
+                    const std::function<void(Communicator& host, Communicator& nccl)>& body);
 
 // Ends the waits of every rank of `comm`'s group in this process (their communicators are
 // aborted): a rank thread that failed outside communication calls it, so the other GPUs' threads

@@ -1,10 +1,16 @@
-// The parts of the nccl backend that need no GPU: which GPU a rank drives (compiled in every
-// build, tested on the CPU).
+// The parts of the nccl backend that need no GPU of their own: which GPU a rank drives, and the
+// thread ranks over a process's GPUs built on the entry points (compiled in every build, tested on
+// the CPU where they can be).
 #include <charconv>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "parallel/nccl/nccl_backend.hpp"
+#include "parallel/threads_backend.hpp"
 
 namespace dpx::parallel {
 
@@ -39,6 +45,21 @@ std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_vi
     at = end + 1;
   }
   return out;
+}
+
+void run_nccl_ranks(const std::vector<int>& devices, double timeout_s, const RankOptions& options,
+                    const std::function<void(Communicator& host, Communicator& nccl)>& body) {
+  std::vector<std::unique_ptr<Communicator>> nccl = make_nccl_communicators(devices, timeout_s);
+  run_ranks(static_cast<int>(devices.size()), [&](Communicator& host) {
+    std::unique_ptr<Communicator>& mine = nccl[static_cast<size_t>(host.rank())];
+    try {
+      body(host, *mine);
+    } catch (const std::exception& e) {  // the other GPUs' threads may wait in NCCL for this one
+      abort_nccl_group(*mine, detail::concat("rank ", host.rank(), " failed: ", e.what()));
+      throw;
+    }
+    mine.reset();  // every rank finalizes its own at once (a collective)
+  }, options);
 }
 
 }  // namespace dpx::parallel
