@@ -92,9 +92,13 @@ struct DuplicateFinder {
       Level& level = levels.back();
       std::string key = parsed.get<std::string>();
       if (!level.keys.insert(key).second && duplicate.empty()) {
-        duplicate = levels.size() == 1 ? "tensor '" + excerpt(key) + "' appears twice in the header"
-                                       : "'" + excerpt(levels[levels.size() - 2].last_key) + "' has the key '" +
-                                             excerpt(key) + "' twice";
+        // Appended piece by piece: GCC 12's -Wrestrict misreads `"literal" + std::string`.
+        if (levels.size() == 1) {
+          duplicate.append("tensor '").append(excerpt(key)).append("' appears twice in the header");
+        } else {
+          duplicate.append("'").append(excerpt(levels[levels.size() - 2].last_key));
+          duplicate.append("' has the key '").append(excerpt(key)).append("' twice");
+        }
       }
       level.last_key = std::move(key);
     }
