@@ -41,13 +41,15 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  explicit ConvDesc(const Conv2dParams& p) {
+  // `compute`: fp32 for fp32 and fp16 data (fp16 as cuDNN's PSEUDO_HALF_CONFIG); bf16 for bf16
+  // data, PyTorch's choice (its aten/src/ATen/cudnn/Descriptors.h), accumulated in fp32 on
+  // tensor cores all the same.
+  ConvDesc(const Conv2dParams& p, cudnnDataType_t compute) {
     DPX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d). The compute
-    // type is fp32 for bf16/fp16 data too (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations).
+    // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d).
     DPX_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, p.pad_h, p.pad_w, p.stride_h, p.stride_w,
                                                     p.dilation_h, p.dilation_w, CUDNN_CROSS_CORRELATION,
-                                                    CUDNN_DATA_FLOAT));
+                                                    compute));
     DPX_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, p.groups));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
@@ -58,11 +60,16 @@ struct ConvDesc {
 // Without TF32, fp32 convolutions must use FMA math: cuDNN's default math lets Ampere and newer
 // GPUs run fp32 as TF32. With TF32 allowed, default math (as PyTorch); never
 // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which may also convert fp32 data to fp16.
-// bf16/fp16 data (--precision) runs on tensor cores, as PyTorch's half convolutions do.
+// bf16/fp16 data (--precision) runs on tensor cores, with PyTorch's math types: tensor-op math
+// for fp16, default math (tensor cores allowed from Ampere on) for bf16.
 bool half_compute(const Context& ctx) { return ctx.compute != DType::f32; }
 bool tensor_ops_allowed(const Context& ctx) { return ctx.allow_tf32 || half_compute(ctx); }
 cudnnMathType_t base_math(const Context& ctx) {
-  return half_compute(ctx) ? CUDNN_TENSOR_OP_MATH : ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  if (ctx.compute == DType::f16) return CUDNN_TENSOR_OP_MATH;
+  return ctx.allow_tf32 || ctx.compute == DType::bf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+cudnnDataType_t compute_type(const Context& ctx) {
+  return ctx.compute == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 // The data type of the convolution's tensors: the compute dtype (operands rounded to it).
 cudnnDataType_t data_type(const Context& ctx) {
@@ -146,7 +153,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
-  ConvDesc cd(p);
+  ConvDesc cd(p, compute_type(ctx));
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
       ctx, st, make_key(Pass::forward, s, p, ctx), "forward", [&](int n, int* got, auto* perf) {
@@ -197,7 +204,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   std::optional<detail::HalfCopy> hdy;
   if (half && (dx || dw)) pdy = hdy.emplace(st, f32(dy, op, "dy"), dy.numel(), ctx.compute).get();
   if (dx) {
-    ConvDesc cd(p);
+    ConvDesc cd(p, compute_type(ctx));
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
         ctx, st, make_key(Pass::backward_data, s, p, ctx), "backward-data",
@@ -227,7 +234,7 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     if (half) detail::widen_into(f32(*dx, op, "dx"), dx_beta, pdx, ctx.compute, dx->numel(), st.stream);
   }
   if (dw) {
-    ConvDesc cd(p);
+    ConvDesc cd(p, compute_type(ctx));
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
         ctx, st, make_key(Pass::backward_filter, s, p, ctx), "backward-filter",
