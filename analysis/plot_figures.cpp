@@ -404,9 +404,10 @@ std::vector<Figure> loss_figures(const Inputs& in) {
       const LossSeries& s = lr.series[i];
       std::vector<std::vector<double>> rows;
       for (auto [step, loss] : s.points) rows.push_back({step, loss});
-      b += datablock("l" + std::to_string(i), rows);
-      plot += std::string(i ? ", \\\n  " : "") + "$l" + std::to_string(i) + " using 1:2 with lines lw 2 title " +
-              quoted(s.label);
+      const std::string name = std::to_string(i);  // appended, not "l" + ...: GCC 12's -Wrestrict misfires
+      b += datablock(std::string(1, 'l').append(name), rows);
+      if (i) plot += ", \\\n  ";
+      plot.append("$l").append(name).append(" using 1:2 with lines lw 2 title ").append(quoted(s.label));
       if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
     }
     if (lr.threshold > 0) {
