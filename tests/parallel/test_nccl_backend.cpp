@@ -148,6 +148,13 @@ TEST_CASE("without a GPU, making nccl communicators is a usage error that says w
   const std::string e = usage_error([] { make_nccl_communicators({0, 1}, 10); });
   CHECK(has(e, "--backend nccl"));
   CHECK(has(e, kNcclBuilt ? "no usable CUDA device" : "-DDPX_CUDA=ON"));
+  // run_nccl_ranks makes them first: no rank's body runs.
+  bool ran = false;
+  const std::string r = usage_error([&] {
+    run_nccl_ranks({0, 1}, 10, {}, [&](Communicator&, Communicator&) { ran = true; });
+  });
+  CHECK(has(r, "--backend nccl"));
+  CHECK_FALSE(ran);
 }
 
 #ifdef DPX_WITH_CUDA
