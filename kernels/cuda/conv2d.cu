@@ -139,6 +139,46 @@ Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return s;
 }
 
+// An input of a cuDNN call in the compute dtype: the fp32 tensor itself, or its copy rounded to
+// bf16/fp16 (--precision).
+class Operand {
+ public:
+  Operand(const Context& ctx, const CudaState& st, const Tensor& t, const char* op, const char* name)
+      : p_(f32(t, op, name)) {
+    if (half_compute(ctx)) p_ = copy_.emplace(st, f32(t, op, name), t.numel(), ctx.compute).get();
+  }
+  const void* get() const { return p_; }
+
+ private:
+  std::optional<detail::HalfCopy> copy_;
+  const void* p_;
+};
+
+// The output of a cuDNN call: in fp32, the tensor itself, cuDNN applying beta; in bf16/fp16,
+// scratch of that type that cuDNN writes (beta 0) and finish() widens into the tensor with beta.
+class Result {
+ public:
+  Result(const Context& ctx, const CudaState& st, Tensor& t, const char* op, const char* name)
+      : out_(f32(t, op, name)), p_(out_), n_(t.numel()), dtype_(ctx.compute), stream_(st.stream) {
+    if (half_compute(ctx)) p_ = half_.emplace(st, static_cast<size_t>(n_) * dtype_size(dtype_)).as<void>();
+  }
+  void* get() const { return p_; }
+  // The beta to hand cuDNN for a result that should be beta * out + the convolution.
+  const float* cudnn_beta(const float* beta) const { return half_ ? &kZero : beta; }
+  void finish(float beta) const {
+    if (half_) detail::widen_into(out_, beta, p_, dtype_, n_, stream_);
+  }
+
+ private:
+  static constexpr float kZero = 0.f;
+  float* out_;
+  void* p_;
+  int64_t n_;
+  DType dtype_;
+  cudaStream_t stream_;
+  std::optional<detail::Scratch> half_;
+};
+
 }  // namespace
 
 // With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
@@ -167,21 +207,13 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
       });
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
   const float one = 1.f, zero = 0.f;
-  const void* px = f32(x, op, "x");
-  const void* pw = f32(w, op, "w");
-  void* py = f32(y, op, "y");
-  std::optional<detail::HalfCopy> hx, hw;
-  std::optional<detail::Scratch> hy;
-  if (half_compute(ctx)) {
-    px = hx.emplace(st, f32(x, op, "x"), x.numel(), ctx.compute).get();
-    pw = hw.emplace(st, f32(w, op, "w"), w.numel(), ctx.compute).get();
-    py = hy.emplace(st, static_cast<size_t>(y.numel()) * dtype_size(ctx.compute)).as<void>();
-  }
+  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
+  const Result hy(ctx, st, y, op, "y");
   void* ws = st.workspace(c.workspace_bytes);
-  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, px, wd.d, pw, cd.d,
+  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, hx.get(), wd.d, hw.get(), cd.d,
                                           static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace_bytes,
-                                          &zero, yd.d, py));
-  if (hy) detail::widen_into(f32(y, op, "y"), 0.f, py, ctx.compute, y.numel(), st.stream);
+                                          &zero, yd.d, hy.get()));
+  hy.finish(0.f);
   if (b) {
     TensorDesc bd(1, s.k, 1, 1), yf(s.n, s.k, s.oh, s.ow);
     DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yf.d, f32(y, op, "y")));
@@ -195,14 +227,12 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   Shapes s = shapes_of(x, w, p);
   if (dy.numel() == 0) return;
   const cudnnDataType_t type = data_type(ctx);
-  const bool half = half_compute(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
-  const float one = 1.f, zero = 0.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
+  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
   const float dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;  // ... dx unless overwritten
-  const void* pdy = f32(dy, op, "dy");
-  std::optional<detail::HalfCopy> hdy;
-  if (half && (dx || dw)) pdy = hdy.emplace(st, f32(dy, op, "dy"), dy.numel(), ctx.compute).get();
+  std::optional<Operand> hdy;
+  if (dx || dw) hdy.emplace(ctx, st, dy, op, "dy");
   if (dx) {
     ConvDesc cd(p, compute_type(ctx));
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
@@ -219,19 +249,13 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
-    const void* pw = f32(w, op, "w");
-    void* pdx = f32(*dx, op, "dx");
-    std::optional<detail::HalfCopy> hw;
-    std::optional<detail::Scratch> hdx;
-    if (half) {  // the half result is added into the fp32 dx below
-      pw = hw.emplace(st, f32(w, op, "w"), w.numel(), ctx.compute).get();
-      pdx = hdx.emplace(st, static_cast<size_t>(dx->numel()) * dtype_size(ctx.compute)).as<void>();
-    }
+    const Operand hw(ctx, st, w, op, "w");
+    const Result hdx(ctx, st, *dx, op, "dx");
     void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, pw, dyd.d, pdy, cd.d,
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, hw.get(), dyd.d, hdy->get(), cd.d,
                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                                 c.workspace_bytes, half ? &zero : &dx_beta, xd.d, pdx));
-    if (half) detail::widen_into(f32(*dx, op, "dx"), dx_beta, pdx, ctx.compute, dx->numel(), st.stream);
+                                                 c.workspace_bytes, hdx.cudnn_beta(&dx_beta), xd.d, hdx.get()));
+    hdx.finish(dx_beta);
   }
   if (dw) {
     ConvDesc cd(p, compute_type(ctx));
@@ -249,19 +273,13 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
-    const void* px = f32(x, op, "x");
-    void* pdw = f32(*dw, op, "dw");
-    std::optional<detail::HalfCopy> hx;
-    std::optional<detail::Scratch> hdw;
-    if (half) {  // the half result is added into the fp32 dw below
-      px = hx.emplace(st, f32(x, op, "x"), x.numel(), ctx.compute).get();
-      pdw = hdw.emplace(st, static_cast<size_t>(dw->numel()) * dtype_size(ctx.compute)).as<void>();
-    }
+    const Operand hx(ctx, st, x, op, "x");
+    const Result hdw(ctx, st, *dw, op, "dw");
     void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, px, dyd.d, pdy, cd.d,
+    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, hx.get(), dyd.d, hdy->get(), cd.d,
                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
-                                                   c.workspace_bytes, half ? &zero : &one, wd.d, pdw));
-    if (half) detail::widen_into(f32(*dw, op, "dw"), 1.f, pdw, ctx.compute, dw->numel(), st.stream);
+                                                   c.workspace_bytes, hdw.cudnn_beta(&one), wd.d, hdw.get()));
+    hdw.finish(1.f);
   }
   if (db) {
     TensorDesc bd(1, s.k, 1, 1), dyf(s.n, s.k, s.oh, s.ow);
