@@ -18,10 +18,6 @@ std::string cuda_unavailable_reason(DeviceCountResult result, int devices, int d
   return "CUDA cannot start: " + std::string(error_text);
 }
 
-}  // namespace dpx
-
-namespace dpx {
-
 std::string precision_unsupported_reason(std::string_view precision, int capability, int device) {
   const int need = precision == "bf16" ? 80 : precision == "fp16" ? 53 : 0;
   if (capability >= need) return "";
