@@ -57,8 +57,8 @@ void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const 
   ops::cast(one_thread, g, h, 1.f);
 }
 
-DdpSync::DdpSync(Communicator& comm, DdpOptions options)
-    : comm_(comm), options_(std::move(options)), algo_(parse_algorithm(options_.algo)) {
+DdpSync::DdpSync(Communicator& comm, DdpOptions options, std::unique_ptr<BucketFence> fence)
+    : comm_(comm), options_(std::move(options)), algo_(parse_algorithm(options_.algo)), fence_(std::move(fence)) {
   if (options_.overlap) thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -78,6 +78,7 @@ void DdpSync::attach(nn::Model& model) {
   int64_t largest = 0;
   for (const Bucket& b : buckets_) largest = std::max(largest, b.numel);
   if (options_.grad_dtype != DType::f32) staging_ = Tensor::empty({largest}, options_.grad_dtype);
+  if (fence_) fence_->resize(buckets_.size());
   model.root().set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
   bytes_mark_ = comm_.bytes_sent();  // the initial broadcast is not gradient traffic
 }
@@ -97,13 +98,17 @@ void DdpSync::on_grad_ready(const nn::Parameter& p) {
   if (!syncing_) return;
   auto it = bucket_of_.find(&p);
   if (it == bucket_of_.end()) return;
-  if (--pending_[it->second] == 0) ready_[it->second] = true;
+  if (--pending_[it->second] == 0) {
+    if (fence_) fence_->mark(static_cast<size_t>(it->second));
+    ready_[it->second] = true;
+  }
   // Launch strictly in bucket-index order, so every rank issues the same all-reduce sequence.
   while (next_ready_ < ready_.size() && ready_[next_ready_]) ++next_ready_;
   if (options_.overlap) cv_.notify_all();
 }
 
 void DdpSync::reduce_bucket(size_t i) {
+  if (fence_) fence_->wait(i);  // the device has written the bucket (not communication time)
   double t = now_s();
   Tensor range = model_->flat_grads().view_at(buckets_[i].offset, {buckets_[i].numel});
   all_reduce_mean(comm_, range, options_.grad_dtype, staging_, algo_);  // one bucket at a time: one staging
@@ -141,6 +146,9 @@ void DdpSync::finish(Context& ctx, StepPhases& phases) {
     {
       // Gradients that never reported (parameters unused in this forward) are final now.
       std::lock_guard<std::mutex> lock(mu_);
+      if (fence_)
+        for (size_t i = 0; i < ready_.size(); ++i)
+          if (!ready_[i]) fence_->mark(i);
       std::fill(ready_.begin(), ready_.end(), true);
       next_ready_ = ready_.size();
     }

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,9 +45,23 @@ std::vector<Bucket> plan_buckets(const nn::Model& model, const DdpOptions& optio
 // fp16_compress_hook also divides before the all-reduce, though after narrowing).
 void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo);
 
+// Where gradients are written asynchronously (a GPU rank of the p2p backend: kernels queued on
+// the compute stream), what orders each bucket's all-reduce after the work that wrote it. Host
+// ranks need none: their gradients are written when the hook reports them.
+class BucketFence {
+ public:
+  virtual ~BucketFence() = default;
+  virtual void resize(size_t buckets) = 0;
+  // Training thread: every write of bucket i's gradients has been queued before this point.
+  virtual void mark(size_t bucket) = 0;
+  // Communication thread (or the training thread without overlap): waits until they are done.
+  virtual void wait(size_t bucket) = 0;
+};
+
 class DdpSync final : public GradSync {
  public:
-  DdpSync(Communicator& comm, DdpOptions options);
+  // `fence` orders device gradients (null for host ranks).
+  DdpSync(Communicator& comm, DdpOptions options, std::unique_ptr<BucketFence> fence = nullptr);
   ~DdpSync() override;
   void attach(nn::Model& model) override;
   void begin_step(bool sync) override;
@@ -62,6 +77,7 @@ class DdpSync final : public GradSync {
   Communicator& comm_;
   DdpOptions options_;
   Algorithm algo_;
+  std::unique_ptr<BucketFence> fence_;
   nn::Model* model_ = nullptr;
   std::vector<Bucket> buckets_;
   Tensor staging_;                    // (largest bucket,) in grad_dtype; unused for f32

@@ -19,6 +19,7 @@
 #include "parallel/gather.hpp"
 #include "parallel/grad_sync.hpp"
 #include "parallel/nccl/nccl_backend.hpp"
+#include "parallel/p2p_backend.hpp"
 #include "parallel/run_modes.hpp"
 #include "parallel/threads_backend.hpp"
 #include "parallel/train_step.hpp"
@@ -40,6 +41,9 @@ void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Comm
   const TrainOptions& o = job.options;
   std::unique_ptr<DeviceEnv> env = make_device_env(device, job.threads_per_rank, o.allow_tf32, o.reference_kernels());
   apply_math(env->ctx(), o);
+  // p2p replicas may share a GPU: each allocates from its own stream's pool (outlives every tensor below).
+  const std::unique_ptr<cuda::AllocationStreamScope> pool =
+      o.backend == "p2p" ? replica_allocation_scope(env->ctx()) : nullptr;
   nn::Model model = job.initial.clone(env->ctx().device);
   if (grads) {
     grads->broadcast(model.flat_params(), 0);
@@ -88,6 +92,14 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
       spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
                 [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks, 0.0);
     });
+  } else if (o.backend == "p2p") {  // thread ranks on GPUs, several may share one: dpx's algorithms over device copies
+    RankOptions ro;
+    ro.timeout_s = o.comm_timeout_s;
+    ro.net_sim = net;
+    run_p2p_ranks(o.cuda_devices(), [&](Communicator& comm, const P2PRank& me) {
+      spmd_rank(job, comm.rank(), Device::cuda(me.device), &comm, &comm,
+                [&](DeviceEnv& env) { return make_p2p_ddp_sync(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+    }, ro);
   } else if (processes) {
     processes->set_net_sim(net);
     if (o.ranks_per_node > 0) {

@@ -1,6 +1,7 @@
 #include "parallel/train_options.hpp"
 
 #include "parallel/nccl/nccl_backend.hpp"
+#include "parallel/p2p_backend.hpp"
 
 #include <charconv>
 #include <algorithm>
@@ -50,7 +51,7 @@ Device TrainOptions::device() const {
 
 std::vector<int> TrainOptions::cuda_devices() const {
   if (devices.substr(0, devices.find(':')) != "cuda") return {};
-  return parse_cuda_device_list(devices, "--devices");
+  return parse_cuda_device_list(devices, "--devices", backend == "p2p");
 }
 
 bool TrainOptions::reference_kernels() const { return devices.substr(0, devices.find(':')) == "ref"; }
@@ -107,16 +108,17 @@ void check_process_devices(const TrainOptions& o) {
                "replica alone; pass --parallel ddp (the default under mpirun), or run one process");
 }
 
-// --backend, and data parallelism over GPUs: DDP with --backend nccl, DataParallel with peer
-// copies (no backend).
+// --backend, and data parallelism over GPUs: DDP with --backend nccl or p2p, DataParallel with
+// peer copies (no backend).
 void check_gpu_parallel(const TrainOptions& o) {
   const char* const built = kMpiBuilt ? "threads (thread ranks) or mpi (under mpirun)" : "threads (thread ranks)";
-  if (!o.backend.empty() && o.backend != "threads" && o.backend != "mpi" && o.backend != "nccl")
-    usage_fail("--backend: unknown backend '", o.backend, "': use nccl (GPU ranks) or leave it out (", built, ")");
+  if (!o.backend.empty() && o.backend != "threads" && o.backend != "mpi" && o.backend != "nccl" && o.backend != "p2p")
+    usage_fail("--backend: unknown backend '", o.backend, "': use nccl or p2p (GPU ranks) or leave it out (", built, ")");
   if (o.backend == "nccl" && !kNcclBuilt)
     usage_fail("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a machine "
                "with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks with --devices cpu:K "
                "--parallel ddp instead");
+  if (o.backend == "p2p" && !kP2PBuilt) usage_fail("--backend p2p: ", p2p_unavailable_reason());
   if (o.backend == "mpi" && o.process_ranks == 0)
     usage_fail("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun or srun");
   if (o.backend == "threads" && o.process_ranks > 1)
@@ -136,8 +138,28 @@ void check_gpu_parallel(const TrainOptions& o) {
                  "it); pass --algo nccl or leave --algo out");
     return;
   }
+  if (o.backend == "p2p") {
+    if (!o.device().is_cuda())
+      usage_fail("--backend p2p runs thread ranks on GPUs, several on one GPU if you like: pass --devices "
+                 "cuda:0,cuda:0 (two replicas on GPU 0) or cuda:0,cuda:1");
+    if (o.process_ranks > 0)
+      usage_fail("--backend p2p: its ranks are threads of one process; under mpirun use --backend nccl");
+    if (o.parallel != ParallelMode::ddp)
+      usage_fail("--backend p2p is DDP's all-reduce over GPU replicas: pass --parallel ddp");
+    if (o.grad_dtype != "fp32")
+      usage_fail("--grad-dtype ", o.grad_dtype, " with --backend p2p: not implemented (the p2p backend all-reduces "
+                 "fp32 gradients); use --backend nccl, or drop --grad-dtype");
+    if (!o.checkpoint_dir.empty())
+      usage_fail("--checkpoint-dir with --backend p2p: a checkpoint gathers host memory, which the p2p backend does "
+                 "not move; use --backend nccl, or leave checkpoints out");
+    if (o.algo == "nccl" || o.algo == "mpi")
+      usage_fail("--algo ", o.algo, " with --backend p2p: p2p runs dpx's own algorithms (ring, tree, naive, rhd, "
+                 "hier)");
+    return;
+  }
   if (o.device().is_cuda() && o.parallel == ParallelMode::ddp)
-    usage_fail("--devices ", o.devices, " with --parallel ddp: DDP over GPUs all-reduces with NCCL: add --backend nccl");
+    usage_fail("--devices ", o.devices, " with --parallel ddp: DDP over GPUs all-reduces with NCCL: add --backend nccl "
+               "(or --backend p2p: dpx's algorithms over device copies, several replicas on one GPU allowed)");
   if (o.device().is_cuda() && o.parallel == ParallelMode::dp && o.cuda_devices().size() < 2)
     usage_fail("--devices ", o.devices, " with --parallel dp: DataParallel needs two GPUs or more (--devices "
                "cuda:0,cuda:1), or CPU replicas (--devices cpu:K)");

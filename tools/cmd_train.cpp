@@ -11,6 +11,7 @@
 #include "parallel/job.hpp"
 #include "parallel/metrics.hpp"
 #include "parallel/nccl/nccl_backend.hpp"
+#include "parallel/p2p_backend.hpp"
 #include "parallel/report_io.hpp"
 #include "parallel/trainer.hpp"
 #include "tools/commands.hpp"
@@ -28,6 +29,8 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   o.validate();
   // GPUs for a thread per GPU, before anything is printed (under MPI each process checks its own).
   if (o.backend == "nccl" && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
+  if (o.backend == "p2p")
+    if (const std::string why = parallel::p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
   const bool rank0 = processes.rank() == 0;
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.

@@ -38,9 +38,12 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                    "several processes, else none");
     cmd.add_option("--backend", o.backend,
                    parallel::kNcclBuilt
-                       ? "nccl: DDP over GPUs with NCCL's all-reduce (--devices cuda:0,cuda:1, or cuda under mpirun; "
-                         "compiled, never yet run on a GPU); default: threads for thread ranks, mpi under mpirun"
-                       : "nccl needs a build with -DDPX_CUDA=ON; default: threads for thread ranks, mpi under mpirun");
+                       ? "nccl: DDP over GPUs with NCCL's all-reduce (--devices cuda:0,cuda:1, or cuda under mpirun); "
+                         "p2p: DDP over GPU replicas with dpx's algorithms over device copies, several replicas on one "
+                         "GPU allowed (--devices cuda:0,cuda:0); both compiled, never yet run on a GPU; default: "
+                         "threads for thread ranks, mpi under mpirun"
+                       : "nccl and p2p need a build with -DDPX_CUDA=ON; default: threads for thread ranks, mpi under "
+                         "mpirun");
     cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
     cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");

@@ -376,7 +376,26 @@ int compute_capability(int device) {
   return major * 10 + minor;
 }
 
-void* allocate(size_t bytes, int device) { return allocate(bytes, device, nullptr); }
+namespace {
+// This thread's AllocationStreamScope: the device it applies to (-1: none) and its stream.
+thread_local int t_scope_device = -1;
+thread_local Stream t_scope_stream = nullptr;
+}  // namespace
+
+AllocationStreamScope::AllocationStreamScope(int device, Stream stream)
+    : previous_device_(t_scope_device), previous_stream_(t_scope_stream) {
+  t_scope_device = device;
+  t_scope_stream = stream;
+}
+
+AllocationStreamScope::~AllocationStreamScope() {
+  t_scope_device = previous_device_;
+  t_scope_stream = previous_stream_;
+}
+
+void* allocate(size_t bytes, int device) {
+  return allocate(bytes, device, device == t_scope_device ? t_scope_stream : nullptr);
+}
 
 void* allocate(size_t bytes, int device, Stream stream) {
   if (bytes == 0) return nullptr;

@@ -34,12 +34,28 @@ void empty_cache(int device);
 // ---- stream-ordered use of the caching allocator ---------------------------------------------
 // A freed block is reused only by a later allocation for the same stream, so a block freed by
 // the host while kernels still read it is only handed to work queued after those kernels.
-// allocate(bytes, device) above uses the pool of the legacy default stream (nullptr); dpx's
+// allocate(bytes, device) above uses the pool of the legacy default stream (nullptr; see
+// AllocationStreamScope below for the exception); dpx's
 // CudaState streams synchronise with it (they are created blocking), so tensors made by
 // Tensor::empty are safe as long as one CudaState stream works on a device. Several streams
 // sharing blocks (a communication stream, a copy stream, two replicas on one GPU) must declare
 // each extra stream with record_stream before the block is released.
 void* allocate(size_t bytes, int device, Stream stream);
+// Several replicas on one GPU (dpx train --backend p2p), each with its own stream: while a scope
+// lives, allocate(bytes, device) on this thread takes `stream`'s pool for `device` instead of the
+// legacy default stream's, so that a block one replica frees is never handed to another replica's
+// work while the first one's kernels may still use it. Scopes nest; each thread has its own.
+class AllocationStreamScope {
+ public:
+  AllocationStreamScope(int device, Stream stream);
+  ~AllocationStreamScope();
+  AllocationStreamScope(const AllocationStreamScope&) = delete;
+  AllocationStreamScope& operator=(const AllocationStreamScope&) = delete;
+
+ private:
+  int previous_device_;
+  Stream previous_stream_;
+};
 // Declares that `p` (from this allocator) is also used by work on `stream`: when `p` is released,
 // it is reused only after the work queued on `stream` until then has finished.
 void record_stream(void* p, int device, Stream stream);

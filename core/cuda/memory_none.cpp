@@ -24,6 +24,8 @@ size_t bytes_in_use(int) { return 0; }
 size_t bytes_cached(int) { return 0; }
 void empty_cache(int) {}
 
+AllocationStreamScope::AllocationStreamScope(int, Stream) : previous_device_(-1), previous_stream_(nullptr) {}
+AllocationStreamScope::~AllocationStreamScope() = default;
 void* allocate(size_t, int, Stream) { no_cuda(); }
 void record_stream(void*, int, Stream) { no_cuda(); }
 size_t peak_bytes_in_use(int) { return 0; }

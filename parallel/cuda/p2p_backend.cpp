@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/context.hpp"
 #include "core/cuda/device_guard.hpp"
+#include "core/cuda/event.hpp"
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "parallel/cuda/p2p_reduce.hpp"
@@ -33,7 +35,7 @@ struct PeerMap {
 
 // Enables peer access between every pair of the ranks' GPUs that supports it (once per pair and
 // process: a second enable reports "already enabled", which is fine).
-PeerMap enable_peer_access(const std::vector<int>& devices) {
+PeerMap map_peer_access(const std::vector<int>& devices) {
   const int n = cuda::device_count();
   PeerMap map{std::vector<std::vector<char>>(static_cast<size_t>(n), std::vector<char>(static_cast<size_t>(n), 0))};
   std::vector<char> used(static_cast<size_t>(n), 0);
@@ -185,7 +187,39 @@ class P2PTransport final : public ThreadRankTransport {
   std::string pending_error_;
 };
 
+// BucketFence on a GPU: an event per bucket, recorded on the rank's compute stream when the
+// bucket's last gradient has been queued; the communication thread makes the rank's GPU its
+// current device (its p2p copies and reduction kernels run there) and waits for the event.
+class CudaBucketFence final : public BucketFence {
+ public:
+  CudaBucketFence(int device, cudaStream_t compute) : device_(device), compute_(compute) {}
+  void resize(size_t buckets) override {
+    events_.clear();
+    for (size_t i = 0; i < buckets; ++i) events_.emplace_back(device_, false);
+  }
+  void mark(size_t bucket) override { events_.at(bucket).record(compute_); }
+  void wait(size_t bucket) override {
+    DPX_CUDA_CHECK(cudaSetDevice(device_));
+    events_.at(bucket).synchronize();
+  }
+
+ private:
+  int device_;
+  cudaStream_t compute_;
+  std::vector<cuda::Event> events_;
+};
+
 }  // namespace
+
+std::unique_ptr<GradSync> make_p2p_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx) {
+  const cuda::CudaState& st = cuda::state_of(ctx);
+  return std::make_unique<DdpSync>(comm, options, std::make_unique<CudaBucketFence>(st.device, st.stream));
+}
+
+std::unique_ptr<cuda::AllocationStreamScope> replica_allocation_scope(const Context& ctx) {
+  if (!ctx.device.is_cuda()) return nullptr;
+  return std::make_unique<cuda::AllocationStreamScope>(ctx.device.index, cuda::state_of(ctx).stream);
+}
 
 void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Communicator&, const P2PRank&)>& fn,
                    const RankOptions& options) {
@@ -194,7 +228,7 @@ void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Com
   const int visible = cuda::device_count();
   for (int d : devices)
     if (d < 0 || d >= visible) usage_fail("--backend p2p: GPU ", d, " does not exist (this machine shows ", visible, ")");
-  const PeerMap peers = enable_peer_access(devices);
+  const PeerMap peers = map_peer_access(devices);
   std::vector<P2PRank> infos(devices.size());
   run_thread_ranks(
       static_cast<int>(devices.size()),

@@ -64,6 +64,7 @@ int nccl_device_for_local_rank(int local_rank, int visible);
 
 // The GPUs of --devices "cuda:0,cuda:1" or "cuda:0,1" (a single "cuda:N" is one GPU); throws
 // dpx::UsageError naming `flag` for anything else, a repeated GPU or a negative index.
-std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_view flag);
+// With `repeats` a GPU may be named more than once (--backend p2p: several replicas on one GPU).
+std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_view flag, bool repeats = false);
 
 }  // namespace dpx::parallel

@@ -22,7 +22,7 @@ int nccl_device_for_local_rank(int local_rank, int visible) {
   return local_rank;
 }
 
-std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_view flag) {
+std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_view flag, bool repeats) {
   const std::string shown(devices);
   auto bad = [&](std::string_view why) {
     usage_fail(flag, " '", shown, "': ", why, "; name the GPUs as cuda:0,cuda:1 (or cuda:0,1), one rank each");
@@ -40,7 +40,8 @@ std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_vi
     if (item.empty() || ec != std::errc() || p != item.data() + item.size() || index < 0)
       bad("each device is cuda:N with N >= 0");
     for (int seen : out)
-      if (seen == index) bad("cuda:" + std::to_string(index) + " is named twice (NCCL runs one rank per GPU)");
+      if (seen == index && !repeats)
+        bad("cuda:" + std::to_string(index) + " is named twice (NCCL runs one rank per GPU; --backend p2p takes several)");
     out.push_back(index);
     at = end + 1;
   }

@@ -1,14 +1,17 @@
-// The p2p backend's parts that run without a GPU: the --gpus list, where ranks go, and the
-// refusal with a message that names the flag and what to do where no GPU (or no CUDA) is
-// present. Its collectives themselves are tested on a GPU (tests/cuda/test_p2p.cpp).
+// The p2p backend's parts that run without a GPU: the --gpus list, where ranks go, dpx train's
+// --backend p2p options, and the refusal with a message that names the flag and what to do where
+// no GPU (or no CUDA) is present. Its collectives themselves are tested on a GPU (tests/cuda/test_p2p.cpp).
 #include <doctest/doctest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "parallel/collective_bench.hpp"
 #include "parallel/p2p_backend.hpp"
+#include "parallel/train_options.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -45,4 +48,51 @@ TEST_CASE("--gpus is refused with a backend other than p2p") {
   CollectiveOptions o;
   o.gpus = "0";
   CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--gpus: only with --backend p2p"), UsageError);
+}
+
+namespace {
+
+// The usage error validate() gives, or "" when it accepts.
+std::string train_error(void (*change)(TrainOptions&)) {
+  TrainOptions o;
+  o.batch_size = 8;
+  o.devices = "cuda:0,cuda:0";
+  o.parallel = ParallelMode::ddp;
+  o.backend = "p2p";
+  change(o);
+  try {
+    o.validate();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("dpx train --backend p2p: replicas may share a GPU; what it cannot do is refused with what to do") {
+  if (!kP2PBuilt) {
+    CHECK(has(train_error([](TrainOptions&) {}), "--backend p2p: this dpx was built without CUDA"));
+    return;
+  }
+  CHECK(train_error([](TrainOptions&) {}).empty());
+  TrainOptions two;
+  two.devices = "cuda:0,cuda:0,cuda:1";
+  two.backend = "p2p";
+  CHECK(two.cuda_devices() == std::vector<int>{0, 0, 1});  // several replicas on GPU 0
+  CHECK(two.ranks() == 3);
+  two.backend = "nccl";  // NCCL runs one rank per GPU
+  CHECK_THROWS_WITH_AS(two.cuda_devices(), doctest::Contains("cuda:0 is named twice"), UsageError);
+  CHECK(train_error([](TrainOptions& o) { o.algo = "tree"; }).empty());
+  CHECK(has(train_error([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend p2p runs thread ranks on GPUs"));
+  CHECK(has(train_error([](TrainOptions& o) { o.parallel = ParallelMode::none; }), "pass --parallel ddp"));
+  CHECK(has(train_error([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend p2p"));
+  CHECK(has(train_error([](TrainOptions& o) { o.checkpoint_dir = "ck"; }), "--checkpoint-dir with --backend p2p"));
+  CHECK(has(train_error([](TrainOptions& o) { o.algo = "nccl"; }), "p2p runs dpx's own algorithms"));
+  CHECK(has(train_error([](TrainOptions& o) { o.backend = "p2q"; o.devices = "cuda:0,cuda:1"; }),
+            "use nccl or p2p (GPU ranks)"));
+  CHECK(has(train_error([](TrainOptions& o) { o.backend = ""; o.devices = "cuda:0,cuda:1"; }), "or --backend p2p"));
+  CHECK(has(train_error([](TrainOptions& o) { o.backend = ""; }), "cuda:0 is named twice"));
 }

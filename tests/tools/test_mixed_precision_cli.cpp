@@ -78,10 +78,12 @@ TEST_CASE("mixed-precision flags that cannot apply are usage errors naming the f
   }
 }
 
-TEST_CASE("--precision bf16 and fp16 pass the option checks on GPUs: without one, only the device is refused") {
-  for (const std::string args : {kTrain + "--devices cuda:0 --precision bf16",
+TEST_CASE("GPU-only options (--precision bf16/fp16, nccl's half gradients, p2p replicas) pass the option checks: "
+          "without a GPU, only the device is refused") {
+  for (const std::string& args : {kTrain + "--devices cuda:0 --precision bf16",
                                  kTrain + "--devices cuda:0 --precision fp16",
-                                 kTrain + "--devices cuda:0,cuda:1 --parallel ddp --backend nccl --grad-dtype bf16"}) {
+                                 kTrain + "--devices cuda:0,cuda:1 --parallel ddp --backend nccl --grad-dtype bf16",
+                                 kTrain + "--devices cuda:0,cuda:0 --parallel ddp --backend p2p"}) {
     CAPTURE(args);
     if (dpx::cuda::available()) continue;  // trained on a GPU by tests/cuda/test_precision.cpp and test_nccl.cpp
     const DpxResult r = run_dpx(args);
@@ -89,9 +91,11 @@ TEST_CASE("--precision bf16 and fp16 pass the option checks on GPUs: without one
     CHECK(r.code != 0);
     CHECK(r.output.find("dpx: error: --precision") == std::string::npos);
     CHECK(r.output.find("dpx: error: --grad-dtype") == std::string::npos);
-    CHECK((r.output.find("no usable CUDA device") != std::string::npos ||
+    CHECK((r.output.find("no usable CUDA device") != std::string::npos || r.output.find("needs a GPU") != std::string::npos ||
            r.output.find("not built") != std::string::npos || r.output.find("without CUDA") != std::string::npos));
     CHECK(r.output.find("| step ") == std::string::npos);
+    if (args.find("--backend") != std::string::npos)  // the GPU backends check before anything is printed
+      CHECK(r.output.find("| model ") == std::string::npos);
   }
 }
 
