@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/stop.hpp"
 
 namespace dpx::analysis {
 
@@ -29,6 +30,7 @@ int run_gnuplot(const std::string& gnuplot, const std::string& script, const std
   const pid_t pid = ::fork();
   if (pid < 0) fail("dpx plot: cannot start gnuplot: ", std::strerror(errno));
   if (pid == 0) {
+    dpx::stop::unblock_signals_in_child();
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

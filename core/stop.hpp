@@ -9,9 +9,14 @@
 
 namespace dpx::stop {
 
-// Installs the handlers (idempotent). main() calls it; the MPI watchdog installs its own, which
-// calls request() and now() in turn.
+// Installs the handlers (idempotent). main() calls it first, before any thread starts: the
+// signals are then blocked in every thread and taken by one thread of their own, which calls the
+// handler installed at the time; the MPI watchdog installs its own, which calls request() and
+// now() in turn.
 void install_handlers();
+// In a child process between fork() and exec(): unblocks the signals install_handlers blocked, so
+// that the program it runs (gnuplot, a dpx step) gets SIGINT and SIGTERM as usual.
+void unblock_signals_in_child();
 
 // While one of these lives, the code running checks requested() at its safe points (training
 // loops do); elsewhere the first signal already ends the process at once, as if it were the second.

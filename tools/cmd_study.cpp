@@ -19,6 +19,7 @@
 
 #include "analysis/gnuplot.hpp"
 #include "core/error.hpp"
+#include "core/stop.hpp"
 #include "tools/commands.hpp"
 
 namespace dpx::tools {
@@ -146,6 +147,7 @@ int run_dpx(const std::string& self, const std::string& dir, const std::vector<s
   const pid_t pid = ::fork();
   if (pid < 0) fail("dpx study: cannot start a step: ", std::strerror(errno));
   if (pid == 0) {
+    dpx::stop::unblock_signals_in_child();
     if (::chdir(dir.c_str()) != 0) ::_exit(126);
     ::execv(self.c_str(), argv.data());
     ::_exit(127);
