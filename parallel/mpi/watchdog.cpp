@@ -144,8 +144,8 @@ Watchdog::Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankStat
       pidfds_(peers_.size(), -1), gone_(peers_.size(), false), report_in_(sizeof(StallWire)) {
   for (const Peer& p : peers_)
     if (p.local && p.rank != rank_) pidfds_[static_cast<size_t>(p.rank)] = open_pidfd(p.pid);
-  // Installed after MPI_Init, so that these handlers are dpx's whatever the library set up; any
-  // thread may take the signal, the watchdog acts on it.
+  // Installed after MPI_Init, so that these handlers are dpx's whatever the library set up; the
+  // signal thread of core/stop.cpp calls them, the watchdog acts on what they forward.
   int fds[2];
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     signal_fd_ = fds[0];
