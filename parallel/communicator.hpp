@@ -128,6 +128,11 @@ class Communicator {
   // Every later exchange of this communicator as on that network (--net-sim; net_sim.hpp).
   void set_net_sim(const NetSim& net) { transport_.set_net_sim(net); }
   int node_of(int rank) const { return transport_.node_of(rank); }
+  // A wait in another library's collectives (NCCL's, under mpirun) shown as a call of this
+  // communicator, so that its transport's watchdog (MPI's) reports a hang there as one of its own,
+  // with every rank's state.
+  void begin_foreign_call(const CommCall& call) { transport_.begin_call(call); }
+  void end_foreign_call() { transport_.end_call(); }
 
   // ---- counters ("bytes communicated as counted"), since construction or reset_stats() ----
   uint64_t bytes_sent() const;

@@ -118,8 +118,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
   }
   wait_initialised(comms, {device}, timeout_s);
   auto local = std::make_shared<nccl::LocalRanks>(world.size());
-  return std::make_unique<nccl::NcclCommunicator>(
-      std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), timeout_s, local));
+  auto transport = std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), timeout_s, local);
+  transport->report_to(&world);  // the MPI watchdog reports a hang with every process's state
+  return std::make_unique<nccl::NcclCommunicator>(std::move(transport));
 }
 
 void abort_nccl_group(Communicator& comm, const std::string& why) {

@@ -333,7 +333,23 @@ void NcclTransport::barrier() {
   wait(patient);
 }
 
-void NcclTransport::wait(bool patient) { poll(true, patient); }
+void NcclTransport::wait(bool patient) {
+  if (!host_) return poll(true, patient);
+  CommCall call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = current_;
+  }
+  call.patient = patient;
+  host_->begin_foreign_call(call);
+  try {
+    poll(true, patient);
+  } catch (...) {
+    host_->end_foreign_call();
+    throw;
+  }
+  host_->end_foreign_call();
+}
 
 void NcclTransport::settle() { poll(false, false); }
 
@@ -351,7 +367,9 @@ void NcclTransport::poll(bool stream_too, bool patient) {
     probe.comm_in_progress = async == ncclInProgress;
     probe.comm_failed = probe.comm_failed || (async != ncclSuccess && async != ncclInProgress);
     const double waited = now_s() - start;
-    switch (judge_wait(probe, waited, patient ? 0 : timeout_s_)) {
+    // With a host watchdog (report_to) that one reports at --comm-timeout, asking every process.
+    const double timeout = host_ ? timeout_s_ + std::max(10.0, timeout_s_ / 2) : timeout_s_;
+    switch (judge_wait(probe, waited, patient ? 0 : timeout)) {
       case NcclWaitVerdict::done: {
         if (!stream_too) return;  // queued: the calls are on the stream now
         std::lock_guard<std::mutex> lock(mu_);
@@ -372,7 +390,7 @@ void NcclTransport::poll(bool stream_too, bool patient) {
         at.rank = rank_;
         at.comm = "nccl";
         at.waited_s = waited;
-        at.timeout_s = timeout_s_;
+        at.timeout_s = timeout;
         const RankStatus mine = status();
         at.call = mine.call;
         give_up(stall_report(at, local_->statuses()), true);

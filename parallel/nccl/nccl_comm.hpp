@@ -64,6 +64,11 @@ class NcclTransport final : public Transport {
   void collective(const CollectiveArgs& a);
   // Waits for everything queued (the watchdog: polls, times out, aborts). `patient`: no timeout.
   void wait(bool patient = false);
+  // Under mpirun: the process group (MPI), whose watchdog answers the other processes and prints
+  // the job's stall report. Each wait is announced to it as a call (the last collective queued),
+  // so that a hang in NCCL is reported after --comm-timeout with every process's state; this
+  // rank's own give-up then waits longer, as the fallback.
+  void report_to(Communicator* host) { host_ = host; }
   RankStatus status() const;
   // Tells the other ranks of this process to stop waiting, and aborts this rank's communicator.
   void abort_group(const std::string& why);
@@ -92,6 +97,7 @@ class NcclTransport final : public Transport {
   const int device_, rank_, size_;
   double timeout_s_;
   std::shared_ptr<LocalRanks> local_;
+  Communicator* host_ = nullptr;  // report_to
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -151,7 +151,7 @@ TEST_CASE("DDP over p2p replicas sharing a GPU reproduces one GPU on the same gl
   const TrainReport single = train(dpx::testing::small_job("cuda:0", ParallelMode::none), log);
   std::string all_gpus;
   for (int g = 0; g < cuda::device_count(); ++g) all_gpus += (g ? ",cuda:" : "cuda:") + std::to_string(g);
-  for (const std::string devices : {std::string("cuda:0,cuda:0"), std::string("cuda:0,cuda:0,cuda:0,cuda:0"), all_gpus}) {
+  for (const std::string& devices : {std::string("cuda:0,cuda:0"), std::string("cuda:0,cuda:0,cuda:0,cuda:0"), all_gpus}) {
     for (double bucket_mb : {25.0, 0.001}) {
       CAPTURE(devices);
       CAPTURE(bucket_mb);
