@@ -10,7 +10,9 @@
 #include "mpi_test_group.hpp"
 #include "parallel/clock_sync.hpp"
 #include "parallel/launcher_env.hpp"
+#include "parallel/mpi/mpi_transport.hpp"
 #include "parallel/mpi/mpi_util.hpp"
+#include "parallel/mpi/rank_state.hpp"
 #include "parallel/run_modes.hpp"
 
 using namespace dpx;
@@ -152,4 +154,27 @@ TEST_CASE("--comm-timeout must be positive") {
   CHECK_THROWS_AS(mpi_group->set_comm_timeout(0), UsageError);
   CHECK_THROWS_AS(mpi_group->set_comm_timeout(-1), UsageError);
   mpi_group->set_comm_timeout(120);
+}
+
+// --backend nccl under mpirun announces each wait on its stream to the process group
+// (nccl_comm.cpp, NcclTransport::wait): the group's RankState, which the MPI watchdog times and
+// reports to the other processes, shows it as a call until it ends.
+TEST_CASE("a foreign library's wait (NCCL's, under mpirun) is a call of the process group while it lasts") {
+  mpi::RankState state;
+  MPI_Comm self = MPI_COMM_NULL;
+  REQUIRE(MPI_Comm_dup(MPI_COMM_SELF, &self) == MPI_SUCCESS);
+  mpi::MpiCommunicator comm(self, state, "self", Algorithm::ring);
+  CHECK_FALSE(state.snapshot().in_call);
+  CommCall call;
+  call.kind = Collective::all_reduce;
+  call.seq = 7;
+  call.bytes = 1024;
+  comm.begin_foreign_call(call);
+  const mpi::RankSnapshot during = state.snapshot();
+  CHECK(during.in_call);
+  CHECK(during.call.kind == Collective::all_reduce);
+  CHECK(during.call.seq == 7);
+  CHECK(during.comm == "self");
+  comm.end_foreign_call();
+  CHECK_FALSE(state.snapshot().in_call);
 }
