@@ -21,6 +21,18 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// The message of the dpx::UsageError that f throws, or "" when it throws none (a check that a
+// configuration is accepted compares it with "").
+template <typename F>
+std::string usage_error_of(F&& f) {
+  try {
+    f();
+  } catch (const dpx::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace dpx::testing

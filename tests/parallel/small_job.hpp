@@ -4,12 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/job.hpp"
 #include "parallel/train_options.hpp"
 #include "parallel/trainer.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/errors.hpp"
 
 namespace dpx::testing {
 
@@ -37,6 +41,19 @@ inline parallel::TrainOptions small_job(const std::string& devices, parallel::Pa
   return o;
 }
 
+// The UsageError validate() gives a DDP job (batch 8) on `devices` over `backend` once `change`
+// has been applied to it, or "" when it is accepted.
+inline std::string ddp_options_error(const std::string& devices, const std::string& backend,
+                                     void (*change)(parallel::TrainOptions&)) {
+  parallel::TrainOptions o;
+  o.batch_size = 8;
+  o.devices = devices;
+  o.parallel = parallel::ParallelMode::ddp;
+  o.backend = backend;
+  change(o);
+  return usage_error_of([&] { o.validate(); });
+}
+
 // How far a run's training moved the weights from where another's moved them, relative to how
 // far they moved: ||(w - w0) - (w_ref - w0)|| / ||w_ref - w0|| (2-norms over every weight).
 inline double update_rel_diff(const std::vector<float>& w, const std::vector<float>& w_ref,
@@ -54,6 +71,24 @@ inline double update_rel_diff(const std::vector<float>& w, const std::vector<flo
 // The weights a job starts from (every rank's, after DDP's broadcast).
 inline std::vector<float> initial_weights(const parallel::TrainOptions& o) {
   return parallel::prepare_job(o)->initial.flat_params().to_vector();
+}
+
+// A data-parallel run trained as one replica did on the same global batch: the mean of the
+// ranks' losses at every global step, and the final weights, within `tol` (weights near 0 within
+// `floor`).
+inline void check_matches_one_replica(const parallel::TrainReport& run, const parallel::TrainReport& single,
+                                      double tol = 1e-4, double floor = 1e-3) {
+  std::map<int64_t, std::pair<double, int>> losses;
+  for (const auto& s : run.steps) {
+    losses[s.global_step].first += s.loss;
+    losses[s.global_step].second += 1;
+  }
+  std::vector<double> got, want;
+  for (const auto& [step, v] : losses) got.push_back(v.first / v.second);
+  for (const auto& s : single.steps) want.push_back(s.loss);
+  REQUIRE(got.size() == want.size());
+  check_close(got, want, tol);
+  check_close(run.final_params, single.final_params, tol, floor);
 }
 
 }  // namespace dpx::testing

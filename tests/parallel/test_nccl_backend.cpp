@@ -13,6 +13,8 @@
 #include "parallel/nccl/nccl_backend.hpp"
 #include "parallel/nccl/nccl_wait.hpp"
 #include "parallel/train_options.hpp"
+#include "tests/common/errors.hpp"
+#include "tests/parallel/small_job.hpp"
 #ifdef DPX_WITH_CUDA
 #include "parallel/nccl/nccl_types.hpp"
 #endif
@@ -23,22 +25,8 @@ using nccl::judge_wait;
 using nccl::NcclProbe;
 using nccl::NcclWaitVerdict;
 
-namespace {
-
-// The message of the UsageError `f` throws ("" when it throws none).
-template <typename F>
-std::string usage_error(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-}  // namespace
+using dpx::testing::contains;
+using dpx::testing::usage_error_of;
 
 TEST_CASE("the nccl watchdog: errors first, then completion, then the timeout; patient waits never time out") {
   NcclProbe idle;
@@ -76,11 +64,11 @@ TEST_CASE("--devices names the GPUs of the nccl ranks; each GPU once") {
   CHECK(parse_cuda_device_list("cuda:0,cuda:1", "--devices") == std::vector<int>{0, 1});
   CHECK(parse_cuda_device_list("cuda:2,3", "--devices") == std::vector<int>{2, 3});
   CHECK(parse_cuda_device_list("cuda:5", "--devices") == std::vector<int>{5});
-  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:0,cuda:0", "--devices"); }), "cuda:0 is named twice"));
-  CHECK(has(usage_error([] { parse_cuda_device_list("cpu:2", "--devices"); }), "--devices 'cpu:2': not a list"));
-  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:-1", "--devices"); }), "cuda:N with N >= 0"));
-  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:0,", "--devices"); }), "cuda:N with N >= 0"));
-  CHECK(has(usage_error([] { parse_cuda_device_list("cuda:x", "--devices"); }), "cuda:N with N >= 0"));
+  CHECK(contains(usage_error_of([] { parse_cuda_device_list("cuda:0,cuda:0", "--devices"); }), "cuda:0 is named twice"));
+  CHECK(contains(usage_error_of([] { parse_cuda_device_list("cpu:2", "--devices"); }), "--devices 'cpu:2': not a list"));
+  CHECK(contains(usage_error_of([] { parse_cuda_device_list("cuda:-1", "--devices"); }), "cuda:N with N >= 0"));
+  CHECK(contains(usage_error_of([] { parse_cuda_device_list("cuda:0,", "--devices"); }), "cuda:N with N >= 0"));
+  CHECK(contains(usage_error_of([] { parse_cuda_device_list("cuda:x", "--devices"); }), "cuda:N with N >= 0"));
 
   TrainOptions o;
   o.devices = "cuda:0,cuda:1,cuda:3";
@@ -98,39 +86,33 @@ TEST_CASE("a process under mpirun drives its local rank's GPU, never two ranks o
 
 TEST_CASE("dpx train --backend nccl: the options it needs, refused with what to do") {
   auto check = [](void (*change)(TrainOptions&)) {
-    TrainOptions o;
-    o.batch_size = 8;
-    o.devices = "cuda:0,cuda:1";
-    o.parallel = ParallelMode::ddp;
-    o.backend = "nccl";
-    change(o);
-    return usage_error([&] { o.validate(); });
+    return dpx::testing::ddp_options_error("cuda:0,cuda:1", "nccl", change);
   };
   if (!kNcclBuilt) {
     const std::string e = check([](TrainOptions&) {});
-    CHECK(has(e, "--backend nccl: not built"));
-    CHECK(has(e, "-DDPX_CUDA=ON"));
+    CHECK(contains(e, "--backend nccl: not built"));
+    CHECK(contains(e, "-DDPX_CUDA=ON"));
     return;
   }
   CHECK(check([](TrainOptions&) {}).empty());
-  CHECK(has(check([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend nccl runs one rank per GPU"));
-  CHECK(has(check([](TrainOptions& o) { o.parallel = ParallelMode::dp; }), "pass --parallel ddp"));
+  CHECK(contains(check([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend nccl runs one rank per GPU"));
+  CHECK(contains(check([](TrainOptions& o) { o.parallel = ParallelMode::dp; }), "pass --parallel ddp"));
   // Half-precision gradients and compute are the GPU's to take (narrowed on the compute stream).
   CHECK(check([](TrainOptions& o) { o.grad_dtype = "bf16"; }).empty());
   CHECK(check([](TrainOptions& o) { o.grad_dtype = "fp16"; o.precision = "fp16"; }).empty());
   CHECK(check([](TrainOptions& o) { o.precision = "bf16"; }).empty());
-  CHECK(has(check([](TrainOptions& o) { o.algo = "tree"; }), "NCCL chooses its own algorithm"));
-  CHECK(has(check([](TrainOptions& o) { o.net_sim = "1GB,1us"; }), "drop --net-sim"));
-  CHECK(has(check([](TrainOptions& o) { o.backend = ""; }), "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
-  CHECK(has(check([](TrainOptions& o) { o.backend = "gloo"; }), "--backend: unknown backend 'gloo'"));
-  CHECK(has(check([](TrainOptions& o) { o.backend = ""; o.algo = "nccl"; o.devices = "cpu:2"; }),
+  CHECK(contains(check([](TrainOptions& o) { o.algo = "tree"; }), "NCCL chooses its own algorithm"));
+  CHECK(contains(check([](TrainOptions& o) { o.net_sim = "1GB,1us"; }), "drop --net-sim"));
+  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; }), "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
+  CHECK(contains(check([](TrainOptions& o) { o.backend = "gloo"; }), "--backend: unknown backend 'gloo'"));
+  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; o.algo = "nccl"; o.devices = "cpu:2"; }),
             "--algo nccl is NCCL's all-reduce: it needs --backend nccl"));
-  CHECK(has(check([](TrainOptions& o) { o.backend = ""; o.parallel = ParallelMode::dp; o.devices = "cuda:0"; }),
+  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; o.parallel = ParallelMode::dp; o.devices = "cuda:0"; }),
             "DataParallel needs two GPUs or more"));
   // Under mpirun each process drives its local rank's GPU: --devices cuda.
   CHECK(check([](TrainOptions& o) { o.process_ranks = 2; o.devices = "cuda"; }).empty());
-  CHECK(has(check([](TrainOptions& o) { o.process_ranks = 2; }), "pass --devices cuda"));
-  CHECK(has(check([](TrainOptions& o) { o.process_ranks = 2; o.backend = ""; o.devices = "cuda:0"; }),
+  CHECK(contains(check([](TrainOptions& o) { o.process_ranks = 2; }), "pass --devices cuda"));
+  CHECK(contains(check([](TrainOptions& o) { o.process_ranks = 2; o.backend = ""; o.devices = "cuda:0"; }),
             "pass --backend nccl --devices cuda"));
 }
 
@@ -140,20 +122,20 @@ TEST_CASE("the nccl algorithm is NCCL's own, named where it is built") {
   CHECK(algorithm_applies(Algorithm::nccl, Collective::all_reduce));
   CHECK(algorithm_applies(Algorithm::nccl, Collective::scatter));
   if (kNcclBuilt) CHECK(parse_algorithm("nccl") == Algorithm::nccl);
-  else CHECK(has(usage_error([] { parse_algorithm("nccl"); }), "-DDPX_CUDA=ON"));
+  else CHECK(contains(usage_error_of([] { parse_algorithm("nccl"); }), "-DDPX_CUDA=ON"));
 }
 
 TEST_CASE("without a GPU, making nccl communicators is a usage error that says why") {
   if (cuda::available()) return;  // a GPU machine: tests/cuda/test_nccl.cpp runs them
-  const std::string e = usage_error([] { make_nccl_communicators({0, 1}, 10); });
-  CHECK(has(e, "--backend nccl"));
-  CHECK(has(e, kNcclBuilt ? "no usable CUDA device" : "-DDPX_CUDA=ON"));
+  const std::string e = usage_error_of([] { make_nccl_communicators({0, 1}, 10); });
+  CHECK(contains(e, "--backend nccl"));
+  CHECK(contains(e, kNcclBuilt ? "no usable CUDA device" : "-DDPX_CUDA=ON"));
   // run_nccl_ranks makes them first: no rank's body runs.
   bool ran = false;
-  const std::string r = usage_error([&] {
+  const std::string r = usage_error_of([&] {
     run_nccl_ranks({0, 1}, 10, {}, [&](Communicator&, Communicator&) { ran = true; });
   });
-  CHECK(has(r, "--backend nccl"));
+  CHECK(contains(r, "--backend nccl"));
   CHECK_FALSE(ran);
 }
 

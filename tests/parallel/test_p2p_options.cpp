@@ -12,6 +12,8 @@
 #include "parallel/collective_bench.hpp"
 #include "parallel/p2p_backend.hpp"
 #include "parallel/train_options.hpp"
+#include "tests/common/errors.hpp"
+#include "tests/parallel/small_job.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -52,29 +54,18 @@ TEST_CASE("--gpus is refused with a backend other than p2p") {
 
 namespace {
 
-// The usage error validate() gives, or "" when it accepts.
-std::string train_error(void (*change)(TrainOptions&)) {
-  TrainOptions o;
-  o.batch_size = 8;
-  o.devices = "cuda:0,cuda:0";
-  o.parallel = ParallelMode::ddp;
-  o.backend = "p2p";
-  change(o);
-  try {
-    o.validate();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using dpx::testing::contains;
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+// The usage error validate() gives a p2p DDP job on two replicas of GPU 0 after `change`, or "".
+std::string train_error(void (*change)(TrainOptions&)) {
+  return dpx::testing::ddp_options_error("cuda:0,cuda:0", "p2p", change);
+}
 
 }  // namespace
 
 TEST_CASE("dpx train --backend p2p: replicas may share a GPU; what it cannot do is refused with what to do") {
   if (!kP2PBuilt) {
-    CHECK(has(train_error([](TrainOptions&) {}), "--backend p2p: this dpx was built without CUDA"));
+    CHECK(contains(train_error([](TrainOptions&) {}), "--backend p2p: this dpx was built without CUDA"));
     return;
   }
   CHECK(train_error([](TrainOptions&) {}).empty());
@@ -86,13 +77,13 @@ TEST_CASE("dpx train --backend p2p: replicas may share a GPU; what it cannot do 
   two.backend = "nccl";  // NCCL runs one rank per GPU
   CHECK_THROWS_WITH_AS(two.cuda_devices(), doctest::Contains("cuda:0 is named twice"), UsageError);
   CHECK(train_error([](TrainOptions& o) { o.algo = "tree"; }).empty());
-  CHECK(has(train_error([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend p2p runs thread ranks on GPUs"));
-  CHECK(has(train_error([](TrainOptions& o) { o.parallel = ParallelMode::none; }), "pass --parallel ddp"));
-  CHECK(has(train_error([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend p2p"));
-  CHECK(has(train_error([](TrainOptions& o) { o.checkpoint_dir = "ck"; }), "--checkpoint-dir with --backend p2p"));
-  CHECK(has(train_error([](TrainOptions& o) { o.algo = "nccl"; }), "p2p runs dpx's own algorithms"));
-  CHECK(has(train_error([](TrainOptions& o) { o.backend = "p2q"; o.devices = "cuda:0,cuda:1"; }),
+  CHECK(contains(train_error([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend p2p runs thread ranks on GPUs"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.parallel = ParallelMode::none; }), "pass --parallel ddp"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.checkpoint_dir = "ck"; }), "--checkpoint-dir with --backend p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.algo = "nccl"; }), "p2p runs dpx's own algorithms"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.backend = "p2q"; o.devices = "cuda:0,cuda:1"; }),
             "use nccl or p2p (GPU ranks)"));
-  CHECK(has(train_error([](TrainOptions& o) { o.backend = ""; o.devices = "cuda:0,cuda:1"; }), "or --backend p2p"));
-  CHECK(has(train_error([](TrainOptions& o) { o.backend = ""; }), "cuda:0 is named twice"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.backend = ""; o.devices = "cuda:0,cuda:1"; }), "or --backend p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.backend = ""; }), "cuda:0 is named twice"));
 }
