@@ -177,8 +177,8 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   const TrainOptions& o = job.options;
   const std::vector<int> gpus = o.cuda_devices();
   std::unique_ptr<DeviceEnv> env =
-      gpus.empty() ? make_device_env(Device::cpu(), job.threads_per_rank * k, false, o.reference_kernels())
-                   : std::make_unique<WaitingEnv>(make_device_env(Device::cuda(gpus[0]), 1, o.allow_tf32, false));
+      gpus.empty() ? make_device_env(Device::cpu(), job.threads_per_rank * k, o.reference_kernels())
+                   : std::make_unique<WaitingEnv>(make_device_env(Device::cuda(gpus[0]), 1, false));
   apply_math(env->ctx(), o);
   nn::Model master = job.initial.clone(env->ctx().device);
   std::unique_ptr<ReplicatedModel> replicated;
@@ -188,7 +188,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
     enable_peer_access(gpus);
     std::vector<std::unique_ptr<DeviceEnv>> envs;
     for (int gpu : gpus) {
-      envs.push_back(make_device_env(Device::cuda(gpu), 1, o.allow_tf32, false));
+      envs.push_back(make_device_env(Device::cuda(gpu), 1, false));
       apply_math(envs.back()->ctx(), o);
     }
     replicated = std::make_unique<ReplicatedModel>(master, std::move(envs), *env);

@@ -5,7 +5,7 @@
 namespace dpx::parallel {
 
 #ifdef DPX_WITH_CUDA
-std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32);  // parallel/cuda/
+std::unique_ptr<DeviceEnv> make_cuda_env(int device);  // parallel/cuda/
 #else
 void enable_peer_access(const std::vector<int>&) {}
 #endif
@@ -20,12 +20,11 @@ class CpuEnv final : public DeviceEnv {
 };
 }  // namespace
 
-std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32, bool reference) {
+std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool reference) {
   if (device.is_cpu()) return std::make_unique<CpuEnv>(threads, reference);
 #ifdef DPX_WITH_CUDA
-  return make_cuda_env(device.index, allow_tf32);
+  return make_cuda_env(device.index);
 #else
-  (void)allow_tf32;
   fail("--devices ", device.str(), ": this dpx was built without CUDA; rebuild with -DDPX_CUDA=ON on a machine "
        "with the CUDA toolkit, cuDNN and NCCL, or use --devices cpu:K");
 #endif

@@ -32,8 +32,9 @@ class DeviceEnv {
   Context ctx_;
 };
 
-// A CPU rank with `threads` threads, or cuda:N (TF32 math only when allow_tf32).
-std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool allow_tf32, bool reference);
+// A CPU rank with `threads` threads (the reference kernels with `reference`), or cuda:N in fp32
+// math; apply_math (train_options.hpp) then sets what the run asks for (TF32, bf16, determinism).
+std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool reference);
 
 // Lets each GPU of `devices` read and write the others' memory directly (DataParallel's peer
 // copies), where the hardware allows; elsewhere copies go through the host. No-op without CUDA.

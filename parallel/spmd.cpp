@@ -39,7 +39,7 @@ void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Comm
                const MakeSync& make_sync, TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks,
                double clock_offset_s) {
   const TrainOptions& o = job.options;
-  std::unique_ptr<DeviceEnv> env = make_device_env(device, job.threads_per_rank, o.allow_tf32, o.reference_kernels());
+  std::unique_ptr<DeviceEnv> env = make_device_env(device, job.threads_per_rank, o.reference_kernels());
   apply_math(env->ctx(), o);
   // p2p replicas may share a GPU: each allocates from its own stream's pool (outlives every tensor below).
   const std::unique_ptr<cuda::AllocationStreamScope> pool =

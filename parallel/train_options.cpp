@@ -203,6 +203,7 @@ void apply_math(Context& ctx, const TrainOptions& o) {
   if (!ctx.device.is_cuda()) return;
   ctx.allow_tf32 = o.allow_tf32;
   ctx.compute = o.compute_dtype();
+  if (ctx.compute == DType::f32) return;  // fp32 and TF32 run on any GPU
   const std::string why = precision_unsupported_reason(o.precision, cuda::compute_capability(ctx.device.index),
                                                        ctx.device.index);
   if (!why.empty()) usage_fail(why);

@@ -17,8 +17,8 @@ namespace {
 
 class CudaEnv final : public DeviceEnv {
  public:
-  CudaEnv(int device, bool allow_tf32) : state_(cuda::make_cuda_state(device)) {
-    ctx_ = cuda::make_cuda_context(*state_, allow_tf32);
+  explicit CudaEnv(int device) : state_(cuda::make_cuda_state(device)) {
+    ctx_ = cuda::make_cuda_context(*state_);
     for (int i = 0; i < kEvents; ++i) events_.emplace_back(device);
   }
 
@@ -80,12 +80,12 @@ void enable_peer_access(const std::vector<int>& devices) {
     }
 }
 
-std::unique_ptr<DeviceEnv> make_cuda_env(int device, bool allow_tf32) {
+std::unique_ptr<DeviceEnv> make_cuda_env(int device) {
   if (!cuda::available())
     fail("--devices cuda:", device, ": no usable CUDA device: ", cuda::unavailable_reason());
   if (device >= cuda::device_count())
     fail("--devices cuda:", device, ": this machine has ", cuda::device_count(), " CUDA device(s)");
-  return std::make_unique<CudaEnv>(device, allow_tf32);
+  return std::make_unique<CudaEnv>(device);
 }
 
 }  // namespace dpx::parallel

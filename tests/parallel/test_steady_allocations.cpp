@@ -34,7 +34,7 @@ TEST_CASE("resnet18 training steps ask the system for no host memory after warmi
   o.evaluate = false;
   o.log_interval_s = 1e9;
   Job job(o);
-  std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), 2, false, false);
+  std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), 2, false);
   nn::Model model = job.initial.clone(Device::cpu());
   NoSync sync;
   sync.attach(model);
