@@ -17,6 +17,9 @@ struct Context {
   cuda::CudaState* cuda = nullptr;     // owned elsewhere; set only when device is CUDA
   bool allow_tf32 = false;             // TF32 tensor-core math only when asked (--tf32)
   bool deterministic = false;          // CUDA: deterministic algorithms, no float atomics (--deterministic)
+  // CUDA: cuDNN's convolution algorithms by timing every candidate once per shape (--cudnn-algo
+  // search, PyTorch's cudnn.benchmark = True); false: cuDNN's heuristics (PyTorch's default).
+  bool conv_search = false;
   // CUDA: the dtype convolutions and matrix products round their operands to (--precision bf16 or
   // fp16: tensor-core math, fp32 accumulation into fp32 outputs); f32 = no rounding. Every other op
   // computes in fp32, and the weights stay fp32 (PyTorch's autocast lists the same ops).

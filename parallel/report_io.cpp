@@ -105,6 +105,7 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["precision"] = o.precision;
   j["tf32"] = o.allow_tf32;
   j["deterministic"] = o.deterministic;
+  j["cudnn_algo"] = o.cudnn_algo;
   j["grad_dtype"] = o.grad_dtype;
   // The loss scaling in force (auto resolved): null when none.
   const std::optional<LossScaleOptions> scaling = o.loss_scaling();

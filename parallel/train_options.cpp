@@ -202,6 +202,7 @@ void apply_math(Context& ctx, const TrainOptions& o) {
   ctx.deterministic = o.deterministic;
   if (!ctx.device.is_cuda()) return;
   ctx.allow_tf32 = o.allow_tf32;
+  ctx.conv_search = o.cudnn_algo == "search";
   ctx.compute = o.compute_dtype();
   if (ctx.compute == DType::f32) return;  // fp32 and TF32 run on any GPU
   const std::string why = precision_unsupported_reason(o.precision, cuda::compute_capability(ctx.device.index),
@@ -329,6 +330,11 @@ void TrainOptions::validate() const {
   if (on_nonfinite != "stop" && on_nonfinite != "skip" && on_nonfinite != "ignore")
     usage_fail("--on-nonfinite: unknown choice '", on_nonfinite, "': use stop, skip or ignore");
   check_mixed_precision(*this);
+  if (cudnn_algo != "heuristic" && cudnn_algo != "search")
+    usage_fail("--cudnn-algo: unknown choice '", cudnn_algo, "': use heuristic or search");
+  if (cudnn_algo == "search" && !device().is_cuda())
+    usage_fail("--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; CPU "
+               "convolutions choose theirs with --conv-algo");
   if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
     usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
@@ -354,7 +360,8 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--eps", num(eps)}, {"--lr-schedule", lr_schedule}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
       {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--backend", backend}, {"--parallel", parallel_mode_name(parallel)},
       {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
-      {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo}, {"--warmup", num(warmup_steps)},
+      {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo},
+      {"--cudnn-algo", cudnn_algo}, {"--warmup", num(warmup_steps)},
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},

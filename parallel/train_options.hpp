@@ -72,6 +72,7 @@ struct TrainOptions {
   bool pin_threads = false;
   bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
   bool deterministic = false;             // --deterministic: GPU runs repeat bit for bit (kernels/determinism.hpp)
+  std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
   // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
   std::string precision = "fp32";         // --precision fp32 | tf32 | bf16 | fp16: the compute's
   std::string grad_dtype = "fp32";        // --grad-dtype fp32 | bf16 | fp16: DDP's gradient all-reduce

@@ -170,6 +170,12 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--conv-algo", o.conv_algo, kConvAlgoHelp)
       ->check(CLI::IsMember({"auto", "search", "onednn", "winograd", "dpx"}))
       ->capture_default_str();
+  cmd.add_option("--cudnn-algo", o.cudnn_algo,
+                 "GPUs: how each convolution shape's cuDNN algorithm is chosen: heuristic (cuDNN's ranking, as "
+                 "PyTorch's default) or search (every candidate timed once per shape with a workspace of at most "
+                 "1 GiB, as PyTorch's cudnn.benchmark = True; the first steps are slower)")
+      ->check(CLI::IsMember({"heuristic", "search"}))
+      ->capture_default_str();
   cmd.add_flag("--verbose", o.verbose, "also print the algorithm each CPU convolution shape runs, and why");
   cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();
   cmd.add_option("--loss-threshold", o.loss_threshold, "report the first step whose loss is below this")

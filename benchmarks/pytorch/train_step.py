@@ -2,11 +2,15 @@
 """PyTorch peer of `dpx bench --parallel none`: one torchvision model, the same batch, input size
 and optimiser (SGD, Nesterov momentum 0.9, lr 0.05; 10 classes; random 3xSxS input), mean forward /
 backward / optimizer milliseconds per step after warm-up, and images/s.
-Usage: train_step.py MODEL [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda] [--tf32] [--bf16]
+Usage: train_step.py MODEL[,MODEL...] [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda]
+                     [--tf32] [--bf16] [--benchmark 0|1] [--warmup 2]
+One line per model, in the order given (several models share one Python start-up).
 On CUDA every phase ends with torch.cuda.synchronize(), as dpx's phase boundaries end with an
 event; --tf32 allows TF32 in matrix products and convolutions (off: exact fp32, as dpx without
 --tf32); --bf16 runs forward and backward under torch.autocast in bfloat16 (fp32 weights and
-optimizer, PyTorch's mixed precision). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
+optimizer, PyTorch's mixed precision); --benchmark sets torch.backends.cudnn.benchmark (1, the
+default here: algorithms found by timing, as dpx's --cudnn-algo search; 0: cuDNN's heuristics, as
+dpx's default). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
 import argparse
 import time
 
@@ -23,6 +27,7 @@ def main():
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--benchmark", type=int, choices=[0, 1], default=1)
     args = ap.parse_args()
     if len(args.numbers) > 4:
         ap.error("at most four numbers: batch size steps threads")
@@ -30,11 +35,18 @@ def main():
     torch.set_num_threads(threads)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.backends.cudnn.benchmark = True  # as dpx, which picks and caches a cuDNN algorithm per shape
+    torch.backends.cudnn.benchmark = bool(args.benchmark)
     device = torch.device(args.device)
+    for name in [m for m in args.model.split(",") if m]:
+        run_model(name, device, batch, size, steps, threads, args)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def run_model(name, device, batch, size, steps, threads, args):
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, args.model)(num_classes=10).to(device)
+    model = getattr(torchvision.models, name)(num_classes=10).to(device)
     model.train()
     x = torch.randn(batch, 3, size, size, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
@@ -59,7 +71,7 @@ def main():
             fwd, bwd, upd = fwd + t1 - t0, bwd + t2 - t1, upd + t3 - t2
     total = fwd + bwd + upd
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"threads {threads}"
-    print(f"torch {torch.__version__} {args.model} batch {batch} {size}x{size} {where}"
+    print(f"torch {torch.__version__} {name} batch {batch} {size}x{size} {where}"
           f"{' tf32' if args.tf32 else ''}{' bf16' if args.bf16 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
           f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s")
 

@@ -1,6 +1,11 @@
 // 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter
 // and bias. The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
-// benchmark=False), is cached in CudaState, and its workspace comes from the caching allocator.
+// benchmark=False) or, with Context::conv_search (--cudnn-algo search), from timing every candidate
+// once (cudnnFind*AlgorithmEx, as PyTorch's benchmark=True); either is cached in CudaState, and its
+// workspace comes from the caching allocator. DPX_CUDNN_LOG=1 prints each choice to stderr.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,14 +95,58 @@ AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, const Contex
   AlgoKey key;
   key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
            p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, ctx.allow_tf32 ? 1 : 0,
-           ctx.deterministic ? 1 : 0, static_cast<int64_t>(ctx.compute), 0, 0};
+           ctx.deterministic ? 1 : 0, static_cast<int64_t>(ctx.compute), ctx.conv_search ? 1 : 0, 0};
   return key;
 }
+
+// DPX_CUDNN_LOG=1 (read once): each algorithm choice on stderr, when it is made (once per key).
+bool log_choices() {
+  static const bool on = [] {
+    const char* v = std::getenv("DPX_CUDNN_LOG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+// The workspace a search may time candidates with: 1 GiB, or less where less is free (PyTorch
+// offers its largest free block). Stated in --cudnn-algo's help.
+constexpr size_t kSearchWorkspaceBytes = size_t(1) << 30;
+
+// The device memory a search needs beside the inputs: the pass's output (cuDNN writes it while
+// timing, so the real output is left alone) and the workspace.
+class SearchScratch {
+ public:
+  SearchScratch(const CudaState& st, size_t output_bytes) : output_(st, output_bytes) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      free_bytes = 0;
+    }
+    for (size_t bytes = std::min(kSearchWorkspaceBytes, free_bytes / 2); bytes >= (size_t(1) << 20); bytes /= 2) {
+      try {
+        workspace_.emplace(st, bytes);
+        workspace_bytes_ = bytes;
+        break;
+      } catch (const Error&) {  // not that much now: try half
+      }
+    }
+  }
+  void* output() const { return output_.as<void>(); }
+  void* workspace() const { return workspace_ ? workspace_->as<void>() : nullptr; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  detail::Scratch output_;
+  std::optional<detail::Scratch> workspace_;
+  size_t workspace_bytes_ = 0;
+};
 
 // Picks the first heuristic result that runs in the requested math and whose workspace can be
 // allocated (PyTorch's rule), and caches it. `Perf` is one of cuDNN's *AlgoPerf_t structs. The
 // heuristics' sizes were computed under the query's math type; `size(algo, math)` sets the math
 // the convolution will run in on its descriptor and asks cuDNN again (TF32 may need more).
+// With ctx.conv_search, `query` times the candidates (cudnnFind*AlgorithmEx: sorted by time,
+// each with the workspace it needs) and the same rule takes the fastest usable one.
 template <typename Perf, typename Query, typename Size>
 AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const char* what, Query query, Size size) {
   auto hit = st.conv_algos.find(key);
@@ -105,6 +154,7 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
   std::vector<Perf> perf(32);
   int returned = 0;
   query(static_cast<int>(perf.size()), &returned, perf.data());
+  returned = std::clamp(returned, 0, static_cast<int>(perf.size()));
   std::string tried;
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[i];
@@ -125,6 +175,21 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
     c.workspace_bytes = bytes;
     c.math = math;
     st.conv_algos.emplace(key, c);
+    if (log_choices()) {
+      char timed[48] = "";
+      if (ctx.conv_search) std::snprintf(timed, sizeof timed, ", %.3f ms", double(r.time));
+      // key.v: pass, n c h w, k kh kw, stride, pad, dilation, groups, tf32, deterministic, compute, search
+      const auto& v = key.v;
+      std::fprintf(stderr,
+                   "dpx cudnn: %s x %lldx%lldx%lldx%lld w %lldx%lldx%lldx%lld stride %lld,%lld pad %lld,%lld "
+                   "dilation %lld,%lld groups %lld: algo %d, %s math, workspace %zu bytes, by %s (candidate %d of %d%s)\n",
+                   what, (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5],
+                   (long long)(v[2] / std::max<int64_t>(v[14], 1)), (long long)v[6], (long long)v[7], (long long)v[8],
+                   (long long)v[9], (long long)v[10], (long long)v[11], (long long)v[12], (long long)v[13],
+                   (long long)v[14], c.algo,
+                   tensor_op_math(math) ? "tensor-op" : math == CUDNN_FMA_MATH ? "fma" : "default",
+                   bytes, ctx.conv_search ? "search" : "heuristic", i + 1, returned, timed);
+    }
     return c;
   }
   fail("conv2d: cuDNN offers no usable ", what, " algorithm for this shape (", returned,
@@ -195,9 +260,17 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   FilterDesc wd(w, type);
   ConvDesc cd(p, compute_type(ctx));
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
       ctx, st, make_key(Pass::forward, s, p, ctx), "forward", [&](int n, int* got, auto* perf) {
-        DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
+        if (!ctx.conv_search) {
+          DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
+          return;
+        }
+        const SearchScratch scratch(st, static_cast<size_t>(y.numel()) * dtype_size(ctx.compute));
+        DPX_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(st.cudnn, xd.d, hx.get(), wd.d, hw.get(), cd.d, yd.d,
+                                                               scratch.output(), n, got, perf, scratch.workspace(),
+                                                               scratch.workspace_bytes()));
       },
       [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
         size_t bytes = 0;
@@ -207,7 +280,6 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
       });
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
   const float one = 1.f, zero = 0.f;
-  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
   const Result hy(ctx, st, y, op, "y");
   void* ws = st.workspace(c.workspace_bytes);
   DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, hx.get(), wd.d, hw.get(), cd.d,
@@ -236,10 +308,19 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   if (dx) {
     ConvDesc cd(p, compute_type(ctx));
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+    const Operand hw(ctx, st, w, op, "w");
     AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
         ctx, st, make_key(Pass::backward_data, s, p, ctx), "backward-data",
         [&](int n, int* got, auto* perf) {
-          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+          if (!ctx.conv_search) {
+            DPX_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+            return;
+          }
+          const SearchScratch scratch(st, static_cast<size_t>(x.numel()) * dtype_size(ctx.compute));
+          DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(st.cudnn, wd.d, hw.get(), dyd.d, hdy->get(),
+                                                                      cd.d, xd.d, scratch.output(), n, got, perf,
+                                                                      scratch.workspace(), scratch.workspace_bytes()));
         },
         [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
           size_t bytes = 0;
@@ -249,7 +330,6 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
-    const Operand hw(ctx, st, w, op, "w");
     const Result hdx(ctx, st, *dx, op, "dx");
     void* ws = st.workspace(c.workspace_bytes);
     DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, hw.get(), dyd.d, hdy->get(), cd.d,
@@ -260,10 +340,20 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   if (dw) {
     ConvDesc cd(p, compute_type(ctx));
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+    const Operand hx(ctx, st, x, op, "x");
     AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
         ctx, st, make_key(Pass::backward_filter, s, p, ctx), "backward-filter",
         [&](int n, int* got, auto* perf) {
-          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+          if (!ctx.conv_search) {
+            DPX_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+            return;
+          }
+          const SearchScratch scratch(st, static_cast<size_t>(w.numel()) * dtype_size(ctx.compute));
+          DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(st.cudnn, xd.d, hx.get(), dyd.d, hdy->get(),
+                                                                        cd.d, wd.d, scratch.output(), n, got, perf,
+                                                                        scratch.workspace(),
+                                                                        scratch.workspace_bytes()));
         },
         [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math) {
           size_t bytes = 0;
@@ -273,7 +363,6 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
           return bytes;
         });
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
-    const Operand hx(ctx, st, x, op, "x");
     const Result hdw(ctx, st, *dw, op, "dw");
     void* ws = st.workspace(c.workspace_bytes);
     DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, hx.get(), dyd.d, hdy->get(), cd.d,

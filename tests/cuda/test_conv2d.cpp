@@ -50,10 +50,9 @@ Tensor conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, const o
   return y;
 }
 
-}  // namespace
-
-TEST_CASE("cuda conv2d forward and backward match the reference and float64, no TF32") {
-  Context c = reference(), g = gpu();
+// Every case's forward and backward on `g` against the reference kernels.
+void check_cases(Context g) {
+  Context c = reference();
   uint64_t seed = 100;
   for (const ConvCase& k : cases()) {
     CAPTURE(k.c);
@@ -93,8 +92,26 @@ TEST_CASE("cuda conv2d forward and backward match the reference and float64, no 
     ops::conv2d_backward(g, &gover, nullptr, nullptr, gdy, gx, gw, p, ops::DxMode::overwrite);
     CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
+}
+
+}  // namespace
+
+TEST_CASE("cuda conv2d forward and backward match the reference and float64, no TF32") {
+  const size_t before = state().conv_algos.size();
+  check_cases(gpu());
   // The algorithm choices were cached per shape and pass.
-  CHECK(state().conv_algos.size() >= cases().size());
+  CHECK(state().conv_algos.size() >= before + cases().size());
+}
+
+// --cudnn-algo search: cudnnFind*AlgorithmEx times the candidates on scratch outputs, so the
+// gradients accumulated into dx and dw (beta 1) are not disturbed by the search; the choices are
+// cached under keys of their own, apart from the heuristic's.
+TEST_CASE("cuda conv2d with the algorithms found by timing (--cudnn-algo search) matches the reference") {
+  Context g = gpu();
+  g.conv_search = true;
+  const size_t before = state().conv_algos.size();
+  check_cases(g);
+  CHECK(state().conv_algos.size() >= before + 3 * cases().size());  // forward, data, filter per shape
 }
 
 TEST_CASE("cuda conv2d: shape errors are clear") {

@@ -92,6 +92,14 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
   Context c = cpu(), g = gpu();
   // DPX_ZOO_MODELS=a,b limits the run to those models (a quick look at one on a GPU machine).
   const char* only = std::getenv("DPX_ZOO_MODELS");
+  // DPX_ZOO_CONV=search or deterministic: the GPU's convolutions with the algorithms found by timing
+  // (--cudnn-algo search) or cuDNN's deterministic ones only (--deterministic), to see whether a
+  // difference follows the algorithm (with DPX_CUDNN_LOG=1 to name them).
+  const std::string conv = std::getenv("DPX_ZOO_CONV") ? std::getenv("DPX_ZOO_CONV") : "";
+  REQUIRE_MESSAGE((conv.empty() || conv == "search" || conv == "deterministic"),
+                  "DPX_ZOO_CONV is '" << conv << "': use search or deterministic");
+  g.conv_search = conv == "search";
+  g.deterministic = conv == "deterministic";
   for (const zoo::ModelInfo& info : zoo::registry()) {
     if (only && ("," + std::string(only) + ",").find("," + info.name + ",") == std::string::npos) continue;
     CAPTURE(info.name);
