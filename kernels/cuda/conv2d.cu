@@ -73,9 +73,10 @@ cudnnMathType_t base_math(const Context& ctx) {
   if (ctx.compute == DType::f16) return CUDNN_TENSOR_OP_MATH;
   return ctx.allow_tf32 || ctx.compute == DType::bf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
-cudnnDataType_t compute_type(const Context& ctx) {
-  return ctx.compute == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
+// fp32 for every data type: cuDNN 9.19's legacy descriptor refuses a bf16 compute type
+// (CUDNN_STATUS_BAD_PARAM: float, double, half, int32 or fp8 only; seen on the H100, 2026-11-26),
+// so bf16 data runs in PSEUDO_BFLOAT16 configuration, fp32 accumulation on tensor cores.
+cudnnDataType_t compute_type(const Context&) { return CUDNN_DATA_FLOAT; }
 // The data type of the convolution's tensors: the compute dtype (operands rounded to it).
 cudnnDataType_t data_type(const Context& ctx) {
   return ctx.compute == DType::bf16 ? CUDNN_DATA_BFLOAT16 : ctx.compute == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
