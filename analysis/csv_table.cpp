@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -13,12 +14,38 @@ namespace dpx::analysis {
 
 namespace {
 
-std::vector<std::string> split(const std::string& line) {
+// Comma-separated fields; a field in double quotes may hold commas and doubled quotes (core/csv.hpp
+// writes them so). An unclosed quote is a damaged line: nullopt.
+std::optional<std::vector<std::string>> split(const std::string& line) {
   std::vector<std::string> fields;
   std::string field;
-  std::istringstream is(line);
-  while (std::getline(is, field, ',')) fields.push_back(field);
-  if (!line.empty() && line.back() == ',') fields.emplace_back();
+  size_t i = 0;
+  while (true) {
+    field.clear();
+    if (i < line.size() && line[i] == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size()) return std::nullopt;
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            field += '"';
+            ++i;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        field += line[i];
+      }
+      if (i < line.size() && line[i] != ',') return std::nullopt;  // text after the closing quote
+    } else {
+      const size_t comma = line.find(',', i);
+      field = line.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+      i = comma == std::string::npos ? line.size() : comma;
+    }
+    fields.push_back(field);
+    if (i >= line.size()) break;
+    ++i;  // the comma
+  }
   return fields;
 }
 
@@ -40,7 +67,11 @@ CsvTable CsvTable::read(const std::string& path, std::string_view flag) {
     if (line.empty()) continue;
     if (line.find('\0') != std::string::npos)
       usage_fail(flag, ": '", path, "' line ", line_no, " holds binary data: not a CSV file");
-    std::vector<std::string> fields = split(line);
+    std::optional<std::vector<std::string>> split_line = split(line);
+    if (!split_line)
+      usage_fail(flag, ": '", path, "' line ", line_no, " has a quoted field that does not close: a damaged or "
+                 "hand-edited file");
+    std::vector<std::string> fields = std::move(*split_line);
     if (t.header_.empty()) {
       if (line.front() == '{' || line.front() == '[')
         usage_fail(flag, ": '", path, "' is JSON, not a CSV file (a dpx fit file goes to dpx predict --fit)");

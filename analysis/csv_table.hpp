@@ -1,5 +1,6 @@
-// A CSV file as dpx writes them (a header line, then rows of plain comma-separated fields, no
-// quoting), read with errors that name the file, the line and the column.
+// A CSV file as dpx writes them (a header line, then rows of comma-separated fields; a field with
+// a comma in it, such as a --devices list, in double quotes: core/csv.hpp), read with errors that
+// name the file, the line and the column.
 #pragma once
 #include <string>
 #include <string_view>

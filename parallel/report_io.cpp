@@ -1,3 +1,4 @@
+#include "core/csv.hpp"
 #include "parallel/report_io.hpp"
 
 #include <iomanip>
@@ -45,7 +46,7 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
   const TrainOptions& o = report.options;
   std::ostringstream os;
   os.precision(9);
-  os << o.model << "," << o.dataset << "," << o.devices << "," << parallel_mode_name(o.parallel) << ","
+  os << o.model << "," << o.dataset << "," << csv_field(o.devices) << "," << parallel_mode_name(o.parallel) << ","
      << o.algo << "," << report.ranks << "," << report.threads_per_rank << "," << o.batch_size << ","
      << o.batch_size / report.ranks << "," << o.accumulate << "," << o.bucket_mb << "," << (o.overlap ? 1 : 0)
      << "," << o.epochs << "," << s.measured_steps << "," << report.num_trainable;

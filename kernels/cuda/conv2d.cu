@@ -46,9 +46,8 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  // `compute`: fp32 for fp32 and fp16 data (fp16 as cuDNN's PSEUDO_HALF_CONFIG); bf16 for bf16
-  // data, PyTorch's choice (its aten/src/ATen/cudnn/Descriptors.h), accumulated in fp32 on
-  // tensor cores all the same.
+  // `compute`: fp32 for every data type (compute_type below): fp16 and bf16 data as cuDNN's
+  // PSEUDO_HALF and PSEUDO_BFLOAT16 configurations, accumulated in fp32 on tensor cores.
   ConvDesc(const Conv2dParams& p, cudnnDataType_t compute) {
     DPX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
     // Cross-correlation is what deep-learning "convolution" means (PyTorch's conv2d).

@@ -8,6 +8,9 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "core/cuda/context.hpp"
 #include "core/tensor.hpp"
 #include "kernels/ops.hpp"
@@ -28,8 +31,9 @@ inline Context gpu(bool allow_tf32 = false) { return cuda::make_cuda_context(sta
 // same oracle the CPU kernels are tested against (tests/kernels/test_ref.cpp).
 inline Context reference() { return Context::ref(); }
 // The fast CPU kernels, for whole models (tests/cuda/test_zoo_models.cpp), where the reference
-// loops would be slow.
-inline Context cpu() { return Context::cpu(2); }
+// loops would be slow: up to 8 threads (the zoo test's CPU side outran a 110 s budget on 2 threads
+// of a 16-core GPU machine, 2026-11-26).
+inline Context cpu() { return Context::cpu(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u))); }
 inline Device dev() { return Device::cuda(0); }
 
 }  // namespace dpx::testing

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""dpx's per-op GPU profile against PyTorch's, one table per model and precision (Markdown).
+
+Usage: compare_profiles.py PROFILE_DPX.csv PROFILE_TORCH.csv [--top 5] [--dpx-log LOG ...]
+  PROFILE_DPX.csv    scripts/gpu's profile-dpx.csv (dpx bench --profile-ops rows with precision first)
+  PROFILE_TORCH.csv  scripts/gpu's profile-torch.csv (benchmarks/pytorch/profile_step.py)
+  --dpx-log LOG      a `dpx bench --profile-ops` log whose op tables stand in for missing CSV rows
+                     (a run cut before its CSV was copied), with --dpx-log-precision P (bf16)
+
+The two engines name their ops differently, so both are summed into the same kinds of work (the
+CATEGORIES below: convolution forward, convolution backward, batch norm, ...); dpx's time per op is
+its kernels' time plus its launches (the profiler waits for the stream around each op), PyTorch's is
+each aten op's own device time (kernels only). Per model, the table lists every kind with both
+engines' ms per step and dpx's excess, largest first; the first --top rows are where dpx loses most.
+"""
+import argparse
+import collections
+import csv
+import re
+import sys
+
+# (kind, dpx ops, PyTorch ops). An op named in no kind is "other".
+CATEGORIES = [
+    ("convolution forward", {"conv2d_forward"},
+     {"aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::cudnn_convolution_relu",
+      "aten::cudnn_convolution_add_relu", "aten::_convolution", "aten::convolution", "aten::conv2d"}),
+    ("convolution backward", {"conv2d_backward"}, {"aten::convolution_backward", "aten::_conv_depthwise2d_backward"}),
+    ("batch norm", {"batch_norm_forward_train", "batch_norm_backward", "increment_i64"},
+     {"aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward", "aten::native_batch_norm",
+      "aten::native_batch_norm_backward", "aten::_batch_norm_impl_index"}),
+    ("activations", {"relu_forward", "relu_backward", "silu_forward", "silu_backward", "sigmoid_forward",
+                     "sigmoid_backward", "gelu_forward", "gelu_backward"},
+     {"aten::relu_", "aten::relu", "aten::clamp_min_", "aten::clamp_min", "aten::threshold_backward",
+      "aten::silu_", "aten::silu", "aten::silu_backward", "aten::sigmoid", "aten::sigmoid_backward", "aten::gelu",
+      "aten::gelu_backward", "aten::hardtanh_", "aten::hardtanh_backward"}),
+    ("pooling", {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward",
+                 "adaptive_avg_pool2d_forward", "adaptive_avg_pool2d_backward"},
+     {"aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d",
+      "aten::avg_pool2d_backward", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
+      "aten::mean", "aten::adaptive_avg_pool2d"}),
+    ("linear and matmul", {"linear_forward", "linear_backward", "matmul", "matmul_backward"},
+     {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm"}),
+    ("concatenation and layout", {"concat_channels", "split_channels_backward", "permute", "permute_backward",
+                                  "roll", "index_select", "index_select_backward", "copy"},
+     {"aten::cat", "aten::roll", "aten::index", "aten::_index_put_impl_", "aten::index_put_", "aten::copy_",
+      "aten::clone", "aten::contiguous", "aten::constant_pad_nd", "aten::narrow"}),
+    ("norms, softmax, dropout, loss", {"layer_norm_forward", "layer_norm_backward", "softmax_forward",
+                                        "softmax_backward", "dropout_forward", "dropout_backward",
+                                        "cross_entropy_forward", "cross_entropy_backward"},
+     {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::_softmax",
+      "aten::_softmax_backward_data", "aten::native_dropout", "aten::native_dropout_backward", "aten::bernoulli_",
+      "aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
+      "aten::nll_loss_backward", "aten::masked_fill_"}),
+    ("elementwise and sums", {"add", "axpy", "mul_broadcast", "mul_broadcast_backward", "add_broadcast",
+                              "add_broadcast_backward", "fill"},
+     {"aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::div", "aten::div_", "aten::sub", "aten::fill_",
+      "aten::zero_", "aten::sum", "aten::remainder", "aten::ne", "aten::eq", "aten::arange", "aten::where"}),
+    ("optimizer", {"sgd_step", "count_nonfinite"},
+     {"aten::_foreach_mul_", "aten::_foreach_add_", "aten::_foreach_addcmul_", "aten::_foreach_lerp_",
+      "aten::_foreach_sqrt", "aten::_foreach_div_", "aten::_fused_sgd_"}),
+]
+SKIP_TORCH = {"Activity Buffer Request", "(step)"}
+
+
+def kind_of(op, engine):
+    for kind, dpx_ops, torch_ops in CATEGORIES:
+        if op in (dpx_ops if engine == "dpx" else torch_ops):
+            return kind
+    return "other"
+
+
+def read_dpx(path):
+    """{(model, precision): {op: ms_per_step}} from profile-dpx.csv (configuration = MODEL_b64_...)."""
+    out = collections.defaultdict(dict)
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])  # MODEL_b64_none_cuda1
+            model = m.group(1) if m else row["configuration"]
+            out[(model, row["precision"])][row["op"]] = float(row["ms_per_step"])
+    return out
+
+
+def read_dpx_log(path, precision, out):
+    """The op tables of a `dpx bench --profile-ops` log: '[i/n] MODEL batch ...' then rows
+    'op calls total_ms ms_per_step % gflops'."""
+    model = None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\[\d+/\d+\] (\S+) batch", line)
+            if m:
+                model = m.group(1)
+                continue
+            parts = line.split()
+            if model and len(parts) >= 5 and re.fullmatch(r"[a-z0-9_]+", parts[0]) and parts[1].isdigit():
+                try:
+                    out[(model, precision)][parts[0]] = float(parts[3])
+                except ValueError:
+                    pass
+    return out
+
+
+def read_torch(path):
+    """({(model, precision): {op: gpu_ms_per_step}}, {(model, precision): (kernels, kernel_ms, wall_ms)})"""
+    ops = collections.defaultdict(dict)
+    steps = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            key = (row["model"], row["precision"])
+            if row["op"] == "(step)":
+                steps[key] = (float(row["kernels_per_step"]), float(row["gpu_ms_per_step"]), float(row["host_ms_per_step"]))
+            elif row["op"] not in SKIP_TORCH and float(row["gpu_ms_per_step"]) > 0:
+                ops[key][row["op"]] = ops[key].get(row["op"], 0.0) + float(row["gpu_ms_per_step"])
+    return ops, steps
+
+
+def table(key, dpx_ops, torch_ops, torch_step, top):
+    by_kind = collections.defaultdict(lambda: [0.0, 0.0, collections.Counter(), collections.Counter()])
+    for op, ms in dpx_ops.items():
+        k = by_kind[kind_of(op, "dpx")]
+        k[0] += ms
+        k[2][op] += ms
+    for op, ms in torch_ops.items():
+        k = by_kind[kind_of(op, "torch")]
+        k[1] += ms
+        k[3][op] += ms
+    rows = sorted(by_kind.items(), key=lambda kv: kv[1][0] - kv[1][1], reverse=True)
+    model, precision = key
+    total_d = sum(v[0] for v in by_kind.values())
+    total_t = sum(v[1] for v in by_kind.values())
+    lines = [f"#### {model}, {precision}", ""]
+    if torch_step:
+        lines.append(f"dpx's ops: {total_d:.1f} ms per step (each op timed alone); PyTorch's kernels: {total_t:.1f} ms "
+                     f"per step, {torch_step[0]:.0f} kernels, {torch_step[2]:.1f} ms wall under the profiler.")
+        lines.append("")
+    lines.append("| kind of work | dpx ms | PyTorch ms | dpx − PyTorch | dpx's largest ops | PyTorch's largest ops |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for i, (kind, (d, t, dops, tops)) in enumerate(rows):
+        mark = "**" if i < top and d - t > 0.05 else ""
+        names_d = ", ".join(f"{o} {v:.2f}" for o, v in dops.most_common(2))
+        names_t = ", ".join(f"{o.replace('aten::', '')} {v:.2f}" for o, v in tops.most_common(2))
+        lines.append(f"| {mark}{kind}{mark} | {d:.2f} | {t:.2f} | {d - t:+.2f} | {names_d} | {names_t} |")
+    lines.append("")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("dpx_csv")
+    ap.add_argument("torch_csv")
+    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--dpx-log", action="append", default=[])
+    ap.add_argument("--dpx-log-precision", default="bf16")
+    args = ap.parse_args()
+    dpx = read_dpx(args.dpx_csv)
+    for log in args.dpx_log:
+        read_dpx_log(log, args.dpx_log_precision, dpx)
+    torch_ops, torch_steps = read_torch(args.torch_csv)
+    keys = sorted(set(dpx) | set(torch_ops), key=lambda k: (["fp32", "tf32", "bf16"].index(k[1])
+                                                              if k[1] in ("fp32", "tf32", "bf16") else 9, k[0]))
+    out = []
+    for key in keys:
+        if key not in dpx or key not in torch_ops:
+            missing = "dpx" if key not in dpx else "PyTorch"
+            out += [f"#### {key[0]}, {key[1]}", "", f"({missing}'s profile did not run.)", ""]
+            continue
+        out += table(key, dpx[key], torch_ops[key], torch_steps.get(key), args.top)
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
