@@ -101,7 +101,9 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
   g.conv_search = conv == "search";
   g.deterministic = conv == "deterministic";
   for (const zoo::ModelInfo& info : zoo::registry()) {
-    if (only && ("," + std::string(only) + ",").find("," + info.name + ",") == std::string::npos) continue;
+    if (only && std::string(",").append(only).append(",").find(std::string(",").append(info.name).append(",")) ==
+                    std::string::npos)
+      continue;
     CAPTURE(info.name);
     zoo::ModelOptions o;
     o.num_classes = 10;
