@@ -39,3 +39,49 @@ TEST_CASE("scripts/gpu without a GPU exits 3 saying so; an unknown stage exits 2
   CHECK(bad.output.find("unknown stage 'benchmark'") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a bad option or budget scale exits 2") {
+  const DpxResult r = run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --dry-run");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* stage : {"build", "test", "profile", "bench", "ddp", "sanitize", "report"})
+    CHECK(r.output.find(std::string("  ") + stage + " ") != std::string::npos);
+  CHECK(r.output.find("collective") == std::string::npos);  // several GPUs only
+  const auto at = r.output.find("  total ");
+  REQUIRE(at != std::string::npos);
+  const int total = std::stoi(r.output.substr(at + 8));
+  CHECK(total > 0);
+  CHECK(total <= 540);
+  const DpxResult one = run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --dry-run profile");
+  CHECK(one.code == 0);
+  CHECK(one.output.find("  build ") == std::string::npos);
+  CHECK(one.output.find("  profile ") != std::string::npos);
+  CHECK(run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --fast").code == 2);
+  const DpxResult scale = run_command("NVIDIA_SMI=false BUDGET_SCALE=abc " + kSource + "/scripts/gpu --dry-run");
+  CHECK(scale.code == 2);
+  CHECK(scale.output.find("BUDGET_SCALE") != std::string::npos);
+}
+
+TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py ranks the committed H100 profile") {
+  if (run_command("command -v python3").code != 0) {
+    MESSAGE("no python3 on this machine: the Python peers are not checked (they run where PyTorch is)");
+    return;
+  }
+  for (const char* script : {"benchmarks/pytorch/profile_step.py", "benchmarks/pytorch/train_step.py",
+                             "benchmarks/gpu/compare_profiles.py"}) {
+    CAPTURE(script);
+    const DpxResult r = run_command("python3 -c \"import ast,sys; ast.parse(open(sys.argv[1]).read())\" " + kSource +
+                                    "/" + script);
+    CAPTURE(r.output);
+    CHECK(r.code == 0);
+  }
+  // The committed 2026-11-26 H100 profiles: squeezenet1_1 loses most in its convolutions' backward.
+  const std::string dir = kSource + "/benchmarks/gpu/2026-11-26-h100/run1/";
+  const DpxResult cmp = run_command("python3 " + kSource + "/benchmarks/gpu/compare_profiles.py " + dir +
+                                    "profile-dpx.csv " + dir + "profile-torch.csv");
+  CAPTURE(cmp.output);
+  REQUIRE(cmp.code == 0);
+  const auto at = cmp.output.find("#### squeezenet1_1, fp32");
+  REQUIRE(at != std::string::npos);
+  CHECK(cmp.output.find("| **convolution backward** | 20.39 | 4.39 | +16.00 |", at) != std::string::npos);
+}
