@@ -26,7 +26,10 @@ bool is_executable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0
 
 }  // namespace
 
-int run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& log) {
+int run_gnuplot(const std::string& gnuplot, const std::string& script_path, const std::string& log,
+                const std::string& dir) {
+  // The child enters `dir` before gnuplot opens the script: the script's own path must not be relative.
+  const std::string script = fs::absolute(script_path).string();
   const pid_t pid = ::fork();
   if (pid < 0) fail("dpx plot: cannot start gnuplot: ", std::strerror(errno));
   if (pid == 0) {
@@ -36,6 +39,7 @@ int run_gnuplot(const std::string& gnuplot, const std::string& script, const std
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
     ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }

@@ -199,8 +199,10 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
 
   // Two inputs whose folders or files share a name would give two figures one name.
   std::map<std::string, int> stems;
-  for (Figure& f : figures)
+  for (Figure& f : figures) {
+    f.stem = plot::slug(f.stem);  // [A-Za-z0-9._-] only: it names files in a gnuplot script
     if (const int n = ++stems[f.stem]; n > 1) f.stem += "-" + std::to_string(n);
+  }
 
   ensure_writable_dir(o.out_dir, "--out");
   const std::string tmp = ".tmp." + std::to_string(::getpid()) + ".0";
@@ -219,15 +221,17 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
       const std::string log = (dir / (f.stem + ".log" + tmp)).string();
       temporaries.insert(temporaries.end(), {png, svg, script, log});
       {
+        // gnuplot runs in `dir`: the outputs are named by their file names alone (a stem is a
+        // figure's name and a slug of an input's, [A-Za-z0-9._-] only), never by the folder's path.
         std::ofstream s(script);
         s << "# dpx plot: " << f.stem << "\n" << "set terminal pngcairo size " << size
-          << " noenhanced font 'sans,10'\nset output " << quoted(png) << "\n"
+          << " noenhanced font 'sans,10'\nset output " << quoted(fs::path(png).filename().string()) << "\n"
           << f.body << "set terminal svg size " << size
-          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(svg)
-          << "\nreplot\nunset output\n";
+          << " noenhanced font 'sans,10' background '#ffffff'\nset output "
+          << quoted(fs::path(svg).filename().string()) << "\nreplot\nunset output\n";
         if (!s.flush()) fail("dpx plot: cannot write the gnuplot script '", script, "'");
       }
-      const int rc = run_gnuplot(gnuplot, script, log);
+      const int rc = run_gnuplot(gnuplot, script, log, dir.string());
       if (rc != 0 || !fs::exists(png) || !fs::exists(svg) || fs::file_size(png) == 0)
         fail("dpx plot: gnuplot (", gnuplot, ") failed drawing ", f.stem, " (exit status ", rc, "): ",
              file_text_of(log));

@@ -19,6 +19,7 @@
 
 #include "analysis/gnuplot.hpp"
 #include "core/error.hpp"
+#include "core/quote.hpp"
 #include "core/stop.hpp"
 #include "tools/commands.hpp"
 
@@ -127,11 +128,7 @@ std::vector<Step> steps_of(const StudyFlags& f, int k) {
 
 std::string shell_line(const std::vector<std::string>& words) {
   std::string line = "dpx";
-  for (const std::string& w : words) {
-    const bool safe = !w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                        "@%+=:,./-_") == std::string::npos;
-    line += " " + (safe ? w : "'" + w + "'");
-  }
+  for (const std::string& w : words) line += " " + shell_quote(w);
   return line;
 }
 
@@ -188,7 +185,10 @@ void run(StudyFlags& f) {
   // The commands, written before they run: the study's record and a script that remakes it.
   {
     std::ofstream sh(fs::path(f.out) / "commands.sh");
-    sh << "#!/bin/sh\n# " << command_line() << "\n# Run in this folder to remake the study (dpx on PATH).\nset -e\n";
+    // The command line is a comment: shown with its control characters escaped, so that none
+    // of them ends the comment (a newline in --out would start a command of its own).
+    sh << "#!/bin/sh\n# " << printable(command_line())
+       << "\n# Run in this folder to remake the study (dpx on PATH).\nset -e\n";
     for (const Step& s : steps) sh << shell_line(s.words) << "\n";
   }
   std::vector<std::string> outputs;
