@@ -252,18 +252,14 @@ struct ScratchDir {
 };
 
 // An existing --out file is overwritten only when dpx report wrote it (its marker, near the top).
-void check_out_file(const std::string& out) {
+void check_out_file(const ReportOptions& o) {
   std::error_code ec;
-  if (out.empty()) usage_fail("--out: name the HTML file to write, e.g. --out report.html");
-  if (fs::is_directory(out, ec)) usage_fail("--out: '", out, "' is a folder: name the HTML file to write");
-  if (!fs::exists(out, ec)) return;
-  std::ifstream in(out, std::ios::binary);
-  std::string head(4096, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(in.gcount()));
-  if (head.find(kReportGenerator) == std::string::npos)
-    usage_fail("--out: '", out, "' exists and was not written by dpx report: not overwriting it; remove it or name "
-               "another file");
+  if (o.out_file.empty()) usage_fail("--out: name the HTML file to write, e.g. --out report.html");
+  if (fs::is_directory(o.out_file, ec)) usage_fail("--out: '", o.out_file, "' is a folder: name the HTML file to write");
+  std::vector<FlagPath> inputs;
+  for (const std::string& in : o.inputs) inputs.push_back({"an input", in});
+  check_outputs_distinct({{"--out", o.out_file}}, inputs);
+  check_output_file(o.out_file, FileKind::report_html, "--out", o.force);
 }
 
 }  // namespace
@@ -303,7 +299,7 @@ int make_report(const ReportOptions& o) {
     }
     sections.push_back(s + "</section>\n");
   }
-  check_out_file(o.out_file);
+  check_out_file(o);
   if (find_executable(o.gnuplot).empty())
     fail("dpx report draws its figures with gnuplot, and '", o.gnuplot,
          "' was not found: install the Debian package gnuplot-nox (apt-get install gnuplot-nox), or name it with "

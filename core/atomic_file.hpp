@@ -12,10 +12,13 @@
 
 namespace dpx {
 
-// Calls `write` with a stream onto "<path>.tmp.<pid>.<n>" in the same directory, then flushes,
-// checks the stream, fsyncs and renames the temporary over `path`. On any failure the
-// temporary is removed and a dpx::Error names the path and the reason (strerror); an
-// exception thrown by `write` itself is passed on unchanged, after the same clean-up.
+// Calls `write` with a stream onto a temporary in the same directory — an unnamed file
+// (O_TMPFILE), or where the file system has none a new ".<name>.dpx-tmp.<pid>.<random>" made with
+// O_EXCL|O_NOFOLLOW and marked as dpx's (the extended attribute user.dpx.temporary) — then
+// flushes, checks the stream, fsyncs, and renames it over `path` (a link at `path` is replaced,
+// its target untouched). On any failure the temporary is removed, `path` is left as it was, and a
+// dpx::Error names the path and the reason (strerror); an exception thrown by `write` itself is
+// passed on unchanged, after the same clean-up.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write,
                        std::string_view flag = "--out");
 void write_file_atomic(const std::string& path, std::string_view contents, std::string_view flag = "--out");
@@ -25,8 +28,14 @@ void write_file_atomic(const std::string& path, std::string_view contents, std::
 // the temporaries that killed dpx processes left in it (remove_stale_temporaries).
 void ensure_writable_dir(const std::string& dir, std::string_view flag = "--out");
 
-// Removes every "<name>.tmp.<pid>.<n>" in `dir` whose process no longer exists (the debris of a
-// write that SIGKILL interrupted); returns how many. Never touches another live process's files.
+// Checks, without creating or writing anything, that a file could be written at `path`: its
+// folder exists, is a folder, and may be written into. Throws a dpx::Error naming `flag`.
+void check_writable_parent(const std::string& path, std::string_view flag);
+
+// Removes every named temporary in `dir` that dpx can prove it made — named
+// ".<name>.dpx-tmp.<pid>.<16 hex digits>", a regular file, and marked with that pid — whose process
+// no longer exists (the debris of a write that SIGKILL interrupted); returns how many. Never a file
+// by its name alone, a link, or another live process's file.
 int remove_stale_temporaries(const std::string& dir);
 
 // Unlinks the temporaries of the writes in progress in this process. Async-signal-safe: the

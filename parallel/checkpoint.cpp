@@ -5,6 +5,7 @@
 #include "parallel/checkpoint.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "core/safetensors.hpp"
 #include "core/version_config.hpp"
 
@@ -83,6 +85,9 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
 }
 
 // The checkpoint-<n>.safetensors files of a folder, by n.
+// The checkpoint files of `dir` by step: named checkpoint-<step>.safetensors with a step that fits
+// in 64 bits, and dpx checkpoints by their metadata (a stray checkpoint-<huge>.safetensors, or a
+// file of someone else's under such a name, is none: never rotated away, never resumed from).
 std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   static const std::regex name(R"(checkpoint-([0-9]+)\.safetensors)");
   std::vector<std::pair<int64_t, fs::path>> found;
@@ -90,7 +95,13 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::smatch m;
     const std::string file = it->path().filename().string();
-    if (std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1].str()), it->path());
+    if (!std::regex_match(file, m, name)) continue;
+    const std::string digits = m[1].str();
+    int64_t step = 0;
+    const auto [end_ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err == std::errc() && end_ptr == digits.data() + digits.size() &&
+        written_by_dpx(it->path().string(), FileKind::checkpoint))
+      found.emplace_back(step, it->path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -158,13 +169,19 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
                                    {"loss_scale_good_updates", p.loss_scale_good_updates}};
   const std::map<std::string, std::string> metadata = {
       {"dpx_checkpoint", kFormat},         {"dpx_version", DPX_VERSION_STRING},
+      {std::string(kGeneratorKey), std::string(kGeneratorValue)},
       {"options", options.dump()},        {"ranks", std::to_string(c.ranks)},
       {"progress", progress.dump()},      {"epochs", epochs.dump()},
       {"random_layers", layers.dump()},   {"record_columns", nlohmann::json(kRecordColumns).dump()}};
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint-%09lld.safetensors", static_cast<long long>(p.global_step));
   const std::string path = (fs::path(dir) / name).string();
+  // A file of that name that is not a dpx checkpoint is someone else's: never replaced.
+  if (fs::exists(fs::symlink_status(path)) && !written_by_dpx(path, FileKind::checkpoint))
+    usage_fail("--checkpoint-dir: '", path, "' exists and is not a dpx checkpoint: not replacing it; move it, or "
+               "pass another --checkpoint-dir");
   write_safetensors(path, tensors, metadata, "--checkpoint-dir");
+  // Only the older checkpoints dpx can prove it wrote (their metadata says so) are removed.
   const auto all = checkpoints_in(dir);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) {
     std::error_code ec;
@@ -179,7 +196,7 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   if (fs::is_directory(file_or_dir, ec)) {
     const auto all = checkpoints_in(file_or_dir);
     if (all.empty())
-      usage_fail("--resume ", file_or_dir, ": the folder holds no checkpoint-<step>.safetensors; pass the "
+      usage_fail("--resume ", file_or_dir, ": the folder holds no dpx checkpoint (checkpoint-<step>.safetensors); pass the "
                  "--checkpoint-dir of an earlier run, or one of its files");
     path = all.back().second.string();
   } else if (!fs::exists(file_or_dir, ec)) {

@@ -464,7 +464,8 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   CollectiveReport report;
   Sink sink{out, o, report, std::string(kCollectiveCsvHeader) + "\n"};
   const bool rank0 = !mpi || processes->rank() == 0;
-  if (!o.csv_path.empty() && rank0) write_file_atomic(o.csv_path, sink.csv, "--csv");  // an unwritable path fails now
+  // An unwritable path fails now; an existing file is replaced only once there is a row to write.
+  if (!o.csv_path.empty() && rank0) check_writable_parent(o.csv_path, "--csv");
 
   out << "# dpx collective: " << collective_name(p.coll) << ", backend " << o.backend << ", " << o.ranks << " ranks ("
       << (mpi ? detail::concat("MPI processes on ", launch.nodes, " node", launch.nodes > 1 ? "s" : "", "; ",

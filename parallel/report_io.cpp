@@ -1,4 +1,5 @@
 #include "core/csv.hpp"
+#include "core/output_files.hpp"
 #include "parallel/report_io.hpp"
 
 #include <iomanip>
@@ -184,7 +185,11 @@ void write_trace(const std::string& path, const TrainReport& report, int64_t fir
       t += d;
     }
   }
-  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  // otherData (a member the trace viewers keep and show) marks the file as dpx's
+  // (core/output_files.hpp); nlohmann sorts the members, so it comes before the events.
+  nlohmann::json doc = {{"traceEvents", events},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{std::string(kGeneratorKey), std::string(kGeneratorValue)}}}};
   write_file_atomic(path, doc.dump() + "\n", "--trace");
 }
 

@@ -19,6 +19,7 @@
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "parallel/comm_reduce.hpp"
 #include "parallel/compute_profile.hpp"
 #include "parallel/net_sim.hpp"
@@ -46,6 +47,7 @@ struct PredictFlags {
   double compute_scale = 1, min_efficiency = 0.8;
   std::vector<std::string> compare;
   std::string csv;
+  bool force = false;  // --force: replace a --csv that dpx did not write
 };
 
 // The seconds per byte of this machine's reduction (a sum of two f32 buffers into a third, as
@@ -215,7 +217,15 @@ void run(const PredictFlags& f) {
   if (f.steps < 1) usage_fail("--steps: ", f.steps, " is not a number of steps");
   if (f.max_measured_batch < 1) usage_fail("--max-measured-batch: ", f.max_measured_batch, " is not a batch size");
   if (!(f.bucket_mb >= 0)) usage_fail("--bucket-mb: ", f.bucket_mb, " is not a size in MiB");
-  if (!f.csv.empty()) write_file_atomic(f.csv, "", "--csv");  // an unwritable path fails now, not after minutes
+  // An unwritable, foreign or input-naming --csv fails now, not after minutes, and the file is left
+  // as it is: it is replaced only at the end, whole, by a run that got there.
+  if (!f.csv.empty()) {
+    std::vector<FlagPath> inputs = {{"--fit", f.fit}};
+    for (const std::string& c : f.compare) inputs.push_back({"--compare", c});
+    check_outputs_distinct({{"--csv", f.csv}}, inputs);
+    check_output_file(f.csv, FileKind::predict_csv, "--csv", f.force);
+    check_writable_parent(f.csv, "--csv");
+  }
   const auto measured = read_measured(f);
 
   std::cout << "# dpx predict: " << f.model << ", DDP " << f.algo << ", " << f.scaling << " scaling, bucket "
@@ -393,7 +403,10 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--min-efficiency", f->min_efficiency, "the efficiency the 'best' line keeps")->capture_default_str();
   cmd->add_option("--compare", f->compare, "dpx bench results.csv files: measured step times beside the predictions")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--csv", f->csv, "also write the predictions to this CSV file");
+  cmd->add_option("--csv", f->csv, "also write the predictions to this CSV file")->check(output_path());
+  cmd->add_flag("--force", f->force,
+                "replace a --csv file that exists and was not written by dpx predict (or is a link: the link is "
+                "replaced, its target left alone)");
   cmd->callback([f] { run(*f); });
 }
 

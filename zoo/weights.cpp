@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 
 namespace dpx::zoo {
 
@@ -71,6 +72,7 @@ void save_state(const std::string& path, nn::Model& model, std::map<std::string,
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back(name, t);
   sort_like_reference(tensors);
   metadata.emplace("format", "pt");  // what safetensors.torch.save_file writes
+  metadata.emplace(std::string(kGeneratorKey), std::string(kGeneratorValue));  // dpx may replace it
   write_safetensors(path, tensors, metadata, "--save");
 }
 

@@ -88,7 +88,7 @@ TEST_CASE("dpx fit and dpx predict refuse careless input with a clear message") 
       {"fit", "files is required"},
       {"fit " + dir.file("missing.csv"), "cannot read"},
       {"fit " + dir.file("foreign.csv"), "neither a dpx collective --csv file nor a dpx bench results.csv"},
-      {"fit " + dir.file("foreign.csv") + " --out " + dir.file("user.json"), "is not a file dpx fit wrote"},
+      {"fit " + dir.file("foreign.csv") + " --out " + dir.file("user.json"), "exists and is not a dpx fit file: dpx replaces only its own files"},
       {"predict --model lenet5", "needs a network"},
       {"predict --model nope --link 10gbit,5us", "nope"},
       {"predict --model lenet5 --fit " + dir.file("user.json"), "is not a file that dpx fit wrote"},
