@@ -512,9 +512,9 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
       ->capture_default_str();
   cmd->add_flag("--profile-ops", bf->profile_ops,
                 "time every op (kernels/ops.def) of the measured steps, warmup excluded: after each run a table of "
-                "op, calls, total ms, ms per step, % of the step time and GFLOP/s (convolutions, linear, matmul), "
-                "by total time, and ops.csv in --out; on CUDA each op waits for its stream before and after, so "
-                "the run is slower than without the flag");
+                "op, calls, total ms, ms per step, % of the step time, GFLOP/s (convolutions, linear, matmul), host "
+                "ms and kernels per step, by total time, and ops.csv in --out; on CUDA an op's time is read from "
+                "CUDA events around it (nothing waits) and its kernels are counted by CUPTI where libcupti loads");
   cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 
