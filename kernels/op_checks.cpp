@@ -371,7 +371,7 @@ void max_pool2d_forward(Context&, Tensor& y, Tensor& argmax, const Tensor& x,
   require_shape(op, "argmax", argmax, out);
 }
 
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
   const char* op = "max_pool2d_backward";
   require_f32(op, "dx", dx);
   require_f32(op, "dy", dy);
@@ -382,6 +382,8 @@ void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& a
   if (dx.size(0) != dy.size(0) || dx.size(1) != dy.size(1))
     fail(op, ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()),
          " must agree on (N, C)");
+  // dy is the pooled shape of dx under the forward's parameters.
+  require_shape(op, "dy", dy, pool_output(op, dx, p));
 }
 
 void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {

@@ -244,6 +244,36 @@ class Result {
   std::optional<detail::Scratch> half_;
 };
 
+// ---- the bias, by dpx's own kernels --------------------------------------------------------------
+// y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API).
+__global__ void add_channel_bias_kernel(float* y, const float* b, int64_t total, int64_t plane, int64_t channels) {
+  DPX_CUDA_LOOP(i, total) y[i] += b[(i / plane) % channels];
+}
+
+// db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
+// (n, k) plane (lanes strided, then a tree), then one thread per channel adds the images' sums in
+// order. cuDNN's legacy cudnnConvolutionBackwardBias was the suspect of squeezenet1_1's backward,
+// 2.3x PyTorch's with 26 biased convolutions (H100, 2026-11-26); PyTorch sums grad_output itself.
+__global__ void plane_sum_kernel(float* sums, const float* dy, int64_t planes, int64_t plane) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t p = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; p < planes; p += warps) {
+    const float* d = dy + p * plane;
+    float s = 0.f;
+    for (int64_t j = lane; j < plane; j += 32) s += d[j];
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
+    if (lane == 0) sums[p] = s;
+  }
+}
+
+__global__ void add_image_sums_kernel(float* db, const float* sums, int64_t images, int64_t channels) {
+  DPX_CUDA_LOOP(k, channels) {
+    float s = 0.f;
+    for (int64_t n = 0; n < images; ++n) s += sums[n * channels + k];
+    db[k] += s;
+  }
+}
+
 }  // namespace
 
 // With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
@@ -287,8 +317,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
                                           &zero, yd.d, hy.get()));
   hy.finish(0.f);
   if (b) {
-    TensorDesc bd(1, s.k, 1, 1), yf(s.n, s.k, s.oh, s.ow);
-    DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yf.d, f32(y, op, "y")));
+    const int64_t total = y.numel();
+    add_channel_bias_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+        f32(y, op, "y"), f32(*b, op, "b"), total, s.oh * s.ow, s.k);
+    check_launch();
   }
 }
 
@@ -371,9 +403,14 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdw.finish(1.f);
   }
   if (db) {
-    TensorDesc bd(1, s.k, 1, 1), dyf(s.n, s.k, s.oh, s.ow);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardBias(st.cudnn, &one, dyf.d, f32(dy, op, "dy"), &one, bd.d,
-                                                 f32(*db, op, "db")));
+    const int64_t planes = s.n * s.k;
+    const detail::Scratch sums(st, static_cast<size_t>(planes) * sizeof(float));
+    plane_sum_kernel<<<detail::grid_for(planes * 32), detail::kThreads, 0, st.stream>>>(
+        sums.as<float>(), f32(dy, op, "dy"), planes, s.oh * s.ow);
+    check_launch();
+    add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
+                                                                                   sums.as<float>(), s.n, s.k);
+    check_launch();
   }
 }
 

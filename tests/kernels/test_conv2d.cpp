@@ -69,11 +69,6 @@ void check_ran(cpu::ConvAlgo a) {
   }
 }
 
-std::vector<double> as_doubles(const Tensor& t) {
-  const auto v = t.to_vector();
-  return std::vector<double>(v.begin(), v.end());
-}
-
 struct Ref {
   std::vector<double> y, dx, dw, db;
 };

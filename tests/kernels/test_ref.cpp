@@ -233,7 +233,7 @@ TEST_CASE("ref: max and average pooling, padding, ceil_mode, count_include_pad")
       close("max y", yc, yr, 0);
       CHECK(bitwise_equal(ac, ar));
       Grad dx = grad(k.x, 3);
-      ops::max_pool2d_backward(c, dx.cpu, dy, ac), ref::max_pool2d_backward(r, dx.ref, dy, ar);
+      ops::max_pool2d_backward(c, dx.cpu, dy, ac, k.p), ref::max_pool2d_backward(r, dx.ref, dy, ar, k.p);
       close("max dx", dx);
 
       Tensor xf = randn(k.x, 4);  // average pooling without the NaN
