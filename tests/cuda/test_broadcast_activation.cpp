@@ -43,7 +43,11 @@ TEST_CASE("cuda add_broadcast and mul_broadcast forward and backward match the r
                         Case{{2, 3, 5, 7}, {2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast
                         Case{{6, 4099}, {6, 4099}, {1, 4099}},                 // long reduced rows
                         Case{{2, 9000}, {2, 1}, {2, 9000}},                    // a long innermost sum
-                        Case{{1, 1}, {1, 1}, {1, 1}}}) {
+                        Case{{1, 1}, {1, 1}, {1, 1}},
+                        // Swin's relative-position bias at scale: a long sum per bias element, split
+                        // into chunks (2 and then 33 of them) that are added in order
+                        Case{{64, 3, 7, 7}, {1, 3, 7, 7}, {64, 3, 7, 7}},
+                        Case{{1051, 2, 7, 7}, {1, 2, 7, 7}, {1051, 1, 7, 7}}}) {
     CAPTURE(shape_str(k.out));
     CAPTURE(shape_str(k.b));
     Tensor a = uniform(k.a, ++seed), b = uniform(k.b, ++seed), dy = uniform(k.out, ++seed);
