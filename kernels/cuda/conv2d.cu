@@ -1,5 +1,6 @@
-// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter
-// and bias. The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
+// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter;
+// the bias by dpx's kernels, and fp32 depthwise convolutions wholly by dpx's kernels
+// (kernels/cuda/depthwise_conv.cu, as PyTorch's own). The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
 // benchmark=False) or, with Context::conv_search (--cudnn-algo search), from timing every candidate
 // once (cudnnFind*AlgorithmEx, as PyTorch's benchmark=True); either is cached in CudaState, and its
 // workspace comes from the caching allocator. DPX_CUDNN_LOG=1 prints each choice to stderr.
@@ -10,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_paths.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/depthwise_conv.cuh"
 #include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
@@ -204,6 +207,13 @@ Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return s;
 }
 
+// A depthwise convolution dpx computes itself (kernels/conv_paths.hpp), or nullopt for cuDNN.
+std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes& s, const Conv2dParams& p) {
+  if (!kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
+  return detail::DepthwiseShape{s.n, s.c, s.h, s.w, s.k, s.oh, s.ow, int(s.kh), int(s.kw), p.stride_h, p.stride_w,
+                                p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, int(s.k / s.c)};
+}
+
 // An input of a cuDNN call in the compute dtype: the fp32 tensor itself, or its copy rounded to
 // bf16/fp16 (--precision).
 class Operand {
@@ -285,6 +295,11 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   const char* op = "conv2d_forward";
   Shapes s = shapes_of(x, w, p);
   if (y.numel() == 0) return;
+  if (const auto dw = depthwise(ctx, s, p)) {
+    detail::depthwise_forward(st, f32(y, op, "y"), f32(x, op, "x"), f32(w, op, "w"), b ? f32(*b, op, "b") : nullptr,
+                              *dw);
+    return;
+  }
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
@@ -330,6 +345,14 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const char* op = "conv2d_backward";
   Shapes s = shapes_of(x, w, p);
   if (dy.numel() == 0) return;
+  const std::optional<detail::DepthwiseShape> depthwise_shape = depthwise(ctx, s, p);
+  if (depthwise_shape) {
+    if (dx)
+      detail::depthwise_backward_data(st, f32(*dx, op, "dx"), f32(dy, op, "dy"), f32(w, op, "w"), *depthwise_shape,
+                                      dx_mode == DxMode::add);
+    if (dw) detail::depthwise_backward_filter(st, f32(*dw, op, "dw"), f32(dy, op, "dy"), f32(x, op, "x"), *depthwise_shape);
+    dx = dw = nullptr;  // done: only the bias below
+  }
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
