@@ -480,15 +480,15 @@ void dropout_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& mask
 void sigmoid_forward(Context&, Tensor& y, const Tensor& x) {
   require_f32_pair("sigmoid_forward", "y", y, "x", x);
 }
-void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
   require_unary_backward("sigmoid_backward", dx, dy, "y", y);
 }
 void silu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("silu_forward", "y", y, "x", x); }
-void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode) {
   require_unary_backward("silu_backward", dx, dy, "x", x);
 }
 void gelu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("gelu_forward", "y", y, "x", x); }
-void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode) {
   require_unary_backward("gelu_backward", dx, dy, "x", x);
 }
 

@@ -315,16 +315,25 @@ TEST_CASE("ref: relu, sigmoid, silu, gelu, forward and backward") {
     close("relu dx written over", dx, 0);
     ops::sigmoid_forward(c, yc, x), ref::sigmoid_forward(r, yr, x);
     close("sigmoid y", yc, yr);
-    ops::sigmoid_backward(c, dx.cpu, dy, yc), ref::sigmoid_backward(r, dx.ref, dy, yr);
+    ops::sigmoid_backward(c, dx.cpu, dy, yc, ops::DxMode::add), ref::sigmoid_backward(r, dx.ref, dy, yr, ops::DxMode::add);
     close("sigmoid dx", dx);
+    ops::sigmoid_backward(c, dx.cpu, dy, yc, ops::DxMode::overwrite);
+    ref::sigmoid_backward(r, dx.ref, dy, yr, ops::DxMode::overwrite);
+    close("sigmoid dx written over", dx);
     ops::silu_forward(c, yc, x), ref::silu_forward(r, yr, x);
     close("silu y", yc, yr);
-    ops::silu_backward(c, dx.cpu, dy, x), ref::silu_backward(r, dx.ref, dy, x);
+    ops::silu_backward(c, dx.cpu, dy, x, ops::DxMode::add), ref::silu_backward(r, dx.ref, dy, x, ops::DxMode::add);
     close("silu dx", dx);
+    ops::silu_backward(c, dx.cpu, dy, x, ops::DxMode::overwrite);
+    ref::silu_backward(r, dx.ref, dy, x, ops::DxMode::overwrite);
+    close("silu dx written over", dx);
     ops::gelu_forward(c, yc, x), ref::gelu_forward(r, yr, x);
     close("gelu y", yc, yr);
-    ops::gelu_backward(c, dx.cpu, dy, x), ref::gelu_backward(r, dx.ref, dy, x);
+    ops::gelu_backward(c, dx.cpu, dy, x, ops::DxMode::add), ref::gelu_backward(r, dx.ref, dy, x, ops::DxMode::add);
     close("gelu dx", dx);
+    ops::gelu_backward(c, dx.cpu, dy, x, ops::DxMode::overwrite);
+    ref::gelu_backward(r, dx.ref, dy, x, ops::DxMode::overwrite);
+    close("gelu dx written over", dx);
   }
 }
 
