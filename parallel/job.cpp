@@ -79,6 +79,12 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     if (c->progress.epoch > o.epochs || c->progress.step > steps_per_epoch)
       usage_fail("--resume ", c->path, " stopped at epoch ", c->progress.epoch + 1, " step ", c->progress.step,
                  ", beyond this run's ", o.epochs, " epochs of ", steps_per_epoch, " steps");
+    // The global step follows from the epoch and the step: a checkpoint that says otherwise was
+    // edited (the learning-rate schedule and the records read it).
+    if (c->progress.global_step != c->progress.epoch * steps_per_epoch + c->progress.step)
+      usage_fail("--resume ", c->path, ": its global step ", c->progress.global_step, " is not epoch ",
+                 c->progress.epoch, " x ", steps_per_epoch, " steps + step ", c->progress.step,
+                 ": the checkpoint was edited or damaged; resume from another one");
     if (o.on_nonfinite != "ignore") check_finite(initial, c->path, "--resume");
     resume = std::move(c);
   }
