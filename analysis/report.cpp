@@ -20,6 +20,7 @@
 #include "analysis/plot.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::analysis {
 
@@ -34,7 +35,10 @@ struct Input {
   bool bench = false;
 };
 
+// A file's text, "" when it is absent or not a regular file of at most 64 MiB (a command.txt that
+// is a FIFO is never opened).
 std::string read_text(const fs::path& path) {
+  if (!is_readable_input(path.string(), 64 * kMiB)) return "";
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
