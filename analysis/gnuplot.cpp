@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/children.hpp"
 #include "core/error.hpp"
 #include "core/stop.hpp"
 
@@ -34,6 +35,7 @@ int run_gnuplot(const std::string& gnuplot, const std::string& script_path, cons
   if (pid < 0) fail("dpx plot: cannot start gnuplot: ", std::strerror(errno));
   if (pid == 0) {
     dpx::stop::unblock_signals_in_child();
+    become_group_leader();  // ended with dpx on a signal (core/children.hpp)
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -43,9 +45,13 @@ int run_gnuplot(const std::string& gnuplot, const std::string& script_path, cons
     ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  const ChildProcess listed(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
+  while (::waitpid(pid, &status, 0) < 0) {
+    dpx::stop::wait_while_stopping();  // ECHILD: reaped by stop::now, which ends dpx
     if (errno != EINTR) fail("dpx plot: waiting for gnuplot: ", std::strerror(errno));
+  }
+  dpx::stop::wait_while_stopping();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 

@@ -225,6 +225,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
   if (::mkdtemp(scratch_name.data()) == nullptr)
     fail("dpx plot: cannot make a scratch folder in ", o.out_dir, " (--out): ", std::strerror(errno));
   const fs::path scratch(scratch_name);
+  const ScratchFolder listed(scratch_name);  // removed on a signal too
   auto clean = [&] {
     std::error_code ec;
     fs::remove_all(scratch, ec);

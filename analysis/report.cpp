@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -239,13 +242,23 @@ std::string utc_now() {
 }
 
 // A folder under the system's temporary folder for the figures, removed with the object.
+// A fresh folder of its own in $TMPDIR (mkdtemp: a name nobody chose before, never someone else's
+// folder emptied first), removed when the report is done and, listed, on a signal.
 struct ScratchDir {
   fs::path path;
+  std::unique_ptr<ScratchFolder> listed;
   ScratchDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("dpx-report." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
+    std::error_code ec;
+    const fs::path tmp = fs::temp_directory_path(ec);
+    if (ec)
+      fail("dpx report: no folder for its scratch files (TMPDIR: ", ec.message(),
+           "): set TMPDIR to a writable folder");
+    std::string name = (tmp / "dpx-report.XXXXXX").string();
+    if (::mkdtemp(name.data()) == nullptr)
+      fail("dpx report: cannot make a scratch folder in ", tmp.string(), " (", std::strerror(errno),
+           "): set TMPDIR to a writable folder");
+    path = name;
+    listed = std::make_unique<ScratchFolder>(name);
   }
   ~ScratchDir() {
     std::error_code ec;
@@ -333,7 +346,7 @@ int make_report(const ReportOptions& o) {
     while (!caption.empty() && caption.back() == '\n') caption.pop_back();
     ++count;
     figures += "<figure class=\"dpx-figure\" id=\"figure-" + html_escape(stem) + "\">\n" +
-               inline_svg(read_text(svg), "f" + std::to_string(count) + "-", written) +
+               inline_svg(read_text(svg), std::string("f").append(std::to_string(count)).append("-"), written) +
                "\n<figcaption>Figure " + std::to_string(count) + " (" + html_escape(stem) + "): " +
                html_escape(caption) + "</figcaption>\n</figure>\n";
   }

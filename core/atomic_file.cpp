@@ -2,6 +2,7 @@
 // fsync) and errno (so no reason to report), hence the small stream buffer below.
 #include "core/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -326,9 +327,48 @@ int remove_stale_temporaries(const std::string& dir) {
   return removed;
 }
 
+namespace {
+std::array<std::atomic<char*>, 16> scratch_folders{};
+
+// Unlinks every entry of `dir` (its files: a scratch folder holds no subfolders), then `dir`.
+void remove_folder(const char* dir) noexcept {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (DIR* d = ::fdopendir(fd)) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) (void)::unlinkat(fd, e->d_name, 0);
+    ::closedir(d);  // closes fd
+  } else {
+    ::close(fd);
+  }
+  (void)::rmdir(dir);
+}
+}  // namespace
+
 void remove_temporaries_in_progress() noexcept {
   for (auto& slot : writes_in_progress)
     if (const char* path = slot.load()) ::unlink(path);
+  // The newest first: a folder listed inside an older one (plot's scratch in report's) is emptied
+  // and removed before its parent.
+  for (size_t i = scratch_folders.size(); i-- > 0;)
+    if (const char* dir = scratch_folders[i].load()) remove_folder(dir);
+}
+
+ScratchFolder::ScratchFolder(const std::string& path) : listed_(strdup(path.c_str())) {
+  if (!listed_) return;
+  for (auto& slot : scratch_folders) {
+    char* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, listed_)) return;
+  }
+}
+
+ScratchFolder::~ScratchFolder() {
+  if (!listed_) return;
+  for (auto& slot : scratch_folders) {
+    char* expected = listed_;
+    if (slot.compare_exchange_strong(expected, nullptr)) break;
+  }
+  std::free(listed_);
 }
 
 namespace {

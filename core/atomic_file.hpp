@@ -38,9 +38,23 @@ void check_writable_parent(const std::string& path, std::string_view flag);
 // by its name alone, a link, or another live process's file.
 int remove_stale_temporaries(const std::string& dir);
 
-// Unlinks the temporaries of the writes in progress in this process. Async-signal-safe: the
-// handler of a second SIGINT/SIGTERM calls it before ending the process at once.
+// Unlinks the temporaries of the writes in progress in this process, and empties and removes the
+// scratch folders in use (ScratchFolder). Called by stop::now before it ends the process at once.
 void remove_temporaries_in_progress() noexcept;
+
+// A scratch folder listed for the life of the object: a signal that ends dpx removes it with its
+// files (no subfolders), as it does the temporaries of writes (dpx plot's .dpx-plot.XXXXXX in
+// --out, dpx report's in $TMPDIR). The folder itself is the caller's to make and remove.
+class ScratchFolder {
+ public:
+  explicit ScratchFolder(const std::string& path);
+  ~ScratchFolder();
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+
+ private:
+  char* listed_ = nullptr;
+};
 
 // An exclusive lock on an output folder for the life of the object, so that two runs cannot mix
 // their files in one --out: the second is refused with the first one's pid. The lock file

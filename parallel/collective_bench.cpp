@@ -266,7 +266,10 @@ void bench_rank(Control control, Communicator& comm, Device device, const Plan& 
     const Shape s = shape_of(p.coll, size, p.dtype, n);
     CollectiveRow rows[2];
     for (int in_place = 0; in_place < 2; ++in_place) {
-      const auto [send, recv] = placement(p.coll, s, r, es, mem.a, mem.b, in_place != 0);
+      // Named copies, not a structured binding: clang 14 (scripts/fuzz) captures no bindings in lambdas.
+      const Buffers placed = placement(p.coll, s, r, es, mem.a, mem.b, in_place != 0);
+      void* const send = placed.send;
+      void* const recv = placed.recv;
       void* dsend = mem.on_device(send);
       void* drecv = mem.on_device(recv);
       const int call_root = root < 0 ? 0 : root;

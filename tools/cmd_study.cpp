@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "analysis/gnuplot.hpp"
+#include "core/children.hpp"
 #include "core/error.hpp"
 #include "core/quote.hpp"
 #include "core/stop.hpp"
@@ -145,13 +146,18 @@ int run_dpx(const std::string& self, const std::string& dir, const std::vector<s
   if (pid < 0) fail("dpx study: cannot start a step: ", std::strerror(errno));
   if (pid == 0) {
     dpx::stop::unblock_signals_in_child();
+    become_group_leader();  // a signal that ends the study ends this step with it (core/children.hpp)
     if (::chdir(dir.c_str()) != 0) ::_exit(126);
     ::execv(self.c_str(), argv.data());
     ::_exit(127);
   }
+  const ChildProcess listed(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
+  while (::waitpid(pid, &status, 0) < 0) {
+    dpx::stop::wait_while_stopping();  // ECHILD: reaped by stop::now, which ends dpx
     if (errno != EINTR) fail("dpx study: waiting for a step: ", std::strerror(errno));
+  }
+  dpx::stop::wait_while_stopping();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
