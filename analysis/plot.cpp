@@ -249,9 +249,17 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
       const int rc = run_gnuplot(gnuplot, script, log, scratch.string());
       const fs::path png = scratch / (f.stem + ".png"), svg = scratch / (f.stem + ".svg");
       std::error_code ec;
-      if (rc != 0 || !fs::exists(png, ec) || !fs::exists(svg, ec) || fs::file_size(png, ec) == 0)
-        fail("dpx plot: gnuplot (", gnuplot, ") failed drawing ", f.stem, " (exit status ", rc, "): ",
-             file_text_of(log));
+      if (rc != 0 || !fs::exists(png, ec) || !fs::exists(svg, ec) || fs::file_size(png, ec) == 0) {
+        // gnuplot's own words when it said any; else what is likely wrong.
+        std::string said = file_text_of(log);
+        while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+        if (said.empty())
+          said = rc == 127 ? "it could not be started"
+                 : rc == 0 ? "it exited 0 but wrote no PNG and SVG: is it gnuplot 5 with the pngcairo and svg terminals "
+                             "(Debian: gnuplot-nox)?"
+                           : "it printed nothing: is '" + gnuplot + "' gnuplot? (try '" + gnuplot + " --version')";
+        fail("dpx plot: gnuplot (", gnuplot, ") failed drawing ", f.stem, " (exit status ", rc, "): ", said);
+      }
     }
     for (const Figure& f : figures) {
       // The caption first: it is what marks the PNG and SVG beside it as dpx plot's.

@@ -119,7 +119,12 @@ std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
   } else {
     std::stringstream ss(text);
     std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(parse_int(item, flag));
+    while (std::getline(ss, item, ',')) {
+      const int k = parse_int(item, flag);
+      if (std::find(out.begin(), out.end(), k) != out.end())
+        usage_fail(flag, ": ", k, " is given twice in '", text, "': list each rank count once");
+      out.push_back(k);
+    }
     if (out.empty()) usage_fail(flag, ": give rank counts, e.g. 1..1024 or 1,2,4,8");
   }
   std::sort(out.begin(), out.end());

@@ -16,14 +16,7 @@ namespace {
 
 // A weight that is NaN or infinite poisons every step after it: refuse the file at once.
 void check_finite(nn::Model& model, const std::string& file, const char* flag) {
-  Context ctx = Context::cpu(1);
-  for (auto& [name, t] : model.state_dict()) {
-    if (t.dtype() != DType::f32) continue;
-    const int64_t bad = ops::count_nonfinite(ctx, t);
-    if (bad > 0)
-      fail(flag, " ", file, ": '", name, "' holds ", bad, " NaN or infinite value", bad > 1 ? "s" : "",
-           ": the file is damaged, or the run that wrote it diverged (--on-nonfinite ignore loads it anyway)");
-  }
+  zoo::check_finite(model, file, flag, "--on-nonfinite ignore loads it anyway");
 }
 
 }  // namespace

@@ -109,6 +109,7 @@ void run_infer(const InferFlags& f) {
          " channels and head ", o.head, "; pass --classes or --head as the weights were trained)");
   }
   if (f.non_strict) std::fprintf(stderr, "dpx infer: %s: %s\n", f.weights.c_str(), zoo::describe_load(loaded).c_str());
+  zoo::check_finite(model, f.weights, "--weights");  // as dpx train: NaN logits say nothing
 
   model.eval();
   Context ctx = Context::cpu(f.threads > 0 ? f.threads : hardware_threads());
@@ -149,7 +150,18 @@ void add_infer_command(CLI::App& app) {
                 "replace an --output file that exists and was not written by dpx (or is a link: the link is "
                 "replaced, its target left alone)");
   cmd->add_option("--tensor-name", f->tensor_name, "the input tensor's name (default: the file's first)");
-  cmd->add_option("--classes", f->classes, "classes K (default: the weights' metadata num_classes, else 1000)");
+  cmd->add_option("--classes", f->classes, "classes K (default: the weights' metadata num_classes, else 1000)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            int k = 0;
+            try {
+              k = std::stoi(text);
+            } catch (const std::exception&) {
+              return text + " is not a number of classes";
+            }
+            return k >= 1 ? "" : text + " is not a number of classes: give 1 or more (or leave it out for the metadata's)";
+          },
+          "K >= 1"));
   cmd->add_option("--head", f->head, "classifier the weights were trained with: " + zoo::head_names() +
                                          " (default: the metadata's, else default)");
   cmd->add_flag("--non-strict", f->non_strict, "load what fits; print the missing and unexpected names");

@@ -183,7 +183,12 @@ std::map<std::pair<int64_t, int>, Measured> read_measured(const PredictFlags& f)
       const int k = static_cast<int>(t.number(r, ranks));
       if (k > 1 && t.text(r, par) != "ddp") continue;
       const int64_t b = static_cast<int64_t>(f.scaling == "weak" ? t.number(r, rank_batch) : t.number(r, batch));
-      out[{b, k}] = {t.number(r, step), t.number(r, exposed), t.number(r, ips)};
+      const Measured m{t.number(r, step), t.number(r, exposed), t.number(r, ips)};
+      // A measured step takes time: zero or negative figures are an edited file, not a run.
+      if (!(m.step_s > 0) || m.exposed_s < 0 || !(m.images_per_s > 0))
+        usage_fail("--compare: '", path, "' line ", t.line_of(r), ": mean_step_s ", m.step_s, ", mean_comm_exposed_s ",
+                   m.exposed_s, " and images_per_s ", m.images_per_s, " are not a measured step's (positive times)");
+      out[{b, k}] = m;
     }
   }
   return out;
@@ -211,8 +216,15 @@ void run(const PredictFlags& f) {
     usage_fail("--algo hier: give --ranks-per-node G (ranks on one node; the tree inside, the ring across nodes)");
   if (f.algo != "ring" && f.algo != "tree" && f.algo != "naive" && f.algo != "rhd" && f.algo != "hier")
     usage_fail("--algo ", f.algo, ": dpx predicts its own all-reduce algorithms: ring, tree, naive, rhd, hier");
-  if (!(f.compute_scale > 0) || !std::isfinite(f.compute_scale))
-    usage_fail("--compute-scale: ", f.compute_scale, " is not a positive factor");
+  if (!(f.compute_scale > 0) || !std::isfinite(f.compute_scale) || f.compute_scale > 1e6)
+    usage_fail("--compute-scale: ", f.compute_scale, " is not a factor in (0, 1e6] (a device 10 times faster: 10)");
+  if (!f.backend.empty() && f.backend != "threads" && f.backend != "mpi" && f.backend != "nccl" && f.backend != "p2p")
+    usage_fail("--backend '", f.backend, "': use threads, mpi, nccl or p2p (the backend whose fits --fit holds), "
+               "or leave it out for any");
+  for (size_t i = 0; i < f.batch_sizes.size(); ++i)
+    for (size_t j = i + 1; j < f.batch_sizes.size(); ++j)
+      if (f.batch_sizes[i] == f.batch_sizes[j])
+        usage_fail("--batch-sizes: ", f.batch_sizes[i], " is given twice: list each batch size once");
   if (!(f.min_efficiency > 0 && f.min_efficiency <= 1)) usage_fail("--min-efficiency: give a fraction in (0, 1]");
   if (f.steps < 1) usage_fail("--steps: ", f.steps, " is not a number of steps");
   if (f.max_measured_batch < 1) usage_fail("--max-measured-batch: ", f.max_measured_batch, " is not a batch size");
@@ -241,7 +253,9 @@ void run(const PredictFlags& f) {
   for (int64_t b : f.batch_sizes) needed.insert(b);  // the one-rank baselines
   const int64_t hi = std::min(*needed.rbegin(), f.max_measured_batch);
   int64_t lo = std::min(hi, std::max<int64_t>(*needed.begin(), std::max<int64_t>(1, hi / 4)));
-  if (needed.size() > 1 && lo == hi) lo = std::max<int64_t>(1, hi / 4);  // a line needs two points
+  // A line needs two points: for several batches, and for one beyond --max-measured-batch (with one
+  // point, batch 64 was taken as costly as batch 32: resnet18 at 64x64 predicted 441 ms, measured 829).
+  if (lo == hi && (needed.size() > 1 || *needed.rbegin() > hi)) lo = std::max<int64_t>(1, hi / 4);
   parallel::TrainOptions base;
   base.model = f.model;
   base.image_size = f.image_size > 0 ? f.image_size : zoo::find_model(f.model).default_image_size;
