@@ -130,6 +130,34 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the reference"
   for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
 }
 
+// One launch takes at most 64 inputs: 70 of 1 to 3 channels (one of them empty) take two.
+TEST_CASE("cuda concat_channels and split_channels_backward over more inputs than one launch takes") {
+  Context c = reference(), g = gpu();
+  std::vector<Tensor> parts, gparts, d, gd;
+  int64_t channels = 0;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t ci = i == 33 ? 0 : 1 + i % 3;
+    parts.push_back(uniform({2, ci, 5, 3}, 60 + uint64_t(i)));
+    gparts.push_back(parts.back().to(dev()));
+    d.push_back(uniform({2, ci, 5, 3}, 200 + uint64_t(i)));
+    gd.push_back(d.back().to(dev()));
+    channels += ci;
+  }
+  Tensor out = Tensor::empty({2, channels, 5, 3}), gout = poisoned({2, channels, 5, 3}, dev());
+  ops::concat_channels(c, out, parts);
+  cuda::concat_channels(g, gout, gparts);
+  CHECK(bitwise_equal(gout, out));
+  Tensor dout = uniform({2, channels, 5, 3}, 61);
+  std::vector<Tensor*> dp, gdp;
+  for (size_t i = 0; i < d.size(); ++i) {
+    dp.push_back(&d[i]);
+    gdp.push_back(&gd[i]);
+  }
+  ops::split_channels_backward(c, dp, dout);
+  cuda::split_channels_backward(g, gdp, dout.to(dev()));
+  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+}
+
 TEST_CASE("cuda index_select and its backward (repeated rows) match the reference bit for bit") {
   Context c = reference(), g = gpu();
   const int64_t R = 169, D = 6, n = 2401;  // Swin's relative position table for 7x7 windows
