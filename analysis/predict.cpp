@@ -13,9 +13,13 @@ namespace {
 
 constexpr int kMaxRanks = 1 << 20;
 
+// The computation on the line through two measured batches. More images never cost less: a
+// smaller batch measured slower than a larger one is the machine's noise (a busy core), so the
+// slope is at least 0 and beyond the larger batch the time stays at its measurement.
 double line(double x0, double y0, double x1, double y1, double x) {
   if (x1 == x0) return y0;
-  return std::max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0));
+  const double slope = std::max(0.0, (y1 - y0) / (x1 - x0));
+  return std::max(0.0, y1 + slope * (x - x1));
 }
 
 int parse_int(const std::string& s, const char* flag) {

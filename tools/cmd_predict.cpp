@@ -287,6 +287,12 @@ void run(const PredictFlags& f) {
   }
   std::cout << "\n#   other batches on the straight line through " << (lo == hi ? "that point (constant)" : "these two")
             << (*needed.rbegin() > hi ? " (extrapolated beyond --max-measured-batch)" : "") << "\n";
+  if (lo != hi && compute.lo.total() > compute.hi.total()) {
+    std::snprintf(line, sizeof line, "%.1f ms against %.1f ms", compute.lo.total() * 1e3, compute.hi.total() * 1e3);
+    std::cout << "# warning: batch " << lo << " measured slower than batch " << hi << " (" << line
+              << "): the machine was busy; the computation is taken as flat. Rerun on an idle machine or with more "
+                 "--steps\n";
+  }
   if (f.compute_scale != 1) std::cout << "#   --compute-scale " << f.compute_scale << ": computation taken that many times faster\n";
   const std::vector<parallel::BucketReady> ready = parallel::measure_bucket_readiness(base, lo);
   std::vector<analysis::BucketPlan> buckets;
