@@ -580,7 +580,7 @@ void permute(Context&, Tensor& out, const Tensor& in, const std::vector<int>& pe
   (void)plan::permute_plan("permute", "in", in.shape(), "out", out.shape(), perm);
 }
 
-void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm, DxMode) {
   require_f32("permute_backward", "din", din);
   require_f32("permute_backward", "dout", dout);
   (void)plan::permute_plan("permute_backward", "din", din.shape(), "dout", dout.shape(), perm);

@@ -64,11 +64,13 @@ __global__ void permute_kernel(float* out, const float* in, IndexPlan<I> p) {
     out[i] = in[in_offset(p, i)];
 }
 
-// din[in_offset(i)] += dout[i]: each din element is hit by exactly one i.
-template <typename I>
+// din[in_offset(i)] += dout[i] (or =): each din element is hit by exactly one i.
+template <typename I, bool kOverwrite>
 __global__ void permute_backward_kernel(float* din, const float* dout, IndexPlan<I> p) {
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < p.numel; i += I(gridDim.x) * blockDim.x)
-    din[in_offset(p, i)] += dout[i];
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < p.numel; i += I(gridDim.x) * blockDim.x) {
+    if (kOverwrite) din[in_offset(p, i)] = dout[i];
+    else din[in_offset(p, i)] += dout[i];
+  }
 }
 
 struct Map {
@@ -126,19 +128,23 @@ void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>
   check_launch();
 }
 
-void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "permute_backward";
   float* pdin = f32(din, op, "din");
   const float* pdout = f32(dout, op, "dout");
   PermutePlan p = permute_plan(op, "din", din.shape(), "dout", dout.shape(), perm);
   if (p.numel == 0) return;
-  if (p.numel <= kMax32)
-    permute_backward_kernel<<<detail::grid_for(p.numel), kThreads, 0, st.stream>>>(pdin, pdout,
-                                                                                   index_plan<uint32_t>(p));
+  const unsigned grid = detail::grid_for(p.numel);
+  const bool small = p.numel <= kMax32, overwrite = dx_mode == DxMode::overwrite;
+  if (small && overwrite)
+    permute_backward_kernel<uint32_t, true><<<grid, kThreads, 0, st.stream>>>(pdin, pdout, index_plan<uint32_t>(p));
+  else if (small)
+    permute_backward_kernel<uint32_t, false><<<grid, kThreads, 0, st.stream>>>(pdin, pdout, index_plan<uint32_t>(p));
+  else if (overwrite)
+    permute_backward_kernel<uint64_t, true><<<grid, kThreads, 0, st.stream>>>(pdin, pdout, index_plan<uint64_t>(p));
   else
-    permute_backward_kernel<<<detail::grid_for(p.numel), kThreads, 0, st.stream>>>(pdin, pdout,
-                                                                                   index_plan<uint64_t>(p));
+    permute_backward_kernel<uint64_t, false><<<grid, kThreads, 0, st.stream>>>(pdin, pdout, index_plan<uint64_t>(p));
   check_launch();
 }
 

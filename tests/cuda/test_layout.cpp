@@ -75,10 +75,12 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the reference
     cuda::permute(g, gout, gx, perm);
     CHECK(bitwise_equal(gout, out));
     Tensor dout = uniform(ps, 31), din0 = uniform(x.shape(), 32);
-    Tensor din = din0.clone(), gdin = din0.to(dev());
-    ops::permute_backward(c, din, dout, perm);
-    cuda::permute_backward(g, gdin, dout.to(dev()), perm);
-    CHECK(bitwise_equal(gdin, din));
+    for (ops::DxMode mode : {ops::DxMode::add, ops::DxMode::overwrite}) {
+      Tensor din = din0.clone(), gdin = mode == ops::DxMode::add ? din0.to(dev()) : poisoned(x.shape(), dev());
+      ops::permute_backward(c, din, dout, perm, mode);
+      cuda::permute_backward(g, gdin, dout.to(dev()), perm, mode);
+      CHECK(bitwise_equal(gdin, din));
+    }
   }
   Tensor m = uniform({3, 9, 11, 5}, 33), gm = m.to(dev());
   for (auto [sh, sw] : {std::pair<int64_t, int64_t>{-3, -3}, {3, 3}, {0, 0}, {20, -13}}) {

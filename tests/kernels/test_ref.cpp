@@ -441,8 +441,11 @@ TEST_CASE("ref: permute, roll, pad_hw, forward and backward") {
     ops::permute(c, oc, x, perm), ref::permute(r, orf, x, perm);
     close("permute", oc, orf, 0);
     Grad dx = grad(in, 3);
-    ops::permute_backward(c, dx.cpu, dy, perm), ref::permute_backward(r, dx.ref, dy, perm);
+    ops::permute_backward(c, dx.cpu, dy, perm, ops::DxMode::add), ref::permute_backward(r, dx.ref, dy, perm, ops::DxMode::add);
     close("permute backward", dx, 0);
+    ops::permute_backward(c, dx.cpu, dy, perm, ops::DxMode::overwrite);
+    ref::permute_backward(r, dx.ref, dy, perm, ops::DxMode::overwrite);
+    close("permute backward written over", dx, 0);
   }
   const Shape s{2, 5, 7, 3};
   Tensor x = randn(s, 4), dy = randn(s, 5);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/gnuplot.hpp"
 #include "core/safetensors.hpp"
 #include "run_dpx.hpp"
 #include "tests/common/files.hpp"
@@ -97,4 +98,20 @@ TEST_CASE("a gnuplot that fails without a word is named, with what to check") {
           "gnuplot (/bin/false) failed drawing throughput (exit status 1): it printed nothing: is '/bin/false' gnuplot?");
   refused("plot " + dir.file("b") + " --out " + dir.file("f") + " --gnuplot /bin/true", 1,
           "it exited 0 but wrote no PNG and SVG");
+}
+
+TEST_CASE("dpx report without a usable TMPDIR says which variable to set") {
+  if (dpx::analysis::find_executable("gnuplot").empty()) {
+    MESSAGE("gnuplot is not installed: dpx report stops before its scratch folder");
+    return;
+  }
+  TempDir dir("msg_tmpdir");
+  REQUIRE(run_dpx("bench --models mlp --batch-sizes 8 --devices cpu:1 --dataset synthetic --image-size 8 --channels 1 "
+                  "--steps 2 --warmup 1 --threads 1 --workers 0 --out " + dir.file("b")).code == 0);
+  const DpxResult r = run_command("TMPDIR=" + dir.file("missing") + " " + std::string(DPX_BINARY) + " report " +
+                                  dir.file("b") + " --out " + dir.file("r.html"));
+  CAPTURE(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("set TMPDIR to a writable folder") != std::string::npos);
+  CHECK(!fs::exists(dir.file("r.html")));
 }
