@@ -180,6 +180,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  DPX_CHECK(storage && storage->bytes >= t.nbytes(), "Tensor::on_storage: ", storage ? storage->bytes : 0,
+            " bytes of storage for ", shape_str(shape));
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   if (device.is_cpu())

@@ -64,6 +64,9 @@ class Tensor {
   // A host f32 tensor holding `values` (its size must match the shape).
   static Tensor from(const Shape& shape, std::initializer_list<float> values);
   static Tensor from(const Shape& shape, const std::vector<float>& values);
+  // A tensor over storage allocated elsewhere (the data loader's pinned host batches): the
+  // storage's release function frees it when the last tensor lets go. It must hold the shape.
+  static Tensor on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

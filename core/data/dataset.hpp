@@ -22,6 +22,14 @@ class Dataset {
   // Writes sample i: C*H*W floats to image_chw (row-major) and its class to *label.
   // 0 <= i < size(); thread-safe.
   virtual void get(int64_t i, float* image_chw, int64_t* label) const = 0;
+  // Sample i as epoch `epoch` sees it: data sets with random augmentation draw it from (their seed,
+  // epoch, i) only, so any worker, rank or resumed run gets the same bits. Returns false when the
+  // sample is skipped (an unreadable image under --on-bad-image skip); nothing is written then.
+  // The loader calls this one; by default it is get().
+  virtual bool fetch(int64_t i, int64_t epoch, float* image_chw, int64_t* label) const {
+    get(i, image_chw, label);
+    return true;
+  }
   // One line for logs: "fashion-mnist train (60000 x (1, 28, 28), 10 classes)".
   virtual std::string describe() const = 0;
 

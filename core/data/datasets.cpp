@@ -17,9 +17,11 @@ std::string describe_dataset(const std::string& name, const Dataset& d) {
 }
 
 const std::vector<std::string>& dataset_names() {
-  static const std::vector<std::string> names = {"fashion-mnist", "mnist", "synthetic"};
+  static const std::vector<std::string> names = {"fashion-mnist", "mnist", "synthetic", "imagefolder", "tinyimagenet"};
   return names;
 }
+
+int default_image_size(const std::string& dataset) { return dataset == "tinyimagenet" ? 64 : 224; }
 
 std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split) {
   if (spec.image_size < 0) usage_fail("image size must be >= 0, got ", spec.image_size);
@@ -35,6 +37,14 @@ std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split
     so.sample_stream = split == Split::train ? 0 : 1;
     return std::make_shared<SyntheticDataset>(so);
   }
+  if (spec.name == "imagefolder" || spec.name == "tinyimagenet") {
+    if (spec.channels != 0 && spec.channels != 3)
+      usage_fail("--channels ", spec.channels, ": images from folders are RGB (3 channels); leave --channels out");
+    ImageSetOptions o = spec.images;
+    o.transform.size = spec.image_size > 0 ? spec.image_size : default_image_size(spec.name);
+    const FolderLayout layout = spec.name == "tinyimagenet" ? FolderLayout::tinyimagenet : FolderLayout::imagefolder;
+    return load_image_folder(layout, spec.dir, split, o, spec.seed);
+  }
   std::shared_ptr<const Dataset> base;
   float mean = 0, std = 0;
   if (spec.name == "fashion-mnist") {
@@ -46,7 +56,7 @@ std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split
     mean = kMnistMean;
     std = kMnistStd;
   } else {
-    usage_fail("unknown data set '", spec.name, "': use fashion-mnist, mnist or synthetic");
+    usage_fail("unknown data set '", excerpt(spec.name), "': use fashion-mnist, mnist, synthetic, imagefolder or tinyimagenet");
   }
   Shape s = base->sample_shape();
   int64_t h = spec.image_size > 0 ? spec.image_size : s[1], w = spec.image_size > 0 ? spec.image_size : s[2];

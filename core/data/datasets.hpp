@@ -1,5 +1,5 @@
-// The data sets dpx knows by name (fashion-mnist, mnist, synthetic) and the one call the trainer
-// makes to get one, already transformed to the model's input shape.
+// The data sets dpx knows by name (fashion-mnist, mnist, synthetic, imagefolder, tinyimagenet) and
+// the one call the trainer makes to get one, already transformed to the model's input shape.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -7,19 +7,27 @@
 #include <vector>
 
 #include "core/data/dataset.hpp"
+#include "core/data/image_dataset.hpp"
 
 namespace dpx::data {
 
 struct DatasetSpec {
-  std::string name = "fashion-mnist";  // fashion-mnist | mnist | synthetic
-  std::string dir;                     // IDX directory; empty: the default (Fashion-MNIST only)
-  int image_size = 0;                  // resize to SxS; 0: the set's own (28; synthetic: 28)
-  int channels = 0;                    // 0: the set's own (1); 3 replicates grey to RGB
+  std::string name = "fashion-mnist";  // fashion-mnist | mnist | synthetic | imagefolder | tinyimagenet
+  std::string dir;                     // IDX directory or image folder; empty: the default (Fashion-MNIST only)
+  int image_size = 0;                  // resize to SxS; 0: the set's own (28; synthetic: 28; imagefolder:
+                                       // 224; tinyimagenet: 64)
+  int channels = 0;                    // 0: the set's own (1; image folders: 3); 3 replicates grey to RGB
   int64_t synthetic_size = 8192;       // synthetic train samples; its test split has a sixth
   int num_classes = 10;                // synthetic only (the IDX sets have 10)
   uint64_t seed = 0;                   // synthetic only
   bool normalize = true;               // IDX sets: normalise with the set's mean and std
+  // Image folders: transforms (size from image_size) and the bad-file policy.
+  ImageSetOptions images;
 };
+
+// The side an image folder's samples get when --image-size is 0: 224 (ImageNet's) for imagefolder,
+// 64 (its own) for tinyimagenet.
+int default_image_size(const std::string& dataset);
 
 const std::vector<std::string>& dataset_names();
 

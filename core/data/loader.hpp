@@ -1,6 +1,8 @@
 // DataLoader: batches from a Dataset, shuffled per epoch, sharded over ranks like
 // torch.utils.data.DistributedSampler(drop_last=True), and prefetched by worker threads. The
 // batch sequence depends only on (seed, epoch, rank, world, batch_size): never on num_workers.
+// For a GPU the batches are assembled in pinned (page-locked) host memory and copied to the device
+// by a feeder thread on a stream of its own, ahead of the step that uses them (device_batches.hpp).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -12,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda/memory.hpp"
 #include "core/data/dataset.hpp"
+#include "core/data/device_batches.hpp"
 
 namespace dpx::data {
 
@@ -25,12 +29,33 @@ struct LoaderOptions {
   int num_workers = 0;      // loader threads; 0 loads in the thread that calls next()
   int prefetch = 0;         // batches loaded ahead (in progress or ready); 0: 2 per worker, as
                             // PyTorch's prefetch_factor=2
+  // Where next() delivers batches. A GPU (cuda:N): host batches in pinned memory, copied by a
+  // feeder thread on its own stream, at most device_ahead batches ahead of the consumer, whose
+  // kernels run on `stream` (the buffers of a batch are reused only after that stream has
+  // passed the work queued before the consumer let go of it).
+  Device device;
+  cuda::Stream stream = nullptr;
+  int device_ahead = 1;
+  // Another engine than CUDA's for the feeder (tests run the feeder's logic on the CPU with one).
+  std::shared_ptr<CopyEngine> copy_engine;
+};
+
+// What the loader's workers did so far: their throughput is images / busy_s per worker.
+struct LoaderStats {
+  int workers = 0;        // threads that load (1 when the consumer loads itself)
+  int64_t batches = 0, images = 0;
+  int64_t skipped = 0;    // samples left out of their batch (--on-bad-image skip)
+  double busy_s = 0;      // summed over the workers: reading, decoding, transforming, copying
+  double waited_s = 0;    // summed over next() calls: how long the consumer waited
+  double images_per_worker_s() const { return busy_s > 0 ? static_cast<double>(images) / busy_s : 0; }
 };
 
 struct Batch {
-  Tensor images;         // (B, C, H, W) f32, host
-  Tensor labels;         // (B) i64, host
+  Tensor images;         // (B, C, H, W) f32, on LoaderOptions::device
+  Tensor labels;         // (B) i64, likewise
   int64_t epoch = 0, step = 0;
+  int64_t skipped = 0;   // samples of this step left out (bad images under --on-bad-image skip): B
+                         // is the batch size less these
   double wait_s = 0;     // time next() blocked for this batch (with 0 workers: the whole load)
   double load_s = 0;     // time spent producing it (fetching and transforming its samples)
 };
@@ -54,8 +79,9 @@ class DataLoader {
   // prefetched). A resumed run starts where its checkpoint stopped, without loading the rest.
   void start_epoch(int64_t epoch, int64_t first_step = 0);
   // The next batch of the epoch in order, or nullopt at its end. Rethrows the exception a worker
-  // (or the dataset) threw for this batch.
+  // (or the dataset) threw for this batch. Throws when every sample of a batch was skipped.
   std::optional<Batch> next();
+  LoaderStats stats() const;
 
   int64_t steps_per_epoch() const { return steps_; }
   int64_t samples_per_rank() const { return samples_per_rank_; }
@@ -72,31 +98,43 @@ class DataLoader {
     std::exception_ptr error;
   };
   Batch load(const std::vector<int64_t>& shard, int64_t epoch, int64_t step);
-  // An image buffer of `shape`: a pooled one nobody else holds any more, or a new one.
-  Tensor acquire_images(const Shape& shape);
+  // A host buffer of `shape`: a pooled one nobody else holds any more, or a new one (pinned when
+  // batches go to a GPU).
+  Tensor acquire(const Shape& shape, DType dtype);
   void worker_loop();
+  void feeder_loop();
+  std::optional<Batch> next_host();
+  std::optional<Batch> next_device();
+  void stop_threads();
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions o_;
   int64_t samples_per_rank_ = 0, steps_ = 0;
 
   // Everything below is guarded by mu_. Workers claim steps in order (next_claim_), at most
-  // prefetch_ ahead of the consumer (next_yield_), and park finished ones in ready_ by step;
-  // generation_ changes with every start_epoch so late batches of an old epoch are dropped.
+  // prefetch_ ahead of the host consumer (next_yield_: the caller of next(), or the feeder), and
+  // park finished ones in ready_ by step; generation_ changes with every start_epoch so late
+  // batches of an old epoch are dropped. With a GPU, the feeder moves them in step order to
+  // device_ready_, at most device_ahead ahead of the caller (next_out_).
   std::mutex mu_;
-  std::condition_variable work_cv_, ready_cv_;
+  std::condition_variable work_cv_, ready_cv_, device_cv_;
   bool stop_ = false;
   bool started_ = false;
   uint64_t generation_ = 0;
   int64_t epoch_ = 0;
   std::shared_ptr<const std::vector<int64_t>> shard_;
-  int64_t next_claim_ = 0, next_yield_ = 0;
+  int64_t next_claim_ = 0, next_yield_ = 0, next_out_ = 0;
   int prefetch_ = 0;
-  std::map<int64_t, Slot> ready_;
+  std::map<int64_t, Slot> ready_, device_ready_;
   std::vector<std::thread> workers_;
+  std::thread feeder_;
+  std::unique_ptr<DeviceBatches> device_batches_;
 
-  // Image buffers handed out before. Reusing one whose only owner is the pool saves the page
-  // faults of a fresh allocation (a 64 x 3 x 224 x 224 batch is 38 MB: ~9400 pages).
+  mutable std::mutex stats_mu_;
+  LoaderStats stats_;
+
+  // Buffers handed out before. Reusing one whose only owner is the pool saves the page faults of
+  // a fresh allocation (a 64 x 3 x 224 x 224 batch is 38 MB: ~9400 pages) or cudaHostAlloc's cost.
   std::mutex pool_mu_;
   std::vector<Tensor> pool_;
 };
