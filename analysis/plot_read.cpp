@@ -103,11 +103,13 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
                c_wait = col("mean_wait_s"), c_step = col("mean_step_s"), c_se = col("scaling_efficiency"),
                c_lb = col("load_balance"), c_ce = col("comm_efficiency"), c_pe = col("parallel_efficiency");
   const bool has_scaling = t.has("scaling");
-  std::set<std::string> parallels, scalings_met;
+  const bool has_workers = t.has("workers");  // dpx bench's loader columns (results.csv only)
+  std::set<std::string> parallels, scalings_met, workers_met;
   TextSet models, devices, datasets, batches, scalings;
   for (size_t r = 0; r < t.rows(); ++r) {
     parallels.insert(t.text(r, c_par));
     scalings_met.insert(has_scaling ? t.text(r, t.column("scaling")) : "strong");
+    if (has_workers) workers_met.insert(t.text(r, t.column("workers")));
   }
   std::map<std::string, size_t> index;
   for (size_t r = 0; r < t.rows(); ++r) {
@@ -126,6 +128,12 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     if (scalings_met.size() > 1) {
       label.append(" ").append(scaling);
       key.append("-").append(scaling);
+    }
+    // A sweep of loader workers: a series per number of workers.
+    const std::string workers = has_workers ? t.text(r, t.column("workers")) : "";
+    if (workers_met.size() > 1) {
+      label.append(" ").append(workers).append(" workers");
+      key.append("-w").append(workers);
     }
     if (several) {
       label.append(" (").append(source).append(")");
@@ -163,6 +171,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       std::string model = t.text(r, c_model);
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
       if (scalings_met.size() > 1) model += " " + scaling + " scaling";
+      if (workers_met.size() > 1) model += " " + workers + " workers";
       if (several) model += " (" + source + ")";
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
                           t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") +

@@ -100,6 +100,7 @@ std::string_view file_kind_name(FileKind kind) {
     case FileKind::figure: return "a dpx plot figure (with its caption beside it)";
     case FileKind::caption: return "a dpx plot caption";
     case FileKind::report_html: return "a dpx report page";
+    case FileKind::preview_png: return "a dpx data preview grid";
   }
   return "a dpx file";
 }
@@ -132,6 +133,9 @@ bool written_by_dpx(const std::string& path, FileKind kind) {
     case FileKind::checkpoint: return dpx_safetensors(*head, "dpx_checkpoint", "");
     case FileKind::caption: return first_line_starts(*head, stem_of(path) + ": ");
     case FileKind::report_html: return head->find(kReportGeneratorTag) != std::string::npos;
+    case FileKind::preview_png:
+      return head->rfind("\x89PNG\r\n\x1a\n", 0) == 0 &&
+             head->find(std::string("tEXtSoftware") + '\0' + "dpx data preview") != std::string::npos;
     case FileKind::figure: break;
   }
   return false;

@@ -34,6 +34,7 @@ enum class FileKind {
   figure,          // dpx plot's STEM.png / STEM.svg: dpx's when STEM.txt beside it is its caption
   caption,         // dpx plot's STEM.txt
   report_html,     // dpx report's page
+  preview_png,     // dpx data preview's grid: a PNG with the tEXt chunk Software = "dpx data preview"
 };
 
 // What a kind is called in messages ("a dpx train summary.csv").

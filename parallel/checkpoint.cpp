@@ -36,12 +36,18 @@ constexpr const char* kMustMatch[] = {
     "--weight-decay",   "--momentum",     "--nesterov",   "--betas",      "--eps",            "--lr-schedule",
     "--label-smoothing", "--seed",        "--steps",      "--accumulate", "--parallel",
     "--grad-dtype",     "--loss-scale",   "--initial-loss-scale", "--loss-scale-window",
+    // image folders: the augmentation a resumed run must draw again
+    "--resize-size",    "--crop-scale",   "--crop-ratio", "--flip",       "--mean",           "--std",
+    "--no-dct-scaling",
 };
 
 // The values of the flags above that checkpoints of older dpx versions did not record.
 const std::map<std::string, std::string> kOlderDefaults = {
     {"--grad-dtype", "fp32"}, {"--loss-scale", "auto"}, {"--initial-loss-scale", "65536"},
     {"--loss-scale-window", "2000"}};
+// The image folders' flags, which older checkpoints did not record either: their defaults.
+const std::vector<std::string> kImageFlags = {"--resize-size", "--crop-scale", "--crop-ratio", "--flip",
+                                              "--mean",        "--std",        "--no-dct-scaling"};
 
 // Step records as rows of doubles (exact for every field: counts stay far below 2^53).
 const std::vector<std::string> kRecordColumns = {
@@ -336,8 +342,12 @@ std::string resume_mismatch(const Checkpoint& c, const TrainOptions& options, in
            (b.empty() ? "(not set)" : b) + " here";
   };
   if (c.ranks != ranks) differ("the number of ranks", std::to_string(c.ranks), std::to_string(ranks));
+  std::map<std::string, std::string> defaults;
+  for (const auto& [flag, value] : TrainOptions{}.flag_values())
+    if (std::find(kImageFlags.begin(), kImageFlags.end(), flag) != kImageFlags.end()) defaults[flag] = value;
   for (const char* flag : kMustMatch) {
     if (!theirs.count(flag) && kOlderDefaults.count(flag)) theirs[flag] = kOlderDefaults.at(flag);
+    if (!theirs.count(flag) && defaults.count(flag)) theirs[flag] = defaults.at(flag);
     if (theirs[flag] != mine[flag]) differ(flag, theirs[flag], mine[flag]);
   }
   return out;

@@ -200,6 +200,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   Rank r(job, 0, *env, model, sync, *optimizer, loader);
   std::mutex report_mu;
   train_loop(r, nullptr, report, report_mu, hooks);
+  report.loader.add(loader.stats());
 }
 
 }  // namespace dpx::parallel

@@ -92,6 +92,7 @@ data::DatasetSpec Job::data_spec(const TrainOptions& o) {
   spec.synthetic_size = o.synthetic_size;
   spec.num_classes = o.num_classes;
   spec.seed = o.seed;
+  spec.images = o.images;
   return spec;
 }
 

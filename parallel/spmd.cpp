@@ -54,10 +54,15 @@ void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Comm
   GradSync& sync = *owned;
   sync.attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
-  data::DataLoader loader(job.train_set, job.train_loader(rank, job.ranks, job.rank_batch));
+  data::LoaderOptions lo = job.train_loader(rank, job.ranks, job.rank_batch);
+  lo.device = env->ctx().device;  // on a GPU the loader copies each batch ahead of the step
+  lo.stream = cuda::stream_of(env->ctx());
+  data::DataLoader loader(job.train_set, lo);
   LocalReplica replica(model);
   Rank r(job, rank, *env, replica, sync, *optimizer, loader, clock_offset_s);
   train_loop(r, comm, report, report_mu, hooks);
+  std::lock_guard<std::mutex> lock(report_mu);
+  report.loader.add(loader.stats());
 }
 
 }  // namespace

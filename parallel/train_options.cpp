@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/cuda/memory.hpp"
+#include "core/data/datasets.hpp"
 #include "core/error.hpp"
 #include "core/gpu_status.hpp"
 #include "kernels/ops.hpp"
@@ -338,8 +339,10 @@ void TrainOptions::validate() const {
   if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
   if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
     usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
-  if (dataset != "fashion-mnist" && dataset != "mnist" && dataset != "synthetic")
-    usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
+  const auto& names = data::dataset_names();
+  if (std::find(names.begin(), names.end(), dataset) == names.end())
+    usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist, synthetic, imagefolder or "
+               "tinyimagenet");
 }
 
 std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() const {
@@ -369,6 +372,14 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--keep", num(keep_checkpoints)}, {"--resume", resume}, {"--on-nonfinite", on_nonfinite},
       {"--precision", precision}, {"--grad-dtype", grad_dtype}, {"--loss-scale", loss_scale},
       {"--initial-loss-scale", num(initial_loss_scale)}, {"--loss-scale-window", num(loss_scale_window)},
+      {"--workers", num(workers)}, {"--resize-size", num(images.transform.resize_size)},
+      {"--crop-scale", num(images.transform.scale_min) + "," + num(images.transform.scale_max)},
+      {"--crop-ratio", num(images.transform.ratio_min) + "," + num(images.transform.ratio_max)},
+      {"--flip", num(images.transform.flip_p)},
+      {"--mean", num(images.transform.mean[0]) + "," + num(images.transform.mean[1]) + "," + num(images.transform.mean[2])},
+      {"--std", num(images.transform.std[0]) + "," + num(images.transform.std[1]) + "," + num(images.transform.std[2])},
+      {"--no-dct-scaling", num(!images.transform.dct_scaling)},
+      {"--on-bad-image", data::bad_image_policy_name(images.on_bad_image)},
   };
 }
 

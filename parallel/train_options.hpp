@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/data/image_dataset.hpp"
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "parallel/loss_scaler.hpp"
@@ -21,12 +22,13 @@ std::string parallel_mode_name(ParallelMode m);
 struct TrainOptions {
   // model and data
   std::string model = "lenet5";
-  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic | imagefolder | tinyimagenet
   std::string data_dir;                   // empty: the default location of the data set
-  int image_size = 0;                     // 0: the data set's own size (28 for MNIST)
+  int image_size = 0;                     // 0: the data set's own size (28 for MNIST; image folders 224, TinyImageNet 64)
   int channels = 0;                       // 0: the data set's own (1 for MNIST; 3 after --grey-to-rgb)
   int64_t synthetic_size = 8192;          // samples in the synthetic training set
   int num_classes = 10;
+  data::ImageSetOptions images;           // image folders: transforms and bad files (tools/image_flags.hpp)
   // weights and transfer learning (zoo/weights.hpp, zoo/heads.hpp)
   std::string weights_file;               // safetensors state_dict to start from (torchvision names)
   bool weights_strict = true;             // false: missing and unexpected names are listed, not fatal

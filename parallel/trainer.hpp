@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/data/loader.hpp"
 #include "core/phase_timer.hpp"
 #include "layers/model.hpp"
 #include "parallel/communicator.hpp"
@@ -59,6 +60,7 @@ struct TrainReport {
   LaunchInfo launch;                 // how the ranks were started (threads, or MPI processes)
   int stopped_by = 0;                // the signal that stopped the run early (core/stop.hpp); 0: none
   std::string checkpoint;            // the last checkpoint written (rank 0), if any
+  data::LoaderStats loader;          // the training loaders of this process's ranks, summed
 };
 
 struct Job;  // job.hpp

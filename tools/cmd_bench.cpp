@@ -44,6 +44,7 @@ struct BenchFlags {
   std::vector<int> accumulate = {parallel::TrainOptions{}.accumulate};
   std::vector<std::string> optimizer = {parallel::TrainOptions{}.optimizer};
   std::vector<std::string> grad_dtype = {parallel::TrainOptions{}.grad_dtype};
+  std::vector<int> workers = {parallel::TrainOptions{}.workers};
   int repeat = 1;
   double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
@@ -165,6 +166,24 @@ std::string stats_csv_header() {
   return h + ",ci_coverage,noisy";
 }
 
+// results.csv's last columns: the data loader of the configuration (its workers per rank, the
+// images one worker produced per second of its own work, medians over the runs, and the images
+// skipped as unreadable in all runs).
+std::string loader_csv_header() { return ",workers,loader_images_per_worker_s,skipped_images"; }
+
+std::string loader_csv_row(const parallel::TrainOptions& o, const std::vector<parallel::TrainReport>& runs) {
+  std::vector<double> rates;
+  int64_t skipped = 0;
+  for (const auto& r : runs) {
+    rates.push_back(r.loader.images_per_worker_s());
+    skipped += r.loader.skipped;
+  }
+  std::ostringstream os;
+  os.precision(9);
+  os << "," << o.workers << "," << analysis::median(rates) << "," << skipped;
+  return os.str();
+}
+
 std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noisy_spread) {
   std::ostringstream os;
   os.precision(9);
@@ -195,7 +214,7 @@ std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noi
 // and efficiency of the medians against the baseline's (the first configuration of its key).
 std::string results_csv(std::vector<Config>& configs, std::vector<parallel::Summary>& medians, double noisy_spread) {
   std::ostringstream csv;
-  csv << "scaling," << parallel::summary_csv_header() << stats_csv_header() << "\n";
+  csv << "scaling," << parallel::summary_csv_header() << stats_csv_header() << loader_csv_header() << "\n";
   std::map<std::string, parallel::Summary> baselines;
   medians.assign(configs.size(), parallel::Summary{});
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -210,7 +229,7 @@ std::string results_csv(std::vector<Config>& configs, std::vector<parallel::Summ
     for (const auto& r : c.runs) walls.push_back(r.wall_s);
     report.wall_s = analysis::median(walls);
     csv << c.scaling << "," << parallel::summary_csv_row(report, m) << stats_csv_row(c.summaries, noisy_spread)
-        << "\n";
+        << loader_csv_row(c.o, c.runs) << "\n";
     medians[i] = m;
   }
   return csv.str();
@@ -229,9 +248,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   const bool mpi = processes.launched(), rank0 = processes.rank() == 0;
   if (bf.models.empty() || bf.batch_sizes.empty() || bf.devices.empty() || bf.parallel.empty() ||
       bf.scaling.empty() || bf.algo.empty() || bf.bucket_mb.empty() || bf.accumulate.empty() || bf.optimizer.empty() ||
-      bf.grad_dtype.empty())
+      bf.grad_dtype.empty() || bf.workers.empty())
     usage_fail("--models, --batch-sizes, --devices, --parallel, --scaling, --algo, --bucket-mb, --accumulate, "
-               "--optimizer and --grad-dtype each need at least one value");
+               "--optimizer, --grad-dtype and --workers each need at least one value");
   for (const auto& sc : bf.scaling)
     if (sc != "weak" && sc != "strong")
       usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", sc, "'");
@@ -262,6 +281,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   check_distinct(bf.accumulate, "--accumulate");
   check_distinct(bf.optimizer, "--optimizer");
   check_distinct(bf.grad_dtype, "--grad-dtype");
+  check_distinct(bf.workers, "--workers");
   // Validate every configuration before running any, so a typo fails in a second, not an hour:
   // the options, the model, its smallest input and the data set's size (each set loaded once).
   std::map<std::string, std::shared_ptr<const data::Dataset>> data_sets;
@@ -289,8 +309,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
               for (int accumulate : bf.accumulate)
                 for (const auto& opt : bf.optimizer)
                   for (const auto& gd : bf.grad_dtype)
+                  for (int workers : bf.workers)
                   for (const auto& dev : devices) {
                     parallel::TrainOptions o = per_choice.at({opt, gd});
+                    o.workers = workers;
                     o.model = model;
                     o.devices = dev;
                     o.parallel = parallel::parse_parallel_mode(par);
@@ -316,7 +338,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                     c.key = detail::concat(model, "_b", b, "_", par, axis(bf.scaling, scaling), axis(bf.algo, algo),
                                            axis(bf.bucket_mb, "bucket" + text_of(bucket_mb)),
                                            axis(bf.accumulate, "acc" + text_of(accumulate)), axis(bf.optimizer, opt),
-                                           axis(bf.grad_dtype, "grad" + gd));
+                                           axis(bf.grad_dtype, "grad" + gd), axis(bf.workers, "w" + text_of(workers)));
                     c.tag = c.key + "_" + dev.substr(0, dev.find(':')) + std::to_string(k);
                     configs.push_back(std::move(c));
                     if (!mpi) warn_if_oversubscribed(o, processes.info());
@@ -360,6 +382,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                                                               {"--accumulate", join_values(bf.accumulate)},
                                                               {"--optimizer", join_values(bf.optimizer)},
                                                               {"--grad-dtype", join_values(bf.grad_dtype)},
+                                                              {"--workers", join_values(bf.workers)},
                                                               {"--repeat", text_of(bf.repeat)},
                                                               {"--noisy-spread", text_of(bf.noisy_spread)},
                                                               {"--out", bf.out_dir}};
@@ -367,7 +390,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   for (auto& [flag, value] : configs.front().o.flag_values())
     if (flag != "--model" && flag != "--batch-size" && flag != "--devices" && flag != "--parallel" &&
         flag != "--out" && flag != "--algo" && flag != "--bucket-mb" && flag != "--accumulate" &&
-        flag != "--optimizer" && flag != "--grad-dtype")
+        flag != "--optimizer" && flag != "--grad-dtype" && flag != "--workers")
       options.emplace_back(flag, value);
   processes.agree(start_report("bench", options));
   processes.set_comm_timeout(base.comm_timeout_s);
@@ -497,6 +520,10 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--optimizer", bf->optimizer, std::string(kOptimizerHelp) + "; a list sweeps each")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--grad-dtype", bf->grad_dtype, std::string(kGradDtypeHelp) + "; a list sweeps each")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--workers", bf->workers,
+                  "data-loader threads per rank (0: load in the training thread); a list sweeps each (results.csv: "
+                  "workers, loader_images_per_worker_s)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--repeat", bf->repeat,
                   "run the whole sweep N times over (interleaved: every configuration once, then again, so that a "

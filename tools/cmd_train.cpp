@@ -64,6 +64,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   }
   parallel::Summary s = parallel::summarize(report);
   print_summary(std::cout, report, s);
+  print_loader(std::cout, report, s);
   if (o.verbose) print_conv_choices(std::cout);
   if (!o.out_dir.empty()) {
     parallel::write_steps_csv(o.out_dir + "/steps.csv", report);

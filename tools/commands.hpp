@@ -18,6 +18,7 @@ void add_predict_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_study_command(CLI::App& app);
+void add_data_command(CLI::App& app);
 // The command line this process was started with, as one shell line ("dpx bench --models
 // lenet5 ..."): the program named dpx whatever its path, arguments quoted where the shell needs
 // it. main() sets it; `dpx bench` writes it to its --out folder (command.txt) for captions.

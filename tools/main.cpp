@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   dpx::tools::add_plot_command(app);
   dpx::tools::add_report_command(app);
   dpx::tools::add_study_command(app);
+  dpx::tools::add_data_command(app);
   // Only train, bench and collective are SPMD programs: any other command started by mpirun or
   // srun on several processes would run once per process, all writing the same files (a study's
   // steps then waited on each other). Refused at once, by every rank alike.
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
       if (word.empty() || word[0] == '-') continue;
       if (word == "train" || word == "bench" || word == "collective") break;
       if (word == "models" || word == "infer" || word == "fit" || word == "predict" || word == "plot" ||
-          word == "report" || word == "study")
+          word == "report" || word == "study" || word == "data")
         return report_error(*processes, 2,
                             "dpx " + word + " is not an MPI program: it runs once, on one process; run it without "
                             "mpirun or srun (or with -np 1). Only dpx train, bench and collective run as a job of "

@@ -133,6 +133,38 @@ void print_conv_choices(std::ostream& os) {
        << (c.threads == 1 ? "" : "s") << (c.nested ? ", in a thread rank" : "") << ")\n";
 }
 
+void print_loader(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s) {
+  const data::LoaderStats& l = report.loader;
+  if (l.images == 0) return;
+  const parallel::TrainOptions& o = report.options;
+  const double step = s.mean_s[static_cast<int>(Phase::step)], load = s.mean_s[static_cast<int>(Phase::load)];
+  const double share = step > 0 ? load / step : 0;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "loader: %d worker(s) per rank; %.1f images/s per worker (reading, decoding, transforming%s); the "
+                "steps waited %.1f %% of their time for batches (load %.3f ms a step)\n",
+                o.workers, l.images_per_worker_s(), o.device().is_cuda() ? ", copying to the GPU" : "", 100 * share,
+                load * 1e3);
+  os << line;
+  if (l.skipped > 0)
+    os << "loader: " << l.skipped << " unreadable image(s) skipped (--on-bad-image skip): dpx data check "
+       << o.data_dir << " lists them\n";
+  if (share > kLoadBottleneckShare && s.measured_steps > 0) {
+    const int cores = hardware_threads();
+    std::string what;
+    if (o.workers == 0)
+      what = "--workers 0 loads in the training thread: pass --workers 2 or more";
+    else if (o.workers * o.ranks() < cores)
+      what = "raise --workers (" + std::to_string(o.workers) + " per rank now, " + std::to_string(cores) +
+             " hardware threads here)";
+    else
+      what = "every hardware thread already loads or trains: more --workers will not help here; use a smaller "
+             "--image-size, JPEGs scaled down ahead of time, or a machine with more cores";
+    std::fprintf(stderr, "dpx: warning: loading is the bottleneck: the steps waited %.0f %% of their time for their "
+                 "batches; %s\n", 100 * share, what.c_str());
+  }
+}
+
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s) {
   char line[160];
   os << "phase means over " << s.measured_steps << " measured steps per rank (" << report.options.warmup_steps

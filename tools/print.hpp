@@ -19,6 +19,12 @@ std::vector<std::pair<std::string, std::string>> launch_rows(const parallel::Lau
 // The optimizer row of that table: "SGD lr 0.05 momentum 0.9 wd 0 nesterov", "AdamW lr 0.001 ...".
 std::string optimizer_text(const parallel::TrainOptions& o);
 void print_summary(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
+// The data loader's line: its workers, their throughput (images per second of a worker's own work),
+// the share of the steps spent waiting for batches, the images skipped; and on stderr the warning
+// that loading is the bottleneck (the load phase over kLoadBottleneckShare of the step), naming
+// --workers.
+inline constexpr double kLoadBottleneckShare = 0.10;
+void print_loader(std::ostream& os, const parallel::TrainReport& report, const parallel::Summary& s);
 // --verbose: what each CPU convolution shape ran and why (kernels/cpu/conv2d_algos.hpp); nothing
 // where no CPU convolution ran (one line where dpx's own kernels run them all).
 void print_conv_choices(std::ostream& os);

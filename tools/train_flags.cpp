@@ -104,12 +104,19 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_flag("--freeze-backbone", o.freeze_backbone,
                "train only the classifier: no gradients, updates or communication for the rest (batch norm "
                "statistics still update in training mode, as in PyTorch)");
-  cmd.add_option("--dataset", o.dataset, "fashion-mnist, mnist or synthetic")->capture_default_str();
+  cmd.add_option("--dataset", o.dataset,
+                 "fashion-mnist, mnist, synthetic, imagefolder (a folder of JPEG and PNG files in torchvision's "
+                 "ImageFolder layout: DIR/<class>/, or DIR/train/<class>/ and DIR/val/<class>/) or tinyimagenet "
+                 "(TinyImageNet-200's own layout)")
+      ->capture_default_str();
   cmd.add_option("--data-dir", o.data_dir,
                  "directory with the IDX files (default for fashion-mnist: $DPX_DATA_DIR, then the "
-                 "dataset-fashion-mnist package's)");
-  cmd.add_option("--image-size", o.image_size, "resize images to SxS (0: the data set's own size)")
+                 "dataset-fashion-mnist package's), or the image folder (dpx data make-imagefolder makes one)");
+  cmd.add_option("--image-size", o.image_size,
+                 "resize images to SxS (0: the data set's own size; image folders: 224, tinyimagenet: 64); image "
+                 "folders are cropped and resized as torchvision's ImageNet transforms")
       ->capture_default_str();
+  add_image_flags(cmd, o.images, f.images);
   cmd.add_option("--channels", o.channels, "image channels (1 = grey; 3 replicates grey to RGB; 0: the data set's)")
       ->capture_default_str();
   cmd.add_option("--synthetic-size", o.synthetic_size, "samples in the synthetic training set")->capture_default_str();
@@ -146,8 +153,11 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "CPU threads in all, split over the thread ranks (0: every core); under MPI, this process's "
                  "threads (0: the cores the launcher bound it to, or an equal share of its node's cores)")
       ->capture_default_str();
-  cmd.add_option("--workers", o.workers, "data-loader threads per rank (0: load in the training thread)")
-      ->capture_default_str();
+  if (!for_bench)  // bench sweeps a list of them
+    cmd.add_option("--workers", o.workers,
+                   "data-loader threads per rank, reading, decoding and augmenting ahead of the steps (0: load in the "
+                   "training thread)")
+        ->capture_default_str();
   if (!for_bench)
     cmd.add_option("--algo", o.algo,
                    algo_help() + (parallel::kNcclBuilt ? "; with --backend nccl: nccl (NCCL's own, its default there)" : ""))
@@ -210,6 +220,7 @@ void parse_betas(const std::string& text, float& beta1, float& beta2) {
 
 void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   if (!f.betas.empty()) parse_betas(f.betas, o.beta1, o.beta2);
+  apply_image_flags(o.images, f.images);
   // The other optimizer's flags would be silently ignored: refuse them instead.
   if (o.optimizer == "adamw" && (f.momentum_given || f.nesterov_given))
     usage_fail("--momentum and --nesterov/--no-nesterov apply to --optimizer sgd only; "

@@ -4,6 +4,7 @@
 
 #include "parallel/process_group.hpp"
 #include "parallel/train_options.hpp"
+#include "tools/image_flags.hpp"
 
 namespace dpx::tools {
 
@@ -18,6 +19,7 @@ struct TrainFlags {
   bool momentum_given = false, nesterov_given = false, eps_given = false;
   bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
   bool force = false;                    // --force: replace existing outputs dpx did not write
+  ImageFlags images;                     // image folders' list flags (--crop-scale, --mean, ...)
 };
 
 // The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).
@@ -39,7 +41,7 @@ inline constexpr const char* kAccumulateHelp = "synchronise gradients every k mi
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags
 // that bench sweeps itself (model, batch size, devices, parallel, algo, bucket-mb, accumulate,
-// optimizer).
+// optimizer, workers).
 void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench);
 // Copies the string flags into `o` (parses --parallel, --trace-steps, ...). Set o.process_ranks
 // first: the default of --parallel depends on it.

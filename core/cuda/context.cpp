@@ -72,6 +72,8 @@ Context make_cuda_context(CudaState& state, bool allow_tf32) {
   return ctx;
 }
 
+Stream stream_of(const Context& ctx) { return ctx.device.is_cuda() && ctx.cuda ? ctx.cuda->stream : nullptr; }
+
 CudaState& state_of(const Context& ctx) {
   if (!ctx.device.is_cuda() || ctx.cuda == nullptr)
     fail("a CUDA op was given a Context for ", ctx.device.str(),

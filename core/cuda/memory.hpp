@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "core/context.hpp"
 #include "core/device.hpp"
 
 struct CUstream_st;  // the CUDA runtime's stream type: cudaStream_t is CUstream_st*
@@ -85,5 +86,9 @@ void copy_peer_async(void* dst, int dst_device, Stream dst_stream, const void* s
                      size_t bytes);
 // Waits until all work queued on `stream` (on `device`) has finished.
 void synchronize(Stream stream, int device);
+
+// The stream a Context's ops are queued on: its CudaState's for a GPU, nullptr on the CPU (the data
+// loader copies batches ahead of the work on it).
+Stream stream_of(const Context& ctx);
 
 }  // namespace dpx::cuda

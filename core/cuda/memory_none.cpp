@@ -37,5 +37,6 @@ size_t pinned_bytes_cached() { return 0; }
 void copy_async(void*, Device, const void*, Device, size_t, Stream) { no_cuda(); }
 void copy_peer_async(void*, int, Stream, const void*, int, Stream, size_t) { no_cuda(); }
 void synchronize(Stream, int) { no_cuda(); }
+Stream stream_of(const Context&) { return nullptr; }
 
 }  // namespace dpx::cuda

@@ -289,11 +289,21 @@ std::vector<uint8_t> encode_jpeg(const uint8_t* pixels, int width, int height, i
 
 namespace {
 
-std::vector<uint8_t> encode_png_with(const void* data, size_t bytes, spng_ihdr ihdr, const spng_plte* plte) {
+std::vector<uint8_t> encode_png_with(const void* data, size_t bytes, spng_ihdr ihdr, const spng_plte* plte,
+                                     const std::string& software = "") {
   SpngContext png(SPNG_CTX_ENCODER);
   int err = spng_set_option(png.ctx, SPNG_ENCODE_TO_BUFFER, 1);
   if (!err) err = spng_set_ihdr(png.ctx, &ihdr);
   if (!err && plte) err = spng_set_plte(png.ctx, const_cast<spng_plte*>(plte));
+  std::string text = software;
+  spng_text chunk{};
+  if (!err && !text.empty()) {
+    std::strncpy(chunk.keyword, "Software", sizeof chunk.keyword - 1);
+    chunk.type = SPNG_TEXT;
+    chunk.length = text.size();
+    chunk.text = text.data();
+    err = spng_set_text(png.ctx, &chunk, 1);
+  }
   if (!err) err = spng_encode_image(png.ctx, data, bytes, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
   if (err) fail("libspng could not encode a ", ihdr.width, "x", ihdr.height, " PNG: ", spng_strerror(err));
   size_t len = 0;
@@ -306,7 +316,8 @@ std::vector<uint8_t> encode_png_with(const void* data, size_t bytes, spng_ihdr i
 
 }  // namespace
 
-std::vector<uint8_t> encode_png(const uint8_t* pixels, int width, int height, int channels) {
+std::vector<uint8_t> encode_png(const uint8_t* pixels, int width, int height, int channels,
+                                const std::string& software) {
   DPX_CHECK(channels == 1 || channels == 3 || channels == 4, "encode_png: ", channels, " channels");
   spng_ihdr ihdr{};
   ihdr.width = static_cast<uint32_t>(width);
@@ -315,7 +326,7 @@ std::vector<uint8_t> encode_png(const uint8_t* pixels, int width, int height, in
   ihdr.color_type = channels == 1   ? SPNG_COLOR_TYPE_GRAYSCALE
                     : channels == 3 ? SPNG_COLOR_TYPE_TRUECOLOR
                                     : SPNG_COLOR_TYPE_TRUECOLOR_ALPHA;
-  return encode_png_with(pixels, static_cast<size_t>(width) * height * channels, ihdr, nullptr);
+  return encode_png_with(pixels, static_cast<size_t>(width) * height * channels, ihdr, nullptr, software);
 }
 
 std::vector<uint8_t> encode_png_palette(const uint8_t* indices, int width, int height,

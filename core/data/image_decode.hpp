@@ -69,8 +69,10 @@ inline int dct_scale_for(double crop_w, double crop_h, int out_w, int out_h) {
 // JPEG from 8-bit pixels: `channels` 3 (RGB, 4:2:0), 1 (grey) or 4 (CMYK, written as YCCK with
 // Adobe's inverted convention, as Photoshop and PIL write CMYK); quality 1-100.
 std::vector<uint8_t> encode_jpeg(const uint8_t* pixels, int width, int height, int channels, int quality);
-// PNG from 8-bit pixels: `channels` 1 (grey), 3 (RGB) or 4 (RGBA).
-std::vector<uint8_t> encode_png(const uint8_t* pixels, int width, int height, int channels);
+// PNG from 8-bit pixels: `channels` 1 (grey), 3 (RGB) or 4 (RGBA). A non-empty `software` is
+// written as a tEXt chunk "Software" before the image data (dpx data preview's signature).
+std::vector<uint8_t> encode_png(const uint8_t* pixels, int width, int height, int channels,
+                                const std::string& software = "");
 // An 8-bit palette PNG: `indices` (height, width) into `palette` (entries x 3 RGB, at most 256).
 std::vector<uint8_t> encode_png_palette(const uint8_t* indices, int width, int height,
                                         const std::vector<uint8_t>& palette_rgb);

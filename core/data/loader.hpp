@@ -48,6 +48,14 @@ struct LoaderStats {
   double busy_s = 0;      // summed over the workers: reading, decoding, transforming, copying
   double waited_s = 0;    // summed over next() calls: how long the consumer waited
   double images_per_worker_s() const { return busy_s > 0 ? static_cast<double>(images) / busy_s : 0; }
+  void add(const LoaderStats& o) {  // another rank's loader
+    workers += o.workers;
+    batches += o.batches;
+    images += o.images;
+    skipped += o.skipped;
+    busy_s += o.busy_s;
+    waited_s += o.waited_s;
+  }
 };
 
 struct Batch {

@@ -1,5 +1,5 @@
-// A rank on one GPU: its CudaState (stream, handles), synchronous host-to-device copies of each
-// batch (ordered with the stream, which is blocking), and CUDA events at the begin and end of
+// A rank on one GPU: its CudaState (stream, handles), the batches the data loader copied to the
+// device ahead of each step (a synchronous copy of anything still on the host), and CUDA events at the begin and end of
 // each device-timed phase (PhaseScope marks them), DDP's exposed communication among them.
 #include <array>
 #include <vector>
@@ -22,7 +22,8 @@ class CudaEnv final : public DeviceEnv {
     for (int i = 0; i < kEvents; ++i) events_.emplace_back(device);
   }
 
-  Tensor upload(const Tensor& host) override { return host.to(ctx_.device); }
+  // The loader's batches are on the device already (copied ahead of the step by its feeder).
+  Tensor upload(const Tensor& host) override { return host.device() == ctx_.device ? host : host.to(ctx_.device); }
 
   void mark(Phase p, Edge e) override {
     const int i = event_of(p, e);
