@@ -24,7 +24,7 @@ int floor_log2(int p) {
   return l;
 }
 
-// parallel/algorithms_ring.cpp's pipelined broadcast: chunks of about 1 MiB, at most 64, at least 1.
+// parallel/comm/algorithms/ring.cpp's pipelined broadcast: chunks of about 1 MiB, at most 64, at least 1.
 double broadcast_chunks(const CallShape& s) {
   const double count = s.count > 0 ? s.count : s.bytes / 4;
   return std::max(1.0, std::min({count, 64.0, std::max(1.0, std::floor(s.bytes / (1 << 20)))}));

@@ -12,9 +12,9 @@
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/layers.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/primitives.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/primitives.hpp"
+#include "parallel/train/trainer.hpp"
 #include "zoo/registry.hpp"
 
 using namespace dpx;

@@ -1,6 +1,6 @@
 // `dpx collective`: nccl-tests' all_reduce_perf & co. for dpx's communicators. The flags are
 // nccl-tests' (-b -e -f -i -n -w -c -o -d -r) plus the collective, backend, ranks and algorithm;
-// the work is parallel::run_collective (parallel/collective_bench.hpp).
+// the work is parallel::run_collective (parallel/bench/collective_bench.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -10,9 +10,9 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 

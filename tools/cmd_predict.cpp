@@ -1,6 +1,6 @@
 // `dpx predict`: step time, exposed communication, throughput, speedup and scaling efficiency of
 // DDP at 1 ... 1024 ranks (analysis/predict.hpp), from the computation measured here (one replica,
-// parallel/compute_profile.hpp) and a network: a `dpx fit` file or a link's rate and latency.
+// parallel/bench/compute_profile.hpp) and a network: a `dpx fit` file or a link's rate and latency.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,9 +19,9 @@
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
-#include "parallel/comm_reduce.hpp"
-#include "parallel/compute_profile.hpp"
-#include "parallel/net_sim.hpp"
+#include "parallel/comm/reduce.hpp"
+#include "parallel/bench/compute_profile.hpp"
+#include "parallel/comm/net_sim.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 #include "zoo/registry.hpp"

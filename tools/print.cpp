@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv2d_algos.hpp"
-#include "parallel/stall_report.hpp"
+#include "parallel/runtime/stall_report.hpp"
 #include "tools/commands.hpp"
 
 namespace dpx::tools {

@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/version_config.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
-#include "parallel/algorithms.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
 #include "zoo/registry.hpp"
 
 namespace dpx::tools {

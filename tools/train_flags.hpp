@@ -2,8 +2,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "parallel/process_group.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/runtime/process_group.hpp"
+#include "parallel/train/train_options.hpp"
 
 namespace dpx::tools {
 

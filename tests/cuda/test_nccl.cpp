@@ -17,9 +17,9 @@
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "parallel/nccl/nccl_backend.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 

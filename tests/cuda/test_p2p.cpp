@@ -1,7 +1,7 @@
-// GPU tests of the p2p backend (parallel/p2p_backend.hpp): k ranks on the GPUs present (several
+// GPU tests of the p2p backend (parallel/comm/p2p/p2p_backend.hpp): k ranks on the GPUs present (several
 // on one GPU: the only multi-rank run a single-GPU machine allows) give, for every algorithm,
 // dtype and op, bit for bit the threads backend's results on the same inputs; the device
-// reduction kernels equal comm_reduce's; dpx collective's p2p run checks with 0 wrong; and DDP
+// reduction kernels equal parallel/comm/reduce.cpp's; dpx collective's p2p run checks with 0 wrong; and DDP
 // training over p2p replicas on one GPU reproduces one GPU.
 #include <doctest/doctest.h>
 
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/cuda/memory.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 

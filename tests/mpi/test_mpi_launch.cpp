@@ -8,12 +8,12 @@
 #include <string>
 
 #include "mpi_test_group.hpp"
-#include "parallel/clock_sync.hpp"
-#include "parallel/launcher_env.hpp"
-#include "parallel/mpi/mpi_transport.hpp"
-#include "parallel/mpi/mpi_util.hpp"
-#include "parallel/mpi/rank_state.hpp"
-#include "parallel/run_modes.hpp"
+#include "parallel/runtime/clock_sync.hpp"
+#include "parallel/runtime/launcher_env.hpp"
+#include "parallel/comm/mpi/mpi_transport.hpp"
+#include "parallel/comm/mpi/mpi_util.hpp"
+#include "parallel/runtime/mpi/rank_state.hpp"
+#include "parallel/train/run_modes.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

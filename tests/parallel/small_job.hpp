@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/job.hpp"
-#include "parallel/train_options.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/train/train_options.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/errors.hpp"
 

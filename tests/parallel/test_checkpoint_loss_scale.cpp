@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/safetensors.hpp"
-#include "parallel/checkpoint.hpp"
+#include "parallel/train/checkpoint.hpp"
 #include "tests/common/files.hpp"
 
 using namespace dpx;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/threads_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "test_collective_util.hpp"
 
 using namespace dpx;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/collective_check.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/bench/collective_check.hpp"
 #include "test_collective_util.hpp"
 #include "tests/common/files.hpp"
 

@@ -8,10 +8,10 @@
 #include <sstream>
 #include <vector>
 
-#include "parallel/ddp.hpp"
-#include "parallel/job.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/ddp.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "parallel/launcher_env.hpp"
+#include "parallel/runtime/launcher_env.hpp"
 
 using namespace dpx::parallel;
 

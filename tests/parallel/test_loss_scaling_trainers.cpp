@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/trainer.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/parallel/small_job.hpp"
 
 using namespace dpx;

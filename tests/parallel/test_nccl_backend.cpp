@@ -9,14 +9,14 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
-#include "parallel/algorithms.hpp"
-#include "parallel/nccl/nccl_backend.hpp"
-#include "parallel/nccl/nccl_wait.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/nccl/nccl_wait.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tests/common/errors.hpp"
 #include "tests/parallel/small_job.hpp"
 #ifdef DPX_WITH_CUDA
-#include "parallel/nccl/nccl_types.hpp"
+#include "parallel/comm/nccl/cuda/nccl_types.hpp"
 #endif
 
 using namespace dpx;

@@ -9,9 +9,9 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tests/common/errors.hpp"
 #include "tests/parallel/small_job.hpp"
 

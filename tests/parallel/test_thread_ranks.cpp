@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "parallel/thread_ranks.hpp"
+#include "parallel/comm/threads/thread_ranks.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

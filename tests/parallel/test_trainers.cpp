@@ -10,10 +10,10 @@
 #include <map>
 #include <sstream>
 
-#include "parallel/ddp.hpp"
-#include "parallel/job.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/ddp.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/trainer.hpp"
 #include "zoo/registry.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"

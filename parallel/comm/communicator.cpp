@@ -1,0 +1,294 @@
+// Communicator: argument checks, call counting and the Tensor overloads; the work itself is
+// execute(), which by default runs one of dpx's algorithms (algorithms.hpp) over the transport.
+#include "parallel/comm/communicator.hpp"
+
+#include "core/error.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+void* ptr(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+
+}  // namespace
+
+Communicator::Communicator(Transport& transport, Algorithm default_algorithm)
+    : transport_(transport), default_algorithm_(default_algorithm) {}
+
+void Communicator::execute(const CollectiveArgs& args, Algorithm algo) {
+  run_algorithm(algo, transport_, args, workspace_);
+}
+
+Communicator::CallScope Communicator::begin(const CommCall& call) {
+  transport_.begin_call(call);
+  return CallScope{transport_};
+}
+
+void Communicator::run(const CollectiveArgs& a, Algo algo) {
+  const std::string_view name = collective_name(a.kind);
+  const int n = size(), r = rank();
+  const size_t es = dtype_size(a.dtype);
+  const bool rooted = is_rooted(a.kind);
+  if (rooted && (a.root < 0 || a.root >= n)) fail(name, ": root ", a.root, " is not a rank of this ", n, "-rank group");
+  // Per-rank blocks: the side that holds all n of them.
+  const bool send_whole = a.kind == Collective::reduce_scatter || a.kind == Collective::scatter ||
+                          a.kind == Collective::all_to_all;
+  const bool recv_whole = a.kind == Collective::all_gather || a.kind == Collective::gather ||
+                          a.kind == Collective::all_to_all;
+  const Algorithm chosen = algo ? *algo : algorithm_for(a.kind, default_algorithm_);
+  if (!algorithm_applies(chosen, a.kind))
+    fail(name, ": the ", algorithm_name(chosen), " algorithm has no schedule for it; use ", algorithm_choices(a.kind));
+  if (a.count > 0) {
+    const bool needs_send = (a.kind != Collective::broadcast && a.kind != Collective::scatter) || r == a.root;
+    const bool needs_recv = (a.kind != Collective::reduce && a.kind != Collective::gather) || r == a.root;
+    if (needs_send && !a.send) fail(name, ": rank ", r, " passed no send buffer");
+    if (needs_recv && !a.recv) fail(name, ": rank ", r, " passed no receive buffer");
+    // Partly overlapping buffers would be read after being overwritten; only NCCL's exact
+    // in-place layouts are allowed.
+    const size_t send_bytes = a.count * es * (send_whole ? static_cast<size_t>(n) : 1);
+    const size_t recv_bytes = a.count * es * (recv_whole ? static_cast<size_t>(n) : 1);
+    const size_t block_bytes = a.count * es * static_cast<size_t>(r);
+    bool in_place = a.send == a.recv;
+    if (a.kind == Collective::all_gather || a.kind == Collective::gather)
+      in_place = a.send == static_cast<const std::byte*>(a.recv) + block_bytes;
+    if (a.kind == Collective::reduce_scatter || a.kind == Collective::scatter)
+      in_place = a.recv == static_cast<const std::byte*>(a.send) + block_bytes;
+    if (needs_send && needs_recv && !in_place && overlaps(a.send, send_bytes, a.recv, recv_bytes))
+      fail(name, ": the send and receive buffers overlap without being in place (see communicator.hpp)");
+  }
+  count_call(a.kind);
+  CommCall call;
+  call.kind = a.kind;
+  call.seq = ++seq_;
+  call.bytes = a.count * es * (send_whole || recv_whole ? static_cast<size_t>(n) : 1);
+  call.dtype = a.dtype;
+  call.algo = chosen;
+  call.root = rooted ? a.root : -1;
+  auto scope = begin(call);
+  execute(a, chosen);
+}
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo) {
+  run({Collective::all_reduce, send, recv, count, dtype, op, 0}, algo);
+}
+
+void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root, Algo algo) {
+  run({Collective::broadcast, send, recv, count, dtype, ReduceOp::sum, root}, algo);
+}
+
+void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root, Algo algo) {
+  run({Collective::reduce, send, recv, count, dtype, op, root}, algo);
+}
+
+void Communicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype, Algo algo) {
+  run({Collective::all_gather, send, recv, send_count, dtype, ReduceOp::sum, 0}, algo);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                                  Algo algo) {
+  run({Collective::reduce_scatter, send, recv, recv_count, dtype, op, 0}, algo);
+}
+
+void Communicator::sendrecv(const void* send, void* recv, size_t count, DType dtype, Algo algo) {
+  run({Collective::sendrecv, send, recv, count, dtype, ReduceOp::sum, 0}, algo);
+}
+
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype, Algo algo) {
+  run({Collective::all_to_all, send, recv, count, dtype, ReduceOp::sum, 0}, algo);
+}
+
+void Communicator::gather(const void* send, void* recv, size_t send_count, DType dtype, int root, Algo algo) {
+  run({Collective::gather, send, recv, send_count, dtype, ReduceOp::sum, root}, algo);
+}
+
+void Communicator::scatter(const void* send, void* recv, size_t recv_count, DType dtype, int root, Algo algo) {
+  run({Collective::scatter, send, recv, recv_count, dtype, ReduceOp::sum, root}, algo);
+}
+
+void Communicator::barrier() { run_barrier(false); }
+
+void Communicator::barrier_patient(std::string_view why) {
+  set_activity(detail::concat("waiting: ", why));
+  run_barrier(true);
+}
+
+void Communicator::run_barrier(bool patient) {
+  count_call(Collective::barrier);
+  CommCall call;
+  call.kind = Collective::barrier;
+  call.seq = ++seq_;
+  call.patient = patient;
+  auto scope = begin(call);
+  transport_.barrier();
+}
+
+void Communicator::send(const void* data, size_t count, DType dtype, int peer) {
+  point_to_point(Collective::send, const_cast<void*>(data), count, dtype, peer);
+}
+
+void Communicator::recv(void* data, size_t count, DType dtype, int peer) {
+  point_to_point(Collective::recv, data, count, dtype, peer);
+}
+
+void Communicator::point_to_point(Collective kind, void* data, size_t count, DType dtype, int peer) {
+  const bool sends = kind == Collective::send;
+  if (peer < 0 || peer >= size() || peer == rank())
+    fail(sends ? "send: rank " : "recv: rank ", rank(), sends ? " cannot send to rank " : " cannot receive from rank ",
+         peer, " of ", size());
+  count_call(kind);
+  CommCall call;
+  call.kind = kind;
+  call.bytes = count * dtype_size(dtype);
+  call.dtype = dtype;
+  call.peer = peer;
+  auto scope = begin(call);
+  Exchange x;
+  (sends ? x.send_peer : x.recv_peer) = peer;
+  (sends ? x.send_bytes : x.recv_bytes) = call.bytes;
+  if (sends) x.send = data;
+  else x.recv = data;
+  x.dtype = dtype;
+  transport_.exchange(x);
+}
+
+namespace {
+
+// The fallback vote: an all-reduce of the flag after every update (answers at once).
+class AllReduceStopVote final : public StopVote {
+ public:
+  explicit AllReduceStopVote(Communicator& comm) : comm_(comm) {}
+  bool vote(bool asked) override {
+    uint8_t mine = asked ? 1 : 0, any = 0;
+    comm_.all_reduce(&mine, &any, 1, DType::u8, ReduceOp::max);
+    return any != 0;
+  }
+
+ private:
+  Communicator& comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<StopVote> Communicator::stop_vote() {
+  if (auto vote = transport_.make_stop_vote()) return vote;
+  return std::make_unique<AllReduceStopVote>(*this);
+}
+
+// ---- Tensors ----------------------------------------------------------------------------------
+
+void Communicator::check_tensor(const Tensor& t, const char* what) const {
+  if (!t.defined()) fail(what, ": the tensor is undefined");
+  if (!transport_.accepts(t.device()))
+    fail(what, ": the ", backend(), " backend cannot reach tensors on ", t.device().str());
+}
+
+void Communicator::check_same(const Tensor& a, const Tensor& b, int64_t b_per_a, const char* what) const {
+  check_tensor(a, what);
+  check_tensor(b, what);
+  if (a.dtype() != b.dtype())
+    fail(what, ": the tensors hold ", dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  if (b.numel() != a.numel() * b_per_a)
+    fail(what, ": ", b.numel(), " elements where ", a.numel() * b_per_a, " are needed (", shape_str(a.shape()),
+         " -> ", shape_str(b.shape()), ")");
+}
+
+void Communicator::all_reduce(const Tensor& t, ReduceOp op, Algo algo) { all_reduce(t, t, op, algo); }
+
+void Communicator::all_reduce(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo) {
+  check_same(in, out, 1, "all_reduce");
+  all_reduce(in.raw(), out.raw(), static_cast<size_t>(in.numel()), in.dtype(), op, algo);
+}
+
+void Communicator::broadcast(const Tensor& t, int root, Algo algo) { broadcast(t, t, root, algo); }
+
+void Communicator::broadcast(const Tensor& in, const Tensor& out, int root, Algo algo) {
+  if (rank() == root) check_same(in, out, 1, "broadcast");
+  else check_tensor(out, "broadcast");
+  broadcast(rank() == root ? ptr(in) : nullptr, out.raw(), static_cast<size_t>(out.numel()), out.dtype(), root, algo);
+}
+
+void Communicator::reduce(const Tensor& t, ReduceOp op, int root, Algo algo) { reduce(t, t, op, root, algo); }
+
+void Communicator::reduce(const Tensor& in, const Tensor& out, ReduceOp op, int root, Algo algo) {
+  if (rank() == root) check_same(in, out, 1, "reduce");
+  else check_tensor(in, "reduce");
+  reduce(in.raw(), rank() == root ? ptr(out) : nullptr, static_cast<size_t>(in.numel()), in.dtype(), op, root, algo);
+}
+
+void Communicator::all_gather(const Tensor& in, const Tensor& out, Algo algo) {
+  check_same(in, out, size(), "all_gather");
+  all_gather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), in.dtype(), algo);
+}
+
+void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Algo algo) {
+  check_same(out, in, size(), "reduce_scatter");
+  reduce_scatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()), out.dtype(), op, algo);
+}
+
+void Communicator::sendrecv(const Tensor& in, const Tensor& out, Algo algo) {
+  check_same(in, out, 1, "sendrecv");
+  sendrecv(in.raw(), out.raw(), static_cast<size_t>(in.numel()), in.dtype(), algo);
+}
+
+void Communicator::all_to_all(const Tensor& in, const Tensor& out, Algo algo) {
+  check_same(in, out, 1, "all_to_all");
+  if (in.numel() % size() != 0)
+    fail("all_to_all: ", in.numel(), " elements are not ", size(), " blocks of one size (", shape_str(in.shape()), ")");
+  all_to_all(in.raw(), out.raw(), static_cast<size_t>(in.numel() / size()), in.dtype(), algo);
+}
+
+void Communicator::gather(const Tensor& in, const Tensor& out, int root, Algo algo) {
+  if (rank() == root) check_same(in, out, size(), "gather");
+  else check_tensor(in, "gather");
+  gather(in.raw(), rank() == root ? ptr(out) : nullptr, static_cast<size_t>(in.numel()), in.dtype(), root, algo);
+}
+
+void Communicator::scatter(const Tensor& in, const Tensor& out, int root, Algo algo) {
+  if (rank() == root) check_same(out, in, size(), "scatter");
+  else check_tensor(out, "scatter");
+  scatter(rank() == root ? ptr(in) : nullptr, out.raw(), static_cast<size_t>(out.numel()), out.dtype(), root, algo);
+}
+
+void Communicator::send(const Tensor& t, int peer) {
+  check_tensor(t, "send");
+  send(t.raw(), static_cast<size_t>(t.numel()), t.dtype(), peer);
+}
+
+void Communicator::recv(const Tensor& t, int peer) {
+  check_tensor(t, "recv");
+  recv(t.raw(), static_cast<size_t>(t.numel()), t.dtype(), peer);
+}
+
+// ---- counters ---------------------------------------------------------------------------------
+
+uint64_t Communicator::bytes_sent() const { return transport_.bytes_sent() - sent_mark_; }
+
+CommStats Communicator::stats() const {
+  CommStats s;
+  s.bytes_sent = bytes_sent();
+  s.bytes_received = transport_.bytes_received() - received_mark_;
+  s.exchanges = transport_.exchanges() - exchanges_mark_;
+  s.step_bytes = transport_.step_bytes() - step_bytes_mark_;
+  s.reduced_bytes = transport_.reduced_bytes() - reduced_mark_;
+  for (size_t i = 0; i < s.calls_by_kind.size(); ++i) {
+    s.calls_by_kind[i] = calls_[i].load(std::memory_order_relaxed);
+    s.calls += s.calls_by_kind[i];
+  }
+  return s;
+}
+
+void Communicator::reset_stats() {
+  sent_mark_ = transport_.bytes_sent();
+  received_mark_ = transport_.bytes_received();
+  exchanges_mark_ = transport_.exchanges();
+  step_bytes_mark_ = transport_.step_bytes();
+  reduced_mark_ = transport_.reduced_bytes();
+  for (auto& c : calls_) c.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,124 @@
+// Everything a training run is configured by. `dpx train` and `dpx bench` fill it from the
+// command line; config.json records it. validate() rejects impossible configurations.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/device.hpp"
+#include "core/dtype.hpp"
+#include "parallel/train/loss_scaler.hpp"
+
+namespace dpx::parallel {
+
+enum class ParallelMode { none, dp, ddp };
+ParallelMode parse_parallel_mode(const std::string& s);
+std::string parallel_mode_name(ParallelMode m);
+
+struct TrainOptions {
+  // model and data
+  std::string model = "lenet5";
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string data_dir;                   // empty: the default location of the data set
+  int image_size = 0;                     // 0: the data set's own size (28 for MNIST)
+  int channels = 0;                       // 0: the data set's own (1 for MNIST; 3 after --grey-to-rgb)
+  int64_t synthetic_size = 8192;          // samples in the synthetic training set
+  int num_classes = 10;
+  // weights and transfer learning (zoo/weights.hpp, zoo/heads.hpp)
+  std::string weights_file;               // safetensors state_dict to start from (torchvision names)
+  bool weights_strict = true;             // false: missing and unexpected names are listed, not fatal
+  std::string save_file;                  // where rank 0's (the master's) final state_dict goes
+  std::string head = "default";           // default | linear | mlp4096: a new classifier
+  bool freeze_backbone = false;           // train only the classifier
+  // optimisation
+  int epochs = 1;
+  int64_t batch_size = 64;                // the global batch: split over the ranks
+  std::string optimizer = "sgd";          // sgd | adamw (layers/optim.hpp)
+  // Defaults: SGD with Nesterov momentum and a cosine schedule, which trains lenet5 to ≥ 90 %
+  // on Fashion-MNIST in 3 epochs (README.md); the studies' setting (docs/ARCHITECTURE.md,
+  // Studies) is --lr 0.01 --no-nesterov --lr-schedule constant. Unset lr and weight_decay take
+  // the optimizer's default: SGD lr 0.05 and no weight decay; AdamW torch.optim.AdamW's lr 1e-3
+  // and weight decay 1e-2.
+  std::optional<float> lr, weight_decay;
+  float momentum = 0.9f, label_smoothing = 0.f;  // momentum: SGD only
+  bool nesterov = true;                          // SGD only
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW only (torch.optim.AdamW's defaults)
+  std::string lr_schedule = "cosine";     // constant | cosine | step
+  uint64_t seed = 0;
+  int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
+  bool evaluate = true;                   // test accuracy after each epoch
+  // execution
+  std::string devices = "cpu:1";          // cpu:K (K thread ranks), ref:K (the same on kernels/ref/), cuda:N,
+                                          // or cuda:0,cuda:1 (a rank per GPU: --parallel ddp --backend nccl, or dp)
+  // --backend: how DDP's ranks communicate: "" (threads for thread ranks, mpi under mpirun) or
+  // nccl (GPU ranks: NCCL's all-reduce; one thread per GPU, or one process per GPU under mpirun).
+  std::string backend;
+  // Ranks that are MPI processes (parallel/comm/mpi/, parallel/runtime/mpi/): the launched world's size, or the size of a
+  // bench configuration's part of it; 0 when not launched. Set from the launch, not a flag.
+  int process_ranks = 0;
+  int threads = 0;                        // CPU threads in all; 0: every core. Split over ranks.
+  int workers = 2;                        // loader threads per rank
+  ParallelMode parallel = ParallelMode::none;
+  std::string algo = "ring";              // ring, tree, naive, rhd, hier; mpi with process ranks
+  double comm_timeout_s = 300;            // a rank waiting longer in one collective reports a stall
+  std::string net_sim;                    // --net-sim RATE,LATENCY: DDP's exchanges as on that network (net_sim.hpp)
+  int ranks_per_node = 0;                 // hier: nodes of this many consecutive ranks (0: the real ones)
+  double bucket_mb = 25;
+  int accumulate = 1;
+  bool overlap = true;
+  bool pin_threads = false;
+  bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
+  bool deterministic = false;             // --deterministic: GPU runs repeat bit for bit (kernels/determinism.hpp)
+  std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
+  // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
+  std::string precision = "fp32";         // --precision fp32 | tf32 | bf16 | fp16: the compute's
+  std::string grad_dtype = "fp32";        // --grad-dtype fp32 | bf16 | fp16: DDP's gradient all-reduce
+  std::string loss_scale = "auto";        // --loss-scale auto | dynamic | none | a constant
+  float initial_loss_scale = 65536.f;     // --initial-loss-scale: where dynamic scaling starts (2^16)
+  int64_t loss_scale_window = 2000;       // --loss-scale-window: good updates before the scale doubles
+  std::string conv_algo = "auto";         // --conv-algo: CPU convolutions (kernels/cpu/conv2d_algos.hpp)
+  bool verbose = false;                   // --verbose: also print the choices made per shape
+  int warmup_steps = 2;                   // excluded from summaries
+  double loss_threshold = 0;              // report when the loss first falls below; 0: off
+  double log_interval_s = 2;              // progress line cadence
+  // checkpoints and resume (checkpoint.hpp), divergence guard
+  std::string checkpoint_dir;             // where checkpoints go; empty: none
+  int64_t checkpoint_every = 0;           // steps between checkpoints (and one per epoch); 0: per epoch only
+  int keep_checkpoints = 3;               // the newest kept
+  std::string resume;                     // a checkpoint file, or a folder (its newest)
+  std::string on_nonfinite = "stop";      // stop | skip | ignore: a non-finite loss or gradient
+  std::string trace_file;                 // Chrome trace (Perfetto)
+  int64_t trace_first = 0, trace_last = 20;
+  std::string out_dir;
+
+  // Parsed view of `devices`: the first device of a list.
+  Device device() const;
+  // The GPUs of a cuda:N or cuda:0,cuda:1 list, one per thread rank (empty for CPU devices).
+  std::vector<int> cuda_devices() const;
+  int ranks() const;
+  // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).
+  bool reference_kernels() const;
+  void validate() const;  // throws dpx::UsageError
+  DType grad_wire_dtype() const;          // grad_dtype as a DType
+  DType compute_dtype() const;            // what --precision rounds GPU GEMM/conv operands to (f32: none)
+  // The loss scaling asked for; none when `loss_scale` is none, or auto without fp16 anywhere.
+  std::optional<LossScaleOptions> loss_scaling() const;
+  // Every option that shapes the run, as (flag, value): what the ranks of an MPI job must agree on.
+  std::vector<std::pair<std::string, std::string>> flag_values() const;
+  float effective_lr() const;            // lr, or the optimizer's default
+  float effective_weight_decay() const;  // weight_decay, or the optimizer's default
+  // The learning rate of optimizer step `step` of `total`: constant; cosine (annealed from lr
+  // to 0 over the run, as torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total);
+  // step (divided by 10 at 50 % and again at 75 % of the run).
+  float lr_at(int64_t step, int64_t total) const;  // from effective_lr()
+};
+
+// The math `o` asks of a rank's device, set on its Context: --deterministic, and on GPUs --tf32
+// and --precision's compute dtype. Refuses (UsageError) a precision the GPU lacks (bf16 before
+// Ampere).
+void apply_math(Context& ctx, const TrainOptions& o);
+
+}  // namespace dpx::parallel
