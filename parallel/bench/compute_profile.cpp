@@ -68,7 +68,7 @@ std::vector<BucketReady> measure_bucket_readiness(const TrainOptions& base, int6
   mo.head = o.head;
   mo.freeze_backbone = o.freeze_backbone;
   nn::Model model(zoo::build_model(o.model, mo));
-  DdpOptions ddp;
+  ReducerOptions ddp;
   ddp.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
   std::unordered_map<const nn::Parameter*, int> bucket_of;
   const std::vector<Bucket> buckets = plan_buckets(model, ddp, &bucket_of);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/phase_timer.hpp"
-#include "parallel/train/ddp.hpp"
+#include "parallel/train/reducer.hpp"
 #include "parallel/train/train_options.hpp"
 
 namespace dpx::parallel {

@@ -1,7 +1,15 @@
-// Communicator: argument checks, call counting and the Tensor overloads; the work itself is
-// execute(), which by default runs one of dpx's algorithms (algorithms.hpp) over the transport.
+// Communicator: argument checks, call counting, the Tensor overloads and the communication
+// thread of asynchronous calls; the work itself is execute(), which by default runs one of dpx's
+// algorithms (algorithms.hpp) over the transport.
 #include "parallel/comm/communicator.hpp"
 
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/clock.hpp"
 #include "core/error.hpp"
 
 namespace dpx::parallel {
@@ -17,11 +25,152 @@ void* ptr(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
 
 }  // namespace
 
+namespace {
+
+// A Work of a host backend: finished by the communication thread.
+class HostWork final : public Work::State {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(m_);
+    return done_;
+  }
+  double seconds() const override { return seconds_; }
+  uint64_t bytes_sent() const override { return bytes_; }
+  void finish(double seconds, uint64_t bytes, std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      seconds_ = seconds;
+      bytes_ = bytes;
+      error_ = std::move(error);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  double seconds_ = 0;
+  uint64_t bytes_ = 0;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+// The communication thread: runs the asynchronous calls one after the other, in the order they
+// were started (the same on every rank).
+class Communicator::Worker {
+ public:
+  explicit Worker(Transport& transport) : transport_(transport), thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  Work post(Ready ready, std::function<void()> call) {
+    auto work = std::make_shared<HostWork>();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      queue_.push_back({std::move(ready), std::move(call), work});
+      ++posted_;
+    }
+    cv_.notify_all();
+    return Work(work);
+  }
+
+  // Until every call posted so far has run.
+  void drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return finished_ == posted_; });
+  }
+
+ private:
+  struct Task {
+    Ready ready;
+    std::function<void()> call;
+    std::shared_ptr<HostWork> work;
+  };
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      Task task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      double seconds = 0;
+      uint64_t bytes = 0;
+      try {
+        if (task.ready) task.ready();  // not the collective's time
+        const double start = now_s();
+        const uint64_t sent = transport_.bytes_sent();
+        task.call();
+        seconds = now_s() - start;
+        bytes = transport_.bytes_sent() - sent;
+      } catch (...) {
+        error = std::current_exception();
+      }
+      task.work->finish(seconds, bytes, std::move(error));
+      lock.lock();
+      ++finished_;
+      cv_.notify_all();
+    }
+  }
+
+  Transport& transport_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  uint64_t posted_ = 0, finished_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 Communicator::Communicator(Transport& transport, Algorithm default_algorithm)
     : transport_(transport), default_algorithm_(default_algorithm) {}
 
+Communicator::Communicator(std::unique_ptr<Transport> transport, Algorithm default_algorithm)
+    : owned_(std::move(transport)), transport_(*owned_), default_algorithm_(default_algorithm) {}
+
+Communicator::~Communicator() { stop_worker(); }
+
+void Communicator::stop_worker() { worker_.reset(); }
+
+void Communicator::settle() {
+  if (worker_) worker_->drain();
+}
+
 void Communicator::execute(const CollectiveArgs& args, Algorithm algo) {
   run_algorithm(algo, transport_, args, workspace_);
+}
+
+Work Communicator::start(const CollectiveArgs& args, const CommCall& call, Ready ready) {
+  if (!worker_) worker_ = std::make_unique<Worker>(transport_);
+  return worker_->post(std::move(ready), [this, args, call] { perform(args, call); });
+}
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo,
+                                    Ready ready) {
+  const CollectiveArgs args{Collective::all_reduce, send, recv, count, dtype, op, 0};
+  const CommCall call = prepare(args, algo);
+  return start(args, call, std::move(ready));
+}
+
+Work Communicator::all_reduce_async(const Tensor& t, ReduceOp op, Algo algo, Ready ready) {
+  check_same(t, t, 1, "all_reduce");
+  return all_reduce_async(t.raw(), t.raw(), static_cast<size_t>(t.numel()), t.dtype(), op, algo, std::move(ready));
 }
 
 Communicator::CallScope Communicator::begin(const CommCall& call) {
@@ -30,6 +179,16 @@ Communicator::CallScope Communicator::begin(const CommCall& call) {
 }
 
 void Communicator::run(const CollectiveArgs& a, Algo algo) {
+  settle();
+  perform(a, prepare(a, algo));
+}
+
+void Communicator::perform(const CollectiveArgs& a, const CommCall& call) {
+  auto scope = begin(call);
+  execute(a, call.algo);
+}
+
+CommCall Communicator::prepare(const CollectiveArgs& a, Algo algo) {
   const std::string_view name = collective_name(a.kind);
   const int n = size(), r = rank();
   const size_t es = dtype_size(a.dtype);
@@ -69,8 +228,7 @@ void Communicator::run(const CollectiveArgs& a, Algo algo) {
   call.dtype = a.dtype;
   call.algo = chosen;
   call.root = rooted ? a.root : -1;
-  auto scope = begin(call);
-  execute(a, chosen);
+  return call;
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo) {
@@ -118,6 +276,7 @@ void Communicator::barrier_patient(std::string_view why) {
 }
 
 void Communicator::run_barrier(bool patient) {
+  settle();
   count_call(Collective::barrier);
   CommCall call;
   call.kind = Collective::barrier;
@@ -140,6 +299,7 @@ void Communicator::point_to_point(Collective kind, void* data, size_t count, DTy
   if (peer < 0 || peer >= size() || peer == rank())
     fail(sends ? "send: rank " : "recv: rank ", rank(), sends ? " cannot send to rank " : " cannot receive from rank ",
          peer, " of ", size());
+  settle();
   count_call(kind);
   CommCall call;
   call.kind = kind;

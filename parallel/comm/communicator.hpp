@@ -3,21 +3,26 @@
 // on Tensors, with byte, exchange and call counters.
 // dpx's own algorithms (ring, tree, naive, rhd, hier) run over a point-to-point Transport
 // (transport.hpp); a vendor backend (mpi) may run the library's own instead (--algo mpi).
+// A call may also be started asynchronously (all_reduce_async), returning a Work (work.hpp).
 // Every collective is numbered, so that a rank that waits too long can say which one it is in.
 #pragma once
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/cuda/memory.hpp"
 #include "core/dtype.hpp"
 #include "core/tensor.hpp"
 #include "parallel/comm/algorithms/algorithms.hpp"
 #include "parallel/comm/transport.hpp"
+#include "parallel/comm/work.hpp"
 #include "parallel/runtime/stop_vote.hpp"
 
 namespace dpx::parallel {
@@ -33,19 +38,24 @@ struct CommStats {
   std::array<uint64_t, kCollectiveKinds> calls_by_kind{};
 };
 
-// One rank's handle on a group of ranks. Not thread-safe: one thread of a rank at a time may
-// call it (DDP's communication thread, or the rank's own thread, never both at once).
+// One rank's handle on a group of ranks. Not thread-safe: one thread of a rank calls it.
 // Buffers follow NCCL's conventions: in-place is send == recv for all_reduce, broadcast, reduce,
 // sendrecv and all_to_all; send == recv + rank * count for all_gather and gather; recv == send +
 // rank * count for reduce_scatter and scatter. Every collective of the host backends is blocking:
 // buffers may be reused when it returns; the nccl backend's are queued on its GPU stream, ordered
-// with later calls, and done after synchronize(). A call without its own algorithm runs the communicator's default, or
-// where that has no schedule for the collective the first of kAlgorithms that has
-// (algorithm_for: tree for gather and scatter under a ring default).
+// with later calls, and done after synchronize(). An asynchronous call returns at once with a
+// Work: the host backends run it on the communicator's communication thread (started at the
+// first such call), in the order the calls were made; a blocking call first waits for every
+// asynchronous one before it, so the order is the same on every rank. A call without its own
+// algorithm runs the communicator's default, or where that has no schedule for the collective
+// the first of kAlgorithms that has (algorithm_for: tree for gather and scatter under a ring
+// default).
 class Communicator {
  public:
   explicit Communicator(Transport& transport, Algorithm default_algorithm = Algorithm::ring);
-  virtual ~Communicator() = default;
+  // Owning its transport (the mpi and nccl backends' communicators).
+  explicit Communicator(std::unique_ptr<Transport> transport, Algorithm default_algorithm = Algorithm::ring);
+  virtual ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -112,6 +122,19 @@ class Communicator {
   void send(const Tensor& t, int peer);
   void recv(const Tensor& t, int peer);
 
+  // ---- asynchronous (PyTorch's async_op=True) ----
+  // What must happen before an asynchronous call reads its buffers (a GPU fence: the gradients
+  // queued on a compute stream). Host backends run it on the communication thread just before
+  // the call; the nccl backend at once, on the caller's thread (it makes its stream wait).
+  using Ready = std::function<void()>;
+  // The same all-reduce as above, started: wait() on the Work before touching the buffers.
+  Work all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algo algo = {},
+                        Ready ready = {});
+  Work all_reduce_async(const Tensor& t, ReduceOp op, Algo algo = {}, Ready ready = {});  // in place
+  // The GPU stream this communicator queues its calls on, for a fence to make it wait (nccl);
+  // null where calls run on a host thread, which a fence blocks instead.
+  virtual cuda::Stream call_stream() const { return nullptr; }
+
   // Waits until every call made so far has finished. Host backends finish a call before it
   // returns (nothing to wait for); the nccl backend queues its calls on a GPU stream, and this is
   // where it waits for them, with --comm-timeout (parallel/comm/nccl/nccl_backend.hpp).
@@ -143,10 +166,23 @@ class Communicator {
   // Runs one validated call. Vendor backends (NCCL, MPI) override this with their own library
   // call; the default runs dpx's algorithm over the transport.
   virtual void execute(const CollectiveArgs& args, Algorithm algo);
+  // Starts a call that prepare() has validated and numbered: by default on the communication
+  // thread (`ready` first, there); the nccl backend queues it on its stream.
+  virtual Work start(const CollectiveArgs& args, const CommCall& call, Ready ready);
+  // Checks a call's arguments and numbers it (the CommCall the stall reports show).
+  CommCall prepare(const CollectiveArgs& args, Algo algo);
+  // Runs a prepared call on this thread, the transport told which one it is.
+  void perform(const CollectiveArgs& args, const CommCall& call);
   Transport& transport() { return transport_; }
+  // Waits for the asynchronous calls and ends the communication thread: a derived communicator
+  // calls it first in its destructor, before it frees what the calls use.
+  void stop_worker();
 
  private:
+  class Worker;  // the communication thread (communicator.cpp)
   void run(const CollectiveArgs& args, Algo algo);
+  // Before a blocking call: every asynchronous call made before it has finished.
+  void settle();
   // Tells the transport which call runs until the returned guard is destroyed.
   struct CallScope {
     Transport& t;
@@ -159,12 +195,14 @@ class Communicator {
   void check_tensor(const Tensor& t, const char* what) const;
   void check_same(const Tensor& a, const Tensor& b, int64_t b_per_a, const char* what) const;
 
+  std::unique_ptr<Transport> owned_;  // when the communicator owns its transport
   Transport& transport_;
   Algorithm default_algorithm_;
   Workspace workspace_;
   std::array<std::atomic<uint64_t>, kCollectiveKinds> calls_{};
   uint64_t sent_mark_ = 0, received_mark_ = 0, exchanges_mark_ = 0, step_bytes_mark_ = 0, reduced_mark_ = 0;
   uint64_t seq_ = 0;  // collectives called so far
+  std::unique_ptr<Worker> worker_;  // last: its thread stops before the members above go
 };
 
 }  // namespace dpx::parallel

@@ -94,6 +94,8 @@ class Transport {
 
  protected:
   virtual void do_exchange(const Exchange& x) = 0;
+  // A transport whose library moves the bytes itself (nccl) counts what it takes them to be.
+  void count_sent(uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
 
  private:
   // Atomic because DDP's communication thread counts while the rank's thread may read.

@@ -2,7 +2,7 @@
 //   grad_sync.begin_step(sync);   // before backward
 //   model.backward(...);          // DDP: buckets all-reduce as their gradients become ready
 //   grad_sync.finish(...);        // waits for every bucket
-// The single-replica run uses NoSync; DistributedDataParallel (ddp.hpp) fuses gradients into
+// The single-replica run uses NoSync; DistributedDataParallel (reducer.hpp) fuses gradients into
 // buckets and all-reduces them while backward goes on; DataParallel (data_parallel.cpp) sums
 // its replicas' gradients into the master after their backward.
 #pragma once
@@ -24,7 +24,7 @@ class GradSync {
   // After backward, every step: waits until every gradient is reduced (nothing to do on a
   // step that does not sync), timing comm_total and comm_exposed.
   virtual void finish(Context& ctx, StepPhases& phases) = 0;
-  // Bytes this rank sent since the last call (counted by the communicator).
+  // Bytes this rank sent for its gradients since the last call (counted by the communicator).
   virtual uint64_t take_sent_bytes() = 0;
 };
 

@@ -1,8 +1,8 @@
 // SPMD training: every rank runs the same program, train_loop over its own replica
-// (train_step.hpp). One rank with NoSync is the single-replica run; k ranks with DdpSync are
+// (train_step.hpp). One rank with NoSync is the single-replica run; k ranks with a Reducer are
 // DistributedDataParallel, the ranks being threads of this process or, under MPI, one per
 // process. With --backend nccl the ranks are GPUs: a thread per GPU in this process, or a
-// process per GPU under MPI; their gradients travel over NCCL (parallel/train/cuda/ddp_cuda.cpp) while
+// process per GPU under MPI; their gradients travel over NCCL (the Reducer over an NCCL communicator) while
 // votes, barriers and step records stay on the host communicator.
 #include <algorithm>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include "core/data/loader.hpp"
 #include "core/error.hpp"
 #include "layers/optim.hpp"
-#include "parallel/train/ddp.hpp"
+#include "parallel/train/reducer.hpp"
 #include "parallel/train/device_env.hpp"
 #include "parallel/comm/gather.hpp"
 #include "parallel/train/grad_sync.hpp"
@@ -65,10 +65,10 @@ void spmd_rank(const Job& job, int rank, Device device, Communicator* comm, Comm
 void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes) {
   std::mutex report_mu;
   const TrainOptions& o = job.options;
-  DdpOptions d;
+  ReducerOptions d;
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   d.overlap = o.overlap;
-  d.algo = o.algo;
+  d.algo = parse_algorithm(o.algo);
   d.grad_dtype = o.grad_wire_dtype();
   const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
   const auto no_sync = [](DeviceEnv&) -> std::unique_ptr<GradSync> { return std::make_unique<NoSync>(); };
@@ -81,7 +81,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     const auto& offsets = launch.clock_offset_s;
     const double offset = static_cast<size_t>(rank) < offsets.size() ? offsets[static_cast<size_t>(rank)] : 0.0;
     spmd_rank(job, rank, Device::cuda(gpu), processes, nccl.get(),
-              [&](DeviceEnv& env) { return make_nccl_ddp_sync(*nccl, d, env.ctx()); }, report, report_mu, hooks, offset);
+              [&](DeviceEnv& env) { return std::make_unique<Reducer>(*nccl, d, env.ctx()); }, report, report_mu, hooks, offset);
     if (processes->size() > 1) gather_steps(*processes, report.steps);
   } else if (o.backend == "nccl") {  // one process, one thread per GPU
     const std::vector<int> gpus = o.cuda_devices();
@@ -90,7 +90,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.timeout_s = o.comm_timeout_s;
     run_nccl_ranks(gpus, o.comm_timeout_s, ro, [&](Communicator& comm, Communicator& mine) {
       spmd_rank(job, comm.rank(), Device::cuda(gpus[static_cast<size_t>(comm.rank())]), &comm, &mine,
-                [&](DeviceEnv& env) { return make_nccl_ddp_sync(mine, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(mine, d, env.ctx()); }, report, report_mu, hooks, 0.0);
     });
   } else if (o.backend == "p2p") {  // thread ranks on GPUs, several may share one: dpx's algorithms over device copies
     RankOptions ro;
@@ -98,7 +98,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.net_sim = net;
     run_p2p_ranks(o.cuda_devices(), [&](Communicator& comm, const P2PRank& me) {
       spmd_rank(job, comm.rank(), Device::cuda(me.device), &comm, &comm,
-                [&](DeviceEnv& env) { return make_p2p_ddp_sync(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
     }, ro);
   } else if (processes) {
     processes->set_net_sim(net);
@@ -114,7 +114,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
       spmd_rank(job, rank, o.device(), nullptr, nullptr, no_sync, report, report_mu, hooks, offset);
     } else {
       spmd_rank(job, rank, o.device(), processes, processes,
-                [&](DeviceEnv&) { return std::make_unique<DdpSync>(*processes, d); }, report, report_mu, hooks, offset);
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(*processes, d, env.ctx()); }, report, report_mu, hooks, offset);
     }
     if (processes->size() > 1) gather_steps(*processes, report.steps);
   } else if (o.parallel == ParallelMode::none) {
@@ -127,7 +127,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.net_sim = net;
     run_ranks(job.ranks, [&](Communicator& comm) {
       spmd_rank(job, comm.rank(), o.device(), &comm, &comm,
-                [&](DeviceEnv&) { return std::make_unique<DdpSync>(comm, d); }, report, report_mu, hooks, 0.0);
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
     }, ro);
   }
   std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {

@@ -30,7 +30,6 @@ void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* comm, 
     epochs = report.epochs;
   }
   const std::string path = checkpoints.save(comm, r.model.master(), r.optimizer, at, mine, epochs, r.loader);
-  r.grad_sync.take_sent_bytes();  // the checkpoint's gathering is not gradient traffic
   if (r.rank != 0) return;
   std::lock_guard<std::mutex> lock(report_mu);
   report.checkpoint = path;

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "parallel/train/ddp.hpp"
+#include "parallel/train/reducer.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 #include "parallel/train/trainer.hpp"

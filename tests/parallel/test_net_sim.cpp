@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/clock.hpp"
-#include "parallel/train/ddp.hpp"
+#include "parallel/train/reducer.hpp"
 #include "parallel/comm/net_sim.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 #include "parallel/train/trainer.hpp"
@@ -120,7 +120,7 @@ TEST_CASE("DDP under --net-sim: each update's communication is its buckets' ring
   mo.in_channels = o.channels;
   mo.image_size = o.image_size;
   nn::Model model(zoo::build_model(o.model, mo));
-  DdpOptions d;
+  ReducerOptions d;
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   double model_s = 0;
   for (const Bucket& b : plan_buckets(model, d)) model_s += 2.0 * net.message_s(static_cast<size_t>(b.numel) * 4 / 2);

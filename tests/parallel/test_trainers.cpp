@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "parallel/train/ddp.hpp"
+#include "parallel/train/reducer.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
 #include "parallel/train/trainer.hpp"
@@ -168,7 +168,7 @@ TEST_CASE("buckets: reverse order, small first bucket, cap respected, 0 = one pe
   mo.in_channels = 1;
   mo.image_size = 8;
   nn::Model m(zoo::build_model("mlp", mo));
-  DdpOptions d;
+  ReducerOptions d;
   d.first_bucket_bytes = 1;  // tiny: the first bucket holds exactly one tensor
   d.bucket_cap_bytes = 1u << 30;
   auto b = plan_buckets(m, d);

@@ -174,9 +174,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, RankState& state, std::string la
     : MpiCommunicator(std::make_unique<MpiTransport>(comm, state, std::move(label)), default_algorithm) {}
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<MpiTransport> transport, Algorithm default_algorithm)
-    : Communicator(*transport, default_algorithm), transport_(std::move(transport)) {}
+    : Communicator(std::move(transport), default_algorithm),
+      transport_(&static_cast<MpiTransport&>(Communicator::transport())) {}
 
 MpiCommunicator::~MpiCommunicator() {
+  stop_worker();  // before the MPI communicator its calls use is freed
   MPI_Comm c = transport_->comm();
   int finalized = 0;
   MPI_Finalized(&finalized);

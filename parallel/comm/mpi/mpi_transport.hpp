@@ -60,7 +60,7 @@ class MpiCommunicator final : public Communicator {
  private:
   MpiCommunicator(std::unique_ptr<MpiTransport> transport, Algorithm default_algorithm);
   void library_collective(const CollectiveArgs& args);
-  std::unique_ptr<MpiTransport> transport_;
+  MpiTransport* transport_;  // owned by the Communicator
 };
 
 }  // namespace dpx::parallel::mpi

@@ -16,8 +16,6 @@
 
 #include "core/context.hpp"
 #include "parallel/comm/communicator.hpp"
-#include "parallel/train/ddp.hpp"
-#include "parallel/train/grad_sync.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 
 namespace dpx::parallel {
@@ -30,12 +28,6 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
 // One rank per process (mpirun/srun): rank 0 of `world` (the MPI group, host memory) makes NCCL's
 // unique id and broadcasts it; every process joins with its GPU `device`. Collective over world.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int device, double timeout_s);
-
-// DDP on GPUs (ddp_cuda.cpp): DDP's buckets, each all-reduced on `comm`'s (a communicator from the
-// functions above) communication stream once an event says its gradients are ready on the rank's
-// compute stream (ctx's), overlapped with the rest of backward; exposed communication timed by
-// CUDA events on the compute stream.
-std::unique_ptr<GradSync> make_nccl_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx);
 
 // One process, one thread rank per GPU of `devices` (rank i on cuda:devices[i]): runs
 // `body(host, nccl)` on each, `host` the thread ranks' communicator (host memory: votes, barriers)

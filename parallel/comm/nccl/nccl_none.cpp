@@ -15,7 +15,6 @@ namespace {
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<int>&, double) { not_built(); }
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int, double) { not_built(); }
-std::unique_ptr<GradSync> make_nccl_ddp_sync(Communicator&, const DdpOptions&, const Context&) { not_built(); }
 void check_nccl_gpus(int) { not_built(); }
 void abort_nccl_group(Communicator&, const std::string&) {}
 std::string nccl_version() { return "not built"; }

@@ -14,8 +14,6 @@
 #include "core/cuda/memory.hpp"
 #include "core/context.hpp"
 #include "parallel/comm/communicator.hpp"
-#include "parallel/train/ddp.hpp"
-#include "parallel/train/grad_sync.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 
 namespace dpx::parallel {
@@ -47,11 +45,6 @@ std::vector<int> parse_gpu_list(std::string_view text, std::string_view flag = "
 // enabled between the GPUs that support it; between others the bytes go through the host.
 void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Communicator&, const P2PRank&)>& fn,
                    const RankOptions& options = {});
-
-// DDP on a p2p rank's GPU (dpx train --backend p2p): DDP's buckets and communication thread
-// (ddp.hpp) over `comm`, each bucket's all-reduce waiting first for an event recorded on ctx's
-// compute stream after the bucket's gradients were queued. Throws a UsageError without CUDA.
-std::unique_ptr<GradSync> make_p2p_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx);
 
 // For the life of the returned scope, this thread's tensors on ctx's GPU come from the pool of
 // ctx's compute stream (cuda::AllocationStreamScope): replicas that share a GPU never reuse each

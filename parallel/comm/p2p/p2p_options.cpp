@@ -56,10 +56,6 @@ void run_p2p_ranks(const std::vector<int>&, const std::function<void(Communicato
   usage_fail("--backend p2p: ", p2p_unavailable_reason());
 }
 
-std::unique_ptr<GradSync> make_p2p_ddp_sync(Communicator&, const DdpOptions&, const Context&) {
-  usage_fail("--backend p2p: ", p2p_unavailable_reason());
-}
-
 std::unique_ptr<cuda::AllocationStreamScope> replica_allocation_scope(const Context&) { return nullptr; }
 #endif
 

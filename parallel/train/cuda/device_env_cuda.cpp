@@ -46,8 +46,8 @@ class CudaEnv final : public DeviceEnv {
 
  private:
   // The phases the device times, each by an event at its begin and one at its end. comm_exposed
-  // is the compute stream's wait for DDP's last all-reduce (parallel/train/cuda/ddp_cuda.cpp); a step
-  // that marks no such phase reads 0.
+  // is the compute stream's idle span from the end of backward until DDP's last all-reduce has
+  // finished and the Reducer goes on (reducer.cpp); a step that marks no such phase reads 0.
   static constexpr std::array<Phase, 5> kDevicePhases = {Phase::h2d, Phase::forward, Phase::backward,
                                                          Phase::comm_exposed, Phase::optimizer};
   static constexpr int kEvents = 2 * static_cast<int>(kDevicePhases.size());

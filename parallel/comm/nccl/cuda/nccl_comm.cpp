@@ -11,6 +11,7 @@
 #include "core/clock.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
+#include "core/cuda/event.hpp"
 #include "core/error.hpp"
 #include "parallel/comm/nccl/cuda/nccl_types.hpp"
 #include "parallel/comm/nccl/nccl_wait.hpp"
@@ -37,6 +38,19 @@ void group(F&& body) {
     throw;
   }
   DPX_NCCL_QUEUE(ncclGroupEnd());
+}
+
+// NCCL counts no bytes: what the bandwidth-optimal (ring) schedule of the call sends from one
+// rank, the figure dpx's algorithms are compared with (NCCL may choose a tree).
+uint64_t ring_bytes(const CollectiveArgs& a, int n) {
+  const double bytes = static_cast<double>(a.count * dtype_size(a.dtype)), share = (n - 1.0) / n;
+  switch (a.kind) {
+    case Collective::all_reduce: return static_cast<uint64_t>(2 * share * bytes);
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all: return static_cast<uint64_t>(share * n * bytes);
+    default: return static_cast<uint64_t>(bytes);
+  }
 }
 
 }  // namespace
@@ -290,6 +304,7 @@ void NcclTransport::collective(const CollectiveArgs& a) {
     }
   }
   settle();  // a non-blocking communicator may return before the work is on the stream
+  count_sent(ring_bytes(a, size_));
   CommCall call;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -333,17 +348,12 @@ void NcclTransport::barrier() {
   wait(patient);
 }
 
-void NcclTransport::wait(bool patient) {
-  if (!host_) return poll(true, patient);
-  CommCall call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    call = current_;
-  }
-  call.patient = patient;
+template <typename F>
+void NcclTransport::announced(const CommCall& call, F&& wait) {
+  if (!host_) return wait();
   host_->begin_foreign_call(call);
   try {
-    poll(true, patient);
+    wait();
   } catch (...) {
     host_->end_foreign_call();
     throw;
@@ -351,15 +361,29 @@ void NcclTransport::wait(bool patient) {
   host_->end_foreign_call();
 }
 
+void NcclTransport::wait(bool patient) {
+  CommCall call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = current_;
+  }
+  call.patient = patient;
+  announced(call, [&] { poll(true, patient); });
+}
+
+void NcclTransport::wait_for(cudaEvent_t done, const CommCall& call) {
+  announced(call, [&] { poll(true, false, done); });
+}
+
 void NcclTransport::settle() { poll(false, false); }
 
-void NcclTransport::poll(bool stream_too, bool patient) {
+void NcclTransport::poll(bool stream_too, bool patient, cudaEvent_t done) {
   cuda::DeviceGuard guard(device_);
   const double start = now_s();
   for (;;) {
     check_alive();
     NcclProbe probe;
-    const cudaError_t s = stream_too ? cudaStreamQuery(stream_) : cudaSuccess;
+    const cudaError_t s = !stream_too ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
     probe.stream_idle = s == cudaSuccess;
     probe.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
     ncclResult_t async = ncclSuccess;
@@ -371,7 +395,7 @@ void NcclTransport::poll(bool stream_too, bool patient) {
     const double timeout = host_ ? timeout_s_ + std::max(10.0, timeout_s_ / 2) : timeout_s_;
     switch (judge_wait(probe, waited, patient ? 0 : timeout)) {
       case NcclWaitVerdict::done: {
-        if (!stream_too) return;  // queued: the calls are on the stream now
+        if (!stream_too || done) return;  // queued, or the one call waited for has finished
         std::lock_guard<std::mutex> lock(mu_);
         for (InFlight& f : in_flight_) free_events_.push_back(f.done);
         in_flight_.clear();
@@ -419,7 +443,42 @@ void NcclTransport::give_up(const std::string& why, bool timed_out) {
 // ---- NcclCommunicator ---------------------------------------------------------------------------
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<NcclTransport> transport)
-    : Communicator(*transport, Algorithm::nccl), transport_(std::move(transport)) {}
+    : Communicator(std::move(transport), Algorithm::nccl),
+      transport_(&static_cast<NcclTransport&>(Communicator::transport())) {}
+
+namespace {
+
+// One call queued on the stream: finished when the event after it has happened.
+class NcclWork final : public Work::State {
+ public:
+  NcclWork(NcclTransport& transport, const CommCall& call)
+      : transport_(transport), call_(call), start(transport.device()), end(transport.device()) {}
+  void wait() override { transport_.wait_for(end.get(), call_); }
+  bool done() const override { return end.done(); }
+  double seconds() const override { return cuda::elapsed_ms(start, end) * 1e-3; }
+  uint64_t bytes_sent() const override { return bytes; }
+
+ private:
+  NcclTransport& transport_;
+  const CommCall call_;
+
+ public:
+  cuda::Event start, end;  // timing events around the call on the stream
+  uint64_t bytes = 0;
+};
+
+}  // namespace
+
+Work NcclCommunicator::start(const CollectiveArgs& args, const CommCall& call, Ready ready) {
+  if (ready) ready();  // a fence makes the stream wait for the work that wrote the buffers
+  auto work = std::make_shared<NcclWork>(*transport_, call);
+  const uint64_t sent = transport_->bytes_sent();
+  work->start.record(transport_->stream());
+  perform(args, call);
+  work->end.record(transport_->stream());
+  work->bytes = transport_->bytes_sent() - sent;
+  return Work(work);
+}
 
 void NcclCommunicator::execute(const CollectiveArgs& args, Algorithm algo) {
   if (algo != Algorithm::nccl)

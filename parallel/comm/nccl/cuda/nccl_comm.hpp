@@ -64,6 +64,8 @@ class NcclTransport final : public Transport {
   void collective(const CollectiveArgs& a);
   // Waits for everything queued (the watchdog: polls, times out, aborts). `patient`: no timeout.
   void wait(bool patient = false);
+  // Waits, as wait() does, until `done` has happened on the stream (one call's Work).
+  void wait_for(cudaEvent_t done, const CommCall& call);
   // Under mpirun: the process group (MPI), whose watchdog answers the other processes and prints
   // the job's stall report. Each wait is announced to it as a call (the last collective queued),
   // so that a hang in NCCL is reported after --comm-timeout with every process's state; this
@@ -88,7 +90,12 @@ class NcclTransport final : public Transport {
   // settle() polls ncclCommGetAsyncError until it is (events recorded after it then follow the
   // work); poll() is that, and with stream_too also waits for the stream to finish.
   void settle();
-  void poll(bool stream_too, bool patient);
+  // Polls until `done` has happened (null: everything queued) or, with stream_too false, only
+  // until the calls are on the stream.
+  void poll(bool stream_too, bool patient, cudaEvent_t done = nullptr);
+  // Tells the host watchdog (report_to) about a wait of `call` while `wait` runs.
+  template <typename F>
+  void announced(const CommCall& call, F&& wait);
   void* scratch(size_t bytes);         // device memory for staged in-place sends
   [[noreturn]] void give_up(const std::string& why, bool timed_out);
   void abort_comm();
@@ -119,13 +126,16 @@ class NcclCommunicator final : public Communicator {
   void synchronize() override { transport_->wait(); }
   int device() const { return transport_->device(); }
   cudaStream_t stream() const { return transport_->stream(); }
+  cuda::Stream call_stream() const override { return transport_->stream(); }
   void abort_group(const std::string& why) { transport_->abort_group(why); }
 
  protected:
   void execute(const CollectiveArgs& args, Algorithm algo) override;
+  // Queued on the stream between two timing events; `ready` (the fence) runs first, here.
+  Work start(const CollectiveArgs& args, const CommCall& call, Ready ready) override;
 
  private:
-  std::unique_ptr<NcclTransport> transport_;
+  NcclTransport* transport_;  // owned by the Communicator
 };
 
 }  // namespace dpx::parallel::nccl

@@ -14,7 +14,6 @@
 #include "core/cuda/check.hpp"
 #include "core/cuda/context.hpp"
 #include "core/cuda/device_guard.hpp"
-#include "core/cuda/event.hpp"
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "parallel/comm/p2p/cuda/p2p_reduce.hpp"
@@ -187,34 +186,7 @@ class P2PTransport final : public ThreadRankTransport {
   std::string pending_error_;
 };
 
-// BucketFence on a GPU: an event per bucket, recorded on the rank's compute stream when the
-// bucket's last gradient has been queued; the communication thread makes the rank's GPU its
-// current device (its p2p copies and reduction kernels run there) and waits for the event.
-class CudaBucketFence final : public BucketFence {
- public:
-  CudaBucketFence(int device, cudaStream_t compute) : device_(device), compute_(compute) {}
-  void resize(size_t buckets) override {
-    events_.clear();
-    for (size_t i = 0; i < buckets; ++i) events_.emplace_back(device_, false);
-  }
-  void mark(size_t bucket) override { events_.at(bucket).record(compute_); }
-  void wait(size_t bucket) override {
-    DPX_CUDA_CHECK(cudaSetDevice(device_));
-    events_.at(bucket).synchronize();
-  }
-
- private:
-  int device_;
-  cudaStream_t compute_;
-  std::vector<cuda::Event> events_;
-};
-
 }  // namespace
-
-std::unique_ptr<GradSync> make_p2p_ddp_sync(Communicator& comm, const DdpOptions& options, const Context& ctx) {
-  const cuda::CudaState& st = cuda::state_of(ctx);
-  return std::make_unique<DdpSync>(comm, options, std::make_unique<CudaBucketFence>(st.device, st.stream));
-}
 
 std::unique_ptr<cuda::AllocationStreamScope> replica_allocation_scope(const Context& ctx) {
   if (!ctx.device.is_cuda()) return nullptr;
