@@ -236,28 +236,10 @@ struct RankMemory {
   }
 };
 
-// The barriers and the host-memory reductions of the times and #wrong. A host communicator
-// reduces host memory; the p2p backend's reaches device memory only, so there an 8-byte value
-// goes through the rank's GPU (gpu >= 0), in a RankMemory of its own.
-struct Control {
-  Communicator& comm;
-  int gpu = -1;
-  void barrier() { comm.barrier(); }
-  void all_reduce(const void* mine, void* result, DType dtype, ReduceOp op) {
-    if (gpu < 0) return comm.all_reduce(mine, result, 1, dtype, op, Algorithm::ring);
-    RankMemory mem(Device::cuda(gpu), 8);
-    std::memcpy(mem.a, mine, 8);
-    mem.upload(mem.a, 8);
-    comm.all_reduce(mem.on_device(mem.a), mem.on_device(mem.b), 1, dtype, op, Algorithm::ring);
-    mem.download(mem.b, 8);
-    std::memcpy(result, mem.b, 8);
-  }
-};
-
-// `comm` carries the timed calls; `control` the barriers and the host-memory reductions of the
-// times and #wrong (the same communicator, except for nccl: its thread ranks' or MPI's).
+// `comm` carries the timed calls; `host` the barriers and the host-memory reductions of the
+// times and #wrong (the same communicator, except on GPUs: the thread ranks' or MPI's).
 // device: where the buffers live (a GPU for nccl and p2p).
-void bench_rank(Control control, Communicator& comm, Device device, const Plan& p, const CollectiveOptions& o,
+void bench_rank(Communicator& host, Communicator& comm, Device device, const Plan& p, const CollectiveOptions& o,
                 Algorithm algo, Sink& sink) {
   const int n = comm.size(), r = comm.rank(), root = is_rooted(p.coll) ? o.root : -1;
   const size_t es = dtype_size(p.dtype);
@@ -278,12 +260,12 @@ void bench_rank(Control control, Communicator& comm, Device device, const Plan& 
       ready();
       for (int i = 0; i < o.warmup_iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
       comm.synchronize();
-      control.barrier();
+      host.barrier();
       const double start = now_s();
       for (int i = 0; i < o.iters; ++i) call(comm, p, s, call_root, algo, dsend, drecv);
       comm.synchronize();  // a GPU's calls were only queued
       double mean_s = (now_s() - start) / o.iters, slowest_s = 0;
-      control.all_reduce(&mean_s, &slowest_s, DType::f64, ReduceOp::max);
+      host.all_reduce(&mean_s, &slowest_s, 1, DType::f64, ReduceOp::max, Algorithm::ring);
       int64_t wrong = -1;
       if (o.check) {
         ready();
@@ -291,7 +273,7 @@ void bench_rank(Control control, Communicator& comm, Device device, const Plan& 
         comm.synchronize();
         mem.download(recv, s.recv_count * es);
         int64_t mine = wrong_elements(p, s, n, r, call_root, recv);
-        control.all_reduce(&mine, &wrong, DType::i64, ReduceOp::sum);
+        host.all_reduce(&mine, &wrong, 1, DType::i64, ReduceOp::sum, Algorithm::ring);
       }
       CollectiveRow& row = rows[in_place];
       row.collective = std::string(collective_name(p.coll));
@@ -569,26 +551,26 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     if (nccl_ranks && mpi) {  // one GPU per process; NCCL's unique id travels over MPI
       const int device = gpu_of(processes->rank());
       std::unique_ptr<Communicator> nccl = make_nccl_communicator(processes->world(), device, o.comm_timeout_s);
-      bench_rank({processes->world()}, *nccl, Device::cuda(device), p, o, algo, sink);
+      bench_rank(processes->world(), *nccl, Device::cuda(device), p, o, algo, sink);
     } else if (nccl_ranks) {  // one process, one thread per GPU
       std::vector<int> devices;
       for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
-      run_nccl_ranks(devices, o.comm_timeout_s, ro, [&](Communicator& control, Communicator& mine) {
-        bench_rank({control}, mine, Device::cuda(control.rank()), p, o, algo, sink);
+      run_nccl_ranks(devices, o.comm_timeout_s, ro, [&](Communicator& host, Communicator& mine) {
+        bench_rank(host, mine, Device::cuda(host.rank()), p, o, algo, sink);
       });
     } else if (mpi) {
       processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
-      bench_rank({processes->world()}, processes->world(), Device::cpu(), p, o, algo, sink);
+      bench_rank(processes->world(), processes->world(), Device::cpu(), p, o, algo, sink);
       processes->world().set_net_sim({});
     } else if (p2p) {
       run_p2p_ranks(
           gpu_of_rank,
-          [&](Communicator& comm, const P2PRank& me) {
-            bench_rank({comm, me.device}, comm, Device::cuda(me.device), p, o, algo, sink);
+          [&](Communicator& host, Communicator& p2p, const P2PRank& me) {
+            bench_rank(host, p2p, Device::cuda(me.device), p, o, algo, sink);
           },
           ro);
     } else {
-      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank({comm}, comm, Device::cpu(), p, o, algo, sink); }, ro);
+      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, comm, Device::cpu(), p, o, algo, sink); }, ro);
     }
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;

@@ -316,29 +316,6 @@ void Communicator::point_to_point(Collective kind, void* data, size_t count, DTy
   transport_.exchange(x);
 }
 
-namespace {
-
-// The fallback vote: an all-reduce of the flag after every update (answers at once).
-class AllReduceStopVote final : public StopVote {
- public:
-  explicit AllReduceStopVote(Communicator& comm) : comm_(comm) {}
-  bool vote(bool asked) override {
-    uint8_t mine = asked ? 1 : 0, any = 0;
-    comm_.all_reduce(&mine, &any, 1, DType::u8, ReduceOp::max);
-    return any != 0;
-  }
-
- private:
-  Communicator& comm_;
-};
-
-}  // namespace
-
-std::unique_ptr<StopVote> Communicator::stop_vote() {
-  if (auto vote = transport_.make_stop_vote()) return vote;
-  return std::make_unique<AllReduceStopVote>(*this);
-}
-
 // ---- Tensors ----------------------------------------------------------------------------------
 
 void Communicator::check_tensor(const Tensor& t, const char* what) const {

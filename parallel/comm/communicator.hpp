@@ -23,7 +23,6 @@
 #include "parallel/comm/algorithms/algorithms.hpp"
 #include "parallel/comm/transport.hpp"
 #include "parallel/comm/work.hpp"
-#include "parallel/runtime/stop_vote.hpp"
 
 namespace dpx::parallel {
 
@@ -140,8 +139,6 @@ class Communicator {
   // where it waits for them, with --comm-timeout (parallel/comm/nccl/nccl_backend.hpp).
   virtual void synchronize() {}
 
-  // This group's vote on stopping after a signal (stop_vote.hpp); every rank makes one.
-  std::unique_ptr<StopVote> stop_vote();
   // What this rank does until its next call, for stall reports ("training: epoch 1 step 12").
   void set_activity(std::string_view what) { transport_.set_activity(what); }
   // Collectives called so far (the number of the last one).
@@ -151,11 +148,6 @@ class Communicator {
   // Every later exchange of this communicator as on that network (--net-sim; net_sim.hpp).
   void set_net_sim(const NetSim& net) { transport_.set_net_sim(net); }
   int node_of(int rank) const { return transport_.node_of(rank); }
-  // A wait in another library's collectives (NCCL's, under mpirun) shown as a call of this
-  // communicator, so that its transport's watchdog (MPI's) reports a hang there as one of its own,
-  // with every rank's state.
-  void begin_foreign_call(const CommCall& call) { transport_.begin_call(call); }
-  void end_foreign_call() { transport_.end_call(); }
 
   // ---- counters ("bytes communicated as counted"), since construction or reset_stats() ----
   uint64_t bytes_sent() const;

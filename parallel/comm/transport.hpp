@@ -13,7 +13,6 @@
 #include "core/dtype.hpp"
 #include "parallel/comm/reduce.hpp"
 #include "parallel/comm/net_sim.hpp"
-#include "parallel/runtime/stop_vote.hpp"
 
 namespace dpx::parallel {
 
@@ -74,9 +73,6 @@ class Transport {
   // same reports. Default: not recorded.
   virtual void set_activity(std::string_view what) {}
 
-  // A vote of this transport's ranks on stopping (stop_vote.hpp), or null: the communicator
-  // then votes with an all-reduce.
-  virtual std::unique_ptr<StopVote> make_stop_vote() { return nullptr; }
 
   // The node each rank runs on, as any integer (ranks on one node share it): hier reduces
   // inside nodes first. Every rank is on node 0 until set; set it alike on every rank.

@@ -6,6 +6,10 @@
 
 namespace dpx::parallel {
 
+std::unique_ptr<Communicator> duplicate(Communicator& comm) {
+  fail("duplicate: this dpx was built without MPI, and the ", comm.backend(), " backend's communicators are not MPI's");
+}
+
 std::unique_ptr<ProcessGroup> join_process_group(int&, char**&) {
   const LauncherEnv env = read_launcher_env(process_env());
   if (env.launched() && env.size != 1)

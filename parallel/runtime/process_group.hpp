@@ -80,6 +80,10 @@ class LocalProcessGroup final : public ProcessGroup {
   LaunchInfo info_;
 };
 
+// A communicator of the same ranks as `comm`, one of the MPI job's, over messages of its own: DDP's
+// gradients (and --net-sim) there, the votes and barriers on `comm`. Collective.
+std::unique_ptr<Communicator> duplicate(Communicator& comm);
+
 // The start-up agreement over any communicator (the mpi group's world): exchanges every rank's
 // report and throws SharedFailure alike on every rank when one failed or the options differ.
 void agree_on_start(Communicator& comm, const StartReport& mine);

@@ -1,25 +1,35 @@
-// Ranks that stop on a signal must stop after the same step, though the signal may reach them at
-// different moments, or only some of them. A StopVote is that agreement: every rank calls vote()
-// after each optimizer update, in the same sequence, saying whether it was asked to stop; it
-// returns true on every rank at the same update. Backends vote without slowing the step: the
-// threads backend through shared memory, the mpi backend with a nonblocking all-reduce that
-// completes during the next step; both answer one update after the first rank was asked.
+// Ranks that stop on a signal must stop after the same update, though the signal may reach them
+// at different moments, or only some of them. The StopVote is that agreement, one for every
+// backend: after each optimizer update every rank starts an all-reduce (max) of a one-byte flag,
+// "asked to stop", over the ranks' host communicator, and reads the answer after the next update,
+// so the step never waits for it; every rank stops after the same update, the one after the
+// first rank was asked. A rank alone (no communicator) stops when asked.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
+
+#include "parallel/comm/communicator.hpp"
 
 namespace dpx::parallel {
 
 class StopVote {
  public:
-  virtual ~StopVote() = default;
-  virtual bool vote(bool asked) = 0;
-};
+  explicit StopVote(Communicator* comm) : comm_(comm) {}
+  // Waits for the last vote (it is on every rank's communicator), unless an error unwinds.
+  ~StopVote();
+  StopVote(const StopVote&) = delete;
+  StopVote& operator=(const StopVote&) = delete;
 
-// One rank alone: stops when asked.
-class LocalStopVote final : public StopVote {
- public:
-  bool vote(bool asked) override { return asked; }
+  // Every rank calls it after each update, in the same sequence: whether to stop now.
+  bool vote(bool asked);
+
+ private:
+  Communicator* comm_;
+  Work pending_;  // the vote started after the previous update
+  // Its flag and its answer; shared with the call, which may outlive this object while an error
+  // unwinds.
+  std::shared_ptr<std::array<uint8_t, 2>> flags_ = std::make_shared<std::array<uint8_t, 2>>();
 };
 
 }  // namespace dpx::parallel

@@ -21,7 +21,8 @@
 #include "parallel/comm/nccl/nccl_backend.hpp"
 #include "parallel/comm/p2p/p2p_backend.hpp"
 #include "parallel/train/run_modes.hpp"
-#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/comm/threads/thread_ranks.hpp"
+#include "parallel/runtime/process_group.hpp"
 #include "parallel/train/train_step.hpp"
 
 namespace dpx::parallel {
@@ -96,25 +97,26 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     RankOptions ro;
     ro.timeout_s = o.comm_timeout_s;
     ro.net_sim = net;
-    run_p2p_ranks(o.cuda_devices(), [&](Communicator& comm, const P2PRank& me) {
-      spmd_rank(job, comm.rank(), Device::cuda(me.device), &comm, &comm,
-                [&](DeviceEnv& env) { return std::make_unique<Reducer>(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+    run_p2p_ranks(o.cuda_devices(), [&](Communicator& host, Communicator& p2p, const P2PRank& me) {
+      spmd_rank(job, p2p.rank(), Device::cuda(me.device), &host, &p2p,
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(p2p, d, env.ctx()); }, report, report_mu, hooks, 0.0);
     }, ro);
   } else if (processes) {
-    processes->set_net_sim(net);
-    if (o.ranks_per_node > 0) {
-      std::vector<int> nodes;
-      for (int r = 0; r < processes->size(); ++r) nodes.push_back(r / o.ranks_per_node);
-      processes->set_node_layout(nodes);
-    }
     const int rank = processes->rank();
     const auto& offsets = report.launch.clock_offset_s;
     const double offset = static_cast<size_t>(rank) < offsets.size() ? offsets[static_cast<size_t>(rank)] : 0.0;
     if (o.parallel == ParallelMode::none) {
       spmd_rank(job, rank, o.device(), nullptr, nullptr, no_sync, report, report_mu, hooks, offset);
     } else {
-      spmd_rank(job, rank, o.device(), processes, processes,
-                [&](DeviceEnv& env) { return std::make_unique<Reducer>(*processes, d, env.ctx()); }, report, report_mu, hooks, offset);
+      std::unique_ptr<Communicator> data = duplicate(*processes);  // the gradients, apart from the votes
+      data->set_net_sim(net);
+      if (o.ranks_per_node > 0) {
+        std::vector<int> nodes;
+        for (int r = 0; r < processes->size(); ++r) nodes.push_back(r / o.ranks_per_node);
+        data->set_node_layout(nodes);
+      }
+      spmd_rank(job, rank, o.device(), processes, data.get(),
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(*data, d, env.ctx()); }, report, report_mu, hooks, offset);
     }
     if (processes->size() > 1) gather_steps(*processes, report.steps);
   } else if (o.parallel == ParallelMode::none) {
@@ -125,10 +127,10 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
     ro.timeout_s = o.comm_timeout_s;
     ro.ranks_per_node = o.ranks_per_node;
     ro.net_sim = net;
-    run_ranks(job.ranks, [&](Communicator& comm) {
-      spmd_rank(job, comm.rank(), o.device(), &comm, &comm,
-                [&](DeviceEnv& env) { return std::make_unique<Reducer>(comm, d, env.ctx()); }, report, report_mu, hooks, 0.0);
-    }, ro);
+    run_thread_ranks(job.ranks, [&](Communicator& host, Communicator& data) {
+      spmd_rank(job, host.rank(), o.device(), &host, &data,
+                [&](DeviceEnv& env) { return std::make_unique<Reducer>(data, d, env.ctx()); }, report, report_mu, hooks, 0.0);
+    }, ro, nullptr, "threads");
   }
   std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {
     return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;

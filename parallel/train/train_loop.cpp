@@ -62,7 +62,7 @@ void evaluate_epoch(Rank& r, EpochRecord& er) {
 void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks) {
   const Job& job = r.job;
   const TrainOptions& o = job.options;
-  std::unique_ptr<StopVote> vote = comm ? comm->stop_vote() : std::make_unique<LocalStopVote>();
+  StopVote vote(comm);
   RankCheckpoints checkpoints(job, r.rank, report.start_s);
   const RunProgress start = job.resume ? job.resume->progress : RunProgress{};
   if (job.resume) {
@@ -99,7 +99,7 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
       if (r.rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
       if (!rec.optimizer_step) continue;
       // After every update: the ranks vote on a signal, and checkpoint when asked or due.
-      const bool stop = vote->vote(stop::requested() != 0);
+      const bool stop = vote.vote(stop::requested() != 0);
       // The epoch's last update is checkpointed at the epoch's end, after its evaluation.
       const bool due = checkpoints.due_after_update(global_step + 1) && step + 1 < steps;
       if (checkpoints.enabled() && (stop || due))

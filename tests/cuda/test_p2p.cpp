@@ -65,7 +65,7 @@ std::vector<std::vector<std::byte>> p2p_all_reduce(const std::vector<int>& devic
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(k));
   RankOptions ro;
   ro.ranks_per_node = ranks_per_node;
-  run_p2p_ranks(devices, [&](Communicator& comm, const P2PRank& me) {
+  run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank& me) {
     const std::vector<std::byte> in = input(comm.rank(), count, dtype, op);
     const size_t bytes = in.size();
     void* d_in = cuda::allocate(bytes, me.device);
@@ -134,7 +134,7 @@ TEST_CASE("p2p: four ranks on GPU 0 alone run every collective of dpx collective
 
 TEST_CASE("p2p: a rank's buffers must be on its own GPU") {
   const std::vector<int> devices = gpus_for(2);
-  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator& comm, const P2PRank&) {
+  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank&) {
                          Tensor host = Tensor::zeros({4}, DType::f32, Device::cpu());
                          comm.all_reduce(host, ReduceOp::sum);
                        }),

@@ -133,7 +133,7 @@ void run_late_ranks(int k, Body body) {
   std::vector<ThreadRankTransport*> transports(static_cast<size_t>(k));
   run_thread_ranks(
       k,
-      [&](Communicator& comm) {
+      [&](Communicator&, Communicator& comm) {
         LateCommunicator late(*transports[static_cast<size_t>(comm.rank())]);
         body(late, comm.rank());
       },

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "parallel/comm/mpi/mpi_util.hpp"
 
@@ -27,9 +28,19 @@ constexpr int kLibrarySendrecvTag = 0;  // MPI_Sendrecv of --algo mpi: a tag dpx
 const std::byte* at(const void* p, size_t bytes) { return static_cast<const std::byte*>(p) + bytes; }
 std::byte* at(void* p, size_t bytes) { return static_cast<std::byte*>(p) + bytes; }
 
-}  // namespace
+// A wait, published to the watchdog while it lasts.
+struct Waiting {
+  Waiting(CommWatch& watch, int rank, int peer) : watch(watch), rank(rank) { watch.begin_wait(rank, peer); }
+  ~Waiting() { watch.end_wait(rank); }
+  CommWatch& watch;
+  int rank;
+};
 
-void wait_all(int count, MPI_Request* requests, MPI_Status* statuses) {
+// Waits for requests, polling: spinning first (latency), then yielding the CPU between polls,
+// sleeping between them only after a second; the wait is published as rank `rank`'s, on `peer`.
+// Throws on an MPI error.
+void wait_all(int count, MPI_Request* requests, MPI_Status* statuses, CommWatch& watch, int rank, int peer) {
+  Waiting waiting(watch, rank, peer);
   std::vector<bool> done(static_cast<size_t>(count), false);
   int left = count;
   const double start = now_s();
@@ -55,16 +66,22 @@ void wait_all(int count, MPI_Request* requests, MPI_Status* statuses) {
   }
 }
 
-MpiTransport::MpiTransport(MPI_Comm comm, RankState& state, std::string label)
-    : comm_(comm), state_(state), label_(std::move(label)) {
+}  // namespace
+
+MpiTransport::MpiTransport(MPI_Comm comm, std::string label, double timeout_s) : comm_(comm) {
   DPX_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   DPX_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // A stall ends the job through the MPI peers (runtime/mpi/mpi_peers.hpp): no waits to end here.
+  watch_ = std::make_shared<CommWatch>(std::move(label), size_, std::vector<int>{rank_}, timeout_s, nullptr);
+  Watchdog::of_process().watch(watch_);
 }
+
+MpiTransport::~MpiTransport() { Watchdog::of_process().forget(watch_.get()); }
 
 void MpiTransport::begin_call(const CommCall& call) {
   const bool point_to_point = call.kind == Collective::send || call.kind == Collective::recv;
   tag_ = point_to_point ? kPointToPointTag : 2 + static_cast<int>(call.seq % 32000);
-  state_.begin_call(label_, call);
+  watch_->begin_call(rank_, call);
 }
 
 void MpiTransport::do_exchange(const Exchange& x) {
@@ -93,10 +110,10 @@ void MpiTransport::do_exchange(const Exchange& x) {
       DPX_MPI_CHECK(MPI_Isend(at(x.send, off), static_cast<int>(len), MPI_BYTE, x.send_peer, tag_, comm_,
                               &requests.back()));
     }
-  state_.waiting(x.recv_peer >= 0 ? x.recv_peer : x.send_peer);
   std::vector<MPI_Status> statuses(requests.size());
   try {
-    wait_all(static_cast<int>(requests.size()), requests.data(), statuses.data());
+    wait_all(static_cast<int>(requests.size()), requests.data(), statuses.data(), *watch_, rank_,
+             x.recv_peer >= 0 ? x.recv_peer : x.send_peer);
   } catch (const Error& e) {
     fail("rank ", rank_, " exchanging with rank ", x.recv_peer >= 0 ? x.recv_peer : x.send_peer, ": ", e.what(),
          " (a message longer than expected means the ranks called different collectives or passed different "
@@ -112,70 +129,23 @@ void MpiTransport::do_exchange(const Exchange& x) {
   if (dst != x.recv) reduce_into(x.recv, x.reduce_with, dst, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
 }
 
-namespace {
-
-// The mpi backend's vote on stopping: an MPI_Iallreduce (max) of the flag started after each
-// update and finished after the next, so the step never waits for it. Runs on a communicator of
-// its own, so its messages are never counted as gradient traffic.
-class MpiStopVote final : public StopVote {
- public:
-  MpiStopVote(MPI_Comm comm, RankState& state, std::string label) : state_(state), label_(std::move(label)) {
-    DPX_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-  }
-  ~MpiStopVote() override {
-    // Every rank has one vote in flight and ends it here; after an error (the job is ending)
-    // nothing is waited for.
-    if (request_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0) {
-      try {
-        finish_pending();
-      } catch (const std::exception&) {
-      }
-    }
-    MPI_Comm_free(&comm_);
-  }
-  bool vote(bool asked) override {
-    const bool stop = request_ != MPI_REQUEST_NULL && finish_pending() != 0;
-    mine_ = asked ? 1 : 0;
-    DPX_MPI_CHECK(MPI_Iallreduce(&mine_, &any_, 1, MPI_INT, MPI_MAX, comm_, &request_));
-    ++votes_;
-    return stop;
-  }
-
- private:
-  int finish_pending() {
-    CommCall call;
-    call.kind = Collective::all_reduce;
-    call.seq = votes_;
-    call.bytes = sizeof(int);
-    call.dtype = DType::i32;
-    call.algo = Algorithm::mpi;
-    state_.begin_call(label_ + " (the vote on stopping)", call);
-    MPI_Status status;
-    wait_all(1, &request_, &status);
-    state_.end_call();
-    return any_;
-  }
-
-  RankState& state_;
-  std::string label_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  int mine_ = 0, any_ = 0;
-  uint64_t votes_ = 0;
-};
-
-}  // namespace
-
-std::unique_ptr<StopVote> MpiTransport::make_stop_vote() {
-  return std::make_unique<MpiStopVote>(comm_, state_, label_);
-}
-
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, RankState& state, std::string label, Algorithm default_algorithm)
-    : MpiCommunicator(std::make_unique<MpiTransport>(comm, state, std::move(label)), default_algorithm) {}
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string label, double timeout_s, Algorithm default_algorithm)
+    : MpiCommunicator(std::make_unique<MpiTransport>(comm, std::move(label), timeout_s), default_algorithm) {}
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<MpiTransport> transport, Algorithm default_algorithm)
     : Communicator(std::move(transport), default_algorithm),
       transport_(&static_cast<MpiTransport&>(Communicator::transport())) {}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::duplicate(const std::string& label) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  DPX_MPI_CHECK(MPI_Comm_dup(comm(), &dup));
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  auto copy = std::make_unique<MpiCommunicator>(dup, label, transport_->watch().timeout_s(), default_algorithm());
+  std::vector<int> nodes;
+  for (int r = 0; r < size(); ++r) nodes.push_back(node_of(r));
+  copy->set_node_layout(std::move(nodes));
+  return copy;
+}
 
 MpiCommunicator::~MpiCommunicator() {
   stop_worker();  // before the MPI communicator its calls use is freed
@@ -200,7 +170,7 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
   auto in_chunks = [&](auto&& call) {
     for (size_t off = 0; off < a.count; off += kMaxCount) call(off * es, static_cast<int>(std::min(kMaxCount, a.count - off)));
   };
-  transport_->state().waiting(-1);
+  Waiting waiting(transport_->watch(), r, -1);
   switch (a.kind) {
     case Collective::all_reduce:
       in_chunks([&](size_t off, int len) {

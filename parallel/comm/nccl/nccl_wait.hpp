@@ -1,7 +1,8 @@
-// How the nccl backend decides, while it waits for queued NCCL work, whether to go on waiting:
-// a pure function of what one poll saw (the stream, ncclCommGetAsyncError) and how long the
-// wait has lasted, kept free of CUDA so the CPU tests check it. parallel/comm/nccl/cuda/nccl_comm.cpp
-// polls with it and, on a timeout, prints the stall report and calls ncclCommAbort.
+// How the nccl backend decides, while it waits for NCCL, whether to go on waiting: a pure
+// function of what one poll saw (the stream, ncclCommGetAsyncError) and how long the wait has
+// lasted, kept free of CUDA so the CPU tests check it. nccl/cuda/nccl_backend.cpp waits for new
+// communicators with it, past --comm-timeout giving up; nccl/cuda/nccl_comm.cpp waits for queued
+// calls with it and no timeout, as the process's watchdog times those waits.
 #pragma once
 
 namespace dpx::parallel::nccl {

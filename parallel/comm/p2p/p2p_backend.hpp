@@ -40,10 +40,13 @@ std::vector<int> p2p_rank_devices(int k, const std::vector<int>& gpus, std::stri
 // "0,1,3" -> {0, 1, 3}; "" -> {}; throws a UsageError naming `flag`.
 std::vector<int> parse_gpu_list(std::string_view text, std::string_view flag = "--gpus");
 
-// Runs fn on devices.size() ranks, rank r on GPU devices[r], and returns when all have
-// finished; errors, stalls and deadlocks as run_ranks (threads_backend.hpp). Peer access is
-// enabled between the GPUs that support it; between others the bytes go through the host.
-void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Communicator&, const P2PRank&)>& fn,
+// Runs fn(host, p2p, rank) on devices.size() ranks, rank r on GPU devices[r], and returns when
+// all have finished; errors, stalls and deadlocks as run_ranks (threads_backend.hpp). `p2p` moves
+// the GPU buffers; `host`, the threads backend's communicator of the same ranks, host memory
+// (votes, barriers, step records). Peer access is enabled between the GPUs that support it;
+// between others the bytes go through the host.
+void run_p2p_ranks(const std::vector<int>& devices,
+                   const std::function<void(Communicator& host, Communicator& p2p, const P2PRank&)>& fn,
                    const RankOptions& options = {});
 
 // For the life of the returned scope, this thread's tensors on ctx's GPU come from the pool of

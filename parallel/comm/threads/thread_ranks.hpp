@@ -1,7 +1,8 @@
 // Ranks as threads of one process, whatever memory their buffers live in: the rendezvous of one
 // exchange (a sender posts a pointer, its receiver moves the data straight out of it), the
-// abort, deadlock and stall detection, the barrier and the stop vote. The threads backend moves
-// host memory (threads_backend.cpp); the p2p backend moves GPU memory (parallel/comm/p2p/cuda/p2p_backend.cpp).
+// abort, what each rank waits for (the process's watchdog times it and sees deadlocks:
+// runtime/watchdog.hpp) and the barrier. The threads backend moves host memory
+// (threads_backend.cpp); the p2p backend moves GPU memory (parallel/comm/p2p/cuda/p2p_backend.cpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -25,7 +26,6 @@ class ThreadRankTransport : public Transport {
   void begin_call(const CommCall& call) override;
   void end_call() override;
   void set_activity(std::string_view what) override;
-  std::unique_ptr<StopVote> make_stop_vote() override;
 
  protected:
   void do_exchange(const Exchange& x) final;
@@ -46,9 +46,11 @@ class ThreadRankTransport : public Transport {
 // Makes rank r's transport over `world` (called on rank r's thread).
 using ThreadTransportMaker = std::function<std::unique_ptr<ThreadRankTransport>(ThreadWorld& world, int rank)>;
 
-// run_ranks (threads_backend.hpp) with the transports `make` builds; `backend` names them in
-// stall reports.
-void run_thread_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options,
-                      const ThreadTransportMaker& make, const char* backend);
+// run_ranks (threads_backend.hpp) with two communicators per rank, each with mailboxes of its
+// own: `host`, the threads backend's (votes, barriers, host buffers), and `data` over the
+// transports `make_data` builds (null: the threads backend's too), which `backend` names in stall
+// reports; --net-sim (options.net_sim) applies to `data` alone.
+void run_thread_ranks(int k, const std::function<void(Communicator& host, Communicator& data)>& fn,
+                      const RankOptions& options, const ThreadTransportMaker& make_data, const char* backend);
 
 }  // namespace dpx::parallel

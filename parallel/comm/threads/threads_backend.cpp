@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "parallel/runtime/stall_report.hpp"
+#include "parallel/runtime/watchdog.hpp"
 
 namespace dpx::parallel {
 
@@ -43,44 +45,20 @@ class ThreadWorld {
   };
 
   ThreadWorld(int k, double timeout_s, const char* backend)
-      : backend_(backend), k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
-        statuses_(static_cast<size_t>(k)), finished_(new std::atomic<bool>[static_cast<size_t>(k)]),
-        spin_(k <= available_cpus() ? 200 : 0), timeout_s_(timeout_s) {
+      : k_(k), boxes_(static_cast<size_t>(k) * k), waiters_(static_cast<size_t>(k)),
+        finished_(new std::atomic<bool>[static_cast<size_t>(k)]), spin_(k <= available_cpus() ? 200 : 0) {
     for (int r = 0; r < k; ++r) finished_[r] = false;
+    std::vector<int> ranks(static_cast<size_t>(k));
+    for (int r = 0; r < k; ++r) ranks[static_cast<size_t>(r)] = r;
+    // The process's watchdog times every wait (its stall report ends them, as does a deadlock).
+    watch_ = std::make_shared<CommWatch>(
+        backend, k, std::move(ranks), timeout_s, [this](const std::string& report) { stop(report); },
+        [this] { return deadlock_report(); });
+    Watchdog::of_process().watch(watch_);
   }
+  ~ThreadWorld() { Watchdog::of_process().forget(watch_.get()); }
 
-  // The vote on stopping (stop_vote.hpp). A rank asked to stop at its update v sets the stop at
-  // the furthest update any rank has voted on, plus one: no rank can be past that one (updates
-  // all-reduce gradients, so no rank runs more than one update ahead of another), and every
-  // rank reaches it.
-  bool vote_stop(int rank, bool asked) {
-    std::lock_guard<std::mutex> lock(vote_mu_);
-    const int64_t v = ++votes_[static_cast<size_t>(rank)];
-    if (asked && stop_at_ == INT64_MAX) stop_at_ = *std::max_element(votes_.begin(), votes_.end()) + 1;
-    return v >= stop_at_;
-  }
-
-  // What each rank is doing, for stall reports; written by the rank (its thread, or DDP's
-  // communication thread), read by a rank that gives up waiting.
-  void begin_call(int rank, const CommCall& call) {
-    Status& st = statuses_[static_cast<size_t>(rank)];
-    std::lock_guard<std::mutex> lock(st.m);
-    st.in_call = true;
-    st.call = call;
-    st.since = now_s();
-  }
-  void end_call(int rank) {
-    Status& st = statuses_[static_cast<size_t>(rank)];
-    std::lock_guard<std::mutex> lock(st.m);
-    st.in_call = false;
-    st.since = now_s();
-  }
-  void set_activity(int rank, std::string_view what) {
-    Status& st = statuses_[static_cast<size_t>(rank)];
-    std::lock_guard<std::mutex> lock(st.m);
-    st.activity.assign(what);
-  }
-
+  CommWatch& watch() { return *watch_; }
   int size() const { return k_; }
   Mailbox& box(int from, int to) { return boxes_[static_cast<size_t>(from) * k_ + to]; }
 
@@ -99,11 +77,10 @@ class ThreadWorld {
 
   // Blocks `me` until counter >= target. `peer` is the rank that must act (-1: any, for the
   // barrier); if it has returned from its rank function it never will, and waiting is an error.
-  // While asleep, the rank publishes what it waits for, so that a rank whose sleep times out
-  // can tell a slow peer from a deadlock (every running rank asleep on a false condition).
+  // While asleep, the rank publishes what it waits for: the watchdog times the wait, and tells a
+  // deadlock (every running rank asleep on a false condition) from a slow peer.
   void wait(int me, int peer, const std::atomic<uint64_t>& counter, uint64_t target, const char* doing) {
     auto ready = [&] { return counter.load(std::memory_order_acquire) >= target; };
-    const double start = now_s();
     for (int i = 0; i < spin_; ++i) {
       if (ready()) return;
       check_abort();
@@ -115,10 +92,16 @@ class ThreadWorld {
     w.peer.store(peer);
     w.doing.store(doing);
     w.asleep.fetch_add(1);  // odd: asleep
+    watch_->begin_wait(me, peer);
     struct Awake {
       std::atomic<uint64_t>& asleep;
-      ~Awake() { asleep.fetch_add(1); }
-    } awake{w.asleep};
+      CommWatch& watch;
+      int me;
+      ~Awake() {
+        watch.end_wait(me);
+        asleep.fetch_add(1);
+      }
+    } awake{w.asleep, *watch_, me};
     std::unique_lock<std::mutex> lock(w.m);
     for (;;) {
       if (ready()) return;
@@ -129,90 +112,46 @@ class ThreadWorld {
         fail("rank ", gone, " returned from its rank function while rank ", me, " was waiting to ", doing,
              peer >= 0 ? " it" : "", ": the ranks did not call the same sequence of collectives");
       }
-      if (w.cv.wait_for(lock, kDeadlockCheck) == std::cv_status::timeout) {
-        lock.unlock();
-        check_deadlock();
-        check_timeout(me, peer, start);
-        lock.lock();
-      }
+      w.cv.wait(lock);
     }
   }
 
-  // Gives up with a stall report once this rank has waited longer than the timeout, unless it
-  // waits in a patient barrier.
-  void check_timeout(int me, int peer, double start) const {
-    const double waited = now_s() - start;
-    if (waited <= timeout_s_ || aborting()) return;
-    StallPoint at;
-    at.rank = me;
-    at.comm = backend_;
-    at.waited_s = waited;
-    at.timeout_s = timeout_s_;
-    at.waiting_for = peer;
-    {
-      const Status& st = statuses_[static_cast<size_t>(me)];
-      std::lock_guard<std::mutex> lock(st.m);
-      if (!st.in_call || st.call.patient) return;
-      at.call = st.call;
-    }
-    fail(stall_report(at, snapshot()));
-  }
-
-  std::vector<RankStatus> snapshot() const {
-    std::vector<RankStatus> all(static_cast<size_t>(k_));
-    const double now = now_s();
-    for (int q = 0; q < k_; ++q) {
-      const Status& st = statuses_[static_cast<size_t>(q)];
-      std::lock_guard<std::mutex> lock(st.m);
-      RankStatus& rs = all[static_cast<size_t>(q)];
-      rs.rank = q;
-      rs.comm = backend_;
-      rs.activity = st.activity;
-      rs.for_s = now - st.since;
-      rs.call = st.call;
-      rs.state = finished_[q].load() ? RankStatus::State::finished
-                 : st.in_call        ? RankStatus::State::in_call
-                                     : RankStatus::State::busy;
-    }
-    return all;
-  }
-
-  // Throws if every rank still running is asleep in wait() on a condition that is false: no
-  // rank can then make any other progress. The `asleep` counters, read before and after the
-  // conditions, prove that nobody woke (and so nobody acted) while they were read.
-  void check_deadlock() const {
+  // The deadlock's report when every rank still running is asleep in wait() on a condition that
+  // is false (no rank can then make any other progress), else "". The `asleep` counters, read
+  // before and after the conditions, prove that nobody woke (and so nobody acted) meanwhile.
+  std::string deadlock_report() const {
     std::vector<uint64_t> before(static_cast<size_t>(k_), 0);
+    int running = 0;
     for (int q = 0; q < k_; ++q) {
       if (finished_[q].load()) continue;
       before[q] = waiters_[q].asleep.load();
-      if (before[q] % 2 == 0) return;  // running
+      if (before[q] % 2 == 0) return "";  // running
+      ++running;
     }
+    if (running == 0) return "";  // every rank has returned
     std::string who;
     for (int q = 0; q < k_; ++q) {
-      if (finished_[q].load()) continue;
+      if (before[q] % 2 == 0) continue;  // had returned
       const Waiter& w = waiters_[q];
-      if (w.counter.load()->load() >= w.target.load()) return;  // about to wake
+      if (w.counter.load()->load() >= w.target.load()) return "";  // about to wake
       const int peer = w.peer.load();
-      std::string call;
-      {
-        const Status& st = statuses_[static_cast<size_t>(q)];
-        std::lock_guard<std::mutex> lock(st.m);
-        const bool point_to_point = st.call.kind == Collective::send || st.call.kind == Collective::recv;
-        if (st.in_call && !point_to_point) call = " in " + describe_call(st.call);
-      }
+      const RankStatus st = watch_->status(q);
+      const bool point_to_point = st.call.kind == Collective::send || st.call.kind == Collective::recv;
+      const std::string call = st.state == RankStatus::State::in_call && !point_to_point ? " in " + describe_call(st.call) : "";
       who += detail::concat(who.empty() ? "" : "; ", "rank ", q, call, " waits to ", w.doing.load(),
                             peer >= 0 ? detail::concat(" rank ", peer) : std::string());
     }
-    for (int q = 0; q < k_; ++q)
-      if (!finished_[q].load() && waiters_[q].asleep.load() != before[q]) return;
-    fail("deadlock: every running rank waits for another (", who,
-         "): the ranks called different collectives, or the same ones in a different order");
+    for (int q = 0; q < k_; ++q)  // nobody woke, and nobody returned, meanwhile
+      if (before[q] % 2 == 1 && (finished_[q].load() || waiters_[q].asleep.load() != before[q])) return "";
+    return detail::concat("deadlock: every running rank waits for another (", who,
+                          "): the ranks called different collectives, or the same ones in a different order");
   }
 
+  // Rank `rank` failed: every other rank's wait ends in "rank R aborted: <reason>".
   void abort(int rank, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(abort_mu_);
-      if (abort_rank_ < 0) {
+      if (abort_rank_ < 0 && !stopped_) {
         abort_rank_ = rank;
         abort_reason_ = reason;
       }
@@ -221,7 +160,27 @@ class ThreadWorld {
     wake_all();
   }
 
+  // The watchdog ended the world (a stall report, a deadlock): every wait ends in `report`.
+  void stop(const std::string& report) {
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (abort_rank_ < 0 && !stopped_) {
+        stopped_ = true;
+        abort_reason_ = report;
+      }
+    }
+    aborted_.store(true, std::memory_order_release);
+    wake_all();
+  }
+
+  // What run_thread_ranks rethrows rather than the ranks' errors: the watchdog's report, if any.
+  std::string stop_report() const {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return stopped_ ? abort_reason_ : std::string();
+  }
+
   void finish(int rank) {
+    watch_->set_finished(rank);
     finished_[rank].store(true);
     wake_all();
   }
@@ -250,27 +209,13 @@ class ThreadWorld {
   struct alignas(64) Waiter {
     std::mutex m;
     std::condition_variable cv;
-    // What the rank waits for while asleep in wait(), for check_deadlock on other ranks.
+    // What the rank waits for while asleep in wait(), for deadlock_report.
     std::atomic<uint64_t> asleep{0};  // odd while asleep
     std::atomic<const std::atomic<uint64_t>*> counter{nullptr};
     std::atomic<uint64_t> target{0};
     std::atomic<int> peer{-1};
     std::atomic<const char*> doing{""};
   };
-
-  struct alignas(64) Status {
-    mutable std::mutex m;
-    bool in_call = false;
-    CommCall call;
-    double since = now_s();  // the last begin or end of a call
-    std::string activity;
-  };
-
-  // How long a sleeping rank waits before it checks for a deadlock (and for its timeout).
-  static constexpr std::chrono::milliseconds kDeadlockCheck{250};
-
-  // Another rank failed first: its error, not a stall report, is what the user should see.
-  bool aborting() const { return aborted_.load(std::memory_order_acquire); }
 
   static void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -287,26 +232,22 @@ class ThreadWorld {
 
   [[noreturn]] void throw_aborted() const {
     std::lock_guard<std::mutex> lock(abort_mu_);
+    if (stopped_) throw Error(abort_reason_);
     throw Error(detail::concat("rank ", abort_rank_, " aborted: ", abort_reason_));
   }
 
-  const char* const backend_;
   const int k_;
   std::vector<Mailbox> boxes_;
   std::vector<Waiter> waiters_;
-  std::vector<Status> statuses_;
   std::unique_ptr<std::atomic<bool>[]> finished_;
   const int spin_;
-  const double timeout_s_;
+  std::shared_ptr<CommWatch> watch_;
 
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
   int abort_rank_ = -1;
+  bool stopped_ = false;  // by the watchdog
   std::string abort_reason_;
-
-  std::mutex vote_mu_;
-  std::vector<int64_t> votes_ = std::vector<int64_t>(static_cast<size_t>(k_), 0);
-  int64_t stop_at_ = INT64_MAX;
 
   std::mutex barrier_mu_;
   int arrived_ = 0;
@@ -314,16 +255,6 @@ class ThreadWorld {
 };
 
 namespace {
-
-class Vote final : public StopVote {
- public:
-  Vote(ThreadWorld& world, int rank) : world_(world), rank_(rank) {}
-  bool vote(bool asked) override { return world_.vote_stop(rank_, asked); }
-
- private:
-  ThreadWorld& world_;
-  const int rank_;
-};
 
 // The threads backend's transport: the receiver copies or reduces host memory straight out of
 // the sender's buffer.
@@ -346,10 +277,9 @@ class ThreadsTransport final : public ThreadRankTransport {
 
 int ThreadRankTransport::size() const { return world_.size(); }
 void ThreadRankTransport::barrier() { world_.barrier(rank_); }
-void ThreadRankTransport::begin_call(const CommCall& call) { world_.begin_call(rank_, call); }
-void ThreadRankTransport::end_call() { world_.end_call(rank_); }
-void ThreadRankTransport::set_activity(std::string_view what) { world_.set_activity(rank_, what); }
-std::unique_ptr<StopVote> ThreadRankTransport::make_stop_vote() { return std::make_unique<Vote>(world_, rank_); }
+void ThreadRankTransport::begin_call(const CommCall& call) { world_.watch().begin_call(rank_, call); }
+void ThreadRankTransport::end_call() { world_.watch().end_call(rank_); }
+void ThreadRankTransport::set_activity(std::string_view what) { world_.watch().set_activity(rank_, what); }
 
 void ThreadRankTransport::do_exchange(const Exchange& x) {
   world_.check_abort();
@@ -476,21 +406,22 @@ int available_cpus() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options) {
-  run_thread_ranks(
-      k, fn, options,
-      [](ThreadWorld& world, int rank) -> std::unique_ptr<ThreadRankTransport> {
-        return std::make_unique<ThreadsTransport>(world, rank);
-      },
-      "threads");
+namespace {
+
+std::unique_ptr<ThreadRankTransport> threads_transport(ThreadWorld& world, int rank) {
+  return std::make_unique<ThreadsTransport>(world, rank);
 }
 
-void run_thread_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options,
-                      const ThreadTransportMaker& make, const char* backend) {
+// The ranks, with a data world beside the host one when `make_data` is not null.
+void run_worlds(int k, const std::function<void(Communicator& host, Communicator& data)>& fn,
+                const RankOptions& options, const ThreadTransportMaker& make_data, const char* backend) {
   if (k < 1) usage_fail("the number of ranks must be at least 1, not ", k);
   if (!(options.timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", options.timeout_s, ")");
   if (options.ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1 (got ", options.ranks_per_node, ")");
-  ThreadWorld world(k, options.timeout_s, backend);
+  // The host world, and the data world where the data travel apart (its own mailboxes).
+  ThreadWorld host_world(k, options.timeout_s, make_data ? "threads" : backend);
+  std::optional<ThreadWorld> data_world;
+  if (make_data) data_world.emplace(k, options.timeout_s, backend);
   std::vector<int> layout;
   if (options.ranks_per_node > 0)
     for (int r = 0; r < k; ++r) layout.push_back(r / options.ranks_per_node);
@@ -514,22 +445,52 @@ void run_thread_ranks(int k, const std::function<void(Communicator&)>& fn, const
             "run_ranks: OpenMP gave ", omp_get_num_threads(), " threads for ", k,
             " ranks (is OMP_THREAD_LIMIT set, or is run_ranks called inside a parallel region?)"))));
     } else {
+      std::unique_ptr<ThreadRankTransport> host_transport, data_transport;
+      std::unique_ptr<Communicator> host, data;
+      auto communicator = [&](ThreadRankTransport& t, bool data_side) {
+        t.set_node_layout(layout);
+        if (data_side) t.set_net_sim(options.net_sim);  // the data's exchanges, not the votes'
+        return std::make_unique<Communicator>(t, options.algorithm);
+      };
       try {
         PinGuard pin(cpus, r);
-        std::unique_ptr<ThreadRankTransport> transport = make(world, r);
-        transport->set_node_layout(layout);
-        transport->set_net_sim(options.net_sim);
-        Communicator comm(*transport, options.algorithm);
-        fn(comm);
-        world.finish(r);
+        host_transport = std::make_unique<ThreadsTransport>(host_world, r);
+        host = communicator(*host_transport, !data_world);
+        if (data_world) {
+          data_transport = make_data(*data_world, r);
+          data = communicator(*data_transport, true);
+        }
+        fn(*host, data ? *data : *host);
+        host_world.finish(r);
+        if (data_world) data_world->finish(r);
       } catch (...) {
         // Recorded before the abort, so the first exception is the cause, not a woken waiter.
         record(std::current_exception());
-        world.abort(r, describe(std::current_exception()));
+        const std::string why = describe(std::current_exception());
+        host_world.abort(r, why);
+        if (data_world) data_world->abort(r, why);
       }
+      // After the abort: a call still in flight on a communication thread ends with it.
+      data.reset();
+      data_transport.reset();
+      host.reset();
+      host_transport.reset();
     }
   }
+  for (const ThreadWorld* world : {&host_world, data_world ? &*data_world : nullptr})
+    if (world && !world->stop_report().empty()) throw Error(world->stop_report());
   if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options) {
+  run_worlds(k, [&](Communicator& comm, Communicator&) { fn(comm); }, options, nullptr, "threads");
+}
+
+void run_thread_ranks(int k, const std::function<void(Communicator& host, Communicator& data)>& fn,
+                      const RankOptions& options, const ThreadTransportMaker& make_data, const char* backend) {
+  run_worlds(k, fn, options, make_data ? make_data : threads_transport, backend);
 }
 
 }  // namespace dpx::parallel

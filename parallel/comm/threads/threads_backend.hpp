@@ -26,9 +26,10 @@ struct RankOptions {
 // Runs fn(comm) on k ranks at once and returns when all have finished. If a rank throws, every
 // rank blocked in (or later entering) a communication call throws "rank R aborted: <reason>",
 // and run_ranks rethrows the first exception once all ranks have stopped. A rank that returns
-// while another still waits for it (the ranks called different collectives), ranks that all
-// wait for each other (a deadlock) and a wait longer than options.timeout_s (a stall report)
-// are errors too, reported by a waiting rank, never a hang. More ranks than CPUs is allowed (they wait on
+// while another still waits for it (the ranks called different collectives) is an error too,
+// and so are ranks that all wait for each other (a deadlock) and a wait longer than
+// options.timeout_s (a stall report), which the process's watchdog sees (runtime/watchdog.hpp):
+// every rank then throws its report, never a hang. More ranks than CPUs is allowed (they wait on
 // condition variables, not by spinning); saying so to the user is the CLI's job.
 void run_ranks(int k, const std::function<void(Communicator&)>& fn, const RankOptions& options = {});
 

@@ -1,7 +1,8 @@
 // The group of MPI processes (see process_group.hpp). Start-up, in order: MPI_Init_thread asking
-// for MPI_THREAD_MULTIPLE (DDP's communication thread and the watchdog call MPI while the training
-// thread does); cross-check the launcher's variables; learn every rank's pid, host and node; start
-// the watchdog (which takes SIGINT, SIGTERM and SIGHUP from here on); align the clocks.
+// for MPI_THREAD_MULTIPLE (the communication threads and the watchdog call MPI while the training
+// thread does); cross-check the launcher's variables; learn every rank's pid, host and node; hand
+// the process's watchdog the job's peers (which take SIGINT, SIGTERM and SIGHUP from here on);
+// align the clocks.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 #include "parallel/runtime/launcher_env.hpp"
 #include "parallel/comm/mpi/mpi_transport.hpp"
 #include "parallel/comm/mpi/mpi_util.hpp"
-#include "parallel/runtime/mpi/watchdog.hpp"
+#include "parallel/runtime/mpi/mpi_peers.hpp"
 #include "parallel/runtime/process_group.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 
@@ -53,7 +54,8 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<Communicator> first(int k) override;
   void set_comm_timeout(double seconds) override {
     if (!(seconds > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", seconds, ")");
-    watchdog_->set_timeout(seconds);
+    timeout_s_ = seconds;
+    world_->set_timeout(seconds);
   }
   [[noreturn]] void abort(int exit_code) override {
     std::fflush(stdout);
@@ -66,9 +68,9 @@ class MpiProcessGroup final : public ProcessGroup {
  private:
   int rank_ = 0, size_ = 1;
   LaunchInfo info_;
-  RankState state_;
+  double timeout_s_ = 300;  // --comm-timeout
   MPI_Comm control_ = MPI_COMM_NULL;
-  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<MpiPeers> peers_;
   std::unique_ptr<MpiCommunicator> world_;
   bool finished_ = false;
 };
@@ -149,15 +151,16 @@ MpiProcessGroup::MpiProcessGroup(int& argc, char**& argv, const LauncherEnv& env
   DPX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
   MPI_Comm data;
   DPX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &data));
-  watchdog_ = std::make_unique<Watchdog>(control_, peers, rank_, state_);
-  world_ = std::make_unique<MpiCommunicator>(data, state_, "world", Algorithm::ring);
+  peers_ = std::make_unique<MpiPeers>(control_, peers, rank_);
+  Watchdog::of_process().set_peers(peers_.get());
+  world_ = std::make_unique<MpiCommunicator>(data, "world", timeout_s_, Algorithm::ring);
   world_->set_node_layout(nodes);
-  state_.set_activity("starting up: aligning clocks");
+  world_->set_activity("starting up: aligning clocks");
   for (const ClockOffset& c : align_clocks(*world_)) {
     info_.clock_offset_s.push_back(c.offset_s);
     info_.clock_uncertainty_s.push_back(c.uncertainty_s);
   }
-  state_.set_activity("starting up");
+  world_->set_activity("starting up");
   // Only rank 0 writes to standard output; every rank keeps standard error for its errors.
   if (rank_ != 0) {
     std::fflush(stdout);
@@ -171,7 +174,7 @@ std::unique_ptr<Communicator> MpiProcessGroup::first(int k) {
   DPX_MPI_CHECK(MPI_Comm_split(world_->comm(), rank_ < k ? 0 : MPI_UNDEFINED, rank_, &sub));
   if (sub == MPI_COMM_NULL) return nullptr;
   MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
-  auto comm = std::make_unique<MpiCommunicator>(sub, state_, k == 1 ? "rank 0" : detail::concat("ranks 0-", k - 1),
+  auto comm = std::make_unique<MpiCommunicator>(sub, k == 1 ? "rank 0" : detail::concat("ranks 0-", k - 1), timeout_s_,
                                                 Algorithm::ring);
   comm->set_node_layout(std::vector<int>(info_.node_of_rank.begin(), info_.node_of_rank.begin() + k));
   return comm;
@@ -183,9 +186,9 @@ void MpiProcessGroup::finish() {
   // From here ranks leave as they finish, so their exits must not read as crashes. The last
   // barrier waits as long as rank 0 takes to write the run's files; a rank that never reaches it
   // (dead, hung) still ends it, as it stops answering.
-  watchdog_->stop_watching_peers();
+  peers_->stop_watching_peers();
   world_->barrier_patient("the last rank to finish (rank 0 writes the run's files)");
-  state_.set_finished();
+  world_->set_finished();
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -196,13 +199,20 @@ MpiProcessGroup::~MpiProcessGroup() {
     abort(1);
   }
   world_.reset();
-  watchdog_.reset();
+  Watchdog::of_process().set_peers(nullptr);
+  peers_.reset();
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
   free_types();
   MPI_Finalize();
 }
 
 }  // namespace mpi
+
+std::unique_ptr<Communicator> duplicate(Communicator& comm) {
+  auto* mpi = dynamic_cast<mpi::MpiCommunicator*>(&comm);
+  DPX_CHECK(mpi != nullptr, "duplicate: the ", comm.backend(), " backend's communicators are not MPI's");
+  return mpi->duplicate(mpi->size() == 1 ? "rank 0, data" : detail::concat("ranks 0-", mpi->size() - 1, ", data"));
+}
 
 std::unique_ptr<ProcessGroup> join_process_group(int& argc, char**& argv) {
   const LauncherEnv env = read_launcher_env(process_env());

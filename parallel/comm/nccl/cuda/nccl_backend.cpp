@@ -96,11 +96,13 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
   DPX_NCCL_INIT(ncclGroupEnd());
   DPX_CUDA_CHECK(cudaSetDevice(previous));
   wait_initialised(comms, devices, timeout_s);
-  auto local = std::make_shared<nccl::LocalRanks>(n);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)] = i;
+  auto local = std::make_shared<nccl::LocalRanks>(n, std::move(ranks), timeout_s);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i)
     out.push_back(std::make_unique<nccl::NcclCommunicator>(std::make_unique<nccl::NcclTransport>(
-        comms[static_cast<size_t>(i)], devices[static_cast<size_t>(i)], i, n, timeout_s, local)));
+        comms[static_cast<size_t>(i)], devices[static_cast<size_t>(i)], i, n, local)));
   return out;
 }
 
@@ -117,10 +119,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
     DPX_NCCL_INIT(ncclCommInitRankConfig(&comms[0], world.size(), id, world.rank(), &config));
   }
   wait_initialised(comms, {device}, timeout_s);
-  auto local = std::make_shared<nccl::LocalRanks>(world.size());
-  auto transport = std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), timeout_s, local);
-  transport->report_to(&world);  // the MPI watchdog reports a hang with every process's state
-  return std::make_unique<nccl::NcclCommunicator>(std::move(transport));
+  // Its waits are timed by this process's watchdog, whose MPI peers report a stall for the job.
+  auto local = std::make_shared<nccl::LocalRanks>(world.size(), std::vector<int>{world.rank()}, timeout_s);
+  return std::make_unique<nccl::NcclCommunicator>(
+      std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), local));
 }
 
 void abort_nccl_group(Communicator& comm, const std::string& why) {

@@ -57,27 +57,15 @@ uint64_t ring_bytes(const CollectiveArgs& a, int n) {
 
 // ---- LocalRanks ---------------------------------------------------------------------------------
 
-void LocalRanks::add(NcclTransport* t) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ranks_.push_back(t);
+LocalRanks::LocalRanks(int size, std::vector<int> local, double timeout_s) {
+  watch_ = std::make_shared<CommWatch>("nccl", size, std::move(local), timeout_s, [this](const std::string& report) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stalled_.empty()) stalled_ = report;
+  });
+  Watchdog::of_process().watch(watch_);
 }
 
-void LocalRanks::remove(NcclTransport* t) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ranks_.erase(std::remove(ranks_.begin(), ranks_.end(), t), ranks_.end());
-}
-
-std::vector<RankStatus> LocalRanks::statuses() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<RankStatus> out(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) {
-    out[static_cast<size_t>(r)].rank = r;
-    out[static_cast<size_t>(r)].state = RankStatus::State::no_answer;
-    out[static_cast<size_t>(r)].activity = "a rank of another process: the nccl backend does not ask it";
-  }
-  for (const NcclTransport* t : ranks_) out[static_cast<size_t>(t->rank())] = t->status();
-  return out;
-}
+LocalRanks::~LocalRanks() { Watchdog::of_process().forget(watch_.get()); }
 
 std::string LocalRanks::aborted() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -89,22 +77,23 @@ void LocalRanks::abort(const std::string& why) {
   if (aborted_.empty()) aborted_ = why;
 }
 
+std::string LocalRanks::stalled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stalled_;
+}
+
 // ---- NcclTransport ------------------------------------------------------------------------------
 
-NcclTransport::NcclTransport(ncclComm_t comm, int device, int rank, int size, double timeout_s,
-                             std::shared_ptr<LocalRanks> local)
-    : comm_(comm), device_(device), rank_(rank), size_(size), timeout_s_(timeout_s), local_(std::move(local)),
-      idle_since_s_(now_s()) {
+NcclTransport::NcclTransport(ncclComm_t comm, int device, int rank, int size, std::shared_ptr<LocalRanks> local)
+    : comm_(comm), device_(device), rank_(rank), size_(size), local_(std::move(local)) {
   cuda::DeviceGuard guard(device_);
   // Non-blocking: the legacy default stream's synchronous copies and memsets (Tensor::to,
   // Tensor::zeros) must not wait for all-reduces in flight; DDP orders this stream by events.
   DPX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DPX_CUDA_CHECK(cudaMalloc(&one_, sizeof(float)));
-  local_->add(this);
 }
 
 NcclTransport::~NcclTransport() {
-  local_->remove(this);
   cuda::DeviceGuard guard(device_);
   if (!aborted_) {
     try {
@@ -127,8 +116,6 @@ NcclTransport::~NcclTransport() {
     }
     if (!aborted_) ncclCommDestroy(comm_);
   }
-  for (InFlight& f : in_flight_) cudaEventDestroy(f.done);
-  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (scratch_) cudaFree(scratch_);
   if (one_) cudaFree(one_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -140,64 +127,20 @@ void NcclTransport::abort_comm() {
 }
 
 void NcclTransport::begin_call(const CommCall& call) {
-  std::lock_guard<std::mutex> lock(mu_);
-  current_ = call;
-  in_call_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = call;
+  }
+  local_->watch().begin_call(rank_, call);
 }
 
-void NcclTransport::end_call() {
-  std::lock_guard<std::mutex> lock(mu_);
-  in_call_ = false;
-  idle_since_s_ = now_s();
-}
+void NcclTransport::end_call() { local_->watch().end_call(rank_); }
 
-void NcclTransport::set_activity(std::string_view what) {
-  std::lock_guard<std::mutex> lock(mu_);
-  activity_.assign(what);
-}
+void NcclTransport::set_activity(std::string_view what) { local_->watch().set_activity(rank_, what); }
 
-RankStatus NcclTransport::status() const {
+CommCall NcclTransport::current() const {
   std::lock_guard<std::mutex> lock(mu_);
-  RankStatus s;
-  s.rank = rank_;
-  s.comm = "nccl";
-  s.activity = activity_;
-  // The oldest queued call the GPU has not finished is where this rank is, whatever its host
-  // thread does meanwhile.
-  for (const InFlight& f : in_flight_) {
-    if (cudaEventQuery(f.done) == cudaSuccess) continue;
-    s.state = RankStatus::State::in_call;
-    s.call = f.call;
-    s.for_s = now_s() - f.queued_s;
-    return s;
-  }
-  if (in_call_) {
-    s.state = RankStatus::State::in_call;
-    s.call = current_;
-    return s;
-  }
-  s.state = RankStatus::State::busy;
-  s.for_s = now_s() - idle_since_s_;
-  return s;
-}
-
-void NcclTransport::queued(const CommCall& call) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // Calls the GPU has finished are forgotten as new ones come, so the list stays short even when
-  // nobody waits (DDP queues its buckets and waits once per step).
-  while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().done) == cudaSuccess) {
-    free_events_.push_back(in_flight_.front().done);
-    in_flight_.pop_front();
-  }
-  cudaEvent_t e = nullptr;
-  if (free_events_.empty()) {
-    DPX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  } else {
-    e = free_events_.back();
-    free_events_.pop_back();
-  }
-  DPX_CUDA_CHECK(cudaEventRecord(e, stream_));
-  in_flight_.push_back({call, e, now_s()});
+  return current_;
 }
 
 void* NcclTransport::scratch(size_t bytes) {
@@ -216,6 +159,11 @@ void* NcclTransport::scratch(size_t bytes) {
 void NcclTransport::check_alive() {
   // An aborted communicator's handle is freed: nothing may touch it again.
   if (aborted_) fail("nccl rank ", rank_, ": its communicator was aborted (", local_->aborted(), ")");
+  if (const std::string report = local_->stalled(); !report.empty()) {
+    local_->abort(detail::concat("rank ", rank_, " timed out"));
+    abort_comm();
+    fail(report, "\nThe NCCL communicators of this process were aborted (ncclCommAbort).");
+  }
   if (const std::string why = local_->aborted(); !why.empty()) {
     abort_comm();
     fail("nccl rank ", rank_, " aborted: ", why);
@@ -305,12 +253,6 @@ void NcclTransport::collective(const CollectiveArgs& a) {
   }
   settle();  // a non-blocking communicator may return before the work is on the stream
   count_sent(ring_bytes(a, size_));
-  CommCall call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    call = current_;
-  }
-  queued(call);
 }
 
 void NcclTransport::do_exchange(const Exchange& x) {
@@ -323,67 +265,44 @@ void NcclTransport::do_exchange(const Exchange& x) {
     if (x.recv_peer >= 0) DPX_NCCL_QUEUE(ncclRecv(x.recv, x.recv_bytes, ncclUint8, x.recv_peer, comm_, stream_));
   });
   settle();
-  CommCall call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    call = current_;
-  }
-  queued(call);
   wait();  // a send returns once the peer has the data (communicator.hpp)
 }
 
 void NcclTransport::barrier() {
-  bool patient = false;
-  CommCall call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    patient = current_.patient;
-    call = current_;
-  }
   check_alive();
   cuda::DeviceGuard guard(device_);
   DPX_NCCL_QUEUE(ncclAllReduce(one_, one_, 1, ncclFloat32, ncclSum, comm_, stream_));
   settle();
-  queued(call);
-  wait(patient);
-}
-
-template <typename F>
-void NcclTransport::announced(const CommCall& call, F&& wait) {
-  if (!host_) return wait();
-  host_->begin_foreign_call(call);
-  try {
-    wait();
-  } catch (...) {
-    host_->end_foreign_call();
-    throw;
-  }
-  host_->end_foreign_call();
+  wait(current().patient);
 }
 
 void NcclTransport::wait(bool patient) {
-  CommCall call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    call = current_;
-  }
+  CommCall call = current();
   call.patient = patient;
-  announced(call, [&] { poll(true, patient); });
+  poll(&call);
 }
 
-void NcclTransport::wait_for(cudaEvent_t done, const CommCall& call) {
-  announced(call, [&] { poll(true, false, done); });
-}
+void NcclTransport::wait_for(cudaEvent_t done, const CommCall& call) { poll(&call, done); }
 
-void NcclTransport::settle() { poll(false, false); }
+void NcclTransport::settle() { poll(nullptr); }
 
-void NcclTransport::poll(bool stream_too, bool patient, cudaEvent_t done) {
+void NcclTransport::poll(const CommCall* call, cudaEvent_t done) {
   cuda::DeviceGuard guard(device_);
+  // The watchdog times the wait (and its report ends it: check_alive).
+  struct Published {
+    CommWatch& watch;
+    int rank;
+    bool on;
+    ~Published() {
+      if (on) watch.end_wait(rank);
+    }
+  } published{local_->watch(), rank_, call != nullptr};
+  if (call) local_->watch().begin_wait(rank_, -1, call);
   const double start = now_s();
   for (;;) {
     check_alive();
     NcclProbe probe;
-    const cudaError_t s = !stream_too ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
+    const cudaError_t s = !call ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
     probe.stream_idle = s == cudaSuccess;
     probe.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
     ncclResult_t async = ncclSuccess;
@@ -391,34 +310,16 @@ void NcclTransport::poll(bool stream_too, bool patient, cudaEvent_t done) {
     probe.comm_in_progress = async == ncclInProgress;
     probe.comm_failed = probe.comm_failed || (async != ncclSuccess && async != ncclInProgress);
     const double waited = now_s() - start;
-    // With a host watchdog (report_to) that one reports at --comm-timeout, asking every process.
-    const double timeout = host_ ? timeout_s_ + std::max(10.0, timeout_s_ / 2) : timeout_s_;
-    switch (judge_wait(probe, waited, patient ? 0 : timeout)) {
-      case NcclWaitVerdict::done: {
-        if (!stream_too || done) return;  // queued, or the one call waited for has finished
-        std::lock_guard<std::mutex> lock(mu_);
-        for (InFlight& f : in_flight_) free_events_.push_back(f.done);
-        in_flight_.clear();
-        return;
-      }
+    switch (judge_wait(probe, waited, 0)) {  // the timeout is the watchdog's
+      case NcclWaitVerdict::done: return;
       case NcclWaitVerdict::failed: {
         const char* last = ncclGetLastError(comm_);
         give_up(probe.stream_failed
                     ? detail::concat("CUDA error on its stream: ", cudaGetErrorString(s))
                     : detail::concat("NCCL error: ", ncclGetErrorString(async),
-                                     last && last[0] ? detail::concat(" (", last, ")") : std::string()),
-                false);
+                                     last && last[0] ? detail::concat(" (", last, ")") : std::string()));
       }
-      case NcclWaitVerdict::timed_out: {
-        StallPoint at;
-        at.rank = rank_;
-        at.comm = "nccl";
-        at.waited_s = waited;
-        at.timeout_s = timeout;
-        const RankStatus mine = status();
-        at.call = mine.call;
-        give_up(stall_report(at, local_->statuses()), true);
-      }
+      case NcclWaitVerdict::timed_out:
       case NcclWaitVerdict::pending: {
         const double pause = poll_pause_s(waited);
         if (pause > 0) std::this_thread::sleep_for(std::chrono::duration<double>(pause));
@@ -433,11 +334,10 @@ void NcclTransport::abort_group(const std::string& why) {
   abort_comm();
 }
 
-void NcclTransport::give_up(const std::string& why, bool timed_out) {
-  local_->abort(detail::concat("rank ", rank_, timed_out ? " timed out" : " failed"));
+void NcclTransport::give_up(const std::string& why) {
+  local_->abort(detail::concat("rank ", rank_, " failed"));
   abort_comm();
-  fail(timed_out ? "" : detail::concat("nccl rank ", rank_, ": "), why,
-       timed_out ? "\nThe NCCL communicators of this process were aborted (ncclCommAbort)." : "");
+  fail("nccl rank ", rank_, ": ", why);
 }
 
 // ---- NcclCommunicator ---------------------------------------------------------------------------

@@ -193,7 +193,8 @@ std::unique_ptr<cuda::AllocationStreamScope> replica_allocation_scope(const Cont
   return std::make_unique<cuda::AllocationStreamScope>(ctx.device.index, cuda::state_of(ctx).stream);
 }
 
-void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Communicator&, const P2PRank&)>& fn,
+void run_p2p_ranks(const std::vector<int>& devices,
+                   const std::function<void(Communicator& host, Communicator& p2p, const P2PRank&)>& fn,
                    const RankOptions& options) {
   if (devices.empty()) usage_fail("--backend p2p: no ranks to run");
   if (const std::string why = p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
@@ -204,10 +205,10 @@ void run_p2p_ranks(const std::vector<int>& devices, const std::function<void(Com
   std::vector<P2PRank> infos(devices.size());
   run_thread_ranks(
       static_cast<int>(devices.size()),
-      [&](Communicator& comm) {
-        const P2PRank& me = infos[static_cast<size_t>(comm.rank())];
+      [&](Communicator& host, Communicator& p2p) {
+        const P2PRank& me = infos[static_cast<size_t>(p2p.rank())];
         DPX_CUDA_CHECK(cudaSetDevice(me.device));  // the rank's thread works on its GPU
-        fn(comm, me);
+        fn(host, p2p, me);
       },
       options,
       [&](ThreadWorld& world, int rank) -> std::unique_ptr<ThreadRankTransport> {

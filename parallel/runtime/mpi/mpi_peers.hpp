@@ -1,23 +1,23 @@
-// The mpi backend's watchdog: one thread per process, on a communicator of its own, that
-//  - answers other ranks' status requests at any time, even while this rank computes;
-//  - gives up when this rank has waited longer than --comm-timeout in a collective: it asks
-//    every rank what it is doing and prints a stall report (rank 0 prints it when it can: a rank
-//    that times out asks rank 0 to report, as Horovod's coordinator does), then ends the job;
+// The processes of an MPI job as the process's watchdog (runtime/watchdog.hpp) sees them: on a
+// communicator of their own, every round of the watchdog's thread
+//  - answers other ranks' questions about this one (what its communicators wait in), at any
+//    time, even while this rank computes;
 //  - notices at once when a rank on its own node vanishes (pidfd), and ends the job saying so;
 //  - takes SIGINT, SIGTERM and SIGHUP: the first asks the run to stop at the end of a step
 //    (core/stop.hpp; the ranks vote on which), a second ends the rank at once with a line that
-//    says where it was and exit code 128 + the signal's number.
+//    says where it was and exit code 128 + the signal's number;
+// and when the watchdog finds a stall on this rank, asks every rank what it is doing and prints
+// the job's one report (rank 0 prints it when it can: a rank that times out asks rank 0 to
+// report, as Horovod's coordinator does), then ends the job.
 #pragma once
 #include <mpi.h>
 
 #include <atomic>
 #include <list>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "parallel/runtime/mpi/rank_state.hpp"
-#include "parallel/runtime/stall_report.hpp"
+#include "parallel/runtime/watchdog.hpp"
 
 namespace dpx::parallel::mpi {
 
@@ -29,28 +29,29 @@ struct Peer {
   bool local = false;  // same node and pid namespace: its pid can be watched from here
 };
 
-class Watchdog {
+class MpiPeers final : public Peers {
  public:
-  // `control` is a communicator for the watchdogs alone (used, not owned). `peers` has one
-  // entry per world rank, this one included. Installs the handlers of SIGINT, SIGTERM, SIGHUP.
-  Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankState& state);
-  ~Watchdog();
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
+  // `control` is a communicator for the peers alone (used, not owned). `peers` has one entry per
+  // world rank, this one included. Installs the handlers of SIGINT, SIGTERM, SIGHUP.
+  MpiPeers(MPI_Comm control, std::vector<Peer> peers, int rank);
+  ~MpiPeers() override;
+  MpiPeers(const MpiPeers&) = delete;
+  MpiPeers& operator=(const MpiPeers&) = delete;
 
-  void set_timeout(double seconds) { timeout_s_.store(seconds); }
   // The job ends normally from here: a rank that leaves is no fault any more.
   void stop_watching_peers() { watch_peers_.store(false); }
 
+  void serve() override;
+  bool stalled(const CommWatch& watch, const StallPoint& at, bool patient) override;
+
  private:
-  struct Outgoing;  // a send MPI may still read (watchdog.cpp)
-  void run();
+  struct Outgoing;  // a send MPI may still read (mpi_peers.cpp)
   void poll_events(int timeout_ms);
   void serve_requests();
-  void check_deadline();
-  // Asks every other rank for its status (replies within `grace_s`) and returns one status per
-  // rank, this one from `mine`.
-  std::vector<RankStatus> ask_everyone(const RankSnapshot& mine, double grace_s);
+  // Asks every other rank about communicator `label` (replies within `grace_s`) and returns one
+  // status per rank, this one from `mine`.
+  std::vector<RankStatus> ask_everyone(const std::string& label, const RankStatus& mine, double grace_s);
+  RankStatus mine(const std::string& label) const;
   [[noreturn]] void report_and_abort(const std::string& text, bool print);
   // Tells every other rank that this one ends the job (it has said why).
   void announce_end();
@@ -63,15 +64,13 @@ class Watchdog {
   MPI_Comm control_;
   std::vector<Peer> peers_;
   const int rank_;
-  RankState& state_;
-  std::atomic<double> timeout_s_{300};
-  std::atomic<bool> watch_peers_{true}, stop_{false};
+  std::atomic<bool> watch_peers_{true};
   std::vector<int> pidfds_;       // per rank, -1 where not watched
   std::vector<bool> gone_;        // per rank: its process has exited
   std::vector<int> newly_gone_;   // exits not acted on yet (none are while asking everyone)
   bool asking_ = false;
   int signal_fd_ = -1;            // the read end of the pipe the signal handler writes to
-  int query_in_ = 0;              // the query id an incoming request carries
+  std::vector<char> query_in_;    // an incoming question (QueryWire)
   MPI_Request query_request_ = MPI_REQUEST_NULL;
   std::vector<char> report_in_;   // an incoming request to report a stall (rank 0)
   MPI_Request report_request_ = MPI_REQUEST_NULL;
@@ -81,7 +80,6 @@ class Watchdog {
   std::list<Outgoing> outgoing_;  // replies and requests in flight (a list: elements never move)
   int next_query_ = 1;
   double patient_until_s_ = 0;    // a patient wait was found healthy until then
-  std::thread thread_;            // last: starts once the members above exist
 };
 
 }  // namespace dpx::parallel::mpi

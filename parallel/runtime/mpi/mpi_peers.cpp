@@ -1,10 +1,10 @@
-// The watchdog thread (see watchdog.hpp). Its messages travel on a communicator of their own:
-//   query  (tag 101): an int, the asker's query number       -> reply (tag 102): a StatusWire
+// The MPI job's peers (see mpi_peers.hpp). Their messages travel on a communicator of their own:
+//   query  (tag 101): a QueryWire, the asker's query number and communicator -> reply (tag 102): a StatusWire
 //   report (tag 103): a StallWire, asking rank 0 to report a stall and end the job
 //   abort  (tag 104): an int, sent to every rank by the rank that has reported and ends the job,
 //                     so that the others stay quiet while the launcher takes them down
-// It wakes every 20 ms, or at once when a watched peer's process exits or a signal arrives.
-#include "parallel/runtime/mpi/watchdog.hpp"
+// The process's watchdog thread calls serve() every 20 ms.
+#include "parallel/runtime/mpi/mpi_peers.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,12 +16,15 @@
 #include <cstdio>
 #include <cstring>
 #include <list>
+#include <thread>
 
 #include "core/atomic_file.hpp"
+#include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/stop.hpp"
 #include "parallel/comm/mpi/mpi_util.hpp"
 #include "parallel/runtime/stall_report.hpp"
+#include "parallel/runtime/watchdog.hpp"
 
 namespace dpx::parallel::mpi {
 
@@ -66,6 +69,12 @@ struct CallWire {
   }
 };
 
+// A question to another rank: what do you do on the communicator `label`?
+struct QueryWire {
+  int32_t query = 0;
+  char label[32] = {};
+};
+
 // One rank's answer to a query.
 struct StatusWire {
   int32_t query = 0;
@@ -84,14 +93,11 @@ struct StallWire {
   char comm[32] = {};
 };
 
-StatusWire status_of(const RankSnapshot& s) {
+StatusWire status_of(const RankStatus& s) {
   StatusWire w;
-  const double now = now_s();
-  w.state = static_cast<uint8_t>(s.finished ? RankStatus::State::finished
-                                 : s.in_call ? RankStatus::State::in_call
-                                             : RankStatus::State::busy);
+  w.state = static_cast<uint8_t>(s.state);
   w.call = CallWire::of(s.call);
-  w.for_s = now - s.since_s;
+  w.for_s = s.for_s;
   copy_text(w.comm, s.comm);
   copy_text(w.activity, s.activity);
   return w;
@@ -134,18 +140,18 @@ int open_pidfd(int pid) {
 }  // namespace
 
 // A reply or request in flight: MPI reads its bytes until it completes.
-struct Watchdog::Outgoing {
+struct MpiPeers::Outgoing {
   std::vector<char> bytes;
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
-Watchdog::Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankState& state)
-    : control_(control), peers_(std::move(peers)), rank_(rank), state_(state),
-      pidfds_(peers_.size(), -1), gone_(peers_.size(), false), report_in_(sizeof(StallWire)) {
+MpiPeers::MpiPeers(MPI_Comm control, std::vector<Peer> peers, int rank)
+    : control_(control), peers_(std::move(peers)), rank_(rank), pidfds_(peers_.size(), -1), gone_(peers_.size(), false),
+      query_in_(sizeof(QueryWire)), report_in_(sizeof(StallWire)) {
   for (const Peer& p : peers_)
     if (p.local && p.rank != rank_) pidfds_[static_cast<size_t>(p.rank)] = open_pidfd(p.pid);
   // Installed after MPI_Init, so that these handlers are dpx's whatever the library set up; the
-  // signal thread of core/stop.cpp calls them, the watchdog acts on what they forward.
+  // signal thread of core/stop.cpp calls them, serve() acts on what they forward.
   int fds[2];
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     signal_fd_ = fds[0];
@@ -156,16 +162,21 @@ Watchdog::Watchdog(MPI_Comm control, std::vector<Peer> peers, int rank, RankStat
     action.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
   }
-  DPX_MPI_CHECK(MPI_Irecv(&query_in_, 1, MPI_INT, MPI_ANY_SOURCE, kQueryTag, control_, &query_request_));
+  DPX_MPI_CHECK(MPI_Irecv(query_in_.data(), static_cast<int>(query_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, kQueryTag,
+                          control_, &query_request_));
   DPX_MPI_CHECK(MPI_Irecv(report_in_.data(), static_cast<int>(report_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, kReportTag,
                           control_, &report_request_));
   DPX_MPI_CHECK(MPI_Irecv(&abort_in_, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, control_, &abort_request_));
-  thread_ = std::thread([this] { run(); });
 }
 
-Watchdog::~Watchdog() {
-  stop_.store(true);
-  if (thread_.joinable()) thread_.join();
+MpiPeers::~MpiPeers() {
+  // Replies still in flight complete once their askers receive them, or are let go.
+  for (int i = 0; i < 50 && !outgoing_.empty(); ++i) {
+    serve_requests();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (Outgoing& o : outgoing_) MPI_Request_free(&o.request);
+  outgoing_.clear();
   for (MPI_Request* r : {&query_request_, &report_request_, &abort_request_}) {
     if (*r == MPI_REQUEST_NULL) continue;
     MPI_Cancel(r);
@@ -179,22 +190,11 @@ Watchdog::~Watchdog() {
   if (signal_fd_ >= 0) close(signal_fd_);
 }
 
-void Watchdog::run() {
+void MpiPeers::serve() {
   try {
-    while (!stop_.load()) {
-      poll_events(20);
-      serve_requests();
-      if (aborting_) report_and_abort("", false);
-      check_deadline();
-    }
-    // Replies still in flight complete once their askers receive them, or are let go.
-    auto& out = outgoing_;
-    for (int i = 0; i < 50 && !out.empty(); ++i) {
-      serve_requests();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    for (Outgoing& o : out) MPI_Request_free(&o.request);
-    out.clear();
+    poll_events(0);
+    serve_requests();
+    if (aborting_) report_and_abort("", false);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dpx: error: rank %d: the watchdog failed: %s\n", rank_, e.what());
     std::fflush(stderr);
@@ -202,7 +202,7 @@ void Watchdog::run() {
   }
 }
 
-void Watchdog::poll_events(int timeout_ms) {
+void MpiPeers::poll_events(int timeout_ms) {
   std::vector<pollfd> fds;
   std::vector<int> owner;  // rank per entry; -1: the signal fd
   if (signal_fd_ >= 0) {
@@ -243,7 +243,7 @@ void Watchdog::poll_events(int timeout_ms) {
   }
 }
 
-bool Watchdog::abort_announced(double wait_s) {
+bool MpiPeers::abort_announced(double wait_s) {
   const double until = now_s() + wait_s;
   for (;;) {
     int done = 0;
@@ -255,7 +255,7 @@ bool Watchdog::abort_announced(double wait_s) {
   }
 }
 
-void Watchdog::serve_requests() {
+void MpiPeers::serve_requests() {
   if (abort_announced(0)) return;  // another rank reported and ends the job: stay quiet
   auto& out = outgoing_;
   for (;;) {  // status queries: answered from the rank's state, whatever it is doing
@@ -263,13 +263,17 @@ void Watchdog::serve_requests() {
     MPI_Status st;
     DPX_MPI_CHECK(MPI_Test(&query_request_, &done, &st));
     if (!done) break;
-    StatusWire w = status_of(state_.snapshot());
-    w.query = query_in_;
+    QueryWire q;
+    std::memcpy(&q, query_in_.data(), sizeof q);
+    q.label[sizeof q.label - 1] = 0;
+    StatusWire w = status_of(mine(q.label));
+    w.query = q.query;
     Outgoing& o = out.emplace_back();
     o.bytes.assign(reinterpret_cast<const char*>(&w), reinterpret_cast<const char*>(&w) + sizeof w);
     DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, st.MPI_SOURCE, kReplyTag,
                             control_, &o.request));
-    DPX_MPI_CHECK(MPI_Irecv(&query_in_, 1, MPI_INT, MPI_ANY_SOURCE, kQueryTag, control_, &query_request_));
+    DPX_MPI_CHECK(MPI_Irecv(query_in_.data(), static_cast<int>(query_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, kQueryTag,
+                            control_, &query_request_));
   }
   for (auto it = out.begin(); it != out.end();) {
     int done = 0;
@@ -291,10 +295,19 @@ void Watchdog::serve_requests() {
   at.timeout_s = w.timeout_s;
   at.waiting_for = w.waiting_for;
   const double grace = std::min(5.0, std::max(1.0, w.timeout_s / 4));
-  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(state_.snapshot(), grace)), true);
+  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, mine(at.comm), grace)), true);
 }
 
-std::vector<RankStatus> Watchdog::ask_everyone(const RankSnapshot& mine, double grace_s) {
+RankStatus MpiPeers::mine(const std::string& label) const {
+  RankStatus s = Watchdog::of_process().status_for(label);
+  const Peer& me = peers_[static_cast<size_t>(rank_)];
+  s.rank = rank_;
+  s.pid = me.pid;
+  s.host = me.host;
+  return s;
+}
+
+std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, const RankStatus& mine, double grace_s) {
   // Requests for reports are not served meanwhile: this rank is reporting already.
   MPI_Request saved_report = report_request_;
   report_request_ = MPI_REQUEST_NULL;
@@ -307,9 +320,13 @@ std::vector<RankStatus> Watchdog::ask_everyone(const RankSnapshot& mine, double 
   for (int q = 0; q < n; ++q) {
     if (q == rank_) continue;
     DPX_MPI_CHECK(MPI_Irecv(&replies[q], sizeof(StatusWire), MPI_BYTE, q, kReplyTag, control_, &receives[q]));
+    QueryWire wire;
+    wire.query = query;
+    copy_text(wire.label, label);
     Outgoing& o = out.emplace_back();
-    o.bytes.assign(reinterpret_cast<const char*>(&query), reinterpret_cast<const char*>(&query) + sizeof query);
-    DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), 1, MPI_INT, q, kQueryTag, control_, &o.request));
+    o.bytes.assign(reinterpret_cast<const char*>(&wire), reinterpret_cast<const char*>(&wire) + sizeof wire);
+    DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, q, kQueryTag, control_,
+                            &o.request));
   }
   const double deadline = now_s() + grace_s;
   int missing = n - 1;
@@ -334,7 +351,7 @@ std::vector<RankStatus> Watchdog::ask_everyone(const RankSnapshot& mine, double 
     RankStatus& s = all[static_cast<size_t>(q)];
     const Peer& peer = peers_[static_cast<size_t>(q)];
     if (q == rank_) {
-      s = status_from(status_of(mine), peer);
+      s = mine;
     } else if (answered[q]) {
       s = status_from(replies[q], peer);
     } else {
@@ -351,29 +368,18 @@ std::vector<RankStatus> Watchdog::ask_everyone(const RankSnapshot& mine, double 
   return all;
 }
 
-void Watchdog::check_deadline() {
-  const RankSnapshot s = state_.snapshot();
-  if (!s.in_call || s.finished) return;
-  const double timeout = timeout_s_.load(), now = now_s(), waited = now - s.wait_since_s;
-  if (waited < timeout) return;
-  const double grace = std::min(5.0, std::max(1.0, timeout / 4));
-  StallPoint at;
-  at.rank = rank_;
-  at.call = s.call;
-  at.comm = s.comm;
-  at.waited_s = waited;
-  at.timeout_s = timeout;
-  at.waiting_for = s.waiting_for;
-  if (s.call.patient) {
+bool MpiPeers::stalled(const CommWatch&, const StallPoint& at, bool patient) {
+  const double grace = std::min(5.0, std::max(1.0, at.timeout_s / 4));
+  if (patient) {
     // Waiting for ranks that work long outside communication is fine while all of them answer.
-    if (now < patient_until_s_) return;
-    std::vector<RankStatus> all = ask_everyone(s, grace);
+    if (now_s() < patient_until_s_) return true;
+    std::vector<RankStatus> all = ask_everyone(at.comm, mine(at.comm), grace);
     bool healthy = true;
     for (const RankStatus& q : all)
       healthy = healthy && q.state != RankStatus::State::no_answer && q.state != RankStatus::State::gone;
     if (healthy) {
-      patient_until_s_ = now_s() + timeout;
-      return;
+      patient_until_s_ = now_s() + at.timeout_s;
+      return true;
     }
     report_and_abort("dpx: error: " + stall_report(at, all), true);
   }
@@ -381,11 +387,11 @@ void Watchdog::check_deadline() {
     // Rank 0 reports for the job when it can: ask it, and give it time to end the job.
     StallWire w;
     w.rank = rank_;
-    w.waiting_for = s.waiting_for;
-    w.call = CallWire::of(s.call);
-    w.waited_s = waited;
-    w.timeout_s = timeout;
-    copy_text(w.comm, s.comm);
+    w.waiting_for = at.waiting_for;
+    w.call = CallWire::of(at.call);
+    w.waited_s = at.waited_s;
+    w.timeout_s = at.timeout_s;
+    copy_text(w.comm, at.comm);
     Outgoing& o = outgoing_.emplace_back();
     o.bytes.assign(reinterpret_cast<const char*>(&w), reinterpret_cast<const char*>(&w) + sizeof w);
     DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, 0, kReportTag, control_,
@@ -396,10 +402,10 @@ void Watchdog::check_deadline() {
       serve_requests();
     }
   }
-  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(s, grace)), true);
+  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, mine(at.comm), grace)), true);
 }
 
-void Watchdog::announce_end() {
+void MpiPeers::announce_end() {
   static const int notice = 1;  // MPI may read it after this returns
   for (int q = 0; q < static_cast<int>(peers_.size()); ++q) {
     if (q == rank_) continue;
@@ -408,7 +414,7 @@ void Watchdog::announce_end() {
   }
 }
 
-void Watchdog::report_and_abort(const std::string& text, bool print) {
+void MpiPeers::report_and_abort(const std::string& text, bool print) {
   if (print && !text.empty()) {
     std::fprintf(stderr, "%s\n", text.c_str());
     std::fflush(stderr);
@@ -429,7 +435,7 @@ void Watchdog::report_and_abort(const std::string& text, bool print) {
 
 // The rank that speaks for the job about a rank that vanished: rank 0 if it can see it (same
 // node) and is alive, else the lowest surviving rank of this node.
-bool Watchdog::speaks_for_node() const {
+bool MpiPeers::speaks_for_node() const {
   if (rank_ == 0) return true;
   if (peers_[0].local && !gone_[0]) return false;
   for (const Peer& p : peers_)
@@ -437,7 +443,7 @@ bool Watchdog::speaks_for_node() const {
   return true;
 }
 
-void Watchdog::on_peer_gone(int q) {
+void MpiPeers::on_peer_gone(int q) {
   const Peer& peer = peers_[static_cast<size_t>(q)];
   // A rank that ends the job says so first: then q's exit is that ending, not news.
   if (!speaks_for_node() || abort_announced(0.05)) report_and_abort("", false);
@@ -448,18 +454,18 @@ void Watchdog::on_peer_gone(int q) {
                q, peer.pid, peer.host.c_str());
   std::fflush(stderr);
   std::string text = "  where the ranks were:";
-  for (const RankStatus& s : ask_everyone(state_.snapshot(), 1.0)) text += "\n    " + describe_status(s);
+  for (const RankStatus& s : ask_everyone("world", mine("world"), 1.0)) text += "\n    " + describe_status(s);
   report_and_abort(text, true);
 }
 
-void Watchdog::on_signal(int signal) {
+void MpiPeers::on_signal(int signal) {
   if (stop::requested() == 0 && stop::graceful()) {  // the first, in training: stop after an agreed step
     stop::request(signal, /*announce=*/speaks_for_node());
     return;
   }
   remove_temporaries_in_progress();
-  const RankSnapshot s = state_.snapshot();
-  std::string where = s.in_call ? "in " + describe_call(s.call) : "outside communication";
+  const RankStatus s = mine("world");
+  std::string where = s.state == RankStatus::State::in_call ? "in " + describe_call(s.call) : "outside communication";
   if (!s.activity.empty()) where += " (" + s.activity + ")";
   std::string vanished;
   for (const Peer& p : peers_)
