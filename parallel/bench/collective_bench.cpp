@@ -19,6 +19,7 @@
 #include "parallel/comm/p2p/p2p_backend.hpp"
 #include "parallel/runtime/stall_report.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/runtime/launch.hpp"
 
 namespace dpx::parallel {
 
@@ -539,39 +540,23 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   }
   out.flush();
 
-  RankOptions ro;
-  ro.pin_threads = o.pin_threads;
-  ro.timeout_s = o.comm_timeout_s;
-  ro.ranks_per_node = o.ranks_per_node;
-  ro.net_sim = net;
+  LaunchSpec spec;
+  spec.backend = parse_backend(o.backend);
+  spec.ranks = o.ranks;
+  spec.device = Device::cpu();
+  for (int r = 0; r < o.ranks && !mpi; ++r)  // thread ranks on GPUs: p2p's list, NCCL's cuda:0 to cuda:k-1
+    if (p2p || nccl_ranks) spec.gpus.push_back(p2p ? gpu_of_rank[static_cast<size_t>(r)] : r);
+  spec.options.pin_threads = o.pin_threads;
+  spec.options.timeout_s = o.comm_timeout_s;
+  spec.options.ranks_per_node = o.ranks_per_node;
+  spec.options.net_sim = net;
+  spec.processes = mpi ? &processes->world() : nullptr;
+  spec.launch = &launch;
   for (Algorithm algo : algos) {
     print_table_header(out, algo);
     const size_t first_row = report.rows.size();
     const int failed_before = report.failed;
-    if (nccl_ranks && mpi) {  // one GPU per process; NCCL's unique id travels over MPI
-      const int device = gpu_of(processes->rank());
-      std::unique_ptr<Communicator> nccl = make_nccl_communicator(processes->world(), device, o.comm_timeout_s);
-      bench_rank(processes->world(), *nccl, Device::cuda(device), p, o, algo, sink);
-    } else if (nccl_ranks) {  // one process, one thread per GPU
-      std::vector<int> devices;
-      for (int r = 0; r < o.ranks; ++r) devices.push_back(r);
-      run_nccl_ranks(devices, o.comm_timeout_s, ro, [&](Communicator& host, Communicator& mine) {
-        bench_rank(host, mine, Device::cuda(host.rank()), p, o, algo, sink);
-      });
-    } else if (mpi) {
-      processes->world().set_net_sim(ro.net_sim);  // the exchanges of the timed collectives only
-      bench_rank(processes->world(), processes->world(), Device::cpu(), p, o, algo, sink);
-      processes->world().set_net_sim({});
-    } else if (p2p) {
-      run_p2p_ranks(
-          gpu_of_rank,
-          [&](Communicator& host, Communicator& p2p, const P2PRank& me) {
-            bench_rank(host, p2p, Device::cuda(me.device), p, o, algo, sink);
-          },
-          ro);
-    } else {
-      run_ranks(o.ranks, [&](Communicator& comm) { bench_rank(comm, comm, Device::cpu(), p, o, algo, sink); }, ro);
-    }
+    launch_ranks(spec, [&](RankSetup& r) { bench_rank(*r.host, *r.data, r.device, p, o, algo, sink); });
     double bw = 0;
     for (size_t i = first_row; i < report.rows.size(); ++i) bw += report.rows[i].busbw_gbs;
     const size_t rows = report.rows.size() - first_row;

@@ -199,7 +199,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch * k));  // the global batch
   Rank r(job, 0, *env, model, sync, *optimizer, loader);
   std::mutex report_mu;
-  train_loop(r, nullptr, report, report_mu, hooks);
+  train_loop(r, nullptr, nullptr, report, report_mu, hooks);
 }
 
 }  // namespace dpx::parallel

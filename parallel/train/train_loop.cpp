@@ -17,7 +17,7 @@ namespace dpx::parallel {
 namespace {
 
 // A checkpoint at position `at` (collective); rank 0 notes and announces the file.
-void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* comm, RunProgress at,
+void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* host, RunProgress at,
                      const std::vector<StepRecord>& mine, TrainReport& report, std::mutex& report_mu,
                      const TrainHooks& hooks) {
   if (r.scaler && r.scaler->dynamic()) {
@@ -29,7 +29,7 @@ void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* comm, 
     std::lock_guard<std::mutex> lock(report_mu);
     epochs = report.epochs;
   }
-  const std::string path = checkpoints.save(comm, r.model.master(), r.optimizer, at, mine, epochs, r.loader);
+  const std::string path = checkpoints.save(host, r.model.master(), r.optimizer, at, mine, epochs, r.loader);
   if (r.rank != 0) return;
   std::lock_guard<std::mutex> lock(report_mu);
   report.checkpoint = path;
@@ -59,10 +59,16 @@ void evaluate_epoch(Rank& r, EpochRecord& er) {
 // Times are recorded on rank 0's clock (Rank::clock). A resumed run (job.resume) starts at its
 // checkpoint's step with its optimizer state and random streams; a run asked to stop (a signal:
 // core/stop.hpp) stops after the same update on every rank, checkpointing first.
-void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks) {
+void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& report, std::mutex& report_mu,
+                const TrainHooks& hooks) {
   const Job& job = r.job;
   const TrainOptions& o = job.options;
-  StopVote vote(comm);
+  StopVote vote(host);
+  // What the rank does, for stall reports of either communicator.
+  auto say = [&](const std::string& what) {
+    for (Communicator* c : {host, data})
+      if (c) c->set_activity(what);
+  };
   RankCheckpoints checkpoints(job, r.rank, report.start_s);
   const RunProgress start = job.resume ? job.resume->progress : RunProgress{};
   if (job.resume) {
@@ -86,7 +92,7 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
     r.loader.start_epoch(epoch, first);
     double epoch_start = now_s(), loss_sum = epoch == start.epoch ? start.epoch_loss_sum : 0;
     for (int64_t step = first; step < steps; ++step, ++global_step) {
-      if (comm) comm->set_activity(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
+      say(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
       std::vector<StepRecord> records;
       {
         // The op profiler (dpx bench --profile-ops) counts the measured steps, not the warmup.
@@ -103,7 +109,7 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
       // The epoch's last update is checkpointed at the epoch's end, after its evaluation.
       const bool due = checkpoints.due_after_update(global_step + 1) && step + 1 < steps;
       if (checkpoints.enabled() && (stop || due))
-        save_checkpoint(r, checkpoints, comm, {epoch, step + 1, global_step + 1, loss_sum, 0}, mine, report,
+        save_checkpoint(r, checkpoints, host, {epoch, step + 1, global_step + 1, loss_sum, 0}, mine, report,
                         report_mu, hooks);
       if (stop) {
         stopped_by = stop::requested() ? stop::requested() : SIGTERM;
@@ -117,17 +123,17 @@ void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& re
     er.time_s = now_s() - epoch_start;
     er.train_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0;
     if (r.rank == 0 && o.evaluate && job.test_set) {
-      if (comm) comm->set_activity(detail::concat("evaluating the test set after epoch ", epoch + 1));
+      say(detail::concat("evaluating the test set after epoch ", epoch + 1));
       evaluate_epoch(r, er);
     }
-    if (comm) comm->barrier_patient(o.evaluate ? "rank 0 evaluates the test set" : "the end of the epoch");
+    if (host) host->barrier_patient(o.evaluate ? "rank 0 evaluates the test set" : "the end of the epoch");
     if (r.rank == 0) {
       std::lock_guard<std::mutex> lock(report_mu);
       report.epochs.push_back(er);
       if (hooks.on_epoch) hooks.on_epoch(er);
     }
     if (checkpoints.enabled())  // every epoch's end, evaluation included
-      save_checkpoint(r, checkpoints, comm, {epoch + 1, 0, global_step, 0, 0}, mine, report, report_mu, hooks);
+      save_checkpoint(r, checkpoints, host, {epoch + 1, 0, global_step, 0, 0}, mine, report, report_mu, hooks);
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());

@@ -73,9 +73,11 @@ struct StepAt {
 // with the gradients reduced, and the optimizer on the last micro-step. Returns its records.
 std::vector<StepRecord> train_step(Rank& r, const StepAt& at);
 
-// The whole run of one rank (`comm`: null for one rank alone): the epochs' steps, the
-// learning-rate schedule, evaluation, checkpoints, resuming and stopping on a signal. Appends
-// the rank's records to the report; rank 0 also leaves its model and how the run stopped.
-void train_loop(Rank& r, Communicator* comm, TrainReport& report, std::mutex& report_mu, const TrainHooks& hooks);
+// The whole run of one rank (`host` for its votes, barriers and checkpoints, `data` for its
+// gradients; both null for one rank alone): the epochs' steps, evaluation, checkpoints, resuming
+// and stopping on a signal. Appends the rank's records to the report; rank 0 also leaves its
+// model and how the run stopped.
+void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& report, std::mutex& report_mu,
+                const TrainHooks& hooks);
 
 }  // namespace dpx::parallel

@@ -83,6 +83,12 @@ class Progress {
 
 }  // namespace
 
+void sort_steps(std::vector<StepRecord>& steps) {
+  std::stable_sort(steps.begin(), steps.end(), [](const StepRecord& a, const StepRecord& b) {
+    return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
+  });
+}
+
 std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch) {
   options.validate();
   return std::make_unique<Job>(options, launch.cores_per_rank);
@@ -131,9 +137,7 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
         r.backward_end_s += report.start_s;
         report.steps.push_back(r);
       }
-      std::stable_sort(report.steps.begin(), report.steps.end(), [](const StepRecord& a, const StepRecord& b) {
-        return a.global_step != b.global_step ? a.global_step < b.global_step : a.rank < b.rank;
-      });
+      sort_steps(report.steps);
     }
   }
   fill_wait_times(report);

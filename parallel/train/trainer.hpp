@@ -61,6 +61,9 @@ struct TrainReport {
   std::string checkpoint;            // the last checkpoint written (rank 0), if any
 };
 
+// Step records in the order every report keeps them: by global step, then rank.
+void sort_steps(std::vector<StepRecord>& steps);
+
 struct Job;  // job.hpp
 
 // Builds a job: the data sets, the initial model and its weights — everything of a run that can
