@@ -28,8 +28,8 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   apply_train_flags(o, f);
   o.validate();
   // GPUs for a thread per GPU, before anything is printed (under MPI each process checks its own).
-  if (o.backend == "nccl" && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
-  if (o.backend == "p2p")
+  if (o.backend == parallel::Backend::nccl && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
+  if (o.backend == parallel::Backend::p2p)
     if (const std::string why = parallel::p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
   const bool rank0 = processes.rank() == 0;
   // Every output is checked (and its folder locked against a second run) before training, so a

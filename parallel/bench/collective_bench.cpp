@@ -541,7 +541,7 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   out.flush();
 
   LaunchSpec spec;
-  spec.backend = parse_backend(o.backend);
+  spec.backend = parse_choice(kBackends, o.backend, "--backend", "backend");
   spec.ranks = o.ranks;
   spec.device = Device::cpu();
   for (int r = 0; r < o.ranks && !mpi; ++r)  // thread ranks on GPUs: p2p's list, NCCL's cuda:0 to cuda:k-1

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/choices.hpp"
 #include "core/error.hpp"
 #include "parallel/bench/collective_bench.hpp"
 #include "parallel/comm/p2p/p2p_backend.hpp"
@@ -19,16 +20,6 @@ namespace {
 constexpr int kMaxRanks = 1024;
 constexpr int kThreadRanksPerCpu = 32;
 constexpr size_t kMaxSizeSteps = 10000;
-
-// Re-throws a UsageError from a parser with the flag it came from in front.
-template <typename F>
-auto with_flag(std::string_view flag, F parse) {
-  try {
-    return parse();
-  } catch (const UsageError& e) {
-    usage_fail(flag, ": ", e.what());
-  }
-}
 
 }  // namespace
 

@@ -57,7 +57,7 @@ Summary summarize(const TrainReport& report) {
   const double epoch_steps = static_cast<double>(report.train_samples / report.ranks / rank_batch);
   if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
   // sizeof(dtype): that of the gradients' all-reduce (--grad-dtype: 2 bytes for bf16 and fp16).
-  const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_wire_dtype()));
+  const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_dtype));
   s.bytes_per_epoch_formula =
       report.ranks > 1 ? epoch_steps * static_cast<double>(report.num_trainable) * grad_bytes : 0.0;
   if (!report.epochs.empty()) {

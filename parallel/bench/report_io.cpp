@@ -46,8 +46,8 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
   const TrainOptions& o = report.options;
   std::ostringstream os;
   os.precision(9);
-  os << o.model << "," << o.dataset << "," << csv_field(o.devices) << "," << parallel_mode_name(o.parallel) << ","
-     << o.algo << "," << report.ranks << "," << report.threads_per_rank << "," << o.batch_size << ","
+  os << o.model << "," << o.dataset << "," << csv_field(o.devices) << "," << choice_name(kParallelModes, o.parallel) << ","
+     << algorithm_name(o.algo) << "," << report.ranks << "," << report.threads_per_rank << "," << o.batch_size << ","
      << o.batch_size / report.ranks << "," << o.accumulate << "," << o.bucket_mb << "," << (o.overlap ? 1 : 0)
      << "," << o.epochs << "," << s.measured_steps << "," << report.num_trainable;
   for (double m : s.mean_s) os << "," << m;
@@ -55,7 +55,7 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
      << s.comm_efficiency << "," << s.parallel_efficiency << "," << s.bytes_per_epoch_formula << ","
      << s.bytes_per_epoch_counted << "," << s.final_loss << "," << s.test_accuracy << ","
      << report.threshold_step << "," << report.threshold_epoch << "," << report.wall_s << "," << o.optimizer << ","
-     << o.grad_dtype;
+     << choice_name(kGradDtypes, o.grad_dtype);
   return os.str();
 }
 
@@ -89,8 +89,8 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["seed"] = o.seed;
   j["steps_limit"] = o.max_steps;
   j["devices"] = o.devices;
-  j["parallel"] = parallel_mode_name(o.parallel);
-  j["algo"] = o.algo;
+  j["parallel"] = std::string(choice_name(kParallelModes, o.parallel));
+  j["algo"] = std::string(algorithm_name(o.algo));
   j["bucket_mb"] = o.bucket_mb;
   j["accumulate"] = o.accumulate;
   j["overlap"] = o.overlap;
@@ -103,11 +103,11 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;
   j["conv_algo"] = o.conv_algo;
-  j["precision"] = o.precision;
+  j["precision"] = std::string(choice_name(kPrecisions, o.precision));
   j["tf32"] = o.allow_tf32;
   j["deterministic"] = o.deterministic;
   j["cudnn_algo"] = o.cudnn_algo;
-  j["grad_dtype"] = o.grad_dtype;
+  j["grad_dtype"] = std::string(choice_name(kGradDtypes, o.grad_dtype));
   // The loss scaling in force (auto resolved): null when none.
   const std::optional<LossScaleOptions> scaling = o.loss_scaling();
   j["loss_scale"] = !scaling          ? nlohmann::json()

@@ -86,27 +86,11 @@ constexpr LaunchRow kLaunch[] = {
 
 }  // namespace
 
-std::string_view backend_name(Backend b) {
-  switch (b) {
-    case Backend::threads: return "threads";
-    case Backend::mpi: return "mpi";
-    case Backend::nccl: return "nccl";
-    case Backend::p2p: return "p2p";
-  }
-  return "?";
-}
-
-Backend parse_backend(std::string_view name) {
-  for (Backend b : {Backend::threads, Backend::mpi, Backend::nccl, Backend::p2p})
-    if (name == backend_name(b)) return b;
-  usage_fail("--backend: unknown backend '", name, "': use threads, mpi, nccl or p2p");
-}
-
 void launch_ranks(const LaunchSpec& spec, const RankBody& body) {
   const bool launched = spec.processes != nullptr;
   for (const LaunchRow& row : kLaunch)
     if (row.backend == spec.backend && row.launched == launched) return row.run(spec, body);
-  usage_fail("--backend ", backend_name(spec.backend),
+  usage_fail("--backend ", choice_name(kBackends, spec.backend),
              launched ? " cannot run under an MPI launcher: use --backend mpi, or nccl for GPUs"
                       : " needs an MPI launcher (mpirun, srun): every rank is a process");
 }

@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "parallel/comm/backend.hpp"
 #include "parallel/comm/communicator.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 #include "parallel/runtime/launch_info.hpp"
 
 namespace dpx::parallel {
-
-// How ranks communicate (--backend).
-enum class Backend : uint8_t { threads, mpi, nccl, p2p };
-std::string_view backend_name(Backend b);
-// "threads", "mpi", "nccl" or "p2p"; throws dpx::UsageError naming --backend otherwise.
-Backend parse_backend(std::string_view name);
 
 // What one rank runs with.
 struct RankSetup {

@@ -63,7 +63,7 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     const std::string skip = o.head == "default" ? "" : zoo::find_model(o.model).classifier + ".";
     weights_report = zoo::load_state(initial, read_safetensors(o.weights_file), o.weights_strict, skip);
   }
-  if (!o.weights_file.empty() && o.on_nonfinite != "ignore") check_finite(initial, o.weights_file, "--weights");
+  if (!o.weights_file.empty() && o.on_nonfinite != NonFinite::ignore) check_finite(initial, o.weights_file, "--weights");
   if (!o.resume.empty()) {
     auto c = std::make_shared<Checkpoint>(read_checkpoint(o.resume));
     const std::string differs = resume_mismatch(*c, o, ranks);
@@ -79,7 +79,7 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     if (c->progress.epoch > o.epochs || c->progress.step > steps_per_epoch)
       usage_fail("--resume ", c->path, " stopped at epoch ", c->progress.epoch + 1, " step ", c->progress.step,
                  ", beyond this run's ", o.epochs, " epochs of ", steps_per_epoch, " steps");
-    if (o.on_nonfinite != "ignore") check_finite(initial, c->path, "--resume");
+    if (o.on_nonfinite != NonFinite::ignore) check_finite(initial, c->path, "--resume");
     resume = std::move(c);
   }
 }

@@ -36,7 +36,7 @@ void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& red
   apply_math(env->ctx(), o);
   // p2p replicas may share a GPU: each allocates from its own stream's pool (outlives every tensor below).
   const std::unique_ptr<cuda::AllocationStreamScope> pool =
-      o.backend == "p2p" ? replica_allocation_scope(env->ctx()) : nullptr;
+      o.backend == Backend::p2p ? replica_allocation_scope(env->ctx()) : nullptr;
   nn::Model model = job.initial.clone(env->ctx().device);
   std::unique_ptr<GradSync> sync = std::make_unique<NoSync>();
   if (Communicator* data = setup.data) {
@@ -60,15 +60,15 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   const TrainOptions& o = job.options;
   const ReducerOptions reducer{.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024),
                                .overlap = o.overlap,
-                               .algo = parse_algorithm(o.algo),
-                               .grad_dtype = o.grad_wire_dtype()};
+                               .algo = o.algo,
+                               .grad_dtype = o.grad_dtype};
   if (o.parallel == ParallelMode::none) {  // one replica, alone (under MPI: the job's one process)
     const RankSetup alone{0, o.device()};
     spmd_rank(job, alone, reducer, report, report_mu, hooks);
     return;
   }
   LaunchSpec spec;
-  spec.backend = o.backend.empty() ? (processes ? Backend::mpi : Backend::threads) : parse_backend(o.backend);
+  spec.backend = o.effective_backend();
   spec.ranks = job.ranks;
   spec.device = o.device();
   spec.gpus = o.cuda_devices();

@@ -1,10 +1,9 @@
+// TrainOptions: the options' names, validate() with the one table of refused combinations, and
+// what the options work out to (the learning rate of a step, the loss scaling, the math).
 #include "parallel/train/train_options.hpp"
 
-#include "parallel/comm/nccl/nccl_backend.hpp"
-#include "parallel/comm/p2p/p2p_backend.hpp"
-
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -13,8 +12,9 @@
 #include "core/error.hpp"
 #include "core/gpu_status.hpp"
 #include "kernels/ops.hpp"
-#include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
 #include "parallel/comm/net_sim.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
 
 namespace dpx::parallel {
 
@@ -23,18 +23,29 @@ constexpr int kMaxThreadsPerCore = 16;
 constexpr int kMaxWorkers = 256;
 }  // namespace
 
-ParallelMode parse_parallel_mode(const std::string& s) {
-  if (s == "none") return ParallelMode::none;
-  if (s == "dp") return ParallelMode::dp;
-  if (s == "ddp") return ParallelMode::ddp;
-  usage_fail("--parallel: unknown mode '", s, "': use none, dp (DataParallel) or ddp (DistributedDataParallel)");
+LossScale parse_loss_scale(std::string_view text) {
+  if (text == "auto") return {};
+  if (text == "dynamic") return {LossScale::Kind::dynamic};
+  if (text == "none") return {LossScale::Kind::none};
+  float scale = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), scale);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || !(scale > 0) || !std::isfinite(scale))
+    usage_fail("--loss-scale '", text, "': use auto (dynamic with fp16 gradients, else none), dynamic, none, "
+               "or a positive constant such as 1024");
+  return {LossScale::Kind::constant, scale};
 }
 
-std::string parallel_mode_name(ParallelMode m) {
-  switch (m) {
-    case ParallelMode::none: return "none";
-    case ParallelMode::dp: return "dp";
-    case ParallelMode::ddp: return "ddp";
+std::string loss_scale_name(const LossScale& s) {
+  switch (s.kind) {
+    case LossScale::Kind::automatic: return "auto";
+    case LossScale::Kind::dynamic: return "dynamic";
+    case LossScale::Kind::none: return "none";
+    case LossScale::Kind::constant: {
+      std::ostringstream os;
+      os.precision(9);
+      os << s.constant;
+      return os.str();
+    }
   }
   return "?";
 }
@@ -51,7 +62,7 @@ Device TrainOptions::device() const {
 
 std::vector<int> TrainOptions::cuda_devices() const {
   if (devices.substr(0, devices.find(':')) != "cuda") return {};
-  return parse_cuda_device_list(devices, "--devices", backend == "p2p");
+  return parse_cuda_device_list(devices, "--devices", backend == Backend::p2p);
 }
 
 bool TrainOptions::reference_kernels() const { return devices.substr(0, devices.find(':')) == "ref"; }
@@ -72,129 +83,249 @@ int TrainOptions::ranks() const {
   return k;
 }
 
+Backend TrainOptions::effective_backend() const {
+  return backend ? *backend : process_ranks > 0 ? Backend::mpi : Backend::threads;
+}
+
 namespace {
 
-// Under MPI a rank is a process; --devices may say "this process" (cpu, cpu:1) or the whole
-// job (cpu:K with K the number of processes), nothing else.
-void check_process_devices(const TrainOptions& o) {
-  if (o.process_ranks == 0) return;
-  if (o.backend == "nccl") {
-    if (o.devices != "cuda")
-      usage_fail("--devices ", o.devices, " under MPI with --backend nccl: each process drives the GPU of its local "
-                 "rank; pass --devices cuda");
-    return;
-  }
-  const int threads_asked = [&] {
-    TrainOptions plain = o;
-    plain.process_ranks = 0;
-    return plain.ranks();
-  }();
-  if (o.device().is_cuda() && o.process_ranks > 1)
-    usage_fail("--devices ", o.devices, " under MPI: GPU ranks in several processes communicate with NCCL: pass "
-               "--backend nccl --devices cuda (each process drives its local rank's GPU)");
-  if (threads_asked != 1 && threads_asked != o.process_ranks)
-    usage_fail("--devices ", o.devices, " under MPI with ", o.process_ranks, " processes: each process is one rank "
-               "here, so the job has ", o.process_ranks, " ranks (mpirun -np K or srun -n K sets them); cpu:K asks for "
-               "K thread ranks inside one process, which is the other way to get ranks (dpx train --devices cpu:K, "
-               "without mpirun). Drop --devices, or pass cpu:", o.process_ranks);
-  if (o.pin_threads)
-    usage_fail("--pin-threads pins thread ranks to cores; under MPI the launcher binds each process (e.g. mpirun "
-               "--bind-to core, srun --cpu-bind=cores)");
-  if (o.parallel == ParallelMode::dp)
-    usage_fail("--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master scatters "
-               "each batch to them); across processes use --parallel ddp, or run dp without mpirun (--devices cpu:K)");
-  if (o.parallel == ParallelMode::none && o.process_ranks > 1)
-    usage_fail("--parallel none under MPI with ", o.process_ranks, " processes: every process would train its own "
-               "replica alone; pass --parallel ddp (the default under mpirun), or run one process");
+bool gpus(const TrainOptions& o) { return o.device().is_cuda() || (o.backend == Backend::nccl && o.devices == "cuda"); }
+
+// The ranks --devices asks for in one process (cpu:K: K), whatever the launcher.
+int threads_asked(const TrainOptions& o) {
+  TrainOptions plain = o;
+  plain.process_ranks = 0;
+  return plain.ranks();
 }
 
-// --backend, and data parallelism over GPUs: DDP with --backend nccl or p2p, DataParallel with
-// peer copies (no backend).
-void check_gpu_parallel(const TrainOptions& o) {
-  const char* const built = kMpiBuilt ? "threads (thread ranks) or mpi (under mpirun)" : "threads (thread ranks)";
-  if (!o.backend.empty() && o.backend != "threads" && o.backend != "mpi" && o.backend != "nccl" && o.backend != "p2p")
-    usage_fail("--backend: unknown backend '", o.backend, "': use nccl or p2p (GPU ranks) or leave it out (", built, ")");
-  if (o.backend == "nccl" && !kNcclBuilt)
-    usage_fail("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a machine "
-               "with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks with --devices cpu:K "
-               "--parallel ddp instead");
-  if (o.backend == "p2p" && !kP2PBuilt) usage_fail("--backend p2p: ", p2p_unavailable_reason());
-  if (o.backend == "mpi" && o.process_ranks == 0)
-    usage_fail("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun or srun");
-  if (o.backend == "threads" && o.process_ranks > 1)
-    usage_fail("--backend threads under MPI: the ranks are the processes; leave --backend out");
-  const bool gpus = o.device().is_cuda() || (o.backend == "nccl" && o.devices == "cuda");
-  if (o.backend == "nccl") {
-    if (!gpus)
-      usage_fail("--backend nccl runs one rank per GPU: pass --devices cuda:0,cuda:1 (one process, a thread per GPU), "
-                 "or --devices cuda under mpirun (a process per GPU)");
-    if (o.parallel != ParallelMode::ddp)
-      usage_fail("--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies between GPUs "
-                 "without it)");
-    if (!o.net_sim.empty())
-      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop --net-sim");
-    if (o.algo != "ring" && o.algo != "nccl")
-      usage_fail("--algo ", o.algo, " with --backend nccl: NCCL chooses its own algorithm (NCCL_ALGO=Ring|Tree sets "
-                 "it); pass --algo nccl or leave --algo out");
-    return;
-  }
-  if (o.backend == "p2p") {
-    if (!o.device().is_cuda())
-      usage_fail("--backend p2p runs thread ranks on GPUs, several on one GPU if you like: pass --devices "
-                 "cuda:0,cuda:0 (two replicas on GPU 0) or cuda:0,cuda:1");
-    if (o.process_ranks > 0)
-      usage_fail("--backend p2p: its ranks are threads of one process; under mpirun use --backend nccl");
-    if (o.parallel != ParallelMode::ddp)
-      usage_fail("--backend p2p is DDP's all-reduce over GPU replicas: pass --parallel ddp");
-    if (o.grad_dtype != "fp32")
-      usage_fail("--grad-dtype ", o.grad_dtype, " with --backend p2p: not implemented (the p2p backend all-reduces "
-                 "fp32 gradients); use --backend nccl, or drop --grad-dtype");
-    if (!o.checkpoint_dir.empty())
-      usage_fail("--checkpoint-dir with --backend p2p: a checkpoint gathers host memory, which the p2p backend does "
-                 "not move; use --backend nccl, or leave checkpoints out");
-    if (o.algo == "nccl" || o.algo == "mpi")
-      usage_fail("--algo ", o.algo, " with --backend p2p: p2p runs dpx's own algorithms (ring, tree, naive, rhd, "
-                 "hier)");
-    return;
-  }
-  if (o.device().is_cuda() && o.parallel == ParallelMode::ddp)
-    usage_fail("--devices ", o.devices, " with --parallel ddp: DDP over GPUs all-reduces with NCCL: add --backend nccl "
-               "(or --backend p2p: dpx's algorithms over device copies, several replicas on one GPU allowed)");
-  if (o.device().is_cuda() && o.parallel == ParallelMode::dp && o.cuda_devices().size() < 2)
-    usage_fail("--devices ", o.devices, " with --parallel dp: DataParallel needs two GPUs or more (--devices "
-               "cuda:0,cuda:1), or CPU replicas (--devices cpu:K)");
-}
+std::string name(Algorithm a) { return std::string(algorithm_name(a)); }
+std::string name(DType d) { return std::string(choice_name(kGradDtypes, d)); }
+std::string name(Precision p) { return std::string(choice_name(kPrecisions, p)); }
 
-// --precision, --grad-dtype and the loss scaling (README.md, Mixed precision).
-void check_mixed_precision(const TrainOptions& o) {
-  const std::string& p = o.precision;
-  if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
-    usage_fail("--precision: unknown precision '", p, "': use fp32, tf32, bf16 or fp16");
-  if (p != "fp32" && !o.device().is_cuda())
-    usage_fail("--precision ", p, " needs --devices cuda:N: dpx's CPU kernels compute in fp32 (", p,
-               " is GPU tensor-core math); on CPU ranks, --grad-dtype bf16 or fp16 all-reduces the gradients in half "
-               "precision");
-  const std::string& g = o.grad_dtype;
-  if (g != "fp32" && g != "bf16" && g != "fp16")
-    usage_fail("--grad-dtype: unknown dtype '", g, "': use fp32, bf16 or fp16");
-  if (g != "fp32" && o.parallel == ParallelMode::none)
-    usage_fail("--grad-dtype ", g, " is the dtype of DDP's gradient all-reduce, and --parallel none has none: pass "
-               "--parallel ddp (with --devices cpu:K or under mpirun), or drop --grad-dtype");
-  if (g != "fp32" && o.parallel == ParallelMode::dp)
-    usage_fail("--grad-dtype ", g, ": DataParallel sums its replicas' gradients through memory, in fp32, with no "
-               "all-reduce to narrow; pass --parallel ddp, or drop --grad-dtype");
-  if (!(o.initial_loss_scale > 0) || !std::isfinite(o.initial_loss_scale))
-    usage_fail("--initial-loss-scale must be a positive number (got ", o.initial_loss_scale, ")");
-  if (o.loss_scale_window < 1)
-    usage_fail("--loss-scale-window must be at least 1 update (got ", o.loss_scale_window, ")");
-  (void)o.loss_scaling();  // parses --loss-scale
-}
+// The combinations of options that cannot run together, each with its reason, in the order
+// validate() tries them (README.md, "Refused combinations", lists them).
+struct Refusal {
+  bool (*applies)(const TrainOptions& o);
+  std::string (*says)(const TrainOptions& o);
+};
+
+const Refusal kRefused[] = {
+    // ---- ranks that are MPI processes: each one rank
+    {[](const TrainOptions& o) { return o.process_ranks > 0 && o.backend == Backend::nccl && o.devices != "cuda"; },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " under MPI with --backend nccl: each process drives the GPU of ",
+                             "its local rank; pass --devices cuda");
+     }},
+    {[](const TrainOptions& o) {
+       return o.process_ranks > 1 && o.backend != Backend::nccl && o.device().is_cuda();
+     },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " under MPI: GPU ranks in several processes communicate with ",
+                             "NCCL: pass --backend nccl --devices cuda (each process drives its local rank's GPU)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.process_ranks > 0 && o.backend != Backend::nccl && threads_asked(o) != 1 &&
+              threads_asked(o) != o.process_ranks;
+     },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " under MPI with ", o.process_ranks, " processes: each process ",
+                             "is one rank here, so the job has ", o.process_ranks, " ranks (mpirun -np K or srun -n K ",
+                             "sets them); cpu:K asks for K thread ranks inside one process, which is the other way to ",
+                             "get ranks (dpx train --devices cpu:K, without mpirun). Drop --devices, or pass cpu:",
+                             o.process_ranks);
+     }},
+    {[](const TrainOptions& o) { return o.process_ranks > 0 && o.backend != Backend::nccl && o.pin_threads; },
+     [](const TrainOptions&) {
+       return std::string("--pin-threads pins thread ranks to cores; under MPI the launcher binds each process (e.g. "
+                          "mpirun --bind-to core, srun --cpu-bind=cores)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.process_ranks > 0 && o.backend != Backend::nccl && o.parallel == ParallelMode::dp;
+     },
+     [](const TrainOptions&) {
+       return std::string("--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master "
+                          "scatters each batch to them); across processes use --parallel ddp, or run dp without "
+                          "mpirun (--devices cpu:K)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.process_ranks > 1 && o.backend != Backend::nccl && o.parallel == ParallelMode::none;
+     },
+     [](const TrainOptions& o) {
+       return detail::concat("--parallel none under MPI with ", o.process_ranks, " processes: every process would ",
+                             "train its own replica alone; pass --parallel ddp (the default under mpirun), or run one ",
+                             "process");
+     }},
+    // ---- --backend
+    {[](const TrainOptions& o) { return o.backend == Backend::nccl && !kNcclBuilt; },
+     [](const TrainOptions&) {
+       return std::string("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a "
+                          "machine with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks "
+                          "with --devices cpu:K --parallel ddp instead");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && !kP2PBuilt; },
+     [](const TrainOptions&) { return "--backend p2p: " + p2p_unavailable_reason(); }},
+    {[](const TrainOptions& o) { return o.backend == Backend::mpi && o.process_ranks == 0; },
+     [](const TrainOptions&) {
+       return std::string("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun "
+                          "or srun");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::threads && o.process_ranks > 1; },
+     [](const TrainOptions&) {
+       return std::string("--backend threads under MPI: the ranks are the processes; leave --backend out");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::nccl && !gpus(o); },
+     [](const TrainOptions&) {
+       return std::string("--backend nccl runs one rank per GPU: pass --devices cuda:0,cuda:1 (one process, a thread "
+                          "per GPU), or --devices cuda under mpirun (a process per GPU)");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::nccl && o.parallel != ParallelMode::ddp; },
+     [](const TrainOptions&) {
+       return std::string("--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies "
+                          "between GPUs without it)");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::nccl && !o.net_sim.empty(); },
+     [](const TrainOptions&) {
+       return std::string("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop "
+                          "--net-sim");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::nccl && o.algo != Algorithm::nccl; },
+     [](const TrainOptions& o) {
+       return detail::concat("--algo ", name(o.algo), " with --backend nccl: NCCL chooses its own algorithm ",
+                             "(NCCL_ALGO=Ring|Tree sets it); pass --algo nccl or leave --algo out");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && !o.device().is_cuda(); },
+     [](const TrainOptions&) {
+       return std::string("--backend p2p runs thread ranks on GPUs, several on one GPU if you like: pass --devices "
+                          "cuda:0,cuda:0 (two replicas on GPU 0) or cuda:0,cuda:1");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.process_ranks > 0; },
+     [](const TrainOptions&) {
+       return std::string("--backend p2p: its ranks are threads of one process; under mpirun use --backend nccl");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.parallel != ParallelMode::ddp; },
+     [](const TrainOptions&) { return std::string("--backend p2p is DDP's all-reduce over GPU replicas: pass --parallel ddp"); }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.grad_dtype != DType::f32; },
+     [](const TrainOptions& o) {
+       return detail::concat("--grad-dtype ", name(o.grad_dtype), " with --backend p2p: not run on a GPU yet (the ",
+                             "Reducer narrows for every backend, but p2p's half-precision all-reduce has never run); ",
+                             "use --backend nccl, or drop --grad-dtype");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && !o.checkpoint_dir.empty(); },
+     [](const TrainOptions&) {
+       return std::string("--checkpoint-dir with --backend p2p: not run on a GPU yet (p2p's ranks have a host "
+                          "communicator for the checkpoint's gathering, never tried); use --backend nccl, or leave "
+                          "checkpoints out");
+     }},
+    {[](const TrainOptions& o) { return o.backend == Backend::p2p && is_library_algorithm(o.algo); },
+     [](const TrainOptions& o) {
+       return detail::concat("--algo ", name(o.algo), " with --backend p2p: p2p runs dpx's own algorithms (ring, ",
+                             "tree, naive, rhd, hier)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.backend != Backend::nccl && o.backend != Backend::p2p && o.device().is_cuda() &&
+              o.parallel == ParallelMode::ddp;
+     },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " with --parallel ddp: DDP over GPUs all-reduces with NCCL: add ",
+                             "--backend nccl (or --backend p2p: dpx's algorithms over device copies, several replicas ",
+                             "on one GPU allowed)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.backend != Backend::nccl && o.backend != Backend::p2p && o.device().is_cuda() &&
+              o.parallel == ParallelMode::dp && o.cuda_devices().size() < 2;
+     },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " with --parallel dp: DataParallel needs two GPUs or more ",
+                             "(--devices cuda:0,cuda:1), or CPU replicas (--devices cpu:K)");
+     }},
+    // ---- ranks, --algo, --net-sim, checkpoints
+    {[](const TrainOptions& o) { return o.parallel == ParallelMode::none && o.ranks() > 1; },
+     [](const TrainOptions& o) {
+       return detail::concat("--devices ", o.devices, " asks for ", o.ranks(), " ranks but --parallel is none: pass ",
+                             "--parallel ddp or dp");
+     }},
+    {[](const TrainOptions& o) { return o.parallel != ParallelMode::none && o.batch_size % o.ranks() != 0; },
+     [](const TrainOptions& o) {
+       const int k = o.ranks();
+       return detail::concat("--batch-size ", o.batch_size, " is not divisible by the ", k, " ranks of ",
+                             o.process_ranks > 0 ? "this MPI job" : "--devices " + o.devices, ": pass a multiple of ",
+                             k, " (e.g. ", (o.batch_size / k + 1) * k, ")");
+     }},
+    {[](const TrainOptions& o) { return o.algo == Algorithm::nccl && o.backend != Backend::nccl; },
+     [](const TrainOptions&) {
+       return std::string("--algo nccl is NCCL's all-reduce: it needs --backend nccl (GPU ranks)");
+     }},
+    {[](const TrainOptions& o) {
+       return o.algo == Algorithm::mpi && o.process_ranks == 0 && o.parallel == ParallelMode::ddp;
+     },
+     [](const TrainOptions&) {
+       return std::string("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run "
+                          "under mpirun (mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, "
+                          "naive, rhd, hier)");
+     }},
+    {[](const TrainOptions& o) {
+       const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
+       return net.enabled() && net.message_s(static_cast<size_t>(o.bucket_mb * 1024 * 1024)) >= o.comm_timeout_s;
+     },
+     [](const TrainOptions& o) {
+       // A bucket is at most one message's worth of bytes per exchange (a ring sends bucket / k).
+       const double s = parse_net_sim(o.net_sim, "--net-sim").message_s(static_cast<size_t>(o.bucket_mb * 1024 * 1024));
+       return detail::concat("--net-sim ", o.net_sim, ": one exchange of a ", o.bucket_mb, " MiB bucket would take ", s,
+                             " s, beyond --comm-timeout ", o.comm_timeout_s, " s: dial in a faster network, or raise ",
+                             "--comm-timeout");
+     }},
+    {[](const TrainOptions& o) { return !o.net_sim.empty() && o.parallel != ParallelMode::ddp; },
+     [](const TrainOptions&) {
+       return std::string("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp "
+                          "(DataParallel copies through memory on one machine; one replica does not communicate)");
+     }},
+    {[](const TrainOptions& o) { return !o.net_sim.empty() && o.algo == Algorithm::mpi; },
+     [](const TrainOptions&) {
+       return std::string("--net-sim shapes the exchanges of dpx's own algorithms; --algo mpi calls the MPI "
+                          "library's all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier");
+     }},
+    {[](const TrainOptions& o) { return (o.checkpoint_every > 0 || o.keep_checkpoints != 3) && o.checkpoint_dir.empty(); },
+     [](const TrainOptions&) {
+       return std::string("--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to");
+     }},
+    {[](const TrainOptions& o) {
+       return o.parallel == ParallelMode::dp && (!o.checkpoint_dir.empty() || !o.resume.empty());
+     },
+     [](const TrainOptions&) {
+       return std::string("--checkpoint-dir and --resume work with --parallel none and ddp, not with dp "
+                          "(DataParallel's master loop keeps no checkpoints yet)");
+     }},
+    // ---- mixed precision (README.md, Mixed precision)
+    {[](const TrainOptions& o) { return o.precision != Precision::fp32 && !o.device().is_cuda(); },
+     [](const TrainOptions& o) {
+       return detail::concat("--precision ", name(o.precision), " needs --devices cuda:N: dpx's CPU kernels compute ",
+                             "in fp32 (", name(o.precision), " is GPU tensor-core math); on CPU ranks, --grad-dtype ",
+                             "bf16 or fp16 all-reduces the gradients in half precision");
+     }},
+    {[](const TrainOptions& o) { return o.grad_dtype != DType::f32 && o.parallel == ParallelMode::none; },
+     [](const TrainOptions& o) {
+       return detail::concat("--grad-dtype ", name(o.grad_dtype), " is the dtype of DDP's gradient all-reduce, and ",
+                             "--parallel none has none: pass --parallel ddp (with --devices cpu:K or under mpirun), ",
+                             "or drop --grad-dtype");
+     }},
+    {[](const TrainOptions& o) { return o.grad_dtype != DType::f32 && o.parallel == ParallelMode::dp; },
+     [](const TrainOptions& o) {
+       return detail::concat("--grad-dtype ", name(o.grad_dtype), ": DataParallel sums its replicas' gradients ",
+                             "through memory, in fp32, with no all-reduce to narrow; pass --parallel ddp, or drop ",
+                             "--grad-dtype");
+     }},
+    {[](const TrainOptions& o) { return o.cudnn_algo == "search" && !o.device().is_cuda(); },
+     [](const TrainOptions&) {
+       return std::string("--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; "
+                          "CPU convolutions choose theirs with --conv-algo");
+     }},
+};
 
 }  // namespace
 
 DType TrainOptions::compute_dtype() const {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") return DType::f16;
+  if (precision == Precision::bf16) return DType::bf16;
+  if (precision == Precision::fp16) return DType::f16;
   return DType::f32;
 }
 
@@ -205,33 +336,21 @@ void apply_math(Context& ctx, const TrainOptions& o) {
   ctx.conv_search = o.cudnn_algo == "search";
   ctx.compute = o.compute_dtype();
   if (ctx.compute == DType::f32) return;  // fp32 and TF32 run on any GPU
-  const std::string why = precision_unsupported_reason(o.precision, cuda::compute_capability(ctx.device.index),
-                                                       ctx.device.index);
+  const std::string why = precision_unsupported_reason(choice_name(kPrecisions, o.precision),
+                                                       cuda::compute_capability(ctx.device.index), ctx.device.index);
   if (!why.empty()) usage_fail(why);
-}
-
-DType TrainOptions::grad_wire_dtype() const {
-  if (grad_dtype == "bf16") return DType::bf16;
-  if (grad_dtype == "fp16") return DType::f16;
-  return DType::f32;
 }
 
 std::optional<LossScaleOptions> TrainOptions::loss_scaling() const {
   LossScaleOptions dynamic{.dynamic = true, .init_scale = initial_loss_scale, .growth_interval = loss_scale_window};
-  if (loss_scale == "dynamic") return dynamic;
-  if (loss_scale == "none") return std::nullopt;
-  if (loss_scale == "auto") {
-    if (grad_dtype == "fp16" || precision == "fp16") return dynamic;
-    return std::nullopt;
+  switch (loss_scale.kind) {
+    case LossScale::Kind::dynamic: return dynamic;
+    case LossScale::Kind::none: return std::nullopt;
+    case LossScale::Kind::constant: return LossScaleOptions{.dynamic = false, .init_scale = loss_scale.constant};
+    case LossScale::Kind::automatic: break;
   }
-  float scale = 0;
-  const char* b = loss_scale.data();
-  const char* e = b + loss_scale.size();
-  auto r = std::from_chars(b, e, scale);
-  if (r.ec != std::errc() || r.ptr != e || !(scale > 0) || !std::isfinite(scale))
-    usage_fail("--loss-scale '", loss_scale, "': use auto (dynamic with fp16 gradients, else none), dynamic, none, "
-               "or a positive constant such as 1024");
-  return LossScaleOptions{.dynamic = false, .init_scale = scale};
+  if (grad_dtype == DType::f16 || precision == Precision::fp16) return dynamic;
+  return std::nullopt;
 }
 
 void TrainOptions::validate() const {
@@ -243,8 +362,7 @@ void TrainOptions::validate() const {
   for (const auto& [flag, value] : reals)
     if (!std::isfinite(value)) usage_fail(flag, " must be a finite number (got ", value, ")");
   (void)device();
-  check_process_devices(*this);
-  int k = ranks();
+  (void)ranks();
   if (epochs < 1) usage_fail("--epochs must be at least 1 (got ", epochs, ")");
   if (batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", batch_size, ")");
   if (optimizer != "sgd" && optimizer != "adamw")
@@ -286,60 +404,23 @@ void TrainOptions::validate() const {
   if (image_size < 0) usage_fail("--image-size must be positive (got ", image_size, ")");
   if (synthetic_size < 1) usage_fail("--synthetic-size must be at least 1 (got ", synthetic_size, ")");
   if (num_classes < 2) usage_fail("--classes must be at least 2 (got ", num_classes, ")");
-  check_gpu_parallel(*this);
-  if (parallel == ParallelMode::none && k > 1)
-    usage_fail("--devices ", devices, " asks for ", k, " ranks but --parallel is none: pass --parallel ddp or dp");
-  if (parallel != ParallelMode::none && batch_size % k != 0)
-    usage_fail("--batch-size ", batch_size, " is not divisible by the ", k, " ranks of ",
-               process_ranks > 0 ? "this MPI job" : "--devices " + devices, ": pass a multiple of ", k, " (e.g. ",
-               (batch_size / k + 1) * k, ")");
   if (trace_first < 0 || trace_last < trace_first)
     usage_fail("--trace-steps must be a:b with 0 <= a <= b (got ", trace_first, ":", trace_last, ")");
-  if (algo == "mpi" && !kMpiBuilt) fail_mpi_not_built("--algo mpi");
-  if (algo == "nccl" && backend != "nccl")
-    usage_fail("--algo nccl is NCCL's all-reduce: it needs --backend nccl (GPU ranks)");
-  if (algo != "ring" && algo != "tree" && algo != "naive" && algo != "rhd" && algo != "hier" && algo != "mpi" &&
-      algo != "nccl")
-    usage_fail("--algo: unknown algorithm '", algo, "': use ", algorithm_choices());
-  if (algo == "mpi" && process_ranks == 0 && parallel == ParallelMode::ddp)
-    usage_fail("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run under mpirun "
-               "(mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, naive, rhd, hier)");
   if (!(comm_timeout_s > 0)) usage_fail("--comm-timeout must be a positive number of seconds (got ", comm_timeout_s, ")");
-  if (const NetSim net = parse_net_sim(net_sim, "--net-sim"); net.enabled()) {
-    // A bucket is at most one message's worth of bytes per exchange (a ring sends bucket / k).
-    const size_t bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
-    if (net.message_s(bucket_bytes) >= comm_timeout_s)
-      usage_fail("--net-sim ", net_sim, ": one exchange of a ", bucket_mb, " MiB bucket would take ",
-                 net.message_s(bucket_bytes), " s, beyond --comm-timeout ", comm_timeout_s,
-                 " s: dial in a faster network, or raise --comm-timeout");
-    if (parallel != ParallelMode::ddp)
-      usage_fail("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp (DataParallel copies "
-                 "through memory on one machine; one replica does not communicate)");
-    if (algo == "mpi")
-      usage_fail("--net-sim shapes the exchanges of dpx's own algorithms; --algo mpi calls the MPI library's "
-                 "all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier");
-  }
+  (void)parse_net_sim(net_sim, "--net-sim");
   if (checkpoint_every < 0) usage_fail("--checkpoint-every must be >= 0 steps (0: at the end of each epoch only; got ",
                                        checkpoint_every, ")");
   if (keep_checkpoints < 1) usage_fail("--keep must be at least 1 checkpoint (got ", keep_checkpoints, ")");
-  if ((checkpoint_every > 0 || keep_checkpoints != 3) && checkpoint_dir.empty())
-    usage_fail("--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to");
-  if (parallel == ParallelMode::dp && (!checkpoint_dir.empty() || !resume.empty()))
-    usage_fail("--checkpoint-dir and --resume work with --parallel none and ddp, not with dp (DataParallel's master "
-               "loop keeps no checkpoints yet)");
-  if (on_nonfinite != "stop" && on_nonfinite != "skip" && on_nonfinite != "ignore")
-    usage_fail("--on-nonfinite: unknown choice '", on_nonfinite, "': use stop, skip or ignore");
-  check_mixed_precision(*this);
+  if (!(initial_loss_scale > 0) || !std::isfinite(initial_loss_scale))
+    usage_fail("--initial-loss-scale must be a positive number (got ", initial_loss_scale, ")");
+  if (loss_scale_window < 1) usage_fail("--loss-scale-window must be at least 1 update (got ", loss_scale_window, ")");
   if (cudnn_algo != "heuristic" && cudnn_algo != "search")
     usage_fail("--cudnn-algo: unknown choice '", cudnn_algo, "': use heuristic or search");
-  if (cudnn_algo == "search" && !device().is_cuda())
-    usage_fail("--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; CPU "
-               "convolutions choose theirs with --conv-algo");
   if (ranks_per_node < 0) usage_fail("--ranks-per-node must be >= 1, or 0 for the real nodes (got ", ranks_per_node, ")");
-  if (lr_schedule != "constant" && lr_schedule != "cosine" && lr_schedule != "step")
-    usage_fail("--lr-schedule: unknown schedule '", lr_schedule, "': use constant, cosine or step");
   if (dataset != "fashion-mnist" && dataset != "mnist" && dataset != "synthetic")
     usage_fail("--dataset: unknown data set '", dataset, "': use fashion-mnist, mnist or synthetic");
+  for (const Refusal& r : kRefused)
+    if (r.applies(*this)) usage_fail(r.says(*this));
 }
 
 std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() const {
@@ -357,17 +438,20 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--batch-size", num(batch_size)}, {"--optimizer", optimizer}, {"--lr", num(effective_lr())},
       {"--weight-decay", num(effective_weight_decay())}, {"--momentum", num(momentum)},
       {"--label-smoothing", num(label_smoothing)}, {"--nesterov", num(nesterov)}, {"--betas", num(beta1) + "," + num(beta2)},
-      {"--eps", num(eps)}, {"--lr-schedule", lr_schedule}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
-      {"--no-eval", num(!evaluate)}, {"--devices", devices}, {"--backend", backend}, {"--parallel", parallel_mode_name(parallel)},
-      {"--algo", algo}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
+      {"--eps", num(eps)}, {"--lr-schedule", std::string(choice_name(kLrSchedules, lr_schedule))}, {"--seed", num(seed)}, {"--steps", num(max_steps)},
+      {"--no-eval", num(!evaluate)}, {"--devices", devices},
+      {"--backend", backend ? std::string(choice_name(kBackends, *backend)) : ""},
+      {"--parallel", std::string(choice_name(kParallelModes, parallel))}, {"--algo", std::string(algorithm_name(algo))}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
       {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo},
       {"--cudnn-algo", cudnn_algo}, {"--warmup", num(warmup_steps)},
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},
       {"--checkpoint-dir", checkpoint_dir}, {"--checkpoint-every", num(checkpoint_every)},
-      {"--keep", num(keep_checkpoints)}, {"--resume", resume}, {"--on-nonfinite", on_nonfinite},
-      {"--precision", precision}, {"--grad-dtype", grad_dtype}, {"--loss-scale", loss_scale},
+      {"--keep", num(keep_checkpoints)}, {"--resume", resume},
+      {"--on-nonfinite", std::string(choice_name(kNonFinite, on_nonfinite))},
+      {"--precision", std::string(choice_name(kPrecisions, precision))},
+      {"--grad-dtype", std::string(choice_name(kGradDtypes, grad_dtype))}, {"--loss-scale", loss_scale_name(loss_scale)},
       {"--initial-loss-scale", num(initial_loss_scale)}, {"--loss-scale-window", num(loss_scale_window)},
   };
 }
@@ -384,9 +468,9 @@ float TrainOptions::effective_weight_decay() const {
 
 float TrainOptions::lr_at(int64_t step, int64_t total) const {
   const float lr = effective_lr();
-  if (total <= 0 || lr_schedule == "constant") return lr;
+  if (total <= 0 || lr_schedule == LrSchedule::constant) return lr;
   double t = static_cast<double>(std::min(step, total)) / static_cast<double>(total);
-  if (lr_schedule == "cosine") return static_cast<float>(0.5 * lr * (1.0 + std::cos(M_PI * t)));
+  if (lr_schedule == LrSchedule::cosine) return static_cast<float>(0.5 * lr * (1.0 + std::cos(M_PI * t)));
   return lr * (t < 0.5 ? 1.f : t < 0.75 ? 0.1f : 0.01f);
 }
 

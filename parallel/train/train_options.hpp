@@ -1,5 +1,7 @@
 // Everything a training run is configured by. `dpx train` and `dpx bench` fill it from the
-// command line; config.json records it. validate() rejects impossible configurations.
+// command line, parsing each option that takes one of a few names into its enum there (the
+// tables below); config.json records it. validate() rejects impossible configurations, the
+// combinations of options that cannot run together in one table (kRefused, train_options.cpp).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -7,16 +9,41 @@
 #include <utility>
 #include <vector>
 
+#include "core/choices.hpp"
 #include "core/context.hpp"
 #include "core/device.hpp"
 #include "core/dtype.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/comm/backend.hpp"
 #include "parallel/train/loss_scaler.hpp"
 
 namespace dpx::parallel {
 
-enum class ParallelMode { none, dp, ddp };
-ParallelMode parse_parallel_mode(const std::string& s);
-std::string parallel_mode_name(ParallelMode m);
+enum class ParallelMode : uint8_t { none, dp, ddp };  // --parallel
+inline constexpr Choices<ParallelMode, 3> kParallelModes = {
+    {{ParallelMode::none, "none"}, {ParallelMode::dp, "dp"}, {ParallelMode::ddp, "ddp"}}};
+enum class Precision : uint8_t { fp32, tf32, bf16, fp16 };  // --precision: the GPU compute's
+inline constexpr Choices<Precision, 4> kPrecisions = {
+    {{Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}}};
+// --grad-dtype: the dtypes DDP's gradient all-reduce may travel in.
+inline constexpr Choices<DType, 3> kGradDtypes = {{{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}};
+enum class NonFinite : uint8_t { stop, skip, ignore };  // --on-nonfinite
+inline constexpr Choices<NonFinite, 3> kNonFinite = {
+    {{NonFinite::stop, "stop"}, {NonFinite::skip, "skip"}, {NonFinite::ignore, "ignore"}}};
+enum class LrSchedule : uint8_t { constant, cosine, step };  // --lr-schedule
+inline constexpr Choices<LrSchedule, 3> kLrSchedules = {
+    {{LrSchedule::constant, "constant"}, {LrSchedule::cosine, "cosine"}, {LrSchedule::step, "step"}}};
+
+// --loss-scale: auto (dynamic with fp16 gradients or compute, else none), dynamic, none, or a
+// positive constant.
+struct LossScale {
+  enum class Kind : uint8_t { automatic, dynamic, none, constant } kind = Kind::automatic;
+  float constant = 0;  // Kind::constant's scale
+  bool operator==(const LossScale&) const = default;
+};
+// "auto", "dynamic", "none" or a number such as "1024"; throws dpx::UsageError naming --loss-scale.
+LossScale parse_loss_scale(std::string_view text);
+std::string loss_scale_name(const LossScale& s);
 
 struct TrainOptions {
   // model and data
@@ -46,23 +73,24 @@ struct TrainOptions {
   float momentum = 0.9f, label_smoothing = 0.f;  // momentum: SGD only
   bool nesterov = true;                          // SGD only
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // AdamW only (torch.optim.AdamW's defaults)
-  std::string lr_schedule = "cosine";     // constant | cosine | step
+  LrSchedule lr_schedule = LrSchedule::cosine;
   uint64_t seed = 0;
   int64_t max_steps = 0;                  // per epoch; 0: the whole epoch
   bool evaluate = true;                   // test accuracy after each epoch
   // execution
   std::string devices = "cpu:1";          // cpu:K (K thread ranks), ref:K (the same on kernels/ref/), cuda:N,
                                           // or cuda:0,cuda:1 (a rank per GPU: --parallel ddp --backend nccl, or dp)
-  // --backend: how DDP's ranks communicate: "" (threads for thread ranks, mpi under mpirun) or
-  // nccl (GPU ranks: NCCL's all-reduce; one thread per GPU, or one process per GPU under mpirun).
-  std::string backend;
+  // --backend: how DDP's ranks communicate: none given (threads for thread ranks, mpi under
+  // mpirun), nccl (GPU ranks: NCCL's all-reduce; one thread per GPU, or one process per GPU under
+  // mpirun) or p2p (thread ranks on GPUs).
+  std::optional<Backend> backend;
   // Ranks that are MPI processes (parallel/comm/mpi/, parallel/runtime/mpi/): the launched world's size, or the size of a
   // bench configuration's part of it; 0 when not launched. Set from the launch, not a flag.
   int process_ranks = 0;
   int threads = 0;                        // CPU threads in all; 0: every core. Split over ranks.
   int workers = 2;                        // loader threads per rank
   ParallelMode parallel = ParallelMode::none;
-  std::string algo = "ring";              // ring, tree, naive, rhd, hier; mpi with process ranks
+  Algorithm algo = Algorithm::ring;       // --algo (nccl with --backend nccl)
   double comm_timeout_s = 300;            // a rank waiting longer in one collective reports a stall
   std::string net_sim;                    // --net-sim RATE,LATENCY: DDP's exchanges as on that network (net_sim.hpp)
   int ranks_per_node = 0;                 // hier: nodes of this many consecutive ranks (0: the real ones)
@@ -74,9 +102,9 @@ struct TrainOptions {
   bool deterministic = false;             // --deterministic: GPU runs repeat bit for bit (kernels/determinism.hpp)
   std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
   // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
-  std::string precision = "fp32";         // --precision fp32 | tf32 | bf16 | fp16: the compute's
-  std::string grad_dtype = "fp32";        // --grad-dtype fp32 | bf16 | fp16: DDP's gradient all-reduce
-  std::string loss_scale = "auto";        // --loss-scale auto | dynamic | none | a constant
+  Precision precision = Precision::fp32;  // --precision: the compute's
+  DType grad_dtype = DType::f32;          // --grad-dtype: DDP's gradient all-reduce (kGradDtypes)
+  LossScale loss_scale;                   // --loss-scale
   float initial_loss_scale = 65536.f;     // --initial-loss-scale: where dynamic scaling starts (2^16)
   int64_t loss_scale_window = 2000;       // --loss-scale-window: good updates before the scale doubles
   std::string conv_algo = "auto";         // --conv-algo: CPU convolutions (kernels/cpu/conv2d_algos.hpp)
@@ -89,7 +117,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;           // steps between checkpoints (and one per epoch); 0: per epoch only
   int keep_checkpoints = 3;               // the newest kept
   std::string resume;                     // a checkpoint file, or a folder (its newest)
-  std::string on_nonfinite = "stop";      // stop | skip | ignore: a non-finite loss or gradient
+  NonFinite on_nonfinite = NonFinite::stop;  // --on-nonfinite: a non-finite loss or gradient
   std::string trace_file;                 // Chrome trace (Perfetto)
   int64_t trace_first = 0, trace_last = 20;
   std::string out_dir;
@@ -102,7 +130,8 @@ struct TrainOptions {
   // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).
   bool reference_kernels() const;
   void validate() const;  // throws dpx::UsageError
-  DType grad_wire_dtype() const;          // grad_dtype as a DType
+  // The backend the ranks communicate with: --backend, or threads (mpi under a launcher).
+  Backend effective_backend() const;
   DType compute_dtype() const;            // what --precision rounds GPU GEMM/conv operands to (f32: none)
   // The loss scaling asked for; none when `loss_scale` is none, or auto without fp16 anywhere.
   std::optional<LossScaleOptions> loss_scaling() const;

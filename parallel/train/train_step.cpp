@@ -24,7 +24,7 @@ Tensor loss_gradient(Rank& r, const Tensor& loss) {
   Tensor dlogits = r.criterion.backward(ctx);
   const float factor = (r.scaler ? r.scaler->scale() : 1.f) / static_cast<float>(o.accumulate);
   if (factor != 1.f) ops::scale(ctx, dlogits, factor);
-  if (o.on_nonfinite != "ignore" && !std::isfinite(loss.item())) {
+  if (o.on_nonfinite != NonFinite::ignore && !std::isfinite(loss.item())) {
     r.bad_loss = loss.item();
     ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
   }
@@ -38,7 +38,7 @@ bool nonfinite_gradients(Rank& r, int64_t global_step) {
   const TrainOptions& o = r.job.options;
   Context& ctx = r.env.ctx();
   nn::Model& model = r.model.master();
-  if (o.on_nonfinite == "ignore" || ops::count_nonfinite(ctx, model.flat_grads()) == 0) return false;
+  if (o.on_nonfinite == NonFinite::ignore || ops::count_nonfinite(ctx, model.flat_grads()) == 0) return false;
   std::string first = "?";
   for (const nn::ParamSlot& slot : model.slots()) {
     if (!slot.param->requires_grad) continue;
@@ -53,7 +53,7 @@ bool nonfinite_gradients(Rank& r, int64_t global_step) {
                                                        : ", after the all-reduce: every rank has them)";
   const std::string what =
       detail::concat("non-finite ", loss, "gradients at step ", global_step + 1, " (first in ", first, where);
-  if (o.on_nonfinite == "stop")
+  if (o.on_nonfinite == NonFinite::stop)
     throw SharedFailure(1, what + "; lower --lr, or pass --on-nonfinite skip to skip such steps");
   if (r.rank == 0) std::fprintf(stderr, "dpx: warning: %s: update skipped (--on-nonfinite skip)\n", what.c_str());
   return true;

@@ -155,7 +155,7 @@ TEST_CASE("DDP over p2p replicas sharing a GPU reproduces one GPU on the same gl
       CAPTURE(devices);
       CAPTURE(bucket_mb);
       TrainOptions o = dpx::testing::small_job(devices, ParallelMode::ddp);
-      o.backend = "p2p";
+      o.backend = Backend::p2p;
       o.bucket_mb = bucket_mb;
       const TrainReport ddp = train(o, log);
       for (const auto& s : ddp.steps)

@@ -90,7 +90,7 @@ TEST_CASE("train_step marks the begin and end of every phase it times, then fini
 TEST_CASE("wait has one definition: DDP and DataParallel alike, from the ranks' ends of backward") {
   std::ostringstream log;
   for (ParallelMode mode : {ParallelMode::ddp, ParallelMode::dp}) {
-    CAPTURE(parallel_mode_name(mode));
+    CAPTURE(choice_name(kParallelModes, mode));
     TrainOptions o = tiny("cpu:2", mode);
     o.accumulate = 2;
     const TrainReport report = train(o, log);

@@ -1,5 +1,6 @@
-// The algorithm registry: names, the one dispatch from (algorithm, collective) to a schedule, the
-// one-rank and empty cases every algorithm shares, and the step vocabulary of schedule.hpp.
+// The algorithm registry (algorithms.def): names, parsing, the one dispatch from (algorithm,
+// collective) to a schedule, the one-rank and empty cases every algorithm shares, and the step
+// vocabulary of schedule.hpp.
 #include "parallel/comm/algorithms/algorithms.hpp"
 
 #include <algorithm>
@@ -12,39 +13,44 @@
 
 namespace dpx::parallel {
 
-std::string_view algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::ring: return "ring";
-    case Algorithm::tree: return "tree";
-    case Algorithm::naive: return "naive";
-    case Algorithm::rhd: return "rhd";
-    case Algorithm::hier: return "hier";
-    case Algorithm::mpi: return "mpi";
-    case Algorithm::nccl: return "nccl";
-  }
-  return "?";
+namespace {
+
+constinit const AlgorithmInfo kRegistry[] = {
+#define DPX_ALGORITHM(name, summary) {Algorithm::name, #name, summary, &impl::name##_schedules, true, ""},
+#define DPX_LIBRARY(name, built, summary, missing) {Algorithm::name, #name, summary, nullptr, built, missing},
+#include "parallel/comm/algorithms/algorithms.def"
+#undef DPX_ALGORITHM
+#undef DPX_LIBRARY
+};
+
+// "a, b (what b is) or c": the built algorithms `keep` admits, with their summaries or without.
+template <typename Keep>
+std::string list_of(Keep keep, bool summaries) {
+  std::vector<std::string> names;
+  for (const AlgorithmInfo& a : kRegistry)
+    if (a.built && keep(a))
+      names.push_back(!summaries || a.summary.empty() ? std::string(a.name) : detail::concat(a.name, " (", a.summary, ")"));
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += detail::concat(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
+  return s;
 }
+
+}  // namespace
+
+const AlgorithmInfo& algorithm_info(Algorithm a) { return kRegistry[static_cast<size_t>(a)]; }
+
+std::string_view algorithm_name(Algorithm a) { return algorithm_info(a).name; }
 
 std::string algorithm_choices() {
-  return kMpiBuilt ? "ring, tree, naive, rhd, hier, or mpi (the MPI library's own)" : "ring, tree, naive, rhd or hier";
-}
-
-void fail_mpi_not_built(std::string_view what) {
-  usage_fail(what, ": not built (this dpx has no MPI; configure with -DDPX_MPI=ON where MPI is installed)");
+  return list_of([](const AlgorithmInfo&) { return true; }, true);
 }
 
 Algorithm parse_algorithm(std::string_view name) {
-  for (Algorithm a : kAlgorithms)
-    if (name == algorithm_name(a)) return a;
-  if (name == algorithm_name(Algorithm::mpi)) {
-    if (!kMpiBuilt) fail_mpi_not_built("algorithm 'mpi' (the MPI library's own collectives)");
-    return Algorithm::mpi;
-  }
-  if (name == algorithm_name(Algorithm::nccl)) {
-    if (!kNcclBuilt)
-      usage_fail("algorithm 'nccl' (NCCL's own collectives): not built (this dpx has no CUDA backend; configure with "
-                 "-DDPX_CUDA=ON on a machine with CUDA, cuDNN and NCCL)");
-    return Algorithm::nccl;
+  for (const AlgorithmInfo& a : kRegistry) {
+    if (name != a.name) continue;
+    if (!a.built) usage_fail("algorithm '", name, "' (", a.summary, "): not built (", a.missing, ")");
+    return a.algorithm;
   }
   usage_fail("unknown algorithm '", name, "': use ", algorithm_choices());
 }
@@ -88,21 +94,16 @@ Collective parse_collective(std::string_view name) {
 }
 
 bool algorithm_applies(Algorithm algo, Collective c) {
-  const bool collective = std::find(kBenchCollectives.begin(), kBenchCollectives.end(), c) != kBenchCollectives.end();
-  if (is_library_algorithm(algo)) return collective;
-  const impl::Schedules* table = impl::schedules_of(algo);
-  return table != nullptr && impl::schedule_for(*table, c) != nullptr;
+  const impl::Schedules* table = algorithm_info(algo).schedules;
+  if (!table)
+    return std::find(kBenchCollectives.begin(), kBenchCollectives.end(), c) != kBenchCollectives.end();
+  const impl::Step* step = impl::step_for(*table, c);
+  return step != nullptr && step->run != nullptr;
 }
 
 std::string algorithm_choices(Collective c) {
-  std::vector<std::string_view> names;
-  for (Algorithm a : kAlgorithms)
-    if (algorithm_applies(a, c)) names.push_back(algorithm_name(a));
-  if (kMpiBuilt) names.push_back("mpi (the MPI library's own)");
-  std::string s;
-  for (size_t i = 0; i < names.size(); ++i)
-    s += detail::concat(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
-  return s;
+  return list_of([c](const AlgorithmInfo& a) { return a.schedules ? algorithm_applies(a.algorithm, c) : a.name == "mpi"; },
+                 false);
 }
 
 Algorithm algorithm_for(Collective c, Algorithm preferred) {
@@ -134,40 +135,27 @@ void run_algorithm(Algorithm algo, Transport& t, const CollectiveArgs& args, Wor
     if (args.kind != Collective::reduce || args.recv) s.copy(args.recv, args.send, args.count);
     return;
   }
-  const impl::Schedules* table = impl::schedules_of(algo);
+  const impl::Schedules* table = algorithm_info(algo).schedules;
   if (table == nullptr)
     fail("--algo ", algorithm_name(algo), ": the ", t.name(), " backend does not have the ", algorithm_name(algo),
          " library's collectives (they exist with --backend ", algorithm_name(algo),
          algo == Algorithm::mpi ? ", under mpirun)" : ")");
-  impl::schedule_for(*table, args.kind)(s);
+  impl::step_for(*table, args.kind)->run(s);
 }
 
 namespace impl {
 
-const Schedules* schedules_of(Algorithm algo) {
-  switch (algo) {
-    case Algorithm::ring: return &kRingSchedules;
-    case Algorithm::tree: return &kTreeSchedules;
-    case Algorithm::naive: return &kNaiveSchedules;
-    case Algorithm::rhd: return &kRhdSchedules;
-    case Algorithm::hier: return &kHierSchedules;
-    case Algorithm::mpi:
-    case Algorithm::nccl: break;
-  }
-  return nullptr;
-}
-
-Schedule schedule_for(const Schedules& table, Collective kind) {
+const Step* step_for(const Schedules& table, Collective kind) {
   switch (kind) {
-    case Collective::all_reduce: return table.all_reduce;
-    case Collective::broadcast: return table.broadcast;
-    case Collective::reduce: return table.reduce;
-    case Collective::all_gather: return table.all_gather;
-    case Collective::reduce_scatter: return table.reduce_scatter;
-    case Collective::sendrecv: return table.sendrecv;
-    case Collective::all_to_all: return table.all_to_all;
-    case Collective::gather: return table.gather;
-    case Collective::scatter: return table.scatter;
+    case Collective::all_reduce: return &table.all_reduce;
+    case Collective::broadcast: return &table.broadcast;
+    case Collective::reduce: return &table.reduce;
+    case Collective::all_gather: return &table.all_gather;
+    case Collective::reduce_scatter: return &table.reduce_scatter;
+    case Collective::sendrecv: return &table.sendrecv;
+    case Collective::all_to_all: return &table.all_to_all;
+    case Collective::gather: return &table.gather;
+    case Collective::scatter: return &table.scatter;
     case Collective::barrier:
     case Collective::send:
     case Collective::recv: break;

@@ -18,24 +18,6 @@
 
 namespace dpx::parallel {
 
-// How a collective is computed, selectable per call or per communicator.
-//   ring:  reduce-scatter then all-gather around a ring (bandwidth-optimal, 2(n-1) steps)
-//   tree:  binomial-tree reduce to a root, then binomial-tree broadcast (log2 n steps each)
-//   naive: everything to the root, reduced there in rank order, then sent out one by one
-//   rhd:   recursive halving/doubling (Rabenseifner); when n is not a power of two, the extra
-//          ranks first fold their data into a partner and get the result back at the end
-//   hier:  hierarchical, as NCCL and Horovod do across nodes: inside each node a binomial tree
-//          to the node's leader (its lowest rank), then the leaders run the collective across
-//          nodes (ring for all_reduce, all_gather and reduce_scatter; tree for broadcast and
-//          reduce), then a tree inside each node again (Transport::node_of says which node)
-//   mpi:   not dpx's: the MPI library's own call (MPI_Allreduce, MPI_Bcast, ...), offered by the
-//          mpi backend only (parallel/comm/mpi/), so one command compares dpx with the library
-//   nccl:  not dpx's either: NCCL's collectives on the GPUs' streams, the nccl backend's only
-//          algorithm (parallel/comm/nccl/)
-enum class Algorithm : uint8_t { ring, tree, naive, rhd, hier, mpi, nccl };
-// dpx's own algorithms: every backend runs them over its Transport.
-inline constexpr std::array<Algorithm, 5> kAlgorithms = {Algorithm::ring, Algorithm::tree, Algorithm::naive,
-                                                         Algorithm::rhd, Algorithm::hier};
 // Whether this dpx was built with MPI (CMake's DPX_WITH_MPI): the mpi backend, Algorithm::mpi
 // and ranks that are processes exist only then, and only then do help texts offer them.
 #ifdef DPX_WITH_MPI
@@ -50,17 +32,49 @@ inline constexpr bool kNcclBuilt = true;
 #else
 inline constexpr bool kNcclBuilt = false;
 #endif
+
+// How a collective is computed, selectable per call or per communicator: one value per row of
+// algorithms.def (what each one does: the comment that opens its file in this folder).
+enum class Algorithm : uint8_t {
+#define DPX_ALGORITHM(name, summary) name,
+#define DPX_LIBRARY(name, built, summary, missing) name,
+#include "parallel/comm/algorithms/algorithms.def"
+#undef DPX_ALGORITHM
+#undef DPX_LIBRARY
+};
+// dpx's own algorithms: every backend runs them over its Transport.
+inline constexpr std::array kAlgorithms = {
+#define DPX_ALGORITHM(name, summary) Algorithm::name,
+#define DPX_LIBRARY(name, built, summary, missing)
+#include "parallel/comm/algorithms/algorithms.def"
+#undef DPX_ALGORITHM
+#undef DPX_LIBRARY
+};
+
+namespace impl {
+struct Schedules;  // schedule.hpp
+}
+
+// An algorithm's row of the registry (algorithms.def).
+struct AlgorithmInfo {
+  Algorithm algorithm;
+  std::string_view name;
+  std::string_view summary;          // for --help; may be empty
+  const impl::Schedules* schedules;  // dpx's own; null: a library's collectives
+  bool built;                        // false: a library this dpx was built without
+  std::string_view missing;          // then: what it lacks and how to build it
+};
+const AlgorithmInfo& algorithm_info(Algorithm a);
+
 std::string_view algorithm_name(Algorithm a);
-// "ring", "tree", "naive", "rhd", "hier", (built with MPI) "mpi" or (built with CUDA) "nccl";
-// throws dpx::UsageError otherwise, saying so when "mpi" or "nccl" is asked of a dpx built without it.
+// One of the built algorithms by its name; throws dpx::UsageError otherwise, saying so when a
+// library is asked of a dpx built without it.
 Algorithm parse_algorithm(std::string_view name);
-// The names parse_algorithm takes, for help texts and errors: "ring, tree, naive, rhd, hier, or
-// mpi (the MPI library's own)", without mpi where it is not built.
+// The names parse_algorithm takes, with their summaries, for help texts and errors: "ring, tree,
+// naive, rhd, hier (inside nodes, then across), mpi (the MPI library's own; ...) or nccl (...)".
 std::string algorithm_choices();
-// The usage error for Algorithm::mpi in a dpx built without MPI.
-[[noreturn]] void fail_mpi_not_built(std::string_view what);
 // True for the vendor paths (a library's collectives), which only their own backend runs.
-constexpr bool is_library_algorithm(Algorithm a) { return a == Algorithm::mpi || a == Algorithm::nccl; }
+inline bool is_library_algorithm(Algorithm a) { return algorithm_info(a).schedules == nullptr; }
 // "sum", "prod", "max", "min" or "avg"; throws dpx::UsageError otherwise.
 ReduceOp parse_reduce_op(std::string_view name);
 
@@ -92,8 +106,8 @@ constexpr bool is_rooted(Collective c) {
 // alone for sendrecv and all_to_all; tree, naive and rhd for gather and scatter; mpi (the
 // library's call) for all nine.
 bool algorithm_applies(Algorithm algo, Collective c);
-// The algorithms that apply to `c`, for errors and help: "tree, naive, rhd or mpi (...)", with
-// mpi where it is built.
+// The algorithms that apply to `c`, for errors and help: "tree, naive, rhd or mpi", with mpi
+// where it is built.
 std::string algorithm_choices(Collective c);
 // The algorithm a call of `c` without its own runs: `preferred` (a communicator's default) if
 // it applies, else the first of kAlgorithms that does (gather and scatter under a ring

@@ -191,11 +191,45 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
 }  // namespace
 
 // Each schedule finds the nodes anew: one per call.
-constinit const Schedules kHierSchedules = {
-    .all_reduce = [](const Sched& s) { hier_all_reduce(s, Topology(s)); },
-    .broadcast = [](const Sched& s) { hier_broadcast(s, Topology(s)); },
-    .reduce = [](const Sched& s) { hier_reduce(s, Topology(s)); },
-    .all_gather = [](const Sched& s) { hier_all_gather(s, Topology(s)); },
-    .reduce_scatter = [](const Sched& s) { hier_reduce_scatter(s, Topology(s)); }};
+constinit const Schedules hier_schedules = {
+    // a tree to the node leaders, a ring among them, a tree back
+    .all_reduce = {[](const Sched& s) { hier_all_reduce(s, Topology(s)); },
+                   [](const CallShape& s) {
+                     const CostVars v(s);
+                     return CostTerms{}
+                         .step(2 * v.Lg, 2 * v.Lg * v.n, v.Lg * v.n)
+                         .step(2 * (v.Gd - 1), 2 * (v.Gd - 1) / v.Gd * v.n, (v.Gd - 1) / v.Gd * v.n);
+                   },
+                   "2(Lg+G-1) a + 2(Lg + (G-1)/G) n b + (Lg + (G-1)/G) n g"},
+    .broadcast = {[](const Sched& s) { hier_broadcast(s, Topology(s)); },
+                  [](const CallShape& s) {
+                    const CostVars v(s);
+                    return CostTerms{}.step(v.LG + v.Lg, (v.LG + v.Lg) * v.n);
+                  },
+                  "(LG+Lg) a + (LG+Lg) n b"},
+    .reduce = {[](const Sched& s) { hier_reduce(s, Topology(s)); },
+               [](const CallShape& s) {
+                 const CostVars v(s);
+                 return CostTerms{}.step(v.Lg + v.LG, (v.Lg + v.LG) * v.n, (v.Lg + v.LG) * v.n);
+               },
+               "(Lg+LG) a + (Lg+LG) n b + (Lg+LG) n g"},
+    // members to their leader one by one, the leaders' ring block by block, a tree back
+    .all_gather = {[](const Sched& s) { hier_all_gather(s, Topology(s)); },
+                   [](const CallShape& s) {
+                     const CostVars v(s);
+                     return CostTerms{}.step(v.g - 1 + (v.Gd - 1) * v.g, v.ring).step(v.Lg, v.Lg * v.n);
+                   },
+                   "(g-1 + (G-1)g + Lg) a + ((p-1)/p + Lg) n b"},
+    // a tree to the leaders, the leaders' ring block by block, each leader to its members
+    .reduce_scatter = {[](const Sched& s) { hier_reduce_scatter(s, Topology(s)); },
+                       [](const CallShape& s) {
+                         const CostVars v(s);
+                         return CostTerms{}
+                             .step(v.Lg, v.Lg * v.n, v.Lg * v.n)
+                             .step((v.Gd - 1) * v.g, (v.Gd - 1) / v.Gd * v.n, (v.Gd - 1) / v.Gd * v.n)
+                             .step(v.g - 1, (v.g - 1) / v.P * v.n);
+                       },
+                       "(Lg + (G-1)g + g-1) a + (Lg + (p-1)/p) n b + (Lg + (G-1)/G) n g"},
+};
 
 }  // namespace dpx::parallel::impl

@@ -247,14 +247,61 @@ void scatter(const Sched& s) {
   s.copy(a.recv, held.at(v), a.count);
 }
 
+// ---- the cost terms of the schedules above (cost.hpp) -------------------------------------------
+
+CostTerms all_reduce_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(2 * v.l, 2 * v.halving, v.halving).step(2 * v.e, 2 * v.e * v.n, v.e * v.n);
+}
+
+CostTerms broadcast_cost(const CallShape& s) {  // scatter + all-gather
+  const CostVars v(s);
+  return CostTerms{}.step(2 * v.l, 2 * v.halving).step(v.e, v.e * v.n);
+}
+
+CostTerms reduce_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(2 * v.l, 2 * v.halving, v.halving).step(v.e, v.e * v.n, v.e * v.n);
+}
+
+// Recursive doubling all-gather (and halving reduce-scatter) over rank groups when p is not a
+// power of two: participants 0 .. rem-1 stand for two ranks, the others for one, so the busiest
+// participant's ranges grow by 2^k + min(2^k, rem) blocks at step k. In blocks of n / p.
+double group_doubling_blocks(const CostVars& v) {
+  const int q = static_cast<int>(v.q), rem = v.p - q;
+  double blocks = 0;
+  for (int k = 1; k < q; k *= 2) blocks += k + std::min(k, rem);
+  return blocks;
+}
+
+CostTerms all_gather_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(v.l, group_doubling_blocks(v) * v.n / v.P).step(2 * v.e, v.e * (v.n / v.P + v.n));
+}
+
+CostTerms reduce_scatter_cost(const CallShape& s) {
+  const CostVars v(s);
+  const double halving = group_doubling_blocks(v) * v.n / v.P;
+  return CostTerms{}.step(v.l, halving, halving).step(2 * v.e, v.e * (v.n + v.n / v.P), v.e * v.n);
+}
+
+CostTerms gather_cost(const CallShape& s) {  // gather and scatter: l steps, and the extra's block
+  const CostVars v(s);
+  return CostTerms{}.step(v.L, v.ring);
+}
+
 }  // namespace
 
-constinit const Schedules kRhdSchedules = {.all_reduce = all_reduce,
-                                           .broadcast = broadcast,
-                                           .reduce = reduce,
-                                           .all_gather = all_gather,
-                                           .reduce_scatter = reduce_scatter,
-                                           .gather = gather,
-                                           .scatter = scatter};
+constinit const Schedules rhd_schedules = {
+    .all_reduce = {all_reduce, all_reduce_cost, "2(l+e) a + 2((q-1)/q + e) n b + ((q-1)/q + e) n g"},
+    .broadcast = {broadcast, broadcast_cost, "(2l+e) a + (2(q-1)/q + e) n b"},
+    .reduce = {reduce, reduce_cost, "(2l+e) a + (2(q-1)/q + e) n b + ((q-1)/q + e) n g"},
+    .all_gather = {all_gather, all_gather_cost,
+                   "(l+2e) a + (D/p + e(1/p + 1)) n b, D = sum over k<l of 2^k + min(2^k, p-q)"},
+    .reduce_scatter = {reduce_scatter, reduce_scatter_cost,
+                       "(l+2e) a + (D/p + e(1 + 1/p)) n b + (D/p + e) n g, D as all_gather's"},
+    .gather = {gather, gather_cost, "L a + (p-1)/p n b"},
+    .scatter = {scatter, gather_cost, "L a + (p-1)/p n b"},
+};
 
 }  // namespace dpx::parallel::impl

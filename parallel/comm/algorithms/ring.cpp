@@ -3,6 +3,7 @@
 // NCCL uses for large messages. Block c is reduced in ring order starting at rank c+1. The ring
 // also names the one-step exchanges of sendrecv and all_to_all (pairwise, one peer pair a step).
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "parallel/comm/algorithms/schedule.hpp"
@@ -142,14 +143,45 @@ void all_to_all(const Sched& s) {
   }
 }
 
+// ---- the cost terms of the schedules above (cost.hpp) -------------------------------------------
+
+CostTerms all_reduce_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(2 * (v.P - 1), 2 * v.ring, v.ring);
+}
+
+// A chain of C chunks (as broadcast() cuts them): p - 2 + C steps of n / C.
+CostTerms broadcast_cost(const CallShape& s) {
+  const CostVars v(s);
+  const double count = s.count > 0 ? s.count : s.bytes / 4;
+  const double c = std::max(1.0, std::min({count, static_cast<double>(kMaxPipelineChunks),
+                                           std::max(1.0, std::floor(s.bytes / kPipelineChunkBytes))}));
+  return CostTerms{}.step(v.P - 2 + c, (v.P - 2 + c) * v.n / c);
+}
+
+CostTerms reduce_scatter_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(v.P - 1, v.ring, v.ring);
+}
+
+// all_gather, and all_to_all's pairwise exchange: p - 1 steps of one block.
+CostTerms all_gather_cost(const CallShape& s) {
+  const CostVars v(s);
+  return CostTerms{}.step(v.P - 1, v.ring);
+}
+
+CostTerms sendrecv_cost(const CallShape& s) { return CostTerms{}.step(1, s.bytes); }  // both neighbours at once
+
 }  // namespace
 
-constinit const Schedules kRingSchedules = {.all_reduce = all_reduce,
-                                            .broadcast = broadcast,
-                                            .reduce = reduce,
-                                            .all_gather = all_gather,
-                                            .reduce_scatter = reduce_scatter,
-                                            .sendrecv = sendrecv,
-                                            .all_to_all = all_to_all};
+constinit const Schedules ring_schedules = {
+    .all_reduce = {all_reduce, all_reduce_cost, "2(p-1) a + 2(p-1)/p n b + (p-1)/p n g"},
+    .broadcast = {broadcast, broadcast_cost, "(p-2+C) a + (p-2+C)/C n b"},
+    .reduce = {reduce, all_reduce_cost, "2(p-1) a + 2(p-1)/p n b + (p-1)/p n g"},  // reduce-scatter + gather
+    .all_gather = {all_gather, all_gather_cost, "(p-1) a + (p-1)/p n b"},
+    .reduce_scatter = {reduce_scatter, reduce_scatter_cost, "(p-1) a + (p-1)/p n b + (p-1)/p n g"},
+    .sendrecv = {sendrecv, sendrecv_cost, "a + n b"},
+    .all_to_all = {all_to_all, all_gather_cost, "(p-1) a + (p-1)/p n b"},
+};
 
 }  // namespace dpx::parallel::impl

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/comm/algorithms/cost.hpp"
 
 namespace dpx::parallel::impl {
 
@@ -83,20 +84,26 @@ struct RelativeBlocks {
   void recv(int peer, int lo, int hi) const;
 };
 
-// One algorithm's schedules, one per collective it applies to (null: it does not), for
-// ranks >= 2 and count > 0.
+// One collective as an algorithm runs it: its schedule (for ranks >= 2 and count > 0), and the
+// cost terms of its busiest rank (cost.hpp) with their formula in words.
 using Schedule = void (*)(const Sched& s);
-struct Schedules {
-  Schedule all_reduce, broadcast, reduce, all_gather, reduce_scatter;
-  Schedule sendrecv = nullptr, all_to_all = nullptr, gather = nullptr, scatter = nullptr;
+struct Step {
+  Schedule run = nullptr;
+  CostTerms (*cost)(const CallShape& shape) = nullptr;
+  const char* formula = "";
 };
-extern const Schedules kRingSchedules, kTreeSchedules, kNaiveSchedules, kRhdSchedules, kHierSchedules;
+// One algorithm's steps, one per collective it applies to (a null run: it does not).
+struct Schedules {
+  Step all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, gather, scatter;
+};
+#define DPX_ALGORITHM(name, summary) extern const Schedules name##_schedules;
+#define DPX_LIBRARY(name, built, summary, missing)
+#include "parallel/comm/algorithms/algorithms.def"
+#undef DPX_ALGORITHM
+#undef DPX_LIBRARY
 
-// dpx's schedules of `algo`, or nullptr for a library's own (Algorithm::mpi): the one place
-// that maps an algorithm to its implementation.
-const Schedules* schedules_of(Algorithm algo);
-// The entry of `table` for `kind`, or nullptr where it has none (barrier, send, recv; a pattern
+// The step of `table` for `kind`, or nullptr where it has none (barrier, send, recv; a pattern
 // the algorithm does not apply to).
-Schedule schedule_for(const Schedules& table, Collective kind);
+const Step* step_for(const Schedules& table, Collective kind);
 
 }  // namespace dpx::parallel::impl
