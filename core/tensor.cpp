@@ -1,3 +1,5 @@
+// Tensor (see tensor.hpp): allocation from the host block cache or a device pool, views, copies
+// between devices, and the checks that name what was wrong.
 #include "core/tensor.hpp"
 
 #include <unistd.h>

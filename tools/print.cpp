@@ -1,3 +1,5 @@
+// What dpx prints for people (see print.hpp): the configuration box, the summary table and the
+// warnings about the machine.
 #include "tools/print.hpp"
 
 #include <algorithm>

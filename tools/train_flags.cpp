@@ -1,3 +1,5 @@
+// The flags of `dpx train` and `dpx bench` (see train_flags.hpp), and the parsing, once, of those
+// that name one of a few choices into TrainOptions' enums.
 #include "tools/train_flags.hpp"
 
 #include <cstdlib>

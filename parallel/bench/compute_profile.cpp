@@ -1,3 +1,5 @@
+// Measuring what `dpx predict` needs of a model (see compute_profile.hpp): one replica's step
+// phases, and when in backward each DDP bucket's gradients are ready.
 #include "parallel/bench/compute_profile.hpp"
 
 #include <algorithm>

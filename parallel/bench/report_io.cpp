@@ -1,3 +1,5 @@
+// Writing a run's files (see report_io.hpp): steps.csv, summary.csv, config.json and the Chrome
+// trace, each atomically.
 #include "core/csv.hpp"
 #include "parallel/bench/report_io.hpp"
 

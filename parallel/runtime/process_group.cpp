@@ -28,7 +28,11 @@ std::unique_ptr<Communicator> LocalProcessGroup::first(int) {
   fail("this process was not started by an MPI launcher (mpirun, srun): it has no communicators of processes");
 }
 
-void LocalProcessGroup::abort(int exit_code) { std::exit(exit_code); }
+void LocalProcessGroup::abort(int exit_code) {
+  // This process is the whole job: there are no other ranks to end, and library code does not
+  // exit; its caller returns the exit code (main does so without calling abort).
+  fail("this process was not started by an MPI launcher: it has no other ranks to end (exit code ", exit_code, ")");
+}
 
 void ProcessGroup::agree(const StartReport& mine) {
   agreed_ = true;  // whatever the outcome, the ranks have met: later errors are this rank's own

@@ -48,7 +48,8 @@ class ProcessGroup {
   // throws SharedFailure on every rank, naming the ranks that failed or the differing option.
   void agree(const StartReport& mine);
   bool agreed() const { return agreed_; }
-  // After an error on this rank once the ranks agreed: ends every rank of the job. Never returns.
+  // After an error on this rank once the ranks agreed: ends every rank of the job. Never returns
+  // (a group of this process alone throws: its caller returns the exit code instead).
   [[noreturn]] virtual void abort(int exit_code) = 0;
   // The work is done on every rank: from here a rank that leaves is no fault (collective).
   virtual void finish() = 0;

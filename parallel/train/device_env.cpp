@@ -1,3 +1,5 @@
+// A rank's device on the CPU (see device_env.hpp): its Context, host-timed phases; the CUDA one
+// is cuda/device_env_cuda.cpp.
 #include "parallel/train/device_env.hpp"
 
 #include "core/error.hpp"

@@ -1,3 +1,5 @@
+// Building a Job (see job.hpp): the data sets, the initial model and its weights, a checkpoint to
+// resume from, the optimizer and each rank's loader.
 #include "parallel/train/job.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// DataParallel's four primitives (see primitives.hpp): replicate, scatter, gather,
+// parallel_apply, and the gradients' reduction into the master.
 #include "parallel/train/primitives.hpp"
 
 #include <omp.h>
