@@ -105,8 +105,17 @@ std::string name(Precision p) { return std::string(choice_name(kPrecisions, p));
 // The combinations of options that cannot run together, each with its reason, in the order
 // validate() tries them (README.md, "Refused combinations", lists them).
 struct Refusal {
+  // What a refusal says: a fixed text, or one built from the values of the options.
+  struct Says {
+    Says(const char* text) : text(text) {}
+    template <class Build>
+    Says(Build build) : build(+build) {}
+    std::string operator()(const TrainOptions& o) const { return build ? build(o) : std::string(text); }
+    const char* text = nullptr;
+    std::string (*build)(const TrainOptions&) = nullptr;
+  };
   bool (*applies)(const TrainOptions& o);
-  std::string (*says)(const TrainOptions& o);
+  Says says;
 };
 
 const Refusal kRefused[] = {
@@ -135,18 +144,14 @@ const Refusal kRefused[] = {
                              o.process_ranks);
      }},
     {[](const TrainOptions& o) { return o.process_ranks > 0 && o.backend != Backend::nccl && o.pin_threads; },
-     [](const TrainOptions&) {
-       return std::string("--pin-threads pins thread ranks to cores; under MPI the launcher binds each process (e.g. "
-                          "mpirun --bind-to core, srun --cpu-bind=cores)");
-     }},
+     "--pin-threads pins thread ranks to cores; under MPI the launcher binds each process (e.g. "
+     "mpirun --bind-to core, srun --cpu-bind=cores)"},
     {[](const TrainOptions& o) {
        return o.process_ranks > 0 && o.backend != Backend::nccl && o.parallel == ParallelMode::dp;
      },
-     [](const TrainOptions&) {
-       return std::string("--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master "
-                          "scatters each batch to them); across processes use --parallel ddp, or run dp without "
-                          "mpirun (--devices cpu:K)");
-     }},
+     "--parallel dp under MPI: DataParallel runs its replicas as threads of one process (a master "
+     "scatters each batch to them); across processes use --parallel ddp, or run dp without "
+     "mpirun (--devices cpu:K)"},
     {[](const TrainOptions& o) {
        return o.process_ranks > 1 && o.backend != Backend::nccl && o.parallel == ParallelMode::none;
      },
@@ -157,53 +162,37 @@ const Refusal kRefused[] = {
      }},
     // ---- --backend
     {[](const TrainOptions& o) { return o.backend == Backend::nccl && !kNcclBuilt; },
-     [](const TrainOptions&) {
-       return std::string("--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a "
-                          "machine with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks "
-                          "with --devices cpu:K --parallel ddp instead");
-     }},
+     "--backend nccl: not built (this dpx has no CUDA backend; configure with -DDPX_CUDA=ON on a "
+     "machine with CUDA, cuDNN and NCCL, or set CUDNN_ROOT and NCCL_ROOT); train on CPU ranks "
+     "with --devices cpu:K --parallel ddp instead"},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && !kP2PBuilt; },
      [](const TrainOptions&) { return "--backend p2p: " + p2p_unavailable_reason(); }},
     {[](const TrainOptions& o) { return o.backend == Backend::mpi && o.process_ranks == 0; },
-     [](const TrainOptions&) {
-       return std::string("--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun "
-                          "or srun");
-     }},
+     "--backend mpi: every rank is a process, started by an MPI launcher: run dpx under mpirun "
+     "or srun"},
     {[](const TrainOptions& o) { return o.backend == Backend::threads && o.process_ranks > 1; },
-     [](const TrainOptions&) {
-       return std::string("--backend threads under MPI: the ranks are the processes; leave --backend out");
-     }},
+     "--backend threads under MPI: the ranks are the processes; leave --backend out"},
     {[](const TrainOptions& o) { return o.backend == Backend::nccl && !gpus(o); },
-     [](const TrainOptions&) {
-       return std::string("--backend nccl runs one rank per GPU: pass --devices cuda:0,cuda:1 (one process, a thread "
-                          "per GPU), or --devices cuda under mpirun (a process per GPU)");
-     }},
+     "--backend nccl runs one rank per GPU: pass --devices cuda:0,cuda:1 (one process, a thread "
+     "per GPU), or --devices cuda under mpirun (a process per GPU)"},
     {[](const TrainOptions& o) { return o.backend == Backend::nccl && o.parallel != ParallelMode::ddp; },
-     [](const TrainOptions&) {
-       return std::string("--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies "
-                          "between GPUs without it)");
-     }},
+     "--backend nccl is DDP's all-reduce over GPUs: pass --parallel ddp (--parallel dp copies "
+     "between GPUs without it)"},
     {[](const TrainOptions& o) { return o.backend == Backend::nccl && !o.net_sim.empty(); },
-     [](const TrainOptions&) {
-       return std::string("--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop "
-                          "--net-sim");
-     }},
+     "--net-sim shapes the exchanges of dpx's own algorithms; NCCL's are out of its reach: drop "
+     "--net-sim"},
     {[](const TrainOptions& o) { return o.backend == Backend::nccl && o.algo != Algorithm::nccl; },
      [](const TrainOptions& o) {
        return detail::concat("--algo ", name(o.algo), " with --backend nccl: NCCL chooses its own algorithm ",
                              "(NCCL_ALGO=Ring|Tree sets it); pass --algo nccl or leave --algo out");
      }},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && !o.device().is_cuda(); },
-     [](const TrainOptions&) {
-       return std::string("--backend p2p runs thread ranks on GPUs, several on one GPU if you like: pass --devices "
-                          "cuda:0,cuda:0 (two replicas on GPU 0) or cuda:0,cuda:1");
-     }},
+     "--backend p2p runs thread ranks on GPUs, several on one GPU if you like: pass --devices "
+     "cuda:0,cuda:0 (two replicas on GPU 0) or cuda:0,cuda:1"},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.process_ranks > 0; },
-     [](const TrainOptions&) {
-       return std::string("--backend p2p: its ranks are threads of one process; under mpirun use --backend nccl");
-     }},
+     "--backend p2p: its ranks are threads of one process; under mpirun use --backend nccl"},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.parallel != ParallelMode::ddp; },
-     [](const TrainOptions&) { return std::string("--backend p2p is DDP's all-reduce over GPU replicas: pass --parallel ddp"); }},
+     "--backend p2p is DDP's all-reduce over GPU replicas: pass --parallel ddp"},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && o.grad_dtype != DType::f32; },
      [](const TrainOptions& o) {
        return detail::concat("--grad-dtype ", name(o.grad_dtype), " with --backend p2p: not run on a GPU yet (the ",
@@ -211,11 +200,9 @@ const Refusal kRefused[] = {
                              "use --backend nccl, or drop --grad-dtype");
      }},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && !o.checkpoint_dir.empty(); },
-     [](const TrainOptions&) {
-       return std::string("--checkpoint-dir with --backend p2p: not run on a GPU yet (p2p's ranks have a host "
-                          "communicator for the checkpoint's gathering, never tried); use --backend nccl, or leave "
-                          "checkpoints out");
-     }},
+     "--checkpoint-dir with --backend p2p: not run on a GPU yet (p2p's ranks have a host "
+     "communicator for the checkpoint's gathering, never tried); use --backend nccl, or leave "
+     "checkpoints out"},
     {[](const TrainOptions& o) { return o.backend == Backend::p2p && is_library_algorithm(o.algo); },
      [](const TrainOptions& o) {
        return detail::concat("--algo ", name(o.algo), " with --backend p2p: p2p runs dpx's own algorithms (ring, ",
@@ -252,17 +239,13 @@ const Refusal kRefused[] = {
                              k, " (e.g. ", (o.batch_size / k + 1) * k, ")");
      }},
     {[](const TrainOptions& o) { return o.algo == Algorithm::nccl && o.backend != Backend::nccl; },
-     [](const TrainOptions&) {
-       return std::string("--algo nccl is NCCL's all-reduce: it needs --backend nccl (GPU ranks)");
-     }},
+     "--algo nccl is NCCL's all-reduce: it needs --backend nccl (GPU ranks)"},
     {[](const TrainOptions& o) {
        return o.algo == Algorithm::mpi && o.process_ranks == 0 && o.parallel == ParallelMode::ddp;
      },
-     [](const TrainOptions&) {
-       return std::string("--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run "
-                          "under mpirun (mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, "
-                          "naive, rhd, hier)");
-     }},
+     "--algo mpi is the MPI library's all-reduce: it needs ranks that are MPI processes; run "
+     "under mpirun (mpirun -np K dpx train ...), or pick one of dpx's algorithms (ring, tree, "
+     "naive, rhd, hier)"},
     {[](const TrainOptions& o) {
        const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
        return net.enabled() && net.message_s(static_cast<size_t>(o.bucket_mb * 1024 * 1024)) >= o.comm_timeout_s;
@@ -275,26 +258,18 @@ const Refusal kRefused[] = {
                              "--comm-timeout");
      }},
     {[](const TrainOptions& o) { return !o.net_sim.empty() && o.parallel != ParallelMode::ddp; },
-     [](const TrainOptions&) {
-       return std::string("--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp "
-                          "(DataParallel copies through memory on one machine; one replica does not communicate)");
-     }},
+     "--net-sim simulates the network under DDP's all-reduces: pass --parallel ddp "
+     "(DataParallel copies through memory on one machine; one replica does not communicate)"},
     {[](const TrainOptions& o) { return !o.net_sim.empty() && o.algo == Algorithm::mpi; },
-     [](const TrainOptions&) {
-       return std::string("--net-sim shapes the exchanges of dpx's own algorithms; --algo mpi calls the MPI "
-                          "library's all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier");
-     }},
+     "--net-sim shapes the exchanges of dpx's own algorithms; --algo mpi calls the MPI "
+     "library's all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier"},
     {[](const TrainOptions& o) { return (o.checkpoint_every > 0 || o.keep_checkpoints != 3) && o.checkpoint_dir.empty(); },
-     [](const TrainOptions&) {
-       return std::string("--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to");
-     }},
+     "--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to"},
     {[](const TrainOptions& o) {
        return o.parallel == ParallelMode::dp && (!o.checkpoint_dir.empty() || !o.resume.empty());
      },
-     [](const TrainOptions&) {
-       return std::string("--checkpoint-dir and --resume work with --parallel none and ddp, not with dp "
-                          "(DataParallel's master loop keeps no checkpoints yet)");
-     }},
+     "--checkpoint-dir and --resume work with --parallel none and ddp, not with dp "
+     "(DataParallel's master loop keeps no checkpoints yet)"},
     // ---- mixed precision (README.md, Mixed precision)
     {[](const TrainOptions& o) { return o.precision != Precision::fp32 && !o.device().is_cuda(); },
      [](const TrainOptions& o) {
@@ -315,10 +290,8 @@ const Refusal kRefused[] = {
                              "--grad-dtype");
      }},
     {[](const TrainOptions& o) { return o.cudnn_algo == "search" && !o.device().is_cuda(); },
-     [](const TrainOptions&) {
-       return std::string("--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; "
-                          "CPU convolutions choose theirs with --conv-algo");
-     }},
+     "--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; "
+     "CPU convolutions choose theirs with --conv-algo"},
 };
 
 }  // namespace

@@ -13,25 +13,11 @@
 #include <string_view>
 
 #include "core/dtype.hpp"
+#include "parallel/comm/backend.hpp"
 #include "parallel/comm/reduce.hpp"
 #include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel {
-
-// Whether this dpx was built with MPI (CMake's DPX_WITH_MPI): the mpi backend, Algorithm::mpi
-// and ranks that are processes exist only then, and only then do help texts offer them.
-#ifdef DPX_WITH_MPI
-inline constexpr bool kMpiBuilt = true;
-#else
-inline constexpr bool kMpiBuilt = false;
-#endif
-// Whether this dpx was built with CUDA (CMake's DPX_WITH_CUDA, which also needs NCCL): the nccl
-// backend and Algorithm::nccl exist only then.
-#ifdef DPX_WITH_CUDA
-inline constexpr bool kNcclBuilt = true;
-#else
-inline constexpr bool kNcclBuilt = false;
-#endif
 
 // How a collective is computed, selectable per call or per communicator: one value per row of
 // algorithms.def (what each one does: the comment that opens its file in this folder).

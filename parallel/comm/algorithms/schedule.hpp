@@ -94,7 +94,7 @@ struct Step {
 };
 // One algorithm's steps, one per collective it applies to (a null run: it does not).
 struct Schedules {
-  Step all_reduce, broadcast, reduce, all_gather, reduce_scatter, sendrecv, all_to_all, gather, scatter;
+  Step all_reduce{}, broadcast{}, reduce{}, all_gather{}, reduce_scatter{}, sendrecv{}, all_to_all{}, gather{}, scatter{};
 };
 #define DPX_ALGORITHM(name, summary) extern const Schedules name##_schedules;
 #define DPX_LIBRARY(name, built, summary, missing)

@@ -18,12 +18,6 @@
 
 namespace dpx::parallel {
 
-#ifdef DPX_WITH_CUDA
-inline constexpr bool kP2PBuilt = true;
-#else
-inline constexpr bool kP2PBuilt = false;
-#endif
-
 // What a p2p rank works with. Its collectives run on `stream`, a blocking stream of `device`:
 // work on the legacy default stream (cuda::copy, cuda::memset_zero) is ordered before them;
 // work the caller queued on any other stream must be finished, or ordered by an event, before

@@ -147,31 +147,22 @@ class ThreadWorld {
                           "): the ranks called different collectives, or the same ones in a different order");
   }
 
-  // Rank `rank` failed: every other rank's wait ends in "rank R aborted: <reason>".
+  // Rank `rank` failed: every other rank's wait ends in "rank R aborted: <reason>". With rank
+  // < 0 (stop), the watchdog ended the world: every wait ends in `reason`, its report. The
+  // first end wins.
   void abort(int rank, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(abort_mu_);
       if (abort_rank_ < 0 && !stopped_) {
-        abort_rank_ = rank;
+        if (rank >= 0) abort_rank_ = rank;
+        else stopped_ = true;
         abort_reason_ = reason;
       }
     }
     aborted_.store(true, std::memory_order_release);
     wake_all();
   }
-
-  // The watchdog ended the world (a stall report, a deadlock): every wait ends in `report`.
-  void stop(const std::string& report) {
-    {
-      std::lock_guard<std::mutex> lock(abort_mu_);
-      if (abort_rank_ < 0 && !stopped_) {
-        stopped_ = true;
-        abort_reason_ = report;
-      }
-    }
-    aborted_.store(true, std::memory_order_release);
-    wake_all();
-  }
+  void stop(const std::string& report) { abort(-1, report); }
 
   // What run_thread_ranks rethrows rather than the ranks' errors: the watchdog's report, if any.
   std::string stop_report() const {
