@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::analysis {
 
@@ -57,6 +58,9 @@ CsvTable CsvTable::read(const std::string& path, std::string_view flag) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     usage_fail(flag, ": '", path, "' is a folder: name a CSV file in it (dpx bench writes FOLDER/results.csv)");
+  // A regular file, of at most 256 MiB (the largest dpx writes of these are a few MiB), before it is
+  // opened: a FIFO would block the read, a huge file keep dpx busy for minutes.
+  check_input_file(path, flag, 256 * kMiB);
   std::ifstream in(path, std::ios::binary);
   if (!in) usage_fail(flag, ": cannot read '", path, "': ", std::strerror(errno));
   CsvTable t;

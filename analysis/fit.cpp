@@ -16,6 +16,7 @@
 #include "analysis/cost_model.hpp"
 #include "analysis/csv_table.hpp"
 #include "core/error.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::analysis {
 
@@ -558,8 +559,7 @@ std::string fit_json(const FitResult& r) {
 }
 
 bool is_fit_json(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  if (!is_readable_input(path, 64 * kMiB)) return false;
   std::ifstream in(path);
   if (!in) return false;
   try {
@@ -573,6 +573,7 @@ bool is_fit_json(const std::string& path) {
 FitResult read_fit_json(const std::string& path, const char* flag) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) usage_fail(flag, ": '", path, "' is a folder, not a dpx fit JSON file");
+  check_input_file(path, flag, 64 * kMiB);  // a FIFO would block the parse; a fit file is a few KiB
   std::ifstream in(path);
   if (!in) usage_fail(flag, ": cannot read '", path, "' (make one with dpx fit FILE.csv --out ", path, ")");
   FitResult r;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/children.hpp"
 #include "core/error.hpp"
 #include "core/stop.hpp"
 
@@ -26,22 +27,31 @@ bool is_executable(const std::string& p) { return ::access(p.c_str(), X_OK) == 0
 
 }  // namespace
 
-int run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& log) {
+int run_gnuplot(const std::string& gnuplot, const std::string& script_path, const std::string& log,
+                const std::string& dir) {
+  // The child enters `dir` before gnuplot opens the script: the script's own path must not be relative.
+  const std::string script = fs::absolute(script_path).string();
   const pid_t pid = ::fork();
   if (pid < 0) fail("dpx plot: cannot start gnuplot: ", std::strerror(errno));
   if (pid == 0) {
     dpx::stop::unblock_signals_in_child();
+    become_group_leader();  // ended with dpx on a signal (core/children.hpp)
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
     }
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
     ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  const ChildProcess listed(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
+  while (::waitpid(pid, &status, 0) < 0) {
+    dpx::stop::wait_while_stopping();  // ECHILD: reaped by stop::now, which ends dpx
     if (errno != EINTR) fail("dpx plot: waiting for gnuplot: ", std::strerror(errno));
+  }
+  dpx::stop::wait_while_stopping();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include "analysis/plot_data.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 
 namespace dpx::analysis {
 
@@ -199,52 +202,79 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
 
   // Two inputs whose folders or files share a name would give two figures one name.
   std::map<std::string, int> stems;
-  for (Figure& f : figures)
+  for (Figure& f : figures) {
+    f.stem = plot::slug(f.stem);  // [A-Za-z0-9._-] only: it names files in a gnuplot script
     if (const int n = ++stems[f.stem]; n > 1) f.stem += "-" + std::to_string(n);
+  }
 
+  check_output_dir_path(o.out_dir, "--out");
+  const fs::path dir(o.out_dir);
+  for (const Figure& f : figures) {
+    check_output_file((dir / (f.stem + ".png")).string(), FileKind::figure, "--out", o.force);
+    check_output_file((dir / (f.stem + ".svg")).string(), FileKind::figure, "--out", o.force);
+    check_output_file((dir / (f.stem + ".txt")).string(), FileKind::caption, "--out", o.force);
+  }
+  for (const std::string& input : o.inputs)
+    for (const Figure& f : figures)
+      for (const char* ext : {".png", ".svg", ".txt"})
+        check_outputs_distinct({{"--out", (dir / (f.stem + ext)).string()}}, {{"an input", input}});
   ensure_writable_dir(o.out_dir, "--out");
-  const std::string tmp = ".tmp." + std::to_string(::getpid()) + ".0";
-  const fs::path dir(o.out_dir.empty() ? "." : o.out_dir);
-  std::vector<std::string> temporaries;
+  // gnuplot writes into a scratch folder of its own (mode 0700, a name mkdtemp made up), never
+  // into a name in --out that someone could have made a link of beforehand.
+  std::string scratch_name = (dir / ".dpx-plot.XXXXXX").string();
+  if (::mkdtemp(scratch_name.data()) == nullptr)
+    fail("dpx plot: cannot make a scratch folder in ", o.out_dir, " (--out): ", std::strerror(errno));
+  const fs::path scratch(scratch_name);
+  const ScratchFolder listed(scratch_name);  // removed on a signal too
   auto clean = [&] {
     std::error_code ec;
-    for (const auto& t : temporaries) fs::remove(t, ec);
+    fs::remove_all(scratch, ec);
   };
+  std::vector<std::string> written;
   try {
     const std::string size = std::to_string(o.width_px) + "," + std::to_string(o.height_px);
     for (const Figure& f : figures) {
-      const std::string png = (dir / (f.stem + ".png" + tmp)).string();
-      const std::string svg = (dir / (f.stem + ".svg" + tmp)).string();
-      const std::string script = (dir / (f.stem + ".gp" + tmp)).string();
-      const std::string log = (dir / (f.stem + ".log" + tmp)).string();
-      temporaries.insert(temporaries.end(), {png, svg, script, log});
+      const std::string script = (scratch / (f.stem + ".gp")).string(), log = (scratch / (f.stem + ".log")).string();
       {
+        // gnuplot runs in the scratch folder: the outputs are named by their file names alone (a
+        // stem is a figure's name and a slug of an input's, [A-Za-z0-9._-] only), never by a path.
         std::ofstream s(script);
         s << "# dpx plot: " << f.stem << "\n" << "set terminal pngcairo size " << size
-          << " noenhanced font 'sans,10'\nset output " << quoted(png) << "\n"
+          << " noenhanced font 'sans,10'\nset output " << quoted(f.stem + ".png") << "\n"
           << f.body << "set terminal svg size " << size
-          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(svg)
+          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(f.stem + ".svg")
           << "\nreplot\nunset output\n";
         if (!s.flush()) fail("dpx plot: cannot write the gnuplot script '", script, "'");
       }
-      const int rc = run_gnuplot(gnuplot, script, log);
-      if (rc != 0 || !fs::exists(png) || !fs::exists(svg) || fs::file_size(png) == 0)
-        fail("dpx plot: gnuplot (", gnuplot, ") failed drawing ", f.stem, " (exit status ", rc, "): ",
-             file_text_of(log));
+      const int rc = run_gnuplot(gnuplot, script, log, scratch.string());
+      const fs::path png = scratch / (f.stem + ".png"), svg = scratch / (f.stem + ".svg");
+      std::error_code ec;
+      if (rc != 0 || !fs::exists(png, ec) || !fs::exists(svg, ec) || fs::file_size(png, ec) == 0) {
+        // gnuplot's own words when it said any; else what is likely wrong.
+        std::string said = file_text_of(log);
+        while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+        if (said.empty())
+          said = rc == 127 ? "it could not be started"
+                 : rc == 0 ? "it exited 0 but wrote no PNG and SVG: is it gnuplot 5 with the pngcairo and svg terminals "
+                             "(Debian: gnuplot-nox)?"
+                           : "it printed nothing: is '" + gnuplot + "' gnuplot? (try '" + gnuplot + " --version')";
+        fail("dpx plot: gnuplot (", gnuplot, ") failed drawing ", f.stem, " (exit status ", rc, "): ", said);
+      }
+    }
+    for (const Figure& f : figures) {
+      // The caption first: it is what marks the PNG and SVG beside it as dpx plot's.
+      write_file_atomic((dir / (f.stem + ".txt")).string(), f.stem + ": " + f.caption + "\n", "--out");
+      for (const char* ext : {".png", ".svg"}) {
+        const fs::path final = dir / (f.stem + ext);
+        if (::rename((scratch / (f.stem + ext)).c_str(), final.c_str()) != 0)
+          fail("dpx plot: cannot move ", f.stem, ext, " into ", o.out_dir, " (--out): ", std::strerror(errno));
+        written.push_back(final.string());
+      }
+      written.push_back((dir / (f.stem + ".txt")).string());
     }
   } catch (...) {
     clean();
     throw;
-  }
-  std::vector<std::string> written;
-  for (const Figure& f : figures) {
-    for (const char* ext : {".png", ".svg"}) {
-      const fs::path final = dir / (f.stem + ext);
-      fs::rename(dir / (f.stem + ext + tmp), final);
-      written.push_back(final.string());
-    }
-    write_file_atomic((dir / (f.stem + ".txt")).string(), f.stem + ": " + f.caption + "\n", "--out");
-    written.push_back((dir / (f.stem + ".txt")).string());
   }
   clean();
   return written;

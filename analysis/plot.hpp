@@ -26,12 +26,15 @@ struct PlotOptions {
   double min_efficiency = 0.8;        // best-devices: the scaling efficiency a device count must keep, (0, 1]
   int width_px = 960;
   int height_px = 640;
+  bool force = false;                 // replace figure files that dpx plot did not write
 };
 
-// Reads the inputs, draws the figures into temporaries in out_dir and renames them into place
-// only when every one was drawn; returns the files written. Throws dpx::UsageError (exit 2)
-// naming the file for missing, empty or foreign inputs and for figures without their data, and
-// dpx::Error (exit 1) when gnuplot is missing or fails.
+// Reads the inputs, draws the figures in a private scratch folder inside out_dir (mkdtemp: a
+// fresh name nobody can plant a link under) and renames them into place only when every one was
+// drawn; returns the files written. An existing NAME.png, NAME.svg or NAME.txt is replaced only
+// when it is dpx plot's (its caption beside it) or with `force`. Throws dpx::UsageError (exit 2)
+// naming the file for missing, empty or foreign inputs, figures without their data and files in
+// the way, and dpx::Error (exit 1) when gnuplot is missing or fails.
 std::vector<std::string> make_plots(const PlotOptions& options);
 
 // The files named on a dpx plot or dpx report command line: a folder stands for its results.csv

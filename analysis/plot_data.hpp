@@ -139,7 +139,10 @@ using TextSet = std::set<std::string, ShortFirst>;
 std::string join(const TextSet& values, std::string_view sep);
 std::string slug(const std::string& s);
 std::string fmt(double v);
-// A gnuplot single-quoted string: a quote is doubled, nothing else is special.
+// A gnuplot single-quoted string of any text: a quote is doubled, and each control character
+// (a newline would end the string and the command, and gnuplot runs the next line: system(...))
+// is written visibly, \n or \xNN (core/quote.hpp). Inside single quotes gnuplot substitutes no
+// backquote or @macro, and with `noenhanced` terminals (dpx plot's) no markup either.
 std::string quoted(const std::string& s);
 // The caption's first clause (the data) in the figure; the whole caption goes to NAME.txt.
 std::string caption_label(const std::string& caption);

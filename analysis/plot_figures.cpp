@@ -7,6 +7,7 @@
 
 #include "analysis/plot_data.hpp"
 #include "core/error.hpp"
+#include "core/quote.hpp"
 
 namespace dpx::analysis::plot {
 
@@ -31,7 +32,11 @@ std::string fmt(double v) {
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    if (c == '\'') out += "''";
+    else if (is_control(c)) out += printable(std::string_view(&c, 1));
+    else out += c;
+  }
   return out + "'";
 }
 

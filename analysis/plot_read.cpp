@@ -3,6 +3,7 @@
 // JSON files, recognised by their content.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "analysis/plot.hpp"
 #include "analysis/plot_data.hpp"
 #include "core/error.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::analysis::plot {
 
@@ -173,7 +175,9 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   // The command that made the folder when dpx bench recorded it (command.txt), else the sweep
   // as results.csv describes it.
   std::string command;
-  if (std::ifstream cmd{(fs::path(source).parent_path() / "command.txt").string()}; cmd) std::getline(cmd, command);
+  const std::string command_file = (fs::path(source).parent_path() / "command.txt").string();
+  if (is_readable_input(command_file, kMiB))
+    if (std::ifstream cmd{command_file}; cmd) std::getline(cmd, command);
   const std::string run =
       command.rfind("dpx bench", 0) == 0
           ? "data: " + source + " from " + excerpt(command, 600)
@@ -244,8 +248,10 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
   in.collective_captions.push_back(run);
 }
 
-// A file whose first character other than white space is '{': a JSON trace, not a CSV.
+// A file whose first character other than white space is '{': a JSON trace, not a CSV. Only a
+// regular file of a readable size is opened (a FIFO would block here).
 bool looks_like_json(const std::string& path) {
+  check_input_file(path, "dpx plot", 256 * kMiB);
   std::ifstream f(path);
   char c = 0;
   while (f.get(c) && std::isspace(static_cast<unsigned char>(c))) {
@@ -272,13 +278,40 @@ void read_trace(const std::string& path, Inputs& in) {
   };
   std::map<int, std::vector<Step>> steps;  // by rank
   Trace tr{path, "data: " + path + " from dpx train --trace", 0, {}};
+  // A trace's fields as dpx train writes them: each checked, so that an edited file is refused with
+  // its name and the event, never a JSON library's message or a figure of 10^8 rows (pid 100000000
+  // once made a 2.6 GB gnuplot script).
+  constexpr int kMaxRanks = 4096;
+  constexpr size_t kMaxBoxes = 1000000;
+  int64_t index = -1;
+  auto field = [&](const nlohmann::json& e, const char* key) -> double {
+    const auto it = e.find(key);
+    if (it == e.end() || !it->is_number() || !std::isfinite(it->get<double>()))
+      usage_fail("'", path, "' event ", index, ": '", key, "' is not a finite number: not a trace dpx train wrote "
+                 "(or an edited one)");
+    return it->get<double>();
+  };
   for (const auto& e : j["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("pid") || !e.contains("ts")) continue;
-    const std::string name = e.value("name", "");
-    const int rank = e["pid"].get<int>();
-    const double ts = e["ts"].get<double>(), dur = e.value("dur", 0.0);
-    if (name.rfind("step ", 0) == 0 && e.contains("args"))
-      steps[rank].push_back({ts, ts + dur, e["args"].value("step", -1L)});
+    ++index;
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || e["ph"].get<std::string>() != "X" ||
+        !e.contains("pid") || !e.contains("ts"))
+      continue;
+    const std::string name = e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
+    const double pid = field(e, "pid");
+    if (pid != std::floor(pid) || pid < 0 || pid >= kMaxRanks)
+      usage_fail("'", path, "' event ", index, ": pid ", pid, " is not a rank in [0, ", kMaxRanks,
+                 "): not a trace dpx train wrote (or an edited one)");
+    const int rank = static_cast<int>(pid);
+    const double ts = field(e, "ts"), dur = e.contains("dur") ? field(e, "dur") : 0.0;
+    if (dur < 0) usage_fail("'", path, "' event ", index, ": a negative duration ", dur);
+    if (tr.boxes.size() >= kMaxBoxes)
+      usage_fail("'", path, "' holds more than ", kMaxBoxes, " phase events: more than a figure can show; trace "
+                 "fewer steps (dpx train --trace-steps a:b)");
+    if (name.rfind("step ", 0) == 0 && e.contains("args") && e["args"].is_object()) {
+      const auto& args = e["args"];
+      const long step = args.contains("step") && args["step"].is_number_integer() ? args["step"].get<long>() : -1L;
+      steps[rank].push_back({ts, ts + dur, step});
+    }
     else if (phases.count(name))
       tr.boxes.push_back({rank, name, ts / 1e3, (ts + dur) / 1e3, -1});
     tr.ranks = std::max(tr.ranks, rank + 1);

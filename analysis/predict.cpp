@@ -15,9 +15,13 @@ namespace {
 
 constexpr int kMaxRanks = 1 << 20;
 
+// The computation on the line through two measured batches. More images never cost less: a
+// smaller batch measured slower than a larger one is the machine's noise (a busy core), so the
+// slope is at least 0 and beyond the larger batch the time stays at its measurement.
 double line(double x0, double y0, double x1, double y1, double x) {
   if (x1 == x0) return y0;
-  return std::max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0));
+  const double slope = std::max(0.0, (y1 - y0) / (x1 - x0));
+  return std::max(0.0, y1 + slope * (x - x1));
 }
 
 int parse_int(const std::string& s, const char* flag) {
@@ -121,7 +125,12 @@ std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
   } else {
     std::stringstream ss(text);
     std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(parse_int(item, flag));
+    while (std::getline(ss, item, ',')) {
+      const int k = parse_int(item, flag);
+      if (std::find(out.begin(), out.end(), k) != out.end())
+        usage_fail(flag, ": ", k, " is given twice in '", text, "': list each rank count once");
+      out.push_back(k);
+    }
     if (out.empty()) usage_fail(flag, ": give rank counts, e.g. 1..1024 or 1,2,4,8");
   }
   std::sort(out.begin(), out.end());

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -20,6 +23,7 @@
 #include "analysis/plot.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::analysis {
 
@@ -34,7 +38,10 @@ struct Input {
   bool bench = false;
 };
 
+// A file's text, "" when it is absent or not a regular file of at most 64 MiB (a command.txt that
+// is a FIFO is never opened).
 std::string read_text(const fs::path& path) {
+  if (!is_readable_input(path.string(), 64 * kMiB)) return "";
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -235,13 +242,23 @@ std::string utc_now() {
 }
 
 // A folder under the system's temporary folder for the figures, removed with the object.
+// A fresh folder of its own in $TMPDIR (mkdtemp: a name nobody chose before, never someone else's
+// folder emptied first), removed when the report is done and, listed, on a signal.
 struct ScratchDir {
   fs::path path;
+  std::unique_ptr<ScratchFolder> listed;
   ScratchDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("dpx-report." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
+    std::error_code ec;
+    const fs::path tmp = fs::temp_directory_path(ec);
+    if (ec)
+      fail("dpx report: no folder for its scratch files (TMPDIR: ", ec.message(),
+           "): set TMPDIR to a writable folder");
+    std::string name = (tmp / "dpx-report.XXXXXX").string();
+    if (::mkdtemp(name.data()) == nullptr)
+      fail("dpx report: cannot make a scratch folder in ", tmp.string(), " (", std::strerror(errno),
+           "): set TMPDIR to a writable folder");
+    path = name;
+    listed = std::make_unique<ScratchFolder>(name);
   }
   ~ScratchDir() {
     std::error_code ec;
@@ -252,18 +269,14 @@ struct ScratchDir {
 };
 
 // An existing --out file is overwritten only when dpx report wrote it (its marker, near the top).
-void check_out_file(const std::string& out) {
+void check_out_file(const ReportOptions& o) {
   std::error_code ec;
-  if (out.empty()) usage_fail("--out: name the HTML file to write, e.g. --out report.html");
-  if (fs::is_directory(out, ec)) usage_fail("--out: '", out, "' is a folder: name the HTML file to write");
-  if (!fs::exists(out, ec)) return;
-  std::ifstream in(out, std::ios::binary);
-  std::string head(4096, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(in.gcount()));
-  if (head.find(kReportGenerator) == std::string::npos)
-    usage_fail("--out: '", out, "' exists and was not written by dpx report: not overwriting it; remove it or name "
-               "another file");
+  if (o.out_file.empty()) usage_fail("--out: name the HTML file to write, e.g. --out report.html");
+  if (fs::is_directory(o.out_file, ec)) usage_fail("--out: '", o.out_file, "' is a folder: name the HTML file to write");
+  std::vector<FlagPath> inputs;
+  for (const std::string& in : o.inputs) inputs.push_back({"an input", in});
+  check_outputs_distinct({{"--out", o.out_file}}, inputs);
+  check_output_file(o.out_file, FileKind::report_html, "--out", o.force);
 }
 
 }  // namespace
@@ -303,7 +316,7 @@ int make_report(const ReportOptions& o) {
     }
     sections.push_back(s + "</section>\n");
   }
-  check_out_file(o.out_file);
+  check_out_file(o);
   if (find_executable(o.gnuplot).empty())
     fail("dpx report draws its figures with gnuplot, and '", o.gnuplot,
          "' was not found: install the Debian package gnuplot-nox (apt-get install gnuplot-nox), or name it with "
@@ -333,7 +346,7 @@ int make_report(const ReportOptions& o) {
     while (!caption.empty() && caption.back() == '\n') caption.pop_back();
     ++count;
     figures += "<figure class=\"dpx-figure\" id=\"figure-" + html_escape(stem) + "\">\n" +
-               inline_svg(read_text(svg), "f" + std::to_string(count) + "-", written) +
+               inline_svg(read_text(svg), std::string("f").append(std::to_string(count)).append("-"), written) +
                "\n<figcaption>Figure " + std::to_string(count) + " (" + html_escape(stem) + "): " +
                html_escape(caption) + "</figcaption>\n</figure>\n";
   }

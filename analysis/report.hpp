@@ -6,16 +6,19 @@
 #include <string_view>
 #include <vector>
 
+#include "core/output_files.hpp"
+
 namespace dpx::analysis {
 
 // The page's marker: a file holding it was written by dpx report and may be overwritten.
-inline constexpr std::string_view kReportGenerator = "<meta name=\"generator\" content=\"dpx report\">";
+inline constexpr std::string_view kReportGenerator = kReportGeneratorTag;
 
 struct ReportOptions {
   std::vector<std::string> inputs;  // bench folders, results.csv files, collective CSV files
   std::string out_file = "report.html";
   std::string title = "dpx report";
   std::string gnuplot = "gnuplot";  // a name looked up on PATH, or a path
+  bool force = false;               // replace an --out file that dpx report did not write
 };
 
 // Reads the inputs, draws the figures with make_plots into a temporary folder, and writes the

@@ -2,10 +2,13 @@
 // fsync) and errno (so no reason to report), hence the small stream buffer below.
 #include "core/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <array>
@@ -123,29 +126,6 @@ class FdStreamBuf : public std::streambuf {
   int error_ = 0;
 };
 
-// Owns the temporary until it has been renamed: closes and unlinks it on every early exit,
-// including an exception thrown by the caller's writer, and lists it while it exists.
-struct TempFile {
-  explicit TempFile(std::string p) : path(std::move(p)), listed(strdup(path.c_str())) {
-    if (listed) note_temporary(listed);
-  }
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!renamed) ::unlink(path.c_str());
-    if (listed) {
-      forget_temporary(listed);
-      std::free(listed);
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  std::string path;
-  char* listed;
-  int fd = -1;
-  bool renamed = false;
-};
-
 std::string parent_dir(const std::string& path) {
   std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
@@ -160,16 +140,112 @@ void sync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+// The extended attribute that marks a named temporary as dpx's, holding the writer's pid: the sweep
+// of a later run removes a file only when its name has dpx's form *and* it carries this mark.
+constexpr const char* kTemporaryMark = "user.dpx.temporary";
+
+// ".<name>.dpx-tmp.<pid>.<16 random hex digits>" beside `path`: unpredictable, so that nobody can
+// plant a link under the name beforehand (and it is created with O_EXCL|O_NOFOLLOW anyway).
+std::string temporary_name(const std::string& path) {
+  uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
+    static std::atomic<uint64_t> counter{0};  // no entropy (very early boot): still unique here
+    r = (static_cast<uint64_t>(::getpid()) << 32) ^ counter++ ^ static_cast<uint64_t>(::time(nullptr));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  const std::filesystem::path p(path);
+  std::string name = ".";
+  name.append(p.filename().string()).append(".dpx-tmp.").append(std::to_string(::getpid())).append(".").append(hex);
+  return (p.parent_path() / name).string();
+}
+
+void mark(int fd) {
+  const std::string pid = std::to_string(::getpid());
+  (void)::fsetxattr(fd, kTemporaryMark, pid.data(), pid.size(), 0);  // best effort: not every file system keeps them
+}
+
+// The file being written: an unnamed inode in the destination's folder (O_TMPFILE: nothing to
+// leave behind if the process dies) where the file system allows, else a named temporary made
+// with O_EXCL|O_NOFOLLOW and marked. Closes, unlinks and unlists on every early exit, including an
+// exception thrown by the caller's writer; a name is listed while it exists, for the signal handler.
+struct TempFile {
+  ~TempFile() {
+    if (fd >= 0) ::close(fd);
+    if (!name.empty() && !renamed) ::unlink(name.c_str());
+    unlist();
+  }
+  TempFile() = default;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  // Gives the file the name `n` (already created by open or linkat) and lists it.
+  void named(std::string n) {
+    name = std::move(n);
+    listed = strdup(name.c_str());
+    if (listed) note_temporary(listed);
+  }
+  void unlist() {
+    if (!listed) return;
+    forget_temporary(listed);
+    std::free(listed);
+    listed = nullptr;
+  }
+
+  int fd = -1;
+  bool unnamed = false;  // an O_TMPFILE inode, not linked anywhere yet
+  std::string name;      // its name in the folder, once it has one
+  char* listed = nullptr;
+  bool renamed = false;
+};
+
+// Opens the file to write `path` through; throws (naming `flag`) when it cannot.
+void open_temporary(TempFile& tmp, const std::string& path, std::string_view flag) {
+  const std::string dir = parent_dir(path);
+  tmp.fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (tmp.fd >= 0) {
+    tmp.unnamed = true;
+    mark(tmp.fd);
+    return;
+  }
+  // Not every file system has unnamed files (NFS, some overlays): a named one then.
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) fail_write(path, errno, flag);
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string name = temporary_name(path);
+    tmp.fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (tmp.fd >= 0) {
+      tmp.named(name);
+      mark(tmp.fd);
+      return;
+    }
+    if (errno != EEXIST) fail_write(path, errno, flag);
+  }
+  fail_write(path, EEXIST, flag);
+}
+
+// Gives an unnamed temporary a fresh name beside `path` (linkat never replaces an existing name).
+void link_temporary(TempFile& tmp, const std::string& path, std::string_view flag) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(tmp.fd);
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string name = temporary_name(path);
+    int rc = ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW);
+    if (rc != 0 && errno == ENOENT) rc = ::linkat(tmp.fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH);  // no /proc
+    if (rc == 0) {
+      tmp.named(name);
+      return;
+    }
+    if (errno != EEXIST) fail_write(path, errno, flag);
+  }
+  fail_write(path, EEXIST, flag);
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write,
                        std::string_view flag) {
   if (path.empty()) fail("cannot write a file with an empty path: pass a file name (", flag, ")");
-  // The sequence number keeps two threads of one process (ranks) off each other's temporary.
-  static std::atomic<uint64_t> sequence{0};
-  TempFile tmp(path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(sequence++));
-  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (tmp.fd < 0) fail_write(path, errno, flag);
+  TempFile tmp;
+  open_temporary(tmp, path, flag);
   {
     FdStreamBuf buf(tmp.fd);
     std::ostream os(&buf);
@@ -179,11 +255,15 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     if (!os) fail("cannot write ", path, " (", flag, "): the stream reported an error while writing");
   }
   if (::fsync(tmp.fd) != 0) fail_write(path, errno, flag);
-  int fd = tmp.fd;
+  if (tmp.unnamed) link_temporary(tmp, path, flag);
+  // rename(2) replaces `path` itself: a link there is replaced, its target left alone.
+  if (::rename(tmp.name.c_str(), path.c_str()) != 0) fail_write(path, errno, flag);
+  tmp.renamed = true;
+  tmp.unlist();
+  (void)::fremovexattr(tmp.fd, kTemporaryMark);  // the file is no temporary any more
+  const int fd = tmp.fd;
   tmp.fd = -1;
   if (::close(fd) != 0) fail_write(path, errno, flag);  // NFS reports some write errors only here
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) fail_write(path, errno, flag);
-  tmp.renamed = true;
   sync_dir(parent_dir(path));
 }
 
@@ -213,9 +293,18 @@ void ensure_writable_dir(const std::string& dir, std::string_view flag) {
   remove_stale_temporaries(d);
 }
 
+void check_writable_parent(const std::string& path, std::string_view flag) {
+  if (path.empty()) fail("cannot write a file with an empty path: pass a file name (", flag, ")");
+  const std::string dir = parent_dir(path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) fail_write(path, errno, flag);
+  if (!S_ISDIR(st.st_mode)) fail_write(path, ENOTDIR, flag);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) fail_write(path, errno, flag);
+}
+
 int remove_stale_temporaries(const std::string& dir) {
   namespace fs = std::filesystem;
-  static const std::regex temporary(R"(.*\.tmp\.([0-9]+)\.[0-9]+)");
+  static const std::regex temporary(R"(\..+\.dpx-tmp\.([0-9]+)\.[0-9a-f]{16})");
   int removed = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -225,35 +314,104 @@ int remove_stale_temporaries(const std::string& dir) {
     const long pid = std::strtol(m[1].str().c_str(), nullptr, 10);
     if (pid <= 0 || pid == ::getpid()) continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    // The name alone proves nothing: the file must be a regular file that carries dpx's mark with
+    // that pid (a link, or a user's file that happens to look so, is left alone).
+    std::error_code st;
+    if (!fs::is_regular_file(fs::symlink_status(it->path(), st))) continue;
+    char marked[32] = {};
+    const ssize_t n = ::lgetxattr(it->path().c_str(), kTemporaryMark, marked, sizeof marked - 1);
+    if (n <= 0 || std::string(marked, static_cast<size_t>(n)) != m[1].str()) continue;
     std::error_code rm;
     if (fs::remove(it->path(), rm)) ++removed;
   }
   return removed;
 }
 
+namespace {
+std::array<std::atomic<char*>, 16> scratch_folders{};
+
+// Unlinks every entry of `dir` (its files: a scratch folder holds no subfolders), then `dir`.
+void remove_folder(const char* dir) noexcept {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (DIR* d = ::fdopendir(fd)) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) (void)::unlinkat(fd, e->d_name, 0);
+    ::closedir(d);  // closes fd
+  } else {
+    ::close(fd);
+  }
+  (void)::rmdir(dir);
+}
+}  // namespace
+
 void remove_temporaries_in_progress() noexcept {
   for (auto& slot : writes_in_progress)
     if (const char* path = slot.load()) ::unlink(path);
+  // The newest first: a folder listed inside an older one (plot's scratch in report's) is emptied
+  // and removed before its parent.
+  for (size_t i = scratch_folders.size(); i-- > 0;)
+    if (const char* dir = scratch_folders[i].load()) remove_folder(dir);
 }
 
+ScratchFolder::ScratchFolder(const std::string& path) : listed_(strdup(path.c_str())) {
+  if (!listed_) return;
+  for (auto& slot : scratch_folders) {
+    char* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, listed_)) return;
+  }
+}
+
+ScratchFolder::~ScratchFolder() {
+  if (!listed_) return;
+  for (auto& slot : scratch_folders) {
+    char* expected = listed_;
+    if (slot.compare_exchange_strong(expected, nullptr)) break;
+  }
+  std::free(listed_);
+}
+
+namespace {
+// A lock file holds the pid of the last run that took it, padded with spaces to this width: it is
+// written over in place, never truncated, and a file of another size or content is not dpx's.
+constexpr size_t kLockBytes = 20;
+}  // namespace
+
 OutputLock::OutputLock(const std::string& dir, std::string_view flag) {
-  const std::string path = (dir.empty() ? std::string(".") : dir) + "/.dpx.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  const std::string shown = dir.empty() ? std::string(".") : dir;
+  const std::string path = shown + "/.dpx.lock";
+  // Never through a link (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK), never truncated.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd_ < 0 && errno == ELOOP)
+    usage_fail(path, " is a symbolic link, not dpx's lock file (", flag, "): dpx writes no lock through a link; "
+               "remove the link, or pass another ", flag);
   if (fd_ < 0) fail_write(path, errno, flag);
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    char owner[32] = {};
-    (void)!::pread(fd_, owner, sizeof owner - 1, 0);
+  char owner[kLockBytes + 1] = {};
+  struct stat st {};
+  const bool is_lock = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+                       static_cast<size_t>(st.st_size) <= kLockBytes &&
+                       ::pread(fd_, owner, kLockBytes, 0) >= 0 &&
+                       std::string_view(owner).find_first_not_of("0123456789 \n") == std::string_view::npos;
+  if (!is_lock) {
     ::close(fd_);
     fd_ = -1;
+    usage_fail(path, " exists and is not a dpx lock file (", flag, "): dpx does not write into it; move it away, or "
+               "pass another ", flag);
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    std::string pid(owner);
+    pid.erase(pid.find_last_not_of(" \n") + 1);
     if (err == EWOULDBLOCK)
-      usage_fail("another dpx run", owner[0] ? detail::concat(" (pid ", owner, ")") : std::string(),
-                 " is writing into ", dir.empty() ? "." : dir, " (", flag, "): wait for it to end, or pass another ",
-                 flag);
+      usage_fail("another dpx run", pid.empty() ? std::string() : detail::concat(" (pid ", pid, ")"),
+                 " is writing into ", shown, " (", flag, "): wait for it to end, or pass another ", flag);
     fail("cannot lock ", path, " (", flag, "): ", reason(err));
   }
-  const std::string pid = std::to_string(::getpid());
-  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+  std::string pid = std::to_string(::getpid());
+  pid.resize(kLockBytes, ' ');
+  (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
 }
 
 OutputLock::~OutputLock() {

@@ -12,10 +12,13 @@
 
 namespace dpx {
 
-// Calls `write` with a stream onto "<path>.tmp.<pid>.<n>" in the same directory, then flushes,
-// checks the stream, fsyncs and renames the temporary over `path`. On any failure the
-// temporary is removed and a dpx::Error names the path and the reason (strerror); an
-// exception thrown by `write` itself is passed on unchanged, after the same clean-up.
+// Calls `write` with a stream onto a temporary in the same directory — an unnamed file
+// (O_TMPFILE), or where the file system has none a new ".<name>.dpx-tmp.<pid>.<random>" made with
+// O_EXCL|O_NOFOLLOW and marked as dpx's (the extended attribute user.dpx.temporary) — then
+// flushes, checks the stream, fsyncs, and renames it over `path` (a link at `path` is replaced,
+// its target untouched). On any failure the temporary is removed, `path` is left as it was, and a
+// dpx::Error names the path and the reason (strerror); an exception thrown by `write` itself is
+// passed on unchanged, after the same clean-up.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write,
                        std::string_view flag = "--out");
 void write_file_atomic(const std::string& path, std::string_view contents, std::string_view flag = "--out");
@@ -25,13 +28,33 @@ void write_file_atomic(const std::string& path, std::string_view contents, std::
 // the temporaries that killed dpx processes left in it (remove_stale_temporaries).
 void ensure_writable_dir(const std::string& dir, std::string_view flag = "--out");
 
-// Removes every "<name>.tmp.<pid>.<n>" in `dir` whose process no longer exists (the debris of a
-// write that SIGKILL interrupted); returns how many. Never touches another live process's files.
+// Checks, without creating or writing anything, that a file could be written at `path`: its
+// folder exists, is a folder, and may be written into. Throws a dpx::Error naming `flag`.
+void check_writable_parent(const std::string& path, std::string_view flag);
+
+// Removes every named temporary in `dir` that dpx can prove it made — named
+// ".<name>.dpx-tmp.<pid>.<16 hex digits>", a regular file, and marked with that pid — whose process
+// no longer exists (the debris of a write that SIGKILL interrupted); returns how many. Never a file
+// by its name alone, a link, or another live process's file.
 int remove_stale_temporaries(const std::string& dir);
 
-// Unlinks the temporaries of the writes in progress in this process. Async-signal-safe: the
-// handler of a second SIGINT/SIGTERM calls it before ending the process at once.
+// Unlinks the temporaries of the writes in progress in this process, and empties and removes the
+// scratch folders in use (ScratchFolder). Called by stop::now before it ends the process at once.
 void remove_temporaries_in_progress() noexcept;
+
+// A scratch folder listed for the life of the object: a signal that ends dpx removes it with its
+// files (no subfolders), as it does the temporaries of writes (dpx plot's .dpx-plot.XXXXXX in
+// --out, dpx report's in $TMPDIR). The folder itself is the caller's to make and remove.
+class ScratchFolder {
+ public:
+  explicit ScratchFolder(const std::string& path);
+  ~ScratchFolder();
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+
+ private:
+  char* listed_ = nullptr;
+};
 
 // An exclusive lock on an output folder for the life of the object, so that two runs cannot mix
 // their files in one --out: the second is refused with the first one's pid. The lock file

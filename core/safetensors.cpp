@@ -136,7 +136,8 @@ void check_tensor_matches(const std::string& name, const Tensor& t, const Shape&
 
 SafeTensors read_safetensors(const std::string& path) {
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as weights is refused below (not a regular file), not waited on.
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) fail("cannot open ", path, ": ", std::generic_category().message(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) fail("cannot read ", path, ": ", std::generic_category().message(errno));

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/atomic_file.hpp"
+#include "core/children.hpp"
 
 namespace dpx::stop {
 
@@ -42,6 +43,7 @@ const char* signal_name(int signal) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
     case SIGHUP: return "SIGHUP";
+    case SIGXCPU: return "SIGXCPU (the CPU time limit, ulimit -t)";
     default: return "a signal";
   }
 }
@@ -51,7 +53,7 @@ namespace {
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGXCPU}) sigaddset(&set, sig);
   return set;
 }
 
@@ -87,7 +89,10 @@ void install_handlers() {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGXCPU}) sigaction(sig, &action, nullptr);
+  // A file over `ulimit -f` would raise SIGXFSZ and end the process on the spot, temporaries and
+  // all; ignored, the write fails with EFBIG instead, and the writer says so and cleans up.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (installed.exchange(true)) return;
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // this thread, and every thread it starts from now on
@@ -100,6 +105,11 @@ void unblock_signals_in_child() {
 }
 
 int requested() { return first_signal.load(); }
+
+void wait_while_stopping() {
+  if (first_signal.load() == 0 || graceful_scopes.load() > 0) return;
+  for (;;) ::pause();  // the signal thread ends the process (stop::now)
+}
 
 Graceful::Graceful() { graceful_scopes.fetch_add(1); }
 Graceful::~Graceful() { graceful_scopes.fetch_sub(1); }
@@ -114,10 +124,13 @@ void request(int signal, bool announce) {
 }
 
 void now(int signal) {
+  int expected = 0;
+  const bool again = !first_signal.compare_exchange_strong(expected, signal);  // runners see it: wait_while_stopping
+  end_children(signal);  // they get the signal too, and are waited for: none left orphaned
   remove_temporaries_in_progress();
   say("dpx: ");
   say(signal_name(signal));
-  say(first_signal.load() != 0 ? " again: stopped at once\n" : ": stopped\n");
+  say(again ? " again: stopped at once\n" : ": stopped\n");
   ::_exit(128 + signal);
 }
 

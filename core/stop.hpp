@@ -33,9 +33,14 @@ bool graceful();
 int requested();
 // Records a request to stop (async-signal-safe); prints, once, what will happen, when `announce`.
 void request(int signal, bool announce = true);
-// Removes the temporaries of writes in progress, says so, and ends the process with
-// 128 + signal (async-signal-safe).
+// Passes the signal on to the children dpx runs and waits for them (core/children.hpp), removes
+// the temporaries of writes in progress and the scratch folders, says so, and ends the process
+// with 128 + signal.
 [[noreturn]] void now(int signal);
+// For a thread that ran a child which just ended: when the process is being ended by a signal
+// (the child ended because now() passed it on), waits for now() to end the process rather than
+// report the child's end as a failure of its own. Returns at once otherwise.
+void wait_while_stopping();
 // "SIGTERM", "SIGINT", "SIGHUP", or "a signal".
 const char* signal_name(int signal);
 

@@ -24,9 +24,6 @@ inline bool index_select_backward_scans(int64_t rows, int64_t cols, int64_t indi
   return want_deterministic || rows * cols * indices <= max_scan;
 }
 
-// max_pool2d's backward: one thread per plane adding its outputs' gradients in order (no atomics,
-// the CPU's order; slower) when asked, else one thread per output with float atomics, whose sums
-// differ in the last bit from run to run where windows overlap (stride < kernel).
-inline bool max_pool_backward_in_order(bool want_deterministic) { return want_deterministic; }
+// max_pool2d's backward needs no rule: it gathers, without atomics, always (kernels/cuda/pool.cu).
 
 }  // namespace dpx::kernels

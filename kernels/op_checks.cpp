@@ -371,7 +371,7 @@ void max_pool2d_forward(Context&, Tensor& y, Tensor& argmax, const Tensor& x,
   require_shape(op, "argmax", argmax, out);
 }
 
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
   const char* op = "max_pool2d_backward";
   require_f32(op, "dx", dx);
   require_f32(op, "dy", dy);
@@ -382,6 +382,8 @@ void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& a
   if (dx.size(0) != dy.size(0) || dx.size(1) != dy.size(1))
     fail(op, ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()),
          " must agree on (N, C)");
+  // dy is the pooled shape of dx under the forward's parameters.
+  require_shape(op, "dy", dy, pool_output(op, dx, p));
 }
 
 void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {
@@ -478,15 +480,15 @@ void dropout_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& mask
 void sigmoid_forward(Context&, Tensor& y, const Tensor& x) {
   require_f32_pair("sigmoid_forward", "y", y, "x", x);
 }
-void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
   require_unary_backward("sigmoid_backward", dx, dy, "y", y);
 }
 void silu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("silu_forward", "y", y, "x", x); }
-void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode) {
   require_unary_backward("silu_backward", dx, dy, "x", x);
 }
 void gelu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("gelu_forward", "y", y, "x", x); }
-void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode) {
   require_unary_backward("gelu_backward", dx, dy, "x", x);
 }
 
@@ -578,7 +580,7 @@ void permute(Context&, Tensor& out, const Tensor& in, const std::vector<int>& pe
   (void)plan::permute_plan("permute", "in", in.shape(), "out", out.shape(), perm);
 }
 
-void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm, DxMode) {
   require_f32("permute_backward", "din", din);
   require_f32("permute_backward", "dout", dout);
   (void)plan::permute_plan("permute_backward", "din", din.shape(), "dout", dout.shape(), perm);

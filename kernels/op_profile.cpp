@@ -1,5 +1,6 @@
 // The op profiler's totals: one table per thread (behind its own, uncontended mutex), kept in a
-// registry so snapshot() and reset() reach every thread's, also after a thread has ended.
+// registry so snapshot() and reset() reach every thread's, also after a thread has ended. A GPU
+// op's events wait in its thread's table until the Counting scope ends, then are read.
 #include "kernels/op_profile.hpp"
 
 #include <algorithm>
@@ -9,10 +10,15 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda/memory.hpp"
+#include "core/launch_count.hpp"
 #ifdef DPX_WITH_CUDA
+#include <cuda_runtime.h>
+
 #include "core/cuda/context.hpp"
+#include "core/cuda/launch_counter.hpp"
 #endif
 
 namespace dpx::ops::profile {
@@ -25,14 +31,27 @@ namespace {
 
 struct Totals {
   int64_t calls = 0;
-  double total_s = 0, flops = 0;
-  bool has_flops = false;
+  double total_s = 0, host_s = 0, flops = 0;
+  int64_t kernels = 0;
+  bool kernels_known = true, has_flops = false, on_gpu = false;
+};
+
+// A GPU op whose events have not been read yet.
+struct Pending {
+  const char* name;
+  double flops;
+  double host_s;
+  int64_t kernels;  // -1: unknown
+  void* start;      // cudaEvent_t
+  void* end;
+  int device;
 };
 
 // One thread's totals, keyed by the op's name (a string literal of ops.cpp: one address per op).
 struct ThreadTotals {
   std::mutex mu;
   std::unordered_map<const char*, Totals> by_op;
+  std::vector<Pending> pending;
 };
 
 struct Registry {
@@ -62,22 +81,89 @@ int64_t now_ns() {
       .count();
 }
 
-// A GPU op is queued, not run: wait for the context's stream so that the time is the op's.
-void wait_for_device(const Context& ctx) {
-  if (ctx.device.is_cpu()) return;
-#ifdef DPX_WITH_CUDA
-  cuda::synchronize(cuda::state_of(ctx).stream, ctx.device.index);
-#endif
+void add(Totals& t, double seconds, double host_s, int64_t kernels, double flops, bool on_gpu) {
+  ++t.calls;
+  t.total_s += seconds;
+  t.host_s += host_s;
+  if (kernels >= 0) t.kernels += kernels;
+  else t.kernels_known = false;
+  if (flops >= 0) {
+    t.flops += flops;
+    t.has_flops = true;
+  }
+  t.on_gpu = t.on_gpu || on_gpu;
 }
+
+#ifdef DPX_WITH_CUDA
+// Timing events, kept per device for reuse (created once, never destroyed: destroying them after
+// main() returns races the CUDA runtime's teardown). Only the thread that owns the pool uses it.
+struct EventPool {
+  std::map<int, std::vector<cudaEvent_t>> free;
+  void* take(int device) {
+    auto& f = free[device];
+    if (!f.empty()) {
+      cudaEvent_t e = f.back();
+      f.pop_back();
+      return e;
+    }
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device);
+    cudaEvent_t e = nullptr;
+    const cudaError_t err = cudaEventCreate(&e);
+    cudaSetDevice(previous);
+    return err == cudaSuccess ? e : nullptr;
+  }
+  void give(int device, void* e) {
+    if (e) free[device].push_back(static_cast<cudaEvent_t>(e));
+  }
+};
+EventPool& event_pool() {
+  thread_local EventPool* pool = new EventPool;
+  return *pool;
+}
+
+// Reads the GPU times of `t`'s pending ops into its totals; an event that cannot be read drops
+// its op (a device error surfaces at the next call that checks). Called with t.mu held.
+void resolve(ThreadTotals& t) {
+  for (const Pending& p : t.pending) {
+    float ms = 0;
+    const bool ok = p.start && p.end && cudaEventSynchronize(static_cast<cudaEvent_t>(p.end)) == cudaSuccess &&
+                    cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.end)) ==
+                        cudaSuccess;
+    if (ok) add(t.by_op[p.name], ms * 1e-3, p.host_s, p.kernels, p.flops, true);
+    else (void)cudaGetLastError();
+    event_pool().give(p.device, p.start);
+    event_pool().give(p.device, p.end);
+  }
+  t.pending.clear();
+}
+#else
+void resolve(ThreadTotals& t) { t.pending.clear(); }
+#endif
 
 }  // namespace
 
-void set_enabled(bool on) { detail::g_enabled.store(on, std::memory_order_relaxed); }
+void set_enabled(bool on) {
+  detail::g_enabled.store(on, std::memory_order_relaxed);
+#ifdef DPX_WITH_CUDA
+  if (on && cuda::available()) (void)cuda::count_launches();  // once: GPU ops then report their kernels
+#endif
+}
 
 bool counting() { return t_counting; }
 
 Counting::Counting(bool on) : previous_(t_counting) { t_counting = on; }
-Counting::~Counting() { t_counting = previous_; }
+Counting::~Counting() {
+  t_counting = previous_;
+  if (t_counting) return;  // an enclosing scope reads them
+  try {
+    ThreadTotals& t = this_thread_totals();
+    std::lock_guard<std::mutex> lock(t.mu);
+    resolve(t);
+  } catch (...) {  // a destructor: never throws
+  }
+}
 
 void reset() {
   Registry& r = registry();
@@ -87,11 +173,18 @@ void reset() {
   for (auto& t : r.threads) {
     std::lock_guard<std::mutex> thread_lock(t->mu);
     t->by_op.clear();
+    t->pending.clear();  // their events stay with their threads' pools only when read; a reset drops them
   }
 }
 
 std::vector<OpStats> snapshot() {
+  {  // this thread's ops still waiting to be read (a caller outside any Counting scope)
+    ThreadTotals& mine = this_thread_totals();
+    std::lock_guard<std::mutex> lock(mine.mu);
+    resolve(mine);
+  }
   std::map<std::string, OpStats> merged;
+  std::map<std::string, bool> kernels_known;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
@@ -102,13 +195,22 @@ std::vector<OpStats> snapshot() {
         s.name = name;
         s.calls += totals.calls;
         s.total_s += totals.total_s;
+        s.host_s += totals.host_s;
+        if (s.kernels < 0) s.kernels = 0;
+        s.kernels += totals.kernels;
+        auto [known, fresh] = kernels_known.try_emplace(name, true);
+        known->second = known->second && totals.kernels_known;
         s.flops += totals.flops;
         s.has_flops = s.has_flops || totals.has_flops;
+        s.on_gpu = s.on_gpu || totals.on_gpu;
       }
     }
   }
   std::vector<OpStats> out;
-  for (auto& [name, s] : merged) out.push_back(std::move(s));
+  for (auto& [name, s] : merged) {
+    if (!kernels_known[name]) s.kernels = -1;
+    out.push_back(std::move(s));
+  }
   std::stable_sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) { return a.total_s > b.total_s; });
   return out;
 }
@@ -118,27 +220,44 @@ Call::Call(const Context& ctx, const char* name, double flops) {
   ctx_ = &ctx;
   name_ = name;
   flops_ = flops;
-  wait_for_device(ctx);
+#ifdef DPX_WITH_CUDA
+  if (ctx.device.is_cuda()) {
+    cuda::CudaState& st = cuda::state_of(ctx);  // makes the op's device current
+    start_event_ = event_pool().take(st.device);
+    if (start_event_) (void)cudaEventRecord(static_cast<cudaEvent_t>(start_event_), st.stream);
+    if (cuda::counting_launches()) launches_ = this_thread_launches().launches();
+  }
+#endif
   start_ns_ = now_ns();
 }
 
 Call::~Call() {
-  if (!ctx_ || std::uncaught_exceptions() > 0) return;  // an op that threw is not a measurement
-  try {
-    wait_for_device(*ctx_);
-  } catch (...) {
-    return;  // the device's error surfaces at the next call that checks it
-  }
-  const double seconds = static_cast<double>(now_ns() - start_ns_) * 1e-9;
+  if (!ctx_) return;
+  const double host_s = static_cast<double>(now_ns() - start_ns_) * 1e-9;
   ThreadTotals& t = this_thread_totals();
-  std::lock_guard<std::mutex> lock(t.mu);
-  Totals& totals = t.by_op[name_];
-  ++totals.calls;
-  totals.total_s += seconds;
-  if (flops_ >= 0) {
-    totals.flops += flops_;
-    totals.has_flops = true;
+#ifdef DPX_WITH_CUDA
+  if (ctx_->device.is_cuda()) {
+    const int device = ctx_->device.index;
+    if (std::uncaught_exceptions() > 0) {  // an op that threw is not a measurement
+      event_pool().give(device, start_event_);
+      return;
+    }
+    void* end = event_pool().take(device);
+    cudaStream_t stream = nullptr;
+    try {
+      stream = cuda::state_of(*ctx_).stream;
+    } catch (...) {
+    }
+    if (end) (void)cudaEventRecord(static_cast<cudaEvent_t>(end), stream);
+    const int64_t kernels = launches_ >= 0 ? this_thread_launches().launches() - launches_ : -1;
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.pending.push_back({name_, flops_, host_s, kernels, start_event_, end, device});
+    return;
   }
+#endif
+  if (std::uncaught_exceptions() > 0) return;
+  std::lock_guard<std::mutex> lock(t.mu);
+  add(t.by_op[name_], host_s, host_s, -1, flops_, false);
 }
 
 }  // namespace dpx::ops::profile

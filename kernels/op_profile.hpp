@@ -1,13 +1,18 @@
 // The op profiler behind `dpx bench --profile-ops`: when enabled, every op that kernels/ops.cpp
-// dispatches adds its wall time, one call and (for the products: convolutions, linear, matmul)
-// its floating-point operations to a per-op total. Off, an op pays one relaxed atomic load.
+// dispatches adds its time, its host time, the kernels it launched, one call and (for the
+// products: convolutions, linear, matmul) its floating-point operations to a per-op total. Off, an
+// op pays one relaxed atomic load.
 //
 // Two switches decide whether a call counts: the process-wide one (set_enabled), and a
 // thread-local one (Counting, off by default) that the training loop turns on for the measured
 // steps of each rank's thread, so that warmup steps, model set-up and evaluation stay out.
 // Each thread adds to its own totals (no contention between replica threads); snapshot() merges
-// them. On CUDA the context's stream is synchronised before and after each counted op, so a
-// counted op's time is its kernels' time (and the run is slower: a profile, not a benchmark).
+// them. On the CPU an op's time is its wall time. On CUDA nothing waits: a pair of CUDA events is
+// recorded on the context's stream around each counted op, and the events are read when the
+// Counting scope ends (the training loop's step, which has waited for the device already), so an
+// op's time is the GPU time from its first kernel's start to its last one's end; its host time is
+// what the host spent issuing it, and its kernels are counted by CUPTI's launch callbacks where
+// libcupti can be loaded (core/cuda/launch_counter.hpp; else unknown, -1).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -32,7 +37,7 @@ bool counting();
 class Counting {
  public:
   explicit Counting(bool on);
-  ~Counting();
+  ~Counting();  // reads the GPU times of this thread's ops (never throws)
   Counting(const Counting&) = delete;
   Counting& operator=(const Counting&) = delete;
 
@@ -46,9 +51,12 @@ void reset();
 struct OpStats {
   std::string name;     // the op's name in kernels/ops.def
   int64_t calls = 0;
-  double total_s = 0;   // wall time summed over the calls (and over threads)
+  double total_s = 0;   // time summed over the calls (and threads): wall time on CPUs, GPU time on GPUs
+  double host_s = 0;    // host time spent issuing the calls (on CPUs the same as total_s)
+  int64_t kernels = -1;  // GPU kernels the calls launched; -1: unknown (CPU ops, no CUPTI)
   double flops = 0;     // floating-point operations summed over the calls (a multiply-add is 2)
   bool has_flops = false;  // false for ops whose FLOPs are not defined here (print "-")
+  bool on_gpu = false;     // total_s is GPU time (CUDA events)
 };
 // Every op counted since the last reset, merged over threads, by total time (largest first).
 std::vector<OpStats> snapshot();
@@ -67,6 +75,9 @@ class Call {
   const char* name_ = nullptr;
   double flops_ = -1;
   int64_t start_ns_ = 0;
+  int64_t launches_ = -1;  // this thread's launch count at the start; -1: not counting launches
+  void* start_event_ = nullptr;  // CUDA: the event recorded before the op's work (a cudaEvent_t)
 };
+
 
 }  // namespace dpx::ops::profile

@@ -13,15 +13,15 @@ void ReluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor&
 }
 void GeluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::gelu_forward(ctx, y, x); }
 void GeluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  ops::gelu_backward(ctx, dx, dy, x);
+  ops::gelu_backward(ctx, dx, dy, x, ops::DxMode::overwrite);
 }
 void SiluOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::silu_forward(ctx, y, x); }
 void SiluOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  ops::silu_backward(ctx, dx, dy, x);
+  ops::silu_backward(ctx, dx, dy, x, ops::DxMode::overwrite);
 }
 void SigmoidOps::forward(Context& ctx, Tensor& y, const Tensor& x) { ops::sigmoid_forward(ctx, y, x); }
 void SigmoidOps::backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  ops::sigmoid_backward(ctx, dx, dy, y);
+  ops::sigmoid_backward(ctx, dx, dy, y, ops::DxMode::overwrite);
 }
 
 template <class Ops>

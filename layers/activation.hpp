@@ -23,7 +23,7 @@ struct GeluOps {
   static constexpr const char* name = "GELU";
   static constexpr const char* repr = "GELU(approximate='none')";
   static constexpr bool keeps_output = false;  // GELU' needs x
-  static constexpr bool overwrites_dx = false;
+  static constexpr bool overwrites_dx = true;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
@@ -31,7 +31,7 @@ struct SiluOps {
   static constexpr const char* name = "SiLU";
   static constexpr const char* repr = "SiLU()";
   static constexpr bool keeps_output = false;  // SiLU' needs x
-  static constexpr bool overwrites_dx = false;
+  static constexpr bool overwrites_dx = true;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };
@@ -39,7 +39,7 @@ struct SigmoidOps {
   static constexpr const char* name = "Sigmoid";
   static constexpr const char* repr = "Sigmoid()";
   static constexpr bool keeps_output = true;  // sigmoid' = y (1 - y)
-  static constexpr bool overwrites_dx = false;
+  static constexpr bool overwrites_dx = true;
   static void forward(Context& ctx, Tensor& y, const Tensor& x);
   static void backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& kept);
 };

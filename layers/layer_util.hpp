@@ -1,4 +1,4 @@
-// Helpers every layer shares: zeroed gradient tensors made on the op's stream, where a
+// Helpers every layer shares: zeroed (or, for ops that write every element, uninitialised) gradient tensors made on the op's stream, where a
 // parameter's gradient goes in backward, and initialisation that works whether a parameter is
 // still on the host or already on a device (reset_parameters on a model in a CUDA buffer).
 #pragma once
@@ -17,6 +17,10 @@ inline Tensor zeros_on(Context& ctx, const Shape& shape) {
   if (t.numel() > 0) ops::fill(ctx, t, 0.f);
   return t;
 }
+
+// An uninitialised f32 tensor on ctx.device, for an op that writes every element
+// (DxMode::overwrite): no fill kernel before it.
+inline Tensor empty_on(Context& ctx, const Shape& shape) { return Tensor::empty(shape, DType::f32, ctx.device); }
 
 // The tensor a backward op accumulates this parameter's gradient into, or nullptr when the
 // parameter is frozen (the kernel then skips that gradient entirely). A module outside a

@@ -47,9 +47,10 @@ Tensor PatchMerging::backward(Context& ctx, const Tensor& dy) {
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ",
          shape_str({B, H2, W2, 2 * dim_}));
   Tensor dgathered = child(kNorm).backward(ctx, child(kReduction).backward(ctx, dy));
-  Tensor dpadded = zeros_on(ctx, {B, 2 * H2, 2 * W2, dim_});
+  Tensor dpadded = empty_on(ctx, {B, 2 * H2, 2 * W2, dim_});  // written over: every element once
   Tensor dpadded_view = dpadded.view({B, H2, 2, W2, 2, dim_});
-  ops::permute_backward(ctx, dpadded_view, dgathered.view({B, H2, W2, 2, 2, dim_}), kGatherPerm);
+  ops::permute_backward(ctx, dpadded_view, dgathered.view({B, H2, W2, 2, 2, dim_}), kGatherPerm,
+                        ops::DxMode::overwrite);
   if (!(H % 2 || W % 2)) return dpadded;
   Tensor dx = zeros_on(ctx, x_shape_);
   ops::pad_hw_backward(ctx, dx, dpadded);

@@ -36,8 +36,8 @@ Tensor Permute::forward(Context& ctx, const Tensor& x) {
 
 Tensor Permute::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
-  Tensor dx = zeros_on(ctx, x_shape_);
-  ops::permute_backward(ctx, dx, dy, dims_);  // checks dy's shape against the permuted one
+  Tensor dx = empty_on(ctx, x_shape_);  // written over: every element once
+  ops::permute_backward(ctx, dx, dy, dims_, ops::DxMode::overwrite);  // checks dy's shape against the permuted one
   return dx;
 }
 

@@ -21,8 +21,6 @@ const std::vector<int> kQkvPerm = {2, 0, 3, 1, 4};
 // (B nW, heads, L, hd) -> (B nW, L, heads, hd): heads back beside each other.
 const std::vector<int> kHeadsPerm = {0, 2, 1, 3};
 
-Tensor empty_on(Context& ctx, const Shape& s) { return Tensor::empty(s, DType::f32, ctx.device); }
-
 // Python's slice bounds: negative counts from the end and clamps at 0; -0 is 0; None is n.
 int64_t py_bound(int64_t i, int64_t n) { return i < 0 ? std::max<int64_t>(0, n + i) : std::min(i, n); }
 }  // namespace
@@ -196,12 +194,13 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
     ops::roll(ctx, unrolled, t, -g.sh, -g.sw);
     t = unrolled;
   }
-  Tensor dprojected = zeros_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
-  ops::permute_backward(ctx, dprojected, t.view({g.B, g.nWh, wh, g.nWw, ww, C}), kWindowPerm);
+  // Every permute below hits each element of its gradient once: written over, no zero fill first.
+  Tensor dprojected = empty_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
+  ops::permute_backward(ctx, dprojected, t.view({g.B, g.nWh, wh, g.nWw, ww, C}), kWindowPerm, ops::DxMode::overwrite);
   Tensor dmerged = child(kProj).backward(ctx, dprojected.view({BW, L, C}));
   const Shape head_shape = {BW, heads_, L, head_dim_};
-  Tensor dheads = zeros_on(ctx, head_shape);
-  ops::permute_backward(ctx, dheads, dmerged.view({BW, L, heads_, head_dim_}), kHeadsPerm);
+  Tensor dheads = empty_on(ctx, head_shape);
+  ops::permute_backward(ctx, dheads, dmerged.view({BW, L, heads_, head_dim_}), kHeadsPerm, ops::DxMode::overwrite);
 
   const Tensor q = qkv_.slice(0, 1).view(head_shape), k = qkv_.slice(1, 2).view(head_shape),
                v = qkv_.slice(2, 3).view(head_shape);
@@ -217,20 +216,21 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
     // The bias was added at every window of every image (the mask has no parameters).
     Tensor dbias = zeros_on(ctx, {1, heads_, L, L});
     ops::add_broadcast_backward(ctx, nullptr, &dbias, dscores);
-    Tensor dgathered = zeros_on(ctx, {L * L, heads_});
-    ops::permute_backward(ctx, dgathered, dbias.view({heads_, L * L}), {1, 0});
+    Tensor dgathered = empty_on(ctx, {L * L, heads_});
+    ops::permute_backward(ctx, dgathered, dbias.view({heads_, L * L}), {1, 0}, ops::DxMode::overwrite);
     ops::index_select_backward(ctx, *dtable, dgathered, relative_position_index());
   }
   grad_ready(relative_position_bias_table());
   ops::matmul(ctx, dq, dscores, k, false, false, scale_);  // scale dS k
   ops::matmul(ctx, dk, dscores, q, true, false, scale_);   // scale dS^T q
-  Tensor dqkv_rows = zeros_on(ctx, {BW, L, 3, heads_, head_dim_});
-  ops::permute_backward(ctx, dqkv_rows, dqkv, kQkvPerm);
+  Tensor dqkv_rows = empty_on(ctx, {BW, L, 3, heads_, head_dim_});
+  ops::permute_backward(ctx, dqkv_rows, dqkv, kQkvPerm, ops::DxMode::overwrite);
   Tensor dwindows = child(kQkv).backward(ctx, dqkv_rows.view({BW, L, 3 * C}));
 
-  Tensor dt = zeros_on(ctx, {g.B, g.pH, g.pW, C});
+  Tensor dt = empty_on(ctx, {g.B, g.pH, g.pW, C});
   Tensor dt_rows = dt.view({g.B, g.nWh, wh, g.nWw, ww, C});
-  ops::permute_backward(ctx, dt_rows, dwindows.view({g.B, g.nWh, g.nWw, wh, ww, C}), kWindowPerm);
+  ops::permute_backward(ctx, dt_rows, dwindows.view({g.B, g.nWh, g.nWw, wh, ww, C}), kWindowPerm,
+                        ops::DxMode::overwrite);
   if (g.shifted()) {
     Tensor unrolled = empty_on(ctx, dt.shape());  // rolled back: every element written once
     ops::roll(ctx, unrolled, dt, g.sh, g.sw);

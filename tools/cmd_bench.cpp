@@ -17,6 +17,7 @@
 #include "analysis/stats.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "core/stop.hpp"
 #include "kernels/op_profile.hpp"
 #include "parallel/train/job.hpp"
@@ -329,10 +330,23 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   // --out is made only once every configuration is valid: a refused sweep leaves no folder behind.
   std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
   if (rank0) {
+    // Every file the sweep writes may replace only the same kind of file an earlier dpx bench wrote.
+    check_output_dir_path(bf.out_dir, "--out");
+    const std::pair<const char*, FileKind> files[] = {{"results.csv", FileKind::results_csv},
+                                                      {"runs.csv", FileKind::runs_csv},
+                                                      {"ops.csv", FileKind::ops_csv},
+                                                      {"command.txt", FileKind::command_txt}};
+    for (const auto& [name, kind] : files) check_output_file(bf.out_dir + "/" + name, kind, "--out", tf.force);
+    for (const Config& c : configs)
+      for (int run = 1; run <= bf.repeat; ++run) {
+        const std::string name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
+        check_output_file(bf.out_dir + "/steps/" + name + ".csv", FileKind::steps_csv, "--out", tf.force);
+      }
     ensure_writable_dir(bf.out_dir);
     ensure_writable_dir(bf.out_dir + "/steps");
     lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
-    // An ops.csv of an earlier sweep into this folder would pass for this one's.
+    // An ops.csv of an earlier sweep into this folder would pass for this one's (it is dpx's,
+    // checked above, or --force said it may go).
     std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
     if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
   }
@@ -496,12 +510,14 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--noisy-spread", bf->noisy_spread,
                   "flag a configuration noisy when (max - min) / median of its throughput over the runs exceeds this")
       ->capture_default_str();
-  cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv, steps/ and (--profile-ops) ops.csv")->capture_default_str();
+  cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv, steps/ and (--profile-ops) ops.csv")
+      ->check(output_path())
+      ->capture_default_str();
   cmd->add_flag("--profile-ops", bf->profile_ops,
                 "time every op (kernels/ops.def) of the measured steps, warmup excluded: after each run a table of "
-                "op, calls, total ms, ms per step, % of the step time and GFLOP/s (convolutions, linear, matmul), "
-                "by total time, and ops.csv in --out; on CUDA each op waits for its stream before and after, so "
-                "the run is slower than without the flag");
+                "op, calls, total ms, ms per step, % of the step time, GFLOP/s (convolutions, linear, matmul), host "
+                "ms and kernels per step, by total time, and ops.csv in --out; on CUDA an op's time is read from "
+                "CUDA events around it (nothing waits) and its kernels are counted by CUPTI where libcupti loads");
   cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 

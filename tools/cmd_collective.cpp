@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "parallel/bench/collective_bench.hpp"
 #include "parallel/comm/p2p/p2p_backend.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
@@ -23,6 +24,7 @@ namespace {
 struct CollectiveFlags {
   parallel::CollectiveOptions o;
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes = "1M";
+  bool force = false;  // --force: replace a --csv that dpx did not write
 };
 
 // "nccl,p2p" -> {"nccl", "p2p"}: --backend may name several, run one after the other.
@@ -100,6 +102,8 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
     return each;
   };
   for (const std::string& b : backends) parallel::validate(options_for(b));  // all checked before any runs
+  if (!o.csv_path.empty() && processes.rank() == 0)  // rank 0 writes it
+    check_output_file(o.csv_path, FileKind::collective_csv, "--csv", f.force);
   if (backends.size() == 1) o = options_for(backends[0]);
   processes.agree(start_report(
       "collective", {{"-t", o.collective}, {"--backend", o.backend}, {"--ranks", std::to_string(o.ranks)},
@@ -204,7 +208,13 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
       ->capture_default_str();
   cmd->add_option("-r,--root", o.root, "root rank of broadcast, reduce, gather and scatter")->capture_default_str();
   cmd->add_flag("--pin", o.pin_threads, "pin rank r to CPU r mod (number of CPUs)");
-  cmd->add_option("--csv", o.csv_path, "also write one row per measurement to this CSV file");
+  cmd->add_option("--csv", o.csv_path,
+                  "also write one row per measurement to this CSV file (rewritten after every size, so a stopped run "
+                  "keeps what it measured)")
+      ->check(output_path());
+  cmd->add_flag("--force", f->force,
+                "replace a --csv file that exists and was not written by dpx collective (or is a link: the link is "
+                "replaced, its target left alone)");
   cmd->callback([cmd, f, &processes] { run(*cmd, *f, processes); });
 }
 

@@ -9,6 +9,7 @@
 #include "analysis/fit.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "tools/commands.hpp"
 
 namespace dpx::tools {
@@ -18,14 +19,19 @@ namespace {
 struct FitFlags {
   std::vector<std::string> files;
   std::string out = "fit.json";
+  bool force = false;  // --force: replace an --out file that dpx fit did not write
 };
 
 void run(const FitFlags& f) {
   // Never write over a file of the user's: only over one that dpx fit wrote before.
   if (!f.out.empty() && std::filesystem::is_directory(f.out))
     usage_fail("--out: '", f.out, "' is a folder: name a file (e.g. ", f.out, "/fit.json)");
-  if (!f.out.empty() && std::filesystem::exists(f.out) && !analysis::is_fit_json(f.out))
-    usage_fail("--out: '", f.out, "' exists and is not a file dpx fit wrote: name another file (--out FILE)");
+  if (!f.out.empty()) {
+    std::vector<FlagPath> inputs;
+    for (const std::string& in : f.files) inputs.push_back({"an input", in});
+    check_outputs_distinct({{"--out", f.out}}, inputs);
+    check_output_file(f.out, FileKind::fit_json, "--out", f.force);
+  }
   const analysis::FitResult r = analysis::fit_files(f.files);
   analysis::print_fits(std::cout, r);
   int ok = 0;
@@ -51,6 +57,7 @@ void add_fit_command(CLI::App& app) {
                   "write the fits as JSON here (for dpx predict --fit); an existing file is replaced only if dpx fit "
                   "wrote it; \"\" writes nothing")
       ->capture_default_str();
+  cmd->add_flag("--force", f->force, "replace an --out file that dpx fit did not write");
   cmd->callback([f] { run(*f); });
 }
 

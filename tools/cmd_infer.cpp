@@ -10,9 +10,11 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "core/safetensors.hpp"
 #include "layers/model.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 #include "tools/print.hpp"
 #include "zoo/heads.hpp"
 #include "zoo/registry.hpp"
@@ -27,6 +29,7 @@ struct InferFlags {
   int classes = 0, threads = 0;
   int64_t batch_size = 32;
   bool non_strict = false;
+  bool force = false;  // --force: replace an --output that dpx did not write
 };
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
@@ -74,20 +77,13 @@ std::pair<std::string, Tensor> read_images(const InferFlags& f) {
   return {name, t->dtype() == DType::f32 ? *t : t->cast(DType::f32)};
 }
 
-// Whether two paths name one file (an existing one; hard links and symbolic links included).
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return std::filesystem::equivalent(a, b, ec) && !ec;
-}
 
 void run_infer(const InferFlags& f) {
   if (f.batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", f.batch_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
-  // The logits must never replace what was read to make them.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--input", f.input}, {"--weights", f.weights}})
-    if (same_file(f.output, path))
-      usage_fail("--output ", f.output, " is the ", flag, " file: writing the logits there would destroy it; pass "
-                 "another --output");
+  // The logits must never replace what was read to make them, nor a file dpx did not write.
+  check_outputs_distinct({{"--output", f.output}}, {{"--input", f.input}, {"--weights", f.weights}});
+  check_output_file(f.output, FileKind::weights, "--output", f.force);
   ensure_writable_dir(std::filesystem::path(f.output).parent_path().string(), "--output");
   const zoo::ModelInfo& info = zoo::find_model(f.model);
   auto [x_name, x] = read_images(f);
@@ -113,6 +109,7 @@ void run_infer(const InferFlags& f) {
          " channels and head ", o.head, "; pass --classes or --head as the weights were trained)");
   }
   if (f.non_strict) std::fprintf(stderr, "dpx infer: %s: %s\n", f.weights.c_str(), zoo::describe_load(loaded).c_str());
+  zoo::check_finite(model, f.weights, "--weights");  // as dpx train: NaN logits say nothing
 
   model.eval();
   Context ctx = Context::cpu(f.threads > 0 ? f.threads : hardware_threads());
@@ -129,7 +126,9 @@ void run_infer(const InferFlags& f) {
     logits.slice(b, e).copy_from(y);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_safetensors(f.output, {{"logits", logits}}, {{"model", f.model}, {"input", x_name}}, "--output");
+  write_safetensors(f.output, {{"logits", logits}},
+                    {{"model", f.model}, {"input", x_name}, {std::string(kGeneratorKey), std::string(kGeneratorValue)}},
+                    "--output");
   std::printf("%s: %lld image(s) %s -> logits (%lld, %lld) in %s (%.3f s, eval mode)\n", f.model.c_str(),
               static_cast<long long>(n), shape_str(x.shape()).c_str(), static_cast<long long>(n),
               static_cast<long long>(logits.size(1)), f.output.c_str(), seconds);
@@ -145,9 +144,24 @@ void add_infer_command(CLI::App& app) {
       ->required();
   cmd->add_option("--input", f->input, "safetensors file with images (N, C, H, W), float")->required();
   cmd->add_option("--output", f->output, "safetensors file to write the logits (N, K) into, as \"logits\"")
-      ->required();
+      ->required()
+      ->check(output_path());
+  cmd->add_flag("--force", f->force,
+                "replace an --output file that exists and was not written by dpx (or is a link: the link is "
+                "replaced, its target left alone)");
   cmd->add_option("--tensor-name", f->tensor_name, "the input tensor's name (default: the file's first)");
-  cmd->add_option("--classes", f->classes, "classes K (default: the weights' metadata num_classes, else 1000)");
+  cmd->add_option("--classes", f->classes, "classes K (default: the weights' metadata num_classes, else 1000)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            int k = 0;
+            try {
+              k = std::stoi(text);
+            } catch (const std::exception&) {
+              return text + " is not a number of classes";
+            }
+            return k >= 1 ? "" : text + " is not a number of classes: give 1 or more (or leave it out for the metadata's)";
+          },
+          "K >= 1"));
   cmd->add_option("--head", f->head, "classifier the weights were trained with: " + zoo::head_names() +
                                          " (default: the metadata's, else default)");
   cmd->add_flag("--non-strict", f->non_strict, "load what fits; print the missing and unexpected names");

@@ -8,9 +8,11 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "zoo/heads.hpp"
 #include "zoo/model_stats.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 #include "tools/print.hpp"
 #include "zoo/registry.hpp"
 
@@ -24,6 +26,7 @@ struct ModelsFlags {
   int classes = 1000, image_size = 0, threads = 0;
   std::string head = "default";
   bool freeze_backbone = false, list_only = false;
+  bool force = false;  // --force: replace a --csv that dpx did not write
 };
 
 // 11689512 -> "11,689,512"
@@ -58,7 +61,10 @@ void run_models(const ModelsFlags& f) {
   if (f.classes < 1) usage_fail("--classes must be at least 1 (got ", f.classes, ")");
   if (f.image_size < 0) usage_fail("--image-size must be positive, or 0 for each model's default (got ", f.image_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
-  if (!f.csv.empty()) ensure_writable_dir(std::filesystem::path(f.csv).parent_path().string(), "--csv");
+  if (!f.csv.empty()) {
+    check_output_file(f.csv, FileKind::models_csv, "--csv", f.force);
+    ensure_writable_dir(std::filesystem::path(f.csv).parent_path().string(), "--csv");
+  }
   auto models = selected(f);
   if (f.list_only) {
     list_registry(models);
@@ -111,7 +117,10 @@ void add_models_command(CLI::App& app) {
       "models", "list the models: parameters, trainable parameters, forward GFLOPs and activation memory per image");
   auto f = std::make_shared<ModelsFlags>();
   cmd->add_option("names", f->names, "models to measure (default: all of them; --list names them)");
-  cmd->add_option("--csv", f->csv, "also write the rows to this CSV file");
+  cmd->add_option("--csv", f->csv, "also write the rows to this CSV file")->check(output_path());
+  cmd->add_flag("--force", f->force,
+                "replace a --csv file that exists and was not written by dpx models (or is a link: the link is "
+                "replaced, its target left alone)");
   cmd->add_option("--classes", f->classes, "number of classes (1000: torchvision's parameter counts)")
       ->capture_default_str();
   cmd->add_option("--image-size", f->image_size, "input size S (SxS) for every model (0: each model's default)")

@@ -6,6 +6,7 @@
 
 #include "analysis/plot.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 
 namespace dpx::tools {
 
@@ -50,7 +51,11 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("inputs", f->o.inputs,
                   "dpx bench --out folders (or their results.csv), dpx collective --csv files, dpx train --trace files");
   cmd->add_option("-o,--out", f->o.out_dir, "folder for NAME.png, NAME.svg and NAME.txt (the caption)")
+      ->check(output_path())
       ->capture_default_str();
+  cmd->add_flag("--force", f->o.force,
+                "replace NAME.png, NAME.svg or NAME.txt files in --out that dpx plot did not write (without it they "
+                "are refused and left alone)");
   cmd->add_option("--figure", f->figures,
                   "figures to draw, a comma list (dpx plot --list); default: every figure whose data is present");
   cmd->add_flag("--list", f->list, "name every figure and the data it needs, then stop");

@@ -19,9 +19,10 @@
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
 #include "core/error.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "core/output_files.hpp"
 #include "parallel/bench/compute_profile.hpp"
 #include "parallel/comm/net_sim.hpp"
+#include "parallel/comm/reduce.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 #include "zoo/registry.hpp"
@@ -46,6 +47,7 @@ struct PredictFlags {
   double compute_scale = 1, min_efficiency = 0.8;
   std::vector<std::string> compare;
   std::string csv;
+  bool force = false;  // --force: replace a --csv that dpx did not write
 };
 
 // The seconds per byte of this machine's reduction (a sum of two f32 buffers into a third, as
@@ -181,7 +183,12 @@ std::map<std::pair<int64_t, int>, Measured> read_measured(const PredictFlags& f)
       const int k = static_cast<int>(t.number(r, ranks));
       if (k > 1 && t.text(r, par) != "ddp") continue;
       const int64_t b = static_cast<int64_t>(f.scaling == "weak" ? t.number(r, rank_batch) : t.number(r, batch));
-      out[{b, k}] = {t.number(r, step), t.number(r, exposed), t.number(r, ips)};
+      const Measured m{t.number(r, step), t.number(r, exposed), t.number(r, ips)};
+      // A measured step takes time: zero or negative figures are an edited file, not a run.
+      if (!(m.step_s > 0) || m.exposed_s < 0 || !(m.images_per_s > 0))
+        usage_fail("--compare: '", path, "' line ", t.line_of(r), ": mean_step_s ", m.step_s, ", mean_comm_exposed_s ",
+                   m.exposed_s, " and images_per_s ", m.images_per_s, " are not a measured step's (positive times)");
+      out[{b, k}] = m;
     }
   }
   return out;
@@ -209,13 +216,28 @@ void run(const PredictFlags& f) {
     usage_fail("--algo hier: give --ranks-per-node G (ranks on one node; the tree inside, the ring across nodes)");
   if (f.algo != "ring" && f.algo != "tree" && f.algo != "naive" && f.algo != "rhd" && f.algo != "hier")
     usage_fail("--algo ", f.algo, ": dpx predicts its own all-reduce algorithms: ring, tree, naive, rhd, hier");
-  if (!(f.compute_scale > 0) || !std::isfinite(f.compute_scale))
-    usage_fail("--compute-scale: ", f.compute_scale, " is not a positive factor");
+  if (!(f.compute_scale > 0) || !std::isfinite(f.compute_scale) || f.compute_scale > 1e6)
+    usage_fail("--compute-scale: ", f.compute_scale, " is not a factor in (0, 1e6] (a device 10 times faster: 10)");
+  if (!f.backend.empty() && f.backend != "threads" && f.backend != "mpi" && f.backend != "nccl" && f.backend != "p2p")
+    usage_fail("--backend '", f.backend, "': use threads, mpi, nccl or p2p (the backend whose fits --fit holds), "
+               "or leave it out for any");
+  for (size_t i = 0; i < f.batch_sizes.size(); ++i)
+    for (size_t j = i + 1; j < f.batch_sizes.size(); ++j)
+      if (f.batch_sizes[i] == f.batch_sizes[j])
+        usage_fail("--batch-sizes: ", f.batch_sizes[i], " is given twice: list each batch size once");
   if (!(f.min_efficiency > 0 && f.min_efficiency <= 1)) usage_fail("--min-efficiency: give a fraction in (0, 1]");
   if (f.steps < 1) usage_fail("--steps: ", f.steps, " is not a number of steps");
   if (f.max_measured_batch < 1) usage_fail("--max-measured-batch: ", f.max_measured_batch, " is not a batch size");
   if (!(f.bucket_mb >= 0)) usage_fail("--bucket-mb: ", f.bucket_mb, " is not a size in MiB");
-  if (!f.csv.empty()) write_file_atomic(f.csv, "", "--csv");  // an unwritable path fails now, not after minutes
+  // An unwritable, foreign or input-naming --csv fails now, not after minutes, and the file is left
+  // as it is: it is replaced only at the end, whole, by a run that got there.
+  if (!f.csv.empty()) {
+    std::vector<FlagPath> inputs = {{"--fit", f.fit}};
+    for (const std::string& c : f.compare) inputs.push_back({"--compare", c});
+    check_outputs_distinct({{"--csv", f.csv}}, inputs);
+    check_output_file(f.csv, FileKind::predict_csv, "--csv", f.force);
+    check_writable_parent(f.csv, "--csv");
+  }
   const auto measured = read_measured(f);
 
   std::cout << "# dpx predict: " << f.model << ", DDP " << f.algo << ", " << f.scaling << " scaling, bucket "
@@ -231,7 +253,9 @@ void run(const PredictFlags& f) {
   for (int64_t b : f.batch_sizes) needed.insert(b);  // the one-rank baselines
   const int64_t hi = std::min(*needed.rbegin(), f.max_measured_batch);
   int64_t lo = std::min(hi, std::max<int64_t>(*needed.begin(), std::max<int64_t>(1, hi / 4)));
-  if (needed.size() > 1 && lo == hi) lo = std::max<int64_t>(1, hi / 4);  // a line needs two points
+  // A line needs two points: for several batches, and for one beyond --max-measured-batch (with one
+  // point, batch 64 was taken as costly as batch 32: resnet18 at 64x64 predicted 441 ms, measured 829).
+  if (lo == hi && (needed.size() > 1 || *needed.rbegin() > hi)) lo = std::max<int64_t>(1, hi / 4);
   parallel::TrainOptions base;
   base.model = f.model;
   base.image_size = f.image_size > 0 ? f.image_size : zoo::find_model(f.model).default_image_size;
@@ -263,6 +287,12 @@ void run(const PredictFlags& f) {
   }
   std::cout << "\n#   other batches on the straight line through " << (lo == hi ? "that point (constant)" : "these two")
             << (*needed.rbegin() > hi ? " (extrapolated beyond --max-measured-batch)" : "") << "\n";
+  if (lo != hi && compute.lo.total() > compute.hi.total()) {
+    std::snprintf(line, sizeof line, "%.1f ms against %.1f ms", compute.lo.total() * 1e3, compute.hi.total() * 1e3);
+    std::cout << "# warning: batch " << lo << " measured slower than batch " << hi << " (" << line
+              << "): the machine was busy; the computation is taken as flat. Rerun on an idle machine or with more "
+                 "--steps\n";
+  }
   if (f.compute_scale != 1) std::cout << "#   --compute-scale " << f.compute_scale << ": computation taken that many times faster\n";
   const std::vector<parallel::BucketReady> ready = parallel::measure_bucket_readiness(base, lo);
   std::vector<analysis::BucketPlan> buckets;
@@ -393,7 +423,10 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--min-efficiency", f->min_efficiency, "the efficiency the 'best' line keeps")->capture_default_str();
   cmd->add_option("--compare", f->compare, "dpx bench results.csv files: measured step times beside the predictions")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--csv", f->csv, "also write the predictions to this CSV file");
+  cmd->add_option("--csv", f->csv, "also write the predictions to this CSV file")->check(output_path());
+  cmd->add_flag("--force", f->force,
+                "replace a --csv file that exists and was not written by dpx predict (or is a link: the link is "
+                "replaced, its target left alone)");
   cmd->callback([f] { run(*f); });
 }
 

@@ -5,6 +5,7 @@
 
 #include "analysis/report.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 
 namespace dpx::tools {
 
@@ -16,7 +17,9 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("inputs", o->inputs, "dpx bench --out folders (or their results.csv) and dpx collective --csv files");
   cmd->add_option("-o,--out", o->out_file,
                   "the HTML file to write (atomically); an existing file is replaced only if dpx report wrote it")
+      ->check(output_path())
       ->capture_default_str();
+  cmd->add_flag("--force", o->force, "replace an --out file that dpx report did not write");
   cmd->add_option("--title", o->title, "the page's title")->capture_default_str();
   cmd->add_option("--gnuplot", o->gnuplot, "the gnuplot to run: a name on PATH or a path (Debian: gnuplot-nox)")
       ->capture_default_str();

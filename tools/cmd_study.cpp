@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "analysis/gnuplot.hpp"
+#include "core/children.hpp"
 #include "core/error.hpp"
+#include "core/quote.hpp"
 #include "core/stop.hpp"
 #include "tools/commands.hpp"
 
@@ -127,11 +129,7 @@ std::vector<Step> steps_of(const StudyFlags& f, int k) {
 
 std::string shell_line(const std::vector<std::string>& words) {
   std::string line = "dpx";
-  for (const std::string& w : words) {
-    const bool safe = !w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                        "@%+=:,./-_") == std::string::npos;
-    line += " " + (safe ? w : "'" + w + "'");
-  }
+  for (const std::string& w : words) line += " " + shell_quote(w);
   return line;
 }
 
@@ -148,13 +146,18 @@ int run_dpx(const std::string& self, const std::string& dir, const std::vector<s
   if (pid < 0) fail("dpx study: cannot start a step: ", std::strerror(errno));
   if (pid == 0) {
     dpx::stop::unblock_signals_in_child();
+    become_group_leader();  // a signal that ends the study ends this step with it (core/children.hpp)
     if (::chdir(dir.c_str()) != 0) ::_exit(126);
     ::execv(self.c_str(), argv.data());
     ::_exit(127);
   }
+  const ChildProcess listed(pid);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
+  while (::waitpid(pid, &status, 0) < 0) {
+    dpx::stop::wait_while_stopping();  // ECHILD: reaped by stop::now, which ends dpx
     if (errno != EINTR) fail("dpx study: waiting for a step: ", std::strerror(errno));
+  }
+  dpx::stop::wait_while_stopping();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
@@ -188,7 +191,10 @@ void run(StudyFlags& f) {
   // The commands, written before they run: the study's record and a script that remakes it.
   {
     std::ofstream sh(fs::path(f.out) / "commands.sh");
-    sh << "#!/bin/sh\n# " << command_line() << "\n# Run in this folder to remake the study (dpx on PATH).\nset -e\n";
+    // The command line is a comment: shown with its control characters escaped, so that none
+    // of them ends the comment (a newline in --out would start a command of its own).
+    sh << "#!/bin/sh\n# " << printable(command_line())
+       << "\n# Run in this folder to remake the study (dpx on PATH).\nset -e\n";
     for (const Step& s : steps) sh << shell_line(s.words) << "\n";
   }
   std::vector<std::string> outputs;

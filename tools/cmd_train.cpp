@@ -36,6 +36,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   // bad path fails in a second, not after an hour.
   std::vector<std::unique_ptr<OutputLock>> locks;
   if (rank0) {  // rank 0 alone writes the run's files
+    check_train_outputs(o, f.force);
     auto folder = [&](const std::string& dir, const char* flag, bool lock) {
       ensure_writable_dir(dir, flag);
       if (lock) locks.push_back(std::make_unique<OutputLock>(dir, flag));

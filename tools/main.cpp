@@ -75,6 +75,23 @@ int main(int argc, char** argv) {
   dpx::tools::add_plot_command(app);
   dpx::tools::add_report_command(app);
   dpx::tools::add_study_command(app);
+  // Only train, bench and collective are SPMD programs: any other command started by mpirun or
+  // srun on several processes would run once per process, all writing the same files (a study's
+  // steps then waited on each other). Refused at once, by every rank alike.
+  if (processes->launched() && processes->size() > 1) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word.empty() || word[0] == '-') continue;
+      if (word == "train" || word == "bench" || word == "collective") break;
+      if (word == "models" || word == "infer" || word == "fit" || word == "predict" || word == "plot" ||
+          word == "report" || word == "study")
+        return report_error(*processes, 2,
+                            "dpx " + word + " is not an MPI program: it runs once, on one process; run it without "
+                            "mpirun or srun (or with -np 1). Only dpx train, bench and collective run as a job of "
+                            "several processes");
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
     if (show_version) {

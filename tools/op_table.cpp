@@ -10,13 +10,17 @@ namespace dpx::tools {
 namespace {
 struct Row {
   double total_ms, ms_per_step, percent, gflops;  // gflops < 0: not defined
+  double host_ms_per_step, kernels_per_step;      // kernels_per_step < 0: unknown
 };
 Row row_of(const ops::profile::OpStats& op, const MeasuredSteps& steps) {
   Row r;
+  const double n = steps.records > 0 ? static_cast<double>(steps.records) : 0;
   r.total_ms = op.total_s * 1e3;
-  r.ms_per_step = steps.records > 0 ? r.total_ms / static_cast<double>(steps.records) : 0;
+  r.ms_per_step = n > 0 ? r.total_ms / n : 0;
   r.percent = steps.step_s > 0 ? 100.0 * op.total_s / steps.step_s : 0;
   r.gflops = op.has_flops && op.total_s > 0 ? op.flops / op.total_s * 1e-9 : -1;
+  r.host_ms_per_step = n > 0 ? op.host_s * 1e3 / n : 0;
+  r.kernels_per_step = op.kernels < 0 ? -1 : n > 0 ? static_cast<double>(op.kernels) / n : 0;
   return r;
 }
 }  // namespace
@@ -33,33 +37,52 @@ MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_ra
 }
 
 std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps) {
-  int width = 2;
-  for (const auto& op : ops) width = std::max(width, static_cast<int>(op.name.size()));
+  int width = 7;  // "all ops"
+  bool gpu = false;
+  for (const auto& op : ops) {
+    width = std::max(width, static_cast<int>(op.name.size()));
+    gpu = gpu || op.on_gpu;
+  }
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "    %-*s %9s %11s %11s %7s %9s\n", width, "op", "calls", "total ms", "ms/step",
-                "% step", "GFLOP/s");
+  char line[320];
+  std::snprintf(line, sizeof line, "    %-*s %9s %11s %11s %7s %9s %10s %10s\n", width, "op", "calls", "total ms", "ms/step",
+                "% step", "GFLOP/s", "host ms", "kernels");
   os << line;
-  double total_ms = 0, percent = 0;
+  double total_ms = 0, percent = 0, host_ms = 0, kernels = 0;
+  bool kernels_known = !ops.empty();
+  auto per_step = [&](double v) { return steps.records > 0 ? v / static_cast<double>(steps.records) : 0; };
   for (const auto& op : ops) {
     const Row r = row_of(op, steps);
     total_ms += r.total_ms;
     percent += r.percent;
-    char gflops[32] = "-";
+    host_ms += op.host_s * 1e3;
+    if (op.kernels >= 0) kernels += static_cast<double>(op.kernels);
+    else kernels_known = false;
+    char gflops[32] = "-", kernel_text[32] = "-";
     if (r.gflops >= 0) std::snprintf(gflops, sizeof gflops, "%.2f", r.gflops);
-    std::snprintf(line, sizeof line, "    %-*s %9lld %11.2f %11.3f %7.2f %9s\n", width, op.name.c_str(),
-                  static_cast<long long>(op.calls), r.total_ms, r.ms_per_step, r.percent, gflops);
+    if (r.kernels_per_step >= 0) std::snprintf(kernel_text, sizeof kernel_text, "%.1f", r.kernels_per_step);
+    std::snprintf(line, sizeof line, "    %-*s %9lld %11.2f %11.3f %7.2f %9s %10.3f %10s\n", width, op.name.c_str(),
+                  static_cast<long long>(op.calls), r.total_ms, r.ms_per_step, r.percent, gflops, r.host_ms_per_step,
+                  kernel_text);
     os << line;
   }
-  std::snprintf(line, sizeof line, "    %-*s %9s %11.2f %11.3f %7.2f\n", width, "all ops", "", total_ms,
-                steps.records > 0 ? total_ms / static_cast<double>(steps.records) : 0, percent);
+  char kernel_total[32] = "-";
+  if (kernels_known) std::snprintf(kernel_total, sizeof kernel_total, "%.1f", per_step(kernels));
+  std::snprintf(line, sizeof line, "    %-*s %9s %11.2f %11.3f %7.2f %9s %10.3f %10s\n", width, "all ops", "", total_ms,
+                per_step(total_ms), percent, "", per_step(host_ms), kernel_total);
   os << line;
-  os << "    (" << steps.records << " measured step records, warmup excluded; ms/step and % per rank and step; "
+  os << "    (" << steps.records << " measured step records, warmup excluded; ms/step, host ms and kernels per rank "
+     << "and step; "
+     << (gpu ? "GPU ops: ms is the GPU time between CUDA events around the op, host ms the time the host spent "
+               "issuing it, kernels those CUPTI saw it launch (\"-\": unknown); "
+             : "host ms = ms on the CPU; ")
      << "the rest of the step is outside the ops: layers' glue, data, communication)\n";
   return os.str();
 }
 
-std::string op_csv_header() { return "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops\n"; }
+std::string op_csv_header() {
+  return "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step\n";
+}
 
 std::string op_csv_rows(const std::string& configuration, int run, const std::vector<ops::profile::OpStats>& ops,
                         const MeasuredSteps& steps) {
@@ -70,6 +93,8 @@ std::string op_csv_rows(const std::string& configuration, int run, const std::ve
     os << configuration << "," << run << "," << op.name << "," << op.calls << "," << r.total_ms << ","
        << r.ms_per_step << "," << r.percent << ",";
     if (r.gflops >= 0) os << r.gflops;
+    os << "," << r.host_ms_per_step << ",";
+    if (r.kernels_per_step >= 0) os << r.kernels_per_step;
     os << "\n";
   }
   return os.str();

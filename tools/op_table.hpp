@@ -19,7 +19,10 @@ struct MeasuredSteps {
 MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_rank);
 
 // One row per op, by total time: op, calls, total ms, ms per step (per step record: per rank and
-// step), % of the measured step time, GFLOP/s ("-" where the op's FLOPs are not defined).
+// step), % of the measured step time, GFLOP/s ("-" where the op's FLOPs are not defined), the
+// host's ms per step issuing it and the kernels it launched per step ("-": unknown); then the
+// step's totals, its kernel count among them (a launch-bound model shows many kernels and host
+// ms close to the GPU ms).
 std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps);
 
 // ops.csv: the header, and one line per op prefixed with the configuration's tag and run.

@@ -3,8 +3,10 @@
 #include "tools/train_flags.hpp"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "core/version_config.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
 #include "parallel/comm/algorithms/algorithms.hpp"
@@ -37,18 +39,22 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                        : "nccl and p2p need a build with -DDPX_CUDA=ON; default: threads for thread ranks, mpi under "
                          "mpirun");
     cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
-    cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)");
-    cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps");
+    cmd.add_option("--out", o.out_dir, "directory for steps.csv, summary.csv, config.json (created if missing)")
+        ->check(output_path());
+    cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps")
+        ->check(output_path());
     cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
     cmd.add_option("--weights", o.weights_file,
                    "start from this safetensors state_dict (torchvision names, e.g. a torchvision model's "
                    "weights); with --head the file's classifier is left out");
     cmd.add_flag("--weights-non-strict", f.weights_non_strict,
                  "load the --weights that fit; list the missing and unexpected names instead of failing");
-    cmd.add_option("--save", o.save_file, "write the final weights (rank 0's) to this safetensors file");
+    cmd.add_option("--save", o.save_file, "write the final weights (rank 0's) to this safetensors file")
+        ->check(output_path());
     cmd.add_option("--checkpoint-dir", o.checkpoint_dir,
                    "write checkpoints into this folder: at the end of every epoch, every --checkpoint-every "
-                   "steps, and when a signal stops the run");
+                   "steps, and when a signal stops the run")
+        ->check(output_path());
     cmd.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: at epoch ends only)")
         ->capture_default_str();
     cmd.add_option("--keep", o.keep_checkpoints, "how many of the newest checkpoints to keep")->capture_default_str();
@@ -173,6 +179,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--log-interval", o.log_interval_s, "seconds between progress lines")->capture_default_str();
   cmd.add_flag("--no-eval", f.no_eval, "skip the test-set evaluation after each epoch");
+  cmd.add_flag("--force", f.force,
+               "replace output files that exist and were not written by dpx (or are links: the link is replaced, its "
+               "target left alone); without it such a file is refused and left as it is");
 }
 
 namespace {
@@ -236,6 +245,36 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   } catch (const std::exception&) {
     usage_fail("--trace-steps '", f.trace_steps, "': use a:b, e.g. 10:20");
   }
+}
+
+void check_train_outputs(const parallel::TrainOptions& o, bool force) {
+  std::vector<FlagPath> outputs;
+  std::vector<FileKind> kinds;
+  auto output = [&](const std::string& path, FileKind kind, const char* flag) {
+    if (path.empty()) return;
+    outputs.push_back({flag, path});
+    kinds.push_back(kind);
+  };
+  if (!o.out_dir.empty()) {
+    output(o.out_dir + "/steps.csv", FileKind::steps_csv, "--out");
+    output(o.out_dir + "/summary.csv", FileKind::summary_csv, "--out");
+    output(o.out_dir + "/config.json", FileKind::config_json, "--out");
+  }
+  output(o.trace_file, FileKind::trace_json, "--trace");
+  output(o.save_file, FileKind::weights, "--save");
+  std::error_code ec;
+  const bool resume_file = !o.resume.empty() && std::filesystem::is_regular_file(o.resume, ec);
+  // An input named as an output first (the more specific message), then each file's kind.
+  check_outputs_distinct(outputs, {{"--weights", o.weights_file}, {"--resume", resume_file ? o.resume : ""}});
+  for (size_t i = 0; i < outputs.size(); ++i) check_output_file(outputs[i].path, kinds[i], outputs[i].flag.c_str(), force);
+}
+
+CLI::Validator output_path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "an empty path names no file or folder: give one (\".\" for the current folder)" : "";
+      },
+      "PATH");
 }
 
 CLI::Validator non_negative() {

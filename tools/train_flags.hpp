@@ -21,6 +21,7 @@ struct TrainFlags {
   // Set when the flag is given, so that flags of the other optimizer can be refused.
   bool momentum_given = false, nesterov_given = false, eps_given = false;
   bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
+  bool force = false;                    // --force: replace existing outputs dpx did not write
 };
 
 // The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).
@@ -49,6 +50,13 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
 void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f);
 // For options read into unsigned integers, which would take "-1" as 2^64 - 1 without a word.
 CLI::Validator non_negative();
+// For output paths: an empty one is refused (an empty --out once meant the root of the file system).
+CLI::Validator output_path();
+
+// dpx train's outputs (core/output_files.hpp): steps.csv, summary.csv and config.json in --out,
+// --trace and --save may replace only files dpx wrote as those kinds (unless --force), and none may
+// be --weights, --resume or another of them. Throws a usage error naming the flag.
+void check_train_outputs(const parallel::TrainOptions& o, bool force);
 
 // What a rank brings to the start-up agreement of an MPI job: the command, dpx's version and
 // the options that must be the same on every rank.

@@ -5,6 +5,8 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "kernels/ops.hpp"
+#include "core/output_files.hpp"
 
 namespace dpx::zoo {
 
@@ -71,7 +73,19 @@ void save_state(const std::string& path, nn::Model& model, std::map<std::string,
   for (auto& [name, t] : model.state_dict()) tensors.emplace_back(name, t);
   sort_like_reference(tensors);
   metadata.emplace("format", "pt");  // what safetensors.torch.save_file writes
+  metadata.emplace(std::string(kGeneratorKey), std::string(kGeneratorValue));  // dpx may replace it
   write_safetensors(path, tensors, metadata, "--save");
+}
+
+void check_finite(nn::Model& model, const std::string& file, const char* flag, const std::string& escape) {
+  Context ctx = Context::cpu(1);
+  for (auto& [name, t] : model.state_dict()) {
+    if (t.dtype() != DType::f32) continue;
+    const int64_t bad = ops::count_nonfinite(ctx, t);
+    if (bad > 0)
+      fail(flag, " ", file, ": '", name, "' holds ", bad, " NaN or infinite value", bad > 1 ? "s" : "",
+           ": the file is damaged, or the run that wrote it diverged", escape.empty() ? "" : " (" + escape + ")");
+  }
 }
 
 }  // namespace dpx::zoo

@@ -34,4 +34,8 @@ std::string describe_load(const LoadReport& report, size_t limit = 20);
 // "format": "pt" in the header, so safetensors.torch.load_file and load_state read it back.
 void save_state(const std::string& path, nn::Model& model, std::map<std::string, std::string> metadata = {});
 
+// Throws dpx::Error naming `flag`, the file and the first tensor that holds a NaN or an infinity
+// (a weight like that poisons every output after it); `escape` says how to load it anyway, if at all.
+void check_finite(nn::Model& model, const std::string& file, const char* flag, const std::string& escape = "");
+
 }  // namespace dpx::zoo

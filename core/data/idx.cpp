@@ -3,6 +3,8 @@
 // gzip file never takes more memory than its header promises (plus a small scratch buffer).
 #include "core/data/idx.hpp"
 
+#include <unistd.h>
+
 #include <zlib.h>
 
 #include <bit>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/atomic_file.hpp"
+#include "core/input_files.hpp"
 
 namespace dpx::data {
 
@@ -214,8 +217,16 @@ Tensor decode(ByteSource& src, const std::string& name) {
 std::vector<uint8_t> read_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail("'", path, "' is a directory, not an IDX file");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("cannot open IDX file '", path, "': ", std::strerror(errno));
+  // Opened without blocking on a FIFO (then refused: not a regular file), and read through stdio.
+  const int fd = open_regular_file(path);
+  if (fd < 0)
+    fail("cannot open IDX file '", path, "': ", errno == ENODEV ? "not a regular file (a FIFO, device or socket)"
+                                                                 : std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    fail("cannot open IDX file '", path, "': ", std::strerror(errno));
+  }
   std::vector<uint8_t> bytes;
   if (auto size = std::filesystem::file_size(path, ec); !ec) bytes.reserve(size);
   uint8_t buf[1 << 16];

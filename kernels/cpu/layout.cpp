@@ -57,11 +57,18 @@ void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>
   });
 }
 
-void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+void permute_backward(Context& ctx, Tensor& din, const Tensor& dout, const std::vector<int>& perm,
+                      DxMode dx_mode) {
   const char* op = "permute_backward";
   const PermutePlan p = permute_plan(op, "din", din.shape(), "dout", dout.shape(), perm);
   float* g = din.data<float>();
   const float* d = dout.data<float>();
+  if (dx_mode == DxMode::overwrite) {
+    for_each_row(ctx, p, [&](int64_t oo, int64_t io, int64_t n, int64_t step) {
+      for (int64_t i = 0; i < n; ++i) g[io + i * step] = d[oo + i];
+    });
+    return;
+  }
   for_each_row(ctx, p, [&](int64_t oo, int64_t io, int64_t n, int64_t step) {
     for (int64_t i = 0; i < n; ++i) g[io + i * step] += d[oo + i];
   });

@@ -104,7 +104,7 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   }
 }
 
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams&) {
   const char* op = "max_pool2d_backward";
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);

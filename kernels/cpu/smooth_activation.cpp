@@ -41,16 +41,23 @@ void map_unary(const Context& ctx, Tensor& y, const Tensor& x, F f) {
 
 // dx[i] += dy[i] * f'(saved[i]), where `saved` is the op's input or output.
 template <class F>
-void accumulate_grad(const Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& saved, F derivative) {
+void accumulate_grad(const Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& saved, DxMode dx_mode,
+                     F derivative) {
   float* dxp = dx.data<float>();
   const float *dyp = dy.data<float>(), *sp = saved.data<float>();
   const int64_t n = dy.numel(), blocks = (n + kBlock - 1) / kBlock;
+  const bool overwrite = dx_mode == DxMode::overwrite;
   int nt = threads_for(ctx, n);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t end = std::min(n, (b + 1) * kBlock);
+    if (overwrite) {
 #pragma omp simd
-    for (int64_t i = b * kBlock; i < end; ++i) dxp[i] += dyp[i] * derivative(sp[i]);
+      for (int64_t i = b * kBlock; i < end; ++i) dxp[i] = dyp[i] * derivative(sp[i]);
+    } else {
+#pragma omp simd
+      for (int64_t i = b * kBlock; i < end; ++i) dxp[i] += dyp[i] * derivative(sp[i]);
+    }
   }
 }
 
@@ -60,8 +67,8 @@ void sigmoid_forward(Context& ctx, Tensor& y, const Tensor& x) {
   map_unary(ctx, y, x, sigmoid);
 }
 
-void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  accumulate_grad(ctx, dx, dy, y, [](float s) { return s * (1.f - s); });
+void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+  accumulate_grad(ctx, dx, dy, y, dx_mode, [](float s) { return s * (1.f - s); });
 }
 
 void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
@@ -69,8 +76,8 @@ void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
   map_unary(ctx, y, x, [](float v) { return v / (1.f + expf(-v)); });
 }
 
-void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  accumulate_grad(ctx, dx, dy, x, [](float v) {
+void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
+  accumulate_grad(ctx, dx, dy, x, dx_mode, [](float v) {
     const float s = sigmoid(v);
     return s * (1.f + v * (1.f - s));
   });
@@ -80,9 +87,9 @@ void gelu_forward(Context& ctx, Tensor& y, const Tensor& x) {
   map_unary(ctx, y, x, [](float v) { return 0.5f * v * (1.f + erff(v * kInvSqrt2)); });
 }
 
-void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
   // d/dx x Phi(x) = Phi(x) + x phi(x).
-  accumulate_grad(ctx, dx, dy, x, [](float v) {
+  accumulate_grad(ctx, dx, dy, x, dx_mode, [](float v) {
     const float cdf = 0.5f * (1.f + erff(v * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
     return cdf + v * pdf;

@@ -1,5 +1,6 @@
-// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter
-// and bias. The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
+// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter;
+// the bias by dpx's kernels, and fp32 depthwise convolutions wholly by dpx's kernels
+// (kernels/cuda/depthwise_conv.cu, as PyTorch's own). The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
 // benchmark=False) or, with Context::conv_search (--cudnn-algo search), from timing every candidate
 // once (cudnnFind*AlgorithmEx, as PyTorch's benchmark=True); either is cached in CudaState, and its
 // workspace comes from the caching allocator. DPX_CUDNN_LOG=1 prints each choice to stderr.
@@ -10,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/conv_paths.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/depthwise_conv.cuh"
 #include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
@@ -204,6 +207,13 @@ Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return s;
 }
 
+// A depthwise convolution dpx computes itself (kernels/conv_paths.hpp), or nullopt for cuDNN.
+std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes& s, const Conv2dParams& p) {
+  if (!kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
+  return detail::DepthwiseShape{s.n, s.c, s.h, s.w, s.k, s.oh, s.ow, int(s.kh), int(s.kw), p.stride_h, p.stride_w,
+                                p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, int(s.k / s.c)};
+}
+
 // An input of a cuDNN call in the compute dtype: the fp32 tensor itself, or its copy rounded to
 // bf16/fp16 (--precision).
 class Operand {
@@ -244,6 +254,36 @@ class Result {
   std::optional<detail::Scratch> half_;
 };
 
+// ---- the bias, by dpx's own kernels --------------------------------------------------------------
+// y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API).
+__global__ void add_channel_bias_kernel(float* y, const float* b, int64_t total, int64_t plane, int64_t channels) {
+  DPX_CUDA_LOOP(i, total) y[i] += b[(i / plane) % channels];
+}
+
+// db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
+// (n, k) plane (lanes strided, then a tree), then one thread per channel adds the images' sums in
+// order. cuDNN's legacy cudnnConvolutionBackwardBias was the suspect of squeezenet1_1's backward,
+// 2.3x PyTorch's with 26 biased convolutions (H100, 2026-11-26); PyTorch sums grad_output itself.
+__global__ void plane_sum_kernel(float* sums, const float* dy, int64_t planes, int64_t plane) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t p = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; p < planes; p += warps) {
+    const float* d = dy + p * plane;
+    float s = 0.f;
+    for (int64_t j = lane; j < plane; j += 32) s += d[j];
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
+    if (lane == 0) sums[p] = s;
+  }
+}
+
+__global__ void add_image_sums_kernel(float* db, const float* sums, int64_t images, int64_t channels) {
+  DPX_CUDA_LOOP(k, channels) {
+    float s = 0.f;
+    for (int64_t n = 0; n < images; ++n) s += sums[n * channels + k];
+    db[k] += s;
+  }
+}
+
 }  // namespace
 
 // With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
@@ -255,6 +295,11 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   const char* op = "conv2d_forward";
   Shapes s = shapes_of(x, w, p);
   if (y.numel() == 0) return;
+  if (const auto dw = depthwise(ctx, s, p)) {
+    detail::depthwise_forward(st, f32(y, op, "y"), f32(x, op, "x"), f32(w, op, "w"), b ? f32(*b, op, "b") : nullptr,
+                              *dw);
+    return;
+  }
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
@@ -287,8 +332,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
                                           &zero, yd.d, hy.get()));
   hy.finish(0.f);
   if (b) {
-    TensorDesc bd(1, s.k, 1, 1), yf(s.n, s.k, s.oh, s.ow);
-    DPX_CUDNN_CHECK(cudnnAddTensor(st.cudnn, &one, bd.d, f32(*b, op, "b"), &one, yf.d, f32(y, op, "y")));
+    const int64_t total = y.numel();
+    add_channel_bias_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+        f32(y, op, "y"), f32(*b, op, "b"), total, s.oh * s.ow, s.k);
+    check_launch();
   }
 }
 
@@ -298,6 +345,14 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const char* op = "conv2d_backward";
   Shapes s = shapes_of(x, w, p);
   if (dy.numel() == 0) return;
+  const std::optional<detail::DepthwiseShape> depthwise_shape = depthwise(ctx, s, p);
+  if (depthwise_shape) {
+    if (dx)
+      detail::depthwise_backward_data(st, f32(*dx, op, "dx"), f32(dy, op, "dy"), f32(w, op, "w"), *depthwise_shape,
+                                      dx_mode == DxMode::add);
+    if (dw) detail::depthwise_backward_filter(st, f32(*dw, op, "dw"), f32(dy, op, "dy"), f32(x, op, "x"), *depthwise_shape);
+    dx = dw = nullptr;  // done: only the bias below
+  }
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
   FilterDesc wd(w, type);
@@ -371,9 +426,14 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdw.finish(1.f);
   }
   if (db) {
-    TensorDesc bd(1, s.k, 1, 1), dyf(s.n, s.k, s.oh, s.ow);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardBias(st.cudnn, &one, dyf.d, f32(dy, op, "dy"), &one, bd.d,
-                                                 f32(*db, op, "db")));
+    const int64_t planes = s.n * s.k;
+    const detail::Scratch sums(st, static_cast<size_t>(planes) * sizeof(float));
+    plane_sum_kernel<<<detail::grid_for(planes * 32), detail::kThreads, 0, st.stream>>>(
+        sums.as<float>(), f32(dy, op, "dy"), planes, s.oh * s.ow);
+    check_launch();
+    add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
+                                                                                   sums.as<float>(), s.n, s.k);
+    check_launch();
   }
 }
 

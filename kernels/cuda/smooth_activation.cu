@@ -39,9 +39,12 @@ __global__ void forward_kernel(float* y, const float* x, int64_t n) {
   DPX_CUDA_LOOP(i, n) y[i] = forward<F>(x[i]);
 }
 
-template <Fn F>
+template <Fn F, bool kOverwrite>
 __global__ void backward_kernel(float* dx, const float* dy, const float* saved, int64_t n) {
-  DPX_CUDA_LOOP(i, n) dx[i] += dy[i] * derivative<F>(saved[i]);
+  DPX_CUDA_LOOP(i, n) {
+    const float g = dy[i] * derivative<F>(saved[i]);
+    if (kOverwrite) dx[i] = g; else dx[i] += g;
+  }
 }
 
 template <Fn F>
@@ -57,14 +60,17 @@ void run_forward(Context& ctx, const char* op, Tensor& y, const Tensor& x) {
 
 template <Fn F>
 void run_backward(Context& ctx, const char* op, Tensor& dx, const Tensor& dy, const char* saved_name,
-                  const Tensor& saved) {
+                  const Tensor& saved, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   int64_t n = dy.numel();
   float* pdx = f32(dx, op, "dx");
   const float* pdy = f32(dy, op, "dy");
   const float* ps = f32(saved, op, saved_name);
   if (n == 0) return;
-  backward_kernel<F><<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(pdx, pdy, ps, n);
+  if (dx_mode == DxMode::overwrite)
+    backward_kernel<F, true><<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(pdx, pdy, ps, n);
+  else
+    backward_kernel<F, false><<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(pdx, pdy, ps, n);
   check_launch();
 }
 
@@ -73,16 +79,16 @@ void run_backward(Context& ctx, const char* op, Tensor& dx, const Tensor& dy, co
 void sigmoid_forward(Context& ctx, Tensor& y, const Tensor& x) {
   run_forward<Fn::sigmoid>(ctx, "sigmoid_forward", y, x);
 }
-void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
-  run_backward<Fn::sigmoid>(ctx, "sigmoid_backward", dx, dy, "y", y);
+void sigmoid_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+  run_backward<Fn::sigmoid>(ctx, "sigmoid_backward", dx, dy, "y", y, dx_mode);
 }
 void silu_forward(Context& ctx, Tensor& y, const Tensor& x) { run_forward<Fn::silu>(ctx, "silu_forward", y, x); }
-void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  run_backward<Fn::silu>(ctx, "silu_backward", dx, dy, "x", x);
+void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
+  run_backward<Fn::silu>(ctx, "silu_backward", dx, dy, "x", x, dx_mode);
 }
 void gelu_forward(Context& ctx, Tensor& y, const Tensor& x) { run_forward<Fn::gelu>(ctx, "gelu_forward", y, x); }
-void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x) {
-  run_backward<Fn::gelu>(ctx, "gelu_backward", dx, dy, "x", x);
+void gelu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
+  run_backward<Fn::gelu>(ctx, "gelu_backward", dx, dy, "x", x, dx_mode);
 }
 
 }  // namespace dpx::cuda

@@ -34,11 +34,14 @@ void permute(Context&, Tensor& out, const Tensor& in, const std::vector<int>& pe
   for (int64_t i = 0; i < out.numel(); ++i) o[i] = x[permuted_index(in.shape(), perm, i)];
 }
 
-// Each element goes back where it came from: din[index in in of i] += dout[i].
-void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm) {
+// Each element goes back where it came from: din[index in in of i] += dout[i] (or =).
+void permute_backward(Context&, Tensor& din, const Tensor& dout, const std::vector<int>& perm, DxMode dx_mode) {
   float* g = din.data<float>();
   const float* d = dout.data<float>();
-  for (int64_t i = 0; i < dout.numel(); ++i) g[permuted_index(din.shape(), perm, i)] += d[i];
+  for (int64_t i = 0; i < dout.numel(); ++i) {
+    float& slot = g[permuted_index(din.shape(), perm, i)];
+    slot = dx_mode == DxMode::overwrite ? d[i] : slot + d[i];
+  }
 }
 
 // out[a][h][w][b] = in[a][(h - shift_h) mod H][(w - shift_w) mod W][b]

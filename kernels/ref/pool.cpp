@@ -62,8 +62,9 @@ void max_pool2d_forward(Context&, Tensor& y, Tensor& argmax, const Tensor& x, co
       }
 }
 
-// Each output's gradient goes to the input element that was its maximum.
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax) {
+// Each output's gradient goes to the input element that was its maximum (the window parameters
+// are not needed to scatter).
+void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams&) {
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
   float* dxp = dx.data<float>();

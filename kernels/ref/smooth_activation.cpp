@@ -1,5 +1,6 @@
 // Reference smooth activations, forward and backward: sigmoid, SiLU and exact (erf) GELU.
 // Each element is computed in double and rounded once to f32.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ref/ref_ops.hpp"
@@ -21,7 +22,8 @@ void sigmoid_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // dsigmoid/dx = s (1 - s), with s the saved output.
-void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void sigmoid_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+  if (dx_mode == DxMode::overwrite) std::fill(dx.data<float>(), dx.data<float>() + dx.numel(), 0.f);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   const float* yp = y.data<float>();
@@ -42,7 +44,8 @@ void silu_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // d/dx x s(x) = s + x s (1 - s) = s (1 + x (1 - s))
-void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void silu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
+  if (dx_mode == DxMode::overwrite) std::fill(dx.data<float>(), dx.data<float>() + dx.numel(), 0.f);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();
@@ -60,7 +63,8 @@ void gelu_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // d/dx x Phi(x) = Phi(x) + x phi(x)
-void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x) {
+void gelu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& x, DxMode dx_mode) {
+  if (dx_mode == DxMode::overwrite) std::fill(dx.data<float>(), dx.data<float>() + dx.numel(), 0.f);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();

@@ -1,6 +1,7 @@
 // Writing a run's files (see report_io.hpp): steps.csv, summary.csv, config.json and the Chrome
 // trace, each atomically.
 #include "core/csv.hpp"
+#include "core/output_files.hpp"
 #include "parallel/bench/report_io.hpp"
 
 #include <iomanip>
@@ -186,7 +187,11 @@ void write_trace(const std::string& path, const TrainReport& report, int64_t fir
       t += d;
     }
   }
-  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  // otherData (a member the trace viewers keep and show) marks the file as dpx's
+  // (core/output_files.hpp); nlohmann sorts the members, so it comes before the events.
+  nlohmann::json doc = {{"traceEvents", events},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{std::string(kGeneratorKey), std::string(kGeneratorValue)}}}};
   write_file_atomic(path, doc.dump() + "\n", "--trace");
 }
 

@@ -5,6 +5,8 @@
 #include "parallel/train/checkpoint.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
+#include "core/output_files.hpp"
 #include "core/safetensors.hpp"
 #include "core/version_config.hpp"
 
@@ -83,6 +86,9 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
 }
 
 // The checkpoint-<n>.safetensors files of a folder, by n.
+// The checkpoint files of `dir` by step: named checkpoint-<step>.safetensors with a step that fits
+// in 64 bits, and dpx checkpoints by their metadata (a stray checkpoint-<huge>.safetensors, or a
+// file of someone else's under such a name, is none: never rotated away, never resumed from).
 std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   static const std::regex name(R"(checkpoint-([0-9]+)\.safetensors)");
   std::vector<std::pair<int64_t, fs::path>> found;
@@ -90,7 +96,13 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::smatch m;
     const std::string file = it->path().filename().string();
-    if (std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1].str()), it->path());
+    if (!std::regex_match(file, m, name)) continue;
+    const std::string digits = m[1].str();
+    int64_t step = 0;
+    const auto [end_ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err == std::errc() && end_ptr == digits.data() + digits.size() &&
+        written_by_dpx(it->path().string(), FileKind::checkpoint))
+      found.emplace_back(step, it->path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -98,6 +110,36 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   fail("checkpoint ", path, " (--resume): ", what, "; it is not a checkpoint this dpx can resume from");
+}
+
+// Every number a checkpoint gives is checked before it is used: a count or index a whole number in
+// its range (a step record naming a rank outside the run once wrote past a vector's end), a time or
+// a sum finite. `what` names the field in the error.
+constexpr double kMaxCount = 9007199254740992.0;  // 2^53: doubles hold whole numbers exactly below it
+void check_count(const std::string& path, const std::string& what, double v, double lo, double hi) {
+  if (!std::isfinite(v) || v != std::floor(v) || v < lo || v > hi)
+    bad(path, detail::concat(what, " is ", v, ", not a whole number in [", lo, ", ", hi, "]"));
+}
+void check_finite_field(const std::string& path, const std::string& what, double v, double lo = -HUGE_VAL) {
+  if (!std::isfinite(v) || v < lo) bad(path, detail::concat(what, " is ", v, ", not a finite number", lo == 0 ? " >= 0" : ""));
+}
+
+// A step record's row before it becomes a StepRecord: the rank within the run, counts whole, times
+// finite and not negative (the loss may be NaN or infinite: --on-nonfinite ignore records them).
+void check_record_row(const std::string& path, const double* row, size_t columns, int64_t i, int ranks,
+                      int64_t global_step) {
+  const std::string at = detail::concat("step record ", i, "'s ");
+  check_count(path, at + "rank", row[0], 0, ranks - 1);
+  check_count(path, at + "epoch", row[1], 0, kMaxCount);
+  check_count(path, at + "step", row[2], 0, kMaxCount);
+  check_count(path, at + "global step", row[3], 0, static_cast<double>(std::max<int64_t>(global_step - 1, 0)));
+  for (int p = 0; p < kPhaseCount; ++p)
+    check_finite_field(path, at + std::string(kPhaseNames[static_cast<size_t>(p)]) + " time", row[5 + p], 0);
+  check_count(path, at + "images", row[5 + kPhaseCount], 0, kMaxCount);
+  check_count(path, at + "bytes", row[6 + kPhaseCount], 0, kMaxCount);
+  check_finite_field(path, at + "start time", row[7 + kPhaseCount]);
+  check_finite_field(path, at + "end of backward", row[8 + kPhaseCount]);
+  if (columns > kOlderRecordColumns) check_finite_field(path, at + "loss scale", row[10 + kPhaseCount], 0);
 }
 
 }  // namespace
@@ -158,13 +200,19 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
                                    {"loss_scale_good_updates", p.loss_scale_good_updates}};
   const std::map<std::string, std::string> metadata = {
       {"dpx_checkpoint", kFormat},         {"dpx_version", DPX_VERSION_STRING},
+      {std::string(kGeneratorKey), std::string(kGeneratorValue)},
       {"options", options.dump()},        {"ranks", std::to_string(c.ranks)},
       {"progress", progress.dump()},      {"epochs", epochs.dump()},
       {"random_layers", layers.dump()},   {"record_columns", nlohmann::json(kRecordColumns).dump()}};
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint-%09lld.safetensors", static_cast<long long>(p.global_step));
   const std::string path = (fs::path(dir) / name).string();
+  // A file of that name that is not a dpx checkpoint is someone else's: never replaced.
+  if (fs::exists(fs::symlink_status(path)) && !written_by_dpx(path, FileKind::checkpoint))
+    usage_fail("--checkpoint-dir: '", path, "' exists and is not a dpx checkpoint: not replacing it; move it, or "
+               "pass another --checkpoint-dir");
   write_safetensors(path, tensors, metadata, "--checkpoint-dir");
+  // Only the older checkpoints dpx can prove it wrote (their metadata says so) are removed.
   const auto all = checkpoints_in(dir);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) {
     std::error_code ec;
@@ -179,7 +227,7 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   if (fs::is_directory(file_or_dir, ec)) {
     const auto all = checkpoints_in(file_or_dir);
     if (all.empty())
-      usage_fail("--resume ", file_or_dir, ": the folder holds no checkpoint-<step>.safetensors; pass the "
+      usage_fail("--resume ", file_or_dir, ": the folder holds no dpx checkpoint (checkpoint-<step>.safetensors); pass the "
                  "--checkpoint-dir of an earlier run, or one of its files");
     path = all.back().second.string();
   } else if (!fs::exists(file_or_dir, ec)) {
@@ -191,6 +239,10 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   } catch (const Error& e) {
     fail("--resume: ", e.what(), "; pass another checkpoint file (an older one of its folder)");
   }
+  return checkpoint_from(st, path);
+}
+
+Checkpoint checkpoint_from(const SafeTensors& st, const std::string& path) {
   auto meta = [&](const char* key) -> const std::string& {
     auto it = st.metadata.find(key);
     if (it == st.metadata.end()) bad(path, detail::concat("its metadata has no '", key, "'"));
@@ -225,7 +277,20 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
     if (columns != kRecordColumns && columns != older)
       bad(path, "its step records have other columns than this dpx writes");
     record_columns = columns.size();
-    if (c.ranks < 1) bad(path, "it says it was made by " + std::to_string(c.ranks) + " ranks");
+    if (c.ranks < 1 || c.ranks > 65536) bad(path, "it says it was made by " + std::to_string(c.ranks) + " ranks");
+    const RunProgress& pr = c.progress;
+    check_count(path, "progress's epoch", static_cast<double>(pr.epoch), 0, kMaxCount);
+    check_count(path, "progress's step", static_cast<double>(pr.step), 0, kMaxCount);
+    check_count(path, "progress's global step", static_cast<double>(pr.global_step), 0, kMaxCount);
+    check_finite_field(path, "progress's loss sum", pr.epoch_loss_sum);
+    check_finite_field(path, "progress's elapsed time", pr.elapsed_s, 0);
+    check_finite_field(path, "progress's loss scale", pr.loss_scale, 0);
+    check_count(path, "progress's good updates", static_cast<double>(pr.loss_scale_good_updates), 0, kMaxCount);
+    for (const EpochRecord& e : c.epochs) {
+      check_count(path, "an epoch record's epoch", static_cast<double>(e.epoch), 0, static_cast<double>(pr.epoch));
+      check_finite_field(path, "an epoch record's time", e.time_s, 0);
+      check_finite_field(path, "an epoch record's evaluation time", e.eval_s, 0);
+    }
     for (int r = 0; r < c.ranks; ++r) {
       const Tensor* t = st.find("random/rank" + std::to_string(r));
       if (!t || t->dtype() != DType::i64 || t->numel() != static_cast<int64_t>(layers.size()) * 3)
@@ -254,8 +319,10 @@ Checkpoint read_checkpoint(const std::string& file_or_dir) {
   const int64_t columns = static_cast<int64_t>(record_columns);
   if (!records || records->dtype() != DType::f64 || records->shape().size() != 2 || records->shape()[1] != columns)
     bad(path, "'records' is missing or malformed");
-  for (int64_t i = 0; i < records->shape()[0]; ++i)
+  for (int64_t i = 0; i < records->shape()[0]; ++i) {
+    check_record_row(path, records->data<double>() + i * columns, record_columns, i, c.ranks, c.progress.global_step);
     c.steps.push_back(record_of(records->data<double>() + i * columns, record_columns));
+  }
   if (c.model.empty()) bad(path, "it holds no model tensors");
   return c;
 }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/safetensors.hpp"
 #include "core/tensor.hpp"
 #include "layers/model.hpp"
 #include "parallel/train/train_options.hpp"
@@ -51,6 +52,10 @@ struct Checkpoint {
 // Writes `c` as dir/checkpoint-<global step>.safetensors (atomically, the folder fsynced), then
 // removes all but the `keep` newest checkpoints there. Returns the path.
 std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int keep);
+// The checkpoint a decoded safetensors file holds, every field range-checked (`path` names it in
+// the errors): what read_checkpoint does after reading the file, and what
+// tests/fuzz/fuzz_checkpoint.cpp feeds any bytes to.
+Checkpoint checkpoint_from(const SafeTensors& st, const std::string& path);
 // Reads a checkpoint file, or the newest one in a folder. Throws a dpx::Error naming the file
 // and what is wrong (or a dpx::UsageError when there is none), saying it is --resume's.
 Checkpoint read_checkpoint(const std::string& file_or_dir);

@@ -18,14 +18,7 @@ namespace {
 
 // A weight that is NaN or infinite poisons every step after it: refuse the file at once.
 void check_finite(nn::Model& model, const std::string& file, const char* flag) {
-  Context ctx = Context::cpu(1);
-  for (auto& [name, t] : model.state_dict()) {
-    if (t.dtype() != DType::f32) continue;
-    const int64_t bad = ops::count_nonfinite(ctx, t);
-    if (bad > 0)
-      fail(flag, " ", file, ": '", name, "' holds ", bad, " NaN or infinite value", bad > 1 ? "s" : "",
-           ": the file is damaged, or the run that wrote it diverged (--on-nonfinite ignore loads it anyway)");
-  }
+  zoo::check_finite(model, file, flag, "--on-nonfinite ignore loads it anyway");
 }
 
 }  // namespace
@@ -81,6 +74,12 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     if (c->progress.epoch > o.epochs || c->progress.step > steps_per_epoch)
       usage_fail("--resume ", c->path, " stopped at epoch ", c->progress.epoch + 1, " step ", c->progress.step,
                  ", beyond this run's ", o.epochs, " epochs of ", steps_per_epoch, " steps");
+    // The global step follows from the epoch and the step: a checkpoint that says otherwise was
+    // edited (the learning-rate schedule and the records read it).
+    if (c->progress.global_step != c->progress.epoch * steps_per_epoch + c->progress.step)
+      usage_fail("--resume ", c->path, ": its global step ", c->progress.global_step, " is not epoch ",
+                 c->progress.epoch, " x ", steps_per_epoch, " steps + step ", c->progress.step,
+                 ": the checkpoint was edited or damaged; resume from another one");
     if (o.on_nonfinite != NonFinite::ignore) check_finite(initial, c->path, "--resume");
     resume = std::move(c);
   }

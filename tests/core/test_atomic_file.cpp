@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -185,39 +186,96 @@ TEST_CASE("errors name the flag that chose the path") {
                 msg);
 }
 
-TEST_CASE("a signal's handler can remove the temporaries of writes in progress") {
+TEST_CASE("while a file is written nothing but a marked temporary can be seen; a signal's handler removes it") {
   TempDir dir;
   std::string seen_while_writing;
-  const std::string msg = error_of([&] {
-    dpx::write_file_atomic(dir.file("steps.csv"), [&](std::ostream& os) {
-      os << "step\n";
-      for (const auto& e : dir.entries()) seen_while_writing += e + ";";
-      dpx::remove_temporaries_in_progress();  // what the handler of a second SIGTERM does
-    });
+  dpx::write_file_atomic(dir.file("steps.csv"), [&](std::ostream& os) {
+    os << "step\n";
+    for (const auto& e : dir.entries()) seen_while_writing += e + ";";
+    dpx::remove_temporaries_in_progress();  // what the handler of a second SIGTERM does
   });
-  CHECK(seen_while_writing.find("steps.csv.tmp.") == 0);  // the temporary existed, listed
-  CHECK(dir.entries().empty());                            // and is gone: no debris, no file
-  CHECK(!msg.empty());                                     // the write itself then fails
+  // An unnamed file (O_TMPFILE) where the file system has them: nothing to see, nothing to leave
+  // (the write goes on and lands whole); else a ".steps.csv.dpx-tmp.PID.RANDOM" the handler removed.
+  CHECK((seen_while_writing.empty() ||
+         seen_while_writing.find(".steps.csv.dpx-tmp." + std::to_string(getpid()) + ".") == 0));
+  CHECK(dir.entries() == std::vector<std::string>{"steps.csv"});
 }
 
-TEST_CASE("the next run removes the temporaries that a killed process left, and only those") {
-  TempDir dir;
-  // A process that has ended: its pid names no process any more.
+namespace {
+// A dead process's pid: a child that has ended.
+pid_t dead_pid() {
   const pid_t child = fork();
   if (child == 0) _exit(0);
   REQUIRE(child > 0);
   waitpid(child, nullptr, 0);
-  const std::string dead = dir.file("steps.csv.tmp." + std::to_string(child) + ".3");
-  const std::string mine = dir.file("steps.csv.tmp." + std::to_string(getpid()) + ".0");
-  const std::string alive = dir.file("summary.csv.tmp.1.0");  // pid 1 lives as long as the machine
-  const std::string user = dir.file("notes.tmp.txt");         // not dpx's pattern
-  for (const auto& p : {dead, mine, alive, user}) dpx::write_file_atomic(p, std::string_view("x"));
+  return child;
+}
+void write_raw(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+}  // namespace
+
+TEST_CASE("the next run removes only the temporaries dpx can prove it made: its naming and its mark") {
+  TempDir dir;
+  const std::string pid = std::to_string(dead_pid());
+  const std::string dead = dir.file(".steps.csv.dpx-tmp." + pid + ".0123456789abcdef");
+  write_raw(dead, "partial");
+  const bool marks = ::setxattr(dead.c_str(), "user.dpx.temporary", pid.data(), pid.size(), 0) == 0;
+  // Look-alikes that are not dpx's: the old naming, the new naming without the mark or with
+  // another pid's, a link under the new naming, a live process's, and a user's own file.
+  const std::string old_style = dir.file("steps.csv.tmp." + pid + ".3");
+  const std::string unmarked = dir.file(".runs.csv.dpx-tmp." + pid + ".fedcba9876543210");
+  const std::string other_mark = dir.file(".ops.csv.dpx-tmp." + pid + ".00000000000000aa");
+  const std::string alive = dir.file(".summary.csv.dpx-tmp.1.0123456789abcdef");  // pid 1 lives on
+  const std::string user = dir.file("notes.tmp.txt");
+  for (const auto& p : {old_style, unmarked, other_mark, alive, user}) write_raw(p, "mine");
+  (void)::setxattr(other_mark.c_str(), "user.dpx.temporary", "1", 1, 0);
+  (void)::setxattr(alive.c_str(), "user.dpx.temporary", "1", 1, 0);
+  const std::string target = dir.file("precious.bin");
+  write_raw(target, "precious");
+  const std::string link = dir.file(".w.safetensors.dpx-tmp." + pid + ".0000000000000001");
+  fs::create_symlink(target, link);
   dpx::ensure_writable_dir(dir.path.string());  // what every run does with its output folders
-  CHECK(!fs::exists(dead));
-  CHECK(fs::exists(mine));
-  CHECK(fs::exists(alive));
-  CHECK(fs::exists(user));
+  if (marks) CHECK(!fs::exists(dead));
+  else MESSAGE("this file system keeps no user.* extended attributes: no temporary can be proven dpx's, none removed");
+  for (const auto& p : {old_style, unmarked, other_mark, alive, user, target}) {
+    CAPTURE(p);
+    CHECK(file_text(p) == (p == target ? "precious" : "mine"));
+  }
+  CHECK(fs::is_symlink(link));
   CHECK(dpx::remove_stale_temporaries(dir.path.string()) == 0);
+}
+
+TEST_CASE("write_file_atomic replaces a link at the path, never its target, and marks nothing it leaves") {
+  TempDir dir;
+  const std::string target = dir.file("users-file.txt"), link = dir.file("out.csv");
+  write_raw(target, "the user's");
+  fs::create_symlink(target, link);
+  dpx::write_file_atomic(link, std::string_view("dpx's\n"));
+  CHECK(file_text(target) == "the user's");
+  CHECK(!fs::is_symlink(link));
+  CHECK(file_text(link) == "dpx's\n");
+  char buf[32];
+  CHECK(::getxattr(link.c_str(), "user.dpx.temporary", buf, sizeof buf) < 0);  // the mark was taken off
+}
+
+TEST_CASE("the lock file is never followed through a link, truncated, or taken from a file that is not dpx's") {
+  TempDir dir;
+  const std::string target = dir.file("precious.txt");
+  write_raw(target, "a user's file, much longer than any pid");
+  fs::create_directories(dir.file("a"));
+  fs::create_symlink(target, dir.file("a/.dpx.lock"));
+  std::string msg = error_of([&] { dpx::OutputLock lock(dir.file("a"), "--out"); });
+  CHECK_MESSAGE(contains(msg, "is a symbolic link, not dpx's lock file (--out)"), msg);
+  CHECK(file_text(target) == "a user's file, much longer than any pid");
+  fs::create_directories(dir.file("b"));
+  write_raw(dir.file("b/.dpx.lock"), "my notes, not a pid\n");
+  msg = error_of([&] { dpx::OutputLock lock(dir.file("b"), "--out"); });
+  CHECK_MESSAGE(contains(msg, "exists and is not a dpx lock file (--out)"), msg);
+  CHECK(file_text(dir.file("b/.dpx.lock")) == "my notes, not a pid\n");
+  // A lock an older dpx left (its pid, unpadded) is dpx's: taken, and written over in place.
+  fs::create_directories(dir.file("c"));
+  write_raw(dir.file("c/.dpx.lock"), "12345");
+  { dpx::OutputLock lock(dir.file("c"), "--out"); }
+  CHECK(file_text(dir.file("c/.dpx.lock")).rfind(std::to_string(getpid()) + " ", 0) == 0);
 }
 
 TEST_CASE("an output folder takes one writer at a time") {

@@ -15,7 +15,7 @@ TEST_CASE("cuda sigmoid, silu and gelu forward and backward match the reference"
   Tensor x = uniform(shape, 1, -8.f, 8.f), dy = uniform(shape, 2), dx0 = uniform(shape, 3);
   Tensor gx = x.to(dev()), gdy = dy.to(dev());
   using Fwd = void (*)(Context&, Tensor&, const Tensor&);
-  using Bwd = void (*)(Context&, Tensor&, const Tensor&, const Tensor&);
+  using Bwd = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, ops::DxMode);
   struct Fn { const char* name; Fwd cpu_f, gpu_f; Bwd cpu_b, gpu_b; bool uses_output; };
   for (Fn f : {Fn{"sigmoid", ops::sigmoid_forward, cuda::sigmoid_forward, ops::sigmoid_backward, cuda::sigmoid_backward, true},
                Fn{"silu", ops::silu_forward, cuda::silu_forward, ops::silu_backward, cuda::silu_backward, false},
@@ -26,10 +26,12 @@ TEST_CASE("cuda sigmoid, silu and gelu forward and backward match the reference"
     f.gpu_f(g, gy, gx);
     // expf/erff on the GPU are within 2 ulp of the correctly rounded value; so is libm.
     check_close(gy, y, 1e-5);
-    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    f.cpu_b(c, dx, dy, f.uses_output ? y : x);
-    f.gpu_b(g, gdx, gdy, f.uses_output ? gy : gx);
-    check_close(gdx, dx, 1e-5);
+    for (ops::DxMode mode : {ops::DxMode::add, ops::DxMode::overwrite}) {
+      Tensor dx = dx0.clone(), gdx = mode == ops::DxMode::add ? dx0.to(dev()) : poisoned(dx0.shape(), dev());
+      f.cpu_b(c, dx, dy, f.uses_output ? y : x, mode);
+      f.gpu_b(g, gdx, gdy, f.uses_output ? gy : gx, mode);
+      check_close(gdx, dx, 1e-5);
+    }
   }
 }
 
@@ -43,7 +45,11 @@ TEST_CASE("cuda add_broadcast and mul_broadcast forward and backward match the r
                         Case{{2, 3, 5, 7}, {2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast
                         Case{{6, 4099}, {6, 4099}, {1, 4099}},                 // long reduced rows
                         Case{{2, 9000}, {2, 1}, {2, 9000}},                    // a long innermost sum
-                        Case{{1, 1}, {1, 1}, {1, 1}}}) {
+                        Case{{1, 1}, {1, 1}, {1, 1}},
+                        // Swin's relative-position bias at scale: a long sum per bias element, split
+                        // into chunks (2 and then 33 of them) that are added in order
+                        Case{{64, 3, 7, 7}, {1, 3, 7, 7}, {64, 3, 7, 7}},
+                        Case{{1051, 2, 7, 7}, {1, 2, 7, 7}, {1051, 1, 7, 7}}}) {
     CAPTURE(shape_str(k.out));
     CAPTURE(shape_str(k.b));
     Tensor a = uniform(k.a, ++seed), b = uniform(k.b, ++seed), dy = uniform(k.out, ++seed);

@@ -22,8 +22,8 @@ Context deterministic_gpu() {
 }
 }  // namespace
 
-TEST_CASE("--deterministic: max-pool backward over overlapping windows equals the reference bit for bit") {
-  Context c = reference(), g = deterministic_gpu();
+TEST_CASE("max-pool backward over overlapping windows equals the reference bit for bit, with --deterministic or not") {
+  Context c = reference();
   const Shape xs{2, 3, 17, 17};
   ops::Pool2dParams p;  // 3x3 windows, stride 1: every input is in up to 9 windows
   p.kernel_h = p.kernel_w = 3;
@@ -31,16 +31,19 @@ TEST_CASE("--deterministic: max-pool backward over overlapping windows equals th
   const Shape ys{2, 3, 15, 15};
   Tensor x = uniform(xs, 70, -1.f, 1.f);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(static_cast<int>(x.data<float>()[i] * 2));
-  Tensor y = Tensor::empty(ys), am = Tensor::empty(ys, DType::i32);
-  Tensor gy = Tensor::empty(ys, DType::f32, dev()), gam = Tensor::empty(ys, DType::i32, dev());
-  ops::max_pool2d_forward(c, y, am, x, p);
-  ops::max_pool2d_forward(g, gy, gam, x.to(dev()), p);
-  REQUIRE(bitwise_equal(gam, am));
-  Tensor dy = uniform(ys, 71), dx0 = uniform(xs, 72);
-  Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-  ops::max_pool2d_backward(c, dx, dy, am);
-  ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam);
-  CHECK(bitwise_equal(gdx, dx));
+  for (Context g : {deterministic_gpu(), gpu()}) {
+    CAPTURE(g.deterministic);
+    Tensor y = Tensor::empty(ys), am = Tensor::empty(ys, DType::i32);
+    Tensor gy = Tensor::empty(ys, DType::f32, dev()), gam = Tensor::empty(ys, DType::i32, dev());
+    ops::max_pool2d_forward(c, y, am, x, p);
+    ops::max_pool2d_forward(g, gy, gam, x.to(dev()), p);
+    REQUIRE(bitwise_equal(gam, am));
+    Tensor dy = uniform(ys, 71), dx0 = uniform(xs, 72);
+    Tensor dx = dx0.clone(), gdx = dx0.to(dev());
+    ops::max_pool2d_backward(c, dx, dy, am, p);
+    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam, p);
+    CHECK(bitwise_equal(gdx, dx));
+  }
 }
 
 TEST_CASE("--deterministic: index_select backward on a table past the scan limit still scans") {

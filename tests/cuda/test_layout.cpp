@@ -75,10 +75,12 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the reference
     cuda::permute(g, gout, gx, perm);
     CHECK(bitwise_equal(gout, out));
     Tensor dout = uniform(ps, 31), din0 = uniform(x.shape(), 32);
-    Tensor din = din0.clone(), gdin = din0.to(dev());
-    ops::permute_backward(c, din, dout, perm);
-    cuda::permute_backward(g, gdin, dout.to(dev()), perm);
-    CHECK(bitwise_equal(gdin, din));
+    for (ops::DxMode mode : {ops::DxMode::add, ops::DxMode::overwrite}) {
+      Tensor din = din0.clone(), gdin = mode == ops::DxMode::add ? din0.to(dev()) : poisoned(x.shape(), dev());
+      ops::permute_backward(c, din, dout, perm, mode);
+      cuda::permute_backward(g, gdin, dout.to(dev()), perm, mode);
+      CHECK(bitwise_equal(gdin, din));
+    }
   }
   Tensor m = uniform({3, 9, 11, 5}, 33), gm = m.to(dev());
   for (auto [sh, sw] : {std::pair<int64_t, int64_t>{-3, -3}, {3, 3}, {0, 0}, {20, -13}}) {
@@ -120,6 +122,34 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the reference"
     d.push_back(uniform(t.shape(), 44));
     gd.push_back(d.back().to(dev()));
   }
+  std::vector<Tensor*> dp, gdp;
+  for (size_t i = 0; i < d.size(); ++i) {
+    dp.push_back(&d[i]);
+    gdp.push_back(&gd[i]);
+  }
+  ops::split_channels_backward(c, dp, dout);
+  cuda::split_channels_backward(g, gdp, dout.to(dev()));
+  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+}
+
+// One launch takes at most 64 inputs: 70 of 1 to 3 channels (one of them empty) take two.
+TEST_CASE("cuda concat_channels and split_channels_backward over more inputs than one launch takes") {
+  Context c = reference(), g = gpu();
+  std::vector<Tensor> parts, gparts, d, gd;
+  int64_t channels = 0;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t ci = i == 33 ? 0 : 1 + i % 3;
+    parts.push_back(uniform({2, ci, 5, 3}, 60 + uint64_t(i)));
+    gparts.push_back(parts.back().to(dev()));
+    d.push_back(uniform({2, ci, 5, 3}, 200 + uint64_t(i)));
+    gd.push_back(d.back().to(dev()));
+    channels += ci;
+  }
+  Tensor out = Tensor::empty({2, channels, 5, 3}), gout = poisoned({2, channels, 5, 3}, dev());
+  ops::concat_channels(c, out, parts);
+  cuda::concat_channels(g, gout, gparts);
+  CHECK(bitwise_equal(gout, out));
+  Tensor dout = uniform({2, channels, 5, 3}, 61);
   std::vector<Tensor*> dp, gdp;
   for (size_t i = 0; i < d.size(); ++i) {
     dp.push_back(&d[i]);

@@ -63,6 +63,23 @@ TEST_CASE("cuda linear_backward accumulates like the reference, null gradients a
   CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // untouched by the second call on both sides
 }
 
+// The bias gradient sums rows in chunks of 512 then the chunks in order: several chunks (the last
+// one short) and column blocks (the last one short), against the reference, and the same bits twice.
+TEST_CASE("cuda linear_backward's bias gradient over many rows: chunked sums match, and repeat bit for bit") {
+  Context c = reference(), g = gpu();
+  for (int64_t rows : {int64_t{1}, int64_t{511}, int64_t{512}, int64_t{3 * 512 + 77}}) {
+    CAPTURE(rows);
+    const int64_t in = 5, out = 70;
+    Tensor x = uniform({rows, in}, 20), w = uniform({out, in}, 21), dy = uniform({rows, out}, 22);
+    Tensor db0 = uniform({out}, 23), db = db0.clone(), gdb = db0.to(dev()), again = db0.to(dev());
+    ops::linear_backward(c, nullptr, nullptr, &db, dy, x, w);
+    ops::linear_backward(g, nullptr, nullptr, &gdb, dy.to(dev()), x.to(dev()), w.to(dev()));
+    ops::linear_backward(g, nullptr, nullptr, &again, dy.to(dev()), x.to(dev()), w.to(dev()));
+    CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+    CHECK(gdb.to(Device::cpu()).to_vector() == again.to(Device::cpu()).to_vector());
+  }
+}
+
 TEST_CASE("cuda matmul: every transpose, batched, alpha and beta, matches the reference") {
   Context c = reference(), g = gpu();
   const int64_t M = 17, K = 33, N = 9;

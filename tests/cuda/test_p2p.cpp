@@ -116,7 +116,7 @@ TEST_CASE("p2p: four ranks on GPU 0 alone run every collective of dpx collective
     CollectiveOptions o;
     o.collective = coll;
     o.backend = "p2p";
-    o.gpus = "0";
+    o.gpus.assign(1, '0');  // not = "0": GCC 12 warns -Wrestrict falsely there
     o.ranks = 4;
     o.algo = "all";
     o.min_bytes = 1 << 10;

@@ -36,6 +36,14 @@ constexpr double kLogitsTol = 1e-4, kLossTol = 1e-5, kGradTol = 1e-3, kParamTol 
 // Even there resnet101/152's gradients move by 5-11 % (batch 8 or 16 at 64x64, measured on the
 // CPU): for them the gradient check is loose, and the loss and parameter checks carry the test.
 constexpr double kSensitivityFactor = 10.0, kPerturbation = 1e-6;
+// That probe moves the input, not the order of the sums, and misses how much a step depends on the
+// order alone: vgg11_bn's GPU gradients were 2.5e-3 from the CPU's where the probe said 4e-6 (H100,
+// 2026-11-24), yet on the CPU alone dpx's kernels and the reference loops differ by 3.7e-4 on
+// vgg11_bn's step and 3.7e-3 on vgg13_bn's (2026-11-26): its batch-norm stem followed at once by a
+// max pool turns rounding into discrete argmax changes. So a model past the first bound gets a
+// second opinion: the step through the reference kernels, whose distance from the CPU's is the
+// order sensitivity of two correct implementations; the GPU may differ by kSensitivityFactor times
+// that. (Slow, so only for the models that need it.)
 
 struct StepResult {
   float loss = 0.f;
@@ -150,7 +158,19 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
                       << ", " << size << "x" << size << ": loss " << loss << ", gradients " << grads
                       << ", parameters " << params << " (the CPU's own sensitivity: " << s_loss << ", " << s_grads
                       << ", " << s_params << ")" << (zero.empty() ? std::string() : std::string("; biases before batch norm excluded")));
-    if (grads > std::max(kGradTol, kSensitivityFactor * s_grads)) {  // name the parameters that differ most
+    double order_grads = 0, order_params = 0;  // the reference loops against dpx's CPU kernels
+    if (grads > std::max(kGradTol, kSensitivityFactor * s_grads) ||
+        params > std::max(kParamTol, kSensitivityFactor * s_params)) {
+      Context r = reference();
+      nn::Model tr(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
+      const StepResult rr = train_step(r, tr, tx, ty);
+      order_grads = norm_rel_diff(without(rr.grads, zero), cg);
+      order_params = norm_rel_diff(without(rr.params, zero), cp);
+      MESSAGE(info.name << ": the reference loops against dpx's CPU kernels on the same step: gradients "
+                        << order_grads << ", parameters " << order_params);
+    }
+    if (grads > std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads})) {
+      // name the parameters that differ most
       std::vector<std::pair<double, std::string>> worst;
       for (const nn::ParamSlot& slot : th.slots()) {
         Tensor a = gg.slice(slot.offset, slot.offset + slot.numel);
@@ -162,7 +182,7 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
         MESSAGE("  gradient of " << worst[i].second << ": " << worst[i].first);
     }
     CHECK(loss <= std::max(kLossTol, kSensitivityFactor * s_loss));
-    CHECK(grads <= std::max(kGradTol, kSensitivityFactor * s_grads));
-    CHECK(params <= std::max(kParamTol, kSensitivityFactor * s_params));
+    CHECK(grads <= std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads}));
+    CHECK(params <= std::max({kParamTol, kSensitivityFactor * s_params, kSensitivityFactor * order_params}));
   }
 }

@@ -88,3 +88,50 @@ for name, mode, text in [
     ("collective_steps", 6, "broadcast\ntree\nbf16\nmax\n1K\n1G\n512K\n0\n3"),
 ]:
     put("cli", name, bytes([mode]) + text.encode())
+
+# Checkpoints (tests/fuzz/fuzz_checkpoint.cpp): a safetensors file whose metadata holds the run's
+# state as JSON strings, as parallel/train/checkpoint.cpp writes it, with tiny tensors; then variants
+# with each field out of its range (a record of a rank outside the run, negative or huge steps,
+# NaN times), which the reader must refuse.
+COLUMNS = ["rank", "epoch", "step", "global_step", "loss", "load_s", "h2d_s", "forward_s", "backward_s",
+           "comm_total_s", "comm_exposed_s", "optimizer_s", "wait_s", "step_s", "images", "comm_bytes", "start_s",
+           "backward_end_s", "optimizer_step", "loss_scale", "update_skipped"]
+
+def checkpoint(progress=None, ranks=2, records=None, epochs=None):
+    progress = progress or {"elapsed_s": 0.5, "epoch": 0, "epoch_loss_sum": 4.0, "global_step": 2, "loss_scale": 0.0,
+                            "loss_scale_good_updates": 0, "step": 2}
+    records = records if records is not None else [
+        [r, 0, s, s, 2.0 + s, 0.001, 0, 0.01, 0.02, 0, 0, 0.001, 0, 0.03, 4, 0, 0.1 * s, 0.05, 1, 0, 0]
+        for s in range(2) for r in range(ranks)]
+    meta = {"dpx_checkpoint": "1", "dpx_version": "0.1.0", "generator": "dpx",
+            "epochs": json.dumps(epochs or []), "options": json.dumps({"--model": "mlp"}),
+            "progress": json.dumps(progress), "random_layers": "[]", "ranks": str(ranks),
+            "record_columns": json.dumps(COLUMNS)}
+    header = {"__metadata__": meta, "model/w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    data = struct.pack("<2f", 0.5, -1.0)
+    for r in range(ranks):
+        header["random/rank%d" % r] = {"dtype": "I64", "shape": [0, 3], "data_offsets": [len(data), len(data)]}
+    header["loader/order"] = {"dtype": "I64", "shape": [3], "data_offsets": [len(data), len(data) + 24]}
+    data += struct.pack("<3q", 2, 0, 1)
+    flat = [float(v) for row in records for v in row]
+    header["records"] = {"dtype": "F64", "shape": [len(records), len(COLUMNS)],
+                         "data_offsets": [len(data), len(data) + 8 * len(flat)]}
+    data += struct.pack("<%dd" % len(flat), *flat)
+    return st(header, data)
+
+def bad_record(column, value):
+    rows = [[0, 0, 0, 0, 2.0, 0.001, 0, 0.01, 0.02, 0, 0, 0.001, 0, 0.03, 4, 0, 0.0, 0.05, 1, 0, 0]]
+    rows[0][COLUMNS.index(column)] = value
+    return checkpoint(ranks=1, records=rows)
+
+put("checkpoint", "good", checkpoint())
+put("checkpoint", "one_rank_epochs", checkpoint(ranks=1, epochs=[{"epoch": 0, "eval_s": 0.1, "test_accuracy": 0.5,
+                                                                  "test_loss": 1.0, "time_s": 2.0, "train_loss": 1.5}]))
+put("checkpoint", "bad_record_rank", bad_record("rank", 5))
+put("checkpoint", "bad_record_rank_negative", bad_record("rank", -1))
+put("checkpoint", "bad_record_step_nan", bad_record("global_step", float("nan")))
+put("checkpoint", "bad_record_time_inf", bad_record("step_s", float("inf")))
+put("checkpoint", "bad_progress_negative", checkpoint(progress={"elapsed_s": 0, "epoch": 0, "epoch_loss_sum": 0,
+                                                                "global_step": -3, "loss_scale": 0,
+                                                                "loss_scale_good_updates": 0, "step": 0}))
+put("checkpoint", "bad_ranks_zero", checkpoint(ranks=0, records=[]))

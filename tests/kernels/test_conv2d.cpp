@@ -69,11 +69,6 @@ void check_ran(cpu::ConvAlgo a) {
   }
 }
 
-std::vector<double> as_doubles(const Tensor& t) {
-  const auto v = t.to_vector();
-  return std::vector<double>(v.begin(), v.end());
-}
-
 struct Ref {
   std::vector<double> y, dx, dw, db;
 };
@@ -294,8 +289,11 @@ TEST_CASE("conv2d: bitwise identical for 1, 2 and 3 threads, also nested in an O
         Out more = run(threads, c, x, w, b, dy);
         CHECK(bitwise_equal(one.y, more.y));
         CHECK(bitwise_equal(one.dx, more.dx));
-        if (algo != cpu::ConvAlgo::dpx)  // oneDNN splits dW's sum over images by thread (1600 terms)
-          check_close(more.dw, as_doubles(one.dw), 1e-4);
+        // oneDNN splits dW's sum over images by thread (1600 terms): compared norm-wise, as every
+        // reduction in another order (an element that nearly cancels differed by 1.1e-4 relative to
+        // itself under Winograd on one Xeon, 2026-11-26, while the whole agreed to rounding).
+        if (algo != cpu::ConvAlgo::dpx)
+          CHECK(dpx::testing::norm_rel_diff(more.dw, one.dw) <= 1e-5);
         else
           CHECK(bitwise_equal(one.dw, more.dw));
         CHECK(bitwise_equal(one.db, more.db));

@@ -45,7 +45,7 @@ TEST_CASE("permute: a transpose by hand, and Swin's window partition against ind
   CHECK(all);
   // The backward adds the inverse permutation: permuting back gives the input again.
   Tensor back = Tensor::from(in_shape, std::vector<float>(in.numel(), 1.f));
-  ops::permute_backward(ctx, back, out, {0, 1, 3, 2, 4, 5});
+  ops::permute_backward(ctx, back, out, {0, 1, 3, 2, 4, 5}, ops::DxMode::add);
   auto bv = back.to_vector(), iv = in.to_vector();
   for (size_t k = 0; k < bv.size(); ++k) bv[k] -= 1.f;
   CHECK(bv == iv);

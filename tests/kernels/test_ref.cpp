@@ -235,7 +235,7 @@ void pool2d(const Case& k, size_t i, double tol) {
     CHECK(bitwise_equal(arg.cpu, arg.ref));
     Out dx = grad(xs, 3);
     Context c = Context::cpu(2), r = Context::cpu(1);  // each side's own argmax
-    ops::max_pool2d_backward(c, dx.cpu, dy, arg.cpu), ref::max_pool2d_backward(r, dx.ref, dy, arg.ref);
+    ops::max_pool2d_backward(c, dx.cpu, dy, arg.cpu, p), ref::max_pool2d_backward(r, dx.ref, dy, arg.ref, p);
     close("max dx", dx, tol);
     Tensor xf = randn(xs, 4);  // average pooling without the NaN
     both(ops::avg_pool2d_forward, ref::avg_pool2d_forward, y, xf, p);
@@ -305,16 +305,23 @@ void activations(const Case& k, size_t, double tol) {
   close("relu dx written over", dx, 0);
   both(ops::sigmoid_forward, ref::sigmoid_forward, y, x);
   close("sigmoid y", y, tol);
-  ops::sigmoid_backward(c, dx.cpu, dy, y.cpu), ref::sigmoid_backward(r, dx.ref, dy, y.ref);
+  ops::sigmoid_backward(c, dx.cpu, dy, y.cpu, ops::DxMode::add), ref::sigmoid_backward(r, dx.ref, dy, y.ref, ops::DxMode::add);
   close("sigmoid dx", dx, tol);
+  ops::sigmoid_backward(c, dx.cpu, dy, y.cpu, ops::DxMode::overwrite);
+  ref::sigmoid_backward(r, dx.ref, dy, y.ref, ops::DxMode::overwrite);
+  close("sigmoid dx written over", dx, tol);
   both(ops::silu_forward, ref::silu_forward, y, x);
   close("silu y", y, tol);
-  both(ops::silu_backward, ref::silu_backward, dx, dy, x);
+  both(ops::silu_backward, ref::silu_backward, dx, dy, x, ops::DxMode::add);
   close("silu dx", dx, tol);
+  both(ops::silu_backward, ref::silu_backward, dx, dy, x, ops::DxMode::overwrite);
+  close("silu dx written over", dx, tol);
   both(ops::gelu_forward, ref::gelu_forward, y, x);
   close("gelu y", y, tol);
-  both(ops::gelu_backward, ref::gelu_backward, dx, dy, x);
+  both(ops::gelu_backward, ref::gelu_backward, dx, dy, x, ops::DxMode::add);
   close("gelu dx", dx, tol);
+  both(ops::gelu_backward, ref::gelu_backward, dx, dy, x, ops::DxMode::overwrite);
+  close("gelu dx written over", dx, tol);
 }
 
 void dropout(const Case& k, size_t, double tol) {
@@ -396,8 +403,10 @@ void permute(const Case& k, size_t, double tol) {
   both(ops::permute, ref::permute, o, x, perm);
   close("permute", o, tol);
   Out dx = grad(in, 3);
-  both(ops::permute_backward, ref::permute_backward, dx, dy, perm);
+  both(ops::permute_backward, ref::permute_backward, dx, dy, perm, ops::DxMode::add);
   close("permute backward", dx, tol);
+  both(ops::permute_backward, ref::permute_backward, dx, dy, perm, ops::DxMode::overwrite);
+  close("permute backward written over", dx, tol);
 }
 
 void roll(const Case& k, size_t, double tol) {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <limits>
 
 #include "kernels/ops.hpp"
 #include "tests/common/compare.hpp"
@@ -17,9 +18,10 @@ namespace {
 const std::vector<float> kPoints = {-2.f, -1.f, 0.f, 0.5f, 1.f, 2.f};
 
 using Forward = std::function<void(Context&, Tensor&, const Tensor&)>;
-using Backward = std::function<void(Context&, Tensor&, const Tensor&, const Tensor&)>;
+using Backward = std::function<void(Context&, Tensor&, const Tensor&, const Tensor&, ops::DxMode)>;
 
-// Checks y = f(x) and dx = 1 + f'(x) (backward adds into a gradient of ones, dy = 1);
+// Checks y = f(x) and dx = 1 + f'(x) (backward adds into a gradient of ones, dy = 1), then
+// dx = f'(x) written over a gradient of NaN (DxMode::overwrite reads nothing of dx);
 // `from_output` says whether backward reads y instead of x.
 void check_activation(const Forward& fwd, const Backward& bwd, bool from_output,
                       const std::vector<double>& values, const std::vector<double>& slopes) {
@@ -28,10 +30,14 @@ void check_activation(const Forward& fwd, const Backward& bwd, bool from_output,
   fwd(ctx, y, x);
   check_close(y, values, 2e-6);
   Tensor dx = Tensor::from({6}, {1, 1, 1, 1, 1, 1}), dy = Tensor::from({6}, {1, 1, 1, 1, 1, 1});
-  bwd(ctx, dx, dy, from_output ? y : x);
+  bwd(ctx, dx, dy, from_output ? y : x, ops::DxMode::add);
   std::vector<double> want;
   for (double s : slopes) want.push_back(1.0 + s);
   check_close(dx, want, 2e-6);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor over = Tensor::from({6}, {nan, nan, nan, nan, nan, nan});
+  bwd(ctx, over, dy, from_output ? y : x, ops::DxMode::overwrite);
+  check_close(over, slopes, 2e-6);
 }
 }  // namespace
 
@@ -68,9 +74,9 @@ TEST_CASE("smooth activations: 1 and 2 threads give identical bits; errors name 
     Tensor y = Tensor::empty({n}), dx = Tensor::zeros({n});
     ops::gelu_forward(ctx, y, x);
     ops::silu_forward(ctx, y, y);  // in place is allowed: each element reads only itself
-    ops::gelu_backward(ctx, dx, dy, x);
-    ops::silu_backward(ctx, dx, dy, x);
-    ops::sigmoid_backward(ctx, dx, dy, y);
+    ops::gelu_backward(ctx, dx, dy, x, ops::DxMode::add);
+    ops::silu_backward(ctx, dx, dy, x, ops::DxMode::add);
+    ops::sigmoid_backward(ctx, dx, dy, y, ops::DxMode::overwrite);
     return std::pair{y, dx};
   };
   auto [y1, dx1] = run(1);

@@ -117,6 +117,7 @@ class BackgroundJob {
   void kill_all() { kill(-pid_, SIGKILL); }
   // Sends `signal` to the job's own process (the command, which the shell exec'd).
   void signal_job(int signal) { kill(pid_, signal); }
+  pid_t pid() const { return pid_; }
 
  private:
   std::filesystem::path output_;

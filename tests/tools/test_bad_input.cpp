@@ -61,10 +61,10 @@ TEST_CASE("infer --output that names an input file is refused, and the file is k
   dpx::write_safetensors(images, {{"images", dpx::Tensor::zeros({2, 1, 8, 8})}});
   const std::string before_w = file_text(weights), before_x = file_text(images);
   const std::string infer = "infer --model mlp --weights " + weights + " --input " + images + " --output ";
-  check_refused({{infer + images, "--output " + images + " is the --input file"},
-                 {infer + weights, "--output " + weights + " is the --weights file"},
+  check_refused({{infer + images, "--output '" + images + "' is the file --input reads"},
+                 {infer + weights, "--output '" + weights + "' is the file --weights reads"},
                  {infer + tmp.file("./x.safetensors"),  // the same file, spelt otherwise
-                  "--output " + tmp.file("./x.safetensors") + " is the --input file"}});
+                  "--output '" + tmp.file("./x.safetensors") + "' is the file --input reads"}});
   CHECK(file_text(weights) == before_w);
   CHECK(file_text(images) == before_x);
 }

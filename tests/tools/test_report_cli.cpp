@@ -70,7 +70,7 @@ TEST_CASE("dpx report does not overwrite a file it did not write") {
   CAPTURE(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("notes.html") != std::string::npos);
-  CHECK(r.output.find("not written by dpx report") != std::string::npos);
+  CHECK(r.output.find("exists and is not a dpx report page: dpx replaces only its own files; name another, or pass --force") != std::string::npos);
   CHECK(file_text(out) == mine);
   CHECK(dir.entries().size() == 1);
   // A folder is no page either.

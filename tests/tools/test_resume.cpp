@@ -217,7 +217,7 @@ TEST_CASE("a checkpoint of another run, or a damaged one, is refused with what i
   fs::create_directories(tmp.path / "empty");
   DpxResult empty = run_dpx(base + "--model mlp --resume " + (tmp.path / "empty").string());
   CHECK(empty.code == 2);
-  CHECK(empty.output.find("the folder holds no checkpoint-<step>.safetensors") != std::string::npos);
+  CHECK(empty.output.find("the folder holds no dpx checkpoint (checkpoint-<step>.safetensors)") != std::string::npos);
   DpxResult none = run_dpx(base + "--model mlp --resume " + (tmp.path / "nowhere").string());
   CHECK(none.code == 2);
   CHECK(none.output.find("no such file or folder") != std::string::npos);

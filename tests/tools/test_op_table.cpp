@@ -1,0 +1,61 @@
+// The op table of --profile-ops: per op and per step its time, host time and kernels ("-" when
+// unknown, as for CPU ops or a GPU without CUPTI), and the step's totals — the kernel count of a
+// GPU step among them; ops.csv carries the same columns.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/op_table.hpp"
+
+using dpx::ops::profile::OpStats;
+using dpx::tools::MeasuredSteps;
+
+namespace {
+OpStats gpu_op(const char* name, int64_t calls, double total_s, double host_s, int64_t kernels) {
+  OpStats s;
+  s.name = name;
+  s.calls = calls;
+  s.total_s = total_s;
+  s.host_s = host_s;
+  s.kernels = kernels;
+  s.on_gpu = true;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("GPU ops: GPU ms, host ms and kernels per step, and the step's kernel total") {
+  // 2 measured steps of 10 ms each.
+  const MeasuredSteps steps{2, 0.020};
+  const std::vector<OpStats> ops = {gpu_op("conv2d_forward", 4, 0.008, 0.0004, 4),
+                                    gpu_op("concat_channels", 20, 0.002, 0.0010, 60)};
+  const std::string t = dpx::tools::op_table(ops, steps);
+  CAPTURE(t);
+  CHECK(t.find("host ms") != std::string::npos);
+  CHECK(t.find("kernels") != std::string::npos);
+  // concat: 2 ms / 2 steps = 1 ms per step, host 0.5 ms per step, 30 kernels per step.
+  CHECK(t.find("concat_channels        20        2.00       1.000   10.00         -      0.500       30.0") !=
+        std::string::npos);
+  // all ops: 5 ms per step, 0.7 ms host, 32 kernels per step.
+  CHECK(t.find("all ops                         10.00       5.000   50.00                0.700       32.0") !=
+        std::string::npos);
+  CHECK(t.find("GPU ops: ms is the GPU time between CUDA events") != std::string::npos);
+  const std::string csv = dpx::tools::op_csv_header() + dpx::tools::op_csv_rows("cfg", 1, ops, steps);
+  CHECK(csv.find(",host_ms_per_step,kernels_per_step\n") != std::string::npos);
+  CHECK(csv.find("cfg,1,concat_channels,20,2,1,10,,0.5,30\n") != std::string::npos);
+}
+
+TEST_CASE("an unknown kernel count is \"-\" for the op and for the step's total") {
+  OpStats cpu;
+  cpu.name = "relu_forward";
+  cpu.calls = 3;
+  cpu.total_s = cpu.host_s = 0.003;
+  const std::string t = dpx::tools::op_table({gpu_op("conv2d_forward", 1, 0.001, 0.0001, 2), cpu}, {1, 0.01});
+  CAPTURE(t);
+  CHECK(t.find("relu_forward           3        3.00       3.000   30.00         -      3.000          -") !=
+        std::string::npos);
+  CHECK(t.find("all ops                         4.00       4.000   40.00                3.100          -") !=
+        std::string::npos);
+  const std::string csv = dpx::tools::op_csv_rows("c", 1, {cpu}, {1, 0.01});
+  CHECK(csv == "c,1,relu_forward,3,3,3,30,,3,\n");
+}
