@@ -602,6 +602,30 @@ void pad_hw_backward(Context&, Tensor& din, const Tensor& dout) {
   require_padded("pad_hw_backward", "dout", dout, "din", din);
 }
 
+namespace {
+
+// windows (B, nH, nW, wh, ww, C) must cover x (B, H, W, C): nH wh >= H and nW ww >= W.
+void check_windows(const char* op, const Tensor& windows, const Tensor& x, const char* x_name) {
+  require_f32(op, "windows", windows);
+  require_f32(op, x_name, x);
+  require_dim(op, "windows", windows, 6);
+  require_dim(op, x_name, x, 4);
+  if (windows.size(0) != x.size(0) || windows.size(5) != x.size(3) ||
+      windows.size(1) * windows.size(3) < x.size(1) || windows.size(2) * windows.size(4) < x.size(2))
+    fail(op, ": windows ", shape_str(windows.shape()), " (B, nH, nW, wh, ww, C) must cover ", x_name, " ",
+         shape_str(x.shape()), " (B, H, W, C): the same B and C, nH wh >= H and nW ww >= W");
+}
+
+}  // namespace
+
+void window_partition(Context&, Tensor& windows, const Tensor& x, int64_t, int64_t) {
+  check_windows("window_partition", windows, x, "x");
+}
+
+void window_merge(Context&, Tensor& y, const Tensor& windows, int64_t, int64_t, DxMode) {
+  check_windows("window_merge", windows, y, "y");
+}
+
 void concat_channels(Context&, Tensor& out, const std::vector<Tensor>& inputs) {
   std::vector<const Tensor*> parts;
   for (const Tensor& t : inputs) parts.push_back(&t);
