@@ -460,13 +460,33 @@ void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMo
   require_unary_backward("relu_backward", dx, dy, "y", y);
 }
 
-void dropout_forward(Context&, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t,
+namespace {
+// ctx.random_offset, when set, is one i64 on the op's device.
+void check_random_offset(const char* op, const Context& ctx) {
+  if (!ctx.random_offset) return;
+  const Tensor& o = *ctx.random_offset;
+  require_dtype(op, "ctx.random_offset", o, DType::i64);
+  if (o.numel() != 1 || o.device() != ctx.device)
+    fail(op, ": ctx.random_offset must be one i64 on ", ctx.device.str(), ", not ", shape_str(o.shape()), " on ",
+         o.device().str());
+}
+}  // namespace
+
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t,
                      uint64_t) {
   const char* op = "dropout_forward";
+  check_random_offset(op, ctx);
   check_dropout_p(op, p);
   require_f32_pair(op, "y", y, "x", x);
   require_dtype(op, "mask", mask, DType::u8);
   require_same_numel(op, "mask", mask, "x", x);
+}
+
+void bernoulli_scale(Context& ctx, Tensor& out, float keep, uint64_t, uint64_t) {
+  const char* op = "bernoulli_scale";
+  check_random_offset(op, ctx);
+  require_f32(op, "out", out);
+  if (!(keep >= 0.f && keep <= 1.f)) fail(op, ": keep = ", keep, " is not a probability in [0, 1]");
 }
 
 void dropout_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
