@@ -290,7 +290,7 @@ void run(const PredictFlags& f) {
   if (lo != hi && compute.lo.total() > compute.hi.total()) {
     std::snprintf(line, sizeof line, "%.1f ms against %.1f ms", compute.lo.total() * 1e3, compute.hi.total() * 1e3);
     std::cout << "# warning: batch " << lo << " measured slower than batch " << hi << " (" << line
-              << "): the machine was busy; the computation is taken as flat. Rerun on an idle machine or with more "
+              << "): the machine was busy; a phase that fell is taken as flat beyond batch " << hi << ". Rerun on an idle machine or with more "
                  "--steps\n";
   }
   if (f.compute_scale != 1) std::cout << "#   --compute-scale " << f.compute_scale << ": computation taken that many times faster\n";
