@@ -38,13 +38,29 @@ std::string read(const fs::path& p) {
   return os.str();
 }
 
-// Every file of the repository (relative, with '/'), the .git and build folders left out.
+// The top-level folders .gitignore names ("/.deps/", "/build*/"): made here, not kept.
+bool ignored_folder(const std::string& rel) {
+  static const std::vector<std::string> patterns = [] {
+    std::vector<std::string> out{".git"};
+    std::ifstream in(fs::path(kRoot) / ".gitignore");
+    for (std::string line; std::getline(in, line);)
+      if (line.size() > 2 && line.front() == '/' && line.back() == '/') out.push_back(line.substr(1, line.size() - 2));
+    return out;
+  }();
+  for (const std::string& p : patterns) {
+    const bool prefix = !p.empty() && p.back() == '*';  // "build*"
+    if (prefix ? rel.rfind(p.substr(0, p.size() - 1), 0) == 0 : rel == p) return true;
+  }
+  return false;
+}
+
+// Every file of the repository (relative, with '/'), the .git folder and the ignored ones left out.
 const std::vector<std::string>& repository_files() {
   static const std::vector<std::string> files = [] {
     std::vector<std::string> out;
     for (auto it = fs::recursive_directory_iterator(kRoot); it != fs::recursive_directory_iterator(); ++it) {
       const std::string rel = fs::relative(it->path(), kRoot).generic_string();
-      if (it->is_directory() && (rel == ".git" || rel.rfind("build", 0) == 0)) {
+      if (it->is_directory() && it.depth() == 0 && ignored_folder(rel)) {
         it.disable_recursion_pending();
         continue;
       }
