@@ -51,6 +51,18 @@ EnvLookup process_env() {
 }
 
 LauncherEnv read_launcher_env(const EnvLookup& env) {
+  // The numbers that say which rank this process is and how many there are: a launcher writes
+  // them as decimal numbers. Any other value (a script's `export OMPI_COMM_WORLD_SIZE=abc`) would
+  // start a job of a size nobody asked for; refused, naming the variable.
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                           "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    const char* v = env(name);
+    if (v && int_var(env, name) < 0)
+      throw UsageError(detail::concat(
+          "the environment variable ", name, " is '", excerpt(v, 40),
+          "', not a rank number: only an MPI launcher (mpirun, srun, mpiexec) sets it, to a number. "
+          "Unset it (`unset ", name, "`) to run dpx alone, or start dpx with the launcher"));
+  }
   LauncherEnv e;
   for (const char* name : kVariables)
     if (const char* v = env(name)) e.variables.emplace_back(name, v);

@@ -1,6 +1,7 @@
 // The vote on stopping after a signal (see stop_vote.hpp).
 #include "parallel/runtime/stop_vote.hpp"
 
+#include <algorithm>
 #include <exception>
 
 namespace dpx::parallel {
@@ -13,12 +14,12 @@ StopVote::~StopVote() {
   }
 }
 
-bool StopVote::vote(bool asked) {
-  if (!comm_) return asked;
+int StopVote::vote(int signal) {
+  if (!comm_) return signal;
   pending_.wait();
   std::array<uint8_t, 2>& f = *flags_;
-  const bool stop = pending_.started() && f[1] != 0;
-  f[0] = asked ? 1 : 0;
+  const int stop = pending_.started() ? f[1] : 0;
+  f[0] = static_cast<uint8_t>(std::clamp(signal, 0, 255));  // signal numbers are below 65
   pending_ = comm_->all_reduce_async(&f[0], &f[1], 1, DType::u8, ReduceOp::max, {},
                                      [keep = flags_] {});  // the flags live as long as the call
   return stop;

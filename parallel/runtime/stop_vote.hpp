@@ -1,9 +1,10 @@
 // Ranks that stop on a signal must stop after the same update, though the signal may reach them
 // at different moments, or only some of them. The StopVote is that agreement, one for every
-// backend: after each optimizer update every rank starts an all-reduce (max) of a one-byte flag,
-// "asked to stop", over the ranks' host communicator, and reads the answer after the next update,
-// so the step never waits for it; every rank stops after the same update, the one after the
-// first rank was asked. A rank alone (no communicator) stops when asked.
+// backend: after each optimizer update every rank starts an all-reduce (max) of one byte, the
+// signal it was asked to stop by (0: none), over the ranks' host communicator, and reads the
+// answer after the next update, so the step never waits for it; every rank stops after the same
+// update, the one after the first rank was asked, and names the same signal (SIGINT sent to one
+// rank is reported as SIGINT by all). A rank alone (no communicator) stops when asked.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -21,8 +22,9 @@ class StopVote {
   StopVote(const StopVote&) = delete;
   StopVote& operator=(const StopVote&) = delete;
 
-  // Every rank calls it after each update, in the same sequence: whether to stop now.
-  bool vote(bool asked);
+  // Every rank calls it after each update, in the same sequence, with the signal it was asked to
+  // stop by (0: none): the signal to stop by now, the largest any rank was asked by, or 0.
+  int vote(int signal);
 
  private:
   Communicator* comm_;

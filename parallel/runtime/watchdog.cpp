@@ -2,6 +2,7 @@
 #include "parallel/runtime/watchdog.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 #include "core/clock.hpp"
 #include "core/error.hpp"
@@ -12,6 +13,9 @@ namespace {
 
 // How often the thread looks: a stall is seen within this of its timeout.
 constexpr auto kRound = std::chrono::milliseconds(20);
+// A round that came this much later than due: the process was frozen meanwhile (a thread that
+// sleeps 20 ms is not kept from running for seconds by a busy machine).
+constexpr double kFrozenS = 2.0;
 // How often thread ranks are asked whether they all wait for each other.
 constexpr int kRoundsPerDeadlockCheck = 12;
 
@@ -85,6 +89,17 @@ void CommWatch::set_finished(int rank) {
   Entry& e = *entry(rank);
   std::lock_guard<std::mutex> lock(e.m);
   e.finished = true;
+}
+
+int CommWatch::forgive(double seconds) {
+  int waits = 0;
+  for (const auto& e : entries_) {
+    std::lock_guard<std::mutex> lock(e->m);
+    if (!e->in_call) continue;
+    e->since_s += seconds;
+    if (e->waiting) e->wait_since_s += seconds, ++waits;
+  }
+  return waits;
 }
 
 RankStatus CommWatch::status(int rank) const {
@@ -176,6 +191,7 @@ RankStatus Watchdog::status_for(std::string_view label) const {
 }
 
 void Watchdog::run() {
+  double last_round_s = now_s();
   for (int round = 0; !stop_.load(); ++round) {
     std::this_thread::sleep_for(kRound);
     std::lock_guard<std::mutex> acting(acting_);
@@ -185,6 +201,18 @@ void Watchdog::run() {
       std::lock_guard<std::mutex> lock(m_);
       peers = peers_;
       comms = watched_;
+    }
+    // Suspended, not hung: the whole process stood still, so no rank of it was late.
+    const double now = now_s(), frozen_s = now - last_round_s - std::chrono::duration<double>(kRound).count();
+    last_round_s = now;
+    if (frozen_s >= kFrozenS && !comms.empty()) {
+      int waits = 0;
+      for (const auto& comm : comms) waits += comm->forgive(frozen_s);
+      std::fprintf(stderr,
+                   "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung: %d wait%s in "
+                   "communication not counted toward --comm-timeout\n",
+                   frozen_s, waits, waits == 1 ? "" : "s");
+      std::fflush(stderr);
     }
     if (peers) peers->serve();
     for (const auto& comm : comms) {

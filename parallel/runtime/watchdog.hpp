@@ -4,7 +4,9 @@
 // said it does. One thread per process times every such wait against its communicator's
 // --comm-timeout, for every backend (threads, p2p, mpi, nccl), asks the thread ranks whether they
 // all wait for each other (a deadlock), and on a stall writes the one report (stall_report.hpp)
-// and ends the wait. Under MPI the other processes are asked for theirs and the report ends the
+// and ends the wait. A process that was frozen (SIGSTOP, a scheduler's suspend: the thread's own
+// rounds stop) is told from a hung one by the gap between two rounds: the frozen time is not
+// counted toward the timeout, and the process says so. Under MPI the other processes are asked for theirs and the report ends the
 // job (MpiPeers, runtime/mpi/mpi_peers.hpp).
 #pragma once
 #include <atomic>
@@ -44,6 +46,9 @@ class CommWatch {
   void set_activity(int rank, std::string_view what);
   void set_finished(int rank);
   void set_timeout(double seconds) { timeout_s_.store(seconds); }
+  // The process did not run for `seconds` (stopped by SIGSTOP, suspended by a scheduler): the
+  // waits then in progress are not counted for that long, since nobody was late. How many were.
+  int forgive(double seconds);
 
   const std::string& label() const { return label_; }
   int size() const { return size_; }

@@ -9,6 +9,7 @@
 #include "core/data/dataset.hpp"
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
+#include "core/thread_check.hpp"
 #include "zoo/registry.hpp"
 #include "zoo/weights.hpp"
 
@@ -34,6 +35,14 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     threads_per_rank = std::max(1, total / ranks);
   }
   rank_batch = o.batch_size / ranks;
+  {  // the threads this process will run at once, asked for before OpenMP starts them
+    const int local_ranks = o.process_ranks > 0 ? 1 : ranks;
+    check_threads_available(
+        (threads_per_rank + o.workers) * local_ranks,
+        detail::concat(o.threads > 0 ? "--threads " : "--threads (the default, every core: ", threads_per_rank * local_ranks,
+                       o.threads > 0 ? "" : ")", local_ranks > 1 ? detail::concat(" over ", local_ranks, " thread ranks") : "",
+                       " with --workers ", o.workers, local_ranks > 1 ? " each" : ""));
+  }
 
   train_set = data::make_dataset(data_spec(o), data::Split::train);
   if (o.evaluate) test_set = data::make_dataset(data_spec(o), data::Split::test);

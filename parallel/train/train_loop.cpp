@@ -105,14 +105,14 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
       if (r.rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
       if (!rec.optimizer_step) continue;
       // After every update: the ranks vote on a signal, and checkpoint when asked or due.
-      const bool stop = vote.vote(stop::requested() != 0);
+      const int stop = vote.vote(stop::requested());
       // The epoch's last update is checkpointed at the epoch's end, after its evaluation.
       const bool due = checkpoints.due_after_update(global_step + 1) && step + 1 < steps;
       if (checkpoints.enabled() && (stop || due))
         save_checkpoint(r, checkpoints, host, {epoch, step + 1, global_step + 1, loss_sum, 0}, mine, report,
                         report_mu, hooks);
       if (stop) {
-        stopped_by = stop::requested() ? stop::requested() : SIGTERM;
+        stopped_by = stop;  // the signal a rank was asked by, the same on every rank
         ++global_step;
         break;
       }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -75,6 +76,19 @@ TEST_CASE("the watchdog times a published wait of any communicator and ends it w
   CHECK(report.find("[last said: computing]") != std::string::npos);
 }
 
+TEST_CASE("time the process stood still (SIGSTOP, a suspend) is forgiven: the waits then in progress are not late") {
+  Published p(2, 0.5);
+  p.watch->begin_call(1, all_reduce_call(4));  // in a call, not waiting: nothing to forgive
+  CHECK(p.watch->forgive(10) == 0);
+  p.watch->begin_call(0, all_reduce_call(4));
+  p.watch->begin_wait(0, 1);
+  CHECK(p.watch->forgive(10) == 1);  // as if frozen for 10 s just now
+  CHECK(p.wait_report(1.0).empty());  // 1 s of waiting, but 10 s of it were frozen
+  p.watch->end_wait(0);
+  p.watch->begin_wait(0, 1);  // a new wait is timed from its start
+  CHECK_FALSE(p.wait_report(5).empty());
+}
+
 TEST_CASE("a wait that ends in time, a patient one and a call that does not wait are never reported") {
   Published p(2, 0.2);
   p.watch->begin_call(0, all_reduce_call(1));  // in a call, computing its reduction: not a wait
@@ -98,22 +112,26 @@ TEST_CASE("a wait that ends in time, a patient one and a call that does not wait
   CHECK(report.find("in all_reduce #9") != std::string::npos);
 }
 
-TEST_CASE("the stop vote: every rank stops after the same update, the one after the first rank was asked") {
+TEST_CASE("the stop vote: every rank stops after the same update, the one after the first rank was asked, by its signal") {
   for (int asked_at : {0, 3}) {
     CAPTURE(asked_at);
-    std::vector<int> stopped_at(3, -1);
+    std::vector<int> stopped_at(3, -1), stopped_by(3, 0);
     run_ranks(3, [&](Communicator& comm) {
       StopVote vote(&comm);
-      for (int update = 0; update < 8 && stopped_at[static_cast<size_t>(comm.rank())] < 0; ++update) {
-        // Rank 1 alone is asked, at `asked_at`, and stays asked (a signal is not taken back).
-        const bool asked = comm.rank() == 1 && update >= asked_at;
-        if (vote.vote(asked)) stopped_at[static_cast<size_t>(comm.rank())] = update;
+      const size_t me = static_cast<size_t>(comm.rank());
+      for (int update = 0; update < 8 && stopped_at[me] < 0; ++update) {
+        // Rank 1 alone is asked, by SIGINT, at `asked_at`, and stays asked (a signal is not taken back).
+        const int asked = comm.rank() == 1 && update >= asked_at ? SIGINT : 0;
+        if (const int signal = vote.vote(asked)) stopped_at[me] = update, stopped_by[me] = signal;
         if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a slower rank
       }
     });
-    for (int r = 0; r < 3; ++r) CHECK(stopped_at[static_cast<size_t>(r)] == asked_at + 1);
+    for (int r = 0; r < 3; ++r) {
+      CHECK(stopped_at[static_cast<size_t>(r)] == asked_at + 1);
+      CHECK(stopped_by[static_cast<size_t>(r)] == SIGINT);  // not the SIGTERM the others never got
+    }
   }
   StopVote alone(nullptr);  // a rank alone stops when asked
-  CHECK_FALSE(alone.vote(false));
-  CHECK(alone.vote(true));
+  CHECK(alone.vote(0) == 0);
+  CHECK(alone.vote(SIGHUP) == SIGHUP);
 }
