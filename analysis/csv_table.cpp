@@ -1,3 +1,5 @@
+// Reading a CSV file as dpx writes them (see csv_table.hpp): quoted fields, and errors that name
+// the file, the line and the column.
 #include "analysis/csv_table.hpp"
 
 #include <cerrno>

@@ -1,3 +1,5 @@
+// `dpx predict`'s step model (see predict.hpp): one replica's measured computation plus DDP's
+// bucketed all-reduce over a network of alpha, beta and gamma, at each rank count.
 #include "analysis/predict.hpp"
 
 #include <algorithm>

@@ -12,9 +12,9 @@
 #include "core/data/loader.hpp"
 #include "kernels/ops.hpp"
 #include "layers/layers.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/primitives.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/primitives.hpp"
+#include "parallel/train/trainer.hpp"
 #include "zoo/registry.hpp"
 
 using namespace dpx;
@@ -76,7 +76,7 @@ int main(int argc, char** argv) try {
   o.batch_size = batch;
   o.lr = 0.01f;  // the same optimiser as the vanilla loop above
   o.nesterov = false;
-  o.lr_schedule = "constant";
+  o.lr_schedule = parallel::LrSchedule::constant;
   o.max_steps = steps;
   o.warmup_steps = 1;
   o.threads = k;

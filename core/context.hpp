@@ -9,6 +9,7 @@
 namespace dpx {
 
 namespace cuda { struct CudaState; }
+class Tensor;
 
 struct Context {
   Device device;
@@ -24,6 +25,11 @@ struct Context {
   // fp16: tensor-core math, fp32 accumulation into fp32 outputs); f32 = no rounding. Every other op
   // computes in fp32, and the weights stay fp32 (PyTorch's autocast lists the same ops).
   DType compute = DType::f32;
+  // A CUDA graph's replay count, an i64 scalar on `device` that the graph itself increments
+  // (parallel/train/cuda_graph_step.cpp): the random ops (dropout_forward, bernoulli_scale) add it
+  // to their stream, so each replay of a captured step draws its own step's masks. Null (every
+  // eager step): no offset. Owned elsewhere.
+  const Tensor* random_offset = nullptr;
 
   static Context cpu(int threads = 1) {
     Context c;

@@ -1,3 +1,4 @@
+// Device names: "cpu", "cuda:N", parsed and printed (see device.hpp).
 #include "core/device.hpp"
 
 #include <charconv>

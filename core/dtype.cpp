@@ -1,3 +1,4 @@
+// Element types: their names, sizes and the f16/bf16 conversions (see dtype.hpp).
 #include "core/dtype.hpp"
 
 #include <cstring>

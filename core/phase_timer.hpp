@@ -1,5 +1,5 @@
 // Per-step phase times. The phases and their boundaries are documented once, in README.md
-// ("Phases"); trainers time them with parallel::PhaseScope (parallel/device_env.hpp), which puts
+// ("Phases"); trainers time them with parallel::PhaseScope (parallel/train/device_env.hpp), which puts
 // a PhaseTimer::Scope around the code of each phase and marks its begin and end on the device.
 #pragma once
 #include <array>
@@ -12,7 +12,7 @@ namespace dpx {
 // The phases of a step (README.md, "Phases"). All but two are intervals a scope times on the
 // rank's clock. comm_total is the sum of the step's gradient all-reduces (they overlap backward);
 // wait is computed after the run from every rank's end of backward, by one function,
-// parallel::fill_wait_times (parallel/metrics.hpp):
+// parallel::fill_wait_times (parallel/bench/metrics.hpp):
 //   wait = the slowest rank's end of backward in the step − this rank's end of backward,
 // on every step at which the ranks' gradients are reduced (DDP: the last micro-step of each
 // accumulation group; DataParallel: every step, when the master sums the replicas' gradients);

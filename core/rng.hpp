@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 
+#include "core/context.hpp"
 #include "core/tensor.hpp"
 
 namespace dpx {
@@ -33,6 +34,12 @@ class Rng {
  private:
   uint64_t seed_, stream_, offset_ = 0;
 };
+
+// The value of ctx.random_offset (0 when unset) for the host's random kernels: a CUDA graph's
+// replay count, rehearsed on the CPU (see Context::random_offset).
+inline uint64_t host_random_offset(const Context& ctx) {
+  return ctx.random_offset ? static_cast<uint64_t>(ctx.random_offset->data<int64_t>()[0]) : 0;
+}
 
 // Host f32 fills (init happens on the host; weights are then copied to their device).
 void fill_uniform(Tensor& t, Rng& rng, float lo, float hi);

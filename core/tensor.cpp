@@ -1,3 +1,5 @@
+// Tensor (see tensor.hpp): allocation from the host block cache or a device pool, views, copies
+// between devices, and the checks that name what was wrong.
 #include "core/tensor.hpp"
 
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/capture.hpp"
 #include "core/cuda/memory.hpp"
 
 namespace dpx {
@@ -192,6 +195,8 @@ Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, 
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  capture::not_capturable("Tensor::zeros clears its memory outside the step's stream (a GPU layer makes zeros "
+                          "with ops::fill on its context)");
   Tensor t = empty(shape, dtype, device);
   if (device.is_cpu())
     std::memset(t.raw(), 0, t.nbytes());
@@ -274,10 +279,12 @@ void Tensor::copy_from(const Tensor& src) {
   DPX_CHECK(src.numel() == numel_ && src.dtype() == dtype_, "copy_from: ", shape_str(src.shape()),
             " ", dtype_name(src.dtype()), " into ", shape_str(shape_), " ", dtype_name(dtype_));
   if (nbytes() == 0 || (src.raw() == raw() && src.device() == device())) return;
-  if (device().is_cpu() && src.device().is_cpu())
+  if (device().is_cpu() && src.device().is_cpu()) {
     std::memmove(raw(), src.raw(), nbytes());
-  else
+  } else {
+    capture::not_capturable("a copy between host and device (Tensor::to or copy_from) waits for the device");
     cuda::copy(raw(), device(), src.raw(), src.device(), nbytes());
+  }
 }
 
 namespace {
@@ -326,6 +333,7 @@ Tensor Tensor::cast(DType dtype) const {
 }
 
 std::vector<float> Tensor::to_vector() const {
+  capture::not_capturable("to_vector() reads a tensor on the host");
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   std::vector<float> v(static_cast<size_t>(numel_));
   for (int64_t i = 0; i < numel_; ++i) v[i] = load_as_float(host.raw(), dtype_, i);
@@ -334,6 +342,7 @@ std::vector<float> Tensor::to_vector() const {
 
 float Tensor::item() const {
   DPX_CHECK(numel_ == 1, "item() on a tensor of ", numel_, " elements");
+  capture::not_capturable("item() reads a value on the host");
   return to_vector()[0];
 }
 

@@ -460,13 +460,33 @@ void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMo
   require_unary_backward("relu_backward", dx, dy, "y", y);
 }
 
-void dropout_forward(Context&, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t,
+namespace {
+// ctx.random_offset, when set, is one i64 on the op's device.
+void check_random_offset(const char* op, const Context& ctx) {
+  if (!ctx.random_offset) return;
+  const Tensor& o = *ctx.random_offset;
+  require_dtype(op, "ctx.random_offset", o, DType::i64);
+  if (o.numel() != 1 || o.device() != ctx.device)
+    fail(op, ": ctx.random_offset must be one i64 on ", ctx.device.str(), ", not ", shape_str(o.shape()), " on ",
+         o.device().str());
+}
+}  // namespace
+
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t,
                      uint64_t) {
   const char* op = "dropout_forward";
+  check_random_offset(op, ctx);
   check_dropout_p(op, p);
   require_f32_pair(op, "y", y, "x", x);
   require_dtype(op, "mask", mask, DType::u8);
   require_same_numel(op, "mask", mask, "x", x);
+}
+
+void bernoulli_scale(Context& ctx, Tensor& out, float keep, uint64_t, uint64_t) {
+  const char* op = "bernoulli_scale";
+  check_random_offset(op, ctx);
+  require_f32(op, "out", out);
+  if (!(keep >= 0.f && keep <= 1.f)) fail(op, ": keep = ", keep, " is not a probability in [0, 1]");
 }
 
 void dropout_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {
@@ -600,6 +620,30 @@ void pad_hw(Context&, Tensor& out, const Tensor& in) { require_padded("pad_hw", 
 
 void pad_hw_backward(Context&, Tensor& din, const Tensor& dout) {
   require_padded("pad_hw_backward", "dout", dout, "din", din);
+}
+
+namespace {
+
+// windows (B, nH, nW, wh, ww, C) must cover x (B, H, W, C): nH wh >= H and nW ww >= W.
+void check_windows(const char* op, const Tensor& windows, const Tensor& x, const char* x_name) {
+  require_f32(op, "windows", windows);
+  require_f32(op, x_name, x);
+  require_dim(op, "windows", windows, 6);
+  require_dim(op, x_name, x, 4);
+  if (windows.size(0) != x.size(0) || windows.size(5) != x.size(3) ||
+      windows.size(1) * windows.size(3) < x.size(1) || windows.size(2) * windows.size(4) < x.size(2))
+    fail(op, ": windows ", shape_str(windows.shape()), " (B, nH, nW, wh, ww, C) must cover ", x_name, " ",
+         shape_str(x.shape()), " (B, H, W, C): the same B and C, nH wh >= H and nW ww >= W");
+}
+
+}  // namespace
+
+void window_partition(Context&, Tensor& windows, const Tensor& x, int64_t, int64_t) {
+  check_windows("window_partition", windows, x, "x");
+}
+
+void window_merge(Context&, Tensor& y, const Tensor& windows, int64_t, int64_t, DxMode) {
+  check_windows("window_merge", windows, y, "y");
 }
 
 void concat_channels(Context&, Tensor& out, const std::vector<Tensor>& inputs) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/capture.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/op_checks.hpp"
 #include "kernels/op_profile.hpp"
@@ -98,7 +99,8 @@ double matmul(const Context&, const Tensor& c, const Tensor& a, const Tensor&, b
 #endif
 
 // Each op: run_NAME runs the kernel of ctx.device; NAME checks, then runs it, timed when the op
-// profiler is on (kernels/op_profile.hpp).
+// profiler is on (kernels/op_profile.hpp) and named for the messages of a capture
+// (core/capture.hpp) while one is active.
 namespace {
 #define DPX_OP(ret, name, params, args)                       \
   ret run_##name params {                                     \
@@ -116,6 +118,12 @@ namespace {
     check::name args;                                             \
     if (profile::enabled()) [[unlikely]] {                        \
       profile::Call call(ctx, #name, flops::name args);           \
+      return run_##name args;                                     \
+    }                                                             \
+    if (capture::active()) [[unlikely]] {                         \
+      capture::Where where("op " #name);                          \
+      if constexpr (!std::is_void_v<ret>)                         \
+        capture::not_capturable("its result is read on the host"); \
       return run_##name args;                                     \
     }                                                             \
     return run_##name args;                                       \

@@ -1,3 +1,5 @@
+// Model (see model.hpp): the flat parameter and gradient buffers every Parameter is a view of,
+// cloning to a device, and the slots DDP's buckets and the optimizer work on.
 #include "layers/model.hpp"
 
 #include "kernels/ops.hpp"

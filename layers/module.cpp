@@ -1,3 +1,5 @@
+// Module (see module.hpp): registration of parameters, buffers and children under their
+// torchvision names, the gradient-ready hook, and moving to a device.
 #include "layers/module.hpp"
 
 namespace dpx::nn {

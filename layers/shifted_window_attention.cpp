@@ -1,5 +1,6 @@
-// Shifted-window attention: pad, roll, partition into windows, multi-head attention with the
-// position bias (and the shift's mask), merge, roll back, crop; backward replays it in reverse.
+// Shifted-window attention: pad, roll and partition into windows (one gather, window_partition),
+// multi-head attention with the position bias (and the shift's mask), merge, roll back and crop
+// (one gather, window_merge); backward replays it in reverse.
 #include "layers/shifted_window_attention.hpp"
 
 #include <algorithm>
@@ -14,8 +15,6 @@ namespace dpx::nn {
 
 namespace {
 enum Child : size_t { kQkv, kProj };
-// (B, nWh, wh, nWw, ww, C) <-> (B, nWh, nWw, wh, ww, C): map rows to windows and back.
-const std::vector<int> kWindowPerm = {0, 1, 3, 2, 4, 5};
 // (B nW, L, 3, heads, hd) -> (3, B nW, heads, L, hd): q, k, v and heads to the front.
 const std::vector<int> kQkvPerm = {2, 0, 3, 1, 4};
 // (B nW, heads, L, hd) -> (B nW, L, heads, hd): heads back beside each other.
@@ -124,18 +123,9 @@ const Tensor& ShiftedWindowAttention::attention_mask(Context& ctx, const Geometr
 Tensor ShiftedWindowAttention::forward(Context& ctx, const Tensor& x) {
   const Geometry g = geometry(x.shape());
   const int64_t wh = window_[0], ww = window_[1], L = wh * ww, C = dim_, nW = g.windows(), BW = g.B * nW;
-  Tensor t = x;
-  if (g.padded()) {
-    t = empty_on(ctx, {g.B, g.pH, g.pW, C});
-    ops::pad_hw(ctx, t, x);
-  }
-  if (g.shifted()) {
-    Tensor rolled = empty_on(ctx, t.shape());
-    ops::roll(ctx, rolled, t, -g.sh, -g.sw);
-    t = rolled;
-  }
+  // Padded to whole windows, rolled by the shift and cut into windows: one gather.
   Tensor windows = empty_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
-  ops::permute(ctx, windows, t.view({g.B, g.nWh, wh, g.nWw, ww, C}), kWindowPerm);
+  ops::window_partition(ctx, windows, x, g.sh, g.sw);
 
   Tensor qkv = child(kQkv).forward(ctx, windows.view({BW, L, C}));  // (B nW, L, 3 C)
   qkv_ = empty_on(ctx, {3, BW, heads_, L, head_dim_});
@@ -162,18 +152,10 @@ Tensor ShiftedWindowAttention::forward(Context& ctx, const Tensor& x) {
   ops::permute(ctx, merged, heads_out, kHeadsPerm);
   Tensor projected = child(kProj).forward(ctx, merged.view({BW, L, C}));
 
-  Tensor joined = empty_on(ctx, {g.B, g.nWh, wh, g.nWw, ww, C});
-  ops::permute(ctx, joined, projected.view({g.B, g.nWh, g.nWw, wh, ww, C}), kWindowPerm);
-  t = joined.view({g.B, g.pH, g.pW, C});
-  if (g.shifted()) {
-    Tensor rolled = empty_on(ctx, t.shape());
-    ops::roll(ctx, rolled, t, g.sh, g.sw);
-    t = rolled;
-  }
+  // The windows joined, rolled back and cropped to (B, H, W, C): one gather.
+  Tensor y = empty_on(ctx, x.shape());
+  ops::window_merge(ctx, y, projected.view({g.B, g.nWh, g.nWw, wh, ww, C}), g.sh, g.sw, ops::DxMode::overwrite);
   g_ = g;
-  if (!g.padded()) return t;
-  Tensor y = zeros_on(ctx, x.shape());
-  ops::pad_hw_backward(ctx, y, t);  // the crop back to (B, H, W, C)
   return y;
 }
 
@@ -184,19 +166,10 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != Shape{g.B, g.H, g.W, C})
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ",
          shape_str({g.B, g.H, g.W, C}));
-  Tensor t = dy;
-  if (g.padded()) {
-    t = empty_on(ctx, {g.B, g.pH, g.pW, C});
-    ops::pad_hw(ctx, t, dy);
-  }
-  if (g.shifted()) {
-    Tensor unrolled = empty_on(ctx, t.shape());  // rolled back: every element written once
-    ops::roll(ctx, unrolled, t, -g.sh, -g.sw);
-    t = unrolled;
-  }
-  // Every permute below hits each element of its gradient once: written over, no zero fill first.
+  // window_merge's backward is the partition of dy (zero where the windows were cropped away).
   Tensor dprojected = empty_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
-  ops::permute_backward(ctx, dprojected, t.view({g.B, g.nWh, wh, g.nWw, ww, C}), kWindowPerm, ops::DxMode::overwrite);
+  ops::window_partition(ctx, dprojected, dy, g.sh, g.sw);
+  // Every permute below hits each element of its gradient once: written over, no zero fill first.
   Tensor dmerged = child(kProj).backward(ctx, dprojected.view({BW, L, C}));
   const Shape head_shape = {BW, heads_, L, head_dim_};
   Tensor dheads = empty_on(ctx, head_shape);
@@ -227,18 +200,9 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
   ops::permute_backward(ctx, dqkv_rows, dqkv, kQkvPerm, ops::DxMode::overwrite);
   Tensor dwindows = child(kQkv).backward(ctx, dqkv_rows.view({BW, L, 3 * C}));
 
-  Tensor dt = empty_on(ctx, {g.B, g.pH, g.pW, C});
-  Tensor dt_rows = dt.view({g.B, g.nWh, wh, g.nWw, ww, C});
-  ops::permute_backward(ctx, dt_rows, dwindows.view({g.B, g.nWh, g.nWw, wh, ww, C}), kWindowPerm,
-                        ops::DxMode::overwrite);
-  if (g.shifted()) {
-    Tensor unrolled = empty_on(ctx, dt.shape());  // rolled back: every element written once
-    ops::roll(ctx, unrolled, dt, g.sh, g.sw);
-    dt = unrolled;
-  }
-  if (!g.padded()) return dt;
-  Tensor dx = zeros_on(ctx, {g.B, g.H, g.W, C});
-  ops::pad_hw_backward(ctx, dx, dt);
+  // window_partition's backward: the windows' gradient merged back (the padding's dropped).
+  Tensor dx = empty_on(ctx, {g.B, g.H, g.W, C});
+  ops::window_merge(ctx, dx, dwindows.view({g.B, g.nWh, g.nWw, wh, ww, C}), g.sh, g.sw, ops::DxMode::overwrite);
   return dx;
 }
 

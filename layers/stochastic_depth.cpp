@@ -1,5 +1,6 @@
-// StochasticDepth: per-sample (or per-batch) keep/drop noise drawn on the host from the layer's
-// stream, applied with a broadcasting multiply; backward multiplies dy by the same noise.
+// StochasticDepth: per-sample (or per-batch) keep/drop noise drawn on the device (bernoulli_scale)
+// from the layer's stream, applied with a broadcasting multiply; backward multiplies dy by the
+// same noise.
 #include "layers/stochastic_depth.hpp"
 
 #include "kernels/ops.hpp"
@@ -30,15 +31,12 @@ Tensor StochasticDepth::apply(Context& ctx, const Tensor& x, Tensor& noise) {
   if (x.dim() < 1) fail(describe(), " given a 0-dimensional input; expected (N, ...)");
   Shape shape(static_cast<size_t>(x.dim()), 1);
   if (row_) shape[0] = x.size(0);
-  // Drawn on the host (a few numbers per batch) so they depend only on the seed and the step.
-  Tensor host = Tensor::empty(shape);
-  const Rng draw = rng_.fork(steps_++);
-  const float survival = 1.f - p_;
   // torch: bernoulli(survival), divided by survival when that is positive (all zeros at p = 1).
-  const float kept = survival > 0.f ? 1.f / survival : 0.f;
-  for (int64_t i = 0; i < host.numel(); ++i)
-    host.data<float>()[i] = draw.uniform_at(static_cast<uint64_t>(i)) < survival ? kept : 0.f;
-  noise = host.to(ctx.device);
+  // Drawn on the op's device from (seed, step) alone: no host copy in the step, so a CUDA graph
+  // can capture it, and every device draws the same numbers.
+  const Rng draw = rng_.fork(steps_++);
+  noise = Tensor::empty(shape, DType::f32, ctx.device);
+  ops::bernoulli_scale(ctx, noise, 1.f - p_, draw.seed(), draw.stream());
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
   ops::mul_broadcast(ctx, y, x, noise);
   return y;

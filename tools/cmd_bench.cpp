@@ -20,10 +20,10 @@
 #include "core/output_files.hpp"
 #include "core/stop.hpp"
 #include "kernels/op_profile.hpp"
-#include "parallel/job.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/report_io.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/bench/report_io.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tools/commands.hpp"
 #include "tools/op_table.hpp"
 #include "tools/print.hpp"
@@ -39,11 +39,11 @@ struct BenchFlags {
   std::vector<std::string> devices = {"cpu:1", "cpu:2"};
   std::vector<std::string> parallel = {"ddp"};
   std::vector<std::string> scaling = {"weak"};
-  std::vector<std::string> algo = {parallel::TrainOptions{}.algo};
+  std::vector<std::string> algo = {"ring"};
   std::vector<double> bucket_mb = {parallel::TrainOptions{}.bucket_mb};
   std::vector<int> accumulate = {parallel::TrainOptions{}.accumulate};
   std::vector<std::string> optimizer = {parallel::TrainOptions{}.optimizer};
-  std::vector<std::string> grad_dtype = {parallel::TrainOptions{}.grad_dtype};
+  std::vector<std::string> grad_dtype = {"fp32"};
   std::vector<int> workers = {parallel::TrainOptions{}.workers};
   int repeat = 1;
   double noisy_spread = 0.10;
@@ -264,9 +264,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     for (const auto& gd : bf.grad_dtype) {
       parallel::TrainOptions o = base;
       o.optimizer = opt;
-      o.grad_dtype = gd;
+      TrainFlags each = tf;
+      each.grad_dtype = gd;
       if (opt != "sgd" && opt != "adamw") usage_fail("--optimizer: unknown optimizer '", opt, "': use sgd or adamw");
-      apply_train_flags(o, tf);
+      apply_train_flags(o, each);
       per_choice[{opt, gd}] = o;
     }
   std::vector<std::string> devices = mpi && !devices_given ? world_device_sets(processes.size())
@@ -315,8 +316,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                     o.workers = workers;
                     o.model = model;
                     o.devices = dev;
-                    o.parallel = parallel::parse_parallel_mode(par);
-                    o.algo = algo;
+                    o.parallel = parse_choice(parallel::kParallelModes, par, "--parallel", "mode");
+                    o.algo = o.backend == parallel::Backend::nccl && algo == "ring"
+                                 ? parallel::Algorithm::nccl
+                                 : with_flag("--algo", [&] { return parallel::parse_algorithm(algo); });
                     o.bucket_mb = bucket_mb;
                     o.accumulate = accumulate;
                     int k = o.ranks();
@@ -419,7 +422,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       ++i;
       std::cout << "[" << i << "/" << total << "] ";
       if (bf.repeat > 1) std::cout << "run " << run << "/" << bf.repeat << " ";
-      std::cout << c.o.model << " batch " << c.o.batch_size << " " << parallel::parallel_mode_name(c.o.parallel)
+      std::cout << c.o.model << " batch " << c.o.batch_size << " " << choice_name(parallel::kParallelModes, c.o.parallel)
                 << " " << c.o.devices << " (" << c.tag << ")"
                 << std::endl;
       std::ostringstream quiet;  // per-step progress of sweeps stays out of the way

@@ -1,6 +1,6 @@
 // `dpx collective`: nccl-tests' all_reduce_perf & co. for dpx's communicators. The flags are
 // nccl-tests' (-b -e -f -i -n -w -c -o -d -r) plus the collective, backend, ranks and algorithm;
-// the work is parallel::run_collective (parallel/collective_bench.hpp).
+// the work is parallel::run_collective (parallel/bench/collective_bench.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -11,9 +11,9 @@
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 
@@ -155,13 +155,13 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   std::string("threads (ranks are threads of this process, buffers in host memory)") +
                       (parallel::kP2PBuilt ? "; p2p (thread ranks with buffers on GPUs: dpx's algorithms over CUDA "
                                              "device-to-device copies and reduction kernels; several ranks may share "
-                                             "a GPU, see --gpus; compiled, never yet run on a GPU)"
+                                             "a GPU, see --gpus; run on one H100, benchmarks/RESULTS.md)"
                                            : "; p2p is not built in (no CUDA)") +
                       (parallel::kMpiBuilt ? "; mpi (ranks are the processes of mpirun/srun; the default there)"
                                            : "; the mpi backend is not built in") +
                       (parallel::kNcclBuilt ? "; nccl (NCCL's collectives on GPUs, device buffers; --ranks K: one "
                                               "thread per GPU, cuda:0 to cuda:K-1; under mpirun one GPU per process, "
-                                              "by local rank; compiled, never yet run on a GPU)"
+                                              "by local rank; compiled, not yet run on GPUs)"
                                             : "; nccl is not built in (no CUDA)") +
                       ". Several, comma-separated (e.g. nccl,p2p), run one after the other and end with their "
                       "busbw side by side")
@@ -171,13 +171,13 @@ void add_collective_command(CLI::App& app, parallel::ProcessGroup& processes) {
                   "4 --gpus 0 puts four ranks on GPU 0 (default: every visible GPU)");
   cmd->add_option("--ranks", o.ranks, "number of thread ranks (under MPI: the processes, set by mpirun -np)")
       ->capture_default_str();
+  std::string which;  // the algorithms of each pattern that not all of them have
+  for (parallel::Collective c : {parallel::Collective::sendrecv, parallel::Collective::all_to_all,
+                                 parallel::Collective::gather, parallel::Collective::scatter})
+    which += detail::concat("; ", parallel::collective_name(c), ": ", parallel::algorithm_choices(c));
   cmd->add_option("--algo", o.algo,
-                  std::string(parallel::kMpiBuilt ? "ring, tree, naive, rhd, hier, mpi (the MPI library's own; "
-                                                    "--backend mpi)"
-                                                  : "ring, tree, naive, rhd, hier") +
-                      (parallel::kNcclBuilt ? ", nccl (NCCL's own; --backend nccl, its only algorithm)" : "") +
-                      ", or all (one table each, then busbw side by side); sendrecv and all_to_all have ring "
-                      "(and mpi), gather and scatter tree, naive and rhd (and mpi; their default is tree)")
+                  parallel::algorithm_choices() + ", or all (one table each, then busbw side by side)" + which +
+                      " (gather's and scatter's default: tree)")
       ->capture_default_str();
   cmd->add_option("--ranks-per-node", o.ranks_per_node,
                   "for hier: take each group of this many consecutive ranks as one node (0: the real nodes)")

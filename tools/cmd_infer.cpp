@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/safetensors.hpp"
+#include "core/thread_check.hpp"
 #include "layers/model.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
@@ -113,6 +114,8 @@ void run_infer(const InferFlags& f) {
 
   model.eval();
   Context ctx = Context::cpu(f.threads > 0 ? f.threads : hardware_threads());
+  check_threads_available(ctx.threads, detail::concat(f.threads > 0 ? "--threads " : "--threads (the default, every core: ",
+                                                      ctx.threads, f.threads > 0 ? "" : ")"));
   const int64_t n = x.size(0);
   Tensor logits;
   auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,6 @@
 // `dpx predict`: step time, exposed communication, throughput, speedup and scaling efficiency of
 // DDP at 1 ... 1024 ranks (analysis/predict.hpp), from the computation measured here (one replica,
-// parallel/compute_profile.hpp) and a network: a `dpx fit` file or a link's rate and latency.
+// parallel/bench/compute_profile.hpp) and a network: a `dpx fit` file or a link's rate and latency.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,9 +20,9 @@
 #include "core/clock.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
-#include "parallel/comm_reduce.hpp"
-#include "parallel/compute_profile.hpp"
-#include "parallel/net_sim.hpp"
+#include "parallel/bench/compute_profile.hpp"
+#include "parallel/comm/net_sim.hpp"
+#include "parallel/comm/reduce.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 #include "zoo/registry.hpp"
@@ -290,7 +290,7 @@ void run(const PredictFlags& f) {
   if (lo != hi && compute.lo.total() > compute.hi.total()) {
     std::snprintf(line, sizeof line, "%.1f ms against %.1f ms", compute.lo.total() * 1e3, compute.hi.total() * 1e3);
     std::cout << "# warning: batch " << lo << " measured slower than batch " << hi << " (" << line
-              << "): the machine was busy; the computation is taken as flat. Rerun on an idle machine or with more "
+              << "): the machine was busy; a phase that fell is taken as flat beyond batch " << hi << ". Rerun on an idle machine or with more "
                  "--steps\n";
   }
   if (f.compute_scale != 1) std::cout << "#   --compute-scale " << f.compute_scale << ": computation taken that many times faster\n";

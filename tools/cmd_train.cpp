@@ -8,12 +8,12 @@
 
 #include "core/atomic_file.hpp"
 #include "core/stop.hpp"
-#include "parallel/job.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/nccl/nccl_backend.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/report_io.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/bench/report_io.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tools/commands.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
@@ -28,8 +28,8 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   apply_train_flags(o, f);
   o.validate();
   // GPUs for a thread per GPU, before anything is printed (under MPI each process checks its own).
-  if (o.backend == "nccl" && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
-  if (o.backend == "p2p")
+  if (o.backend == parallel::Backend::nccl && !processes.launched()) parallel::check_nccl_gpus(o.ranks());
+  if (o.backend == parallel::Backend::p2p)
     if (const std::string why = parallel::p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
   const bool rank0 = processes.rank() == 0;
   // Every output is checked (and its folder locked against a second run) before training, so a

@@ -3,7 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "parallel/process_group.hpp"
+#include "parallel/runtime/process_group.hpp"
 
 namespace dpx::tools {
 

@@ -11,8 +11,8 @@
 
 #include "core/error.hpp"
 #include "core/stop.hpp"
-#include "parallel/algorithms.hpp"
-#include "parallel/process_group.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/runtime/process_group.hpp"
 #include "tools/commands.hpp"
 
 namespace {

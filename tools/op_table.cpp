@@ -1,3 +1,4 @@
+// `dpx bench --profile-ops`'s table and ops.csv (see op_table.hpp).
 #include "tools/op_table.hpp"
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/op_profile.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/trainer.hpp"
 
 namespace dpx::tools {
 

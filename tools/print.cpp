@@ -1,3 +1,5 @@
+// What dpx prints for people (see print.hpp): the configuration box, the summary table and the
+// warnings about the machine.
 #include "tools/print.hpp"
 
 #include <algorithm>
@@ -11,7 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv2d_algos.hpp"
-#include "parallel/stall_report.hpp"
+#include "parallel/runtime/stall_report.hpp"
 #include "tools/commands.hpp"
 
 namespace dpx::tools {
@@ -73,8 +75,8 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
                     (o.weights_file.empty() ? "" : ", weights " + o.weights_file)},
       {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
       {"devices", mpi ? o.devices + " (one rank per MPI process)" : o.devices},
-      {"parallel", parallel::parallel_mode_name(o.parallel) +
-                       (o.parallel == parallel::ParallelMode::ddp ? " (algo " + o.algo + ", bucket " +
+      {"parallel", std::string(choice_name(parallel::kParallelModes, o.parallel)) +
+                       (o.parallel == parallel::ParallelMode::ddp ? " (algo " + std::string(parallel::algorithm_name(o.algo)) + ", bucket " +
                                                                          std::to_string(o.bucket_mb).substr(0, 5) + " MiB" +
                                                                          (o.overlap ? "" : ", no overlap") + ")"
                                                                    : "")},
@@ -89,10 +91,10 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
       {"seed", std::to_string(o.seed)},
   };
   const std::optional<parallel::LossScaleOptions> scaling = o.loss_scaling();
-  if (o.precision != "fp32" || o.grad_dtype != "fp32" || scaling) {
+  if (o.precision != parallel::Precision::fp32 || o.grad_dtype != DType::f32 || scaling) {
     std::ostringstream text;
-    text << std::setprecision(10) << o.precision << " compute, fp32 weights, " << o.grad_dtype
-         << " gradient all-reduce";
+    text << std::setprecision(10) << choice_name(parallel::kPrecisions, o.precision) << " compute, fp32 weights, "
+         << choice_name(parallel::kGradDtypes, o.grad_dtype) << " gradient all-reduce";
     if (scaling && scaling->dynamic)
       text << ", dynamic loss scale from " << scaling->init_scale << " (x2 after " << scaling->growth_interval
            << " good updates)";
@@ -180,7 +182,7 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
   if (report.ranks > 1) {
     std::snprintf(line, sizeof line,
                   "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",
-                  s.bytes_per_epoch_formula, dtype_size(report.options.grad_wire_dtype()), s.bytes_per_epoch_counted);
+                  s.bytes_per_epoch_formula, dtype_size(report.options.grad_dtype), s.bytes_per_epoch_counted);
     os << line;
   }
   if (report.options.loss_scaling()) {

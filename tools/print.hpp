@@ -6,10 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/launch_info.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/train_options.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/runtime/launch_info.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/train_options.hpp"
+#include "parallel/train/trainer.hpp"
 
 namespace dpx::tools {
 

@@ -1,3 +1,5 @@
+// The flags of `dpx train` and `dpx bench` (see train_flags.hpp), and the parsing, once, of those
+// that name one of a few choices into TrainOptions' enums.
 #include "tools/train_flags.hpp"
 
 #include <cstdlib>
@@ -7,22 +9,12 @@
 #include "core/output_files.hpp"
 #include "core/version_config.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
-#include "parallel/algorithms.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
 #include "zoo/registry.hpp"
 
 namespace dpx::tools {
 
-std::string algo_help() {
-  return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
-                                 "across), mpi (the MPI library's MPI_Allreduce; under mpirun), or nccl (NCCL's, the "
-                                 "one of --backend nccl and its default there)"
-                               : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
-                                 "across), or nccl (NCCL's, the one of --backend nccl and its default there)";
-  return parallel::kMpiBuilt ? "all-reduce algorithm for ddp: ring, tree, naive, rhd, hier (inside nodes, then "
-                               "across), or mpi (the MPI library's MPI_Allreduce; under mpirun)"
-                             : "all-reduce algorithm for ddp: ring, tree, naive, rhd or hier (inside nodes, then "
-                               "across)";
-}
+std::string algo_help() { return "all-reduce algorithm for ddp: " + parallel::algorithm_choices(); }
 
 void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bool for_bench) {
   if (!for_bench) {
@@ -38,12 +30,12 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--parallel", f.parallel,
                    "none, dp (DataParallel) or ddp (DistributedDataParallel); default: ddp under mpirun/srun with "
                    "several processes, else none");
-    cmd.add_option("--backend", o.backend,
+    cmd.add_option("--backend", f.backend,
                    parallel::kNcclBuilt
-                       ? "nccl: DDP over GPUs with NCCL's all-reduce (--devices cuda:0,cuda:1, or cuda under mpirun); "
-                         "p2p: DDP over GPU replicas with dpx's algorithms over device copies, several replicas on one "
-                         "GPU allowed (--devices cuda:0,cuda:0); both compiled, never yet run on a GPU; default: "
-                         "threads for thread ranks, mpi under mpirun"
+                       ? "nccl: DDP over GPUs with NCCL's all-reduce (--devices cuda:0,cuda:1, or cuda under mpirun; "
+                         "compiled, not yet run on GPUs); p2p: DDP over GPU replicas with dpx's algorithms over device "
+                         "copies, several replicas on one GPU allowed (--devices cuda:0,cuda:0; run on one H100, "
+                         "benchmarks/RESULTS.md); default: threads for thread ranks, mpi under mpirun"
                        : "nccl and p2p need a build with -DDPX_CUDA=ON; default: threads for thread ranks, mpi under "
                          "mpirun");
     cmd.add_option("--epochs", o.epochs, "epochs to train")->capture_default_str();
@@ -72,14 +64,14 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   }
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
   // Mixed precision (README.md, Mixed precision); bench sweeps a list of --grad-dtype.
-  cmd.add_option("--precision", o.precision,
+  cmd.add_option("--precision", f.precision,
                  "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 or fp16 (GPUs: convolutions and matrix "
                  "products on tensor cores with operands rounded to it and fp32 accumulation; bf16 needs Ampere or "
                  "newer; fp16 scales the loss dynamically by default). Weights, optimizer and other ops stay fp32")
       ->capture_default_str();
   if (!for_bench)
-    cmd.add_option("--grad-dtype", o.grad_dtype, kGradDtypeHelp)->capture_default_str();
-  cmd.add_option("--loss-scale", o.loss_scale,
+    cmd.add_option("--grad-dtype", f.grad_dtype, kGradDtypeHelp)->capture_default_str();
+  cmd.add_option("--loss-scale", f.loss_scale,
                  "multiply the loss by a scale before backward and divide the gradients by it after the "
                  "all-reduce: auto (dynamic with --grad-dtype fp16 or --precision fp16, else none), dynamic (as PyTorch's GradScaler: "
                  "inf/NaN gradients skip the update and halve the scale; it doubles after --loss-scale-window "
@@ -92,7 +84,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "dynamic loss scaling: updates in a row without inf/NaN gradients before the scale doubles")
       ->capture_default_str()
       ->each(mark(f.loss_scale_tuning_given));
-  cmd.add_option("--on-nonfinite", o.on_nonfinite,
+  cmd.add_option("--on-nonfinite", f.on_nonfinite,
                  "a NaN or infinite loss or gradient: stop (the default: an error naming the rank, step and first "
                  "parameter), skip (the update, on every rank), or ignore (no check); with dynamic loss scaling, "
                  "inf/NaN gradients of a finite loss are the scaler's to skip, and this applies to the loss")
@@ -141,7 +133,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
   cmd.add_option("--eps", o.eps, "adamw only: term added to the denominator for stability")
       ->capture_default_str()
       ->each(mark(f.eps_given));
-  cmd.add_option("--lr-schedule", o.lr_schedule,
+  cmd.add_option("--lr-schedule", f.lr_schedule,
                  "constant; cosine (annealed to 0 over the run); step (/10 at 50 % and 75 % of the run)")
       ->capture_default_str();
   cmd.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")->capture_default_str();
@@ -159,8 +151,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                    "training thread)")
         ->capture_default_str();
   if (!for_bench)
-    cmd.add_option("--algo", o.algo,
-                   algo_help() + (parallel::kNcclBuilt ? "; with --backend nccl: nccl (NCCL's own, its default there)" : ""))
+    cmd.add_option("--algo", f.algo, algo_help())
         ->capture_default_str();
   cmd.add_option("--net-sim", o.net_sim,
                  "RATE,LATENCY: every exchange of DDP's thread ranks takes at least latency + bytes / rate, really "
@@ -227,17 +218,27 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
                "AdamW's decay rates of its moments are --betas B1,B2");
   if (o.optimizer == "sgd" && (!f.betas.empty() || f.eps_given))
     usage_fail("--betas and --eps apply to --optimizer adamw only; pass --optimizer adamw, or --momentum for sgd");
-  if (o.backend == "nccl" && o.algo == "ring") o.algo = "nccl";  // the default: NCCL's own is the backend's one
-  o.parallel = !f.parallel.empty()      ? parallel::parse_parallel_mode(f.parallel)
-               : o.process_ranks > 1 ? parallel::ParallelMode::ddp
-                                     : parallel::ParallelMode::none;
+  // The options that name one of a few choices, parsed here, once.
+  using namespace parallel;
+  if (!f.backend.empty()) o.backend = parse_choice(kBackends, f.backend, "--backend", "backend");
+  // The default algorithm with --backend nccl is NCCL's own, the backend's one.
+  o.algo = o.backend == Backend::nccl && f.algo == "ring" ? Algorithm::nccl
+                                                          : with_flag("--algo", [&] { return parse_algorithm(f.algo); });
+  o.precision = parse_choice(kPrecisions, f.precision, "--precision", "precision");
+  o.grad_dtype = parse_choice(kGradDtypes, f.grad_dtype, "--grad-dtype", "dtype");
+  o.loss_scale = parse_loss_scale(f.loss_scale);
+  o.on_nonfinite = parse_choice(kNonFinite, f.on_nonfinite, "--on-nonfinite", "choice");
+  o.lr_schedule = parse_choice(kLrSchedules, f.lr_schedule, "--lr-schedule", "schedule");
+  o.parallel = !f.parallel.empty()   ? parse_choice(kParallelModes, f.parallel, "--parallel", "mode")
+               : o.process_ranks > 1 ? ParallelMode::ddp
+                                     : ParallelMode::none;
   if (f.loss_scale_tuning_given) {
     const std::optional<parallel::LossScaleOptions> scaling = o.loss_scaling();
     if (!scaling || !scaling->dynamic)
       usage_fail("--initial-loss-scale and --loss-scale-window tune dynamic loss scaling, which --loss-scale ",
-                 o.loss_scale, " with --grad-dtype ", o.grad_dtype, " does not use: pass --loss-scale dynamic");
+                 f.loss_scale, " with --grad-dtype ", f.grad_dtype, " does not use: pass --loss-scale dynamic");
   }
-  if (o.precision == "tf32") o.allow_tf32 = true;  // on CUDA; refused on CPU by validate()
+  if (o.precision == Precision::tf32) o.allow_tf32 = true;  // on CUDA; refused on CPU by validate()
   o.overlap = !f.no_overlap;
   o.evaluate = !f.no_eval;
   o.weights_strict = !f.weights_non_strict;

@@ -2,14 +2,18 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "parallel/process_group.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/runtime/process_group.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tools/image_flags.hpp"
 
 namespace dpx::tools {
 
+// The flags as given; apply_train_flags parses those that name a choice into the options' enums.
 struct TrainFlags {
   std::string parallel;  // empty: ddp for an MPI job of several processes, else none
+  std::string backend;   // empty: threads for thread ranks, mpi under mpirun
+  std::string algo = "ring", precision = "fp32", grad_dtype = "fp32", loss_scale = "auto", on_nonfinite = "stop",
+              lr_schedule = "cosine";
   std::string trace_steps = "0:20";
   bool no_overlap = false;
   bool no_eval = false;

@@ -2,6 +2,7 @@
 // growing workspace. Teardown never throws: it runs from destructors, also during unwinding.
 #include "core/cuda/context.hpp"
 
+#include "core/capture.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
 #include "core/cuda/memory.hpp"
@@ -15,6 +16,7 @@ CudaState::~CudaState() {
   cudaSetDevice(device);
   if (stream) cudaStreamSynchronize(stream);  // queued kernels may use the workspace
   if (workspace_) release(workspace_, workspace_bytes_, device);
+  for (const auto& [p, bytes] : kept_workspaces_) release(p, bytes, device);
   if (host_result) cudaFreeHost(host_result);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublaslt) cublasLtDestroy(cublaslt);
@@ -25,9 +27,13 @@ CudaState::~CudaState() {
 }
 
 void* CudaState::workspace(size_t bytes) {
+  // A CUDA graph captured with this workspace writes it at every replay: from the first capture
+  // on, a workspace that grows is kept, never handed back to the allocator for other tensors.
+  if (capture::active()) keep_workspaces_ = true;
   if (bytes <= workspace_bytes_) return workspace_;
   DeviceGuard guard(device);
-  if (workspace_) release(workspace_, workspace_bytes_, device);
+  if (workspace_ && keep_workspaces_) kept_workspaces_.push_back({workspace_, workspace_bytes_});
+  else if (workspace_) release(workspace_, workspace_bytes_, device);
   workspace_ = nullptr;
   workspace_bytes_ = 0;
   workspace_ = allocate(bytes, device, stream);

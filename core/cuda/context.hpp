@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "core/context.hpp"
 
@@ -55,7 +57,8 @@ struct CudaState {
 
   // At least `bytes` of device scratch, valid for work queued on `stream` until the next call.
   // Grows (never shrinks) by releasing the old block to the caching allocator; the release is
-  // stream-ordered, so kernels still queued on the old workspace are not disturbed.
+  // stream-ordered, so kernels still queued on the old workspace are not disturbed. Once a CUDA
+  // graph has been captured with this state, old blocks are kept instead: replays still use them.
   void* workspace(size_t bytes);
   size_t workspace_bytes() const { return workspace_bytes_; }
   // Sets the cuBLAS math mode for this op: TF32 tensor cores only when allowed.
@@ -64,6 +67,8 @@ struct CudaState {
  private:
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool keep_workspaces_ = false;                          // set by the first capture
+  std::vector<std::pair<void*, size_t>> kept_workspaces_;  // released with the state
   int cublas_tf32_ = -1;  // the handle's current mode: -1 unknown, 0 default (fp32), 1 TF32
 };
 

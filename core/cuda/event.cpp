@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/capture.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
 
@@ -31,7 +32,12 @@ Event& Event::operator=(Event&& other) noexcept {
 
 void Event::record(cudaStream_t stream) {
   DeviceGuard guard(device_);
-  DPX_CUDA_CHECK(cudaEventRecord(event_, stream));
+  // While the step is captured into a CUDA graph, an external event node: each replay records
+  // the event, so phase times are read after a replay as after an eager step.
+  if (capture::active())
+    DPX_CUDA_CHECK(cudaEventRecordWithFlags(event_, stream, cudaEventRecordExternal));
+  else
+    DPX_CUDA_CHECK(cudaEventRecord(event_, stream));
 }
 
 void Event::wait_on(cudaStream_t stream) const {

@@ -15,6 +15,7 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
+  // Inside a CUDA graph capture (core/capture.hpp) the record becomes a node of the graph.
   void record(cudaStream_t stream);
   // Makes `stream` wait on the GPU (not the host) until this event has happened.
   void wait_on(cudaStream_t stream) const;

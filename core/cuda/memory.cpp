@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/capture.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
 #include "core/error.hpp"
@@ -53,6 +55,21 @@ struct Block {
 
 using PoolKey = std::pair<Stream, size_t>;
 
+// While a stream of this thread is captured into a CUDA graph (thread-local mode, core/cuda/
+// graph.hpp), cudaMalloc and cudaEventQuery count as unsafe and would invalidate the capture. The
+// allocator's own calls are safe: a block it mallocs is not part of the graph but stays in the
+// graph's pool for the graph's lifetime. So they run in relaxed mode, as PyTorch's allocator does.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 class DevicePool {
  public:
   explicit DevicePool(int device) : device_(device) {}
@@ -60,6 +77,8 @@ class DevicePool {
   void* allocate(size_t bytes, Stream stream) {
     size_t size = round_size(bytes);
     std::lock_guard<std::mutex> lock(m_);
+    std::optional<RelaxedCapture> relaxed;
+    if (capture::active()) relaxed.emplace();
     collect_pending();
     if (void* p = take_free(size, stream)) return p;
     DeviceGuard guard(device_);
@@ -68,6 +87,10 @@ class DevicePool {
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // out of memory is not sticky: clear it and retry with the cache freed
       size_t cached_before = cached_;
+      if (is_retained(stream))
+        fail("out of GPU memory on cuda:", device_, " while a step was captured into a CUDA graph: asked for ",
+             mib(bytes), "; dpx holds ", mib(in_use_), " in use and ", mib(cached_), " cached. Use a smaller "
+             "batch, or run without --cuda-graph");
       free_cached();
       err = cudaMalloc(&p, size);
       if (err == cudaErrorMemoryAllocation) {
@@ -148,6 +171,16 @@ class DevicePool {
     free_cached();
   }
 
+  // A graph's pool (its key, never a real stream): kept out of free_cached while retained.
+  void retain(Stream key) {
+    std::lock_guard<std::mutex> lock(m_);
+    retained_.push_back(key);
+  }
+  void unretain(Stream key) {
+    std::lock_guard<std::mutex> lock(m_);
+    std::erase(retained_, key);
+  }
+
   size_t in_use() { std::lock_guard<std::mutex> lock(m_); return in_use_; }
   size_t cached() { std::lock_guard<std::mutex> lock(m_); return cached_; }
   size_t peak() { std::lock_guard<std::mutex> lock(m_); return peak_; }
@@ -206,17 +239,29 @@ class DevicePool {
     return e;
   }
 
-  // Waits for the device (queued kernels may still use cached blocks), then frees them.
+  bool is_retained(Stream key) const {
+    for (Stream k : retained_)
+      if (k == key) return true;
+    return false;
+  }
+
+  // Waits for the device (queued kernels may still use cached blocks), then frees them, except
+  // those of a graph's pool: its replays write them whether a tensor holds them or not.
   void free_cached() {
     DeviceGuard guard(device_);
     DPX_CUDA_CHECK(cudaDeviceSynchronize());
     collect_pending();
-    for (auto& [key, ptrs] : free_)
-      for (void* p : ptrs) {
-        DPX_CUDA_CHECK(cudaFree(p));
-        cached_ -= key.second;
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (is_retained(it->first.first)) {
+        ++it;
+        continue;
       }
-    free_.clear();
+      for (void* p : it->second) {
+        DPX_CUDA_CHECK(cudaFree(p));
+        cached_ -= it->first.second;
+      }
+      it = free_.erase(it);
+    }
   }
 
   int device_;
@@ -225,6 +270,7 @@ class DevicePool {
   std::unordered_map<void*, Block> live_;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> spare_events_;
+  std::vector<Stream> retained_;  // the pools of live graphs
   size_t in_use_ = 0, cached_ = 0, peak_ = 0;
 };
 
@@ -399,6 +445,10 @@ void* allocate(size_t bytes, int device) {
 
 void* allocate(size_t bytes, int device, Stream stream) {
   if (bytes == 0) return nullptr;
+  // While a step is captured into a CUDA graph, scratch asked for on the step's stream comes from
+  // the graph's pool too (core/cuda/graph.hpp): released into the stream's pool, eager work could
+  // be given a block that every replay still writes.
+  if (capture::active() && device == t_scope_device) stream = t_scope_stream;
   return pool(device).allocate(bytes, stream);
 }
 
@@ -490,7 +540,11 @@ void copy_peer_async(void* dst, int dst_device, Stream dst_stream, const void* s
     DPX_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, dst_stream));
 }
 
+void retain_pool(int device, Stream key) { pool(device).retain(key); }
+void release_pool(int device, Stream key) { pool(device).unretain(key); }
+
 void synchronize(Stream stream, int device) {
+  capture::not_capturable("waiting for the stream (cudaStreamSynchronize)");
   DeviceGuard guard(device);
   DPX_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -60,6 +60,12 @@ class AllocationStreamScope {
 // Declares that `p` (from this allocator) is also used by work on `stream`: when `p` is released,
 // it is reused only after the work queued on `stream` until then has finished.
 void record_stream(void* p, int device, Stream stream);
+// A CUDA graph's own pool (core/cuda/graph.hpp): allocations made under an AllocationStreamScope
+// with `key` (the graph's address, never a real stream) are reused only by later allocations
+// under the same key, and while the pool is retained empty_cache and an out-of-memory retry keep
+// its blocks: every replay of the graph writes them, whether a tensor still holds them or not.
+void retain_pool(int device, Stream key);
+void release_pool(int device, Stream key);  // the graph is gone: its blocks are ordinary cache
 // Bytes ever in use at once since the start or the last reset (for memory reports).
 size_t peak_bytes_in_use(int device);
 void reset_peak_bytes_in_use(int device);

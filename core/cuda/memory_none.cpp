@@ -38,5 +38,7 @@ void copy_async(void*, Device, const void*, Device, size_t, Stream) { no_cuda();
 void copy_peer_async(void*, int, Stream, const void*, int, Stream, size_t) { no_cuda(); }
 void synchronize(Stream, int) { no_cuda(); }
 Stream stream_of(const Context&) { return nullptr; }
+void retain_pool(int, Stream) { no_cuda(); }
+void release_pool(int, Stream) {}
 
 }  // namespace dpx::cuda

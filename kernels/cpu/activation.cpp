@@ -53,7 +53,7 @@ void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, flo
     }
     return;
   }
-  const Rng rng(seed, stream);
+  const Rng rng(seed, stream + host_random_offset(ctx));
   const float s = keep_scale(p);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -61,6 +61,16 @@ void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, flo
     mp[i] = keep ? 1 : 0;
     yp[i] = keep ? xp[i] * s : 0.f;
   }
+}
+
+void bernoulli_scale(Context& ctx, Tensor& out, float keep, uint64_t seed, uint64_t stream) {
+  const Rng rng(seed, stream + host_random_offset(ctx));
+  const float kept = keep > 0.f ? 1.f / keep : 0.f;
+  float* o = out.data<float>();
+  const int64_t n = out.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) o[i] = rng.uniform_at(static_cast<uint64_t>(i)) < keep ? kept : 0.f;
 }
 
 void dropout_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& mask, float p) {

@@ -1,5 +1,5 @@
-// CPU layout copies and their backward: permute (up to 6 dimensions), roll over H and W, and
-// zero padding at the bottom and right of (A, H, W, B) maps. Each output element is written
+// CPU layout copies and their backward: permute (up to 6 dimensions), roll over H and W, zero
+// padding at the bottom and right of (A, H, W, B) maps, and Swin's window partition and merge. Each output element is written
 // by exactly one thread (the maps are one-to-one), so results do not depend on threads.
 #include <algorithm>
 #include <vector>
@@ -137,6 +137,55 @@ void pad_hw_backward(Context& ctx, Tensor& din, const Tensor& dout) {
     const float* src = d + (a * t.H + h) * t.W * t.B;
     float* dst = g + ah * row;
     for (int64_t i = 0; i < row; ++i) dst[i] += src[i];
+  }
+}
+
+// One window row (b, i, j, u) per iteration: ww pixels of C contiguous floats each.
+void window_partition(Context& ctx, Tensor& windows, const Tensor& x, int64_t shift_h, int64_t shift_w) {
+  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
+  const int64_t pH = nH * wh, pW = nW * ww, sh = wrap(shift_h, pH), sw = wrap(shift_w, pW);
+  const float* in = x.data<float>();
+  float* out = windows.data<float>();
+  int nt = threads_for(ctx, windows.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t r = 0; r < B * nH * nW * wh; ++r) {
+    const int64_t u = r % wh, j = (r / wh) % nW, i = (r / (wh * nW)) % nH, b = r / (wh * nW * nH);
+    const int64_t hp = (i * wh + u + sh) % pH;
+    float* dst = out + r * ww * C;
+    for (int64_t v = 0; v < ww; ++v, dst += C) {
+      const int64_t wp = (j * ww + v + sw) % pW;
+      if (hp < H && wp < W) {
+        const float* src = in + ((b * H + hp) * W + wp) * C;
+        std::copy(src, src + C, dst);
+      } else {
+        std::fill(dst, dst + C, 0.f);
+      }
+    }
+  }
+}
+
+// One row (b, h) of y per iteration: W pixels of C contiguous floats, each from its window.
+void window_merge(Context& ctx, Tensor& y, const Tensor& windows, int64_t shift_h, int64_t shift_w, DxMode mode) {
+  const int64_t B = y.size(0), H = y.size(1), W = y.size(2), C = y.size(3);
+  const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
+  const int64_t pH = nH * wh, pW = nW * ww, sh = wrap(shift_h, pH), sw = wrap(shift_w, pW);
+  const float* in = windows.data<float>();
+  float* out = y.data<float>();
+  const bool overwrite = mode == DxMode::overwrite;
+  int nt = threads_for(ctx, y.numel());
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H, hr = (h - sh + pH) % pH;
+    float* dst = out + bh * W * C;
+    for (int64_t w = 0; w < W; ++w, dst += C) {
+      const int64_t wr = (w - sw + pW) % pW;
+      const float* src = in + ((((b * nH + hr / wh) * nW + wr / ww) * wh + hr % wh) * ww + wr % ww) * C;
+      if (overwrite)
+        std::copy(src, src + C, dst);
+      else
+        for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
   }
 }
 

@@ -27,8 +27,14 @@ __global__ void relu_backward_kernel(float* dx, const float* dy, const float* y,
   }
 }
 
+// `offset` (nullable): a CUDA graph's replay count on the device, added to the stream.
+__device__ inline uint64_t offset_stream(uint64_t stream, const int64_t* offset) {
+  return offset ? stream + static_cast<uint64_t>(*offset) : stream;
+}
+
 __global__ void dropout_forward_kernel(float* y, uint8_t* mask, const float* x, float p, float keep_scale,
-                                       uint64_t seed, uint64_t stream, int64_t n) {
+                                       uint64_t seed, uint64_t stream, const int64_t* offset, int64_t n) {
+  stream = offset_stream(stream, offset);
   DPX_CUDA_LOOP(i, n) {
     bool keep = philox_uniform(seed, stream, static_cast<uint64_t>(i)) >= p;
     mask[i] = keep ? 1 : 0;
@@ -36,11 +42,22 @@ __global__ void dropout_forward_kernel(float* y, uint8_t* mask, const float* x, 
   }
 }
 
+__global__ void bernoulli_scale_kernel(float* out, float keep, float kept, uint64_t seed, uint64_t stream,
+                                       const int64_t* offset, int64_t n) {
+  stream = offset_stream(stream, offset);
+  DPX_CUDA_LOOP(i, n) out[i] = philox_uniform(seed, stream, static_cast<uint64_t>(i)) < keep ? kept : 0.f;
+}
+
 __global__ void dropout_backward_kernel(float* dx, const float* dy, const uint8_t* mask, float keep_scale,
                                         int64_t n) {
   DPX_CUDA_LOOP(i, n) {
     if (mask[i]) dx[i] += dy[i] * keep_scale;
   }
+}
+
+// The device address of ctx.random_offset's value, or null.
+const int64_t* random_offset(const Context& ctx) {
+  return ctx.random_offset ? static_cast<const int64_t*>(ctx.random_offset->raw()) : nullptr;
 }
 
 }  // namespace
@@ -72,7 +89,17 @@ void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, flo
   float keep_scale = p < 1.f ? 1.f / (1.f - p) : 0.f;  // p = 1 keeps nothing
   dropout_forward_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(
       f32(y, "dropout_forward", "y"), static_cast<uint8_t*>(mask.raw()), f32(x, "dropout_forward", "x"),
-      p, keep_scale, seed, stream, n);
+      p, keep_scale, seed, stream, random_offset(ctx), n);
+  check_launch();
+}
+
+void bernoulli_scale(Context& ctx, Tensor& out, float keep, uint64_t seed, uint64_t stream) {
+  CudaState& st = state_of(ctx);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  bernoulli_scale_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(out, "bernoulli_scale", "out"), keep,
+                                                                  keep > 0.f ? 1.f / keep : 0.f, seed, stream,
+                                                                  random_offset(ctx), n);
   check_launch();
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/capture.hpp"
 #include "kernels/conv_paths.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -154,6 +155,10 @@ template <typename Perf, typename Query, typename Size>
 AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const char* what, Query query, Size size) {
   auto hit = st.conv_algos.find(key);
   if (hit != st.conv_algos.end()) return hit->second;
+  // The search runs and times kernels and waits for them: inside a captured step it cannot.
+  if (ctx.conv_search)
+    capture::not_capturable("cuDNN's algorithm search (--cudnn-algo search) for a convolution first seen in the "
+                            "capture (every shape should have run in an eager step before it)");
   std::vector<Perf> perf(32);
   int returned = 0;
   query(static_cast<int>(perf.size()), &returned, perf.data());

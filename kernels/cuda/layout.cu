@@ -1,6 +1,8 @@
-// Layout copies on CUDA and their backward: permute (up to 6 dimensions), roll over H and W, and
-// zero padding at the bottom and right of (A, H, W, B) maps. Every map is one-to-one, so each
-// backward is a plain gather per gradient element: no atomics, deterministic.
+// Layout copies on CUDA and their backward: permute (up to 6 dimensions), roll over H and W, zero
+// padding at the bottom and right of (A, H, W, B) maps, and Swin's window partition and merge.
+// Every map is one-to-one, so each backward is a plain gather per gradient element: no atomics,
+// deterministic.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -112,7 +114,120 @@ __global__ void crop_add_kernel(float* din, const float* dout, Map small, Map bi
   }
 }
 
+// ---- Swin's windows: one gather for pad + roll + partition, one for its inverse -------------
+// Channels are the innermost dimension and move together: U units of V (float4 where C % 4 == 0
+// and both tensors are 16-byte aligned, as Swin's C = 96 .. 768 are).
+template <typename I>
+struct WindowGeom {
+  I B, H, W, U, nH, nW, wh, ww, pH, pW, sh, sw;  // sh, sw in [0, pH), [0, pW)
+};
+
+__device__ inline float zero_of(float) { return 0.f; }
+__device__ inline float4 zero_of(float4) { return make_float4(0.f, 0.f, 0.f, 0.f); }
+__device__ inline float plus(float a, float b) { return a + b; }
+__device__ inline float4 plus(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+// windows[b, i, j, u, v] = x[b, (i wh + u + sh) mod pH, (j ww + v + sw) mod pW], zero in the padding.
+template <typename I, typename V>
+__global__ void window_partition_kernel(V* windows, const V* x, WindowGeom<I> g) {
+  const I n = g.B * g.nH * g.nW * g.wh * g.ww * g.U;
+  for (I e = blockIdx.x * I(blockDim.x) + threadIdx.x; e < n; e += I(gridDim.x) * blockDim.x) {
+    I t = e;
+    const I unit = t % g.U;
+    t /= g.U;
+    const I v = t % g.ww;
+    t /= g.ww;
+    const I u = t % g.wh;
+    t /= g.wh;
+    const I j = t % g.nW;
+    t /= g.nW;
+    const I i = t % g.nH, b = t / g.nH;
+    I hp = i * g.wh + u + g.sh, wp = j * g.ww + v + g.sw;
+    if (hp >= g.pH) hp -= g.pH;
+    if (wp >= g.pW) wp -= g.pW;
+    windows[e] = hp < g.H && wp < g.W ? x[((b * g.H + hp) * g.W + wp) * g.U + unit] : zero_of(V{});
+  }
+}
+
+// y[b, h, w] (=, or +=) windows at the rolled position (h - sh) mod pH, (w - sw) mod pW.
+template <typename I, typename V, bool kOverwrite>
+__global__ void window_merge_kernel(V* y, const V* windows, WindowGeom<I> g) {
+  const I n = g.B * g.H * g.W * g.U;
+  for (I e = blockIdx.x * I(blockDim.x) + threadIdx.x; e < n; e += I(gridDim.x) * blockDim.x) {
+    I t = e;
+    const I unit = t % g.U;
+    t /= g.U;
+    const I w = t % g.W;
+    t /= g.W;
+    const I h = t % g.H, b = t / g.H;
+    I hr = h + g.pH - g.sh, wr = w + g.pW - g.sw;
+    if (hr >= g.pH) hr -= g.pH;
+    if (wr >= g.pW) wr -= g.pW;
+    const V value =
+        windows[((((b * g.nH + hr / g.wh) * g.nW + wr / g.ww) * g.wh + hr % g.wh) * g.ww + wr % g.ww) * g.U + unit];
+    if (kOverwrite) y[e] = value;
+    else y[e] = plus(y[e], value);
+  }
+}
+
+template <typename I>
+WindowGeom<I> window_geom(const Tensor& x, const Tensor& windows, int64_t shift_h, int64_t shift_w, int64_t vec) {
+  const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
+  return {I(x.size(0)), I(x.size(1)), I(x.size(2)), I(x.size(3) / vec), I(nH), I(nW), I(wh), I(ww), I(nH * wh),
+          I(nW * ww), I(wrap(shift_h, nH * wh)), I(wrap(shift_w, nW * ww))};
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls f(I{}, V{}) with the narrowest index type and the widest vector the tensors allow.
+template <class F>
+void window_dispatch(const Tensor& x, const Tensor& windows, F f) {
+  const bool by4 = x.size(3) % 4 == 0 && aligned16(x.raw()) && aligned16(windows.raw());
+  const bool small = windows.numel() <= kMax32 && x.numel() <= kMax32;
+  if (small && by4) f(uint32_t{}, float4{});
+  else if (small) f(uint32_t{}, float{});
+  else if (by4) f(uint64_t{}, float4{});
+  else f(uint64_t{}, float{});
+}
+
 }  // namespace
+
+void window_partition(Context& ctx, Tensor& windows, const Tensor& x, int64_t shift_h, int64_t shift_w) {
+  CudaState& st = state_of(ctx);
+  const char* op = "window_partition";
+  f32(x, op, "x");
+  f32(windows, op, "windows");
+  if (windows.numel() == 0) return;
+  window_dispatch(x, windows, [&](auto index, auto vec) {
+    using I = decltype(index);
+    using V = decltype(vec);
+    const int64_t width = sizeof(V) / sizeof(float);
+    window_partition_kernel<I, V><<<detail::grid_for(windows.numel() / width), kThreads, 0, st.stream>>>(
+        static_cast<V*>(windows.raw()), static_cast<const V*>(x.raw()),
+        window_geom<I>(x, windows, shift_h, shift_w, width));
+  });
+  check_launch();
+}
+
+void window_merge(Context& ctx, Tensor& y, const Tensor& windows, int64_t shift_h, int64_t shift_w, DxMode mode) {
+  CudaState& st = state_of(ctx);
+  const char* op = "window_merge";
+  f32(y, op, "y");
+  f32(windows, op, "windows");
+  if (y.numel() == 0) return;
+  window_dispatch(y, windows, [&](auto index, auto vec) {
+    using I = decltype(index);
+    using V = decltype(vec);
+    const int64_t width = sizeof(V) / sizeof(float);
+    const unsigned grid = detail::grid_for(y.numel() / width);
+    const WindowGeom<I> g = window_geom<I>(y, windows, shift_h, shift_w, width);
+    V* py = static_cast<V*>(y.raw());
+    const V* pw = static_cast<const V*>(windows.raw());
+    if (mode == DxMode::overwrite) window_merge_kernel<I, V, true><<<grid, kThreads, 0, st.stream>>>(py, pw, g);
+    else window_merge_kernel<I, V, false><<<grid, kThreads, 0, st.stream>>>(py, pw, g);
+  });
+  check_launch();
+}
 
 void permute(Context& ctx, Tensor& out, const Tensor& in, const std::vector<int>& perm) {
   CudaState& st = state_of(ctx);

@@ -29,9 +29,9 @@ namespace {
 float keep_scale(float p) { return p < 1.f ? 1.f / (1.f - p) : 0.f; }
 }  // namespace
 
-void dropout_forward(Context&, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed,
+void dropout_forward(Context& ctx, Tensor& y, Tensor& mask, const Tensor& x, float p, uint64_t seed,
                      uint64_t stream) {
-  const Rng rng(seed, stream);
+  const Rng rng(seed, stream + host_random_offset(ctx));
   const float s = keep_scale(p);
   float* yp = y.data<float>();
   uint8_t* mp = mask.data<uint8_t>();
@@ -43,6 +43,14 @@ void dropout_forward(Context&, Tensor& y, Tensor& mask, const Tensor& x, float p
     mp[i] = keep ? 1 : 0;
     yp[i] = keep ? xp[i] * s : 0.f;
   }
+}
+
+// out[i] = 1/keep when draw i falls below keep, else 0.
+void bernoulli_scale(Context& ctx, Tensor& out, float keep, uint64_t seed, uint64_t stream) {
+  const Rng rng(seed, stream + host_random_offset(ctx));
+  const float kept = keep > 0.f ? 1.f / keep : 0.f;
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = rng.uniform_at(static_cast<uint64_t>(i)) < keep ? kept : 0.f;
 }
 
 // dx += dy * mask / (1 - p)

@@ -1,5 +1,6 @@
 // Reference layout copies and their backward: permute (torch.permute made contiguous), roll
-// over H and W of (A, H, W, B) maps, and zero padding at the bottom and right of such maps.
+// over H and W of (A, H, W, B) maps, zero padding at the bottom and right of such maps, and
+// Swin's window partition and merge.
 #include <vector>
 
 #include "kernels/ref/ref_ops.hpp"
@@ -95,6 +96,41 @@ void pad_hw_backward(Context&, Tensor& din, const Tensor& dout) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t w = 0; w < W; ++w)
         for (int64_t b = 0; b < B; ++b) g[((a * H + h) * W + w) * B + b] += d[((a * H2 + h) * W2 + w) * B + b];
+}
+
+// windows[b][i][j][u][v][c] = x[b][hp][wp][c] with hp = (i wh + u + shift_h) mod (nH wh) (the
+// roll by -shift_h), and zero where hp >= H (the padding); likewise along W.
+void window_partition(Context&, Tensor& windows, const Tensor& x, int64_t shift_h, int64_t shift_w) {
+  const int64_t B = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
+  const float* in = x.data<float>();
+  float* out = windows.data<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < nH; ++i)
+      for (int64_t j = 0; j < nW; ++j)
+        for (int64_t u = 0; u < wh; ++u)
+          for (int64_t v = 0; v < ww; ++v)
+            for (int64_t c = 0; c < C; ++c) {
+              const int64_t hp = wrap(i * wh + u + shift_h, nH * wh), wp = wrap(j * ww + v + shift_w, nW * ww);
+              *out++ = hp < H && wp < W ? in[((b * H + hp) * W + wp) * C + c] : 0.f;
+            }
+}
+
+// y[b][h][w][c] = windows at the rolled position (h - shift_h) mod (nH wh), (w - shift_w) mod (nW ww).
+void window_merge(Context&, Tensor& y, const Tensor& windows, int64_t shift_h, int64_t shift_w, DxMode mode) {
+  const int64_t B = y.size(0), H = y.size(1), W = y.size(2), C = y.size(3);
+  const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
+  const float* in = windows.data<float>();
+  float* out = y.data<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t hr = wrap(h - shift_h, nH * wh), wr = wrap(w - shift_w, nW * ww);
+          const float v = in[((((b * nH + hr / wh) * nW + wr / ww) * wh + hr % wh) * ww + wr % ww) * C + c];
+          float& slot = out[((b * H + h) * W + w) * C + c];
+          slot = mode == DxMode::overwrite ? v : slot + v;
+        }
 }
 
 }  // namespace dpx::ref

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "analysis/cost_model.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

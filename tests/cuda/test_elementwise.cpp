@@ -117,6 +117,29 @@ TEST_CASE("cuda dropout: the mask equals the reference's bit for bit, values and
   CHECK_FALSE(bitwise_equal(mask_a, mask_b));  // another stream draws another mask
 }
 
+TEST_CASE("cuda bernoulli_scale and the random offset draw the reference's numbers") {
+  Context c = reference(), g = gpu();
+  Tensor offset = Tensor::zeros({1}, DType::i64);
+  offset.data<int64_t>()[0] = 3;
+  Tensor goffset = offset.to(dev());
+  for (float keep : {0.f, 0.5f, 0.9f, 1.f}) {
+    CAPTURE(keep);
+    Tensor noise = Tensor::empty({3001}), gnoise = poisoned({3001}, dev());
+    ops::bernoulli_scale(c, noise, keep, 99, 20);
+    g.random_offset = &goffset;  // 17 + 3
+    ops::bernoulli_scale(g, gnoise, keep, 99, 17);
+    g.random_offset = nullptr;
+    CHECK(bitwise_equal(gnoise, noise));
+  }
+  const Shape shape{5, 777};
+  Tensor x = uniform(shape, 11), y = Tensor::empty(shape), mask = Tensor::empty(shape, DType::u8);
+  Tensor gy = poisoned(shape, dev()), gmask = Tensor::empty(shape, DType::u8, dev());
+  ops::dropout_forward(c, y, mask, x, 0.4f, 5, 43);
+  g.random_offset = &goffset;  // 40 + 3
+  ops::dropout_forward(g, gy, gmask, x.to(dev()), 0.4f, 5, 40);
+  CHECK(bitwise_equal(gmask, mask));
+}
+
 TEST_CASE("cuda sgd_step matches the reference for every option over several steps") {
   struct Case { float momentum, dampening, wd; bool nesterov; };
   for (Case k : {Case{0.f, 0.f, 0.f, false}, Case{0.9f, 0.f, 0.f, false}, Case{0.9f, 0.1f, 1e-4f, false},

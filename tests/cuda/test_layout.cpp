@@ -107,6 +107,31 @@ TEST_CASE("cuda permute, roll and pad_hw with their backward match the reference
   CHECK(bitwise_equal(gdin, din));
 }
 
+TEST_CASE("cuda window_partition and window_merge match the reference, vectorised and not") {
+  Context c = reference(), g = gpu();
+  struct Case {
+    int64_t B, H, W, C, wh, ww, sh, sw;
+  };
+  // C % 4 == 0 takes the float4 kernels, odd C the scalar ones; Swin-T's first stage is 56x56x96.
+  for (const Case& k : {Case{2, 56, 56, 96, 7, 7, 3, 3}, Case{1, 7, 10, 3, 4, 3, 2, 1}, Case{3, 5, 5, 8, 7, 7, 0, 0},
+                        Case{2, 14, 14, 12, 7, 7, 3, 3}}) {
+    CAPTURE(k.C);
+    const int64_t nH = (k.H + k.wh - 1) / k.wh, nW = (k.W + k.ww - 1) / k.ww;
+    const Shape ws = {k.B, nH, nW, k.wh, k.ww, k.C}, xs = {k.B, k.H, k.W, k.C};
+    Tensor x = uniform(xs, 36), windows = Tensor::empty(ws), gwindows = poisoned(ws, dev());
+    ops::window_partition(c, windows, x, k.sh, k.sw);
+    cuda::window_partition(g, gwindows, x.to(dev()), k.sh, k.sw);
+    CHECK(bitwise_equal(gwindows, windows));
+    Tensor dwin = uniform(ws, 37), y0 = uniform(xs, 38);
+    for (ops::DxMode mode : {ops::DxMode::add, ops::DxMode::overwrite}) {
+      Tensor y = y0.clone(), gy = mode == ops::DxMode::add ? y0.to(dev()) : poisoned(xs, dev());
+      ops::window_merge(c, y, dwin, k.sh, k.sw, mode);
+      cuda::window_merge(g, gy, dwin.to(dev()), k.sh, k.sw, mode);
+      CHECK(bitwise_equal(gy, y));
+    }
+  }
+}
+
 TEST_CASE("cuda concat_channels and split_channels_backward match the reference") {
   Context c = reference(), g = gpu();
   std::vector<Tensor> parts = {uniform({3, 5, 7, 7}, 40), uniform({3, 1, 7, 7}, 41), uniform({3, 12, 7, 7}, 42)};

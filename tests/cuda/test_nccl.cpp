@@ -17,9 +17,9 @@
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "parallel/nccl/nccl_backend.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 
@@ -159,7 +159,8 @@ TEST_CASE("DDP over the GPUs with --backend nccl reproduces one GPU on the same 
   for (double bucket_mb : {25.0, 0.001}) {  // one bucket; one per tensor
     CAPTURE(bucket_mb);
     TrainOptions o = dpx::testing::small_job(gpu_list(k), ParallelMode::ddp);
-    o.backend = "nccl";
+    o.backend = Backend::nccl;
+    o.algo = Algorithm::nccl;
     o.bucket_mb = bucket_mb;
     TrainReport ddp = train(o, log);
     for (const auto& s : ddp.steps) {
@@ -181,14 +182,15 @@ TEST_CASE("DDP over the GPUs with --grad-dtype bf16 and fp16 stays within the ha
   const TrainReport single = train(one, log);
   const std::vector<float> w0 = dpx::testing::initial_weights(one);
   TrainOptions full = dpx::testing::small_job(gpu_list(k), ParallelMode::ddp);
-  full.backend = "nccl";
+  full.backend = Backend::nccl;
+  full.algo = Algorithm::nccl;
   full.bucket_mb = 0.001;
   const TrainReport fp32 = train(full, log);
   for (const std::string dtype : {"bf16", "fp16"}) {
     CAPTURE(dtype);
     TrainOptions o = full;
-    o.grad_dtype = dtype;
-    o.loss_scale = "none";
+    o.grad_dtype = parse_choice(kGradDtypes, dtype, "--grad-dtype", "dtype");
+    o.loss_scale = {LossScale::Kind::none};
     const TrainReport half = train(o, log);
     const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
     const double diff = dpx::testing::update_rel_diff(half.final_params, single.final_params, w0);

@@ -1,7 +1,7 @@
-// GPU tests of the p2p backend (parallel/p2p_backend.hpp): k ranks on the GPUs present (several
+// GPU tests of the p2p backend (parallel/comm/p2p/p2p_backend.hpp): k ranks on the GPUs present (several
 // on one GPU: the only multi-rank run a single-GPU machine allows) give, for every algorithm,
 // dtype and op, bit for bit the threads backend's results on the same inputs; the device
-// reduction kernels equal comm_reduce's; dpx collective's p2p run checks with 0 wrong; and DDP
+// reduction kernels equal parallel/comm/reduce.cpp's; dpx collective's p2p run checks with 0 wrong; and DDP
 // training over p2p replicas on one GPU reproduces one GPU.
 #include <doctest/doctest.h>
 
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/cuda/memory.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 
@@ -65,7 +65,7 @@ std::vector<std::vector<std::byte>> p2p_all_reduce(const std::vector<int>& devic
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(k));
   RankOptions ro;
   ro.ranks_per_node = ranks_per_node;
-  run_p2p_ranks(devices, [&](Communicator& comm, const P2PRank& me) {
+  run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank& me) {
     const std::vector<std::byte> in = input(comm.rank(), count, dtype, op);
     const size_t bytes = in.size();
     void* d_in = cuda::allocate(bytes, me.device);
@@ -134,7 +134,7 @@ TEST_CASE("p2p: four ranks on GPU 0 alone run every collective of dpx collective
 
 TEST_CASE("p2p: a rank's buffers must be on its own GPU") {
   const std::vector<int> devices = gpus_for(2);
-  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator& comm, const P2PRank&) {
+  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank&) {
                          Tensor host = Tensor::zeros({4}, DType::f32, Device::cpu());
                          comm.all_reduce(host, ReduceOp::sum);
                        }),
@@ -155,7 +155,7 @@ TEST_CASE("DDP over p2p replicas sharing a GPU reproduces one GPU on the same gl
       CAPTURE(devices);
       CAPTURE(bucket_mb);
       TrainOptions o = dpx::testing::small_job(devices, ParallelMode::ddp);
-      o.backend = "p2p";
+      o.backend = Backend::p2p;
       o.bucket_mb = bucket_mb;
       const TrainReport ddp = train(o, log);
       for (const auto& s : ddp.steps)

@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint reader (parallel/checkpoint.hpp's checkpoint_from) on any bytes,
+// libFuzzer target: the checkpoint reader (parallel/train/checkpoint.hpp's checkpoint_from) on any bytes,
 // decoded as a safetensors file first, as --resume reads one. A dpx::Error is the answer to a bad
 // checkpoint; any other exception, a crash or a sanitizer report is a finding. Every step record
 // the reader accepts must name a rank of the checkpoint's run (a record that did not once wrote
@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
-#include "parallel/checkpoint.hpp"
+#include "parallel/train/checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -10,8 +10,8 @@
 #include "core/device.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tools/train_flags.hpp"
 
 namespace {

@@ -90,7 +90,7 @@ for name, mode, text in [
     put("cli", name, bytes([mode]) + text.encode())
 
 # Checkpoints (tests/fuzz/fuzz_checkpoint.cpp): a safetensors file whose metadata holds the run's
-# state as JSON strings, as parallel/checkpoint.cpp writes it, with tiny tensors; then variants
+# state as JSON strings, as parallel/train/checkpoint.cpp writes it, with tiny tensors; then variants
 # with each field out of its range (a record of a rank outside the run, negative or huge steps,
 # NaN times), which the reader must refuse.
 COLUMNS = ["rank", "epoch", "step", "global_step", "loss", "load_s", "h2d_s", "forward_s", "backward_s",

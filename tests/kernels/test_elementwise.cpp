@@ -145,6 +145,58 @@ TEST_CASE("dropout: p == 0 copies, p == 1 zeroes, p outside 0..1 is an error") {
                        doctest::Contains("mask (4) must be u8, got f32"), Error);
 }
 
+TEST_CASE("random ops add ctx.random_offset to their stream: a graph replay draws its own step's masks") {
+  const int64_t n = 1000;
+  const Tensor x = randn({n}, 3);
+  Tensor offset = Tensor::zeros({1}, DType::i64);
+  offset.data<int64_t>()[0] = 5;
+  for (Context ctx : {Context::cpu(2), Context::ref()}) {
+    Tensor y = Tensor::empty({n}), m = Tensor::empty({n}, DType::u8), y_at = Tensor::empty({n}),
+           m_at = Tensor::empty({n}, DType::u8);
+    ops::dropout_forward(ctx, y_at, m_at, x, 0.3f, 42, 12);  // stream 7 + 5 without an offset
+    ctx.random_offset = &offset;
+    ops::dropout_forward(ctx, y, m, x, 0.3f, 42, 7);
+    CHECK(bitwise_equal(m, m_at));
+    CHECK(bitwise_equal(y, y_at));
+    Tensor noise = Tensor::empty({n}), noise_at = Tensor::empty({n});
+    ops::bernoulli_scale(ctx, noise, 0.8f, 42, 7);
+    ctx.random_offset = nullptr;
+    ops::bernoulli_scale(ctx, noise_at, 0.8f, 42, 12);
+    CHECK(bitwise_equal(noise, noise_at));
+    Tensor wrong = Tensor::zeros({2}, DType::i64);
+    ctx.random_offset = &wrong;
+    CHECK_THROWS_WITH_AS(ops::bernoulli_scale(ctx, noise, 0.8f, 42, 7),
+                         doctest::Contains("ctx.random_offset must be one i64 on cpu"), Error);
+  }
+}
+
+TEST_CASE("bernoulli_scale draws torch's bernoulli(keep) / keep from (seed, stream), thread count aside") {
+  const int64_t n = 4000;
+  const Rng rng(9, 4);
+  for (float keep : {0.8f, 0.25f, 1.f, 0.f}) {
+    CAPTURE(keep);
+    Tensor a = Tensor::empty({n}), b = Tensor::empty({n}), r = Tensor::empty({n});
+    Context one = Context::cpu(1), three = Context::cpu(3), ref = Context::ref();
+    ops::bernoulli_scale(one, a, keep, 9, 4);
+    ops::bernoulli_scale(three, b, keep, 9, 4);
+    ops::bernoulli_scale(ref, r, keep, 9, 4);
+    CHECK(bitwise_equal(a, b));
+    CHECK(bitwise_equal(a, r));
+    int64_t wrong = 0, kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool k = rng.uniform_at(static_cast<uint64_t>(i)) < keep;
+      kept += k;
+      wrong += a.data<float>()[i] != (k ? 1.f / keep : 0.f);
+    }
+    CHECK(wrong == 0);
+    CHECK(static_cast<double>(kept) / n == doctest::Approx(keep).epsilon(0.03));
+  }
+  Context ctx = Context::cpu();
+  Tensor out = Tensor::empty({3});
+  CHECK_THROWS_WITH_AS(ops::bernoulli_scale(ctx, out, 1.5f, 1, 0),
+                       doctest::Contains("bernoulli_scale: keep = 1.5 is not a probability"), Error);
+}
+
 TEST_CASE("increment_i64 adds one to a one-element i64 counter, on the CPU and in the reference; else says what it takes") {
   for (Context ctx : {Context::cpu(2), Context::ref()}) {
     Tensor counter = Tensor::zeros({}, DType::i64);

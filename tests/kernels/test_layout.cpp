@@ -146,3 +146,81 @@ TEST_CASE("index_select and its scatter-add backward (repeated indices add up)")
                        doctest::Contains("index_select: index[2] = 4 is outside the 4 rows of table (4, 2)"),
                        Error);
 }
+
+namespace {
+struct WindowCase {
+  int64_t B, H, W, C, wh, ww, sh, sw;
+};
+// Swin's windows by the three copies the ops replace: pad to whole windows, roll by the negative
+// shift, permute rows into windows (reference kernels, each tested above).
+Tensor windows_by_copies(Context& ref, const Tensor& x, const WindowCase& k) {
+  const int64_t nH = (k.H + k.wh - 1) / k.wh, nW = (k.W + k.ww - 1) / k.ww;
+  Tensor padded = Tensor::empty({k.B, nH * k.wh, nW * k.ww, k.C}), rolled = Tensor::empty(padded.shape());
+  ops::pad_hw(ref, padded, x);
+  ops::roll(ref, rolled, padded, -k.sh, -k.sw);
+  Tensor windows = Tensor::empty({k.B, nH, nW, k.wh, k.ww, k.C});
+  ops::permute(ref, windows, rolled.view({k.B, nH, k.wh, nW, k.ww, k.C}), {0, 1, 3, 2, 4, 5});
+  return windows;
+}
+Tensor sevens(const Shape& s) { return Tensor::from(s, std::vector<float>(static_cast<size_t>(shape_numel(s)), 7.f)); }
+// And back: permute windows into rows, roll by the shift, crop.
+Tensor merged_by_copies(Context& ref, const Tensor& windows, const WindowCase& k) {
+  const int64_t nH = windows.size(1), nW = windows.size(2);
+  Tensor rows = Tensor::empty({k.B, nH, k.wh, nW, k.ww, k.C});
+  ops::permute(ref, rows, windows, {0, 1, 3, 2, 4, 5});
+  Tensor rolled = Tensor::empty({k.B, nH * k.wh, nW * k.ww, k.C});
+  ops::roll(ref, rolled, rows.view(rolled.shape()), k.sh, k.sw);
+  Tensor y = Tensor::zeros({k.B, k.H, k.W, k.C});
+  ops::pad_hw_backward(ref, y, rolled);
+  return y;
+}
+}  // namespace
+
+TEST_CASE("window_partition and window_merge equal pad + roll + permute and back, on every backend") {
+  Context ref = Context::ref();
+  const WindowCase cases[] = {
+      {2, 8, 8, 4, 4, 4, 0, 0},    // whole windows, no shift
+      {2, 8, 8, 4, 4, 4, 2, 2},    // Swin's shifted block
+      {1, 7, 10, 3, 4, 3, 2, 1},   // padded along both, odd C, non-square windows
+      {3, 5, 5, 8, 7, 7, 0, 0},    // one window larger than the map
+      {1, 6, 6, 2, 3, 3, -1, 7},   // negative and over-long shifts wrap
+  };
+  for (const WindowCase& k : cases) {
+    CAPTURE(k.H);
+    CAPTURE(k.W);
+    CAPTURE(k.sh);
+    CAPTURE(k.sw);
+    const Tensor x = randn({k.B, k.H, k.W, k.C}, 40);
+    const Tensor want = windows_by_copies(ref, x, k);
+    const Tensor dwin = randn(want.shape(), 41), y0 = randn(x.shape(), 42);
+    const Tensor want_merged = merged_by_copies(ref, dwin, k);
+    for (Context ctx : {Context::ref(), Context::cpu(1), Context::cpu(3)}) {
+      Tensor windows = sevens(want.shape());  // every element written, padding included
+      ops::window_partition(ctx, windows, x, k.sh, k.sw);
+      CHECK(bitwise_equal(windows, want));
+      Tensor y = sevens(x.shape());
+      ops::window_merge(ctx, y, dwin, k.sh, k.sw, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(y, want_merged));
+      Tensor acc = y0.clone();  // add: the partition's gradient accumulated
+      ops::window_merge(ctx, acc, dwin, k.sh, k.sw, ops::DxMode::add);
+      const auto a = acc.to_vector(), base = y0.to_vector(), m = want_merged.to_vector();
+      bool sums = true;
+      for (size_t i = 0; i < a.size(); ++i) sums = sums && a[i] == base[i] + m[i];
+      CHECK(sums);
+    }
+    // Each is the other's backward: <partition(x), w> == <x, merge(w)>.
+    Tensor merged = Tensor::empty(x.shape());
+    ops::window_merge(ref, merged, dwin, k.sh, k.sw, ops::DxMode::overwrite);
+    double lhs = 0, rhs = 0;
+    const auto wv = want.to_vector(), dv = dwin.to_vector(), xv = x.to_vector(), mv = merged.to_vector();
+    for (size_t i = 0; i < wv.size(); ++i) lhs += double(wv[i]) * dv[i];
+    for (size_t i = 0; i < xv.size(); ++i) rhs += double(xv[i]) * mv[i];
+    CHECK(lhs == doctest::Approx(rhs).epsilon(1e-9));
+  }
+  Context ctx = Context::cpu();
+  Tensor x = randn({1, 9, 8, 4}, 43), small = Tensor::empty({1, 2, 2, 4, 4, 4});
+  CHECK_THROWS_WITH_AS(ops::window_partition(ctx, small, x, 0, 0),
+                       doctest::Contains("window_partition: windows (1, 2, 2, 4, 4, 4) (B, nH, nW, wh, ww, C) must "
+                                         "cover x (1, 9, 8, 4)"),
+                       Error);
+}

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "mpi_test_group.hpp"
-#include "parallel/collective_check.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/bench/collective_check.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

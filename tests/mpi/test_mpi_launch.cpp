@@ -8,12 +8,12 @@
 #include <string>
 
 #include "mpi_test_group.hpp"
-#include "parallel/clock_sync.hpp"
-#include "parallel/launcher_env.hpp"
-#include "parallel/mpi/mpi_transport.hpp"
-#include "parallel/mpi/mpi_util.hpp"
-#include "parallel/mpi/rank_state.hpp"
-#include "parallel/run_modes.hpp"
+#include "parallel/runtime/clock_sync.hpp"
+#include "parallel/runtime/launcher_env.hpp"
+#include "parallel/comm/mpi/mpi_transport.hpp"
+#include "parallel/comm/mpi/mpi_util.hpp"
+#include "parallel/runtime/watchdog.hpp"
+#include "parallel/train/run_modes.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -156,25 +156,25 @@ TEST_CASE("--comm-timeout must be positive") {
   mpi_group->set_comm_timeout(120);
 }
 
-// --backend nccl under mpirun announces each wait on its stream to the process group
-// (nccl_comm.cpp, NcclTransport::wait): the group's RankState, which the MPI watchdog times and
-// reports to the other processes, shows it as a call until it ends.
-TEST_CASE("a foreign library's wait (NCCL's, under mpirun) is a call of the process group while it lasts") {
-  mpi::RankState state;
-  MPI_Comm self = MPI_COMM_NULL;
-  REQUIRE(MPI_Comm_dup(MPI_COMM_SELF, &self) == MPI_SUCCESS);
-  mpi::MpiCommunicator comm(self, state, "self", Algorithm::ring);
-  CHECK_FALSE(state.snapshot().in_call);
+// Under mpirun every communicator of a process publishes what it is in to the process's watchdog,
+// an NCCL wait on a GPU stream included (nccl_comm.cpp, NcclTransport::poll); that is what the
+// MPI peers answer when another process asks (Watchdog::status_for), and what the watchdog times.
+TEST_CASE("a wait of any communicator of this process, an NCCL one's included, is what the other processes are told") {
+  const int rank = mpi_group->rank();
+  auto watch = std::make_shared<CommWatch>("nccl-test", mpi_group->size(), std::vector<int>{rank}, 120, nullptr);
+  Watchdog::of_process().watch(watch);
+  CHECK(Watchdog::of_process().status_for("nccl-test").state == RankStatus::State::busy);
   CommCall call;
   call.kind = Collective::all_reduce;
   call.seq = 7;
   call.bytes = 1024;
-  comm.begin_foreign_call(call);
-  const mpi::RankSnapshot during = state.snapshot();
-  CHECK(during.in_call);
+  watch->begin_wait(rank, -1, &call);  // a wait for a call queued on a stream: a call while it lasts
+  const RankStatus during = Watchdog::of_process().status_for("nccl-test");
+  CHECK(during.state == RankStatus::State::in_call);
   CHECK(during.call.kind == Collective::all_reduce);
   CHECK(during.call.seq == 7);
-  CHECK(during.comm == "self");
-  comm.end_foreign_call();
-  CHECK_FALSE(state.snapshot().in_call);
+  CHECK(during.comm == "nccl-test");
+  watch->end_wait(rank);
+  CHECK(Watchdog::of_process().status_for("nccl-test").state == RankStatus::State::busy);
+  Watchdog::of_process().forget(watch.get());
 }

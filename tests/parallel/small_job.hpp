@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/job.hpp"
-#include "parallel/train_options.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/train/train_options.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/errors.hpp"
 
@@ -41,15 +41,17 @@ inline parallel::TrainOptions small_job(const std::string& devices, parallel::Pa
   return o;
 }
 
-// The UsageError validate() gives a DDP job (batch 8) on `devices` over `backend` once `change`
-// has been applied to it, or "" when it is accepted.
+// The UsageError validate() gives a DDP job (batch 8) on `devices` over `backend` ("": none given)
+// once `change` has been applied to it, or "" when it is accepted. With --backend nccl the
+// algorithm is NCCL's, as dpx train makes it when --algo is not given.
 inline std::string ddp_options_error(const std::string& devices, const std::string& backend,
                                      void (*change)(parallel::TrainOptions&)) {
   parallel::TrainOptions o;
   o.batch_size = 8;
   o.devices = devices;
   o.parallel = parallel::ParallelMode::ddp;
-  o.backend = backend;
+  if (!backend.empty()) o.backend = parse_choice(parallel::kBackends, backend, "--backend", "backend");
+  if (o.backend == parallel::Backend::nccl) o.algo = parallel::Algorithm::nccl;
   change(o);
   return usage_error_of([&] { o.validate(); });
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/safetensors.hpp"
-#include "parallel/checkpoint.hpp"
+#include "parallel/train/checkpoint.hpp"
 #include "tests/common/files.hpp"
 
 using namespace dpx;
@@ -39,7 +39,7 @@ TEST_CASE("a checkpoint keeps the dynamic loss scale and each step's scale and s
   const TempDir tmp("checkpoint_loss_scale");
   TrainOptions o;
   o.parallel = ParallelMode::ddp;
-  o.grad_dtype = "fp16";
+  o.grad_dtype = DType::f16;
   const Checkpoint c = read_checkpoint(write_checkpoint(tmp.path.string(), small_checkpoint(o), 3));
   CHECK(c.progress.loss_scale == 4096.f);
   CHECK(c.progress.loss_scale_good_updates == 1);
@@ -50,7 +50,7 @@ TEST_CASE("a checkpoint keeps the dynamic loss scale and each step's scale and s
   CHECK_FALSE(c.steps[1].update_skipped);
   CHECK(resume_mismatch(c, o, 1).empty());
   TrainOptions bf16 = o;
-  bf16.grad_dtype = "bf16";
+  bf16.grad_dtype = DType::bf16;
   CHECK(resume_mismatch(c, bf16, 1) == "--grad-dtype is fp16 in the checkpoint and bf16 here");
 }
 
@@ -89,6 +89,6 @@ TEST_CASE("a checkpoint of an older dpx, without the mixed-precision columns and
   CHECK_FALSE(c.steps[0].update_skipped);
   CHECK(resume_mismatch(c, o, 1).empty());
   TrainOptions fp16 = o;
-  fp16.grad_dtype = "fp16";
+  fp16.grad_dtype = DType::f16;
   CHECK(resume_mismatch(c, fp16, 1) == "--grad-dtype is fp32 in the checkpoint and fp16 here");
 }

@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
-#include "parallel/checkpoint.hpp"
+#include "parallel/train/checkpoint.hpp"
 
 namespace {
 

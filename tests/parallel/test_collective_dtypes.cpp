@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/rng.hpp"
-#include "parallel/comm_reduce.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "test_collective_util.hpp"
 
 using namespace dpx;

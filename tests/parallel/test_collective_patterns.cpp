@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "test_collective_util.hpp"
 
 using namespace dpx;

@@ -12,7 +12,7 @@
 
 #include "core/clock.hpp"
 #include "core/tensor.hpp"
-#include "parallel/threads_backend.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
 #include "test_collective_util.hpp"
 
 using namespace dpx;

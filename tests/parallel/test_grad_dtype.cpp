@@ -8,10 +8,10 @@
 #include <sstream>
 #include <vector>
 
-#include "parallel/ddp.hpp"
-#include "parallel/job.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/reducer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
 
@@ -56,7 +56,7 @@ namespace {
 
 TrainOptions ddp_job(const char* devices, const char* grad_dtype) {
   TrainOptions o = small_job(devices, ParallelMode::ddp);
-  o.grad_dtype = grad_dtype;
+  o.grad_dtype = parse_choice(kGradDtypes, grad_dtype, "--grad-dtype", "dtype");
   o.bucket_mb = 0.001;  // many buckets
   return o;
 }
@@ -80,7 +80,7 @@ TEST_CASE("DDP with bf16 and fp16 gradient all-reduces reproduces one fp32 repli
       CAPTURE(devices);
       CAPTURE(dtype);
       TrainOptions o = ddp_job(devices.c_str(), dtype.c_str());
-      o.loss_scale = "none";  // the plain narrowing; the scaler has its own tests
+      o.loss_scale = {LossScale::Kind::none};  // the plain narrowing; the scaler has its own tests
       const TrainReport half = train(o, log);
       const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
       const double diff = update_rel_diff(half.final_params, single.final_params, w0);
@@ -111,7 +111,7 @@ TEST_CASE("fp16 gradients with dynamic loss scaling from 2^20: overflowing updat
   std::ostringstream log;
   TrainOptions o = ddp_job("cpu:3", "fp16");
   o.batch_size = 30;
-  o.loss_scale = "dynamic";
+  o.loss_scale = {LossScale::Kind::dynamic};
   o.initial_loss_scale = std::ldexp(1.f, 20);
   o.loss_scale_window = 3;
   const TrainReport r = train(o, log);
@@ -149,7 +149,7 @@ TEST_CASE("a constant loss scale is taken off before the optimizer: fp16 DDP wit
   const TrainOptions one = small_job("cpu:1", ParallelMode::none);
   const TrainReport single = train(one, log);
   TrainOptions o = ddp_job("cpu:2", "fp16");
-  o.loss_scale = "1024";
+  o.loss_scale = parse_loss_scale("1024");
   const TrainReport scaled = train(o, log);
   for (const StepRecord& s : scaled.steps) {
     CHECK(s.loss_scale == 1024.f);

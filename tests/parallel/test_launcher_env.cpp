@@ -6,7 +6,8 @@
 #include <map>
 #include <string>
 
-#include "parallel/launcher_env.hpp"
+#include "core/error.hpp"
+#include "parallel/runtime/launcher_env.hpp"
 
 using namespace dpx::parallel;
 
@@ -54,6 +55,21 @@ TEST_CASE("which launchers start MPI ranks") {
   const LauncherEnv bare = read_launcher_env(env_of({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "4"}}));
   CHECK(bare.launcher == "srun (Slurm)");
   CHECK(bare.size == 4);
+}
+
+TEST_CASE("a launcher variable that is not a number is refused, naming it") {
+  for (const char* bad : {"abc", "", "-1", "4x", "99999999999"}) {
+    CAPTURE(bad);
+    try {
+      read_launcher_env(env_of({{"OMPI_COMM_WORLD_SIZE", bad}}));
+      FAIL("accepted");
+    } catch (const dpx::UsageError& e) {
+      CHECK(std::string(e.what()).find("OMPI_COMM_WORLD_SIZE") != std::string::npos);
+      CHECK(std::string(e.what()).find("unset OMPI_COMM_WORLD_SIZE") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS(read_launcher_env(env_of({{"PMI_RANK", "one"}})), dpx::UsageError);
+  CHECK(read_launcher_env(env_of({{"OMPI_COMM_WORLD_SIZE", "2"}})).size == 2);
 }
 
 TEST_CASE("mismatches between the launcher and MPI are named, with what to do") {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "parallel/loss_scaler.hpp"
+#include "parallel/train/loss_scaler.hpp"
 
 using namespace dpx::parallel;
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/trainer.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/parallel/small_job.hpp"
 
 using namespace dpx;
@@ -24,7 +24,7 @@ TEST_CASE("a power-of-two loss scale changes no bit of the weights in any traine
   for (const Case& c : {Case{"cpu:1", ParallelMode::none, 1}, Case{"cpu:2", ParallelMode::ddp, 1},
                         Case{"cpu:2", ParallelMode::dp, 1}, Case{"cpu:2", ParallelMode::ddp, 2}}) {
     CAPTURE(std::string(c.devices));
-    CAPTURE(parallel_mode_name(c.mode));
+    CAPTURE(choice_name(kParallelModes, c.mode));
     CAPTURE(c.accumulate);
     TrainOptions plain = small_job(c.devices, c.mode);
     plain.accumulate = c.accumulate;
@@ -32,7 +32,7 @@ TEST_CASE("a power-of-two loss scale changes no bit of the weights in any traine
     for (const std::string scale : {"1024", "dynamic"}) {
       CAPTURE(scale);
       TrainOptions o = plain;
-      o.loss_scale = scale;
+      o.loss_scale = parse_loss_scale(scale);
       o.initial_loss_scale = 1024.f;
       o.loss_scale_window = 4;  // grows to 2^11 and 2^12 within the run: still exact
       const TrainReport scaled = train(o, log);

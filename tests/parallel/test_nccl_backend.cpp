@@ -9,14 +9,14 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
-#include "parallel/algorithms.hpp"
-#include "parallel/nccl/nccl_backend.hpp"
-#include "parallel/nccl/nccl_wait.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/nccl/nccl_wait.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tests/common/errors.hpp"
 #include "tests/parallel/small_job.hpp"
 #ifdef DPX_WITH_CUDA
-#include "parallel/nccl/nccl_types.hpp"
+#include "parallel/comm/nccl/cuda/nccl_types.hpp"
 #endif
 
 using namespace dpx;
@@ -98,22 +98,30 @@ TEST_CASE("dpx train --backend nccl: the options it needs, refused with what to 
   CHECK(contains(check([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend nccl runs one rank per GPU"));
   CHECK(contains(check([](TrainOptions& o) { o.parallel = ParallelMode::dp; }), "pass --parallel ddp"));
   // Half-precision gradients and compute are the GPU's to take (narrowed on the compute stream).
-  CHECK(check([](TrainOptions& o) { o.grad_dtype = "bf16"; }).empty());
-  CHECK(check([](TrainOptions& o) { o.grad_dtype = "fp16"; o.precision = "fp16"; }).empty());
-  CHECK(check([](TrainOptions& o) { o.precision = "bf16"; }).empty());
-  CHECK(contains(check([](TrainOptions& o) { o.algo = "tree"; }), "NCCL chooses its own algorithm"));
+  CHECK(check([](TrainOptions& o) { o.grad_dtype = DType::bf16; }).empty());
+  CHECK(check([](TrainOptions& o) { o.grad_dtype = DType::f16; o.precision = Precision::fp16; }).empty());
+  CHECK(check([](TrainOptions& o) { o.precision = Precision::bf16; }).empty());
+  CHECK(contains(check([](TrainOptions& o) { o.algo = Algorithm::tree; }), "NCCL chooses its own algorithm"));
   CHECK(contains(check([](TrainOptions& o) { o.net_sim = "1GB,1us"; }), "drop --net-sim"));
-  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; }), "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
-  CHECK(contains(check([](TrainOptions& o) { o.backend = "gloo"; }), "--backend: unknown backend 'gloo'"));
-  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; o.algo = "nccl"; o.devices = "cpu:2"; }),
+  CHECK(contains(check([](TrainOptions& o) { o.backend.reset(); o.algo = Algorithm::ring; }),
+                 "DDP over GPUs all-reduces with NCCL: add --backend nccl"));
+  // --backend is parsed where the command line comes in: a name it does not know never reaches here.
+  CHECK(contains(usage_error_of([] { parse_choice(kBackends, "gloo", "--backend", "backend"); }),
+                 "--backend: unknown backend 'gloo'"));
+  CHECK(contains(check([](TrainOptions& o) { o.backend.reset(); o.devices = "cpu:2"; }),
             "--algo nccl is NCCL's all-reduce: it needs --backend nccl"));
-  CHECK(contains(check([](TrainOptions& o) { o.backend = ""; o.parallel = ParallelMode::dp; o.devices = "cuda:0"; }),
+  CHECK(contains(check([](TrainOptions& o) { o.backend.reset(); o.parallel = ParallelMode::dp; o.devices = "cuda:0"; }),
             "DataParallel needs two GPUs or more"));
   // Under mpirun each process drives its local rank's GPU: --devices cuda.
   CHECK(check([](TrainOptions& o) { o.process_ranks = 2; o.devices = "cuda"; }).empty());
   CHECK(contains(check([](TrainOptions& o) { o.process_ranks = 2; }), "pass --devices cuda"));
-  CHECK(contains(check([](TrainOptions& o) { o.process_ranks = 2; o.backend = ""; o.devices = "cuda:0"; }),
-            "pass --backend nccl --devices cuda"));
+  CHECK(contains(check([](TrainOptions& o) {
+                   o.process_ranks = 2;
+                   o.backend.reset();
+                   o.algo = Algorithm::ring;
+                   o.devices = "cuda:0";
+                 }),
+                 "pass --backend nccl --devices cuda"));
 }
 
 TEST_CASE("the nccl algorithm is NCCL's own, named where it is built") {

@@ -1,4 +1,4 @@
-// The network you can dial in (--net-sim, parallel/net_sim.hpp): RATE,LATENCY parses with units
+// The network you can dial in (--net-sim, parallel/comm/net_sim.hpp): RATE,LATENCY parses with units
 // and refuses what it cannot read, naming the flag; exchanges, ring all-reduces and DDP's
 // gradient all-reduces under it take the alpha-beta model's time: never less (the wait is real),
 // and at most 50 % + 10 ms more (the copies and reductions themselves, on a shared 2-core machine;
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/clock.hpp"
-#include "parallel/ddp.hpp"
-#include "parallel/net_sim.hpp"
-#include "parallel/threads_backend.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/reducer.hpp"
+#include "parallel/comm/net_sim.hpp"
+#include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/common/errors.hpp"
 #include "tests/parallel/small_job.hpp"
 #include "tests/parallel/test_collective_util.hpp"
@@ -120,7 +120,7 @@ TEST_CASE("DDP under --net-sim: each update's communication is its buckets' ring
   mo.in_channels = o.channels;
   mo.image_size = o.image_size;
   nn::Model model(zoo::build_model(o.model, mo));
-  DdpOptions d;
+  ReducerOptions d;
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   double model_s = 0;
   for (const Bucket& b : plan_buckets(model, d)) model_s += 2.0 * net.message_s(static_cast<size_t>(b.numel) * 4 / 2);

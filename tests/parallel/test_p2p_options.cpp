@@ -9,9 +9,9 @@
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
-#include "parallel/collective_bench.hpp"
-#include "parallel/p2p_backend.hpp"
-#include "parallel/train_options.hpp"
+#include "parallel/bench/collective_bench.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/train/train_options.hpp"
 #include "tests/common/errors.hpp"
 #include "tests/parallel/small_job.hpp"
 
@@ -35,7 +35,7 @@ TEST_CASE("--backend p2p without a usable GPU is refused, naming the flag and wh
     CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--backend p2p: "), UsageError);
     std::ostringstream out;
     CHECK_THROWS_AS(run_collective(o, out), UsageError);
-    CHECK_THROWS_WITH_AS(run_p2p_ranks({0}, [](Communicator&, const P2PRank&) {}),
+    CHECK_THROWS_WITH_AS(run_p2p_ranks({0}, [](Communicator&, Communicator&, const P2PRank&) {}),
                          doctest::Contains("--backend p2p: "), UsageError);
     CHECK_THROWS_WITH_AS(p2p_rank_devices(2, {}), doctest::Contains("--backend p2p needs a GPU"), UsageError);
     if (!kP2PBuilt) CHECK(p2p_unavailable_reason().find("-DDPX_CUDA=ON") != std::string::npos);
@@ -55,6 +55,7 @@ TEST_CASE("--gpus is refused with a backend other than p2p") {
 namespace {
 
 using dpx::testing::contains;
+using dpx::testing::usage_error_of;
 
 // The usage error validate() gives a p2p DDP job on two replicas of GPU 0 after `change`, or "".
 std::string train_error(void (*change)(TrainOptions&)) {
@@ -71,19 +72,19 @@ TEST_CASE("dpx train --backend p2p: replicas may share a GPU; what it cannot do 
   CHECK(train_error([](TrainOptions&) {}).empty());
   TrainOptions two;
   two.devices = "cuda:0,cuda:0,cuda:1";
-  two.backend = "p2p";
+  two.backend = Backend::p2p;
   CHECK(two.cuda_devices() == std::vector<int>{0, 0, 1});  // several replicas on GPU 0
   CHECK(two.ranks() == 3);
-  two.backend = "nccl";  // NCCL runs one rank per GPU
+  two.backend = Backend::nccl;  // NCCL runs one rank per GPU
   CHECK_THROWS_WITH_AS(two.cuda_devices(), doctest::Contains("cuda:0 is named twice"), UsageError);
-  CHECK(train_error([](TrainOptions& o) { o.algo = "tree"; }).empty());
+  CHECK(train_error([](TrainOptions& o) { o.algo = Algorithm::tree; }).empty());
   CHECK(contains(train_error([](TrainOptions& o) { o.devices = "cpu:2"; }), "--backend p2p runs thread ranks on GPUs"));
   CHECK(contains(train_error([](TrainOptions& o) { o.parallel = ParallelMode::none; }), "pass --parallel ddp"));
-  CHECK(contains(train_error([](TrainOptions& o) { o.grad_dtype = "bf16"; }), "--grad-dtype bf16 with --backend p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.grad_dtype = DType::bf16; }), "--grad-dtype bf16 with --backend p2p"));
   CHECK(contains(train_error([](TrainOptions& o) { o.checkpoint_dir = "ck"; }), "--checkpoint-dir with --backend p2p"));
-  CHECK(contains(train_error([](TrainOptions& o) { o.algo = "nccl"; }), "p2p runs dpx's own algorithms"));
-  CHECK(contains(train_error([](TrainOptions& o) { o.backend = "p2q"; o.devices = "cuda:0,cuda:1"; }),
-            "use nccl or p2p (GPU ranks)"));
-  CHECK(contains(train_error([](TrainOptions& o) { o.backend = ""; o.devices = "cuda:0,cuda:1"; }), "or --backend p2p"));
-  CHECK(contains(train_error([](TrainOptions& o) { o.backend = ""; }), "cuda:0 is named twice"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.algo = Algorithm::nccl; }), "p2p runs dpx's own algorithms"));
+  // --backend is parsed where the command line comes in, naming what it takes.
+  CHECK(contains(usage_error_of([] { parse_choice(kBackends, "p2q", "--backend", "backend"); }), "nccl or p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.backend.reset(); o.devices = "cuda:0,cuda:1"; }), "or --backend p2p"));
+  CHECK(contains(train_error([](TrainOptions& o) { o.backend.reset(); }), "cuda:0 is named twice"));
 }

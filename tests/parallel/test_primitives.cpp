@@ -7,7 +7,7 @@
 
 #include "kernels/ops.hpp"
 #include "layers/layers.hpp"
-#include "parallel/primitives.hpp"
+#include "parallel/train/primitives.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/tensors.hpp"
 #include "zoo/registry.hpp"

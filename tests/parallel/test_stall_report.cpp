@@ -2,7 +2,7 @@
 // busy, in another collective, silent, gone — each with the advice that fits.
 #include <doctest/doctest.h>
 
-#include "parallel/stall_report.hpp"
+#include "parallel/runtime/stall_report.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

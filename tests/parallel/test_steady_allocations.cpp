@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "core/tensor.hpp"
-#include "parallel/device_env.hpp"
-#include "parallel/job.hpp"
-#include "parallel/train_step.hpp"
+#include "parallel/train/device_env.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/train/train_step.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "parallel/thread_ranks.hpp"
+#include "parallel/comm/threads/thread_ranks.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -146,7 +146,7 @@ TEST_CASE("every algorithm reaches a rank's memory only through its transport, a
       const auto got = run_all(k, algo, [&](auto body) {
         run_thread_ranks(
             k,
-            [&](Communicator& comm) {
+            [&](Communicator&, Communicator& comm) {
               FencedTransport* t = fenced[static_cast<size_t>(comm.rank())];
               body(comm, t);
               std::lock_guard<std::mutex> lock(m);

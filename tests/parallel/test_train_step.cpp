@@ -1,4 +1,4 @@
-// The one training step (parallel/train_step.hpp): every phase it times marks its begin and end
+// The one training step (parallel/train/train_step.hpp): every phase it times marks its begin and end
 // for the device env, in the order the work is queued (a GPU env times h2d, forward, backward
 // and optimizer by those marks); and the one definition of `wait`, which DDP and DataParallel
 // follow alike.
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "parallel/device_env.hpp"
-#include "parallel/job.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/train_step.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/device_env.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/train_step.hpp"
+#include "parallel/train/trainer.hpp"
 #include "tests/parallel/small_job.hpp"
 
 using namespace dpx;
@@ -90,7 +90,7 @@ TEST_CASE("train_step marks the begin and end of every phase it times, then fini
 TEST_CASE("wait has one definition: DDP and DataParallel alike, from the ranks' ends of backward") {
   std::ostringstream log;
   for (ParallelMode mode : {ParallelMode::ddp, ParallelMode::dp}) {
-    CAPTURE(parallel_mode_name(mode));
+    CAPTURE(choice_name(kParallelModes, mode));
     TrainOptions o = tiny("cpu:2", mode);
     o.accumulate = 2;
     const TrainReport report = train(o, log);

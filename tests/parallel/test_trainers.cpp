@@ -10,10 +10,10 @@
 #include <map>
 #include <sstream>
 
-#include "parallel/ddp.hpp"
-#include "parallel/job.hpp"
-#include "parallel/metrics.hpp"
-#include "parallel/trainer.hpp"
+#include "parallel/train/reducer.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/trainer.hpp"
 #include "zoo/registry.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
@@ -72,12 +72,12 @@ TEST_CASE("DDP with 2 and 4 ranks reproduces one replica on the same global batc
 TEST_CASE("DDP without overlap and with every algorithm is equivalent too") {
   std::ostringstream log;
   TrainReport single = train(small_job("cpu:1", ParallelMode::none), log);
-  for (const char* algo : {"ring", "tree", "naive", "rhd"}) {
-    CAPTURE(algo);
+  for (Algorithm algo : kAlgorithms) {  // every row of the registry (algorithms.def) that is dpx's own
+    CAPTURE(algorithm_name(algo));
     TrainOptions o = small_job("cpu:3", ParallelMode::ddp);
     o.batch_size = 30;
     o.algo = algo;
-    o.overlap = std::string(algo) != "ring";
+    o.overlap = algo != Algorithm::ring;
     TrainOptions s1 = small_job("cpu:1", ParallelMode::none);
     s1.batch_size = 30;
     check_equivalent(train(s1, log), train(o, log));
@@ -102,7 +102,7 @@ TEST_CASE("AdamW: DDP with 2 and 3 ranks and DataParallel reproduce one replica"
     CAPTURE(devices);
     TrainReport single = train(adamw_job("cpu:1", ParallelMode::none, batch), log);
     for (ParallelMode mode : {ParallelMode::ddp, ParallelMode::dp}) {
-      CAPTURE(parallel_mode_name(mode));
+      CAPTURE(choice_name(kParallelModes, mode));
       TrainReport parallel = train(adamw_job(devices, mode, batch), log);
       check_same_losses(single, parallel);
       // AdamW moves every weight by about lr * g / (|g| + eps) whatever the gradient's scale,
@@ -168,7 +168,7 @@ TEST_CASE("buckets: reverse order, small first bucket, cap respected, 0 = one pe
   mo.in_channels = 1;
   mo.image_size = 8;
   nn::Model m(zoo::build_model("mlp", mo));
-  DdpOptions d;
+  ReducerOptions d;
   d.first_bucket_bytes = 1;  // tiny: the first bucket holds exactly one tensor
   d.bucket_cap_bytes = 1u << 30;
   auto b = plan_buckets(m, d);

@@ -160,6 +160,52 @@ TEST_CASE("a second run into the same --out is refused while the first one write
   CHECK(run_dpx(kTrain + "--out " + tmp.file("out")).code == 0);  // a killed writer's lock is gone with it
 }
 
+// Freezing the whole job (SIGSTOP to every rank, a scheduler's suspend) longer than --comm-timeout
+// is no stall: nobody was late. It was reported as one (issue 28).
+TEST_CASE("a job frozen for longer than --comm-timeout goes on after it is continued, and says it was frozen") {
+  const TempDir tmp("frozen");
+  BackgroundJob job(std::string(DPX_BINARY) +
+                        " train --model lenet5 --dataset synthetic --synthetic-size 2000000 --batch-size 16 --steps 4000 "
+                        "--threads 1 --workers 1 --devices cpu:2 --parallel ddp --no-eval --comm-timeout 1 --out " +
+                        tmp.file("out"),
+                    tmp.file("job.log"));
+  REQUIRE(job.wait_for_lines("| step ", 2, 60));
+  for (int freeze = 0; freeze < 3; ++freeze) {  // three freezes of 3 s: the ranks wait in most of them
+    REQUIRE(kill(job.pid(), SIGSTOP) == 0);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    REQUIRE(kill(job.pid(), SIGCONT) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  job.signal_job(SIGTERM);  // stops after an agreed step, as a scheduler's end
+  REQUIRE(job.finished(60));
+  const std::string out = job.output();
+  CAPTURE(out);
+  CHECK(out.find("stall:") == std::string::npos);  // no stall report
+  CHECK(out.find("dpx: error") == std::string::npos);
+  CHECK(out.find("dpx: this process was frozen for ") != std::string::npos);
+  CHECK(out.find("not hung") != std::string::npos);
+  CHECK(out.find("not counted toward --comm-timeout") != std::string::npos);
+  CHECK(out.find("stopped by SIGTERM") != std::string::npos);
+  CHECK(job.exit_code() == 128 + SIGTERM);
+}
+
+TEST_CASE("threads the system refuses are a usage error naming --threads and the limits, not libgomp's exit") {
+#ifdef DPX_SANITIZE
+  MESSAGE("skipped under AddressSanitizer: it cannot run with a limited address space (ulimit -v)");
+  return;
+#endif
+  // Stacks of 1 GB each (ulimit -s) in 8 GB of address space (ulimit -v): 32 threads do not fit.
+  const DpxResult r = run_command("sh -c 'ulimit -s 1000000; ulimit -v 8000000; exec " + std::string(DPX_BINARY) +
+                                  " train --model lenet5 --dataset synthetic --synthetic-size 64 --batch-size 16 "
+                                  "--steps 1 --warmup 0 --no-eval --threads 32'");
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("dpx: error: --threads 32 with --workers 2 needs 34 threads at once, but the system refused "
+                      "thread ") != std::string::npos);
+  CHECK(r.output.find("ulimit -s (kB of stack per thread): 1000000") != std::string::npos);
+  CHECK(r.output.find("libgomp") == std::string::npos);
+}
+
 TEST_CASE("running out of memory is an error that says what to lower") {
 #ifdef DPX_SANITIZE
   // AddressSanitizer reserves terabytes of shadow address space: no ASan binary starts under ulimit -v.

@@ -261,6 +261,22 @@ TEST_CASE("a stopped rank ends the job with a stall report, and a killed rank wi
   for (const auto& e : fs::directory_iterator(tmp.path / "out")) CHECK(e.path().filename() == ".dpx.lock");
 }
 
+// The ranks vote on stopping with the signal each was asked by: one rank's SIGINT stops every
+// rank after the same update, all naming SIGINT, exit 130 (they said SIGTERM and exited 143).
+TEST_CASE("SIGINT to one rank stops the job after an agreed step, every rank naming SIGINT") {
+  const TempDir tmp("mpi_sigint");
+  const std::string job = mpirun(2) + DPX_BINARY +
+                          " train --model lenet5 --dataset synthetic --synthetic-size 200000 --batch-size 32 --epochs 1 "
+                          "--threads 1 --workers 1 --no-eval --out " + (tmp.path / "out").string();
+  int pid = 0, code = 0;
+  std::string out;
+  signal_rank_1(job, tmp.path / "sigint.log", SIGINT, pid, out, code);
+  CAPTURE(out);
+  CHECK(code == 128 + SIGINT);
+  CHECK(out.find("stopped by SIGINT after ") != std::string::npos);
+  CHECK(out.find("SIGTERM") == std::string::npos);
+}
+
 TEST_CASE("dpx collective under mpirun: dpx's algorithms and the library's, side by side, all correct") {
   DpxResult r = run_command(mpirun(2) + DPX_BINARY + " collective --algo all -b 1K -e 64K -f 8 -n 3 -w 1");
   CAPTURE(r.output);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/cuda/memory.hpp"
-#include "parallel/algorithms.hpp"
+#include "parallel/comm/algorithms/algorithms.hpp"
 #include "run_dpx.hpp"
 
 namespace {

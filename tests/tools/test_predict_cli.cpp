@@ -108,8 +108,12 @@ TEST_CASE("predict extrapolates the computation beyond --max-measured-batch on t
     CHECK(predicted_ms <= on_line * 1.1);
     CHECK(predicted_ms > t16);  // not flat at batch 16 as with one point
   } else {
+    // The totals fell, but each phase has its own line: those that grew still grow (forward and
+    // backward did while the busy machine slowed another phase), those that fell stay flat. So the
+    // step is never below batch 16's, and grows by no more than the phases that grew.
     CHECK(p.output.find("# warning: batch 4 measured slower than batch 16") != std::string::npos);
-    CHECK(predicted_ms == doctest::Approx(t16).epsilon(0.02));
+    CHECK(predicted_ms >= t16 - 0.5);
+    CHECK(predicted_ms <= t16 * (1 + (32 - 16) / 12.0));  // each phase grows by at most its value at 16
   }
 }
 

@@ -1,0 +1,147 @@
+// Making the nccl backend's communicators (see nccl_backend.hpp): non-blocking NCCL communicators
+// (config.blocking = 0), their initialisation polled with the same rule as every other wait
+// (nccl_wait.hpp), so a rank that never joins ends in an error after --comm-timeout, not a hang.
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/clock.hpp"
+#include "core/cuda/check.hpp"
+#include "core/cuda/device_guard.hpp"
+#include "core/cuda/memory.hpp"
+#include "core/error.hpp"
+#include "parallel/comm/nccl/nccl_backend.hpp"
+#include "parallel/comm/nccl/cuda/nccl_comm.hpp"
+#include "parallel/comm/nccl/nccl_wait.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+using nccl::judge_wait;
+using nccl::NcclProbe;
+using nccl::NcclWaitVerdict;
+
+void check_init_call(ncclResult_t r, const char* expr, const char* file, int line) {
+  if (r != ncclSuccess && r != ncclInProgress) cuda::throw_nccl_error(r, expr, file, line);
+}
+#define DPX_NCCL_INIT(expr) check_init_call((expr), #expr, __FILE__, __LINE__)
+
+ncclConfig_t non_blocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Polls until every communicator has finished initialising; aborts them all on an error or after
+// timeout_s.
+void wait_initialised(std::vector<ncclComm_t>& comms, const std::vector<int>& devices, double timeout_s) {
+  const double start = now_s();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    cuda::DeviceGuard guard(devices[i]);
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      NcclProbe probe;
+      probe.stream_idle = true;
+      probe.comm_failed = ncclCommGetAsyncError(comms[i], &state) != ncclSuccess;
+      probe.comm_in_progress = state == ncclInProgress;
+      probe.comm_failed = probe.comm_failed || (state != ncclSuccess && state != ncclInProgress);
+      const NcclWaitVerdict v = judge_wait(probe, now_s() - start, timeout_s);
+      if (v == NcclWaitVerdict::done) break;
+      if (v == NcclWaitVerdict::failed || v == NcclWaitVerdict::timed_out) {
+        for (ncclComm_t c : comms)
+          if (c) ncclCommAbort(c);
+        if (v == NcclWaitVerdict::failed)
+          fail("NCCL could not create the communicator of cuda:", devices[i], ": ", ncclGetErrorString(state),
+               " (NCCL_DEBUG=INFO says more)");
+        fail("NCCL's communicators were not ready after --comm-timeout ", timeout_s,
+             " s: a rank never joined (check that every process reached start-up, and NCCL_DEBUG=INFO)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
+
+// What to do instead, where the GPUs are missing.
+constexpr const char* kNoGpuHint =
+    "; run it on a machine with NVIDIA GPUs, or use CPU ranks here (dpx collective --backend threads; dpx train "
+    "--devices cpu:K --parallel ddp)";
+
+void check_devices(const std::vector<int>& devices) {
+  if (!cuda::available())
+    usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason(), kNoGpuHint);
+  const int visible = cuda::device_count();
+  for (int d : devices)
+    if (d < 0 || d >= visible)
+      usage_fail("--backend nccl: cuda:", d, " does not exist: this machine shows ", visible, " CUDA device(s)");
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<int>& devices, double timeout_s) {
+  check_devices(devices);
+  const int n = static_cast<int>(devices.size());
+  ncclUniqueId id;
+  DPX_NCCL_CHECK(ncclGetUniqueId(&id));
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  ncclConfig_t config = non_blocking_config();
+  // ncclCommInitAll, with a config: one rank per device from this thread, inside one group.
+  int previous = 0;
+  DPX_CUDA_CHECK(cudaGetDevice(&previous));
+  DPX_NCCL_INIT(ncclGroupStart());
+  for (int i = 0; i < n; ++i) {
+    DPX_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(i)]));
+    DPX_NCCL_INIT(ncclCommInitRankConfig(&comms[static_cast<size_t>(i)], n, id, i, &config));
+  }
+  DPX_NCCL_INIT(ncclGroupEnd());
+  DPX_CUDA_CHECK(cudaSetDevice(previous));
+  wait_initialised(comms, devices, timeout_s);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)] = i;
+  auto local = std::make_shared<nccl::LocalRanks>(n, std::move(ranks), timeout_s);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(std::make_unique<nccl::NcclCommunicator>(std::make_unique<nccl::NcclTransport>(
+        comms[static_cast<size_t>(i)], devices[static_cast<size_t>(i)], i, n, local)));
+  return out;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int device, double timeout_s) {
+  check_devices({device});
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (world.rank() == 0) DPX_NCCL_CHECK(ncclGetUniqueId(&id));
+  world.broadcast(&id, &id, sizeof id, DType::u8, 0);  // host memory, over the launcher's group (MPI)
+  std::vector<ncclComm_t> comms(1, nullptr);
+  ncclConfig_t config = non_blocking_config();
+  {
+    cuda::DeviceGuard guard(device);
+    DPX_NCCL_INIT(ncclCommInitRankConfig(&comms[0], world.size(), id, world.rank(), &config));
+  }
+  wait_initialised(comms, {device}, timeout_s);
+  // Its waits are timed by this process's watchdog, whose MPI peers report a stall for the job.
+  auto local = std::make_shared<nccl::LocalRanks>(world.size(), std::vector<int>{world.rank()}, timeout_s);
+  return std::make_unique<nccl::NcclCommunicator>(
+      std::make_unique<nccl::NcclTransport>(comms[0], device, world.rank(), world.size(), local));
+}
+
+void abort_nccl_group(Communicator& comm, const std::string& why) {
+  if (auto* nccl = dynamic_cast<nccl::NcclCommunicator*>(&comm)) nccl->abort_group(why);
+}
+
+void check_nccl_gpus(int count) {
+  if (!cuda::available())
+    usage_fail("--backend nccl: no usable CUDA device: ", cuda::unavailable_reason(), kNoGpuHint);
+  if (count > cuda::device_count())
+    usage_fail("--backend nccl with ", count, " ranks: this machine shows ", cuda::device_count(), " CUDA device(s), "
+               "and NCCL runs one rank per GPU; pass at most that many");
+}
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+  return detail::concat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,39 @@
+// How a rank's gradients are reduced over the replicas, around backward (parallel/train/train_step.cpp):
+//   grad_sync.begin_step(sync);   // before backward
+//   model.backward(...);          // DDP: buckets all-reduce as their gradients become ready
+//   grad_sync.finish(...);        // waits for every bucket
+// The single-replica run uses NoSync; DistributedDataParallel (reducer.hpp) fuses gradients into
+// buckets and all-reduces them while backward goes on; DataParallel (data_parallel.cpp) sums
+// its replicas' gradients into the master after their backward.
+#pragma once
+#include <cstdint>
+
+#include "core/context.hpp"
+#include "layers/model.hpp"
+#include "parallel/train/device_env.hpp"
+
+namespace dpx::parallel {
+
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+  // Binds to the rank's replica (sets its gradient-ready hook where needed).
+  virtual void attach(nn::Model& model) = 0;
+  // Before backward. `sync` is false on the non-final micro-steps of gradient accumulation.
+  virtual void begin_step(bool sync) = 0;
+  // After backward, every step: waits until every gradient is reduced (nothing to do on a
+  // step that does not sync), timing comm_total and comm_exposed.
+  virtual void finish(Context& ctx, StepPhases& phases) = 0;
+  // Bytes this rank sent for its gradients since the last call (counted by the communicator).
+  virtual uint64_t take_sent_bytes() = 0;
+};
+
+class NoSync final : public GradSync {
+ public:
+  void attach(nn::Model&) override {}
+  void begin_step(bool) override {}
+  void finish(Context&, StepPhases&) override {}
+  uint64_t take_sent_bytes() override { return 0; }
+};
+
+}  // namespace dpx::parallel

@@ -1,0 +1,103 @@
+// SPMD training: every rank runs the same program, train_loop over its own replica
+// (train_step.hpp). One rank alone is the single-replica run; k ranks, each with a Reducer over
+// its data communicator, are DistributedDataParallel, the ranks made by the launch table
+// (runtime/launch.hpp): threads of this process, MPI processes, GPUs (a thread or a process each,
+// NCCL's communicators) or thread ranks on GPUs (p2p); votes, barriers and step records stay on
+// each rank's host communicator.
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <type_traits>
+
+#include "core/cuda/memory.hpp"
+#include "core/data/loader.hpp"
+#include "core/error.hpp"
+#include "layers/optim.hpp"
+#include "parallel/comm/gather.hpp"
+#include "parallel/comm/p2p/p2p_backend.hpp"
+#include "parallel/runtime/launch.hpp"
+#include "parallel/train/device_env.hpp"
+#include "parallel/train/grad_sync.hpp"
+#include "parallel/train/reducer.hpp"
+#include "parallel/train/run_modes.hpp"
+#include "parallel/train/train_step.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+// One SPMD rank: its device, its replica (rank 0's weights, as DDP's constructor broadcasts),
+// its gradient reduction (a Reducer over its data communicator; none alone), optimizer and shard
+// of the data, trained by the shared loop.
+void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& reducer, TrainReport& report,
+               std::mutex& report_mu, const TrainHooks& hooks) {
+  const TrainOptions& o = job.options;
+  std::unique_ptr<DeviceEnv> env = make_device_env(setup.device, job.threads_per_rank, o.reference_kernels());
+  apply_math(env->ctx(), o);
+  // p2p replicas may share a GPU: each allocates from its own stream's pool (outlives every tensor below).
+  const std::unique_ptr<cuda::AllocationStreamScope> pool =
+      o.backend == Backend::p2p ? replica_allocation_scope(env->ctx()) : nullptr;
+  nn::Model model = job.initial.clone(env->ctx().device);
+  std::unique_ptr<GradSync> sync = std::make_unique<NoSync>();
+  if (Communicator* data = setup.data) {
+    data->broadcast(model.flat_params(), 0);
+    for (auto& [name, buffer] : model.root().named_buffers()) data->broadcast(*buffer, 0);
+    data->synchronize();  // a GPU's broadcast was queued on the communicator's stream
+    sync = std::make_unique<Reducer>(*data, reducer, env->ctx());
+  }
+  sync->attach(model);
+  std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
+  data::LoaderOptions lo = job.train_loader(setup.rank, job.ranks, job.rank_batch);
+  lo.device = env->ctx().device;  // on a GPU the loader copies each batch ahead of the step
+  lo.stream = cuda::stream_of(env->ctx());
+  data::DataLoader loader(job.train_set, lo);
+  LocalReplica replica(model);
+  Rank r(job, setup.rank, *env, replica, *sync, *optimizer, loader, setup.clock_offset_s);
+  train_loop(r, setup.host, setup.data, report, report_mu, hooks);
+  std::lock_guard<std::mutex> lock(report_mu);
+  report.loader.add(loader.stats());
+}
+
+}  // namespace
+
+void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes) {
+  std::mutex report_mu;
+  const TrainOptions& o = job.options;
+  const ReducerOptions reducer{.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024),
+                               .overlap = o.overlap,
+                               .algo = o.algo,
+                               .grad_dtype = o.grad_dtype};
+  if (o.parallel == ParallelMode::none) {  // one replica, alone (under MPI: the job's one process)
+    const RankSetup alone{0, o.device()};
+    spmd_rank(job, alone, reducer, report, report_mu, hooks);
+    return;
+  }
+  LaunchSpec spec;
+  spec.backend = o.effective_backend();
+  spec.ranks = job.ranks;
+  spec.device = o.device();
+  spec.gpus = o.cuda_devices();
+  spec.options.pin_threads = o.pin_threads;
+  spec.options.timeout_s = o.comm_timeout_s;
+  spec.options.ranks_per_node = o.ranks_per_node;
+  spec.options.net_sim = parse_net_sim(o.net_sim, "--net-sim");
+  spec.processes = processes;
+  spec.launch = &report.launch;
+  launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, setup, reducer, report, report_mu, hooks); });
+  if (processes && processes->size() > 1) gather_steps(*processes, report.steps);
+  sort_steps(report.steps);
+}
+
+void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) {
+  static_assert(std::is_trivially_copyable_v<StepRecord>, "step records travel as bytes");
+  const auto* first = reinterpret_cast<const std::byte*>(steps.data());
+  const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + steps.size() * sizeof(StepRecord)));
+  for (size_t q = 1; q < all.size(); ++q) {
+    const size_t count = all[q].size() / sizeof(StepRecord);
+    const size_t at = steps.size();
+    steps.resize(at + count);
+    std::memcpy(steps.data() + at, all[q].data(), count * sizeof(StepRecord));
+  }
+}
+
+}  // namespace dpx::parallel

@@ -1,0 +1,153 @@
+// One training step of one rank (see train_step.hpp); the epoch loop is in train_loop.cpp.
+#include "parallel/train/train_step.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/clock.hpp"
+#include "kernels/ops.hpp"
+#include "parallel/runtime/process_group.hpp"
+
+namespace dpx::parallel {
+
+namespace {
+
+// The loss gradient, scaled by 1/k under --accumulate k and by the loss scale (--loss-scale),
+// which update() takes off again after the reduction. With the divergence guard on, a
+// non-finite loss with finite gradients (a class whose probability underflowed to 0) would slip
+// past the gradient check: its gradient is made NaN, on every rank, so that all decide alike
+// after the reduction.
+Tensor loss_gradient(Rank& r, const Tensor& loss) {
+  const TrainOptions& o = r.job.options;
+  Context& ctx = r.env.ctx();
+  Tensor dlogits = r.criterion.backward(ctx);
+  const float factor = (r.scaler ? r.scaler->scale() : 1.f) / static_cast<float>(o.accumulate);
+  if (factor != 1.f) ops::scale(ctx, dlogits, factor);
+  if (o.on_nonfinite != NonFinite::ignore && !std::isfinite(loss.item())) {
+    r.bad_loss = loss.item();
+    ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
+  }
+  return dlogits;
+}
+
+// The divergence guard (--on-nonfinite) on the reduced gradients: every rank holds the same
+// ones, so every rank decides alike. Returns true when the update must be skipped; throws a
+// SharedFailure (stop) naming the step (1-based) and the first offending parameter.
+bool nonfinite_gradients(Rank& r, int64_t global_step) {
+  const TrainOptions& o = r.job.options;
+  Context& ctx = r.env.ctx();
+  nn::Model& model = r.model.master();
+  if (o.on_nonfinite == NonFinite::ignore || ops::count_nonfinite(ctx, model.flat_grads()) == 0) return false;
+  std::string first = "?";
+  for (const nn::ParamSlot& slot : model.slots()) {
+    if (!slot.param->requires_grad) continue;
+    if (ops::count_nonfinite(ctx, model.flat_grads().view_at(slot.offset, {slot.numel})) > 0) {
+      first = slot.name;
+      break;
+    }
+  }
+  const std::string loss = r.bad_loss ? detail::concat("loss (", *r.bad_loss, ") and ") : "";
+  const char* where = o.ranks() == 1                    ? ")"
+                      : o.parallel == ParallelMode::dp ? ", summed over the replicas)"
+                                                       : ", after the all-reduce: every rank has them)";
+  const std::string what =
+      detail::concat("non-finite ", loss, "gradients at step ", global_step + 1, " (first in ", first, where);
+  if (o.on_nonfinite == NonFinite::stop)
+    throw SharedFailure(1, what + "; lower --lr, or pass --on-nonfinite skip to skip such steps");
+  if (r.rank == 0) std::fprintf(stderr, "dpx: warning: %s: update skipped (--on-nonfinite skip)\n", what.c_str());
+  return true;
+}
+
+// Divides the reduced gradients by the loss scale. A dynamic scaler then decides on a finite
+// loss: inf or NaN gradients (an overflow, in backward or in an fp16 all-reduce) skip the update
+// and lower the scale. Every rank holds the same reduced gradients, so every rank decides alike.
+// A non-finite loss is left to the divergence guard: no scale would make it finite. Returns
+// whether the scaler skips the update.
+bool unscale(Rank& r) {
+  if (!r.scaler) return false;
+  Context& ctx = r.env.ctx();
+  Tensor grads = r.model.master().flat_grads();
+  ops::scale(ctx, grads, 1.f / r.scaler->scale());
+  if (!r.scaler->dynamic() || r.bad_loss) return false;
+  return !r.scaler->update(ops::count_nonfinite(ctx, grads) > 0);
+}
+
+// The optimizer's update at the end of an accumulation group, unless the loss scaler or the
+// guard skips it.
+void update(Rank& r, int64_t global_step, StepRecord& rec) {
+  const TrainOptions& o = r.job.options;
+  Context& ctx = r.env.ctx();
+  rec.update_skipped = unscale(r) || nonfinite_gradients(r, global_step);
+  if (!rec.update_skipped) {
+    const int64_t total_updates = o.epochs * r.job.steps_per_epoch / o.accumulate;
+    r.optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+    r.optimizer.step(ctx);
+  }
+  r.model.master().zero_grad(ctx);
+  r.bad_loss.reset();
+}
+
+}  // namespace
+
+Rank::Rank(const Job& job, int rank, DeviceEnv& env, StepModel& model, GradSync& grad_sync, nn::Optimizer& optimizer,
+           data::DataLoader& loader, double clock_offset_s)
+    : job(job), rank(rank), env(env), model(model), grad_sync(grad_sync), optimizer(optimizer), loader(loader),
+      clock_offset_s(clock_offset_s), criterion(job.options.label_smoothing) {
+  if (const std::optional<LossScaleOptions> scaling = job.options.loss_scaling()) scaler.emplace(*scaling);
+}
+
+double Rank::clock() const { return now_s() - clock_offset_s; }
+
+std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
+  Context& ctx = r.env.ctx();
+  StepPhases phases(r.env);
+  StepRecord rec;
+  rec.start_s = r.clock();
+  rec.rank = r.rank;
+  rec.epoch = at.epoch;
+  rec.step = at.step;
+  rec.global_step = at.global_step;
+  // Micro-step `step % accumulate`: the gradients are all-reduced and applied on the last one.
+  const int64_t steps = r.job.steps_per_epoch;
+  rec.optimizer_step = (at.step + 1) % r.job.options.accumulate == 0 || at.step + 1 == steps;
+
+  std::optional<data::Batch> batch;
+  {
+    auto scope = phases.scope(Phase::load);
+    batch = r.loader.next();
+  }
+  DPX_CHECK(batch.has_value(), "the data loader ran dry at step ", at.step, " of ", steps);
+  Tensor images, labels, loss;
+  {
+    auto scope = phases.scope(Phase::h2d);
+    images = r.env.upload(batch->images);
+    labels = r.env.upload(batch->labels);
+  }
+  {
+    auto scope = phases.scope(Phase::forward);
+    Tensor logits = r.model.forward(ctx, images, phases);
+    loss = r.criterion.forward_tensor(ctx, logits, labels);  // read after the step: no sync here
+  }
+  {
+    auto scope = phases.scope(Phase::backward);
+    r.grad_sync.begin_step(rec.optimizer_step);
+    if (r.scaler) rec.loss_scale = r.scaler->scale();
+    r.model.backward(ctx, loss_gradient(r, loss), phases);  // DDP: buckets all-reduce as gradients become ready
+  }
+  rec.backward_end_s = r.clock();
+  r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
+  if (rec.optimizer_step) {
+    auto scope = phases.scope(Phase::optimizer);
+    update(r, at.global_step, rec);
+  }
+
+  rec.times = phases.finish();
+  rec.loss = loss.item();
+  rec.times[Phase::step] = r.clock() - rec.start_s;
+  rec.images = batch->images.size(0);
+  rec.comm_bytes = r.grad_sync.take_sent_bytes();
+  return r.model.records(rec);
+}
+
+}  // namespace dpx::parallel
