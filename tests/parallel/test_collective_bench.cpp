@@ -84,14 +84,14 @@ TEST_CASE("bad flags are usage errors that name the flag") {
       {[](CollectiveOptions& o) { o.backend = "nccl"; },  // ring is dpx's; nccl runs NCCL's own (or is not built)
        kNcclBuilt ? "--algo ring with --backend nccl: NCCL chooses its own algorithm" : "--backend nccl: not built"},
       {[](CollectiveOptions& o) { o.algo = "nccl"; },
-       kNcclBuilt ? "--algo nccl is NCCL's own collectives: it needs --backend nccl" : "algorithm 'nccl' (NCCL's own "
-                                                                                      "collectives): not built"},
+       kNcclBuilt ? "--algo nccl is NCCL's own collectives: it needs --backend nccl" : "algorithm 'nccl' (NCCL's own; "
+                                                                                      "--backend nccl"},
       {[](CollectiveOptions& o) { o.backend = "nccl"; o.algo = "nccl"; o.net_sim = "1GB,1us"; },
        kNcclBuilt ? "--net-sim shapes the exchanges of dpx's own algorithms" : "--backend nccl: not built"},
       {[](CollectiveOptions& o) { o.backend = "mpi"; }, "--backend mpi: "},  // not under mpirun (or not built)
       {[](CollectiveOptions& o) { o.algo = "mpi"; },
-       kMpiBuilt ? "--algo mpi is the MPI library's own collectives" : "algorithm 'mpi' (the MPI library's own "
-                                                                       "collectives): not built"},
+       kMpiBuilt ? "--algo mpi is the MPI library's own collectives" : "algorithm 'mpi' (the MPI library's own; "
+                                                                       "--backend mpi"},
       {[](CollectiveOptions& o) { o.ranks_per_node = -1; }, "--ranks-per-node: -1"},
       {[](CollectiveOptions& o) { o.comm_timeout_s = 0; }, "--comm-timeout: 0"},
       {[](CollectiveOptions& o) { o.link_gbps = -1; }, "--link-gbps: -1"},
