@@ -48,14 +48,14 @@ bool first_line_starts(const std::string& head, std::string_view prefix) { retur
 // `"key"`, optional spaces, ':', optional spaces, then `"value` in `text` (a JSON member as
 // nlohmann writes it, compact or indented).
 bool has_member(std::string_view text, std::string_view key, std::string_view value) {
-  const std::string quoted_key = "\"" + std::string(key) + "\"";
+  const std::string quoted_key = std::string("\"").append(key).append("\"");
   for (size_t at = text.find(quoted_key); at != std::string_view::npos; at = text.find(quoted_key, at + 1)) {
     size_t i = at + quoted_key.size();
     while (i < text.size() && (text[i] == ' ' || text[i] == '\n')) ++i;
     if (i >= text.size() || text[i] != ':') continue;
     ++i;
     while (i < text.size() && (text[i] == ' ' || text[i] == '\n')) ++i;
-    if (text.compare(i, value.size() + 1, "\"" + std::string(value)) == 0) return true;
+    if (text.compare(i, value.size() + 1, std::string("\"").append(value)) == 0) return true;
   }
   return false;
 }

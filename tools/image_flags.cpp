@@ -1,3 +1,5 @@
+// The image-folder flags (see image_flags.hpp): torchvision's transform parameters as lists, each
+// value checked and refused naming its flag.
 #include "tools/image_flags.hpp"
 
 #include <cstdlib>

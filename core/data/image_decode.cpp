@@ -175,7 +175,7 @@ std::string png_color(const spng_ihdr& ihdr) {
     case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA: c = "grey+alpha"; break;
     default: c = "RGBA"; break;
   }
-  if (ihdr.bit_depth != 8) c += " " + std::to_string(ihdr.bit_depth) + "-bit";
+  if (ihdr.bit_depth != 8) c.append(" ").append(std::to_string(ihdr.bit_depth)).append("-bit");
   return c;
 }
 
@@ -241,7 +241,7 @@ ImageHeader read_image_header(std::span<const uint8_t> bytes, const std::string&
     h.height = static_cast<int>(std::min<uint32_t>(ihdr.height, INT32_MAX));
     h.color = png_color(ihdr);
   } else {
-    bad(name, what_it_is(bytes) + ": dpx reads JPEG and PNG files only");
+    bad(name, what_it_is(bytes).append(": dpx reads JPEG and PNG files only"));
   }
   check_pixels(name, h.width, h.height, max_pixels);
   return h;
@@ -257,7 +257,7 @@ void decode_rgb(std::span<const uint8_t> bytes, const std::string& name, RgbImag
   else if (is_png(bytes))
     decode_png(bytes, name, out, max_pixels);
   else
-    bad(name, what_it_is(bytes) + ": dpx reads JPEG and PNG files only");
+    bad(name, what_it_is(bytes).append(": dpx reads JPEG and PNG files only"));
 }
 
 // ---- writing ---------------------------------------------------------------------------------

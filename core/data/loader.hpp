@@ -33,11 +33,11 @@ struct LoaderOptions {
   // feeder thread on its own stream, at most device_ahead batches ahead of the consumer, whose
   // kernels run on `stream` (the buffers of a batch are reused only after that stream has
   // passed the work queued before the consumer let go of it).
-  Device device;
+  Device device = Device::cpu();
   cuda::Stream stream = nullptr;
   int device_ahead = 1;
   // Another engine than CUDA's for the feeder (tests run the feeder's logic on the CPU with one).
-  std::shared_ptr<CopyEngine> copy_engine;
+  std::shared_ptr<CopyEngine> copy_engine = nullptr;
 };
 
 // What the loader's workers did so far: their throughput is images / busy_s per worker.

@@ -192,7 +192,7 @@ TEST_CASE("make_dataset: transforms to the asked input shape; synthetic splits; 
   } catch (const dpx::UsageError& e) {
     msg = e.what();
   }
-  CHECK(contains(msg, "unknown data set 'cifar10': use fashion-mnist, mnist or synthetic"));
+  CHECK(contains(msg, "unknown data set 'cifar10': use fashion-mnist, mnist, synthetic, imagefolder or tinyimagenet"));
 }
 
 TEST_CASE("fashion-mnist: the real data set from the Debian package") {

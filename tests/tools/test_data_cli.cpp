@@ -111,6 +111,12 @@ TEST_CASE("dpx data check counts images per class and lists unreadable files, ex
   fs::create_directories(dir + "/val/c0009");
   r = run_dpx("data check " + dir);
   CHECK(r.code == 2);
+  CHECK(has(r, "1 class folder(s) hold no image file"));
+  CHECK(has(r, "'c0009'; add images or remove the folder(s)"));
+  fs::copy_file(dir + "/val/c0000/" + fs::directory_iterator(dir + "/val/c0000")->path().filename().string(),
+                dir + "/val/c0009/a.jpg");
+  r = run_dpx("data check " + dir);
+  CHECK(r.code == 2);
   CHECK(has(r, "'c0009' is in " + dir + "/val but not in " + dir + "/train"));
   r = run_dpx("data check " + tmp.file("nowhere"));
   CHECK(r.code == 2);

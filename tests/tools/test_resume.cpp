@@ -98,6 +98,24 @@ TEST_CASE("a run resumed from a checkpoint ends exactly as the run that never st
   }
 }
 
+// Augmentation draws from (seed, epoch, sample index) alone, so a run over an image folder resumes
+// bit for bit too: the resumed run crops and flips the remaining samples as the full run did.
+TEST_CASE("a run over an image folder, with random crops and flips, resumes exactly as it never stopped") {
+  const TempDir tmp("resume_images");
+  const fs::path imgs = tmp.path / "imgs";
+  DpxResult made = run_command(kDpx + "data make-imagefolder " + imgs.string() + " --classes 4 --per-class 20 --size 48x40");
+  CAPTURE(made.output);
+  REQUIRE(made.code == 0);
+  const std::string args = "train --model mlp --dataset imagefolder --data-dir " + imgs.string() +
+                           " --image-size 16 --batch-size 8 --steps 10 --epochs 2 --seed 7 --threads 1 --workers 2 "
+                           "--warmup 0 --no-eval --log-interval 1000";
+  const fs::path ckpt = tmp.path / "ckpt";
+  train("", args, tmp.path / "full", "--checkpoint-dir " + ckpt.string() + " --checkpoint-every 4 --keep 10");
+  REQUIRE(fs::exists(checkpoint_file(ckpt, 8)));
+  train("", args, tmp.path / "resumed", "--resume " + checkpoint_file(ckpt, 8));
+  check_same(tmp.path / "full", tmp.path / "resumed");
+}
+
 TEST_CASE("--keep keeps the newest checkpoints, and --resume of the folder takes the newest") {
   const TempDir tmp("keep");
   const fs::path ckpt = tmp.path / "ckpt";
