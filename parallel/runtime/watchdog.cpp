@@ -208,10 +208,14 @@ void Watchdog::run() {
     if (frozen_s >= kFrozenS && !comms.empty()) {
       int waits = 0;
       for (const auto& comm : comms) waits += comm->forgive(frozen_s);
-      std::fprintf(stderr,
-                   "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung: %d wait%s in "
-                   "communication not counted toward --comm-timeout\n",
-                   frozen_s, waits, waits == 1 ? "" : "s");
+      if (waits > 0)
+        std::fprintf(stderr,
+                     "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung: %d wait%s in "
+                     "communication not counted toward --comm-timeout\n",
+                     frozen_s, waits, waits == 1 ? "" : "s");
+      else
+        std::fprintf(stderr, "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung\n",
+                     frozen_s);
       std::fflush(stderr);
     }
     if (peers) peers->serve();
