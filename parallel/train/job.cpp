@@ -39,7 +39,8 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     const int local_ranks = o.process_ranks > 0 ? 1 : ranks;
     check_threads_available(
         (threads_per_rank + o.workers) * local_ranks,
-        detail::concat(o.threads > 0 ? "--threads " : "--threads (the default, every core: ", threads_per_rank * local_ranks,
+        detail::concat(o.threads > 0 ? "--threads " : "--threads (the default, every core: ",
+                       o.threads > 0 ? o.threads : threads_per_rank * local_ranks,
                        o.threads > 0 ? "" : ")", local_ranks > 1 ? detail::concat(" over ", local_ranks, " thread ranks") : "",
                        " with --workers ", o.workers, local_ranks > 1 ? " each" : ""));
   }
