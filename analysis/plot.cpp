@@ -57,6 +57,9 @@ std::string missing_data(std::string_view name, const Inputs& in) {
         std::any_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return !g.weak && g.rows.size() >= 2; })))
     return "weak-strong needs a dpx bench folder with weak and strong scaling over two or more device counts: " +
            std::string(kScalingRun);
+  if (name == "loading" && loader_families(in).empty())
+    return "loading needs a dpx bench folder that swept two or more --workers counts of one model and batch size: " +
+           std::string(kLoadingRun);
   if (name == "timeline")
     return in.traces.empty() ? "timeline needs a dpx train --trace file among the inputs: " + std::string(kTraceRun) : "";
   if (name == "busbw")
@@ -113,6 +116,12 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "side, a line per batch size",
        "a dpx bench folder with --scaling weak,strong, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices "
        "cpu:1,2,4 --scaling weak,strong --dataset synthetic --out runs/bench"},
+      {"loading",
+       "per model and batch size, against loader workers per rank: the time a step waited for its batch, its forward "
+       "+ backward and its exposed communication, a colour per device count",
+       "a dpx bench folder that swept --workers on an image folder, e.g. dpx bench --models squeezenet1_1 --dataset "
+       "imagefolder --data-dir data --image-size 64 --batch-sizes 16 --devices cpu:1,2 --workers 0,1,2 --out "
+       "runs/bench (dpx data make-imagefolder data makes one)"},
       {"timeline",
        "the phases of each rank over time (load, h2d, forward, backward, exposed communication, optimizer, wait), a "
        "row per rank, for the traced steps or --steps a:b",
@@ -196,6 +205,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "loss-epoch") add = loss_epoch_figures(in);
     if (w == "weak-strong") add = weak_strong_figures(in);
     if (w == "timeline") add = timeline_figures(in, window);
+    if (w == "loading") add = loading_figures(in);
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }

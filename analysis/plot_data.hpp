@@ -27,6 +27,11 @@ constexpr std::string_view kScalingRun =
 constexpr std::string_view kTraceRun =
     "dpx train --model lenet5 --dataset synthetic --devices cpu:2 --parallel ddp --steps 4 --trace t.json";
 
+constexpr std::string_view kLoadingRun =
+    "dpx bench --models squeezenet1_1 --dataset imagefolder --data-dir data --image-size 64 --batch-sizes 16 "
+    "--devices cpu:1,2 --workers 0,1,2 --out runs/bench (dpx data make-imagefolder data --classes 4 --per-class 100 "
+    "makes the folder)";
+
 constexpr double kNone = std::nan("");
 
 // One row of results.csv: medians over the runs when there are repeats.
@@ -37,6 +42,7 @@ struct BenchRow {
   double load = 0, forward = 0, backward = 0, comm_total = 0, comm_exposed = 0, optimizer = 0, wait = 0, step = 0;
   double scaling_efficiency = 0, load_balance = 0, comm_efficiency = 0, parallel_efficiency = 0;
   double bytes_per_epoch_formula = 0, bytes_per_epoch_counted = 0;
+  double workers = kNone, loader_images_per_worker_s = kNone;  // dpx bench's loader columns
 };
 
 // Rows of one model and batch size (and parallel mode, and folder where there are several).
@@ -48,6 +54,9 @@ struct BenchGroup {
   bool weak = true;
   std::vector<BenchRow> rows;  // by ranks
   std::string base_model;      // model (with the parallel mode and folder), weak and strong alike
+  // The group's label and key without its number of loader workers: the groups of one sweep of
+  // --workers share it (the loading figure draws them in one).
+  std::string loader_family_label, loader_family_key;
 };
 
 struct BusbwSeries {
@@ -127,6 +136,10 @@ std::vector<Figure> loss_figures(const Inputs& in);
 std::vector<Figure> loss_epoch_figures(const Inputs& in);
 std::vector<Figure> weak_strong_figures(const Inputs& in);
 std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o);
+// The groups of each sweep of loader workers (two or more counts of one model and batch), by
+// loader_family_key, in the order of their first group.
+std::vector<std::vector<const BenchGroup*>> loader_families(const Inputs& in);
+std::vector<Figure> loading_figures(const Inputs& in);
 
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").
 struct ShortFirst {

@@ -129,6 +129,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       label.append(" ").append(scaling);
       key.append("-").append(scaling);
     }
+    std::string family_label = label, family_key = key;
     // A sweep of loader workers: a series per number of workers.
     const std::string workers = has_workers ? t.text(r, t.column("workers")) : "";
     if (workers_met.size() > 1) {
@@ -136,8 +137,9 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       key.append("-w").append(workers);
     }
     if (several) {
-      label.append(" (").append(source).append(")");
-      key.append("-").append(fs::path(source).parent_path().filename().string());
+      const std::string folder = fs::path(source).parent_path().filename().string();
+      for (std::string* l : {&label, &family_label}) l->append(" (").append(source).append(")");
+      for (std::string* k : {&key, &family_key}) k->append("-").append(folder);
     }
     models.insert(t.text(r, c_model));
     devices.insert(t.text(r, c_dev));
@@ -165,6 +167,10 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     b.load_balance = t.number(r, c_lb);
     b.comm_efficiency = t.number(r, c_ce);
     b.parallel_efficiency = t.number(r, c_pe);
+    if (has_workers) {
+      b.workers = t.number(r, t.column("workers"));
+      b.loader_images_per_worker_s = optional_number(t, r, "loader_images_per_worker_s");
+    }
     auto it = index.find(key);
     if (it == index.end()) {
       it = index.emplace(key, in.bench.size()).first;
@@ -175,7 +181,8 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       if (several) model += " (" + source + ")";
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
                           t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") +
-                              (several ? " (" + source + ")" : "")});
+                              (several ? " (" + source + ")" : ""),
+                          family_label, family_key});
     }
     in.bench[it->second].rows.push_back(b);
   }

@@ -34,6 +34,7 @@ namespace fs = std::filesystem;
 struct Step {
   std::vector<std::string> words;
   std::string output;  // a bench folder or a collective CSV, relative to the study's folder
+  bool drawn = true;   // false: what the step makes is an input of the next (a data set), not a result
 };
 
 struct Study {
@@ -51,6 +52,9 @@ const std::vector<Study>& studies() {
                           "Fashion-MNIST resized to 224 (3 channels): bytes per epoch, steps to a loss threshold"},
       {"accumulation", "synchronous DDP against synchronising every 4 steps, on a simulated slow network "
                        "(--net-sim 1gbit,50us)"},
+      {"loading", "NEF's question on a made image folder: the time a step waits for its batch (decode and "
+                  "augment) against its computation and communication, as loader workers, devices and batch sizes "
+                  "vary"},
       {"collectives", "every all-reduce algorithm of the threads backend over message sizes, and the other "
                       "patterns (broadcast, all_gather, reduce_scatter, all_to_all), against the memcpy limit"},
   };
@@ -109,6 +113,20 @@ std::vector<Step> steps_of(const StudyFlags& f, int k) {
                             q ? "32" : "64", "--channels", "3", "--dataset", "synthetic", "--batch-sizes", "32,64",
                             "--devices", devices, "--accumulate", "1,4", "--net-sim", "1gbit,50us", "--steps",
                             q ? "8" : "40", "--warmup", q ? "4" : "8", "--repeat", "3"})};
+  }
+  if (f.name == "loading") {
+    // A JPEG folder (a few PNGs) big enough that no rank reads an image twice in the measured
+    // epoch: steps x the largest batch x k ranks, over the classes.
+    const int classes = q ? 4 : 10, steps = q ? 6 : 12, largest_batch = q ? 32 : 64;
+    const int per_class = (steps * largest_batch * k + classes - 1) / classes;
+    return {{{"data", "make-imagefolder", "data", "--classes", std::to_string(classes), "--per-class",
+              std::to_string(per_class), "--size", q ? "200x150" : "500x375"},
+             "data",
+             false},
+            bench("bench", {"--models", q ? "squeezenet1_1" : "resnet18,squeezenet1_1", "--dataset", "imagefolder",
+                            "--data-dir", "data", "--image-size", q ? "64" : "128", "--batch-sizes",
+                            q ? "16,32" : "32,64", "--devices", devices, "--workers", q ? "0,1,2" : "0,1,2,4",
+                            "--steps", std::to_string(steps), "--warmup", "2", "--repeat", "3"})};
   }
   if (f.name == "collectives") {
     const std::string ranks = std::to_string(std::max(k, 2));
@@ -205,7 +223,7 @@ void run(StudyFlags& f) {
     if (code != 0)
       fail("dpx study ", f.name, ": step ", i + 1, " failed (exit ", code, "): ", shell_line(steps[i].words),
            " (in ", f.out, "; its message is above)");
-    outputs.push_back(steps[i].output);
+    if (steps[i].drawn) outputs.push_back(steps[i].output);
   }
   // Figures and the page, when gnuplot is here (the data stays useful without them).
   if (analysis::find_executable(f.gnuplot).empty()) {
@@ -236,7 +254,7 @@ void run(StudyFlags& f) {
 
 void add_study_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("study",
-                                 "run a named study (devices, dp-vs-ddp, frozen-backbone, accumulation, collectives) "
+                                 "run a named study (devices, dp-vs-ddp, frozen-backbone, accumulation, loading, collectives) "
                                  "on this machine: its sweeps, then its figures and report");
   auto f = std::make_shared<StudyFlags>();
   cmd->add_option("name", f->name, "the study (dpx study --list)");

@@ -170,7 +170,7 @@ TEST_CASE("dpx plot --list names every figure and the data it needs") {
   DpxResult r = run_dpx("plot --list");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "timeline:", "dpx collective --csv", "dpx bench"})
+  for (const char* name : {"throughput:", "phases:", "busbw:", "efficiency:", "best-devices:", "comm-compute:", "bytes-per-epoch:", "loss:", "timeline:", "loading:", "dpx collective --csv", "dpx bench"})
     CHECK(r.output.find(name) != std::string::npos);
 }
 
@@ -192,6 +192,7 @@ TEST_CASE("dpx plot refuses missing, empty and foreign inputs with exit 2 and wr
       {dir.path.string(), "without results.csv"},
       {d.coll + " --figure throughput", "dpx bench --models"},
       {d.bench + " --figure busbw", "dpx collective --algo all"},
+      {d.bench + " --figure loading", "swept two or more --workers"},
       {d.bench + " --figure nosuch", "--figure"},
       {"", "at least one"},
   };

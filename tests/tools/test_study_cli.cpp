@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -27,7 +28,7 @@ TEST_CASE("dpx study --list and --dry-run name the studies and their commands") 
   DpxResult l = run_dpx("study --list");
   CAPTURE(l.output);
   CHECK(l.code == 0);
-  for (const char* name : {"devices:", "dp-vs-ddp:", "frozen-backbone:", "accumulation:", "collectives:"})
+  for (const char* name : {"devices:", "dp-vs-ddp:", "frozen-backbone:", "accumulation:", "loading:", "collectives:"})
     CHECK(l.output.find(name) != std::string::npos);
   DpxResult d = run_dpx("study devices --quick --dry-run --max-devices 4");
   CAPTURE(d.output);
@@ -73,6 +74,38 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
   } else {
     MESSAGE("gnuplot is not installed: the figures were not checked");
     CHECK(r.output.find("no gnuplot") != std::string::npos);
+  }
+}
+
+TEST_CASE("dpx study loading --quick: an image folder made, a sweep of loader workers, the loading figures") {
+  dpx::testing::TempDir dir("study");
+  const fs::path out = dir.path / "loading";
+  DpxResult r = run_dpx("study loading --quick --max-devices 1 --out " + out.string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string sh = dpx::testing::file_text(out / "commands.sh");
+  CHECK(sh.find("dpx data make-imagefolder data --classes 4 --per-class 48 ") != std::string::npos);
+  CHECK(sh.find("--dataset imagefolder --data-dir data") != std::string::npos);
+  CHECK(fs::exists(out / "data" / "train"));
+  // One row per batch size and number of workers, each with the loader's own rate.
+  const std::string results = dpx::testing::file_text(out / "bench" / "results.csv");
+  CHECK(results.find(",workers,loader_images_per_worker_s,") != std::string::npos);
+  std::istringstream rows(results);
+  std::string row;
+  std::getline(rows, row);
+  std::set<std::string> workers;
+  while (std::getline(rows, row)) {
+    // ...,workers,loader_images_per_worker_s,skipped_images: the third field from the end.
+    const size_t last = row.rfind(','), rate = row.rfind(',', last - 1), w = row.rfind(',', rate - 1);
+    workers.insert(row.substr(w + 1, rate - w - 1));
+    CHECK(std::stod(row.substr(rate + 1, last - rate - 1)) > 0);
+  }
+  CHECK(workers == std::set<std::string>{"0", "1", "2"});
+  if (has_gnuplot()) {
+    CHECK(sh.find("dpx plot bench --out figures") != std::string::npos);  // the data folder is not drawn
+    for (const char* fig : {"loading-squeezenet1_1-b16", "loading-squeezenet1_1-b32", "phases-squeezenet1_1-b16-w2"})
+      CHECK(fs::file_size(out / "figures" / (std::string(fig) + ".png")) > 1000);
+    CHECK(dpx::testing::file_text(out / "report.html").find("figure-loading-squeezenet1_1-b32") != std::string::npos);
   }
 }
 
