@@ -1,13 +1,18 @@
 // `dpx data`: image folders to train and study with. make-imagefolder writes a decodable,
 // photo-like data set; check decodes every file and counts images per class; preview shows the
-// first samples of a split as the model sees them (a grid PNG, and the exact tensors).
+// first samples of a split as the model sees them (a grid PNG, and the exact tensors); bench times
+// the training loader alone (read, decode, augment, batch), as a DataLoader loop is timed.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "core/atomic_file.hpp"
 #include "core/data/datasets.hpp"
 #include "core/data/folder_tools.hpp"
+#include "core/data/loader.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/safetensors.hpp"
@@ -139,6 +144,84 @@ void run_preview(PreviewFlags& f) {
   }
 }
 
+struct BenchFlags {
+  std::string dir, layout = "auto", split = "train";
+  int image_size = 0, batches = 20, warmup = 2;
+  int64_t batch_size = 64;
+  std::vector<int> workers = {1, 2};
+  uint64_t seed = 0;
+  data::ImageSetOptions images;
+  ImageFlags image_flags;
+};
+
+// The loader of dpx train on one rank, without the model: `warmup` batches, then `batches` timed
+// by the wall clock from the first timed next() to the last, per number of workers.
+void run_bench(BenchFlags& f) {
+  const data::FolderLayout layout = parse_layout(f.layout, f.dir);
+  data::Split split;
+  if (f.split == "train")
+    split = data::Split::train;
+  else if (f.split == "val" || f.split == "test")
+    split = data::Split::test;
+  else
+    usage_fail("--split '", excerpt(f.split), "': use train (RandomResizedCrop + flip) or val (Resize + CenterCrop)");
+  apply_image_flags(f.images, f.image_flags);
+  if (f.image_size < 0) usage_fail("--image-size ", f.image_size, ": give a side in pixels, or 0 for the default");
+  if (f.batch_size < 1 || f.batch_size > 65536) usage_fail("--batch-size ", f.batch_size, ": give 1 to 65536");
+  if (f.batches < 1 || f.batches > 1000000) usage_fail("--batches ", f.batches, ": give 1 to 1000000 timed batches");
+  if (f.warmup < 0 || f.warmup > 1000000) usage_fail("--warmup ", f.warmup, ": give 0 to 1000000 batches");
+  if (f.workers.empty()) usage_fail("--workers: give at least one number of loader threads");
+  for (int w : f.workers)
+    if (w < 0 || w > 256) usage_fail("--workers ", w, ": give 0 (the calling thread loads) to 256 threads");
+  f.images.transform.size =
+      f.image_size > 0 ? f.image_size
+                       : data::default_image_size(layout == data::FolderLayout::tinyimagenet ? "tinyimagenet" : "imagefolder");
+  const auto set = data::load_image_folder(layout, f.dir, split, f.images, f.seed);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("%s, %s split: %lld images, (3, %d, %d) each, batch %lld; %d timed batches after %d warm-up ones; %d "
+              "cores\n",
+              f.dir.c_str(), f.split.c_str(), static_cast<long long>(set->size()), set->transform().size,
+              set->transform().size, static_cast<long long>(f.batch_size), f.batches, f.warmup, cores);
+  if (static_cast<int64_t>(f.batches + f.warmup) * f.batch_size > set->size())
+    std::printf("note: %lld images are fewer than the %lld the run reads: later epochs read the files again (from "
+                "the page cache), as a DataLoader over a small folder does\n",
+                static_cast<long long>(set->size()), static_cast<long long>(f.batches + f.warmup) * f.batch_size);
+  std::printf("%8s %12s %18s %18s %14s\n", "workers", "images/s", "images/s per core", "busy img/s/worker",
+              "ms per batch");
+  for (int w : f.workers) {
+    data::LoaderOptions o;
+    o.batch_size = f.batch_size;
+    o.drop_last = true;
+    o.seed = f.seed;
+    o.num_workers = w;
+    data::DataLoader loader(set, o);
+    int64_t epoch = 0, images = 0;
+    loader.start_epoch(epoch);
+    auto next = [&] {
+      std::optional<data::Batch> b = loader.next();
+      while (!b) {
+        loader.start_epoch(++epoch);
+        b = loader.next();
+      }
+      return b->images.size(0);
+    };
+    for (int i = 0; i < f.warmup; ++i) next();
+    const data::LoaderStats before = loader.stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < f.batches; ++i) images += next();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const data::LoaderStats after = loader.stats();
+    const double rate = static_cast<double>(images) / wall;
+    const double busy = after.busy_s - before.busy_s;
+    // The threads that load: the workers, or with 0 the calling thread; never more than the cores.
+    const int loading = std::min(std::max(w, 1), cores);
+    std::printf("%8d %12.1f %18.1f %18.1f %14.2f\n", w, rate, rate / loading,
+                busy > 0 ? static_cast<double>(after.images - before.images) / busy : 0.0,  // busy_s sums the workers
+                wall / f.batches * 1e3);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
@@ -199,6 +282,28 @@ void add_data_command(CLI::App& app) {
   preview->add_flag("--force", pf->force, "replace --out or --tensors files that exist and were not written by dpx");
   add_image_flags(*preview, pf->images, pf->image_flags, false);  // a preview stops at a bad file, naming it
   preview->callback([pf] { run_preview(*pf); });
+
+  auto* bench = data->add_subcommand(
+      "bench", "time the training loader alone (read, decode, augment, batch; no model) per number of workers: "
+               "images/s, per core, and each worker's busy rate, as a timed loop over torch's DataLoader");
+  auto bf = std::make_shared<BenchFlags>();
+  bench->add_option("dir", bf->dir, "the image folder")->required();
+  bench->add_option("--layout", bf->layout, "auto, imagefolder or tinyimagenet")->capture_default_str();
+  bench->add_option("--split", bf->split, "train (RandomResizedCrop + flip) or val (Resize + CenterCrop)")
+      ->capture_default_str();
+  bench->add_option("--image-size", bf->image_size, "side S of each sample (0: 224; tinyimagenet: 64)")
+      ->capture_default_str();
+  bench->add_option("--batch-size", bf->batch_size, "images per batch")->capture_default_str();
+  bench->add_option("--workers", bf->workers, "loader threads (0: the calling thread loads); a list times each")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench->add_option("--batches", bf->batches, "batches timed")->capture_default_str();
+  bench->add_option("--warmup", bf->warmup, "batches read first, not timed (the workers start, the files are read "
+                                            "into the page cache)")
+      ->capture_default_str();
+  bench->add_option("--seed", bf->seed, "seed of the shuffle and the augmentation")->check(non_negative())->capture_default_str();
+  add_image_flags(*bench, bf->images, bf->image_flags);
+  bench->callback([bf] { run_bench(*bf); });
 }
 
 }  // namespace dpx::tools

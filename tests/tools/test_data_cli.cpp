@@ -1,11 +1,13 @@
 // `dpx data` end to end: make-imagefolder writes a decodable folder and refuses to overwrite what it
 // did not make; check counts and lists unreadable files (exit 1); preview writes the grid and the
-// exact tensors, which equal torchvision's ImageFolder on the fixture folder.
+// exact tensors, which equal torchvision's ImageFolder on the fixture folder; bench times the loader
+// alone per number of workers.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -165,4 +167,44 @@ TEST_CASE("dpx data preview writes the grid and torchvision's ImageFolder tensor
   r = run_dpx("data preview --help");
   CHECK(has(r, "--tensors"));
   CHECK(has(r, "--crop-scale"));
+}
+
+TEST_CASE("dpx data bench times the loader alone per number of workers, and refuses bad values naming the flag") {
+  TempDir tmp("data_bench");
+  const std::string dir = tmp.file("set");
+  REQUIRE(run_dpx("data make-imagefolder " + dir + " --classes 2 --per-class 8 --val-per-class 2 --size 64x48").code == 0);
+  DpxResult r = run_dpx("data bench " + dir + " --workers 0,2 --batch-size 4 --batches 6 --warmup 1 --image-size 32");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, dir + ", train split: 16 images, (3, 32, 32) each, batch 4; 6 timed batches after 1 warm-up ones"));
+  // 7 batches of 4 from 16 images: the second epoch is read too, and the note says so.
+  CHECK(has(r, "note: 16 images are fewer than the 28 the run reads"));
+  // One row per number of workers: workers, images/s, per core, busy rate per worker, ms per batch.
+  for (const char* w : {"\n       0 ", "\n       2 "}) {
+    CAPTURE(w);
+    const size_t at = r.output.find(w);
+    REQUIRE(at != std::string::npos);
+    std::istringstream row(r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1));
+    double workers = -1, rate = 0, per_core = 0, busy = 0, ms = 0;
+    row >> workers >> rate >> per_core >> busy >> ms;
+    CHECK(rate > 0);
+    CHECK(per_core > 0);
+    CHECK(per_core <= rate);
+    CHECK(busy > 0);
+    CHECK(ms == doctest::Approx(4 / rate * 1e3).epsilon(0.05));
+  }
+  for (const auto& [flags, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"--workers -1", "--workers -1"},
+           {"--batches 0", "--batches 0"},
+           {"--batch-size 0", "--batch-size 0"},
+           {"--split both", "--split 'both'"},
+           {"--crop-scale 2,1", "--crop-scale"}}) {
+    DpxResult bad = run_dpx("data bench " + dir + " " + flags);
+    CAPTURE(bad.output);
+    CHECK(bad.code == 2);
+    CHECK(has(bad, expect));
+  }
+  DpxResult none = run_dpx("data bench " + tmp.file("nowhere"));
+  CHECK(none.code == 2);
+  CHECK(has(none, "not found"));
 }
