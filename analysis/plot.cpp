@@ -57,6 +57,10 @@ std::string missing_data(std::string_view name, const Inputs& in) {
         std::any_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return !g.weak && g.rows.size() >= 2; })))
     return "weak-strong needs a dpx bench folder with weak and strong scaling over two or more device counts: " +
            std::string(kScalingRun);
+  if (name == "max-batch" && std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) {
+        return std::any_of(g.rows.begin(), g.rows.end(), [](const BenchRow& r) { return !std::isnan(r.memory_budget); });
+      }))
+    return "max-batch needs a dpx bench folder made with --batch-sizes max: " + std::string(kMaxBatchRun);
   if (name == "loading" && loader_families(in).empty())
     return "loading needs a dpx bench folder that swept two or more --workers counts of one model and batch size: " +
            std::string(kLoadingRun);
@@ -116,6 +120,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "side, a line per batch size",
        "a dpx bench folder with --scaling weak,strong, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices "
        "cpu:1,2,4 --scaling weak,strong --dataset synthetic --out runs/bench"},
+      {"max-batch",
+       "per model, the largest per-rank batch that trained within the memory budget (dpx bench --batch-sizes max), "
+       "a bar per device count",
+       "a dpx bench folder made with --batch-sizes max, e.g. dpx bench --models lenet5,squeezenet1_1 --batch-sizes max "
+       "--memory-budget 1GB --devices cpu:1,2 --dataset synthetic --out runs/bench"},
       {"loading",
        "per model and batch size, against loader workers per rank: the time a step waited for its batch, its forward "
        "+ backward and its exposed communication, a colour per device count",
@@ -206,6 +215,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "weak-strong") add = weak_strong_figures(in);
     if (w == "timeline") add = timeline_figures(in, window);
     if (w == "loading") add = loading_figures(in);
+    if (w == "max-batch") add.push_back(max_batch_figure(in));
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
     figures.insert(figures.end(), add.begin(), add.end());
   }

@@ -32,6 +32,10 @@ constexpr std::string_view kLoadingRun =
     "--devices cpu:1,2 --workers 0,1,2 --out runs/bench (dpx data make-imagefolder data --classes 4 --per-class 100 "
     "makes the folder)";
 
+constexpr std::string_view kMaxBatchRun =
+    "dpx bench --models lenet5,squeezenet1_1 --batch-sizes max --memory-budget 1GB --devices cpu:1,2 --dataset "
+    "synthetic --out runs/bench";
+
 constexpr double kNone = std::nan("");
 
 // One row of results.csv: medians over the runs when there are repeats.
@@ -43,6 +47,9 @@ struct BenchRow {
   double scaling_efficiency = 0, load_balance = 0, comm_efficiency = 0, parallel_efficiency = 0;
   double bytes_per_epoch_formula = 0, bytes_per_epoch_counted = 0;
   double workers = kNone, loader_images_per_worker_s = kNone;  // dpx bench's loader columns
+  double rank_batch = 0;
+  double memory_budget = kNone;  // --batch-sizes max: the budget its batch was found under
+  double peak_reserved = kNone;  // the allocator's peak: the GPU's on a GPU, else the host's
 };
 
 // Rows of one model and batch size (and parallel mode, and folder where there are several).
@@ -140,6 +147,7 @@ std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o);
 // loader_family_key, in the order of their first group.
 std::vector<std::vector<const BenchGroup*>> loader_families(const Inputs& in);
 std::vector<Figure> loading_figures(const Inputs& in);
+Figure max_batch_figure(const Inputs& in);
 
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").
 struct ShortFirst {

@@ -538,3 +538,52 @@ std::vector<Figure> loading_figures(const Inputs& in) {
 }
 
 }  // namespace dpx::analysis::plot
+
+namespace dpx::analysis::plot {
+
+// --batch-sizes max: a cluster of bars per model (x), a bar per device count, the batch found.
+Figure max_batch_figure(const Inputs& in) {
+  std::vector<std::string> models;                    // in the order met
+  std::set<double> ranks, budgets;
+  std::map<std::pair<std::string, double>, double> batch;  // (model, ranks) -> per-rank batch
+  for (const BenchGroup& g : in.bench)
+    for (const BenchRow& r : g.rows) {
+      if (std::isnan(r.memory_budget)) continue;
+      if (std::find(models.begin(), models.end(), g.base_model) == models.end()) models.push_back(g.base_model);
+      ranks.insert(r.ranks);
+      budgets.insert(r.memory_budget);
+      batch[{g.base_model, r.ranks}] = r.rank_batch;
+    }
+  std::vector<std::vector<double>> rows;
+  std::string xtics = "set xtics (";
+  for (size_t m = 0; m < models.size(); ++m) {
+    std::vector<double> row = {static_cast<double>(m)};
+    for (double k : ranks) {
+      auto it = batch.find({models[m], k});
+      row.push_back(it == batch.end() ? kNone : it->second);
+    }
+    rows.push_back(row);
+    xtics += (m ? ", " : "") + quoted(models[m]) + " " + std::to_string(m);
+  }
+  TextSet budget_text;
+  for (double b : budgets) budget_text.insert(fmt(b / 1e9) + " GB");
+  const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                              "; the largest batch per rank whose run stayed within the memory budget (" +
+                              join(budget_text, ", ") + "; the allocator's reserved peak: the process's host memory "
+                              "on CPUs, each GPU's on GPUs), found by dpx bench --batch-sizes max";
+  std::string b = datablock("m", rows);
+  b += "set title 'Largest batch within the memory budget'\nset ylabel 'batch per rank'\nset yrange [0:*]\n"
+       "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+       "set boxwidth 0.9\nset key top right\nset grid y\nset offsets 0, 0, graph 0.1, 0\nset datafile missing 'nan'\n" +
+       xtics + ")\n" + caption_label(caption) + "plot ";
+  int column = 2;
+  for (double k : ranks) {
+    b += std::string(column > 2 ? ", " : "") + "$m using " + std::to_string(column) + " title " +
+         quoted(fmt(k) + (k == 1 ? " rank" : " ranks"));
+    ++column;
+  }
+  b += "\n";
+  return {"max-batch", b, caption};
+}
+
+}  // namespace dpx::analysis::plot

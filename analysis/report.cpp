@@ -151,6 +151,29 @@ std::string bench_section(const Input& in) {
          "there are three repeats or more; noisy: the repeats spread more than dpx bench accepts.</p>\n";
   s += "<h3>Efficiency</h3>\n" + html_table("efficiency", eff_header, efficiency);
   s += "<p class=\"note\">parallel efficiency = load balance &times; comm efficiency (POP metrics).</p>\n";
+  // Peak memory, from results.csv files that have it (dpx before 2026-11-26 did not write it).
+  const char* memory_columns[] = {"peak_host_allocated_bytes", "peak_host_reserved_bytes",
+                                  "peak_device_allocated_bytes", "peak_device_reserved_bytes"};
+  if (std::all_of(std::begin(memory_columns), std::end(memory_columns), [&](const char* c) { return t.has(c); })) {
+    bool gpu = false;
+    for (size_t r = 0; r < t.rows(); ++r) gpu = gpu || t.number(r, t.column("peak_device_reserved_bytes")) > 0;
+    std::vector<std::string> header = key_header;
+    for (const char* h : {"host allocated (MB)", "host reserved (MB)"}) header.emplace_back(h);
+    if (gpu)
+      for (const char* h : {"GPU allocated (MB)", "GPU reserved (MB)"}) header.emplace_back(h);
+    std::vector<std::vector<std::string>> rows;
+    for (size_t r = 0; r < t.rows(); ++r) {
+      std::vector<std::string> row;
+      for (size_t c : key_columns) row.push_back(t.text(r, c));
+      for (size_t i = 0; i < (gpu ? 4u : 2u); ++i)
+        row.push_back(fixed(t.number(r, t.column(memory_columns[i])) / 1e6, 1));
+      rows.push_back(row);
+    }
+    s += "<h3>Peak memory</h3>\n" + html_table("memory", header, rows);
+    s += "<p class=\"note\">allocated: the most bytes of live tensors at once (PyTorch's max_memory_allocated); "
+         "reserved: the most the allocator held at once, its cache included (max_memory_reserved); the highest of "
+         "any rank and repeat. Host figures are a process's: thread ranks share one.</p>\n";
+  }
   return s;
 }
 

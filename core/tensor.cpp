@@ -60,6 +60,15 @@ size_t default_cap_bytes() {
   return std::max<size_t>(size_t{4096} << 20, half);
 #endif
 }
+// A high-water mark: raises `peak` to `value` if it is below (any thread).
+void raise_to(std::atomic<size_t>& peak, size_t value) {
+  size_t seen = peak.load(std::memory_order_relaxed);
+  while (seen < value && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+std::atomic<size_t> g_host_peak{0}, g_host_reserved{0}, g_host_peak_reserved{0}, g_host_window_peak{0};
+
 class HostCache {
  public:
   HostCache() : cap_bytes_(cap_from_env()) {}
@@ -80,7 +89,10 @@ class HostCache {
       empty();
       p = std::aligned_alloc(64, rounded);
     }
-    if (p) system_allocations_.fetch_add(1, std::memory_order_relaxed);
+    if (p) {
+      system_allocations_.fetch_add(1, std::memory_order_relaxed);
+      raise_to(g_host_peak_reserved, g_host_reserved.fetch_add(rounded, std::memory_order_relaxed) + rounded);
+    }
     return p;
   }
 
@@ -94,6 +106,7 @@ class HostCache {
       }
     }
     std::free(p);
+    g_host_reserved.fetch_sub(rounded, std::memory_order_relaxed);
   }
 
   void empty() {
@@ -104,7 +117,10 @@ class HostCache {
       cached_bytes_ = 0;
     }
     for (auto& [size, list] : blocks)
-      for (void* p : list) std::free(p);
+      for (void* p : list) {
+        std::free(p);
+        g_host_reserved.fetch_sub(size, std::memory_order_relaxed);
+      }
   }
 
   size_t cached_bytes() {
@@ -159,7 +175,9 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
       fail("out of host memory allocating ", bytes, " bytes: lower --batch-size, --image-size, --workers or the "
            "number of ranks, pick a smaller model, or free memory on this machine");
     s->release = host_release;
-    g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    const size_t live = g_host_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise_to(g_host_peak, live);
+    raise_to(g_host_window_peak, live);
   } else {
     s->data = cuda::allocate(bytes, device.index);
     s->release = cuda_release;
@@ -173,6 +191,37 @@ void empty_host_cache() { host_cache().empty(); }
 size_t host_cache_cap_bytes() { return host_cache().cap_bytes(); }
 
 size_t host_bytes_in_use() { return g_host_bytes.load(std::memory_order_relaxed); }
+size_t host_peak_bytes_in_use() { return g_host_peak.load(std::memory_order_relaxed); }
+size_t host_bytes_reserved() { return g_host_reserved.load(std::memory_order_relaxed); }
+size_t host_peak_bytes_reserved() { return g_host_peak_reserved.load(std::memory_order_relaxed); }
+void MemoryPeaks::raise_to(const MemoryPeaks& o) {
+  host_allocated = std::max(host_allocated, o.host_allocated);
+  host_reserved = std::max(host_reserved, o.host_reserved);
+  device_allocated = std::max(device_allocated, o.device_allocated);
+  device_reserved = std::max(device_reserved, o.device_reserved);
+}
+
+MemoryPeaks memory_peaks(Device device) {
+  MemoryPeaks m{host_peak_bytes_in_use(), host_peak_bytes_reserved(), 0, 0};
+  if (device.is_cuda()) {
+    m.device_allocated = cuda::peak_bytes_in_use(device.index);
+    m.device_reserved = cuda::peak_bytes_reserved(device.index);
+  }
+  return m;
+}
+
+void reset_memory_peaks(Device device) {
+  reset_host_peaks();
+  if (device.is_cuda()) cuda::reset_peak_bytes_in_use(device.index);
+}
+
+size_t host_window_peak_bytes() { return g_host_window_peak.load(std::memory_order_relaxed); }
+void reset_host_window_peak() { g_host_window_peak.store(host_bytes_in_use(), std::memory_order_relaxed); }
+
+void reset_host_peaks() {
+  g_host_peak.store(host_bytes_in_use(), std::memory_order_relaxed);
+  g_host_peak_reserved.store(host_bytes_reserved(), std::memory_order_relaxed);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;

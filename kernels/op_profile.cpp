@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/cuda/memory.hpp"
+#include "core/tensor.hpp"
 #include "core/launch_count.hpp"
 #ifdef DPX_WITH_CUDA
 #include <cuda_runtime.h>
@@ -75,6 +76,23 @@ ThreadTotals& this_thread_totals() {
 }
 
 thread_local bool t_counting = false;
+
+// The op that last raised the memory high-water mark, and the mark.
+std::mutex g_peak_mu;
+PeakOp g_peak;
+std::atomic<bool> g_window_pending{true};  // the next Counting scope resets the memory windows
+
+size_t window_peak(const Context& ctx) {
+  return ctx.device.is_cuda() ? cuda::window_peak_bytes(ctx.device.index) : host_window_peak_bytes();
+}
+
+void note_peak(const Context& ctx, const char* name, size_t before) {
+  const size_t after = window_peak(ctx);
+  if (after <= before) return;
+  std::lock_guard<std::mutex> lock(g_peak_mu);
+  if (after <= g_peak.bytes) return;
+  g_peak = {name, after, ctx.device.is_cuda()};
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -153,7 +171,15 @@ void set_enabled(bool on) {
 
 bool counting() { return t_counting; }
 
-Counting::Counting(bool on) : previous_(t_counting) { t_counting = on; }
+Counting::Counting(bool on) : previous_(t_counting) {
+  t_counting = on;
+  // The first counted step after a reset starts the memory window: the warm-up's high-water
+  // mark, reached before, would otherwise hide the op that reaches it again.
+  if (on && enabled() && g_window_pending.exchange(false)) {
+    reset_host_window_peak();
+    for (int d = 0; d < cuda::device_count(); ++d) cuda::reset_window_peak(d);
+  }
+}
 Counting::~Counting() {
   t_counting = previous_;
   if (t_counting) return;  // an enclosing scope reads them
@@ -170,6 +196,11 @@ void reset() {
   std::lock_guard<std::mutex> lock(r.mu);
   // A table only the registry still holds belongs to a thread that has ended: dropped.
   std::erase_if(r.threads, [](const std::shared_ptr<ThreadTotals>& t) { return t.use_count() == 1; });
+  {
+    std::lock_guard<std::mutex> peak_lock(g_peak_mu);
+    g_peak = {};
+    g_window_pending = true;
+  }
   for (auto& t : r.threads) {
     std::lock_guard<std::mutex> thread_lock(t->mu);
     t->by_op.clear();
@@ -215,11 +246,17 @@ std::vector<OpStats> snapshot() {
   return out;
 }
 
+PeakOp peak_op() {
+  std::lock_guard<std::mutex> lock(g_peak_mu);
+  return g_peak;
+}
+
 Call::Call(const Context& ctx, const char* name, double flops) {
   if (!enabled() || !t_counting) return;
   ctx_ = &ctx;
   name_ = name;
   flops_ = flops;
+  peak_before_ = window_peak(ctx);
 #ifdef DPX_WITH_CUDA
   if (ctx.device.is_cuda()) {
     cuda::CudaState& st = cuda::state_of(ctx);  // makes the op's device current
@@ -234,6 +271,7 @@ Call::Call(const Context& ctx, const char* name, double flops) {
 Call::~Call() {
   if (!ctx_) return;
   const double host_s = static_cast<double>(now_ns() - start_ns_) * 1e-9;
+  note_peak(*ctx_, name_, peak_before_);
   ThreadTotals& t = this_thread_totals();
 #ifdef DPX_WITH_CUDA
   if (ctx_->device.is_cuda()) {

@@ -61,6 +61,16 @@ struct OpStats {
 // Every op counted since the last reset, merged over threads, by total time (largest first).
 std::vector<OpStats> snapshot();
 
+// The op during whose calls the memory in use reached its most since the last reset (counted
+// calls only): live host tensors for CPU ops, the GPU allocator's bytes in use for GPU ops. With
+// several ranks in one process, the process's host bytes: the op of whichever rank raised them.
+struct PeakOp {
+  std::string name;  // empty: no counted op raised the mark
+  uint64_t bytes = 0;
+  bool on_gpu = false;
+};
+PeakOp peak_op();
+
 // One op call, timed from construction to destruction when enabled() and counting(); made by
 // the dispatcher with the op's FLOPs (negative: not defined for this op).
 class Call {
@@ -76,6 +86,7 @@ class Call {
   double flops_ = -1;
   int64_t start_ns_ = 0;
   int64_t launches_ = -1;  // this thread's launch count at the start; -1: not counting launches
+  size_t peak_before_ = 0;  // the memory high-water mark (host or this device's window) at the start
   void* start_event_ = nullptr;  // CUDA: the event recorded before the op's work (a cudaEvent_t)
 };
 

@@ -6,6 +6,7 @@
 // the fewest ranks), runs.csv (one row per run) and one per-step CSV per run; with --profile-ops,
 // the time of every op per run (ops.csv, kernels/op_profile.hpp).
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "analysis/stats.hpp"
 #include "core/atomic_file.hpp"
+#include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/stop.hpp"
@@ -25,6 +27,7 @@
 #include "parallel/bench/report_io.hpp"
 #include "parallel/train/trainer.hpp"
 #include "tools/commands.hpp"
+#include "tools/max_batch.hpp"
 #include "tools/op_table.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
@@ -35,7 +38,8 @@ namespace {
 
 struct BenchFlags {
   std::vector<std::string> models = {"lenet5"};
-  std::vector<int64_t> batch_sizes = {64};
+  std::vector<std::string> batch_sizes = {"64"};  // numbers, or max (the largest that fits, tools/max_batch.hpp)
+  std::string memory_budget;                       // --batch-sizes max's budget; empty: what is free
   std::vector<std::string> devices = {"cpu:1", "cpu:2"};
   std::vector<std::string> parallel = {"ddp"};
   std::vector<std::string> scaling = {"weak"};
@@ -74,6 +78,8 @@ void check_distinct(const std::vector<T>& values, const char* flag) {
 struct Config {
   parallel::TrainOptions o;
   std::string scaling, tag, key;  // key: the tag without the devices, which share a baseline
+  bool search_batch = false;      // --batch-sizes max: the batch is found before the sweep
+  MaxBatch max_batch;             // what the search found (budget 0: a batch given)
   std::vector<parallel::TrainReport> runs;  // without their step records
   std::vector<parallel::Summary> summaries;
 };
@@ -109,9 +115,9 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
   for (const auto& c : configs) width = std::max(width, static_cast<int>(c.tag.size()));
   char line[512];
   std::snprintf(line, sizeof line,
-                "\n%-*s %9s %6s %5s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s\n", width, "configuration",
+                "\n%-*s %9s %6s %5s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s | %8s\n", width, "configuration",
                 "img/s", "spread", "noisy", "speedup", "eff", "load", "forward", "backward", "comm", "exposed", "optim",
-                "wait", "LB", "CommE", "PE");
+                "wait", "LB", "CommE", "PE", "peak MB");
   os << line;
   for (size_t i = 0; i < configs.size(); ++i) {
     if (configs[i].summaries.empty()) continue;
@@ -120,18 +126,23 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
     for (const auto& r : configs[i].summaries) ips.push_back(r.images_per_s);
     const double spread = analysis::spread(ips);
     auto ms = [&](Phase p) { return s.mean_s[static_cast<int>(p)] * 1e3; };
+    // A GPU configuration's peak is its GPU's; a CPU one's the host's.
+    const uint64_t peak = s.memory.device_reserved > 0 ? s.memory.device_allocated : s.memory.host_allocated;
     std::snprintf(line, sizeof line,
-                  "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f\n",
+                  "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f | "
+                  "%8.1f\n",
                   width, configs[i].tag.c_str(), s.images_per_s, spread,
                   analysis::is_noisy(ips, noisy_spread) ? "yes" : "", s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward), ms(Phase::backward),
                   ms(Phase::comm_total), ms(Phase::comm_exposed), ms(Phase::optimizer), ms(Phase::wait),
-                  s.load_balance, s.comm_efficiency, s.parallel_efficiency);
+                  s.load_balance, s.comm_efficiency, s.parallel_efficiency, static_cast<double>(peak) / 1e6);
     os << line;
   }
   os << "(ms per step, medians over " << repeat << (repeat == 1 ? " run" : " runs")
      << "; spread = (max - min) / median of img/s over the runs, noisy = spread above --noisy-spread "
      << noisy_spread << ";\n eff = scaling efficiency against the first row of the same configuration but devices;\n"
-        " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics)\n";
+        " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics;\n"
+        " peak MB = the most memory of live tensors at once, of any rank and run: the GPU's on a GPU, else the host "
+        "process's; results.csv has the allocator's reserved bytes too)\n";
 }
 
 // The median over the runs of every measured field of the summaries (speedup and efficiency are
@@ -152,6 +163,7 @@ parallel::Summary median_summary(const std::vector<parallel::Summary>& runs) {
   m.final_loss = med([](const parallel::Summary& r) { return r.final_loss; });
   m.test_accuracy = med([](const parallel::Summary& r) { return r.test_accuracy; });
   m.speedup = m.scaling_efficiency = 1;
+  for (const auto& r : runs) m.memory.raise_to(r.memory);  // a peak is the highest of any run
   return m;
 }
 
@@ -170,6 +182,14 @@ std::string stats_csv_header() {
 // images one worker produced per second of its own work, medians over the runs, and the images
 // skipped as unreadable in all runs).
 std::string loader_csv_header() { return ",workers,loader_images_per_worker_s,skipped_images"; }
+
+// --batch-sizes max: the budget the batch was found under and what the line first predicted
+// (empty for batches given).
+std::string max_batch_csv_header() { return ",memory_budget_bytes,max_batch_predicted"; }
+std::string max_batch_csv_row(const MaxBatch& m) {
+  if (m.budget == 0) return ",,";
+  return "," + std::to_string(m.budget) + "," + std::to_string(m.predicted);
+}
 
 std::string loader_csv_row(const parallel::TrainOptions& o, const std::vector<parallel::TrainReport>& runs) {
   std::vector<double> rates;
@@ -214,7 +234,8 @@ std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noi
 // and efficiency of the medians against the baseline's (the first configuration of its key).
 std::string results_csv(std::vector<Config>& configs, std::vector<parallel::Summary>& medians, double noisy_spread) {
   std::ostringstream csv;
-  csv << "scaling," << parallel::summary_csv_header() << stats_csv_header() << loader_csv_header() << "\n";
+  csv << "scaling," << parallel::summary_csv_header() << stats_csv_header() << loader_csv_header()
+      << max_batch_csv_header() << "\n";
   std::map<std::string, parallel::Summary> baselines;
   medians.assign(configs.size(), parallel::Summary{});
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -229,7 +250,7 @@ std::string results_csv(std::vector<Config>& configs, std::vector<parallel::Summ
     for (const auto& r : c.runs) walls.push_back(r.wall_s);
     report.wall_s = analysis::median(walls);
     csv << c.scaling << "," << parallel::summary_csv_row(report, m) << stats_csv_row(c.summaries, noisy_spread)
-        << loader_csv_row(c.o, c.runs) << "\n";
+        << loader_csv_row(c.o, c.runs) << max_batch_csv_row(c.max_batch) << "\n";
     medians[i] = m;
   }
   return csv.str();
@@ -274,6 +295,31 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                                                             : expand_devices(bf.devices);
   check_distinct(bf.models, "--models");
   check_distinct(bf.batch_sizes, "--batch-sizes");
+  // Each batch: a number, or max (searched for each configuration under --memory-budget).
+  std::vector<int64_t> batch_values;
+  for (const std::string& text : bf.batch_sizes) {
+    if (text == "max") {
+      if (mpi)
+        usage_fail("--batch-sizes max runs under thread ranks or one process, not under mpirun: find the batch "
+                   "there (dpx bench --batch-sizes max --devices cpu:K), then pass it to the MPI sweep");
+      batch_values.push_back(0);
+      continue;
+    }
+    char* end = nullptr;
+    errno = 0;
+    const long long b = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE || b < 1 || b > (int64_t{1} << 30))
+      usage_fail("--batch-sizes: '", excerpt(text), "' is not a batch size: give whole numbers of 1 or more, or max "
+                 "(the largest batch that trains within --memory-budget)");
+    batch_values.push_back(b);
+  }
+  const bool searching = std::find(batch_values.begin(), batch_values.end(), 0) != batch_values.end();
+  uint64_t budget = 0;  // parsed now, so a bad --memory-budget fails before anything runs
+  if (!bf.memory_budget.empty()) {
+    if (!searching) usage_fail("--memory-budget ", excerpt(bf.memory_budget), " is the budget of --batch-sizes max; "
+                               "add max to --batch-sizes, or leave --memory-budget out");
+    budget = parse_memory_size(bf.memory_budget, "--memory-budget");
+  }
   check_distinct(devices, "--devices");
   check_distinct(bf.parallel, "--parallel");
   check_distinct(bf.scaling, "--scaling");
@@ -302,7 +348,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     return values.size() > 1 ? "_" + text : std::string();
   };
   for (const auto& model : bf.models)
-    for (int64_t b : bf.batch_sizes)
+    for (int64_t b : batch_values)
       for (const auto& par : bf.parallel)
         for (const auto& scaling : bf.scaling)
           for (const auto& algo : bf.algo)
@@ -333,12 +379,13 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                     if (!mpi && base.threads == 0) o.threads = k;
                     if (o.parallel == parallel::ParallelMode::none && k > 1)
                       usage_fail("--parallel none cannot run --devices ", dev, ": use ddp or dp");
-                    if (b < 1) usage_fail("--batch-sizes: ", b, " is not a batch size");
-                    o.batch_size = scaling == "weak" ? b * k : b;
+                    // max: validated at 1 per rank; the search sets the batch before the sweep runs.
+                    const int64_t per_rank = b > 0 ? b : 1;
+                    o.batch_size = scaling == "weak" || b == 0 ? per_rank * k : per_rank;
                     o.validate();
                     parallel::Job::check_fits(o, *train_set_of(o));
-                    Config c{o, scaling, "", "", {}, {}};
-                    c.key = detail::concat(model, "_b", b, "_", par, axis(bf.scaling, scaling), axis(bf.algo, algo),
+                    Config c{o, scaling, "", "", b == 0, {}, {}, {}};
+                    c.key = detail::concat(model, "_b", b > 0 ? std::to_string(b) : std::string("max"), "_", par, axis(bf.scaling, scaling), axis(bf.algo, algo),
                                            axis(bf.bucket_mb, "bucket" + text_of(bucket_mb)),
                                            axis(bf.accumulate, "acc" + text_of(accumulate)), axis(bf.optimizer, opt),
                                            axis(bf.grad_dtype, "grad" + gd), axis(bf.workers, "w" + text_of(workers)));
@@ -364,6 +411,31 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
         const std::string name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
         check_output_file(bf.out_dir + "/steps/" + name + ".csv", FileKind::steps_csv, "--out", tf.force);
       }
+    // --batch-sizes max: each such configuration's batch, found before the sweep measures any
+    // and before --out is made (a search that finds none leaves nothing).
+    for (Config& c : configs) {
+      if (!c.search_batch) continue;
+      const uint64_t limit = budget > 0 ? budget : available_memory(c.o.device());
+      std::cout << "max batch of " << c.tag << ": the largest per rank within " << static_cast<double>(limit) / 1e9
+                << " GB (" << (budget > 0 ? "--memory-budget" : c.o.device().is_cuda() ? "the GPU's free memory"
+                                                                                   : "the host's available memory")
+                << (c.o.device().is_cuda() ? ", per GPU" : ", the process's") << ")" << std::endl;
+      c.max_batch = find_max_batch(c.o, limit, std::cout);
+      const MaxBatch& m = c.max_batch;
+      if (m.batch == 0)
+        fail("--batch-sizes max: no batch of ", c.o.model, " on ", c.o.devices, " trains within ",
+             static_cast<double>(limit) / 1e9, " GB",
+             m.runs.empty() ? std::string(": ") + m.capped_by
+                            : detail::concat(" (", m.runs.front().batch, " per rank peaked at ",
+                                             static_cast<double>(m.runs.front().peak_bytes) / 1e9, " GB)"),
+             ": raise --memory-budget, or lower --image-size");
+      c.o.batch_size = m.batch * c.o.ranks();  // weak and strong scaling alike: that batch on every rank
+      std::cout << "  -> " << m.batch << " per rank (" << static_cast<double>(m.peak_bytes) / 1e9 << " GB measured";
+      if (m.runs.size() > 1)
+        std::cout << "; the line through batches " << m.runs[0].batch << " and " << m.runs[1].batch << " predicted "
+                  << m.predicted;
+      std::cout << (m.capped_by.empty() ? "" : "; capped by " + m.capped_by) << ")" << std::endl;
+    }
     ensure_writable_dir(bf.out_dir);
     ensure_writable_dir(bf.out_dir + "/steps");
     lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
@@ -428,6 +500,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
       parallel::TrainReport report;
       ops::profile::reset();  // this run's measured steps only (the training loop skips the warmup)
+      // Each run starts from empty caches, so its reserved peak is its own (not the blocks an
+      // earlier run or the --batch-sizes max search left).
+      empty_host_cache();
+      for (int d : c.o.cuda_devices()) cuda::empty_cache(d);
       if (mpi) {
         // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
         const int k = c.o.process_ranks;
@@ -470,6 +546,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       if (bf.profile_ops) {
         const std::vector<ops::profile::OpStats> op_stats = ops::profile::snapshot();
         std::cout << op_table(op_stats, measured);
+        if (const ops::profile::PeakOp peak = ops::profile::peak_op(); !peak.name.empty())
+          std::printf("memory high-water mark of the measured steps: %.1f MB of %s in use, reached in %s\n",
+                      static_cast<double>(peak.bytes) / 1e6, peak.on_gpu ? "the GPU's allocator" : "live host tensors",
+                      peak.name.c_str());
         ops_csv += op_csv_rows(c.tag, run, op_stats, measured);
         write_file_atomic(bf.out_dir + "/ops.csv", ops_csv);
       }
@@ -504,7 +584,13 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   tf->no_eval = true;
   add_train_flags(*cmd, *o, *tf, /*for_bench=*/true);
   cmd->add_option("--models", bf->models, "models to sweep")->delimiter(',')->capture_default_str();
-  cmd->add_option("--batch-sizes", bf->batch_sizes, "batch sizes (per rank with --scaling weak, global with strong)")
+  cmd->add_option("--memory-budget", bf->memory_budget,
+                  "--batch-sizes max: the memory a configuration may use at its peak (16GB, 512MB, 1.5GiB): the "
+                  "process's host memory on CPUs, each GPU's on GPUs (default: what is available now)");
+  cmd->add_option("--batch-sizes", bf->batch_sizes,
+                  "batch sizes (per rank with --scaling weak, global with strong); max: the largest per-rank batch "
+                  "that trains within --memory-budget, found for each configuration (two short runs predict it, a "
+                  "third confirms)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--devices", bf->devices,
                   "device sets, e.g. cpu:1,2,4,8 (K ranks of one core each); under mpirun/srun the ranks are the "

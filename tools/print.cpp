@@ -179,6 +179,20 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
                 "throughput %.1f img/s | load balance %.3f | comm efficiency %.3f | parallel efficiency %.3f\n",
                 s.images_per_s, s.load_balance, s.comm_efficiency, s.parallel_efficiency);
   os << line;
+  {
+    // Host marks are the process's: thread ranks share one heap, MPI ranks each have their own.
+    const bool shared = report.ranks > 1 && report.launch.backend != "mpi";
+    std::snprintf(line, sizeof line, "peak memory%s: host %.1f MB allocated (live tensors), %.1f MB reserved (held by "
+                  "dpx's allocator)", shared ? " of the process (its ranks together)" : " per rank",
+                  static_cast<double>(s.memory.host_allocated) / 1e6, static_cast<double>(s.memory.host_reserved) / 1e6);
+    os << line;
+    if (s.memory.device_reserved > 0) {
+      std::snprintf(line, sizeof line, "; GPU %.1f MB allocated, %.1f MB reserved (the largest of any rank's GPU)",
+                    static_cast<double>(s.memory.device_allocated) / 1e6, static_cast<double>(s.memory.device_reserved) / 1e6);
+      os << line;
+    }
+    os << "\n";
+  }
   if (report.ranks > 1) {
     std::snprintf(line, sizeof line,
                   "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",

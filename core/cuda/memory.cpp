@@ -184,12 +184,23 @@ class DevicePool {
   size_t in_use() { std::lock_guard<std::mutex> lock(m_); return in_use_; }
   size_t cached() { std::lock_guard<std::mutex> lock(m_); return cached_; }
   size_t peak() { std::lock_guard<std::mutex> lock(m_); return peak_; }
-  void reset_peak() { std::lock_guard<std::mutex> lock(m_); peak_ = in_use_; }
+  size_t peak_reserved() { std::lock_guard<std::mutex> lock(m_); return peak_reserved_; }
+  size_t window_peak() { std::lock_guard<std::mutex> lock(m_); return window_peak_; }
+  void reset_window_peak() { std::lock_guard<std::mutex> lock(m_); window_peak_ = in_use_; }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(m_);
+    peak_ = in_use_;
+    peak_reserved_ = in_use_ + cached_;
+  }
 
  private:
+  // The pool holds more only when a block goes into use (a new one from cudaMalloc, or one taken
+  // from the cache, which holds the same then): both marks move here.
   void add_in_use(size_t size) {
     in_use_ += size;
     if (in_use_ > peak_) peak_ = in_use_;
+    if (in_use_ + cached_ > peak_reserved_) peak_reserved_ = in_use_ + cached_;
+    if (in_use_ > window_peak_) window_peak_ = in_use_;
   }
 
   // Exact size for small blocks; for large ones the smallest cached block wasting at most a
@@ -271,7 +282,7 @@ class DevicePool {
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> spare_events_;
   std::vector<Stream> retained_;  // the pools of live graphs
-  size_t in_use_ = 0, cached_ = 0, peak_ = 0;
+  size_t in_use_ = 0, cached_ = 0, peak_ = 0, peak_reserved_ = 0, window_peak_ = 0;
 };
 
 // The devices, or why there are none (core/gpu_status.hpp words it).
@@ -462,9 +473,23 @@ void record_stream(void* p, int device, Stream stream) {
   if (p) pool(device).record_stream(p, stream);
 }
 
+void device_memory(int device, size_t* free, size_t* total) {
+  DeviceGuard guard(device);
+  DPX_CUDA_CHECK(cudaMemGetInfo(free, total));
+}
+
 size_t bytes_in_use(int device) { return device_count() > device && device >= 0 ? pool(device).in_use() : 0; }
 size_t bytes_cached(int device) { return device_count() > device && device >= 0 ? pool(device).cached() : 0; }
 size_t peak_bytes_in_use(int device) { return device_count() > device && device >= 0 ? pool(device).peak() : 0; }
+size_t window_peak_bytes(int device) {
+  return device_count() > device && device >= 0 ? pool(device).window_peak() : 0;
+}
+void reset_window_peak(int device) {
+  if (device_count() > device && device >= 0) pool(device).reset_window_peak();
+}
+size_t peak_bytes_reserved(int device) {
+  return device_count() > device && device >= 0 ? pool(device).peak_reserved() : 0;
+}
 void reset_peak_bytes_in_use(int device) {
   if (device_count() > device && device >= 0) pool(device).reset_peak();
 }

@@ -27,6 +27,8 @@ void release(void* p, size_t bytes, int device);
 // work queued on both (their legacy default streams, and so dpx's blocking streams).
 void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 void memset_zero(void* p, size_t bytes, int device);
+// The device's free and total memory as the driver sees it (cudaMemGetInfo).
+void device_memory(int device, size_t* free, size_t* total);
 // Bytes the caching allocator holds for a device: in use and cached.
 size_t bytes_in_use(int device);
 size_t bytes_cached(int device);
@@ -66,9 +68,14 @@ void record_stream(void* p, int device, Stream stream);
 // its blocks: every replay of the graph writes them, whether a tensor still holds them or not.
 void retain_pool(int device, Stream key);
 void release_pool(int device, Stream key);  // the graph is gone: its blocks are ordinary cache
-// Bytes ever in use at once since the start or the last reset (for memory reports).
+// Bytes ever in use at once, and ever held (in use and cached) at once, since the start or the
+// last reset (for memory reports: PyTorch's max_memory_allocated and max_memory_reserved).
 size_t peak_bytes_in_use(int device);
-void reset_peak_bytes_in_use(int device);
+size_t peak_bytes_reserved(int device);
+void reset_peak_bytes_in_use(int device);  // both peaks := their current values
+// A third mark, of bytes in use, reset on its own (the op profiler's; core/tensor.hpp's window).
+size_t window_peak_bytes(int device);
+void reset_window_peak(int device);
 
 // ---- pinned host memory (for the data loader's host-to-device copies) -------------------------
 // Page-locked host memory from cudaHostAlloc, cached by size because cudaHostAlloc is slow.

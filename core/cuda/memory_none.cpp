@@ -29,6 +29,10 @@ AllocationStreamScope::~AllocationStreamScope() = default;
 void* allocate(size_t, int, Stream) { no_cuda(); }
 void record_stream(void*, int, Stream) { no_cuda(); }
 size_t peak_bytes_in_use(int) { return 0; }
+void device_memory(int, size_t*, size_t*) { no_cuda(); }
+size_t peak_bytes_reserved(int) { return 0; }
+size_t window_peak_bytes(int) { return 0; }
+void reset_window_peak(int) {}
 void reset_peak_bytes_in_use(int) {}
 void* allocate_pinned(size_t) { no_cuda(); }
 void release_pinned(void*, size_t) {}

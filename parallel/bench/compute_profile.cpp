@@ -25,20 +25,12 @@ struct NullBuffer : std::streambuf {
 };
 
 TrainOptions single_replica(const TrainOptions& base, int64_t batch) {
-  TrainOptions o = base;
+  TrainOptions o = base.measuring_run();
   o.dataset = "synthetic";
   o.devices = "cpu:1";
   o.parallel = ParallelMode::none;
   o.batch_size = batch;
-  o.evaluate = false;
-  o.epochs = 1;
   o.net_sim.clear();
-  o.checkpoint_dir.clear();
-  o.trace_file.clear();
-  o.out_dir.clear();
-  o.save_file.clear();
-  o.resume.clear();
-  o.log_interval_s = 1e9;
   return o;
 }
 

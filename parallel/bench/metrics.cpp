@@ -28,6 +28,7 @@ Summary summarize(const TrainReport& report) {
   double images = 0, bytes_rank0 = 0;
   int64_t steps_rank0 = 0;
   for (const auto& r : report.steps) {
+    s.memory.raise_to(r.memory);
     if (r.global_step < warmup) continue;
     size_t k = static_cast<size_t>(r.rank);
     for (int p = 0; p < kPhaseCount; ++p) s.mean_s[p] += r.times.s[p];

@@ -26,6 +26,7 @@ struct Summary {
   double bytes_per_epoch_counted = 0;        // bytes rank 0 sent per step × steps per epoch
   double final_loss = 0;                     // mean loss of the last epoch (rank 0)
   double test_accuracy = -1;                 // after the last epoch; -1 if not evaluated
+  MemoryPeaks memory;                        // the highest high-water marks of any rank, warm-up included
   // Filled by with_baseline():
   double speedup = 1, scaling_efficiency = 1;
 };

@@ -41,7 +41,8 @@ std::string summary_csv_header() {
   for (auto name : kPhaseNames) h += ",mean_" + std::string(name) + "_s";
   h += ",images_per_s,speedup,scaling_efficiency,load_balance,comm_efficiency,parallel_efficiency,"
        "bytes_per_epoch_formula,bytes_per_epoch_counted,final_loss,test_accuracy,threshold_step,"
-       "threshold_epoch,wall_s,optimizer,grad_dtype";
+       "threshold_epoch,wall_s,optimizer,grad_dtype,peak_host_allocated_bytes,peak_host_reserved_bytes,"
+       "peak_device_allocated_bytes,peak_device_reserved_bytes";
   return h;
 }
 
@@ -58,7 +59,8 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
      << s.comm_efficiency << "," << s.parallel_efficiency << "," << s.bytes_per_epoch_formula << ","
      << s.bytes_per_epoch_counted << "," << s.final_loss << "," << s.test_accuracy << ","
      << report.threshold_step << "," << report.threshold_epoch << "," << report.wall_s << "," << o.optimizer << ","
-     << choice_name(kGradDtypes, o.grad_dtype);
+     << choice_name(kGradDtypes, o.grad_dtype) << "," << s.memory.host_allocated << "," << s.memory.host_reserved << ","
+     << s.memory.device_allocated << "," << s.memory.device_reserved;
   return os.str();
 }
 

@@ -128,6 +128,7 @@ class ReplicatedModel final : public StepModel {
       r.times[Phase::comm_exposed] = step.times[Phase::comm_total];  // nothing overlaps in DataParallel
       r.backward_end_s = bwd_end_[i];
       r.images = inputs_[i].size(0);
+      if (!envs_.empty()) r.memory = memory_peaks(envs_[i]->ctx().device);  // each replica's GPU
       out.push_back(r);
     }
     return out;

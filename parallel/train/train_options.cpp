@@ -450,6 +450,20 @@ float TrainOptions::effective_weight_decay() const {
   return optimizer == "adamw" ? ops::AdamwParams{}.weight_decay : 0.f;
 }
 
+TrainOptions TrainOptions::measuring_run() const {
+  TrainOptions o = *this;
+  o.epochs = 1;
+  o.evaluate = false;
+  o.loss_threshold = 0;
+  o.checkpoint_dir.clear();
+  o.resume.clear();
+  o.trace_file.clear();
+  o.out_dir.clear();
+  o.save_file.clear();
+  o.log_interval_s = 1e9;
+  return o;
+}
+
 float TrainOptions::lr_at(int64_t step, int64_t total) const {
   const float lr = effective_lr();
   if (total <= 0 || lr_schedule == LrSchedule::constant) return lr;

@@ -145,6 +145,9 @@ struct TrainOptions {
   // to 0 over the run, as torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total);
   // step (divided by 10 at 50 % and again at 75 % of the run).
   float lr_at(int64_t step, int64_t total) const;  // from effective_lr()
+  // The same run for measuring it (dpx predict's profiles, --batch-sizes max): one epoch, no
+  // evaluation, no files (checkpoints, trace, --out, --save), no resume, no progress lines.
+  TrainOptions measuring_run() const;
 };
 
 // The math `o` asks of a rank's device, set on its Context: --deterministic, and on GPUs --tf32

@@ -147,6 +147,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
   rec.times[Phase::step] = r.clock() - rec.start_s;
   rec.images = batch->images.size(0);
   rec.comm_bytes = r.grad_sync.take_sent_bytes();
+  rec.memory = memory_peaks(ctx.device);
   return r.model.records(rec);
 }
 

@@ -30,6 +30,7 @@ struct StepRecord {
   bool optimizer_step = true;    // false on non-final micro-steps of --accumulate
   float loss_scale = 1;          // what the loss gradient was multiplied by (--loss-scale; 1: none)
   bool update_skipped = false;   // inf/NaN gradients skipped the update (loss scaler, --on-nonfinite skip)
+  MemoryPeaks memory;            // this rank's high-water marks since the run started, at the step's end
 };
 
 struct EpochRecord {

@@ -1,6 +1,6 @@
 // The host block cache behind allocate_storage (core/tensor.hpp): a freed block is reused by the
 // next allocation of its rounded size without asking the system, zeros() still zeroes a reused
-// block, and empty_host_cache gives the blocks back.
+// block, and empty_host_cache gives the blocks back; the peaks of live and held bytes.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -42,4 +42,37 @@ TEST_CASE("a freed host block is reused for the same rounded size, and zeros() z
   CHECK(host_bytes_cached() == 0);
   Tensor again = Tensor::empty({1000});
   CHECK(host_system_allocations() == system + 2);
+}
+
+TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the allocator held") {
+  empty_host_cache();
+  reset_host_peaks();
+  const size_t live0 = host_bytes_in_use(), held0 = host_bytes_reserved();
+  CHECK(host_peak_bytes_in_use() == live0);
+  CHECK(host_peak_bytes_reserved() == held0);
+  {
+    // A (4 MB) and B (8 MB) live together, then A goes and C (2 MB) comes: the live peak is A + B.
+    Tensor a = Tensor::empty({1 << 20});
+    Tensor b = Tensor::empty({2 << 20});
+    a = Tensor();
+    Tensor c = Tensor::empty({512 << 10});
+    CHECK(host_bytes_in_use() == live0 + (10 << 20));
+    CHECK(host_peak_bytes_in_use() == live0 + (12 << 20));
+    // Held: A's block went to the cache (when it is on) or back to the system; C is of another
+    // size, so a new block. The most ever held: A + B + C with the cache, A + B without it.
+    const size_t held_peak = held0 + (host_cache_cap_bytes() > 0 ? (14 << 20) : (12 << 20));
+    CHECK(host_peak_bytes_reserved() == held_peak);
+    CHECK(host_bytes_reserved() == held0 + (host_cache_cap_bytes() > 0 ? (14 << 20) : (10 << 20)));
+    const MemoryPeaks m = memory_peaks(Device::cpu());
+    CHECK(m.host_allocated == live0 + (12 << 20));
+    CHECK(m.host_reserved == held_peak);
+    CHECK(m.device_allocated == 0);
+  }
+  // A reset brings each peak down to what is live and held now.
+  reset_memory_peaks(Device::cpu());
+  CHECK(host_peak_bytes_in_use() == host_bytes_in_use());
+  CHECK(host_peak_bytes_in_use() == live0);
+  empty_host_cache();
+  CHECK(host_bytes_reserved() == held0);
+  CHECK(host_peak_bytes_reserved() >= held0);
 }

@@ -47,6 +47,18 @@ TEST_CASE("bench --profile-ops writes ops.csv with the convolutions' calls and G
   // The ops are a part of the measured step time (they do not all fit in it when it is wrong).
   CHECK(percent_cpu1 > 0);
   CHECK(percent_cpu1 <= 100);
+  // The op during which the measured steps' live host tensors reached their most: one of the
+  // profiled ops (the warm-up step's own high-water mark does not hide it).
+  const size_t mark = r.output.find("memory high-water mark of the measured steps: ");
+  REQUIRE(mark != std::string::npos);
+  const size_t in = r.output.find(" MB of live host tensors in use, reached in ", mark);
+  REQUIRE(in != std::string::npos);
+  const size_t name_at = in + std::string(" MB of live host tensors in use, reached in ").size();
+  const std::string peak_op = r.output.substr(name_at, r.output.find('\n', name_at) - name_at);
+  CAPTURE(peak_op);
+  bool profiled = false;
+  for (size_t i = 0; i < t.rows(); ++i) profiled = profiled || t.text(i, t.column("op")) == peak_op;
+  CHECK(profiled);
 
   // The same sweep without the flag leaves no ops.csv behind, not even the earlier one.
   r = run_dpx(common);

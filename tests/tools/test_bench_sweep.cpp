@@ -150,3 +150,33 @@ TEST_CASE("bench sweeps the gradient all-reduce's dtype: a row and a tag each, f
   REQUIRE(steps.has("loss_scale"));
   CHECK(steps.number(0, steps.column("loss_scale")) > 1);
 }
+
+TEST_CASE("bench and train report each run's peak memory: live tensors and what the allocator held") {
+  dpx::testing::TempDir dir("bench_memory");
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 8,256 --devices cpu:1 --dataset synthetic --image-size 28 "
+                        "--steps 2 --warmup 1 --threads 1 --out " + dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("peak MB") != std::string::npos);
+  const CsvTable t = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(t.rows() == 2);
+  auto at = [&](size_t row, const char* col) { return t.number(row, t.column(col)); };
+  for (size_t i = 0; i < 2; ++i) {
+    // At least the weights and their gradients (lenet5: 61,706 parameters), and one batch of input.
+    const double batch = t.number(i, t.column("batch_size"));
+    CHECK(at(i, "peak_host_allocated_bytes") > 2 * 61706 * 4 + batch * 28 * 28 * 4);
+    CHECK(at(i, "peak_host_reserved_bytes") >= at(i, "peak_host_allocated_bytes"));
+    CHECK(at(i, "peak_device_allocated_bytes") == 0);  // no GPU
+    CHECK(at(i, "peak_device_reserved_bytes") == 0);
+  }
+  // 248 more images of activations: lenet5 keeps over 10 KB per image for backward. Each
+  // configuration counts from its own start, not the earlier one's.
+  CHECK(at(1, "peak_host_allocated_bytes") > at(0, "peak_host_allocated_bytes") + 248 * 10000);
+
+  DpxResult train = run_dpx("train --model lenet5 --dataset synthetic --image-size 28 --steps 3 --devices cpu:2 "
+                            "--parallel ddp --no-eval");
+  CAPTURE(train.output);
+  REQUIRE(train.code == 0);
+  CHECK(train.output.find("peak memory of the process (its ranks together): host ") != std::string::npos);
+  CHECK(train.output.find(" MB reserved (held by dpx's allocator)") != std::string::npos);
+}

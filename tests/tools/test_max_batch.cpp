@@ -1,0 +1,86 @@
+// dpx bench --batch-sizes max (tools/max_batch.hpp): the line's prediction and the sizes it reads,
+// then end to end: the batch found trains within the budget, results.csv says under which budget,
+// dpx plot draws it, and what cannot work is refused naming the flag.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "analysis/csv_table.hpp"
+#include "analysis/gnuplot.hpp"
+#include "core/error.hpp"
+#include "../common/files.hpp"
+#include "run_dpx.hpp"
+#include "tools/max_batch.hpp"
+
+using dpx::analysis::CsvTable;
+using dpx::tools::BatchPeak;
+using dpx::tools::predict_max_batch;
+
+TEST_CASE("the largest batch on the line through two measured peaks") {
+  // 100 MB + 10 MB per image: a 1 GB budget less 5 % holds (950 - 100) / 10 = 85 images.
+  const BatchPeak a{2, 120'000'000}, b{4, 140'000'000};
+  CHECK(predict_max_batch(a, b, 1'000'000'000, 0.05) == 85);
+  CHECK(predict_max_batch(a, b, 1'000'000'000, 0.0) == 90);
+  CHECK(predict_max_batch(a, b, 100'000'000, 0.05) == 0);  // not even one image beside the 100 MB
+  // A line that does not grow: a step of 4 times the larger batch, if that one fits.
+  CHECK(predict_max_batch({2, 50'000'000}, {4, 50'000'000}, 1'000'000'000, 0.05) == 16);
+  CHECK(predict_max_batch({2, 50'000'000}, {4, 49'000'000}, 10'000'000, 0.05) == 0);
+}
+
+TEST_CASE("--memory-budget sizes: decimal and binary units, bad ones refused naming the flag") {
+  using dpx::tools::parse_memory_size;
+  CHECK(parse_memory_size("16GB", "--memory-budget") == 16'000'000'000ull);
+  CHECK(parse_memory_size("512mb", "--memory-budget") == 512'000'000ull);
+  CHECK(parse_memory_size("1.5GiB", "--memory-budget") == 1'610'612'736ull);
+  CHECK(parse_memory_size("4096", "--memory-budget") == 4096);
+  for (const char* bad : {"", "GB", "-1GB", "12XB", "0", "1e30GB", "nanGB"})
+    CHECK_THROWS_WITH_AS(parse_memory_size(bad, "--memory-budget"), doctest::Contains("--memory-budget"),
+                         dpx::UsageError);
+}
+
+TEST_CASE("bench --batch-sizes max finds a batch that trains within the budget, and says under which") {
+  dpx::testing::TempDir dir("max_batch");
+  const std::string common = "bench --models lenet5 --devices cpu:1 --dataset synthetic --image-size 28 --steps 2 "
+                             "--warmup 1 --threads 1 ";
+  DpxResult r = run_dpx(common + "--batch-sizes 8,max --memory-budget 150MB --out " + dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("max batch of lenet5_bmax_ddp_cpu1: the largest per rank within 0.15 GB (--memory-budget") !=
+        std::string::npos);
+  const CsvTable t = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(t.rows() == 2);
+  auto at = [&](size_t row, const char* col) { return t.number(row, t.column(col)); };
+  CHECK(t.text(0, t.column("memory_budget_bytes")).empty());  // batch 8 was given
+  CHECK(at(1, "memory_budget_bytes") == 150e6);
+  const double found = at(1, "rank_batch");
+  CAPTURE(found);
+  // lenet5 at 28x28 keeps tens of KB per image: a 150 MB budget holds hundreds, not a handful.
+  CHECK(found > 200);
+  CHECK(at(1, "max_batch_predicted") > 0);
+  // The sweep's own run at that batch stayed within the budget (the search's runs were its size).
+  CHECK(at(1, "peak_host_reserved_bytes") <= 150e6);
+  CHECK(at(1, "peak_host_reserved_bytes") > at(0, "peak_host_reserved_bytes"));
+
+  if (!dpx::analysis::find_executable("gnuplot").empty()) {
+    DpxResult p = run_dpx("plot " + dir.file("out") + " --figure max-batch --out " + dir.file("figs"));
+    CAPTURE(p.output);
+    CHECK(p.code == 0);
+    CHECK(std::filesystem::file_size(dir.file("figs/max-batch.png")) > 1000);
+    CHECK(dpx::testing::file_text(dir.file("figs/max-batch.txt")).find("within the memory budget (0.15 GB") !=
+          std::string::npos);
+  }
+
+  // A budget nothing fits in, a budget without max, a bad size: each named, nothing measured.
+  DpxResult tiny = run_dpx(common + "--batch-sizes max --memory-budget 1MB --out " + dir.file("tiny"));
+  CHECK(tiny.code == 1);
+  CHECK(tiny.output.find("--batch-sizes max: no batch of lenet5 on cpu:1 trains within 0.001 GB") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.file("tiny")));
+  DpxResult stray = run_dpx(common + "--batch-sizes 8 --memory-budget 1GB --out " + dir.file("stray"));
+  CHECK(stray.code == 2);
+  CHECK(stray.output.find("--memory-budget 1GB is the budget of --batch-sizes max") != std::string::npos);
+  DpxResult bad = run_dpx(common + "--batch-sizes max,0 --out " + dir.file("bad"));
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--batch-sizes: '0' is not a batch size") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.file("stray")));
+}

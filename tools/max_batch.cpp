@@ -1,0 +1,156 @@
+// `dpx bench --batch-sizes max` (tools/max_batch.hpp): measure two small batches, predict from the
+// line through them, confirm, shrink while over the budget.
+#include "tools/max_batch.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/cuda/memory.hpp"
+#include "core/data/datasets.hpp"
+#include "core/error.hpp"
+#include "core/quote.hpp"
+#include "core/stop.hpp"
+#include "core/tensor.hpp"
+#include "parallel/bench/metrics.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/train/trainer.hpp"
+
+namespace dpx::tools {
+
+int64_t predict_max_batch(const BatchPeak& a, const BatchPeak& b, uint64_t budget, double headroom) {
+  const double target = static_cast<double>(budget) * (1 - headroom);
+  const double slope = (static_cast<double>(b.peak_bytes) - static_cast<double>(a.peak_bytes)) /
+                       static_cast<double>(b.batch - a.batch);
+  if (!(slope > 0)) {  // no growth seen (noise): a step of 4 times the larger point, to see some
+    return static_cast<double>(b.peak_bytes) <= target ? b.batch * 4 : 0;
+  }
+  const double base = static_cast<double>(a.peak_bytes) - slope * static_cast<double>(a.batch);
+  const double most = std::floor((target - base) / slope);
+  return most < 1 ? 0 : static_cast<int64_t>(std::min(most, 1e12));
+}
+
+uint64_t parse_memory_size(const std::string& text, const std::string& flag) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double number = std::strtod(s, &end);
+  std::string unit(end);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KB" || unit == "K") scale = 1e3;
+  else if (unit == "MB" || unit == "M") scale = 1e6;
+  else if (unit == "GB" || unit == "G") scale = 1e9;
+  else if (unit == "TB" || unit == "T") scale = 1e12;
+  else if (unit == "KIB") scale = 1024.0;
+  else if (unit == "MIB") scale = 1024.0 * 1024;
+  else if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+  const double bytes = number * scale;
+  if (end == s || !std::isdigit(static_cast<unsigned char>(s[0])) || errno == ERANGE || scale == 0 ||
+      !(bytes >= 1) || bytes > 1e15)
+    usage_fail(flag, " '", excerpt(text), "': give a memory size such as 16GB, 512MB or 1.5GiB (GB = 10^9 bytes, "
+               "GiB = 2^30)");
+  return static_cast<uint64_t>(bytes);
+}
+
+uint64_t available_memory(Device device) {
+  if (device.is_cuda()) {
+    size_t free = 0, total = 0;
+    cuda::device_memory(device.index, &free, &total);
+    return free;
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  fail("--memory-budget: /proc/meminfo says no MemAvailable here; pass --memory-budget SIZE, e.g. 8GB");
+}
+
+namespace {
+
+// One short run of `o` at `batch` per rank, from an empty cache: its reserved high-water mark.
+uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& log) {
+  parallel::TrainOptions r = o.measuring_run();
+  const int k = r.ranks();
+  r.batch_size = batch * k;
+  r.max_steps = 2;  // the first step allocates everything; the second reuses it, or shows what leaks
+  r.warmup_steps = 1;
+  if (r.dataset == "synthetic") r.synthetic_size = std::max<int64_t>(r.synthetic_size, 2 * batch * k);
+  empty_host_cache();
+  for (int d : r.cuda_devices()) cuda::empty_cache(d);
+  std::ostringstream quiet;
+  const parallel::TrainReport report = parallel::train(r, quiet);
+  if (report.stopped_by) throw stop::Stopped(report.stopped_by);
+  const parallel::Summary s = parallel::summarize(report);
+  const uint64_t peak = s.memory.device_reserved > 0 ? s.memory.device_reserved : s.memory.host_reserved;
+  log << "    batch " << batch << " per rank: " << static_cast<double>(peak) / 1e6 << " MB at its peak"
+      << std::endl;
+  return peak;
+}
+
+}  // namespace
+
+MaxBatch find_max_batch(const parallel::TrainOptions& o, uint64_t budget, std::ostream& log) {
+  MaxBatch m;
+  m.budget = budget;
+  const int k = o.ranks();
+  // A data set of files holds so many images: each rank's two steps must fit in its share.
+  int64_t cap = int64_t{1} << 40;
+  if (o.dataset != "synthetic") {
+    const auto set = data::make_dataset(parallel::Job::data_spec(o), data::Split::train);
+    cap = set->size() / k / 2;
+  }
+  auto run = [&](int64_t b) {
+    const uint64_t peak = measure(o, b, log);
+    m.runs.push_back({b, peak});
+    return peak;
+  };
+  const int64_t first = std::min<int64_t>(2, cap), second = std::min<int64_t>(4, cap);
+  if (first < 1) {
+    m.capped_by = "the data set: too few images for 2 steps of 1 image per rank";
+    return m;
+  }
+  const BatchPeak a{first, run(first)};
+  if (a.peak_bytes > budget || second <= first) {  // even the smallest is over, or no room to measure a line
+    if (a.peak_bytes <= budget) {
+      m.batch = first;
+      m.peak_bytes = a.peak_bytes;
+      m.capped_by = "the data set";
+    }
+    return m;
+  }
+  const BatchPeak b{second, run(second)};
+  m.predicted = predict_max_batch(a, b, budget, 0.05);
+  // The best measured so far that fits: the answer if the prediction is not above it.
+  BatchPeak best = b.peak_bytes <= budget ? b : a;
+  int64_t next = m.predicted;
+  if (next > cap) {
+    next = cap;
+    m.capped_by = "the data set (" + std::to_string(cap) + " images per rank for 2 steps)";
+  }
+  for (int tries = 0; tries < 4 && next > best.batch; ++tries) {
+    const BatchPeak p{next, run(next)};
+    if (p.peak_bytes <= budget) {
+      best = p;
+      // Well under: small batches overstate the slope (fixed workspaces, rounding), so the line
+      // from the smaller of them to this batch predicts again, upward.
+      if (static_cast<double>(p.peak_bytes) >= 0.9 * static_cast<double>(budget)) break;
+      next = std::min(predict_max_batch(a, p, budget, 0.05), cap);
+      continue;
+    }
+    // Over: the line from the largest batch that fits to this one, with more headroom each time.
+    next = std::min(predict_max_batch(best, p, budget, 0.05 * (tries + 2)), p.batch - 1);
+  }
+  m.batch = best.batch;
+  m.peak_bytes = best.peak_bytes;
+  return m;
+}
+
+}  // namespace dpx::tools

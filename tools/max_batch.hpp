@@ -1,0 +1,50 @@
+// `dpx bench --batch-sizes max`: the largest per-rank batch of a configuration that trains within
+// a memory budget. Two short runs at small batches measure the peak memory (the allocator's
+// reserved high-water mark: the host's for CPU ranks, the largest rank's GPU's for GPU ranks), a
+// line through them predicts the batch that fills the budget less a headroom, and a run at that
+// batch confirms it; one that comes out over the budget shrinks the batch by the line's slope and
+// tries again, one well under it (below 90 %) predicts again from the line through it. At most
+// four runs after the first two. Every run is short (a step or two), and none is larger than the line predicts
+// fits, so the search is never the run that exhausts the machine.
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "parallel/train/train_options.hpp"
+
+namespace dpx::tools {
+
+struct BatchPeak {
+  int64_t batch = 0;       // per rank
+  uint64_t peak_bytes = 0;
+};
+
+// The largest batch b >= 1 with a + slope·b <= budget·(1 - headroom), for the line through two
+// measurements (a.batch < b.batch); 0 when even a batch of 1 is over. A line that does not grow
+// (the batch's memory lost in the noise of the rest) predicts 4 times its larger point: a step
+// up from which the next line can be drawn, never a leap.
+int64_t predict_max_batch(const BatchPeak& a, const BatchPeak& b, uint64_t budget, double headroom);
+
+// "16GB", "512MB", "1.5GiB", "4096" (bytes); throws UsageError naming `flag`.
+uint64_t parse_memory_size(const std::string& text, const std::string& flag);
+// What --memory-budget defaults to: the memory a new allocation can have now (the host's
+// MemAvailable; a GPU's free memory).
+uint64_t available_memory(Device device);
+
+struct MaxBatch {
+  int64_t batch = 0;            // per rank; 0: none fits
+  uint64_t peak_bytes = 0;      // measured at `batch`
+  uint64_t budget = 0;
+  int64_t predicted = 0;        // the line's first answer
+  std::vector<BatchPeak> runs;  // every measured batch, in order
+  std::string capped_by;        // "" or why the search stopped below the prediction (the data set)
+};
+
+// The search for `o` (its model, devices, parallel mode and every other option; the batch is the
+// search's). Progress lines go to `log`.
+MaxBatch find_max_batch(const parallel::TrainOptions& o, uint64_t budget, std::ostream& log);
+
+}  // namespace dpx::tools
