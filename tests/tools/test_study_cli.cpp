@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "analysis/csv_table.hpp"
 #include "analysis/gnuplot.hpp"
 #include "../common/files.hpp"
 #include "run_dpx.hpp"
@@ -90,15 +91,11 @@ TEST_CASE("dpx study loading --quick: an image folder made, a sweep of loader wo
   // One row per batch size and number of workers, each with the loader's own rate.
   const std::string results = dpx::testing::file_text(out / "bench" / "results.csv");
   CHECK(results.find(",workers,loader_images_per_worker_s,") != std::string::npos);
-  std::istringstream rows(results);
-  std::string row;
-  std::getline(rows, row);
+  const dpx::analysis::CsvTable t = dpx::analysis::CsvTable::read((out / "bench" / "results.csv").string(), "--out");
   std::set<std::string> workers;
-  while (std::getline(rows, row)) {
-    // ...,workers,loader_images_per_worker_s,skipped_images: the third field from the end.
-    const size_t last = row.rfind(','), rate = row.rfind(',', last - 1), w = row.rfind(',', rate - 1);
-    workers.insert(row.substr(w + 1, rate - w - 1));
-    CHECK(std::stod(row.substr(rate + 1, last - rate - 1)) > 0);
+  for (size_t r = 0; r < t.rows(); ++r) {
+    workers.insert(t.text(r, t.column("workers")));
+    CHECK(t.number(r, t.column("loader_images_per_worker_s")) > 0);
   }
   CHECK(workers == std::set<std::string>{"0", "1", "2"});
   if (has_gnuplot()) {
