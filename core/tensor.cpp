@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -73,14 +74,22 @@ class HostCache {
  public:
   HostCache() : cap_bytes_(cap_from_env()) {}
 
+  // Exact size for small blocks; a large request (1 MiB and more) may take the smallest cached
+  // block that wastes at most a quarter of it, as the CUDA pool does: without it every size a step
+  // frees stays cached beside the sizes it allocates next, and the allocator holds twice the
+  // step's live peak (resnet18 at 224, batch 32: 2.6 GB held for 1.2 GB live).
   void* take(size_t rounded) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(rounded);
-      if (it != free_.end() && !it->second.empty()) {
+      auto it = free_.lower_bound(rounded);
+      const size_t most = rounded >= kLargeBlock ? rounded + rounded / 4 : rounded;
+      if (it != free_.end() && it->first <= most) {
+        const size_t size = it->first;
         void* p = it->second.back();
         it->second.pop_back();
-        cached_bytes_ -= rounded;
+        if (it->second.empty()) free_.erase(it);
+        cached_bytes_ -= size;
+        if (size != rounded) larger_[p] = size;
         return p;
       }
     }
@@ -99,6 +108,12 @@ class HostCache {
   void give(void* p, size_t rounded) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (!larger_.empty()) {  // a block handed out for a smaller request goes back as what it is
+        if (auto it = larger_.find(p); it != larger_.end()) {
+          rounded = it->second;
+          larger_.erase(it);
+        }
+      }
       if (cached_bytes_ + rounded <= cap_bytes_) {
         free_[rounded].push_back(p);
         cached_bytes_ += rounded;
@@ -110,7 +125,7 @@ class HostCache {
   }
 
   void empty() {
-    std::unordered_map<size_t, std::vector<void*>> blocks;
+    std::map<size_t, std::vector<void*>> blocks;
     {
       std::lock_guard<std::mutex> lock(mu_);
       blocks.swap(free_);
@@ -145,7 +160,9 @@ class HostCache {
   }
 
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks
+  static constexpr size_t kLargeBlock = size_t{1} << 20;
+  std::map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks, by size
+  std::unordered_map<void*, size_t> larger_;   // blocks in use that are larger than their request
   size_t cached_bytes_ = 0;
   const size_t cap_bytes_;
   std::atomic<uint64_t> system_allocations_{0};

@@ -34,7 +34,8 @@ struct Storage {
 // caching allocator. Host blocks are not zeroed (Tensor::zeros zeroes its own).
 //
 // The host block cache: a freed host block is kept in a free list of its size (rounded up to 64
-// bytes) and handed to the next allocation of that size, so a training step, which allocates
+// bytes) and handed to the next allocation of that size (one of 1 MiB or more may take the
+// smallest cached block up to a quarter larger), so a training step, which allocates
 // the same sizes every step, stops asking the system for memory after its first step. At most
 // DPX_HOST_CACHE_MB MiB (environment; default half the machine's memory, at least 4096; under
 // ASan 0; 0 turns the cache off) wait

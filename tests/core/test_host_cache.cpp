@@ -76,3 +76,42 @@ TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the
   CHECK(host_bytes_reserved() == held0);
   CHECK(host_peak_bytes_reserved() >= held0);
 }
+
+TEST_CASE("a large request takes a cached block up to a quarter larger, and gives it back at its size") {
+  if (host_cache_cap_bytes() == 0) {
+    MESSAGE("the host block cache is off here: nothing to test");
+    return;
+  }
+  empty_host_cache();
+  void* block = nullptr;
+  {
+    Tensor t = Tensor::empty({512 << 10});  // 2 MiB
+    block = t.raw();
+  }
+  CHECK(host_bytes_cached() == (2u << 20));
+  const uint64_t system = host_system_allocations();
+  {
+    Tensor smaller = Tensor::empty({480 << 10});  // 1.875 MiB: the 2 MiB block wastes 6 %
+    CHECK(smaller.raw() == block);
+    CHECK(host_system_allocations() == system);
+    CHECK(host_bytes_cached() == 0);
+    Tensor too_small = Tensor::empty({384 << 10});  // 1.5 MiB: a 2 MiB block would waste a third
+    CHECK(host_system_allocations() == system + 1);
+  }
+  // Both back in the cache, each at its own size: 2 MiB (not 1.875) and 1.5 MiB.
+  CHECK(host_bytes_cached() == (2u << 20) + (3u << 19));
+  {
+    Tensor again = Tensor::empty({512 << 10});
+    CHECK(again.raw() == block);  // the 2 MiB block kept its size
+  }
+  // A small request takes its exact size only.
+  {
+    Tensor small = Tensor::empty({1000});
+  }
+  const uint64_t before_small = host_system_allocations();
+  Tensor other = Tensor::empty({999});
+  CHECK(host_system_allocations() == before_small);  // 3996 bytes: the same 64-byte class
+  Tensor odd = Tensor::empty({900});
+  CHECK(host_system_allocations() == before_small + 1);  // 3600 bytes: its own class
+  empty_host_cache();
+}
