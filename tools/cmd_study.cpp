@@ -126,7 +126,7 @@ std::vector<Step> steps_of(const StudyFlags& f, int k) {
             bench("bench", {"--models", q ? "squeezenet1_1" : "resnet18,squeezenet1_1", "--dataset", "imagefolder",
                             "--data-dir", "data", "--image-size", q ? "64" : "128", "--batch-sizes",
                             q ? "16,32" : "32,64", "--devices", devices, "--workers", q ? "0,1,2" : "0,1,2,4",
-                            "--steps", std::to_string(steps), "--warmup", "2", "--repeat", "3"})};
+                            "--steps", std::to_string(steps), "--warmup", "2", "--repeat", q ? "2" : "3"})};
   }
   if (f.name == "collectives") {
     const std::string ranks = std::to_string(std::max(k, 2));

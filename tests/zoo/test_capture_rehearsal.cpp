@@ -18,12 +18,14 @@ using namespace dpx;
 
 TEST_CASE("every zoo family's forward, loss and backward pass a capture rehearsal on the CPU") {
   Context ctx = Context::cpu(1);
-  // The first model of each family, and the members whose layers differ from it: bottleneck
-  // blocks, batch norm in VGG. (The others repeat these layers; all of them take 90 s here.)
+  // The first model of each family, and resnet50 for its bottleneck blocks. VGG is left out: its
+  // layers (convolution, ReLU, max and adaptive average pooling, dropout, linear, batch norm) are
+  // AlexNet's and ResNet's, and its 100 M-parameter classifier took 11 of this test's 17 s.
+  // (Every model takes 90 s.)
   std::set<std::string> families;
   for (const zoo::ModelInfo& info : zoo::registry()) {
     const bool first = families.insert(info.family).second;
-    if (!first && info.name != "resnet50" && info.name != "vgg11_bn") continue;
+    if ((!first && info.name != "resnet50") || info.family == "vgg") continue;
     CAPTURE(info.name);
     zoo::ModelOptions o;
     o.num_classes = 3;
