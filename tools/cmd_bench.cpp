@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "analysis/stats.hpp"
@@ -443,6 +444,19 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     // checked above, or --force said it may go).
     std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
     if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
+    // Likewise the steps files of an earlier sweep's configurations that this one does not run:
+    // dpx plot draws every steps/*.csv of the folder under this sweep's command. Files dpx did
+    // not write stay.
+    std::set<std::string> mine;
+    for (const Config& c : configs)
+      for (int run = 1; run <= bf.repeat; ++run)
+        mine.insert((bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag) + ".csv");
+    for (const auto& entry : std::filesystem::directory_iterator(bf.out_dir + "/steps", ignored)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".csv" && !mine.count(name) &&
+          written_by_dpx(entry.path().string(), FileKind::steps_csv))
+        std::filesystem::remove(entry.path(), ignored);
+    }
   }
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -179,4 +180,20 @@ TEST_CASE("bench and train report each run's peak memory: live tensors and what 
   REQUIRE(train.code == 0);
   CHECK(train.output.find("peak memory of the process (its ranks together): host ") != std::string::npos);
   CHECK(train.output.find(" MB reserved (held by dpx's allocator)") != std::string::npos);
+}
+
+TEST_CASE("a sweep into an earlier sweep's folder leaves none of that sweep's steps files behind") {
+  dpx::testing::TempDir dir("bench_again");
+  const std::string common = "bench --models lenet5 --devices cpu:1 --dataset synthetic --image-size 28 --steps 2 "
+                             "--warmup 1 --threads 1 --out " + dir.file("out");
+  REQUIRE(run_dpx(common + " --batch-sizes 8").code == 0);
+  REQUIRE(std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")));
+  std::ofstream(dir.file("out/steps/notes.csv")) << "mine\n";  // not dpx's: stays
+  DpxResult r = run_dpx(common + " --batch-sizes 4");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(std::filesystem::exists(dir.file("out/steps/lenet5_b4_ddp_cpu1.csv")));
+  // dpx plot draws every steps file under the newest command: the old one would be captioned wrong.
+  CHECK(!std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")));
+  CHECK(dpx::testing::file_text(dir.file("out/steps/notes.csv")) == "mine\n");
 }
