@@ -64,6 +64,20 @@ data::FolderLayout parse_layout(const std::string& layout, const std::string& di
   usage_fail("--layout '", excerpt(layout), "': use auto (tinyimagenet when DIR has wnids.txt), imagefolder or tinyimagenet");
 }
 
+// --split: the training split (RandomResizedCrop + flip) or the evaluation one (Resize + CenterCrop).
+data::Split parse_split(const std::string& split) {
+  if (split == "train") return data::Split::train;
+  if (split == "val" || split == "test") return data::Split::test;
+  usage_fail("--split '", excerpt(split), "': use train (RandomResizedCrop + flip) or val (Resize + CenterCrop)");
+}
+
+// --image-size, checked; 0: the layout's default (224; tinyimagenet: 64).
+int image_size_of(int image_size, data::FolderLayout layout) {
+  if (image_size < 0) usage_fail("--image-size ", image_size, ": give a side in pixels, or 0 for the default");
+  if (image_size > 0) return image_size;
+  return data::default_image_size(layout == data::FolderLayout::tinyimagenet ? "tinyimagenet" : "imagefolder");
+}
+
 struct CheckFlags {
   std::string dir, layout = "auto";
   int threads = 0;
@@ -107,18 +121,10 @@ struct PreviewFlags {
 
 void run_preview(PreviewFlags& f) {
   const data::FolderLayout layout = parse_layout(f.layout, f.dir);
-  data::Split split;
-  if (f.split == "train")
-    split = data::Split::train;
-  else if (f.split == "val" || f.split == "test")
-    split = data::Split::test;
-  else
-    usage_fail("--split '", excerpt(f.split), "': use train or val");
+  const data::Split split = parse_split(f.split);
   apply_image_flags(f.images, f.image_flags);
-  if (f.image_size < 0) usage_fail("--image-size ", f.image_size, ": give a side in pixels, or 0 for the default");
+  f.images.transform.size = image_size_of(f.image_size, layout);
   if (f.count < 1 || f.count > 4096) usage_fail("--count ", f.count, ": give between 1 and 4096 samples");
-  f.images.transform.size =
-      f.image_size > 0 ? f.image_size : data::default_image_size(layout == data::FolderLayout::tinyimagenet ? "tinyimagenet" : "imagefolder");
   // Outputs first: neither may replace a file dpx did not write, nor be the other.
   check_outputs_distinct({{"--out", f.out}, {"--tensors", f.tensors}}, {});
   check_output_file(f.out, FileKind::preview_png, "--out", f.force);
@@ -158,24 +164,15 @@ struct BenchFlags {
 // by the wall clock from the first timed next() to the last, per number of workers.
 void run_bench(BenchFlags& f) {
   const data::FolderLayout layout = parse_layout(f.layout, f.dir);
-  data::Split split;
-  if (f.split == "train")
-    split = data::Split::train;
-  else if (f.split == "val" || f.split == "test")
-    split = data::Split::test;
-  else
-    usage_fail("--split '", excerpt(f.split), "': use train (RandomResizedCrop + flip) or val (Resize + CenterCrop)");
+  const data::Split split = parse_split(f.split);
   apply_image_flags(f.images, f.image_flags);
-  if (f.image_size < 0) usage_fail("--image-size ", f.image_size, ": give a side in pixels, or 0 for the default");
+  f.images.transform.size = image_size_of(f.image_size, layout);
   if (f.batch_size < 1 || f.batch_size > 65536) usage_fail("--batch-size ", f.batch_size, ": give 1 to 65536");
   if (f.batches < 1 || f.batches > 1000000) usage_fail("--batches ", f.batches, ": give 1 to 1000000 timed batches");
   if (f.warmup < 0 || f.warmup > 1000000) usage_fail("--warmup ", f.warmup, ": give 0 to 1000000 batches");
   if (f.workers.empty()) usage_fail("--workers: give at least one number of loader threads");
   for (int w : f.workers)
     if (w < 0 || w > 256) usage_fail("--workers ", w, ": give 0 (the calling thread loads) to 256 threads");
-  f.images.transform.size =
-      f.image_size > 0 ? f.image_size
-                       : data::default_image_size(layout == data::FolderLayout::tinyimagenet ? "tinyimagenet" : "imagefolder");
   const auto set = data::load_image_folder(layout, f.dir, split, f.images, f.seed);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::printf("%s, %s split: %lld images, (3, %d, %d) each, batch %lld; %d timed batches after %d warm-up ones; %d "
