@@ -6,7 +6,7 @@
 
 namespace dpx::nn {
 
-Model::Model(std::unique_ptr<Module> root, Device device) : root_(std::move(root)), device_(device) {
+Model::Model(std::unique_ptr<Module> root, Device device, bool with_grads) : root_(std::move(root)), device_(device) {
   auto named = root_->named_parameters();
   int64_t total = 0;
   for (auto& [name, p] : named) {
@@ -14,12 +14,12 @@ Model::Model(std::unique_ptr<Module> root, Device device) : root_(std::move(root
     total += p->value.numel();
   }
   flat_params_ = Tensor::zeros({total}, DType::f32, device);
-  flat_grads_ = Tensor::zeros({total}, DType::f32, device);
+  if (with_grads) flat_grads_ = Tensor::zeros({total}, DType::f32, device);
   for (auto& s : slots_) {
     Tensor view = flat_params_.view_at(s.offset, s.param->value.shape());
     view.copy_from(s.param->value);
     s.param->value = view;
-    s.param->grad = flat_grads_.view_at(s.offset, view.shape());
+    if (with_grads) s.param->grad = flat_grads_.view_at(s.offset, view.shape());
   }
   root_->to(device);  // buffers (parameters are already there)
   root_->set_input_grad_needed(false);

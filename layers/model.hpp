@@ -25,7 +25,10 @@ class Model {
   // Takes the module, moves it to `device` and gathers its parameters into the flat buffers.
   // The root is told it needs no input gradient (Module::set_input_grad_needed), so backward
   // skips the first layer's dx and everything before the first trainable layer.
-  explicit Model(std::unique_ptr<Module> root, Device device = Device::cpu());
+  // Without `with_grads` the model has no gradient buffer (its parameters' grad stay undefined): a
+  // model that is only copied from, as a job's initial model, need not hold a second copy of
+  // its weights' size (VGG-16: 553 MB).
+  explicit Model(std::unique_ptr<Module> root, Device device = Device::cpu(), bool with_grads = true);
   Model(Model&&) = default;
   Model& operator=(Model&&) = default;
 
