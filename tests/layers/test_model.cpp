@@ -1,6 +1,6 @@
 // Model over layers: one flat parameter buffer with state_dict names, independent clones,
 // the gradient-ready hook (once per trainable parameter, when its gradient is final) and the
-// train/eval switch.
+// train/eval switch; a model without gradients (a job's initial model) holds its weights once.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -166,4 +166,28 @@ TEST_CASE("Model: building from a seed is deterministic") {
   nn::Model a(tiny_net(42)), b(tiny_net(42)), c(tiny_net(43));
   CHECK(a.flat_params().to_vector() == b.flat_params().to_vector());
   CHECK(a.flat_params().to_vector() != c.flat_params().to_vector());
+}
+
+TEST_CASE("Model without gradients: a model only copied from holds its weights once, and its clones train") {
+  // The live host bytes a model adds: the flat parameters, and with gradients their size again.
+  auto added = [](bool with_grads) {
+    auto net = tiny_net(3);
+    const size_t before = host_bytes_in_use();
+    nn::Model m(std::move(net), Device::cpu(), with_grads);
+    return std::pair{host_bytes_in_use() - before, m.num_parameters()};
+  };
+  const auto [with, params] = added(true);
+  const auto [without, params2] = added(false);
+  CHECK(params == params2);
+  CHECK(with - without == static_cast<size_t>(params) * sizeof(float));  // the gradient buffer saved
+
+  nn::Model initial(tiny_net(3), Device::cpu(), /*with_grads=*/false);
+  CHECK(initial.flat_grads().numel() == 0);
+  for (const auto& s : initial.slots()) CHECK(!s.param->grad.defined());
+  Context ctx = Context::cpu(1);
+  initial.zero_grad(ctx);  // nothing to clear, and no failure
+  // Its clone has its own gradients, as a rank's replica needs.
+  nn::Model replica = initial.clone(Device::cpu());
+  CHECK(replica.flat_grads().numel() == replica.num_parameters());
+  for (const auto& s : replica.slots()) CHECK(s.param->grad.defined());
 }
