@@ -49,7 +49,6 @@ struct BenchRow {
   double workers = kNone, loader_images_per_worker_s = kNone;  // dpx bench's loader columns
   double rank_batch = 0;
   double memory_budget = kNone;  // --batch-sizes max: the budget its batch was found under
-  double peak_reserved = kNone;  // the allocator's peak: the GPU's on a GPU, else the host's
 };
 
 // Rows of one model and batch size (and parallel mode, and folder where there are several).

@@ -169,10 +169,6 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     b.parallel_efficiency = t.number(r, c_pe);
     b.rank_batch = t.number(r, c_rank_batch);
     b.memory_budget = optional_number(t, r, "memory_budget_bytes");
-    if (t.has("peak_device_reserved_bytes") && t.has("peak_host_reserved_bytes")) {
-      const double device = t.number(r, t.column("peak_device_reserved_bytes"));
-      b.peak_reserved = device > 0 ? device : t.number(r, t.column("peak_host_reserved_bytes"));
-    }
     if (has_workers) {
       b.workers = t.number(r, t.column("workers"));
       b.loader_images_per_worker_s = optional_number(t, r, "loader_images_per_worker_s");

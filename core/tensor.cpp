@@ -227,17 +227,23 @@ MemoryPeaks memory_peaks(Device device) {
   return m;
 }
 
-void reset_memory_peaks(Device device) {
-  reset_host_peaks();
-  if (device.is_cuda()) cuda::reset_peak_bytes_in_use(device.index);
-}
-
-size_t host_window_peak_bytes() { return g_host_window_peak.load(std::memory_order_relaxed); }
-void reset_host_window_peak() { g_host_window_peak.store(host_bytes_in_use(), std::memory_order_relaxed); }
-
-void reset_host_peaks() {
+void reset_memory_peaks() {
+  empty_host_cache();
   g_host_peak.store(host_bytes_in_use(), std::memory_order_relaxed);
   g_host_peak_reserved.store(host_bytes_reserved(), std::memory_order_relaxed);
+  for (int d = 0; d < cuda::device_count(); ++d) {
+    cuda::empty_cache(d);
+    cuda::reset_peak_bytes_in_use(d);
+  }
+}
+
+size_t window_peak_bytes(Device device) {
+  return device.is_cuda() ? cuda::window_peak_bytes(device.index) : g_host_window_peak.load(std::memory_order_relaxed);
+}
+
+void reset_window_peaks() {
+  g_host_window_peak.store(host_bytes_in_use(), std::memory_order_relaxed);
+  for (int d = 0; d < cuda::device_count(); ++d) cuda::reset_window_peak(d);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

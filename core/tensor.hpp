@@ -47,18 +47,13 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 size_t host_bytes_in_use();
 // Bytes of freed host blocks the cache holds for reuse.
 size_t host_bytes_cached();
-// The host's high-water marks since the process started or the last reset_host_peaks(), as
+// The host's high-water marks since the process started or the last reset_memory_peaks(), as
 // PyTorch's max_memory_allocated / max_memory_reserved: the most bytes of live host tensors at
 // once, and the most the allocator held from the system at once (live blocks, each rounded up to
 // 64 bytes, and the cache's free ones). Process-wide: thread ranks share them.
 size_t host_peak_bytes_in_use();
 size_t host_bytes_reserved();
 size_t host_peak_bytes_reserved();
-void reset_host_peaks();  // each peak := its current value
-// A second high-water mark of live host bytes that is reset on its own: the op profiler's, which
-// names the op during which the measured steps reached their most (kernels/op_profile.hpp).
-size_t host_window_peak_bytes();
-void reset_host_window_peak();
 
 // A rank's high-water marks: the host's (process-wide) and, for a GPU, its device's (the caching
 // allocator's in use and held), in bytes.
@@ -67,8 +62,15 @@ struct MemoryPeaks {
   void raise_to(const MemoryPeaks& o);  // each field the larger of the two
 };
 MemoryPeaks memory_peaks(Device device);
-// Resets the host's peaks and, for a GPU, that device's to what is in use and held now.
-void reset_memory_peaks(Device device);
+// Where a run's measurement starts (train() calls it): gives every cached block back, on the host
+// and on every GPU, then sets every high-water mark to what is live (and held) now, so a run's
+// reserved peak is its own, not what an earlier run of the process left cached.
+void reset_memory_peaks();
+// A second mark of bytes in use on `device` (the host's live tensors, or a GPU allocator's bytes in
+// use), reset on its own: the op profiler's, which names the op during which the measured steps
+// reached their most (kernels/op_profile.hpp).
+size_t window_peak_bytes(Device device);
+void reset_window_peaks();  // the host's and every GPU's, to what is in use now
 // How many host blocks allocate_storage has asked the system for since the process started
 // (cache hits not counted): tests check that steady-state training asks for none.
 uint64_t host_system_allocations();

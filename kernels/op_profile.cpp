@@ -82,12 +82,8 @@ std::mutex g_peak_mu;
 PeakOp g_peak;
 std::atomic<bool> g_window_pending{true};  // the next Counting scope resets the memory windows
 
-size_t window_peak(const Context& ctx) {
-  return ctx.device.is_cuda() ? cuda::window_peak_bytes(ctx.device.index) : host_window_peak_bytes();
-}
-
 void note_peak(const Context& ctx, const char* name, size_t before) {
-  const size_t after = window_peak(ctx);
+  const size_t after = window_peak_bytes(ctx.device);
   if (after <= before) return;
   std::lock_guard<std::mutex> lock(g_peak_mu);
   if (after <= g_peak.bytes) return;
@@ -175,10 +171,7 @@ Counting::Counting(bool on) : previous_(t_counting) {
   t_counting = on;
   // The first counted step after a reset starts the memory window: the warm-up's high-water
   // mark, reached before, would otherwise hide the op that reaches it again.
-  if (on && enabled() && g_window_pending.exchange(false)) {
-    reset_host_window_peak();
-    for (int d = 0; d < cuda::device_count(); ++d) cuda::reset_window_peak(d);
-  }
+  if (on && enabled() && g_window_pending.exchange(false)) reset_window_peaks();
 }
 Counting::~Counting() {
   t_counting = previous_;
@@ -256,7 +249,7 @@ Call::Call(const Context& ctx, const char* name, double flops) {
   ctx_ = &ctx;
   name_ = name;
   flops_ = flops;
-  peak_before_ = window_peak(ctx);
+  peak_before_ = window_peak_bytes(ctx.device);
 #ifdef DPX_WITH_CUDA
   if (ctx.device.is_cuda()) {
     cuda::CudaState& st = cuda::state_of(ctx);  // makes the op's device current

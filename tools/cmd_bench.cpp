@@ -18,7 +18,6 @@
 
 #include "analysis/stats.hpp"
 #include "core/atomic_file.hpp"
-#include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/stop.hpp"
@@ -84,6 +83,12 @@ struct Config {
   std::vector<parallel::TrainReport> runs;  // without their step records
   std::vector<parallel::Summary> summaries;
 };
+
+// A run's steps file in --out/steps/: the configuration's tag, and the run's number when there are
+// repeats.
+std::string steps_file(const Config& c, int run, int repeat) {
+  return (repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag) + ".csv";
+}
 
 template <class T>
 std::string join_values(const std::vector<T>& vs) {
@@ -409,8 +414,8 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     for (const auto& [name, kind] : files) check_output_file(bf.out_dir + "/" + name, kind, "--out", tf.force);
     for (const Config& c : configs)
       for (int run = 1; run <= bf.repeat; ++run) {
-        const std::string name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
-        check_output_file(bf.out_dir + "/steps/" + name + ".csv", FileKind::steps_csv, "--out", tf.force);
+        check_output_file(bf.out_dir + "/steps/" + steps_file(c, run, bf.repeat), FileKind::steps_csv, "--out",
+                          tf.force);
       }
     // --batch-sizes max: each such configuration's batch, found before the sweep measures any
     // and before --out is made (a search that finds none leaves nothing).
@@ -421,7 +426,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                 << " GB (" << (budget > 0 ? "--memory-budget" : c.o.device().is_cuda() ? "the GPU's free memory"
                                                                                    : "the host's available memory")
                 << (c.o.device().is_cuda() ? ", per GPU" : ", the process's") << ")" << std::endl;
-      c.max_batch = find_max_batch(c.o, limit, std::cout);
+      c.max_batch = find_max_batch(c.o, train_set_of(c.o)->size(), limit, std::cout);
       const MaxBatch& m = c.max_batch;
       if (m.batch == 0)
         fail("--batch-sizes max: no batch of ", c.o.model, " on ", c.o.devices, " trains within ",
@@ -450,7 +455,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     std::set<std::string> mine;
     for (const Config& c : configs)
       for (int run = 1; run <= bf.repeat; ++run)
-        mine.insert((bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag) + ".csv");
+        mine.insert(steps_file(c, run, bf.repeat));
     for (const auto& entry : std::filesystem::directory_iterator(bf.out_dir + "/steps", ignored)) {
       const std::string name = entry.path().filename().string();
       if (entry.path().extension() == ".csv" && !mine.count(name) &&
@@ -514,10 +519,6 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::ostringstream quiet;  // per-step progress of sweeps stays out of the way
       parallel::TrainReport report;
       ops::profile::reset();  // this run's measured steps only (the training loop skips the warmup)
-      // Each run starts from empty caches, so its reserved peak is its own (not the blocks an
-      // earlier run or the --batch-sizes max search left).
-      empty_host_cache();
-      for (int d : c.o.cuda_devices()) cuda::empty_cache(d);
       if (mpi) {
         // Ranks 0..k-1 run the configuration; the others wait for them (their timeouts apply).
         const int k = c.o.process_ranks;
@@ -544,8 +545,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       if (mpi && !rank0) continue;
       parallel::Summary s = parallel::summarize(report);
       const MeasuredSteps measured = measured_steps(report, processes.rank());  // for --profile-ops
-      const std::string steps_name = bf.repeat > 1 ? detail::concat(c.tag, "_run", run) : c.tag;
-      parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_name + ".csv", report);
+      parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_file(c, run, bf.repeat), report);
       c.summaries.push_back(s);
       report.steps.clear();
       report.steps.shrink_to_fit();

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include "core/atomic_file.hpp"
 #include "core/data/datasets.hpp"
@@ -18,6 +17,7 @@
 #include "core/safetensors.hpp"
 #include "tools/commands.hpp"
 #include "tools/image_flags.hpp"
+#include "tools/print.hpp"
 #include "tools/train_flags.hpp"
 
 namespace dpx::tools {
@@ -174,7 +174,7 @@ void run_bench(BenchFlags& f) {
   for (int w : f.workers)
     if (w < 0 || w > 256) usage_fail("--workers ", w, ": give 0 (the calling thread loads) to 256 threads");
   const auto set = data::load_image_folder(layout, f.dir, split, f.images, f.seed);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = hardware_threads();
   std::printf("%s, %s split: %lld images, (3, %d, %d) each, batch %lld; %d timed batches after %d warm-up ones; %d "
               "cores\n",
               f.dir.c_str(), f.split.c_str(), static_cast<long long>(set->size()), set->transform().size,

@@ -10,13 +10,10 @@
 #include <sstream>
 
 #include "core/cuda/memory.hpp"
-#include "core/data/datasets.hpp"
 #include "core/error.hpp"
 #include "core/quote.hpp"
 #include "core/stop.hpp"
-#include "core/tensor.hpp"
 #include "parallel/bench/metrics.hpp"
-#include "parallel/train/job.hpp"
 #include "parallel/train/trainer.hpp"
 
 namespace dpx::tools {
@@ -83,9 +80,7 @@ uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& l
   r.max_steps = 2;  // the first step allocates everything; the second reuses it, or shows what leaks
   r.warmup_steps = 1;
   if (r.dataset == "synthetic") r.synthetic_size = std::max<int64_t>(r.synthetic_size, 2 * batch * k);
-  empty_host_cache();
-  for (int d : r.cuda_devices()) cuda::empty_cache(d);
-  std::ostringstream quiet;
+  std::ostringstream quiet;  // train() starts from empty caches: the peak is this run's own
   const parallel::TrainReport report = parallel::train(r, quiet);
   if (report.stopped_by) throw stop::Stopped(report.stopped_by);
   const parallel::Summary s = parallel::summarize(report);
@@ -97,16 +92,11 @@ uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& l
 
 }  // namespace
 
-MaxBatch find_max_batch(const parallel::TrainOptions& o, uint64_t budget, std::ostream& log) {
+MaxBatch find_max_batch(const parallel::TrainOptions& o, int64_t train_samples, uint64_t budget, std::ostream& log) {
   MaxBatch m;
   m.budget = budget;
-  const int k = o.ranks();
   // A data set of files holds so many images: each rank's two steps must fit in its share.
-  int64_t cap = int64_t{1} << 40;
-  if (o.dataset != "synthetic") {
-    const auto set = data::make_dataset(parallel::Job::data_spec(o), data::Split::train);
-    cap = set->size() / k / 2;
-  }
+  const int64_t cap = o.dataset == "synthetic" ? int64_t{1} << 40 : train_samples / o.ranks() / 2;
   auto run = [&](int64_t b) {
     const uint64_t peak = measure(o, b, log);
     m.runs.push_back({b, peak});

@@ -44,7 +44,8 @@ struct MaxBatch {
 };
 
 // The search for `o` (its model, devices, parallel mode and every other option; the batch is the
-// search's). Progress lines go to `log`.
-MaxBatch find_max_batch(const parallel::TrainOptions& o, uint64_t budget, std::ostream& log);
+// search's), whose training set holds `train_samples` (synthetic sets grow with the batch instead).
+// Progress lines go to `log`.
+MaxBatch find_max_batch(const parallel::TrainOptions& o, int64_t train_samples, uint64_t budget, std::ostream& log);
 
 }  // namespace dpx::tools

@@ -120,9 +120,9 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
                    [&](const EpochRecord& e) { progress.epoch(e); },
                    [&](const std::string& path) { log << "checkpoint " << path << std::endl; }};
   // The high-water marks of this run: what the job holds already (the model, the data's index)
-  // and what its steps add. A process's earlier runs (dpx bench's other configurations) do not count.
-  reset_host_peaks();
-  for (int d = 0; d < cuda::device_count(); ++d) cuda::reset_peak_bytes_in_use(d);
+  // and what its steps add. A process's earlier runs (dpx bench's other configurations, the
+  // --batch-sizes max search) do not count, nor the blocks they left cached.
+  reset_memory_peaks();
   double start = now_s();
   // A resumed run continues the first one's timeline: its records keep their times.
   report.start_s = start - (job.resume ? job.resume->progress.elapsed_s : 0.0);

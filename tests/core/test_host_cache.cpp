@@ -45,8 +45,7 @@ TEST_CASE("a freed host block is reused for the same rounded size, and zeros() z
 }
 
 TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the allocator held") {
-  empty_host_cache();
-  reset_host_peaks();
+  reset_memory_peaks();  // the cache emptied, the marks at what is live and held now
   const size_t live0 = host_bytes_in_use(), held0 = host_bytes_reserved();
   CHECK(host_peak_bytes_in_use() == live0);
   CHECK(host_peak_bytes_reserved() == held0);
@@ -69,7 +68,7 @@ TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the
     CHECK(m.device_allocated == 0);
   }
   // A reset brings each peak down to what is live and held now.
-  reset_memory_peaks(Device::cpu());
+  reset_memory_peaks();
   CHECK(host_peak_bytes_in_use() == host_bytes_in_use());
   CHECK(host_peak_bytes_in_use() == live0);
   empty_host_cache();
