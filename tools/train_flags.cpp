@@ -59,8 +59,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
         ->capture_default_str();
     cmd.add_option("--keep", o.keep_checkpoints, "how many of the newest checkpoints to keep")->capture_default_str();
     cmd.add_option("--resume", o.resume,
-                   "continue the run a checkpoint was made of, bit for bit: a checkpoint file, or a --checkpoint-dir "
-                   "(its newest)");
+                   "continue the run a checkpoint was made of, bit for bit: a checkpoint file, a --checkpoint-dir "
+                   "(its newest), or auto: --checkpoint-dir's newest checkpoint if it has one, else start from the "
+                   "first step (one job script for a run and its requeues)");
   }
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
   // Mixed precision (README.md, Mixed precision); bench sweeps a list of --grad-dtype.
@@ -274,7 +275,7 @@ void check_train_outputs(const parallel::TrainOptions& o, bool force) {
   output(o.trace_file, FileKind::trace_json, "--trace");
   output(o.save_file, FileKind::weights, "--save");
   std::error_code ec;
-  const bool resume_file = !o.resume.empty() && std::filesystem::is_regular_file(o.resume, ec);
+  const bool resume_file = !o.resume.empty() && o.resume != "auto" && std::filesystem::is_regular_file(o.resume, ec);
   // An input named as an output first (the more specific message), then each file's kind.
   check_outputs_distinct(outputs, {{"--weights", o.weights_file}, {"--resume", resume_file ? o.resume : ""}});
   for (size_t i = 0; i < outputs.size(); ++i) check_output_file(outputs[i].path, kinds[i], outputs[i].flag.c_str(), force);

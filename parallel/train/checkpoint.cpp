@@ -91,7 +91,6 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
   return t;
 }
 
-// The checkpoint-<n>.safetensors files of a folder, by n.
 // The checkpoint files of `dir` by step: named checkpoint-<step>.safetensors with a step that fits
 // in 64 bits, and dpx checkpoints by their metadata (a stray checkpoint-<huge>.safetensors, or a
 // file of someone else's under such a name, is none: never rotated away, never resumed from).
@@ -226,6 +225,8 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
   }
   return path;
 }
+
+bool has_checkpoint(const std::string& dir) { return !checkpoints_in(dir).empty(); }
 
 Checkpoint read_checkpoint(const std::string& file_or_dir) {
   std::string path = file_or_dir;

@@ -59,6 +59,8 @@ Checkpoint checkpoint_from(const SafeTensors& st, const std::string& path);
 // Reads a checkpoint file, or the newest one in a folder. Throws a dpx::Error naming the file
 // and what is wrong (or a dpx::UsageError when there is none), saying it is --resume's.
 Checkpoint read_checkpoint(const std::string& file_or_dir);
+// Whether `dir` holds a dpx checkpoint that read_checkpoint(dir) would read (--resume auto).
+bool has_checkpoint(const std::string& dir);
 // The options (and number of ranks) a resume must share with its checkpoint, and the first that
 // differ, as "--model is resnet18 in the checkpoint and lenet5 here"; empty when it fits.
 std::string resume_mismatch(const Checkpoint& c, const TrainOptions& options, int ranks);

@@ -69,8 +69,11 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     weights_report = zoo::load_state(initial, read_safetensors(o.weights_file), o.weights_strict, skip);
   }
   if (!o.weights_file.empty() && o.on_nonfinite != NonFinite::ignore) check_finite(initial, o.weights_file, "--weights");
-  if (!o.resume.empty()) {
-    auto c = std::make_shared<Checkpoint>(read_checkpoint(o.resume));
+  // --resume auto: one job script for the first run and every requeue (README.md, Slurm): the
+  // newest checkpoint of --checkpoint-dir where there is one, else a run from the start.
+  const bool auto_start = o.resume == "auto" && !has_checkpoint(o.checkpoint_dir);
+  if (!o.resume.empty() && !auto_start) {
+    auto c = std::make_shared<Checkpoint>(read_checkpoint(o.resume == "auto" ? o.checkpoint_dir : o.resume));
     const std::string differs = resume_mismatch(*c, o, ranks);
     if (!differs.empty())
       usage_fail("--resume ", c->path, " was made by another run: ", differs,

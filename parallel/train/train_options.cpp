@@ -266,6 +266,9 @@ const Refusal kRefused[] = {
      "library's all-reduce, which it cannot reach: pick ring, tree, naive, rhd or hier"},
     {[](const TrainOptions& o) { return (o.checkpoint_every > 0 || o.keep_checkpoints != 3) && o.checkpoint_dir.empty(); },
      "--checkpoint-every and --keep need --checkpoint-dir, the folder the checkpoints go to"},
+    {[](const TrainOptions& o) { return o.resume == "auto" && o.checkpoint_dir.empty(); },
+     "--resume auto continues from the newest checkpoint in --checkpoint-dir: pass --checkpoint-dir too "
+     "(a file or folder named auto: ./auto)"},
     {[](const TrainOptions& o) {
        return o.parallel == ParallelMode::dp && (!o.checkpoint_dir.empty() || !o.resume.empty());
      },

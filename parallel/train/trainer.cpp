@@ -130,6 +130,9 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
     report.epochs = job.resume->epochs;
     log << "resuming from " << job.resume->path << " at epoch " << job.resume->progress.epoch + 1 << " step "
         << job.resume->progress.step << " (global step " << job.resume->progress.global_step << ")" << std::endl;
+  } else if (options.resume == "auto") {
+    log << "--resume auto: no checkpoint in " << options.checkpoint_dir << " yet; starting from the first step"
+        << std::endl;
   }
   if (options.parallel == ParallelMode::dp) {
     run_data_parallel(job, report, hooks);

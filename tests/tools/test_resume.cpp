@@ -131,6 +131,28 @@ TEST_CASE("--keep keeps the newest checkpoints, and --resume of the folder takes
   check_same(tmp.path / "full", tmp.path / "resumed");
 }
 
+// --resume auto: one command for the first run and every restart (a requeued Slurm job).
+TEST_CASE("--resume auto starts where --checkpoint-dir holds no checkpoint and continues from its newest") {
+  const TempDir tmp("resume_auto");
+  const fs::path ckpt = tmp.path / "ckpt";
+  const std::string args = kSmall + "--model mlp --image-size 8 --channels 1 --checkpoint-dir " + ckpt.string() +
+                           " --checkpoint-every 4 --keep 10 --resume auto";
+  DpxResult first = train("", args, tmp.path / "full", "");
+  CHECK(first.output.find("--resume auto: no checkpoint in " + ckpt.string() + " yet; starting from the first step") !=
+        std::string::npos);
+  // A restart after step 8: the later checkpoints were never written.
+  for (int step : {10, 12, 16, 20}) CHECK(fs::remove(checkpoint_file(ckpt, step)));  // 10: the epoch's end
+  DpxResult again = train("", args, tmp.path / "resumed", "");
+  CHECK(again.output.find("resuming from " + checkpoint_file(ckpt, 8)) != std::string::npos);
+  check_same(tmp.path / "full", tmp.path / "resumed");
+
+  DpxResult alone = run_command(kDpx + kSmall + "--model mlp --image-size 8 --channels 1 --resume auto");
+  CAPTURE(alone.output);
+  CHECK(alone.code == 2);
+  CHECK(alone.output.find("--resume auto continues from the newest checkpoint in --checkpoint-dir: pass "
+                          "--checkpoint-dir too") != std::string::npos);
+}
+
 TEST_CASE("SIGTERM: the run stops at a step, checkpoints, exits 143, and the resumed run finishes it alike") {
   const std::string args =
       "train --model lenet5 --dataset synthetic --synthetic-size 100000 --steps 1200 --epochs 2 --batch-size 24 "
