@@ -1,6 +1,6 @@
 // Launcher variables (see launcher_env.hpp). Which variable each launcher sets: Open MPI's
 // mpirun sets OMPI_COMM_WORLD_* and PMIX_RANK; MPICH's hydra and srun --mpi=pmi2 set PMI_RANK and
-// PMI_SIZE; srun --mpi=pmix sets PMIX_RANK; srun always sets SLURM_PROCID, SLURM_LOCALID and
+// PMI_SIZE (hydra also MPI_LOCALRANKID and MPI_LOCALNRANKS); srun --mpi=pmix sets PMIX_RANK; srun always sets SLURM_PROCID, SLURM_LOCALID and
 // SLURM_STEP_NUM_TASKS for its tasks (which are not MPI ranks when srun starts mpirun's daemons).
 #include "parallel/runtime/launcher_env.hpp"
 
@@ -28,7 +28,7 @@ constexpr const char* kVariables[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMIX_RANK",            "PMI_RANK",             "PMI_SIZE",                   "SLURM_JOB_ID",
     "SLURM_STEP_ID",        "SLURM_PROCID",         "SLURM_LOCALID",              "SLURM_STEP_NUM_TASKS",
-    "SLURM_NTASKS",         "SLURM_NODEID",
+    "SLURM_NTASKS",         "SLURM_NODEID",         "MPI_LOCALRANKID",            "MPI_LOCALNRANKS",
 };
 
 // The task count of the srun step this process belongs to, or -1.
@@ -36,6 +36,13 @@ int slurm_step_tasks(const EnvLookup& env) {
   if (!env("SLURM_STEP_ID")) return -1;  // a batch script's own shell is no srun step
   int n = int_var(env, "SLURM_STEP_NUM_TASKS");
   return n > 0 ? n : int_var(env, "SLURM_NTASKS");
+}
+
+// The advice for srun tasks that MPI cannot join into one job.
+std::string srun_advice(int tasks, const std::string& srun_mpi) {
+  return detail::concat("each of the ", tasks, " tasks would run alone: pass srun --mpi=", srun_mpi,
+                        " (this dpx's MPI library joins srun's tasks through it; `srun --mpi=list` shows what the "
+                        "cluster offers), or set MpiDefault=", srun_mpi, " in slurm.conf");
 }
 
 void check(std::vector<std::string>& out, const EnvLookup& env, const char* name, int mpi_value, const char* what) {
@@ -85,7 +92,16 @@ LauncherEnv read_launcher_env(const EnvLookup& env) {
   return e;
 }
 
-std::vector<std::string> launcher_mismatches(const EnvLookup& env, const MpiPlace& mpi) {
+std::string launch_refusal(const EnvLookup& env, const std::string& srun_mpi) {
+  const int tasks = slurm_step_tasks(env);
+  if (tasks <= 1) return "";
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD"})
+    if (env(name)) return "";
+  return detail::concat("srun started ", tasks, " tasks (SLURM_STEP_NUM_TASKS) without a PMI plugin (srun --mpi=none, "
+                        "or the cluster's MpiDefault): ", srun_advice(tasks, srun_mpi));
+}
+
+std::vector<std::string> launcher_mismatches(const EnvLookup& env, const MpiPlace& mpi, const std::string& srun_mpi) {
   std::vector<std::string> out;
   check(out, env, "OMPI_COMM_WORLD_RANK", mpi.rank, "rank");
   check(out, env, "OMPI_COMM_WORLD_SIZE", mpi.size, "number of ranks");
@@ -94,11 +110,12 @@ std::vector<std::string> launcher_mismatches(const EnvLookup& env, const MpiPlac
   check(out, env, "PMIX_RANK", mpi.rank, "rank");
   check(out, env, "PMI_RANK", mpi.rank, "rank");
   check(out, env, "PMI_SIZE", mpi.size, "number of ranks");
+  check(out, env, "MPI_LOCALRANKID", mpi.local_rank, "rank on its node");  // MPICH's hydra
+  check(out, env, "MPI_LOCALNRANKS", mpi.local_size, "number of ranks on its node");
   const int tasks = slurm_step_tasks(env);
   if (tasks > 1 && mpi.size == 1) {
-    out.push_back(detail::concat("srun started ", tasks, " tasks (SLURM_STEP_NUM_TASKS) but MPI sees a world of 1: "
-                                 "each task would train alone; pass srun --mpi=pmix (or pmi2, whichever `srun --mpi=list` "
-                                 "offers) so that the MPI library joins the tasks into one job"));
+    out.push_back(detail::concat("srun started ", tasks, " tasks (SLURM_STEP_NUM_TASKS) but MPI sees a world of 1: ",
+                                 srun_advice(tasks, srun_mpi)));
   } else if (tasks == mpi.size) {
     check(out, env, "SLURM_PROCID", mpi.rank, "rank");
     check(out, env, "SLURM_LOCALID", mpi.local_rank, "rank on its node");

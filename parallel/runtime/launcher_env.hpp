@@ -26,6 +26,13 @@ struct LauncherEnv {
 
 LauncherEnv read_launcher_env(const EnvLookup& env);
 
+// Before MPI starts: why this process must not start it, or "" when it may. Refused: srun
+// started several tasks and set none of the variables a PMI plugin sets (srun --mpi=none, a
+// cluster whose MpiDefault is none): Open MPI would abort inside MPI_Init with a page about
+// rebuilding it, MPICH would start N one-rank jobs that train N times into one folder. `srun_mpi`
+// is the plugin this dpx's MPI library starts under (srun_mpi_plugin()), named in the advice.
+std::string launch_refusal(const EnvLookup& env, const std::string& srun_mpi);
+
 // What MPI says about this process.
 struct MpiPlace {
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
@@ -36,6 +43,6 @@ struct MpiPlace {
 // PMI_RANK/PMI_SIZE, PMIX_RANK, and Slurm's SLURM_PROCID/SLURM_LOCALID where srun started the
 // ranks itself (its task count equals MPI's size), plus the classic mistake of srun starting N
 // tasks that each see a one-rank MPI world (no PMI plugin).
-std::vector<std::string> launcher_mismatches(const EnvLookup& env, const MpiPlace& mpi);
+std::vector<std::string> launcher_mismatches(const EnvLookup& env, const MpiPlace& mpi, const std::string& srun_mpi);
 
 }  // namespace dpx::parallel

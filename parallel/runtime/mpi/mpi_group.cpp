@@ -97,7 +97,7 @@ MpiProcessGroup::MpiProcessGroup(int& argc, char**& argv, const LauncherEnv& env
   MPI_Comm_free(&node_comm);
 
   // Every rank checks its launcher's variables; if any rank's disagree, every rank stops.
-  const std::vector<std::string> mismatches = launcher_mismatches(process_env(), place);
+  const std::vector<std::string> mismatches = launcher_mismatches(process_env(), place, srun_mpi_plugin());
   int bad = mismatches.empty() ? 0 : 1, any_bad = 0;
   DPX_MPI_CHECK(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   if (any_bad) {
@@ -217,6 +217,8 @@ std::unique_ptr<Communicator> duplicate(Communicator& comm) {
 std::unique_ptr<ProcessGroup> join_process_group(int& argc, char**& argv) {
   const LauncherEnv env = read_launcher_env(process_env());
   if (!env.launched()) return std::make_unique<LocalProcessGroup>();
+  if (const std::string refusal = launch_refusal(process_env(), mpi::srun_mpi_plugin()); !refusal.empty())
+    usage_fail(refusal);
   return std::make_unique<mpi::MpiProcessGroup>(argc, argv, env);
 }
 
