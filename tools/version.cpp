@@ -13,7 +13,7 @@
 #include <nccl.h>
 #endif
 #ifdef DPX_WITH_MPI
-#include <mpi.h>
+#include "parallel/comm/mpi/mpi_util.hpp"
 #endif
 #include <zlib.h>
 
@@ -44,11 +44,7 @@ std::string version_text(const parallel::LaunchInfo& launch) {
   os << "CUDA not built in (configure with -DDPX_CUDA=ON on a machine with CUDA, cuDNN and NCCL)\n";
 #endif
 #ifdef DPX_WITH_MPI
-  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(lib, &len);
-  std::string first(lib, static_cast<size_t>(len));
-  os << "MPI " << MPI_VERSION << "." << MPI_SUBVERSION << " (" << first.substr(0, first.find_first_of(",\n")) << "): ";
+  os << "MPI " << MPI_VERSION << "." << MPI_SUBVERSION << " (" << parallel::mpi::library_name() << "): ";
   if (launch.backend == "mpi")
     os << launch.thread_level << ", " << launch.ranks << " ranks on " << launch.nodes << " node"
        << (launch.nodes > 1 ? "s" : "") << "\n";

@@ -19,11 +19,18 @@ using namespace dpx;
 using namespace dpx::parallel;
 using testing::mpi_group;
 
-TEST_CASE("the launch: Open MPI's variables agree with MPI, MPI_THREAD_MULTIPLE, one host, every rank's pid") {
+TEST_CASE("the launch: the launcher's variables agree with MPI, MPI_THREAD_MULTIPLE, one host, every rank's pid") {
   const LaunchInfo& info = mpi_group->info();
   CHECK(info.backend == "mpi");
   CHECK(info.thread_level == "MPI_THREAD_MULTIPLE");
+#ifdef OPEN_MPI
   CHECK(info.launcher == "mpirun (Open MPI)");
+#else  // MPICH's mpiexec (hydra): PMI_RANK and PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS
+  CHECK(info.launcher == "PMI (MPICH's mpiexec)");
+  bool local_rank_seen = false;
+  for (const auto& [name, value] : info.launcher_env) local_rank_seen = local_rank_seen || name == "MPI_LOCALRANKID";
+  CHECK(local_rank_seen);
+#endif
   CHECK(info.ranks == mpi_group->size());
   CHECK(info.nodes == 1);
   REQUIRE(info.pids.size() == static_cast<size_t>(mpi_group->size()));
@@ -33,11 +40,15 @@ TEST_CASE("the launch: Open MPI's variables agree with MPI, MPI_THREAD_MULTIPLE,
   place.size = mpi_group->size();
   place.local_rank = info.local_rank[static_cast<size_t>(place.rank)];
   place.local_size = mpi_group->size();
-  CHECK(launcher_mismatches(process_env(), place).empty());
+  CHECK(launcher_mismatches(process_env(), place, "pmix").empty());
   place.rank = (place.rank + 1) % place.size;  // what a launcher/library mix-up looks like
-  const auto wrong = launcher_mismatches(process_env(), place);
+  const auto wrong = launcher_mismatches(process_env(), place, "pmix");
   REQUIRE(!wrong.empty());
+#ifdef OPEN_MPI
   CHECK(wrong.front().find("OMPI_COMM_WORLD_RANK=") == 0);
+#else
+  CHECK(wrong.front().find("PMI_RANK=") == 0);
+#endif
 }
 
 TEST_CASE("a library that cannot give MPI_THREAD_MULTIPLE is refused with the level it gave and what to do") {

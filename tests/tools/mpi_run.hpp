@@ -69,27 +69,20 @@ class BackgroundJob {
     return false;
   }
 
-  // The pid of the rank whose OMPI_COMM_WORLD_RANK is `rank` (a child of mpirun), or -1.
+  // The pid of the rank whose OMPI_COMM_WORLD_RANK (Open MPI's mpirun: a child of it) or PMI_RANK
+  // (MPICH's mpiexec: a child of its proxy) is `rank`, or -1.
   int rank_pid(int rank) const {
-    const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+    const std::string ompi = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank), pmi = "PMI_RANK=" + std::to_string(rank);
     DIR* proc = opendir("/proc");
     int found = -1;
     while (dirent* e = proc ? readdir(proc) : nullptr) {
       const int pid = std::atoi(e->d_name);
-      if (pid <= 0) continue;
-      std::string stat = file_text("/proc/" + std::to_string(pid) + "/stat");
-      const size_t close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 2));
-      char state;
-      int ppid = 0;
-      rest >> state >> ppid;
-      if (ppid != pid_) continue;
+      if (pid <= 0 || (parent_of(pid) != pid_ && parent_of(parent_of(pid)) != pid_)) continue;
       std::string env = file_text("/proc/" + std::to_string(pid) + "/environ");
       for (size_t at = 0; at < env.size();) {
-        const size_t end = env.find('\0', at);
-        if (env.compare(at, (end == std::string::npos ? env.size() : end) - at, want) == 0) found = pid;
-        if (end == std::string::npos) break;
+        const size_t end = std::min(env.find('\0', at), env.size());
+        const std::string var = env.substr(at, end - at);
+        if (var == ompi || var == pmi) found = pid;
         at = end + 1;
       }
     }
@@ -120,6 +113,19 @@ class BackgroundJob {
   pid_t pid() const { return pid_; }
 
  private:
+  // The parent of process `pid`, or -1.
+  static int parent_of(int pid) {
+    if (pid <= 0) return -1;
+    const std::string stat = file_text("/proc/" + std::to_string(pid) + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return -1;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    int ppid = -1;
+    rest >> state >> ppid;
+    return ppid;
+  }
+
   std::filesystem::path output_;
   pid_t pid_ = -1;
   bool done_ = false;

@@ -251,10 +251,17 @@ TEST_CASE("a stopped rank ends the job with a stall report, and a killed rank wi
     MESSAGE("exit ", took, " s after rank 1 was killed (--comm-timeout 3)");
     CHECK(code != 0);
     CHECK(took < 3);  // within the timeout
+#ifdef DPX_TEST_MPICH
+    // MPICH's mpiexec (hydra) kills the other ranks itself the moment one dies, before they can
+    // speak, and names the process (README, MPICH).
+    CHECK(out.find("BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES") != std::string::npos);
+    CHECK(out.find("PID " + std::to_string(pid) + " RUNNING AT") != std::string::npos);
+#else
     const bool named = out.find("dpx: error: rank 1 (pid " + std::to_string(pid) + " on ") != std::string::npos ||
                        out.find("dpx: rank 0: stopped by SIGTERM") != std::string::npos;
     CHECK(named);
     CHECK(out.find("vanished") != std::string::npos);
+#endif
   }
   // Output files are whole or absent: the job died before writing any, and left no temporary
   // (only the lock of its output folder).

@@ -185,6 +185,15 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
     case Collective::reduce:
       in_chunks([&](size_t off, int len) {
         const bool in_place = r == a.root && a.send == a.recv;
+#ifdef MPICH
+        // MPICH 4.0.2 (Debian's) crashes in MPI_Reduce with MPI_IN_PLACE at a root other than 0 from
+        // 512 doubles on (a 15-line C program does it too): the root's own data goes in from a copy.
+        if (in_place && a.root != 0) {
+          std::vector<std::byte> mine(at(a.recv, off), at(a.recv, off) + static_cast<size_t>(len) * es);
+          DPX_MPI_CHECK(MPI_Reduce(mine.data(), at(a.recv, off), len, type, op, a.root, c));
+          return;
+        }
+#endif
         DPX_MPI_CHECK(MPI_Reduce(in_place ? MPI_IN_PLACE : at(a.send, off), r == a.root ? at(a.recv, off) : nullptr, len,
                                  type, op, a.root, c));
       });

@@ -100,13 +100,30 @@ void require_thread_multiple(int provided) {
        "default since 3.0; MPICH: --enable-threads=multiple)");
 }
 
-std::string library_version() {
+const char* srun_mpi_plugin() {
+#ifdef OPEN_MPI
+  return "pmix";
+#else
+  return "pmi2";
+#endif
+}
+
+std::string library_name() {
   char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int len = 0;
   MPI_Get_library_version(lib, &len);
   std::string first(lib, static_cast<size_t>(len));
   first = first.substr(0, first.find_first_of(",\n"));
-  return first + ", MPI " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION);
+  // MPICH says "MPICH Version:\t4.0.2": "MPICH 4.0.2", as Open MPI's "Open MPI v4.1.4".
+  if (const size_t v = first.find(" Version:"); v != std::string::npos) {
+    const size_t digits = first.find_first_not_of(" \t", v + 9);
+    first = first.substr(0, v) + " " + (digits == std::string::npos ? "" : first.substr(digits));
+  }
+  return first;
+}
+
+std::string library_version() {
+  return library_name() + ", MPI " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION);
 }
 
 }  // namespace dpx::parallel::mpi

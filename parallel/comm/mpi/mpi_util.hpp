@@ -27,8 +27,13 @@ std::string thread_level_name(int level);
 // Throws dpx::Error, saying why and what to do, unless `provided` is MPI_THREAD_MULTIPLE: DDP's
 // communication thread and the watchdog call MPI while the training thread does.
 void require_thread_multiple(int provided);
-// "Open MPI v4.1.4, MPI 3.1": the library's own first line and the standard it implements.
+// The library and its version from MPI_Get_library_version's first line: "Open MPI v4.1.4",
+// "MPICH 4.0.2"; library_version() adds the MPI standard: "Open MPI v4.1.4, MPI 3.1".
+std::string library_name();
 std::string library_version();
+// The srun --mpi plugin through which this MPI library joins srun's tasks into one job: Open
+// MPI 4 and 5 speak PMIx ("pmix"); MPICH and its family (Intel MPI, MVAPICH) PMI-2 ("pmi2").
+const char* srun_mpi_plugin();
 
 }  // namespace dpx::parallel::mpi
 
