@@ -49,6 +49,7 @@ struct BenchRow {
   double workers = kNone, loader_images_per_worker_s = kNone;  // dpx bench's loader columns
   double rank_batch = 0;
   double memory_budget = kNone;  // --batch-sizes max: the budget its batch was found under
+  bool disturbed = false;        // other processes took more than 10 % of its cores (core/cpu_use.hpp)
 };
 
 // Rows of one model and batch size (and parallel mode, and folder where there are several).

@@ -117,7 +117,7 @@ Figure throughput_figure(const Inputs& in) {
     const BenchRow& first = g.rows.front();
     for (const auto& r : g.rows)
       rows.push_back({r.ranks, r.images_per_s, first.images_per_s * r.ranks / first.ranks,
-                      bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0});
+                      bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0, r.disturbed ? 1.0 : 0.0});
     b += datablock(std::string("t").append(std::to_string(i)), rows);
     const std::string lc = " lc " + std::to_string(i + 1);
     const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
@@ -125,6 +125,16 @@ Figure throughput_figure(const Inputs& in) {
             quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $t" + std::to_string(i) +
             " using 1:3 with lines dt 2" + lc + " notitle";
   }
+  // Configurations measured on a busy machine: a hollow ring around their points, in the legend once.
+  bool ringed = false;
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    if (std::none_of(in.bench[i].rows.begin(), in.bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; }))
+      continue;
+    plot += ", \\\n  $t" + std::to_string(i) + " using 1:($6 > 0 ? $2 : 1/0) with points pt 6 ps 3 lw 2 lc rgb 'black' " +
+            (ringed ? "notitle" : "title 'disturbed: other processes took > 10 % of its cores'");
+    ringed = true;
+  }
+  if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
   b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
        "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
        "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +

@@ -169,6 +169,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
     b.parallel_efficiency = t.number(r, c_pe);
     b.rank_batch = t.number(r, c_rank_batch);
     b.memory_budget = optional_number(t, r, "memory_budget_bytes");
+    b.disturbed = optional_number(t, r, "disturbed") == 1;
     if (has_workers) {
       b.workers = t.number(r, t.column("workers"));
       b.loader_images_per_worker_s = optional_number(t, r, "loader_images_per_worker_s");

@@ -114,15 +114,18 @@ std::string bench_section(const Input& in) {
   auto ms = [&](size_t r, std::string_view col) { return fixed(t.number(r, t.column(col)) * 1e3, 3); };
   const bool has_repeats = t.has("repeats") && t.has("images_per_s_ci_lo") && t.has("images_per_s_ci_hi");
   const bool has_noisy = t.has("noisy");
+  const bool has_disturbed = t.has("disturbed") && t.has("other_cpu_share");  // dpx from 2026-11-27 on
   std::vector<std::string> phase_header = key_header;
   for (const char* h : {"load + h2d (ms)", "forward (ms)", "backward (ms)", "comm exposed (ms)", "optimizer (ms)",
                         "wait (ms)", "step (ms)", "images/s"})
     phase_header.emplace_back(h);
   if (has_noisy) phase_header.emplace_back("noisy");
+  if (has_disturbed) phase_header.emplace_back("others");
   std::vector<std::string> eff_header = key_header;
   for (const char* h : {"speedup", "scaling efficiency", "load balance", "comm efficiency", "parallel efficiency"})
     eff_header.emplace_back(h);
   std::vector<std::vector<std::string>> phases, efficiency;
+  size_t disturbed = 0;
   for (size_t r = 0; r < t.rows(); ++r) {
     std::vector<std::string> key;
     for (size_t c : key_columns) key.push_back(t.text(r, c));
@@ -138,6 +141,15 @@ std::string bench_section(const Input& in) {
              fixed(t.number(r, t.column("images_per_s_ci_hi")), 1) + "]";
     row.push_back(ips);
     if (has_noisy) row.push_back(t.text(r, t.column("noisy")) == "1" ? "noisy" : "");
+    if (has_disturbed) {
+      const std::string share = t.text(r, t.column("other_cpu_share"));
+      std::string cell = share.empty() ? "" : fixed(100 * t.number(r, t.column("other_cpu_share")), 0) + " %";
+      if (t.text(r, t.column("disturbed")) == "1") {
+        cell += " disturbed";
+        ++disturbed;
+      }
+      row.push_back(cell);
+    }
     phases.push_back(row);
     std::vector<std::string> eff = key;
     for (const char* col : {"speedup", "scaling_efficiency", "load_balance", "comm_efficiency", "parallel_efficiency"})
@@ -149,6 +161,14 @@ std::string bench_section(const Input& in) {
   if (has_repeats)
     s += "<p class=\"note\">images/s: the median of the repeats, with its confidence interval [lo, hi] where "
          "there are three repeats or more; noisy: the repeats spread more than dpx bench accepts.</p>\n";
+  if (has_disturbed) {
+    s += "<p class=\"note\">others: the share of a configuration's cores that other processes took during its "
+         "measured steps (the most of its repeats); disturbed: above 10 %, its times are the busy machine's.";
+    if (disturbed > 0)
+      s += " <strong>" + std::to_string(disturbed) + " of " + std::to_string(t.rows()) +
+           " configurations ran disturbed</strong>: rerun them on a quiet machine before reading their times.";
+    s += "</p>\n";
+  }
   s += "<h3>Efficiency</h3>\n" + html_table("efficiency", eff_header, efficiency);
   s += "<p class=\"note\">parallel efficiency = load balance &times; comm efficiency (POP metrics).</p>\n";
   // Peak memory, from results.csv files that have it (dpx before 2026-11-26 did not write it).

@@ -18,6 +18,7 @@
 
 #include "analysis/stats.hpp"
 #include "core/atomic_file.hpp"
+#include "core/cpu_use.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/stop.hpp"
@@ -121,9 +122,9 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
   for (const auto& c : configs) width = std::max(width, static_cast<int>(c.tag.size()));
   char line[512];
   std::snprintf(line, sizeof line,
-                "\n%-*s %9s %6s %5s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s | %8s\n", width, "configuration",
+                "\n%-*s %9s %6s %5s %7s %6s | %8s %8s %8s %8s %8s %8s %8s | %5s %5s %5s | %8s %7s\n", width, "configuration",
                 "img/s", "spread", "noisy", "speedup", "eff", "load", "forward", "backward", "comm", "exposed", "optim",
-                "wait", "LB", "CommE", "PE", "peak MB");
+                "wait", "LB", "CommE", "PE", "peak MB", "others");
   os << line;
   for (size_t i = 0; i < configs.size(); ++i) {
     if (configs[i].summaries.empty()) continue;
@@ -134,13 +135,16 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
     auto ms = [&](Phase p) { return s.mean_s[static_cast<int>(p)] * 1e3; };
     // A GPU configuration's peak is its GPU's; a CPU one's the host's.
     const uint64_t peak = s.memory.device_reserved > 0 ? s.memory.device_allocated : s.memory.host_allocated;
+    char others[16] = "";
+    if (s.other_cpu_share >= 0)
+      std::snprintf(others, sizeof others, "%.0f%%%s", 100 * s.other_cpu_share, s.other_cpu_share > kDisturbedShare ? "!" : "");
     std::snprintf(line, sizeof line,
                   "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f | "
-                  "%8.1f\n",
+                  "%8.1f %7s\n",
                   width, configs[i].tag.c_str(), s.images_per_s, spread,
                   analysis::is_noisy(ips, noisy_spread) ? "yes" : "", s.speedup, s.scaling_efficiency, ms(Phase::load), ms(Phase::forward), ms(Phase::backward),
                   ms(Phase::comm_total), ms(Phase::comm_exposed), ms(Phase::optimizer), ms(Phase::wait),
-                  s.load_balance, s.comm_efficiency, s.parallel_efficiency, static_cast<double>(peak) / 1e6);
+                  s.load_balance, s.comm_efficiency, s.parallel_efficiency, static_cast<double>(peak) / 1e6, others);
     os << line;
   }
   os << "(ms per step, medians over " << repeat << (repeat == 1 ? " run" : " runs")
@@ -148,7 +152,9 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
      << noisy_spread << ";\n eff = scaling efficiency against the first row of the same configuration but devices;\n"
         " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics;\n"
         " peak MB = the most memory of live tensors at once, of any rank and run: the GPU's on a GPU, else the host "
-        "process's; results.csv has the allocator's reserved bytes too)\n";
+        "process's; results.csv has the allocator's reserved bytes too;\n others = the share of the run's cores that "
+        "other processes took during its measured steps, the most of any run; ! above 10 %: disturbed, the times are "
+        "the busy machine's)\n";
 }
 
 // The median over the runs of every measured field of the summaries (speedup and efficiency are
@@ -170,18 +176,20 @@ parallel::Summary median_summary(const std::vector<parallel::Summary>& runs) {
   m.test_accuracy = med([](const parallel::Summary& r) { return r.test_accuracy; });
   m.speedup = m.scaling_efficiency = 1;
   for (const auto& r : runs) m.memory.raise_to(r.memory);  // a peak is the highest of any run
+  for (const auto& r : runs) m.other_cpu_share = std::max(m.other_cpu_share, r.other_cpu_share);  // and a disturbance
   return m;
 }
 
 // results.csv's columns after summary_csv_header()'s, which hold the medians: how many runs, then
 // for throughput and each phase's mean the 95 % confidence interval of the median (empty below 3
-// runs) and the spread; the interval's exact coverage; the noisy flag.
+// runs) and the spread; the interval's exact coverage; the noisy flag; the disturbed flag (a run
+// during whose measured steps other processes took more than kDisturbedShare of its cores).
 std::string stats_csv_header() {
   std::string h = ",repeats";
   auto add = [&](const std::string& name) { h += "," + name + "_ci_lo," + name + "_ci_hi," + name + "_spread"; };
   add("images_per_s");
   for (auto name : kPhaseNames) add("mean_" + std::string(name) + "_s");
-  return h + ",ci_coverage,noisy";
+  return h + ",ci_coverage,noisy,disturbed";
 }
 
 // results.csv's last columns: the data loader of the configuration (its workers per rank, the
@@ -233,6 +241,9 @@ std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noi
   os << ",";
   if (valid) os << coverage;
   os << "," << (analysis::is_noisy(ips, noisy_spread) ? 1 : 0);
+  double others = -1;
+  for (const auto& r : runs) others = std::max(others, r.other_cpu_share);
+  os << "," << (others > kDisturbedShare ? 1 : 0);
   return os.str();
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_use.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
 #include "parallel/runtime/stall_report.hpp"
 #include "tools/commands.hpp"
@@ -192,6 +193,15 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
       os << line;
     }
     os << "\n";
+  }
+  if (s.other_cpu_share >= 0) {
+    std::snprintf(line, sizeof line, "machine: other processes took %.0f %% of this run's cores during its measured steps%s\n",
+                  100 * s.other_cpu_share, s.other_cpu_share > kDisturbedShare ? " (disturbed)" : "");
+    os << line;
+    if (s.other_cpu_share > kDisturbedShare)
+      std::fprintf(stderr, "dpx: warning: other processes took %.0f %% of the cores this run used during its measured "
+                   "steps: its times are the busy machine's, not dpx's; `top` shows who, and a quiet machine gives "
+                   "this run's real times\n", 100 * s.other_cpu_share);
   }
   if (report.ranks > 1) {
     std::snprintf(line, sizeof line,

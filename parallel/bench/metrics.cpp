@@ -22,6 +22,7 @@ void fill_wait_times(TrainReport& report) {
 Summary summarize(const TrainReport& report) {
   Summary s;
   s.ranks = report.ranks;
+  s.other_cpu_share = report.other_cpu_share;
   const int64_t warmup = report.options.warmup_steps;
   std::vector<double> useful(static_cast<size_t>(report.ranks), 0), runtime(static_cast<size_t>(report.ranks), 0);
   std::vector<int64_t> counted(static_cast<size_t>(report.ranks), 0);

@@ -27,6 +27,7 @@ struct Summary {
   double final_loss = 0;                     // mean loss of the last epoch (rank 0)
   double test_accuracy = -1;                 // after the last epoch; -1 if not evaluated
   MemoryPeaks memory;                        // the highest high-water marks of any rank, warm-up included
+  double other_cpu_share = -1;               // TrainReport's: what other processes took of the cores
   // Filled by with_baseline():
   double speedup = 1, scaling_efficiency = 1;
 };

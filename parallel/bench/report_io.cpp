@@ -42,7 +42,7 @@ std::string summary_csv_header() {
   h += ",images_per_s,speedup,scaling_efficiency,load_balance,comm_efficiency,parallel_efficiency,"
        "bytes_per_epoch_formula,bytes_per_epoch_counted,final_loss,test_accuracy,threshold_step,"
        "threshold_epoch,wall_s,optimizer,grad_dtype,peak_host_allocated_bytes,peak_host_reserved_bytes,"
-       "peak_device_allocated_bytes,peak_device_reserved_bytes";
+       "peak_device_allocated_bytes,peak_device_reserved_bytes,other_cpu_share";
   return h;
 }
 
@@ -60,7 +60,8 @@ std::string summary_csv_row(const TrainReport& report, const Summary& s) {
      << s.bytes_per_epoch_counted << "," << s.final_loss << "," << s.test_accuracy << ","
      << report.threshold_step << "," << report.threshold_epoch << "," << report.wall_s << "," << o.optimizer << ","
      << choice_name(kGradDtypes, o.grad_dtype) << "," << s.memory.host_allocated << "," << s.memory.host_reserved << ","
-     << s.memory.device_allocated << "," << s.memory.device_reserved;
+     << s.memory.device_allocated << "," << s.memory.device_reserved << ",";
+  if (s.other_cpu_share >= 0) os << s.other_cpu_share;
   return os.str();
 }
 

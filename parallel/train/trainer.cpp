@@ -4,6 +4,8 @@
 // prints progress on rank 0.
 #include "parallel/train/trainer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "core/clock.hpp"
+#include "core/cpu_use.hpp"
 #include "core/data/loader.hpp"
 #include "core/error.hpp"
 #include "kernels/ops.hpp"
@@ -24,6 +27,14 @@
 namespace dpx::parallel {
 
 namespace {
+
+// This process and the other ranks on its node: the processes whose CPU time is the run's own.
+std::vector<int> run_pids(const LaunchInfo& launch) {
+  std::vector<int> pids = {static_cast<int>(getpid())};
+  for (size_t q = 1; q < launch.pids.size() && q < launch.node_of_rank.size(); ++q)
+    if (launch.node_of_rank[q] == launch.node_of_rank[0]) pids.push_back(launch.pids[q]);
+  return pids;
+}
 
 std::string format_duration(double s) {
   char buf[32];
@@ -116,7 +127,16 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
     log << "weights " << options.weights_file << ": " << zoo::describe_load(job.weights_report) << std::endl;
 
   Progress progress(log, job);
-  TrainHooks hooks{[&](const StepRecord& r, bool last) { progress.step(r, last); },
+  // What other processes took of the cores during the measured steps (core/cpu_use.hpp): sampled
+  // at the start, again when the warm-up ends, and after each epoch's last step, on rank 0 for
+  // the ranks of its node.
+  const std::vector<int> node_pids = run_pids(launch);
+  CpuSample cpu_start = sample_cpu(node_pids), cpu_end;
+  TrainHooks hooks{[&](const StepRecord& r, bool last) {
+                     progress.step(r, last);
+                     if (r.global_step + 1 == options.warmup_steps) cpu_start = sample_cpu(node_pids);
+                     if (last) cpu_end = sample_cpu(node_pids);
+                   },
                    [&](const EpochRecord& e) { progress.epoch(e); },
                    [&](const std::string& path) { log << "checkpoint " << path << std::endl; }};
   // The high-water marks of this run: what the job holds already (the model, the data's index)
@@ -149,6 +169,7 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
   }
   fill_wait_times(report);
   report.wall_s = now_s() - start;
+  report.other_cpu_share = other_cpu_share(cpu_start, cpu_end);
   if (options.loss_threshold > 0) {
     for (const auto& r : report.steps) {
       if (r.rank == 0 && r.loss < options.loss_threshold) {

@@ -62,6 +62,9 @@ struct TrainReport {
   int stopped_by = 0;                // the signal that stopped the run early (core/stop.hpp); 0: none
   std::string checkpoint;            // the last checkpoint written (rank 0), if any
   data::LoaderStats loader;          // the training loaders of this process's ranks, summed
+  // The share of the run's cores that other processes took during the measured steps (rank 0's
+  // node; core/cpu_use.hpp); -1 where not measured.
+  double other_cpu_share = -1;
 };
 
 // Step records in the order every report keeps them: by global step, then rank.

@@ -2,11 +2,16 @@
 // the sweep N times over, results.csv holds one row of medians, confidence intervals, spreads and
 // the noisy flag per configuration, runs.csv every run, and bad values exit 2 naming the flag.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "analysis/csv_table.hpp"
@@ -196,4 +201,54 @@ TEST_CASE("a sweep into an earlier sweep's folder leaves none of that sweep's st
   // dpx plot draws every steps file under the newest command: the old one would be captioned wrong.
   CHECK(!std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")));
   CHECK(dpx::testing::file_text(dir.file("out/steps/notes.csv")) == "mine\n");
+}
+
+// A busy machine is noticed (core/cpu_use.hpp): with a busy loop on every core beside it, the run
+// is marked disturbed in results.csv and in the table, and train's summary says so.
+TEST_CASE("bench on a busy machine marks the configuration disturbed, with the share other processes took") {
+  dpx::testing::TempDir dir("bench_busy");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<pid_t> spinners;
+  for (int i = 0; i < cores; ++i) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      volatile unsigned long x = 0;
+      for (;;) x = x + 1;
+    }
+    spinners.push_back(pid);
+  }
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 16 --devices cpu:1 --dataset synthetic --image-size 28 "
+                        "--steps 150 --warmup 2 --threads 1 --out " + dir.file("out"));
+  DpxResult t = run_dpx("train --model lenet5 --dataset synthetic --image-size 28 --batch-size 16 --steps 150 "
+                        "--epochs 1 --threads 1 --no-eval");
+  for (pid_t pid : spinners) kill(pid, SIGKILL);
+  for (pid_t pid : spinners) waitpid(pid, nullptr, 0);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const CsvTable csv = CsvTable::read(dir.file("out/results.csv"), "--out");
+  REQUIRE(csv.rows() == 1);
+  CHECK(csv.number(0, csv.column("other_cpu_share")) > 0.3);
+  CHECK(csv.number(0, csv.column("disturbed")) == 1);
+  CHECK(r.output.find("%!\n") != std::string::npos);  // the table's others column, flagged
+  // The report says how many configurations ran disturbed (it draws with gnuplot, when installed).
+  if (run_command("command -v gnuplot").code == 0) {
+    DpxResult page = run_dpx("report " + dir.file("out") + " --out " + dir.file("page.html"));
+    CAPTURE(page.output);
+    REQUIRE(page.code == 0);
+    const std::string html = dpx::testing::file_text(dir.file("page.html"));
+    CHECK(html.find("<th>others</th>") != std::string::npos);
+    CHECK(html.find(" % disturbed</td>") != std::string::npos);
+    CHECK(html.find("<strong>1 of 1 configurations ran disturbed</strong>") != std::string::npos);
+    // The throughput figure rings the point, with the ring in its legend.
+    DpxResult fig = run_dpx("plot " + dir.file("out") + " --figure throughput --out " + dir.file("figs"));
+    CAPTURE(fig.output);
+    REQUIRE(fig.code == 0);
+    CHECK(dpx::testing::file_text(dir.file("figs/throughput.svg")).find("disturbed: other processes took > 10 % of its cores") !=
+          std::string::npos);
+  }
+  CAPTURE(t.output);
+  CHECK(t.code == 0);
+  CHECK(t.output.find("(disturbed)") != std::string::npos);
+  CHECK(t.output.find("dpx: warning: other processes took ") != std::string::npos);
 }
