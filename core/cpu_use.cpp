@@ -38,7 +38,15 @@ std::vector<int> allowed_cpus(int pid) {
   return cpus;
 }
 
+// Read during static initialisation, as the OpenMP library reads it as it loads.
+const std::string kWaitPolicyAtLoad = [] {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  return p && *p ? std::string(p) : std::string("default");
+}();
+
 }  // namespace
+
+const std::string& omp_wait_policy() { return kWaitPolicyAtLoad; }
 
 double busy_ticks(const std::string& proc_stat, const std::vector<int>& cpus) {
   double total = 0;

@@ -25,6 +25,10 @@ CpuSample sample_cpu(const std::vector<int>& pids);
 // 10 ms: a shorter window says little).
 double other_cpu_share(const CpuSample& a, const CpuSample& b);
 
+// OMP_WAIT_POLICY as this process was loaded, when the OpenMP library read it ("default" where it
+// was unset): the policy OpenMP's threads wait by, whatever the environment says later.
+const std::string& omp_wait_policy();
+
 // A run whose other_cpu_share exceeds this is marked disturbed (bench's table and results.csv,
 // train's summary, the report).
 constexpr double kDisturbedShare = 0.10;

@@ -14,6 +14,7 @@
 #include "parallel/comm/algorithms/algorithms.hpp"
 #include "parallel/runtime/process_group.hpp"
 #include "tools/commands.hpp"
+#include "tools/train_flags.hpp"
 
 namespace {
 
@@ -41,6 +42,7 @@ int report_error(dpx::parallel::ProcessGroup& processes, int code, const std::st
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpx::tools::apply_omp_wait(argc, argv);  // may run dpx again, before anything starts
   dpx::tools::set_command_line(argc, argv);
   dpx::stop::install_handlers();  // under MPI the group's watchdog takes the signals over
   std::unique_ptr<dpx::parallel::ProcessGroup> processes;

@@ -201,7 +201,9 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
     if (s.other_cpu_share > kDisturbedShare)
       std::fprintf(stderr, "dpx: warning: other processes took %.0f %% of the cores this run used during its measured "
                    "steps: its times are the busy machine's, not dpx's; `top` shows who, and a quiet machine gives "
-                   "this run's real times\n", 100 * s.other_cpu_share);
+                   "this run's real times%s\n", 100 * s.other_cpu_share,
+                   report.threads_per_rank > 1 ? " (on a shared machine, --omp-wait passive lets the OpenMP threads "
+                                                 "yield the cores at once)" : "");
   }
   if (report.ranks > 1) {
     std::snprintf(line, sizeof line,

@@ -2,7 +2,13 @@
 // that name one of a few choices into TrainOptions' enums.
 #include "tools/train_flags.hpp"
 
+#include <strings.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
@@ -146,6 +152,13 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "CPU threads in all, split over the thread ranks (0: every core); under MPI, this process's "
                  "threads (0: the cores the launcher bound it to, or an equal share of its node's cores)")
       ->capture_default_str();
+  cmd.add_option("--omp-wait", f.omp_wait,
+                 "how idle OpenMP threads wait (OMP_WAIT_POLICY): default (the OpenMP library's own: spin a while, "
+                 "then sleep; or what OMP_WAIT_POLICY says), active (spin: 1.1x faster with several threads per rank "
+                 "on a quiet machine), passive (sleep at once: 1.5x faster when another process is busy on the "
+                 "cores). benchmarks/RESULTS.md, OpenMP wait")
+      ->check(CLI::IsMember({"default", "active", "passive"}))
+      ->capture_default_str();
   if (!for_bench)  // bench sweeps a list of them
     cmd.add_option("--workers", o.workers,
                    "data-loader threads per rank, reading, decoding and augmenting ahead of the steps (0: load in the "
@@ -279,6 +292,26 @@ void check_train_outputs(const parallel::TrainOptions& o, bool force) {
   // An input named as an output first (the more specific message), then each file's kind.
   check_outputs_distinct(outputs, {{"--weights", o.weights_file}, {"--resume", resume_file ? o.resume : ""}});
   for (size_t i = 0; i < outputs.size(); ++i) check_output_file(outputs[i].path, kinds[i], outputs[i].flag.c_str(), force);
+}
+
+void apply_omp_wait(int argc, char** argv) {
+  std::string policy;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--omp-wait" && i + 1 < argc) policy = argv[i + 1];
+    else if (arg.rfind("--omp-wait=", 0) == 0) policy = arg.substr(11);
+  }
+  if (policy != "active" && policy != "passive") return;  // default, none, or a value the parser refuses
+  const std::string want = policy == "active" ? "ACTIVE" : "PASSIVE";
+  const char* now = std::getenv("OMP_WAIT_POLICY");
+  if (now && strcasecmp(now, want.c_str()) == 0) return;
+  setenv("OMP_WAIT_POLICY", want.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // Not reached unless exec failed: the OpenMP library keeps its policy; say so and go on.
+  std::fprintf(stderr, "dpx: warning: --omp-wait %s: could not restart dpx with OMP_WAIT_POLICY=%s (%s); OpenMP keeps "
+               "its default wait policy: set OMP_WAIT_POLICY=%s in the environment instead\n", policy.c_str(),
+               want.c_str(), std::strerror(errno), want.c_str());
 }
 
 CLI::Validator output_path() {

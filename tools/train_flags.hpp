@@ -24,7 +24,14 @@ struct TrainFlags {
   bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
   bool force = false;                    // --force: replace existing outputs dpx did not write
   ImageFlags images;                     // image folders' list flags (--crop-scale, --mean, ...)
+  std::string omp_wait = "default";      // --omp-wait: main() acted on it before the command line was parsed
 };
+
+// --omp-wait active|passive sets OMP_WAIT_POLICY, which the OpenMP library reads once, as the
+// program loads: where it is not yet what was asked, dpx runs itself again with it set (execv
+// of /proc/self/exe, the same arguments). Called first thing in main(); returns only when nothing
+// had to change. "default" (or no flag) leaves the environment as it is.
+void apply_omp_wait(int argc, char** argv);
 
 // The help of the flags that dpx bench takes as lists (train_flags.cpp, tools/cmd_bench.cpp).
 std::string algo_help();

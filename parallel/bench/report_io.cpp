@@ -1,9 +1,11 @@
 // Writing a run's files (see report_io.hpp): steps.csv, summary.csv, config.json and the Chrome
 // trace, each atomically.
+#include "core/cpu_use.hpp"
 #include "core/csv.hpp"
 #include "core/output_files.hpp"
 #include "parallel/bench/report_io.hpp"
 
+#include <cstdlib>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -108,6 +110,9 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["ranks_per_node"] = o.ranks_per_node;
   j["ranks"] = report.ranks;
   j["threads_per_rank"] = report.threads_per_rank;
+  // The OpenMP wait policy the run had (--omp-wait sets it; "default": the OpenMP library's own).
+  j["omp_wait_policy"] = omp_wait_policy();
+  j["other_cpu_share"] = report.other_cpu_share >= 0 ? nlohmann::json(report.other_cpu_share) : nlohmann::json();
   j["conv_algo"] = o.conv_algo;
   j["precision"] = std::string(choice_name(kPrecisions, o.precision));
   j["tf32"] = o.allow_tf32;

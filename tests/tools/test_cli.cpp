@@ -252,3 +252,31 @@ TEST_CASE("--conv-algo: config.json records each convolution's algorithm; --verb
   }
   check_usage_errors({{lenet + "--conv-algo fast", "--conv-algo"}});
 }
+
+// --omp-wait sets OMP_WAIT_POLICY, which OpenMP reads as the program loads: dpx runs itself again
+// with it (tools/train_flags.cpp, apply_omp_wait); config.json says which policy the run had.
+TEST_CASE("--omp-wait passive and active run dpx with OMP_WAIT_POLICY set; default leaves it") {
+  const dpx::testing::TempDir dir("omp_wait");
+  const std::string train = "train --model mlp --dataset synthetic --image-size 8 --channels 1 --synthetic-size 256 "
+                            "--steps 3 --warmup 1 --epochs 1 --batch-size 16 --no-eval ";
+  for (const char* policy : {"passive", "active", "default"}) {
+    CAPTURE(policy);
+    const std::string out = dir.file(policy);
+    DpxResult r = run_command(std::string("env -u OMP_WAIT_POLICY ") + DPX_BINARY + " " + train + "--omp-wait " +
+                              policy + " --out " + out);
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    const auto config = nlohmann::json::parse(dpx::testing::file_text(out + "/config.json"));
+    const std::string want = std::string(policy) == "passive" ? "PASSIVE" : std::string(policy) == "active" ? "ACTIVE" : "default";
+    CHECK(config["omp_wait_policy"] == want);
+  }
+  // The user's own OMP_WAIT_POLICY stands where the flag says default.
+  DpxResult mine = run_command(std::string("OMP_WAIT_POLICY=passive ") + DPX_BINARY + " " + train + "--out " +
+                               dir.file("env"));
+  CAPTURE(mine.output);
+  REQUIRE(mine.code == 0);
+  CHECK(nlohmann::json::parse(dpx::testing::file_text(dir.file("env") + "/config.json"))["omp_wait_policy"] == "passive");
+  DpxResult bad = run_dpx(train + "--omp-wait sometimes");
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--omp-wait: sometimes not in {default,active,passive}") != std::string::npos);
+}
