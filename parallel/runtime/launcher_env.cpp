@@ -1,7 +1,8 @@
 // Launcher variables (see launcher_env.hpp). Which variable each launcher sets: Open MPI's
 // mpirun sets OMPI_COMM_WORLD_* and PMIX_RANK; MPICH's hydra and srun --mpi=pmi2 set PMI_RANK and
-// PMI_SIZE (hydra also MPI_LOCALRANKID and MPI_LOCALNRANKS); srun --mpi=pmix sets PMIX_RANK; srun always sets SLURM_PROCID, SLURM_LOCALID and
-// SLURM_STEP_NUM_TASKS for its tasks (which are not MPI ranks when srun starts mpirun's daemons).
+// PMI_SIZE (hydra also MPI_LOCALRANKID and MPI_LOCALNRANKS); srun --mpi=pmix sets PMIX_RANK; srun
+// always sets SLURM_PROCID, SLURM_LOCALID and SLURM_STEP_NUM_TASKS for its tasks (which are not
+// MPI ranks when srun starts mpirun's daemons).
 #include "parallel/runtime/launcher_env.hpp"
 
 #include <charconv>

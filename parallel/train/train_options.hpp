@@ -118,7 +118,7 @@ struct TrainOptions {
   std::string checkpoint_dir;             // where checkpoints go; empty: none
   int64_t checkpoint_every = 0;           // steps between checkpoints (and one per epoch); 0: per epoch only
   int keep_checkpoints = 3;               // the newest kept
-  std::string resume;                     // a checkpoint file, a folder (its newest), or auto (--checkpoint-dir's newest if any)
+  std::string resume;                     // a checkpoint file, a folder (its newest), or "auto" (job.cpp)
   NonFinite on_nonfinite = NonFinite::stop;  // --on-nonfinite: a non-finite loss or gradient
   std::string trace_file;                 // Chrome trace (Perfetto)
   int64_t trace_first = 0, trace_last = 20;
