@@ -243,4 +243,38 @@ TEST_CASE("scripts/train.sbatch: stopped by SIGTERM, it requeues itself and resu
   CHECK(a == b);
 }
 
+// Run by its own ctest entry, tools/test_slurm_nodes, under `scripts/slurmcluster run --nodes 2`
+// (DPX_SLURM_NODES=2): two nodes of network namespaces, each its own host name and slurmd.
+TEST_CASE("two nodes: srun across them trains mpirun's weights, and collective sees two nodes") {
+  slurm_conf();
+  const char* nodes = std::getenv("DPX_SLURM_NODES");
+  if (!nodes || std::string(nodes) != "2") {
+    MESSAGE("not under scripts/slurmcluster run --nodes 2 (tools/test_slurm_nodes runs this case)");
+    return;
+  }
+  const dpx::testing::TempDir tmp("slurm_nodes");
+  const fs::path& d = tmp.path;
+  DpxResult local = run_command(mpirun(2) + kTrain + "--save " + (d / "mpirun.safetensors").string());
+  CAPTURE(local.output);
+  REQUIRE(local.code == 0);
+  DpxResult across = run_command("srun -N 2 --ntasks-per-node=1 --mpi=" DPX_SRUN_MPI " " + kTrain + "--save " +
+                                 (d / "srun.safetensors").string() + " --out " + (d / "out").string());
+  CAPTURE(across.output);
+  REQUIRE(across.code == 0);
+  CHECK(across.output.find("| processes  | 2 MPI ranks on 2 nodes") != std::string::npos);
+  const auto config = nlohmann::json::parse(file_text(d / "out" / "config.json"));
+  CHECK(config["launch"]["nodes"] == 2);
+  CHECK(config["launch"]["hosts"][0] != config["launch"]["hosts"][1]);
+  const std::string a = file_text(d / "mpirun.safetensors"), b = file_text(d / "srun.safetensors");
+  CHECK(a.size() > 1000);
+  CHECK(a == b);
+
+  DpxResult c = run_command("srun -N 2 --ntasks-per-node=2 --mpi=" DPX_SRUN_MPI " " + std::string(DPX_BINARY) +
+                            " collective --backend mpi --algo all -b 1K -e 64K -f 8 -n 2 -w 1");
+  CAPTURE(c.output);
+  CHECK(c.code == 0);
+  CHECK(c.output.find("4 ranks (MPI processes on 2 nodes") != std::string::npos);
+  CHECK(c.output.find("# hier's nodes: {0, 1} {2, 3}") != std::string::npos);
+  CHECK(c.output.find("FAILED") == std::string::npos);
+}
 #endif
