@@ -48,14 +48,25 @@ std::string job_field(const std::string& job, const std::string& field) {
   return out.substr(from, out.find_first_of(" \n", from) - from);
 }
 
-// Waits until the job has ended (COMPLETED, FAILED, CANCELLED, ...); its state, or "" after `timeout_s`.
+// Waits until the job has ended (COMPLETED, FAILED, CANCELLED, ...) for good; its state, or the
+// last one seen after `timeout_s`. A job that requeues itself may pass through an ended state on
+// its way back to PENDING: an end counts once it has held for 3 s (COMPLETED at once).
 std::string wait_for_job(const std::string& job, double timeout_s) {
+  std::string state, held;
+  auto since = std::chrono::steady_clock::now();
   for (auto t = std::chrono::steady_clock::now(); seconds_since(t) < timeout_s;) {
-    const std::string state = job_field(job, "JobState");
-    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT") return state;
+    state = job_field(job, "JobState");
+    if (state == "COMPLETED") return state;
+    const bool ended = state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT";
+    if (state != held) {
+      held = state;
+      since = std::chrono::steady_clock::now();
+    } else if (ended && seconds_since(since) >= 3) {
+      return state;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  return "";
+  return state;
 }
 
 // The pid of the dpx process that srun started as task `task` of this cluster's jobs, or -1.
