@@ -32,6 +32,7 @@ const std::string& omp_wait_policy();
 // A run whose other_cpu_share exceeds this is marked disturbed (bench's table and results.csv,
 // train's summary, the report).
 constexpr double kDisturbedShare = 0.10;
+inline bool disturbed(double other_cpu_share) { return other_cpu_share > kDisturbedShare; }
 
 // The parsers, for tests: the busy clock ticks of the listed cores in /proc/stat's text (`cpuN`
 // lines; a core missing there counts 0), and the user + system clock ticks of a /proc/PID/stat line.

@@ -137,7 +137,7 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
     const uint64_t peak = s.memory.device_reserved > 0 ? s.memory.device_allocated : s.memory.host_allocated;
     char others[16] = "";
     if (s.other_cpu_share >= 0)
-      std::snprintf(others, sizeof others, "%.0f%%%s", 100 * s.other_cpu_share, s.other_cpu_share > kDisturbedShare ? "!" : "");
+      std::snprintf(others, sizeof others, "%.0f%%%s", 100 * s.other_cpu_share, disturbed(s.other_cpu_share) ? "!" : "");
     std::snprintf(line, sizeof line,
                   "%-*s %9.1f %6.3f %5s %7.2f %6.3f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %5.3f %5.3f %5.3f | "
                   "%8.1f %7s\n",
@@ -155,6 +155,14 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
         "process's; results.csv has the allocator's reserved bytes too;\n others = the share of the run's cores that "
         "other processes took during its measured steps, the most of any run; ! above 10 %: disturbed, the times are "
         "the busy machine's)\n";
+}
+
+// The most that other processes took of any run's cores (-1: not measured): one disturbed run
+// marks its configuration.
+double most_other_cpu_share(const std::vector<parallel::Summary>& runs) {
+  double most = -1;
+  for (const auto& r : runs) most = std::max(most, r.other_cpu_share);
+  return most;
 }
 
 // The median over the runs of every measured field of the summaries (speedup and efficiency are
@@ -176,7 +184,7 @@ parallel::Summary median_summary(const std::vector<parallel::Summary>& runs) {
   m.test_accuracy = med([](const parallel::Summary& r) { return r.test_accuracy; });
   m.speedup = m.scaling_efficiency = 1;
   for (const auto& r : runs) m.memory.raise_to(r.memory);  // a peak is the highest of any run
-  for (const auto& r : runs) m.other_cpu_share = std::max(m.other_cpu_share, r.other_cpu_share);  // and a disturbance
+  m.other_cpu_share = most_other_cpu_share(runs);  // and a disturbance
   return m;
 }
 
@@ -241,9 +249,7 @@ std::string stats_csv_row(const std::vector<parallel::Summary>& runs, double noi
   os << ",";
   if (valid) os << coverage;
   os << "," << (analysis::is_noisy(ips, noisy_spread) ? 1 : 0);
-  double others = -1;
-  for (const auto& r : runs) others = std::max(others, r.other_cpu_share);
-  os << "," << (others > kDisturbedShare ? 1 : 0);
+  os << "," << (disturbed(most_other_cpu_share(runs)) ? 1 : 0);
   return os.str();
 }
 

@@ -196,9 +196,9 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
   }
   if (s.other_cpu_share >= 0) {
     std::snprintf(line, sizeof line, "machine: other processes took %.0f %% of this run's cores during its measured steps%s\n",
-                  100 * s.other_cpu_share, s.other_cpu_share > kDisturbedShare ? " (disturbed)" : "");
+                  100 * s.other_cpu_share, disturbed(s.other_cpu_share) ? " (disturbed)" : "");
     os << line;
-    if (s.other_cpu_share > kDisturbedShare)
+    if (disturbed(s.other_cpu_share))
       std::fprintf(stderr, "dpx: warning: other processes took %.0f %% of the cores this run used during its measured "
                    "steps: its times are the busy machine's, not dpx's; `top` shows who, and a quiet machine gives "
                    "this run's real times%s\n", 100 * s.other_cpu_share,
