@@ -128,8 +128,8 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
 
   Progress progress(log, job);
   // What other processes took of the cores during the measured steps (core/cpu_use.hpp): sampled
-  // at the start, again when the warm-up ends, and after each epoch's last step, on rank 0 for
-  // the ranks of its node.
+  // at the start, again when the warm-up ends, and after each epoch's last step (or, in a run a
+  // signal stopped, when it returns), on rank 0 for the ranks of its node.
   const std::vector<int> node_pids = run_pids(launch);
   CpuSample cpu_start = sample_cpu(node_pids), cpu_end;
   TrainHooks hooks{[&](const StepRecord& r, bool last) {
@@ -169,6 +169,7 @@ TrainReport train(const Job& job, std::ostream& log, Communicator* processes, co
   }
   fill_wait_times(report);
   report.wall_s = now_s() - start;
+  if (report.stopped_by && !cpu_end.valid) cpu_end = sample_cpu(node_pids);
   report.other_cpu_share = other_cpu_share(cpu_start, cpu_end);
   if (options.loss_threshold > 0) {
     for (const auto& r : report.steps) {

@@ -174,7 +174,7 @@ TEST_CASE("SIGTERM: the run stops at a step, checkpoints, exits 143, and the res
       BackgroundJob run(c.launch + kDpx + args + c.args + " --out " + (tmp.path / "part").string() +
                             " --checkpoint-dir " + ckpt.string(),
                         tmp.path / "part.log");
-      REQUIRE(run.wait_for_lines("| step ", 30, 60));
+      REQUIRE(run.wait_for_lines("| step ", 100, 60));  // long enough a run to measure the machine
       if (c.launch.empty()) {
         run.signal_job(SIGTERM);  // the dpx process itself (thread ranks share its signals)
       } else {
@@ -186,6 +186,8 @@ TEST_CASE("SIGTERM: the run stops at a step, checkpoints, exits 143, and the res
       CAPTURE(run.output());
       CHECK(run.exit_code() == 143);
       CHECK(run.output().find("stopped by SIGTERM after ") != std::string::npos);
+      // A run stopped before an epoch ended still says what other processes took of its cores.
+      CHECK(run.output().find("machine: other processes took ") != std::string::npos);
       CHECK(run.output().find("resume with the same command and --resume " + ckpt.string()) != std::string::npos);
     }
     for (const auto& e : fs::directory_iterator(tmp.path / "part"))  // whole files only
