@@ -9,8 +9,9 @@ Usage: compare_profiles.py PROFILE_DPX.csv PROFILE_TORCH.csv [--top 5] [--dpx-lo
 
 The two engines name their ops differently, so both are summed into the same kinds of work (the
 CATEGORIES below: convolution forward, convolution backward, batch norm, ...); dpx's time per op is
-its kernels' time plus its launches (the profiler waits for the stream around each op), PyTorch's is
-each aten op's own device time (kernels only). Per model, the table lists every kind with both
+the device time between CUDA events recorded around it (since 26a9103; profiles before it waited
+for the stream around each op, adding its launches), PyTorch's is each aten op's own device time
+(kernels only). Per model, the table lists every kind with both
 engines' ms per step and dpx's excess, largest first; the first --top rows are where dpx loses most.
 """
 import argparse
@@ -129,7 +130,7 @@ def table(key, dpx_ops, torch_ops, torch_step, top):
     total_t = sum(v[1] for v in by_kind.values())
     lines = [f"#### {model}, {precision}", ""]
     if torch_step:
-        lines.append(f"dpx's ops: {total_d:.1f} ms per step (each op timed alone); PyTorch's kernels: {total_t:.1f} ms "
+        lines.append(f"dpx's ops: {total_d:.1f} ms per step (CUDA events around each op); PyTorch's kernels: {total_t:.1f} ms "
                      f"per step, {torch_step[0]:.0f} kernels, {torch_step[2]:.1f} ms wall under the profiler.")
         lines.append("")
     lines.append("| kind of work | dpx ms | PyTorch ms | dpx − PyTorch | dpx's largest ops | PyTorch's largest ops |")

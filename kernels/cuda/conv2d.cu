@@ -68,13 +68,15 @@ struct ConvDesc {
 // Without TF32, fp32 convolutions must use FMA math: cuDNN's default math lets Ampere and newer
 // GPUs run fp32 as TF32. With TF32 allowed, default math (as PyTorch); never
 // CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which may also convert fp32 data to fp16.
-// bf16/fp16 data (--precision) runs on tensor cores, with PyTorch's math types: tensor-op math
-// for fp16, default math (tensor cores allowed from Ampere on) for bf16.
+// bf16/fp16 data (--precision) asks for tensor-op math: with default math, cuDNN 9.19's legacy
+// heuristics and search offered bf16 convolutions no tensor-core algorithm (H100, 2026-11-27:
+// resnet18's bf16 convolution backward took 186 ms a step, fp32's 13.5 ms), while fp16 in
+// tensor-op math got tensor-core ones.
 bool half_compute(const Context& ctx) { return ctx.compute != DType::f32; }
 bool tensor_ops_allowed(const Context& ctx) { return ctx.allow_tf32 || half_compute(ctx); }
 cudnnMathType_t base_math(const Context& ctx) {
-  if (ctx.compute == DType::f16) return CUDNN_TENSOR_OP_MATH;
-  return ctx.allow_tf32 || ctx.compute == DType::bf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  if (half_compute(ctx)) return CUDNN_TENSOR_OP_MATH;
+  return ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 // fp32 for every data type: cuDNN 9.19's legacy descriptor refuses a bf16 compute type
 // (CUDNN_STATUS_BAD_PARAM: float, double, half, int32 or fp8 only; seen on the H100, 2026-11-26),
