@@ -10,6 +10,7 @@
 #include "core/context.hpp"
 #include "core/phase_timer.hpp"
 #include "core/tensor.hpp"
+#include "parallel/train/graph_step.hpp"
 
 namespace dpx::parallel {
 
@@ -23,6 +24,12 @@ class DeviceEnv {
   virtual Tensor upload(const Tensor& host) { return host; }
   // The begin or end of a phase, in the order the work is queued (PhaseScope calls it).
   virtual void mark(Phase, Edge) {}
+  // A phase whose marks a graph replay recorded (--cuda-graph: the marks made while the step was
+  // recorded are event nodes of the graph): read at finish_step as if marked now.
+  virtual void replayed(Phase) {}
+  // What records a step for --cuda-graph (graph_step.hpp): a CUDA graph on a GPU, the rehearsal
+  // on the CPU.
+  virtual std::unique_ptr<StepRecorder> make_recorder() { return make_rehearsal_recorder(); }
   // Waits for the step's work and writes the device-timed phases into `times`.
   virtual void finish_step(StepTimes& times) {}
   // Waits until the work queued on this device so far has finished (nothing to wait for on the CPU).
@@ -64,6 +71,8 @@ class StepPhases {
   PhaseScope scope(Phase phase) { return PhaseScope(timer_, env_, phase); }
   // Time measured elsewhere (DDP's all-reduces on its communication thread).
   void add(Phase phase, double seconds) { timer_.add(phase, seconds); }
+  // A phase a graph replay timed (DeviceEnv::replayed).
+  void replayed(Phase phase) { env_.replayed(phase); }
   // The step's times: the host's, with the device-timed phases replaced (waits for the device).
   StepTimes finish() {
     StepTimes times = timer_.take();

@@ -53,6 +53,12 @@ void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& red
   data::DataLoader loader(job.train_set, lo);
   LocalReplica replica(model);
   Rank r(job, setup.rank, *env, replica, *sync, *optimizer, loader, setup.clock_offset_s);
+  std::unique_ptr<GraphSteps> graphs;  // --cuda-graph
+  if (o.cuda_graph) {
+    graphs = std::make_unique<GraphSteps>([&e = *env] { return e.make_recorder(); },
+                                          Tensor::zeros({1}, DType::i64, env->ctx().device));
+    r.graphs = graphs.get();
+  }
   train_loop(r, setup.host, setup.data, report, report_mu, hooks);
   std::lock_guard<std::mutex> lock(report_mu);
   report.loader.add(loader.stats());

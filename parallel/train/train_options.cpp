@@ -293,6 +293,16 @@ const Refusal kRefused[] = {
                              "through memory, in fp32, with no all-reduce to narrow; pass --parallel ddp, or drop ",
                              "--grad-dtype");
      }},
+    // ---- --cuda-graph (graph_step.hpp)
+    {[](const TrainOptions& o) { return o.cuda_graph && !o.device().is_cuda() && !o.graph_rehearsal; },
+     "--cuda-graph replays a GPU's training step as a CUDA graph: it needs --devices cuda:N (CPU ops run "
+     "when they are called; there is no launch to save)"},
+    {[](const TrainOptions& o) { return o.cuda_graph && o.parallel != ParallelMode::none; },
+     "--cuda-graph records one GPU rank's step (--parallel none): DDP's and DataParallel's exchanges "
+     "inside a graph are not built yet; drop --cuda-graph, or train one replica"},
+    {[](const TrainOptions& o) { return o.cuda_graph && o.loss_scaling().has_value(); },
+     "--cuda-graph with loss scaling (--precision fp16 turns it on): the scale changes between steps, and a "
+     "replay keeps the one it recorded; use --precision bf16, or --loss-scale none, or drop --cuda-graph"},
     {[](const TrainOptions& o) { return o.cudnn_algo == "search" && !o.device().is_cuda(); },
      "--cudnn-algo search chooses cuDNN's GPU convolution algorithms and needs --devices cuda:N; "
      "CPU convolutions choose theirs with --conv-algo"},
@@ -422,7 +432,7 @@ std::vector<std::pair<std::string, std::string>> TrainOptions::flag_values() con
       {"--backend", backend ? std::string(choice_name(kBackends, *backend)) : ""},
       {"--parallel", std::string(choice_name(kParallelModes, parallel))}, {"--algo", std::string(algorithm_name(algo))}, {"--bucket-mb", num(bucket_mb)}, {"--accumulate", num(accumulate)},
       {"--no-overlap", num(!overlap)}, {"--tf32", num(allow_tf32)}, {"--deterministic", num(deterministic)}, {"--conv-algo", conv_algo},
-      {"--cudnn-algo", cudnn_algo}, {"--warmup", num(warmup_steps)},
+      {"--cudnn-algo", cudnn_algo}, {"--cuda-graph", num(cuda_graph)}, {"--warmup", num(warmup_steps)},
       {"--loss-threshold", num(loss_threshold)}, {"--comm-timeout", num(comm_timeout_s)}, {"--net-sim", net_sim},
       {"--ranks-per-node", num(ranks_per_node)}, {"--trace", trace_file},
       {"--trace-steps", num(trace_first) + ":" + num(trace_last)}, {"--out", out_dir},

@@ -103,6 +103,8 @@ struct TrainOptions {
   bool allow_tf32 = false;                // --tf32: TF32 tensor-core math on GPUs
   bool deterministic = false;             // --deterministic: GPU runs repeat bit for bit (kernels/determinism.hpp)
   std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
+  bool cuda_graph = false;                // --cuda-graph: forward, loss and backward replayed as a CUDA graph (graph_step.hpp)
+  bool graph_rehearsal = false;           // tests only, no flag: --cuda-graph on CPU ranks, rehearsed (graph_step.hpp)
   // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
   Precision precision = Precision::fp32;  // --precision: the compute's
   DType grad_dtype = DType::f32;          // --grad-dtype: DDP's gradient all-reduce (kGradDtypes)

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/capture.hpp"
 #include "core/clock.hpp"
 #include "kernels/ops.hpp"
 #include "parallel/runtime/process_group.hpp"
@@ -88,6 +89,79 @@ void update(Rank& r, int64_t global_step, StepRecord& rec) {
   r.bad_loss.reset();
 }
 
+// --cuda-graph (graph_step.hpp): forward, loss and backward of the shape's input tensors, as
+// recorded work. The loss goes to g.loss; the loss scale is refused with the flag, and the check
+// of a non-finite loss runs after the replay (graph_loss_check).
+RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
+  return [&r, &g](StepPhases& phases) {
+    Context& ctx = r.env.ctx();
+    // Random ops draw each replay's own masks: the graph counts its replays on the device.
+    struct Offset {
+      Context& ctx;
+      explicit Offset(Context& c, const Tensor& counter) : ctx(c) { ctx.random_offset = &counter; }
+      ~Offset() { ctx.random_offset = nullptr; }
+    } offset(ctx, r.graphs->counter());
+    ops::increment_i64(ctx, r.graphs->counter());
+    {
+      auto scope = phases.scope(Phase::forward);
+      capture::Where where("forward");
+      Tensor logits = r.model.forward(ctx, g.images, phases);
+      g.loss = r.criterion.forward_tensor(ctx, logits, g.labels);
+    }
+    auto scope = phases.scope(Phase::backward);
+    capture::Where where("backward");
+    Tensor dlogits = r.criterion.backward(ctx);
+    if (r.job.options.accumulate != 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(r.job.options.accumulate));
+    r.model.backward(ctx, dlogits, phases);
+  };
+}
+
+// After a replay, what loss_gradient does inside an eager step: a non-finite loss with the
+// divergence guard on makes the gradients NaN (the eager step makes the loss gradient NaN, and
+// every gradient follows), so that the guard decides alike.
+void graph_loss_check(Rank& r, const Tensor& loss) {
+  if (r.job.options.on_nonfinite == NonFinite::ignore) return;
+  const float value = loss.item();
+  if (std::isfinite(value)) return;
+  r.bad_loss = value;
+  Tensor grads = r.model.master().flat_grads();
+  ops::fill(r.env.ctx(), grads, std::numeric_limits<float>::quiet_NaN());
+}
+
+// The shape's entry for this step, its batch copied into the graph's inputs; null where the step
+// runs eagerly (no --cuda-graph, or the shape's first step).
+GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& labels) {
+  if (!r.graphs) return nullptr;
+  GraphSteps::Shape& g = r.graphs->step_of(images.shape());
+  if (g.steps == 1) return nullptr;
+  Context& ctx = r.env.ctx();
+  if (!g.images.defined()) {
+    g.images = Tensor::empty(images.shape(), images.dtype(), ctx.device);
+    g.labels = Tensor::empty(labels.shape(), labels.dtype(), ctx.device);
+  }
+  ops::copy(ctx, g.images, images);
+  ops::copy(ctx, g.labels, labels);
+  return &g;
+}
+
+// Records the shape's step (its second), then replays it.
+void replay(Rank& r, GraphSteps::Shape& g, StepPhases& phases) {
+  if (!g.recorder) {
+    DPX_CHECK(!r.scaler, "--cuda-graph with a loss scale (refused by validate)");
+    std::unique_ptr<StepRecorder> recorder = r.graphs->make_recorder();
+    recorder->capture(recordable_step(r, g), phases);
+    g.recorder = std::move(recorder);
+    if (r.rank == 0) {
+      const std::string nodes = g.recorder->nodes() ? detail::concat(g.recorder->nodes(), " nodes") : "rehearsed on the CPU";
+      std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch (%s)\n", shape_str(g.images.shape()).c_str(),
+                   nodes.c_str());
+    }
+  }
+  g.recorder->replay(phases);
+  phases.replayed(Phase::forward);
+  phases.replayed(Phase::backward);
+}
+
 }  // namespace
 
 Rank::Rank(const Job& job, int rank, DeviceEnv& env, StepModel& model, GradSync& grad_sync, nn::Optimizer& optimizer,
@@ -119,17 +193,24 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
   }
   DPX_CHECK(batch.has_value(), "the data loader ran dry at step ", at.step, " of ", steps);
   Tensor images, labels, loss;
+  GraphSteps::Shape* graph = nullptr;
   {
     auto scope = phases.scope(Phase::h2d);
     images = r.env.upload(batch->images);
     labels = r.env.upload(batch->labels);
+    graph = graph_inputs(r, images, labels);  // --cuda-graph: into the graph's inputs
   }
-  {
-    auto scope = phases.scope(Phase::forward);
-    Tensor logits = r.model.forward(ctx, images, phases);
-    loss = r.criterion.forward_tensor(ctx, logits, labels);  // read after the step: no sync here
-  }
-  {
+  if (graph) {
+    r.grad_sync.begin_step(rec.optimizer_step);
+    replay(r, *graph, phases);
+    loss = graph->loss;
+    graph_loss_check(r, loss);
+  } else {
+    {
+      auto scope = phases.scope(Phase::forward);
+      Tensor logits = r.model.forward(ctx, images, phases);
+      loss = r.criterion.forward_tensor(ctx, logits, labels);  // read after the step: no sync here
+    }
     auto scope = phases.scope(Phase::backward);
     r.grad_sync.begin_step(rec.optimizer_step);
     if (r.scaler) rec.loss_scale = r.scaler->scale();

@@ -63,6 +63,7 @@ struct Rank {
   nn::CrossEntropyLoss criterion;
   std::optional<double> bad_loss;  // this rank's non-finite loss in the accumulation group
   std::optional<LossScaler> scaler;  // --loss-scale: the same on every rank, as their gradients
+  GraphSteps* graphs = nullptr;      // --cuda-graph: the recorded steps (graph_step.hpp); null: eager
 };
 
 struct StepAt {

@@ -13,6 +13,8 @@
 
 namespace dpx::parallel {
 
+std::unique_ptr<StepRecorder> make_graph_recorder(int device, cuda::Stream stream);  // graph_recorder.cpp
+
 namespace {
 
 class CudaEnv final : public DeviceEnv {
@@ -31,6 +33,14 @@ class CudaEnv final : public DeviceEnv {
     events_[i].record(state_->stream);
     marked_[i] = true;
   }
+
+  void replayed(Phase p) override {
+    const int i = event_of(p, Edge::begin);
+    if (i < 0) return;
+    marked_[i] = marked_[i + 1] = true;
+  }
+
+  std::unique_ptr<StepRecorder> make_recorder() override { return make_graph_recorder(state_->device, state_->stream); }
 
   void synchronize() override { cuda::synchronize(state_->stream, state_->device); }
 
