@@ -13,7 +13,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 
 #include "analysis/stats.hpp"
@@ -27,6 +26,7 @@
 #include "parallel/bench/metrics.hpp"
 #include "parallel/bench/report_io.hpp"
 #include "parallel/train/trainer.hpp"
+#include "tools/bench_out.hpp"
 #include "tools/commands.hpp"
 #include "tools/max_batch.hpp"
 #include "tools/op_table.hpp"
@@ -427,6 +427,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   if (rank0) {
     // Every file the sweep writes may replace only the same kind of file an earlier dpx bench wrote.
     check_output_dir_path(bf.out_dir, "--out");
+    if (!tf.force) claim_bench_out(bf.out_dir, false, std::cout);  // refuses an earlier run before any search
     const std::pair<const char*, FileKind> files[] = {{"results.csv", FileKind::results_csv},
                                                       {"runs.csv", FileKind::runs_csv},
                                                       {"ops.csv", FileKind::ops_csv},
@@ -463,25 +464,10 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       std::cout << (m.capped_by.empty() ? "" : "; capped by " + m.capped_by) << ")" << std::endl;
     }
     ensure_writable_dir(bf.out_dir);
-    ensure_writable_dir(bf.out_dir + "/steps");
     lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
-    // An ops.csv of an earlier sweep into this folder would pass for this one's (it is dpx's,
-    // checked above, or --force said it may go).
-    std::error_code ignored;  // the folder is writable (checked above); nothing there is fine too
-    if (!bf.profile_ops) std::filesystem::remove(bf.out_dir + "/ops.csv", ignored);
-    // Likewise the steps files of an earlier sweep's configurations that this one does not run:
-    // dpx plot draws every steps/*.csv of the folder under this sweep's command. Files dpx did
-    // not write stay.
-    std::set<std::string> mine;
-    for (const Config& c : configs)
-      for (int run = 1; run <= bf.repeat; ++run)
-        mine.insert(steps_file(c, run, bf.repeat));
-    for (const auto& entry : std::filesystem::directory_iterator(bf.out_dir + "/steps", ignored)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.path().extension() == ".csv" && !mine.count(name) &&
-          written_by_dpx(entry.path().string(), FileKind::steps_csv))
-        std::filesystem::remove(entry.path(), ignored);
-    }
+    // One run per folder: an earlier run's files would be drawn and reported as this one's.
+    claim_bench_out(bf.out_dir, tf.force, std::cout);
+    ensure_writable_dir(bf.out_dir + "/steps");
   }
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;

@@ -187,20 +187,40 @@ TEST_CASE("bench and train report each run's peak memory: live tensors and what 
   CHECK(train.output.find(" MB reserved (held by dpx's allocator)") != std::string::npos);
 }
 
-TEST_CASE("a sweep into an earlier sweep's folder leaves none of that sweep's steps files behind") {
+TEST_CASE("a sweep into a folder that holds an earlier run is refused; --force moves that run aside") {
   dpx::testing::TempDir dir("bench_again");
   const std::string common = "bench --models lenet5 --devices cpu:1 --dataset synthetic --image-size 28 --steps 2 "
                              "--warmup 1 --threads 1 --out " + dir.file("out");
   REQUIRE(run_dpx(common + " --batch-sizes 8").code == 0);
   REQUIRE(std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")));
-  std::ofstream(dir.file("out/steps/notes.csv")) << "mine\n";  // not dpx's: stays
-  DpxResult r = run_dpx(common + " --batch-sizes 4");
-  CAPTURE(r.output);
-  REQUIRE(r.code == 0);
+  std::ofstream(dir.file("out/steps/notes.csv")) << "mine\n";  // not dpx's: stays where it is
+  const std::string first_results = dpx::testing::file_text(dir.file("out/results.csv"));
+
+  // Without --force: refused before anything runs, naming the earlier command; nothing changes.
+  DpxResult refused = run_dpx(common + " --batch-sizes 4");
+  CAPTURE(refused.output);
+  CHECK(refused.code == 2);
+  CHECK(refused.output.find("holds an earlier dpx bench run") != std::string::npos);
+  CHECK(refused.output.find("--batch-sizes 8") != std::string::npos);  // its command
+  CHECK(refused.output.find("--force") != std::string::npos);
+  CHECK(dpx::testing::file_text(dir.file("out/results.csv")) == first_results);
+  CHECK(!std::filesystem::exists(dir.file("out/steps/lenet5_b4_ddp_cpu1.csv")));
+
+  // With --force: the earlier run's files go to out.old-1, nothing is deleted, and the folder
+  // holds this run alone (dpx plot would have drawn the old steps under the new command).
+  DpxResult forced = run_dpx(common + " --batch-sizes 4 --force");
+  CAPTURE(forced.output);
+  REQUIRE(forced.code == 0);
+  CHECK(forced.output.find("moved the earlier run") != std::string::npos);
   CHECK(std::filesystem::exists(dir.file("out/steps/lenet5_b4_ddp_cpu1.csv")));
-  // dpx plot draws every steps file under the newest command: the old one would be captioned wrong.
   CHECK(!std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu1.csv")));
+  CHECK(std::filesystem::exists(dir.file("out.old-1/steps/lenet5_b8_ddp_cpu1.csv")));
+  CHECK(dpx::testing::file_text(dir.file("out.old-1/results.csv")) == first_results);
+  CHECK(std::filesystem::exists(dir.file("out.old-1/command.txt")));
   CHECK(dpx::testing::file_text(dir.file("out/steps/notes.csv")) == "mine\n");
+  // Again: the next free name.
+  REQUIRE(run_dpx(common + " --batch-sizes 8 --force").code == 0);
+  CHECK(std::filesystem::exists(dir.file("out.old-2/steps/lenet5_b4_ddp_cpu1.csv")));
 }
 
 // A busy machine is noticed (core/cpu_use.hpp): with a busy loop on every core beside it, the run
