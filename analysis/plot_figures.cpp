@@ -446,7 +446,7 @@ std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
       {"load", "load"},          {"h2d", "h2d"},
       {"forward", "forward"},    {"backward", "backward"},
       {"comm_exposed", "comm (exposed)"}, {"optimizer", "optimizer"},
-      {"wait", "wait"}};
+      {"wait", "wait"}, {"all_reduce", "all-reduce (each bucket)"}};
   std::vector<Figure> out;
   for (const Trace& tr : in.traces) {
     std::vector<TraceBox> kept;
@@ -461,10 +461,14 @@ std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
     int series = 0;
     for (const auto& [phase, title] : phases) {
       std::vector<std::vector<double>> rows;
+      // The phases fill a rank's row; its buckets' all-reduces, which overlap backward, a thin
+      // band under it.
+      const bool band = phase == "all_reduce";
+      const double lo = band ? 0.38 : -0.35, hi = band ? 0.48 : 0.35;
       for (const TraceBox& box : kept)
         if (box.phase == phase)
-          rows.push_back({(box.start_ms + box.end_ms) / 2 - t0, static_cast<double>(box.rank), box.start_ms - t0,
-                          box.end_ms - t0, box.rank - 0.35, box.rank + 0.35});
+          rows.push_back({(box.start_ms + box.end_ms) / 2 - t0, box.rank + (lo + hi) / 2, box.start_ms - t0,
+                          box.end_ms - t0, box.rank + lo, box.rank + hi});
       if (rows.empty()) continue;
       const std::string name = "p" + std::to_string(series);
       b += datablock(name, rows);
@@ -478,8 +482,13 @@ std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
     const std::string window = o.first_step < 0 ? "every traced step"
                                                 : "steps " + std::to_string(o.first_step) + " to " +
                                                       std::to_string(o.last_step);
+    bool buckets = false;
+    for (const TraceBox& box : kept) buckets = buckets || box.phase == "all_reduce";
     const std::string caption = tr.run + "; " + window + ", a row per rank, time from the first phase shown; comm is "
-                                "the exposed communication (comm_exposed), the part backward did not hide";
+                                "the exposed communication (comm_exposed), the part backward did not hide" +
+                                (buckets ? "; the band under each row: each DDP bucket's all-reduce on the rank's "
+                                           "communication thread"
+                                         : "");
     b += "set title 'Phases of each rank over time'\nset xlabel 'time (ms)'\nset ylabel 'rank'\nset yrange [" +
          fmt(tr.ranks - 0.5) + ":-0.5]\n" + ytics + ")\nset grid x\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";

@@ -333,6 +333,8 @@ void read_trace(const std::string& path, Inputs& in) {
     }
     else if (phases.count(name))
       tr.boxes.push_back({rank, name, ts / 1e3, (ts + dur) / 1e3, -1});
+    else if (name.rfind("bucket ", 0) == 0)  // a DDP bucket's all-reduce, on the communication thread
+      tr.boxes.push_back({rank, "all_reduce", ts / 1e3, (ts + dur) / 1e3, -1});
     tr.ranks = std::max(tr.ranks, rank + 1);
   }
   for (TraceBox& box : tr.boxes)

@@ -165,6 +165,9 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
+// The trace's track for the bucket all-reduces: after the phases' (one track per phase).
+constexpr int kBucketTrack = kPhaseCount;
+
 void write_trace(const std::string& path, const TrainReport& report, int64_t first, int64_t last) {
   nlohmann::json events = nlohmann::json::array();
   auto us = [&](double t) { return (t - report.start_s) * 1e6; };
@@ -173,6 +176,18 @@ void write_trace(const std::string& path, const TrainReport& report, int64_t fir
     for (int p = 0; p < kPhaseCount; ++p)
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", p},
                         {"args", {{"name", std::string(kPhaseNames[p])}}}});
+    if (!report.bucket_spans.empty())
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", kBucketTrack},
+                        {"args", {{"name", "all-reduce (buckets)"}}}});
+  }
+  // Each DDP bucket's all-reduce where it ran, on the rank's communication thread.
+  const std::string algo(algorithm_name(report.options.algo));
+  for (const BucketSpan& b : report.bucket_spans) {
+    if (b.global_step < first || b.global_step > last) continue;
+    events.push_back({{"ph", "X"}, {"name", "bucket " + std::to_string(b.bucket)}, {"pid", b.rank},
+                      {"tid", kBucketTrack}, {"ts", us(b.start_s)}, {"dur", b.seconds * 1e6},
+                      {"args", {{"step", b.global_step}, {"bucket", b.bucket}, {"gradients", b.numel},
+                                {"bytes_sent", b.bytes}, {"algorithm", algo}}}});
   }
   const Phase order[] = {Phase::load, Phase::forward, Phase::backward, Phase::comm_exposed, Phase::optimizer};
   for (const auto& rec : report.steps) {

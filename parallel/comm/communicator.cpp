@@ -41,9 +41,11 @@ class HostWork final : public Work::State {
   }
   double seconds() const override { return seconds_; }
   uint64_t bytes_sent() const override { return bytes_; }
-  void finish(double seconds, uint64_t bytes, std::exception_ptr error) {
+  double started_s() const override { return started_; }
+  void finish(double started, double seconds, uint64_t bytes, std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(m_);
+      started_ = started;
       seconds_ = seconds;
       bytes_ = bytes;
       error_ = std::move(error);
@@ -56,7 +58,7 @@ class HostWork final : public Work::State {
   mutable std::mutex m_;
   std::condition_variable cv_;
   bool done_ = false;
-  double seconds_ = 0;
+  double started_ = 0, seconds_ = 0;
   uint64_t bytes_ = 0;
   std::exception_ptr error_;
 };
@@ -110,11 +112,11 @@ class Communicator::Worker {
       queue_.pop_front();
       lock.unlock();
       std::exception_ptr error;
-      double seconds = 0;
+      double start = 0, seconds = 0;
       uint64_t bytes = 0;
       try {
         if (task.ready) task.ready();  // not the collective's time
-        const double start = now_s();
+        start = now_s();
         const uint64_t sent = transport_.bytes_sent();
         task.call();
         seconds = now_s() - start;
@@ -122,7 +124,7 @@ class Communicator::Worker {
       } catch (...) {
         error = std::current_exception();
       }
-      task.work->finish(seconds, bytes, std::move(error));
+      task.work->finish(start, seconds, bytes, std::move(error));
       lock.lock();
       ++finished_;
       cv_.notify_all();

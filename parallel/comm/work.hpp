@@ -19,6 +19,9 @@ class Work {
     virtual bool done() const = 0;           // finished (without blocking)
     virtual double seconds() const = 0;      // after wait(): how long the collective itself took
     virtual uint64_t bytes_sent() const = 0; // after wait(): what this rank sent for it
+    // After wait(): the steady clock (core/clock.hpp) when the collective began, or 0 where the
+    // backend times it on a device rather than on the host's clock (nccl, p2p).
+    virtual double started_s() const { return 0; }
   };
 
   Work() = default;  // nothing in flight
@@ -30,6 +33,7 @@ class Work {
   bool done() const { return !state_ || state_->done(); }
   double seconds() const { return state_ ? state_->seconds() : 0; }
   uint64_t bytes_sent() const { return state_ ? state_->bytes_sent() : 0; }
+  double started_s() const { return state_ ? state_->started_s() : 0; }
   // Whether a call was started (a default Work is none).
   bool started() const { return state_ != nullptr; }
 

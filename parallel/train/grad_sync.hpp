@@ -7,6 +7,7 @@
 // its replicas' gradients into the master after their backward.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/context.hpp"
 #include "layers/model.hpp"
@@ -26,6 +27,15 @@ class GradSync {
   virtual void finish(Context& ctx, StepPhases& phases) = 0;
   // Bytes this rank sent for its gradients since the last call (counted by the communicator).
   virtual uint64_t take_sent_bytes() = 0;
+  // The all-reduces of the last finish(), one per bucket (DDP; none for the others), for the trace.
+  struct BucketTiming {
+    int bucket = 0;
+    double start_s = 0;   // steady clock when it began; 0: timed on a device (nccl, p2p)
+    double seconds = 0;
+    uint64_t bytes = 0;   // this rank sent
+    int64_t numel = 0;    // gradients in the bucket
+  };
+  virtual std::vector<BucketTiming> take_bucket_timings() { return {}; }
 };
 
 class NoSync final : public GradSync {

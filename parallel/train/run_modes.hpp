@@ -21,5 +21,8 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
 
 // Rank 0 receives every rank's step records (appended to its own); the others send theirs.
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps);
+// The same for any records that travel as bytes (BucketSpan).
+template <class Record>
+void gather_records(Communicator& comm, std::vector<Record>& records);
 
 }  // namespace dpx::parallel

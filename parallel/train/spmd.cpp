@@ -90,20 +90,27 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   spec.processes = processes;
   spec.launch = &report.launch;
   launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, setup, reducer, report, report_mu, hooks); });
-  if (processes && processes->size() > 1) gather_steps(*processes, report.steps);
+  if (processes && processes->size() > 1) {
+    gather_steps(*processes, report.steps);
+    gather_records(*processes, report.bucket_spans);
+  }
   sort_steps(report.steps);
 }
 
-void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) {
-  static_assert(std::is_trivially_copyable_v<StepRecord>, "step records travel as bytes");
-  const auto* first = reinterpret_cast<const std::byte*>(steps.data());
-  const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + steps.size() * sizeof(StepRecord)));
+template <class Record>
+void gather_records(Communicator& comm, std::vector<Record>& records) {
+  static_assert(std::is_trivially_copyable_v<Record>, "records travel as bytes");
+  const auto* first = reinterpret_cast<const std::byte*>(records.data());
+  const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + records.size() * sizeof(Record)));
   for (size_t q = 1; q < all.size(); ++q) {
-    const size_t count = all[q].size() / sizeof(StepRecord);
-    const size_t at = steps.size();
-    steps.resize(at + count);
-    std::memcpy(steps.data() + at, all[q].data(), count * sizeof(StepRecord));
+    const size_t count = all[q].size() / sizeof(Record);
+    const size_t at = records.size();
+    records.resize(at + count);
+    std::memcpy(records.data() + at, all[q].data(), count * sizeof(Record));
   }
 }
+template void gather_records(Communicator&, std::vector<BucketSpan>&);
+
+void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) { gather_records(comm, steps); }
 
 }  // namespace dpx::parallel

@@ -84,6 +84,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
            " differs from this run's (another data set, or another dpx version's shuffling)");
   }
   std::vector<StepRecord> mine;
+  std::vector<BucketSpan> spans;  // --trace's steps
   int64_t global_step = start.global_step;
   int stopped_by = 0;
   for (int64_t epoch = start.epoch; epoch < o.epochs && !stopped_by; ++epoch) {
@@ -100,6 +101,12 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
         records = train_step(r, {epoch, step, global_step});
       }
       const StepRecord& rec = records.front();
+      // The step's bucket all-reduces, on rank 0's clock, where they were timed on the host.
+      const std::vector<GradSync::BucketTiming> timings = r.grad_sync.take_bucket_timings();
+      if (!o.trace_file.empty() && global_step >= o.trace_first && global_step <= o.trace_last)
+        for (const GradSync::BucketTiming& t : timings)
+          if (t.start_s > 0)
+            spans.push_back({r.rank, global_step, t.bucket, t.start_s - r.clock_offset_s, t.seconds, t.bytes, t.numel});
       loss_sum += rec.loss;
       mine.insert(mine.end(), records.begin(), records.end());
       if (r.rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
@@ -137,6 +144,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());
+  report.bucket_spans.insert(report.bucket_spans.end(), spans.begin(), spans.end());
   if (r.rank == 0) {
     nn::Model& model = r.model.master();
     report.stopped_by = stopped_by;

@@ -33,6 +33,17 @@ struct StepRecord {
   MemoryPeaks memory;            // this rank's high-water marks since the run started, at the step's end
 };
 
+// One DDP bucket's all-reduce in a traced step (--trace: the rank's all-reduce track).
+struct BucketSpan {
+  int rank = 0;
+  int64_t global_step = 0;
+  int bucket = 0;
+  double start_s = 0;   // steady-clock time it began, on rank 0's clock
+  double seconds = 0;
+  uint64_t bytes = 0;   // what this rank sent for it
+  int64_t numel = 0;    // gradients in the bucket
+};
+
 struct EpochRecord {
   int64_t epoch = 0;
   double train_loss = 0;         // mean over the epoch's steps (rank 0)
@@ -49,6 +60,8 @@ struct TrainReport {
   int64_t num_parameters = 0, num_trainable = 0;
   int64_t train_samples = 0, steps_per_epoch = 0;
   std::vector<StepRecord> steps;     // every rank's steps, in order
+  // The traced steps' bucket all-reduces (--trace, DDP over a host backend: threads, mpi).
+  std::vector<BucketSpan> bucket_spans;
   std::vector<EpochRecord> epochs;
   double wall_s = 0;
   double start_s = 0;                // steady-clock time the run started (trace origin)

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -171,6 +173,49 @@ TEST_CASE("a run writes steps.csv, summary.csv, config.json and a valid trace") 
   auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
   CHECK(trace["traceEvents"].size() > 8);
   for (auto& entry : fs::directory_iterator(d)) CHECK(entry.path().string().find(".tmp") == std::string::npos);
+  fs::remove_all(d);
+}
+
+// Horovod's timeline and PyTorch's profiler show each all-reduce: so does the trace, one span per
+// DDP bucket on its rank's all-reduce track, inside its step, with the bucket's size.
+TEST_CASE("the trace has every DDP bucket's all-reduce on its rank's track, inside its step") {
+  fs::path d = temp_dir("trace_buckets");
+  Result r = run("train --dataset synthetic --image-size 28 --synthetic-size 256 --steps 4 --epochs 1 --threads 2 "
+                 "--model lenet5 --devices cpu:2 --parallel ddp --batch-size 16 --bucket-mb 0 --warmup 1 --no-eval "
+                 "--trace " + (d / "trace.json").string() + " --trace-steps 1:2");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
+  std::map<std::pair<int, int64_t>, std::pair<double, double>> step_span;  // (rank, step) -> [begin, end]
+  int track = -1;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["args"]["name"] == "all-reduce (buckets)") track = e["tid"].get<int>();
+    if (e["ph"] == "X" && e["name"].get<std::string>().rfind("step ", 0) == 0)
+      step_span[{e["pid"].get<int>(), std::stoll(e["name"].get<std::string>().substr(5))}] = {
+          e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+  }
+  REQUIRE(track >= 0);
+  std::map<std::pair<int, int64_t>, std::set<int>> buckets;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["tid"] != track) continue;
+    const auto& a = e["args"];
+    const std::pair<int, int64_t> key{e["pid"].get<int>(), a["step"].get<int64_t>()};
+    buckets[key].insert(a["bucket"].get<int>());
+    CHECK(a["bytes_sent"].get<uint64_t>() > 0);
+    CHECK(a["gradients"].get<int64_t>() > 0);
+    CHECK(a["algorithm"] == "ring");
+    REQUIRE(step_span.count(key));
+    CHECK(e["ts"].get<double>() >= step_span[key].first);
+    CHECK(e["ts"].get<double>() + e["dur"].get<double>() <= step_span[key].second + 1);  // µs rounding
+  }
+  // --bucket-mb 0: a bucket per parameter tensor (lenet5: 14), every one for both ranks and both
+  // traced steps.
+  CHECK(buckets.size() == 4);
+  for (const auto& [key, set] : buckets) {
+    CHECK(set.size() == 14);
+    CHECK(*set.begin() == 0);
+    CHECK(*set.rbegin() == 13);
+  }
   fs::remove_all(d);
 }
 

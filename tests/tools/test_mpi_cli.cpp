@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -152,6 +153,11 @@ TEST_CASE("under mpirun rank 0 alone prints and writes one set of outputs, with 
   std::map<int, int> pids;
   for (const auto& e : trace["traceEvents"]) ++pids[e["pid"].get<int>()];
   CHECK(pids.size() == 3);  // a timeline per rank
+  // Every rank's bucket all-reduces reached rank 0's trace (gathered with the step records).
+  std::set<int> reduced_on;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["name"].get<std::string>().rfind("bucket ", 0) == 0) reduced_on.insert(e["pid"].get<int>());
+  CHECK(reduced_on == std::set<int>{0, 1, 2});
   CHECK(tmp.entries() == std::vector<std::string>{".dpx.lock", "config.json", "steps.csv", "summary.csv", "trace.json"});
 }
 

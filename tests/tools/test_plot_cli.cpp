@@ -403,11 +403,15 @@ TEST_CASE("dpx plot timeline: a dpx train --trace file as a row of phase boxes p
                         dir.file("figs"));
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  // One series per phase the CPU run traces: load, forward, backward, comm (exposed), optimizer.
-  check_figure(dir, "figs/timeline", 5, 800, 400);
+  // One series per phase the CPU run traces: load, forward, backward, comm (exposed), optimizer,
+  // and the band of the buckets' all-reduces.
+  check_figure(dir, "figs/timeline", 6, 800, 400);
   const std::string svg = slurp(dir.file("figs/timeline.svg"));
-  for (const char* text : {"rank 0", "rank 1", "comm (exposed)", "time (ms)"}) CHECK(svg.find(text) != std::string::npos);
-  CHECK(slurp(dir.file("figs/timeline.txt")).find("steps 1 to 2") != std::string::npos);
+  for (const char* text : {"rank 0", "rank 1", "comm (exposed)", "time (ms)", "all-reduce (each bucket)"})
+    CHECK(svg.find(text) != std::string::npos);
+  const std::string caption = slurp(dir.file("figs/timeline.txt"));
+  CHECK(caption.find("steps 1 to 2") != std::string::npos);
+  CHECK(caption.find("each DDP bucket's all-reduce") != std::string::npos);
 
   check_needs(data().bench, "timeline", "--trace t.json");
   // A window the trace does not hold, a malformed window, JSON that is no trace: exit 2, nothing written.
