@@ -4,6 +4,7 @@
 // on one core.
 #include "core/rng.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -13,7 +14,13 @@ namespace dpx {
 
 namespace {
 constexpr int64_t kParallelFill = 1 << 18;  // elements; below this a fill stays on one thread
+thread_local bool t_draw_nothing = false;   // a DrawNothing lives on this thread
 }  // namespace
+
+DrawNothing::DrawNothing() : outer_(!t_draw_nothing) { t_draw_nothing = true; }
+DrawNothing::~DrawNothing() {
+  if (outer_) t_draw_nothing = false;
+}
 
 std::array<uint32_t, 4> philox4x32(uint64_t key, uint64_t counter_hi, uint64_t counter_lo) {
   const philox::Block b = philox::philox4x32(key, counter_hi, counter_lo);
@@ -40,6 +47,10 @@ void fill_host(const char* who, Tensor& t, Rng& rng, uint64_t draws, Value value
   float* p = t.data<float>();
   const int64_t n = t.numel();
   uint64_t base = rng.advance(static_cast<uint64_t>(n) * draws);
+  if (t_draw_nothing) {
+    std::fill(p, p + n, 0.f);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n >= kParallelFill)
   for (int64_t i = 0; i < n; ++i) p[i] = value(base + static_cast<uint64_t>(i) * draws);
 }

@@ -3,6 +3,7 @@
 #include "zoo/model_stats.hpp"
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
 
 namespace dpx::zoo {
 
@@ -28,7 +29,12 @@ ModelStats measure_module(nn::Module& root, int in_channels, int image_size, Con
 }
 
 ModelStats measure_model(const ModelInfo& info, const ModelOptions& options, Context& ctx) {
-  std::unique_ptr<nn::Module> root = build_model(info.name, options);
+  // The weights' values change none of the counts: zeros, without drawing them (core/rng.hpp).
+  std::unique_ptr<nn::Module> root;
+  {
+    DrawNothing zeros;
+    root = build_model(info.name, options);
+  }
   return measure_module(*root, options.in_channels, options.image_size, ctx);
 }
 

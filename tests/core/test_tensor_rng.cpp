@@ -136,3 +136,29 @@ TEST_CASE("a phase scope opened inside another takes its time out of the outer o
   CHECK(t[Phase::forward] >= 0.002);
   CHECK(t[Phase::forward] < 0.050);  // the inner 60 ms counted once, in comm_total
 }
+
+// dpx models builds every zoo model only to count it: DrawNothing makes the fills zeros, and the
+// generator advances as if it had drawn, so what is drawn after the scope is what it would be.
+TEST_CASE("DrawNothing: fills write zeros, the generator moves on as if they had drawn") {
+  Rng drawn(5), skipped(5);
+  Tensor a = Tensor::empty({1000}), b = Tensor::empty({1000}), c = Tensor::empty({300});
+  fill_normal(a, drawn, 0.f, 1.f);
+  {
+    DrawNothing zeros;
+    {
+      DrawNothing nested;  // scopes nest: the inner one's end keeps the outer one's effect
+    }
+    fill_normal(b, skipped, 0.f, 1.f);
+    fill_uniform(c, skipped, -1.f, 1.f);
+    fill_trunc_normal(c, skipped, 0.f, 1.f, -2.f, 2.f);
+  }
+  for (float v : b.to_vector()) CHECK(v == 0.f);
+  for (float v : c.to_vector()) CHECK(v == 0.f);
+  fill_uniform(c, drawn, -1.f, 1.f);
+  fill_trunc_normal(c, drawn, 0.f, 1.f, -2.f, 2.f);
+  Tensor after_drawn = Tensor::empty({10}), after_skipped = Tensor::empty({10});
+  fill_normal(after_drawn, drawn, 0.f, 1.f);
+  fill_normal(after_skipped, skipped, 0.f, 1.f);
+  CHECK(after_drawn.to_vector() == after_skipped.to_vector());
+  CHECK(after_skipped.to_vector()[0] != 0.f);  // drawing again once the scope is gone
+}
