@@ -1,20 +1,28 @@
 // `dpx infer`: a registered model with weights from a safetensors file (torchvision's
-// state_dict names) applied in eval mode to images from another, logits written as "logits"
-// (N, K) to a third. benchmarks/pytorch/check_infer.py compares them with torchvision's.
+// state_dict names) applied in eval mode to images (tools/infer_input.hpp: a safetensors tensor,
+// an IDX file or JPEG/PNG files), logits written as "logits" (N, K) and the top-1 classes to a
+// third file, the top-1 printed. benchmarks/pytorch/check_infer.py compares the logits with
+// torchvision's.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "core/atomic_file.hpp"
+#include "core/data/idx.hpp"
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/safetensors.hpp"
 #include "core/thread_check.hpp"
 #include "layers/model.hpp"
 #include "tools/commands.hpp"
+#include "tools/infer_input.hpp"
 #include "tools/train_flags.hpp"
 #include "tools/print.hpp"
 #include "zoo/heads.hpp"
@@ -26,14 +34,13 @@ namespace dpx::tools {
 namespace {
 
 struct InferFlags {
-  std::string model, weights, input, output, tensor_name, head;
-  int classes = 0, threads = 0;
+  std::string model, weights, output, head, normalize = "auto", mean, std, labels;
+  InferInputOptions input;
+  int classes = 0, threads = 0, image_size = 0, show = 10;
   int64_t batch_size = 32;
   bool non_strict = false;
   bool force = false;  // --force: replace an --output that dpx did not write
 };
-
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
 
 std::optional<std::string> meta(const SafeTensors& f, const std::string& key) {
   auto it = f.metadata.find(key);
@@ -53,41 +60,66 @@ int meta_int(const SafeTensors& f, const std::string& key, int fallback) {
   fail(f.path, ": metadata ", key, " = '", *v, "' is not a positive integer; pass the value as a flag instead");
 }
 
-// The images: the file's first tensor or the named one, as f32 (N, C, H, W).
-std::pair<std::string, Tensor> read_images(const InferFlags& f) {
-  SafeTensors file = read_safetensors(f.input);
-  const Tensor* t = nullptr;
-  std::string name = f.tensor_name;
-  if (name.empty()) {
-    if (file.tensors.empty()) fail(f.input, ": the file holds no tensors; write the images (N, C, H, W) into it");
-    name = file.tensors.front().first;
-    t = &file.tensors.front().second;
-  } else if (!(t = file.find(name))) {
-    std::string names;
-    for (size_t i = 0; i < file.tensors.size() && i < 10; ++i) names += (i ? ", " : "") + file.tensors[i].first;
-    if (file.tensors.size() > 10) names += ", ...";
-    usage_fail(f.input, ": no tensor named '", name, "' (it holds ", file.tensors.size(), ": ", names,
-               "); pass one of them to --tensor-name, or leave it out for the first");
+// The class names the weights' data set gives its labels, where known: those dpx train --save
+// wrote (class_names, a JSON array), or Fashion-MNIST's and MNIST's own.
+std::vector<std::string> class_names(const SafeTensors& weights, int64_t classes) {
+  std::vector<std::string> names;
+  if (auto text = meta(weights, "class_names")) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(*text);
+      for (const auto& n : j) names.push_back(n.is_string() ? n.get<std::string>() : n.dump());
+    } catch (const nlohmann::json::exception&) {
+      names.clear();  // not names dpx wrote: numbers only
+    }
+  } else if (meta(weights, "dataset") == "fashion-mnist") {
+    names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+  } else if (meta(weights, "dataset") == "mnist") {
+    for (int d = 0; d < 10; ++d) names.push_back(std::to_string(d));
   }
-  if (!is_float(t->dtype()))
-    usage_fail(f.input, ": tensor '", name, "' holds ", dtype_name(t->dtype()),
-               "; infer needs floating-point images (F32, F16, BF16 or F64), normalised as the model expects");
-  if (t->dim() != 4 || t->size(0) < 1)
-    usage_fail(f.input, ": tensor '", name, "' has shape ", shape_str(t->shape()),
-               "; infer needs a batch of images (N, C, H, W) with N >= 1 (add a batch dimension for one image)");
-  return {name, t->dtype() == DType::f32 ? *t : t->cast(DType::f32)};
+  if (static_cast<int64_t>(names.size()) != classes) names.clear();
+  return names;
 }
 
+// --labels: an IDX labels file (MNIST's *-labels-idx1-ubyte) or a safetensors file's "labels"
+// tensor, one integer per image.
+std::vector<int64_t> read_labels(const std::string& path, int64_t n) {
+  Tensor t;
+  std::ifstream probe(path, std::ios::binary);
+  char h[9] = {};
+  probe.read(h, sizeof h);
+  if (probe.gcount() == 9 && h[8] == '{') {
+    SafeTensors file = read_safetensors(path);
+    const Tensor* found = file.find("labels");
+    if (!found) usage_fail("--labels '", path, "': no tensor named 'labels' (dpx data preview --tensors writes one)");
+    t = *found;
+  } else {
+    t = data::read_idx(path);
+  }
+  if (t.dim() != 1 || t.size(0) != n)
+    usage_fail("--labels '", path, "': ", shape_str(t.shape()), " labels for ", n, " images; pass one label per image");
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype()) {
+      case DType::u8: out[static_cast<size_t>(i)] = t.data<uint8_t>()[i]; break;
+      case DType::i32: out[static_cast<size_t>(i)] = t.data<int32_t>()[i]; break;
+      case DType::i64: out[static_cast<size_t>(i)] = t.data<int64_t>()[i]; break;
+      default: usage_fail("--labels '", path, "': ", dtype_name(t.dtype()), " labels; pass integers");
+    }
+  }
+  return out;
+}
 
-void run_infer(const InferFlags& f) {
+void run_infer(InferFlags& f) {
   if (f.batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", f.batch_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
+  if (f.show < 0) usage_fail("--show must be >= 0 images (got ", f.show, ")");
   // The logits must never replace what was read to make them, nor a file dpx did not write.
-  check_outputs_distinct({{"--output", f.output}}, {{"--input", f.input}, {"--weights", f.weights}});
+  std::vector<FlagPath> inputs = {{"--weights", f.weights}};
+  for (const std::string& p : f.input.paths) inputs.push_back({"--input", p});
+  check_outputs_distinct({{"--output", f.output}}, inputs);
   check_output_file(f.output, FileKind::weights, "--output", f.force);
   ensure_writable_dir(std::filesystem::path(f.output).parent_path().string(), "--output");
   const zoo::ModelInfo& info = zoo::find_model(f.model);
-  auto [x_name, x] = read_images(f);
   SafeTensors weights = read_safetensors(f.weights);
 
   // The model as the weights were made: flags first, then what `dpx train --save` recorded in
@@ -96,10 +128,19 @@ void run_infer(const InferFlags& f) {
   o.num_classes = f.classes > 0 ? f.classes : meta_int(weights, "num_classes", 1000);
   o.in_channels = meta_int(weights, "in_channels", info.default_in_channels);
   o.head = !f.head.empty() ? f.head : meta(weights, "head").value_or("default");
+  f.input.normalize = f.normalize == "yes" ? Normalize::yes : f.normalize == "no" ? Normalize::no : Normalize::automatic;
+  if (!f.mean.empty()) f.input.mean = parse_floats(f.mean, "--mean");
+  if (!f.std.empty()) f.input.std = parse_floats(f.std, "--std");
+  f.input.in_channels = o.in_channels;
+  f.input.image_size = f.image_size > 0 ? f.image_size : meta_int(weights, "image_size", 0);
+  f.input.meta_mean = meta(weights, "mean").value_or("");
+  f.input.meta_std = meta(weights, "std").value_or("");
+  const InferInput input = read_infer_input(f.input);
+  const Tensor& x = input.images;
   o.image_size = static_cast<int>(std::min(x.size(2), x.size(3)));
   if (x.size(1) != o.in_channels)
-    usage_fail(f.input, ": tensor '", x_name, "' has ", x.size(1), " channel(s) ", shape_str(x.shape()), " but ",
-               f.model, " as these weights were made takes ", o.in_channels,
+    usage_fail("--input ", input.name, " has ", x.size(1), " channel(s) ", shape_str(x.shape()), " but ", f.model,
+               " as these weights were made takes ", o.in_channels,
                " (replicate grey images to RGB, or use weights trained on ", x.size(1), " channel(s))");
   nn::Model model(zoo::build_model(f.model, o));
   zoo::LoadReport loaded;
@@ -129,12 +170,42 @@ void run_infer(const InferFlags& f) {
     logits.slice(b, e).copy_from(y);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_safetensors(f.output, {{"logits", logits}},
-                    {{"model", f.model}, {"input", x_name}, {std::string(kGeneratorKey), std::string(kGeneratorValue)}},
+  // Each image's most likely class and its softmax probability.
+  const int64_t k = logits.size(1);
+  Tensor top1 = Tensor::empty({n}, DType::i64);
+  std::vector<double> prob(static_cast<size_t>(n));
+  const float* l = logits.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = l + i * k;
+    const int64_t best = std::max_element(row, row + k) - row;
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(row[j]) - row[best]);
+    top1.data<int64_t>()[i] = best;
+    prob[static_cast<size_t>(i)] = 1.0 / sum;
+  }
+  write_safetensors(f.output, {{"logits", logits}, {"top1", top1}},
+                    {{"model", f.model}, {"input", input.name}, {std::string(kGeneratorKey), std::string(kGeneratorValue)}},
                     "--output");
-  std::printf("%s: %lld image(s) %s -> logits (%lld, %lld) in %s (%.3f s, eval mode)\n", f.model.c_str(),
-              static_cast<long long>(n), shape_str(x.shape()).c_str(), static_cast<long long>(n),
-              static_cast<long long>(logits.size(1)), f.output.c_str(), seconds);
+  std::printf("%s: %lld image(s) %s from %s (%s) -> logits (%lld, %lld) and top1 in %s (%.3f s, eval mode)\n",
+              f.model.c_str(), static_cast<long long>(n), shape_str(x.shape()).c_str(), input.name.c_str(),
+              input.how.c_str(), static_cast<long long>(n), static_cast<long long>(k), f.output.c_str(), seconds);
+  const std::vector<std::string> names = class_names(weights, k);
+  const int64_t shown = std::min<int64_t>(n, f.show);
+  for (int64_t i = 0; i < shown; ++i) {
+    const int64_t c = top1.data<int64_t>()[i];
+    std::printf("  image %lld: class %lld%s%s (p %.3f)\n", static_cast<long long>(i), static_cast<long long>(c),
+                names.empty() ? "" : " ", names.empty() ? "" : names[static_cast<size_t>(c)].c_str(),
+                prob[static_cast<size_t>(i)]);
+  }
+  if (shown < n) std::printf("  ... %lld more in %s (top1)\n", static_cast<long long>(n - shown), f.output.c_str());
+  if (!f.labels.empty()) {
+    const std::vector<int64_t> truth = read_labels(f.labels, n);
+    int64_t right = 0;
+    for (int64_t i = 0; i < n; ++i) right += top1.data<int64_t>()[i] == truth[static_cast<size_t>(i)];
+    std::printf("top-1 accuracy against %s: %.2f %% (%lld of %lld)\n", f.labels.c_str(),
+                100.0 * static_cast<double>(right) / static_cast<double>(n), static_cast<long long>(right),
+                static_cast<long long>(n));
+  }
 }
 
 }  // namespace
@@ -145,14 +216,35 @@ void add_infer_command(CLI::App& app) {
   cmd->add_option("--model", f->model, "model: " + zoo::model_names())->required();
   cmd->add_option("--weights", f->weights, "safetensors file with the model's state_dict (torchvision names)")
       ->required();
-  cmd->add_option("--input", f->input, "safetensors file with images (N, C, H, W), float")->required();
-  cmd->add_option("--output", f->output, "safetensors file to write the logits (N, K) into, as \"logits\"")
+  cmd->add_option("--input", f->input.paths,
+                  "the images: a safetensors file (float (N, C, H, W), taken as normalised; or u8 pixels), an IDX "
+                  "images file (MNIST's format), or JPEG/PNG files (a comma list); known by their content")
+      ->required()
+      ->delimiter(',');
+  cmd->add_option("--normalize", f->normalize,
+                  "auto: pixels (u8, IDX, JPEG/PNG) are scaled to [0, 1] and normalised with the data set's mean "
+                  "and std (the weights' metadata; ImageNet's for RGB weights without), float tensors taken as "
+                  "normalised; yes: normalise float [0, 1] images too; no: never")
+      ->check(CLI::IsMember({"auto", "yes", "no"}))
+      ->capture_default_str();
+  cmd->add_option("--mean", f->mean, "the normalisation's mean, 1 value or one per channel (default: see --normalize)");
+  cmd->add_option("--std", f->std, "the normalisation's std, 1 value or one per channel");
+  cmd->add_option("--image-size", f->image_size,
+                  "IDX images are resized, JPEG/PNG resized and centre-cropped to this (default: the weights' "
+                  "metadata image_size; for JPEG/PNG else 224)");
+  cmd->add_option("--show", f->show, "print the top-1 class of this many images")->capture_default_str();
+  cmd->add_option("--labels", f->labels,
+                  "the images' labels (an IDX labels file, or a safetensors file's \"labels\"): print the top-1 "
+                  "accuracy");
+  cmd->add_option("--output", f->output,
+                  "safetensors file to write the logits (N, K) into, as \"logits\", and each image's top-1 class as "
+                  "\"top1\" (N) i64")
       ->required()
       ->check(output_path());
   cmd->add_flag("--force", f->force,
                 "replace an --output file that exists and was not written by dpx (or is a link: the link is "
                 "replaced, its target left alone)");
-  cmd->add_option("--tensor-name", f->tensor_name, "the input tensor's name (default: the file's first)");
+  cmd->add_option("--tensor-name", f->input.tensor_name, "the input tensor's name (default: the file's first)");
   cmd->add_option("--classes", f->classes, "classes K (default: the weights' metadata num_classes, else 1000)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

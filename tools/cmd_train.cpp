@@ -3,10 +3,13 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "core/atomic_file.hpp"
+#include "core/data/mnist.hpp"
 #include "core/stop.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
@@ -20,6 +23,25 @@
 #include "zoo/weights.hpp"
 
 namespace dpx::tools {
+
+namespace {
+
+// The mean and std (comma lists) a run normalised its images with; empty for synthetic data.
+std::pair<std::string, std::string> normalisation_of(const parallel::TrainOptions& o) {
+  auto list = [](const auto& values) {
+    std::ostringstream os;
+    os.precision(9);
+    for (size_t i = 0; i < values.size(); ++i) os << (i ? "," : "") << values[i];
+    return os.str();
+  };
+  if (o.dataset == "fashion-mnist") return {list(std::vector<float>{data::kFashionMnistMean}), list(std::vector<float>{data::kFashionMnistStd})};
+  if (o.dataset == "mnist") return {list(std::vector<float>{data::kMnistMean}), list(std::vector<float>{data::kMnistStd})};
+  if (o.dataset == "imagefolder" || o.dataset == "tinyimagenet")
+    return {list(o.images.transform.mean), list(o.images.transform.std)};
+  return {};
+}
+
+}  // namespace
 
 namespace {
 
@@ -74,10 +96,16 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   }
   if (!o.save_file.empty()) {
     const zoo::ModelOptions& mo = report.model_options;
-    zoo::save_state(o.save_file, *report.final_model,
-                    {{"dpx_model", o.model}, {"num_classes", std::to_string(mo.num_classes)},
-                     {"in_channels", std::to_string(mo.in_channels)}, {"image_size", std::to_string(mo.image_size)},
-                     {"head", mo.head}});
+    std::map<std::string, std::string> meta = {{"dpx_model", o.model}, {"num_classes", std::to_string(mo.num_classes)},
+                                               {"in_channels", std::to_string(mo.in_channels)},
+                                               {"image_size", std::to_string(mo.image_size)}, {"head", mo.head},
+                                               {"dataset", o.dataset}};
+    // How this run normalised its images, so that dpx infer makes its input alike.
+    if (const auto [mean, std] = normalisation_of(o); !mean.empty()) {
+      meta["mean"] = mean;
+      meta["std"] = std;
+    }
+    zoo::save_state(o.save_file, *report.final_model, meta);
     std::cout << "wrote weights " << o.save_file << " (" << report.final_model->num_parameters() << " parameters)\n";
   }
   if (!o.trace_file.empty()) {

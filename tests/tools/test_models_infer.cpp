@@ -3,16 +3,20 @@
 // tools read back, and clear errors for inputs that do not fit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
 
+#include "core/data/idx.hpp"
 #include "core/safetensors.hpp"
 #include "layers/model.hpp"
 #include "run_dpx.hpp"
 #include "zoo/registry.hpp"
+#include "tests/common/compare.hpp"
 #include "tests/common/tensors.hpp"
 #include "zoo/weights.hpp"
 #include "tests/common/errors.hpp"
@@ -21,6 +25,7 @@
 namespace fs = std::filesystem;
 using namespace dpx;
 using dpx::testing::bitwise_equal;
+using dpx::testing::norm_rel_diff;
 using dpx::testing::randn;
 
 using dpx::testing::contains;
@@ -109,6 +114,118 @@ TEST_CASE("dpx infer: the logits of the model in eval mode, for any float input 
   r = run_dpx(base + " --input " + (d / "x16.safetensors").string() + " --output " + (d / "y16.safetensors").string());
   REQUIRE(r.code == 0);
   CHECK(bitwise_equal(*read_safetensors((d / "y16.safetensors").string()).find("logits"), want16));
+  fs::remove_all(d);
+}
+
+// The same pixels as an IDX file, as u8 in a safetensors file, and as float images normalised by
+// hand: dpx infer normalises pixels itself, with the mean and std the weights' metadata names (dpx
+// train --save writes its data set's) or --mean/--std, prints the top-1 and writes it, and scores
+// it against --labels.
+TEST_CASE("dpx infer: pixels from IDX or u8 tensors normalised as the weights' run did, top-1 and accuracy") {
+  fs::path d = temp_dir("infer_pixels");
+  zoo::ModelOptions o;
+  o.num_classes = 10;
+  o.in_channels = 1;
+  o.image_size = 28;
+  o.seed = 4;
+  nn::Model model(zoo::build_model("lenet5", o));
+  const float mean = 0.2860f, stdev = 0.3530f;  // Fashion-MNIST's (core/data/mnist.hpp)
+  zoo::save_state((d / "w.safetensors").string(), model,
+                  {{"num_classes", "10"}, {"in_channels", "1"}, {"image_size", "28"}, {"dataset", "fashion-mnist"},
+                   {"mean", "0.286"}, {"std", "0.353"}});
+  zoo::save_state((d / "bare.safetensors").string(), model, {{"num_classes", "10"}, {"in_channels", "1"}});
+  const int64_t n = 5;
+  Tensor px = Tensor::empty({n, 28, 28}, DType::u8);
+  for (int64_t i = 0; i < px.numel(); ++i) px.data<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + i / 28) % 256);
+  data::write_idx((d / "images.idx").string(), px, data::IdxType::u8, /*gzip=*/true);
+  Tensor px4 = Tensor::empty({n, 1, 28, 28}, DType::u8);
+  std::memcpy(px4.data<uint8_t>(), px.data<uint8_t>(), static_cast<size_t>(px.numel()));
+  write_safetensors((d / "px.safetensors").string(), {{"images", px4}});
+  Tensor x = Tensor::empty({n, 1, 28, 28});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = (px.data<uint8_t>()[i] / 255.f - mean) / stdev;
+  Context ctx = Context::cpu(1);
+  model.eval();
+  const Tensor want = model.forward(ctx, x);
+  Tensor labels = Tensor::empty({n}, DType::u8);
+  int64_t best0 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = want.data<float>() + i * 10;
+    const int64_t best = std::max_element(row, row + 10) - row;
+    if (i == 0) best0 = best;
+    labels.data<uint8_t>()[i] = static_cast<uint8_t>(i < 3 ? best : (best + 1) % 10);  // 3 of 5 right
+  }
+  data::write_idx((d / "labels.idx").string(), labels, data::IdxType::u8);
+
+  const std::string base = "infer --model lenet5 --threads 1 --weights " + (d / "w.safetensors").string();
+  for (const char* input : {"images.idx", "px.safetensors"}) {
+    CAPTURE(input);
+    DpxResult r = run_dpx(base + " --input " + (d / input).string() + " --output " + (d / "y.safetensors").string() +
+                          " --force --labels " + (d / "labels.idx").string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    SafeTensors y = read_safetensors((d / "y.safetensors").string());
+    CHECK(norm_rel_diff(*y.find("logits"), want) < 1e-6);  // the normalisation as a table or a division
+    REQUIRE(y.find("top1") != nullptr);
+    CHECK(y.find("top1")->data<int64_t>()[0] == best0);
+    CHECK(contains(r.output, "normalised with mean 0.286 and std 0.353 (the weights' data set)"));
+    const std::string names[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                 "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+    CHECK(contains(r.output, "  image 0: class " + std::to_string(best0) + " " + names[best0] + " (p "));
+    CHECK(contains(r.output, "top-1 accuracy against " + (d / "labels.idx").string() + ": 60.00 % (3 of 5)"));
+  }
+  // Weights without the data set's statistics: a grey input is refused until --mean/--std say them.
+  const std::string bare = "infer --model lenet5 --threads 1 --weights " + (d / "bare.safetensors").string() +
+                           " --input " + (d / "images.idx").string() + " --force --output " + (d / "z.safetensors").string();
+  DpxResult refused = run_dpx(bare);
+  CHECK(refused.code == 2);
+  CHECK(contains(refused.output, "pass --mean and --std (Fashion-MNIST: 0.2860 and 0.3530"));
+  DpxResult given = run_dpx(bare + " --mean 0.286 --std 0.353");
+  REQUIRE(given.code == 0);
+  CHECK(norm_rel_diff(*read_safetensors((d / "z.safetensors").string()).find("logits"), want) < 1e-6);
+  // Float images are taken as normalised already: --normalize no is what they get by default.
+  write_safetensors((d / "x.safetensors").string(), {{"images", x}});
+  DpxResult floats = run_dpx(base + " --input " + (d / "x.safetensors").string() + " --force --output " +
+                             (d / "y.safetensors").string());
+  REQUIRE(floats.code == 0);
+  CHECK(contains(floats.output, "taken as normalised already"));
+  CHECK(bitwise_equal(*read_safetensors((d / "y.safetensors").string()).find("logits"), want));
+  // A folder, or a file of no kind infer reads: refused, saying what to pass.
+  DpxResult folder = run_dpx(base + " --input " + d.string() + " --output " + (d / "q.safetensors").string());
+  CHECK(folder.code == 2);
+  CHECK(contains(folder.output, "is a folder: pass its JPEG/PNG files"));
+  std::ofstream(d / "notes.txt") << "hello";
+  DpxResult text = run_dpx(base + " --input " + (d / "notes.txt").string() + " --output " + (d / "q.safetensors").string());
+  CHECK(text.code == 2);
+  CHECK(contains(text.output, "neither a safetensors file, an IDX images file"));
+  fs::remove_all(d);
+}
+
+// JPEG/PNG files: decoded, resized and centre-cropped as torchvision's evaluation transform, and
+// normalised with ImageNet's statistics for RGB weights that name none (torchvision's).
+TEST_CASE("dpx infer: JPEG and PNG files through the evaluation transform") {
+  fs::path d = temp_dir("infer_images");
+  DpxResult made = run_dpx("data make-imagefolder " + (d / "imgs").string() + " --classes 2 --per-class 2 --size 80x64");
+  REQUIRE(made.code == 0);
+  zoo::ModelOptions o;
+  o.num_classes = 1000;
+  o.seed = 3;
+  nn::Model model(zoo::build_model("squeezenet1_1", o));
+  zoo::save_state((d / "w.safetensors").string(), model);
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(d / "imgs" / "val"))
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 2);
+  DpxResult r = run_dpx("infer --model squeezenet1_1 --threads 1 --image-size 64 --weights " +
+                        (d / "w.safetensors").string() + " --input " + files[0] + "," + files[1] + " --output " +
+                        (d / "y.safetensors").string());
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "2 image(s) (2, 3, 64, 64) from 2 image file(s) (resized to 73 and centre-cropped to 64x64"));
+  CHECK(contains(r.output, "normalised with mean 0.485,0.456,0.406 and std 0.229,0.224,0.225 (ImageNet's"));
+  CHECK(contains(r.output, "  image 1: class "));
+  SafeTensors y = read_safetensors((d / "y.safetensors").string());
+  CHECK(y.find("logits")->size(0) == 2);
   fs::remove_all(d);
 }
 
