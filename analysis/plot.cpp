@@ -188,7 +188,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (!first_ok || end == b || *end != '\0' || window.first_step < 0 || window.last_step < window.first_step)
       usage_fail("--steps '", o.steps, "': give global steps a:b, 0 <= a <= b, e.g. 2:5");
   }
-  const Inputs in = read_inputs(o.inputs);
+  const Inputs in = read_inputs(o.inputs, parse_where(o.where));
   if (wanted.empty()) {
     for (const auto& f : plot_figures())
       if (missing_data(f.name, in).empty()) wanted.emplace_back(f.name);

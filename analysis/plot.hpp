@@ -24,6 +24,9 @@ struct PlotOptions {
   std::string gnuplot = "gnuplot";   // a name looked up on PATH, or a path
   std::string steps;                  // timeline: global steps "a:b" (inclusive); empty: every traced step
   double min_efficiency = 0.8;        // best-devices: the scaling efficiency a device count must keep, (0, 1]
+  // --where AXIS=VALUE: only the bench rows whose results.csv column AXIS holds VALUE (numbers
+  // compare as numbers: 25 and 25.0 are one bucket size); several must all hold.
+  std::vector<std::string> where;
   int width_px = 960;
   int height_px = 640;
   bool force = false;                 // replace figure files that dpx plot did not write

@@ -117,9 +117,17 @@ struct Inputs {
   std::vector<Trace> traces;
 };
 
+// --where's conditions on bench rows: (column, value).
+using Where = std::vector<std::pair<std::string, std::string>>;
+// "AXIS=VALUE" -> (AXIS, VALUE); throws UsageError naming --where.
+Where parse_where(const std::vector<std::string>& conditions);
+
 // Reads bench folders, results.csv files, collective CSV files and trace JSON files; throws
-// dpx::UsageError naming the file for missing, empty or foreign ones.
-Inputs read_inputs(const std::vector<std::string>& paths);
+// dpx::UsageError naming the file for missing, empty or foreign ones. Bench rows are kept where
+// every condition of `where` holds; every other sweep axis that varies among the kept rows (the
+// parallel mode, scaling, loader workers, algorithm, bucket size, accumulation, optimizer and
+// gradient dtype) names its own series, so that no two configurations share one.
+Inputs read_inputs(const std::vector<std::string>& paths, const Where& where = {});
 
 // One figure to draw: its file stem, the gnuplot commands between the terminal and the output,
 // and the sidecar caption.

@@ -135,9 +135,11 @@ Figure throughput_figure(const Inputs& in) {
     ringed = true;
   }
   if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
+  // The reference lines in the legend once, outside the data as the legend is.
+  plot += ", \\\n  NaN with lines dt 2 lc rgb 'gray40' title 'dashed: ideal scaling (first point x k/k0)'";
   b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
        "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
-       "\nset yrange [0:*]\nset key top left\n" + caption_label(caption) + plot +
+       "\nset yrange [0:*]\nset key outside right top\n" + caption_label(caption) + plot +
        "\n";
   return {"throughput", b, caption};
 }

@@ -93,7 +93,26 @@ void read_losses(const fs::path& folder, const std::string& run, const std::stri
   if (!lr.series.empty()) in.losses.push_back(std::move(lr));
 }
 
-void read_bench(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
+// The sweep axes of dpx bench beyond model, batch and devices that results.csv records, each as
+// it names a series: (column, words before the value, words after).
+struct Axis {
+  const char* column;
+  const char* before;
+  const char* after;
+};
+constexpr Axis kSeriesAxes[] = {{"algo", "", ""},           {"bucket_mb", "bucket ", " MiB"},
+                                {"accumulate", "acc ", ""}, {"optimizer", "", ""},
+                                {"grad_dtype", "grad ", ""}};
+
+// Whether two cells say the same value: equal text, or equal numbers ("25" and "25.0").
+bool same_value(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  char *ea = nullptr, *eb = nullptr;
+  const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+  return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
+}
+
+void read_bench(const CsvTable& t, const std::string& source, bool several, const Where& where, Inputs& in) {
   const size_t c_model = t.column("model"), c_ranks = t.column("ranks"), c_ips = t.column("images_per_s");
   const size_t c_batch = t.column("batch_size"), c_rank_batch = t.column("rank_batch");
   const size_t c_par = t.column("parallel"), c_dev = t.column("devices"), c_data = t.column("dataset");
@@ -106,13 +125,47 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   const bool has_workers = t.has("workers");  // dpx bench's loader columns (results.csv only)
   std::set<std::string> parallels, scalings_met, workers_met;
   TextSet models, devices, datasets, batches, scalings;
+  // --where: the rows kept.
+  for (const auto& [axis, value] : where)
+    if (!t.has(axis)) {
+      std::string columns;
+      for (const char* c : {"model", "dataset", "devices", "ranks", "parallel", "scaling", "batch_size", "rank_batch",
+                            "algo", "bucket_mb", "accumulate", "optimizer", "grad_dtype", "workers"})
+        if (t.has(c)) columns += (columns.empty() ? "" : ", ") + std::string(c);
+      usage_fail("--where ", axis, "=", value, ": '", source, "' has no column ", axis, " (its sweep axes: ", columns,
+                 ")");
+    }
+  std::vector<size_t> kept;
   for (size_t r = 0; r < t.rows(); ++r) {
+    bool keep = true;
+    for (const auto& [axis, value] : where) keep = keep && same_value(t.text(r, t.column(axis)), value);
+    if (keep) kept.push_back(r);
+  }
+  if (kept.empty()) {
+    std::string conditions, held;
+    for (const auto& [axis, value] : where) {
+      conditions += (conditions.empty() ? "" : " ") + axis + "=" + value;
+      TextSet values;
+      for (size_t r = 0; r < t.rows(); ++r) values.insert(t.text(r, t.column(axis)));
+      held += (held.empty() ? "" : "; ") + axis + " " + join(values, ", ");
+    }
+    usage_fail("--where ", conditions, ": no row of '", source, "' holds that (its rows hold ", held, ")");
+  }
+  // The axes that vary among the kept rows: each names the series.
+  std::vector<const Axis*> varying;
+  for (const Axis& a : kSeriesAxes) {
+    if (!t.has(a.column)) continue;
+    std::set<std::string> values;
+    for (size_t r : kept) values.insert(t.text(r, t.column(a.column)));
+    if (values.size() > 1) varying.push_back(&a);
+  }
+  for (size_t r : kept) {
     parallels.insert(t.text(r, c_par));
     scalings_met.insert(has_scaling ? t.text(r, t.column("scaling")) : "strong");
     if (has_workers) workers_met.insert(t.text(r, t.column("workers")));
   }
   std::map<std::string, size_t> index;
-  for (size_t r = 0; r < t.rows(); ++r) {
+  for (size_t r : kept) {
     const std::string scaling = has_scaling ? t.text(r, t.column("scaling")) : "strong";
     // Weak scaling keeps the per-rank batch, strong scaling the global one: the sweep's batch size.
     const bool weak = scaling == "weak";
@@ -129,6 +182,13 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       label.append(" ").append(scaling);
       key.append("-").append(scaling);
     }
+    std::string axes_label;  // the varying sweep axes: "tree bucket 1 MiB acc 4"
+    for (const Axis* a : varying) {
+      const std::string v = t.text(r, t.column(a->column));
+      axes_label += std::string(" ") + a->before + v + a->after;
+      key.append("-").append(a->column).append(v);
+    }
+    label += axes_label;
     std::string family_label = label, family_key = key;
     // A sweep of loader workers: a series per number of workers.
     const std::string workers = has_workers ? t.text(r, t.column("workers")) : "";
@@ -181,9 +241,10 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
       if (scalings_met.size() > 1) model += " " + scaling + " scaling";
       if (workers_met.size() > 1) model += " " + workers + " workers";
+      model += axes_label;
       if (several) model += " (" + source + ")";
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
-                          t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") +
+                          t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") + axes_label +
                               (several ? " (" + source + ")" : ""),
                           family_label, family_key});
     }
@@ -207,7 +268,9 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, Inpu
   for (auto& g : in.bench)
     if (g.source == source) g.run = run;
   in.bench_captions.push_back(run);
-  read_losses(fs::path(source).parent_path(), run, command, in);
+  // The steps files name no configuration columns, so --where cannot select among them: with
+  // --where the loss figures are left out rather than drawn with rows it excluded.
+  if (where.empty()) read_losses(fs::path(source).parent_path(), run, command, in);
 }
 
 void read_collective(const CsvTable& t, const std::string& source, bool several, Inputs& in) {
@@ -348,7 +411,19 @@ void read_trace(const std::string& path, Inputs& in) {
 
 }  // namespace
 
-Inputs read_inputs(const std::vector<std::string>& paths) {
+Where parse_where(const std::vector<std::string>& conditions) {
+  Where out;
+  for (const std::string& c : conditions) {
+    const size_t eq = c.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == c.size())
+      usage_fail("--where '", c, "': give AXIS=VALUE, a results.csv column and a value it holds (e.g. algo=ring, "
+                 "bucket_mb=25, accumulate=4)");
+    out.emplace_back(c.substr(0, eq), c.substr(eq + 1));
+  }
+  return out;
+}
+
+Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
   if (paths.empty())
     usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
   std::vector<std::pair<CsvTable, std::string>> bench, coll;
@@ -370,7 +445,9 @@ Inputs read_inputs(const std::vector<std::string>& paths) {
     (is_coll ? coll : bench).emplace_back(std::move(t), file);
   }
   Inputs in;
-  for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, in);
+  if (!where.empty() && bench.empty())
+    usage_fail("--where selects rows of dpx bench results; none of the inputs is one");
+  for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, where, in);
   for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
   for (const std::string& f : traces) read_trace(f, in);
   return in;

@@ -59,6 +59,9 @@ void add_plot_command(CLI::App& app) {
   cmd->add_option("--figure", f->figures,
                   "figures to draw, a comma list (dpx plot --list); default: every figure whose data is present");
   cmd->add_flag("--list", f->list, "name every figure and the data it needs, then stop");
+  cmd->add_option("--where", f->o.where,
+                  "only the bench rows whose results.csv column AXIS holds VALUE: AXIS=VALUE, repeatable (e.g. "
+                  "--where algo=ring --where bucket_mb=25); every other axis the sweep varied names its own series");
   cmd->add_option("--steps", f->o.steps, "timeline: the global steps a:b to draw (default: every traced step)");
   cmd->add_option("--min-efficiency", f->o.min_efficiency,
                   "best-devices: the scaling efficiency, in (0, 1], that the most efficient device count keeps")

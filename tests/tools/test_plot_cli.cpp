@@ -137,7 +137,7 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   REQUIRE(r.code == 0);
   // One model at one batch size: throughput has the measured and the ideal line; phases six
   // stacked phases and the measured step; busbw one line per all-reduce algorithm (threads).
-  check_figure(out, "throughput", 2, 960, 640);
+  check_figure(out, "throughput", 3, 960, 640);  // and the ideal line's legend entry
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 6, 960, 640);  // 5 algorithms and the memcpy limit
@@ -161,7 +161,7 @@ TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
                         "--height 480 --out " + out.path.string());
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  check_figure(out, "throughput", 2, 640, 480);
+  check_figure(out, "throughput", 3, 640, 480);
   check_figure(out, "busbw-all_reduce", 6, 640, 480);
   CHECK(out.entries().size() == 6);
 }
@@ -259,7 +259,7 @@ TEST_CASE("dpx plot reads results.csv by column name: new columns, reordered, mo
   REQUIRE(r.code == 0);
   const std::string figs = dir.file("figs");
   auto series = [&](const std::string& stem) { return svg_series(slurp(figs + "/" + stem + ".svg")); };
-  CHECK(series("throughput") == 4);
+  CHECK(series("throughput") == 5);  // and the ideal line's legend entry
   CHECK(series("phases-lenet5-b8") == 7);
   CHECK(series("phases-otherlenet5-b8") == 7);
   CHECK(series("efficiency-otherlenet5-b8") == 4);
@@ -291,7 +291,7 @@ TEST_CASE("dpx plot throughput draws the confidence interval of --repeat 3 as er
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   const std::string svg = slurp(dir.file("figs/throughput.svg"));
-  CHECK(svg_series(svg) == 2);
+  CHECK(svg_series(svg) == 3);
   CHECK(svg.find("lenet5 batch 8/rank (median, CI)") != std::string::npos);
   // 3 runs: the interval is [min, max], which holds the median with probability 75 %.
   CHECK(slurp(dir.file("figs/throughput.txt")).find("median of 3 runs, 75 % CI") != std::string::npos);
@@ -445,7 +445,7 @@ TEST_CASE("dpx plot keeps weak and strong scaling apart: their series and figure
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   // Batch 8 per rank (weak) and 8 in all (strong): two measured lines and their two ideal ones.
-  check_figure(out, "throughput", 4, 960, 640);
+  check_figure(out, "throughput", 5, 960, 640);
   check_figure(out, "phases-lenet5-b8-weak", 7, 960, 640);
   check_figure(out, "phases-lenet5-b8-strong", 7, 960, 640);
   const std::string svg = slurp(out.file("throughput.svg"));
@@ -491,4 +491,50 @@ TEST_CASE("dpx plot busbw draws the limit dpx collective states: the simulated n
   REQUIRE(r.code == 0);
   check_figure(dir, "figs/busbw-all_reduce", 2, 960, 640);  // ring, and the limit
   CHECK(slurp(dir.file("figs/busbw-all_reduce.svg")).find("limit: --net-sim rate 0.125 GB/s") != std::string::npos);
+}
+
+// Every axis a sweep varies names its series (issue: four bars all labelled "2" for four bucket
+// sizes): distinct legend entries for distinct configurations, the ideal-scaling line in the
+// legend once, and --where selecting rows by any results.csv column.
+TEST_CASE("dpx plot: an algorithm and bucket sweep gets a series per configuration; --where selects") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_axes");
+  const std::string bench = small_bench(dir, "bench", "--algo ring,tree --bucket-mb 0.1,25");
+  DpxResult r = run_dpx("plot " + bench + " --figure throughput,phases --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string svg = slurp(dir.file("figs/throughput.svg"));
+  for (const char* label : {"lenet5 batch 8/rank ring bucket 0.1 MiB", "lenet5 batch 8/rank ring bucket 25 MiB",
+                            "lenet5 batch 8/rank tree bucket 0.1 MiB", "lenet5 batch 8/rank tree bucket 25 MiB",
+                            "dashed: ideal scaling"}) {
+    CAPTURE(label);
+    CHECK(svg.find(label) != std::string::npos);
+  }
+  // A phases figure per configuration, each titled with it: none of them mixes two.
+  for (const char* stem : {"phases-lenet5-b8-algoring-bucket_mb0.1", "phases-lenet5-b8-algoring-bucket_mb25",
+                           "phases-lenet5-b8-algotree-bucket_mb0.1", "phases-lenet5-b8-algotree-bucket_mb25"}) {
+    CAPTURE(stem);
+    REQUIRE(std::filesystem::exists(dir.file(std::string("figs/") + stem + ".svg")));
+  }
+  CHECK(slurp(dir.file("figs/phases-lenet5-b8-algotree-bucket_mb25.svg")).find("tree bucket 25 MiB") != std::string::npos);
+
+  // --where: the rows of one algorithm and bucket size (25 and 25.0 alike); the label names no
+  // axis that no longer varies; the loss figures, whose steps files name no configuration, are left out.
+  DpxResult w = run_dpx("plot " + bench + " --where algo=tree --where bucket_mb=25.0 --out " + dir.file("where"));
+  CAPTURE(w.output);
+  REQUIRE(w.code == 0);
+  check_figure(dir, "where/throughput", 3, 960, 640);  // the line, its ideal, the ideal's legend entry
+  CHECK(slurp(dir.file("where/throughput.svg")).find("lenet5 batch 8/rank") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.file("where/loss.svg")));
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : {Case{"--where algo=nccl", "no row of"}, Case{"--where algo", "give AXIS=VALUE"},
+                        Case{"--where colour=red", "has no column colour (its sweep axes: model"}}) {
+    CAPTURE(c.args);
+    DpxResult e = run_dpx("plot " + bench + " " + c.args + " --out " + dir.file("bad"));
+    CHECK(e.code == 2);
+    CHECK(e.output.find(c.expect) != std::string::npos);
+    CHECK(!std::filesystem::exists(dir.file("bad")));
+  }
 }
