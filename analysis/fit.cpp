@@ -97,7 +97,7 @@ void read_collective_rows(const CsvTable& t, std::vector<CollectivePoint>& out, 
     const size_t coll = t.column("collective"), algo = t.column("algo"), backend = t.column("backend"),
                ranks = t.column("ranks"), bytes = t.column("bytes"), count = t.column("count"),
                time = t.column("time_us"), wrong = t.column("wrong"), placement = t.column("placement");
-  const bool has_nodes = t.has("nodes");
+  const bool has_nodes = t.has("nodes"), has_limit = t.has("limit_source");
   for (size_t r = 0; r < t.rows(); ++r) {
     if (t.number(r, wrong) > 0) {
       ++skipped_wrong;
@@ -113,6 +113,7 @@ void read_collective_rows(const CsvTable& t, std::vector<CollectivePoint>& out, 
       usage_fail("'", t.path(), "' line ", t.line_of(r), ": ranks ", k, " is not a number of ranks");
     p.ranks = static_cast<int>(k);
     p.nodes = has_nodes ? std::max(1, static_cast<int>(t.number(r, t.column("nodes")))) : 1;
+    p.memory = has_limit && t.text(r, t.column("limit_source")) == "memcpy";
     p.bytes = t.number(r, bytes);
     p.count = t.number(r, count);
     if (p.bytes < 0 || p.count < 0)
@@ -167,7 +168,9 @@ CollectiveFit fit_one(const CollectiveKey& key, const std::vector<const Collecti
   std::set<double> sizes;
   f.bytes_min = f.bytes_max = pts.front()->bytes;
   f.ranks_min = f.ranks_max = pts.front()->ranks;
+  f.memory_only = true;
   for (const CollectivePoint* p : pts) {
+    f.memory_only = f.memory_only && p->memory;
     sizes.insert(p->bytes);
     f.bytes_min = std::min(f.bytes_min, p->bytes);
     f.bytes_max = std::max(f.bytes_max, p->bytes);
@@ -530,6 +533,7 @@ std::string fit_json(const FitResult& r) {
     c["bytes_max"] = f.bytes_max;
     c["ranks_min"] = f.ranks_min;
     c["ranks_max"] = f.ranks_max;
+    c["memory_only"] = f.memory_only;
     c["formula"] = f.formula;
     cs.push_back(c);
   }
@@ -607,6 +611,7 @@ FitResult read_fit_json(const std::string& path, const char* flag) {
       f.bytes_max = c.at("bytes_max").get<double>();
       f.ranks_min = c.at("ranks_min").get<int>();
       f.ranks_max = c.at("ranks_max").get<int>();
+      f.memory_only = c.value("memory_only", false);  // absent in fits of dpx before it
       f.formula = c.at("formula").get<std::string>();
       if (f.ok && (!(f.alpha_s >= 0) || !(f.beta_s_per_byte >= 0) || (f.has_gamma && !(f.gamma_s_per_byte >= 0))))
         usage_fail(flag, ": '", path, "': ", f.name(), " has a negative coefficient: not what dpx fit writes");

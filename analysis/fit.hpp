@@ -42,6 +42,7 @@ struct CollectivePoint {
   bool in_place = false;
   int ranks = 1, nodes = 1;
   double bytes = 0, count = 0, time_s = 0;
+  bool memory = false;  // limit_source memcpy: no network, simulated or real, between its ranks
 };
 
 struct CollectiveFit {
@@ -58,6 +59,7 @@ struct CollectiveFit {
   int points = 0, sizes = 0;
   double bytes_min = 0, bytes_max = 0;
   int ranks_min = 0, ranks_max = 0;
+  bool memory_only = false;      // every point moved its bytes through one machine's memory (limit memcpy)
   std::string formula;
   std::string name() const;      // "all_reduce ring (threads, in place)"
 };

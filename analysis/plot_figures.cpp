@@ -41,8 +41,29 @@ std::string quoted(const std::string& s) {
 }
 
 std::string caption_label(const std::string& caption) {
+  // The first clause, wrapped at spaces into lines that fit the narrowest figure (--width 640 at
+  // gnuplot's 8-point font), never cut: a label per line from the bottom up, the margin to fit.
+  constexpr size_t kLine = 105;
   const std::string shown = caption.substr(0, caption.find(';'));
-  return "set bmargin 6\nset label 99 " + quoted(shown) + " at screen 0.01, screen 0.02 left font ',8'\n";
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < shown.size()) {
+    size_t end = std::min(shown.size(), at + kLine);
+    if (end < shown.size()) {
+      const size_t space = shown.rfind(' ', end);
+      if (space != std::string::npos && space > at) end = space;
+    }
+    lines.push_back(shown.substr(at, end - at));
+    at = end;
+    while (at < shown.size() && shown[at] == ' ') ++at;
+  }
+  std::string out = "set bmargin " + std::to_string(5 + lines.size()) + "\n";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const double y = 0.015 + 0.03 * static_cast<double>(lines.size() - 1 - i);
+    out += "set label " + std::to_string(99 - i) + " " + quoted(lines[i]) + " at screen 0.01, screen " + fmt(y) +
+           " left font ',8'\n";
+  }
+  return out;
 }
 
 std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows) {

@@ -88,10 +88,12 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
   if (!f.fit.empty()) fits = analysis::read_fit_json(f.fit, "--fit");
   bool have_gamma = false;
   std::string gamma_source;
+  bool memory_only = false;  // the network's fit measured copies inside one machine
   if (fits) {
     const analysis::CollectiveFit* ar = pick(*fits, "all_reduce", f.algo == "hier" ? "ring" : f.algo, f.backend);
     const analysis::CollectiveFit* link = pick(*fits, "sendrecv", "", f.backend);
     if (ar) {
+      memory_only = ar->memory_only;
       net.alpha_s = ar->alpha_s;
       net.beta_s_per_byte = ar->beta_s_per_byte;
       net.source = "--fit " + f.fit + ": " + ar->name();
@@ -106,6 +108,7 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
         gamma_source = "folded into beta by the fit";
       }
     } else if (link) {
+      memory_only = link->memory_only;
       net.alpha_s = link->alpha_s;
       net.beta_s_per_byte = link->beta_s_per_byte;
       net.source = "--fit " + f.fit + ": " + link->name();
@@ -132,6 +135,7 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
     net.beta_s_per_byte = 1 / link.bytes_per_s;
     net.source = "--link " + link.str();
     net.fit_bytes_min = net.fit_bytes_max = 0;
+    memory_only = false;
   }
   if (!have_gamma) {
     net.gamma_s_per_byte = measure_gamma();
@@ -158,6 +162,14 @@ analysis::Network make_network(const PredictFlags& f, std::ostream& os) {
   os << "# network: alpha " << time_text(net.alpha_s) << ", 1/beta " << rate_text(net.beta_s_per_byte) << ", 1/gamma "
      << (net.gamma_s_per_byte > 0 ? rate_text(net.gamma_s_per_byte) : "-") << " (" << net.source << ")\n"
      << "#   gamma: " << gamma_source << "\n";
+  // A fit of runs whose bound was one rank's memcpy (thread ranks without --net-sim) measured
+  // memory copies: it says nothing about ranks on other nodes (an efficiency of 0.999 at 512
+  // ranks, seen).
+  if (memory_only)
+    os << "# warning: the network is " << net.source << ": copies inside one machine at "
+       << rate_text(net.beta_s_per_byte) << ", no network between nodes. Predictions for ranks on other nodes need "
+       << "a fit of runs across them (mpirun ... dpx collective), of a simulated network (dpx collective --net-sim "
+          "RATE,LATENCY), or --link RATE,LATENCY\n";
   if (f.algo == "hier")
     os << "#   hier: " << net.ranks_per_node << " ranks per node; inside a node alpha " << time_text(net.intra_alpha_s)
        << ", 1/beta " << rate_text(net.intra_beta_s_per_byte) << " (" << intra_source << ")\n";
@@ -310,7 +322,17 @@ void run(const PredictFlags& f) {
   if (net.fit_bytes_max > 0 && !buckets.empty()) {
     double smallest = buckets.front().bytes, largest = smallest;
     for (const auto& b : buckets) smallest = std::min(smallest, b.bytes), largest = std::max(largest, b.bytes);
-    if (smallest < net.fit_bytes_min || largest > net.fit_bytes_max) {
+    size_t inside = 0;
+    for (const auto& b : buckets) inside += b.bytes >= net.fit_bytes_min && b.bytes <= net.fit_bytes_max;
+    if (inside == 0) {
+      std::snprintf(line, sizeof line,
+                    "# warning: none of the %zu buckets (%.3g..%.3g MiB) lies in the sizes the fit holds for "
+                    "(%.3g..%.3g MiB): every all-reduce is extrapolated; measure the fit over sizes that hold them "
+                    "(dpx collective -b .. -e ..)\n",
+                    buckets.size(), smallest / (1 << 20), largest / (1 << 20), net.fit_bytes_min / (1 << 20),
+                    net.fit_bytes_max / (1 << 20));
+      std::cout << line;
+    } else if (smallest < net.fit_bytes_min || largest > net.fit_bytes_max) {
       std::snprintf(line, sizeof line,
                     "# note: buckets of %.3g..%.3g MiB lie outside the sizes the fit holds for (%.3g..%.3g MiB): "
                     "extrapolated\n", smallest / (1 << 20), largest / (1 << 20), net.fit_bytes_min / (1 << 20),

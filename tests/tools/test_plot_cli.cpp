@@ -517,6 +517,16 @@ TEST_CASE("dpx plot: an algorithm and bucket sweep gets a series per configurati
     REQUIRE(std::filesystem::exists(dir.file(std::string("figs/") + stem + ".svg")));
   }
   CHECK(slurp(dir.file("figs/phases-lenet5-b8-algotree-bucket_mb25.svg")).find("tree bucket 25 MiB") != std::string::npos);
+  // The caption's first clause (the command, long here) wraps onto lines: none of it is cut.
+  const std::string caption = slurp(dir.file("figs/throughput.txt"));  // "throughput: data: ...; ..."
+  const std::string first = caption.substr(caption.find("data: "), caption.find(';') - caption.find("data: "));
+  REQUIRE(first.size() > 105);  // longer than a line
+  CHECK(svg.find(first) == std::string::npos);  // not one line running off the figure
+  std::istringstream words(first);
+  for (std::string word; words >> word;) {
+    CAPTURE(word);
+    CHECK(svg.find(word) != std::string::npos);
+  }
 
   // --where: the rows of one algorithm and bucket size (25 and 25.0 alike); the label names no
   // axis that no longer varies; the loss figures, whose steps files name no configuration, are left out.
