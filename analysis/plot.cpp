@@ -64,6 +64,10 @@ std::string missing_data(std::string_view name, const Inputs& in) {
   if (name == "loading" && loader_families(in).empty())
     return "loading needs a dpx bench folder that swept two or more --workers counts of one model and batch size: " +
            std::string(kLoadingRun);
+  if (name == "prediction")
+    return in.predictions.empty() ? "prediction needs a dpx predict --csv file among the inputs: dpx predict --model "
+                                    "lenet5 --batch-size 16 --ranks 1..64 --link 10gbit,20us --csv p.csv"
+                                  : "";
   if (name == "timeline")
     return in.traces.empty() ? "timeline needs a dpx train --trace file among the inputs: " + std::string(kTraceRun) : "";
   if (name == "busbw")
@@ -131,6 +135,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "a dpx bench folder that swept --workers on an image folder, e.g. dpx bench --models squeezenet1_1 --dataset "
        "imagefolder --data-dir data --image-size 64 --batch-sizes 16 --devices cpu:1,2 --workers 0,1,2 --out "
        "runs/bench (dpx data make-imagefolder data makes one)"},
+      {"prediction",
+       "dpx predict's images/s and scaling efficiency against ranks, a line per batch size, with ideal scaling and, "
+       "where predict compared with dpx bench (--compare), the measured points",
+       "a dpx predict --csv file, e.g. dpx predict --model lenet5 --batch-size 16 --ranks 1..64 --link 10gbit,20us "
+       "--csv p.csv"},
       {"timeline",
        "the phases of each rank over time (load, h2d, forward, backward, exposed communication, optimizer, wait), a "
        "row per rank, for the traced steps or --steps a:b",
@@ -214,6 +223,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "loss-epoch") add = loss_epoch_figures(in);
     if (w == "weak-strong") add = weak_strong_figures(in);
     if (w == "timeline") add = timeline_figures(in, window);
+    if (w == "prediction") add = prediction_figures(in);
     if (w == "loading") add = loading_figures(in);
     if (w == "max-batch") add.push_back(max_batch_figure(in));
     if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));

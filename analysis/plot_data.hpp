@@ -108,7 +108,20 @@ struct Trace {
   std::vector<TraceBox> boxes;
 };
 
+// A dpx predict --csv file: the predicted step of each (batch, ranks), and dpx bench's
+// measurement beside it where predict was given --compare.
+struct PredictionRow {
+  double batch = 0, ranks = 0, rank_batch = 0, images_per_s = 0, efficiency = 0, step_s = 0;
+  double measured_step_s = kNone;
+};
+struct PredictionRun {
+  std::string source, run;  // run: "data: FILE from dpx predict (model, algo, scaling)"
+  std::string model, algo, scaling;
+  std::vector<PredictionRow> rows;
+};
+
 struct Inputs {
+  std::vector<PredictionRun> predictions;
   std::vector<BenchGroup> bench;
   std::vector<std::string> bench_captions;
   std::vector<CollectiveFigure> collectives;
@@ -151,6 +164,9 @@ std::vector<Figure> loss_figures(const Inputs& in);
 std::vector<Figure> loss_epoch_figures(const Inputs& in);
 std::vector<Figure> weak_strong_figures(const Inputs& in);
 std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o);
+// dpx predict --csv: images/s and scaling efficiency against ranks, a line per batch, measured
+// points where the CSV has them.
+std::vector<Figure> prediction_figures(const Inputs& in);
 // The groups of each sweep of loader workers (two or more counts of one model and batch), by
 // loader_family_key, in the order of their first group.
 std::vector<std::vector<const BenchGroup*>> loader_families(const Inputs& in);
@@ -178,5 +194,7 @@ std::string caption_label(const std::string& caption);
 std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows);
 // An x axis of devices (ranks), log 2, a tic at each rank count of `groups`.
 std::string ranks_axis(const std::vector<BenchGroup>& groups);
+// A log-2 axis ('x' or 'y') with a tic at each value.
+std::string log2_axis(char axis, const std::set<double>& values);
 
 }  // namespace dpx::analysis::plot

@@ -78,8 +78,6 @@ std::string datablock(const std::string& name, const std::vector<std::vector<dou
   return s + "EOD\n";
 }
 
-namespace {
-
 // A log-2 axis with a tic at each value, a little room either side.
 std::string log2_axis(char axis, const std::set<double>& values) {
   std::string tics;
@@ -88,8 +86,6 @@ std::string log2_axis(char axis, const std::set<double>& values) {
   return "set " + a + "range [" + fmt(*values.begin() / 1.4) + ":" + fmt(*values.rbegin() * 1.4) +
          "]\nset logscale " + a + " 2\nset " + a + "tics (" + tics + ")\n";
 }
-
-}  // namespace
 
 std::string ranks_axis(const std::vector<BenchGroup>& groups) {
   std::set<double> ranks;

@@ -411,6 +411,36 @@ void read_trace(const std::string& path, Inputs& in) {
 
 }  // namespace
 
+namespace {
+
+// A dpx predict --csv file: one run per file (one model, algorithm and scaling).
+void read_prediction(const CsvTable& t, const std::string& source, std::vector<PredictionRun>& out) {
+  PredictionRun run;
+  run.source = source;
+  run.model = t.text(0, t.column("model"));
+  run.algo = t.text(0, t.column("algo"));
+  run.scaling = t.text(0, t.column("scaling"));
+  for (size_t r = 0; r < t.rows(); ++r) {
+    PredictionRow p;
+    p.batch = t.number(r, t.column("batch"));
+    p.ranks = t.number(r, t.column("ranks"));
+    p.rank_batch = t.number(r, t.column("rank_batch"));
+    p.images_per_s = t.number(r, t.column("images_per_s"));
+    p.efficiency = t.number(r, t.column("efficiency"));
+    p.step_s = t.number(r, t.column("step_s"));
+    if (!(p.ranks >= 1) || !(p.rank_batch > 0) || !(p.step_s > 0))
+      usage_fail("'", source, "' line ", t.line_of(r), ": ranks, rank_batch and step_s must be positive: not what "
+                 "dpx predict wrote");
+    p.measured_step_s = optional_number(t, r, "measured_step_s");
+    run.rows.push_back(p);
+  }
+  run.run = "data: " + source + " from dpx predict (" + run.model + ", DDP " + run.algo + ", " + run.scaling +
+            " scaling)";
+  out.push_back(std::move(run));
+}
+
+}  // namespace
+
 Where parse_where(const std::vector<std::string>& conditions) {
   Where out;
   for (const std::string& c : conditions) {
@@ -428,12 +458,18 @@ Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
     usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
   std::vector<std::pair<CsvTable, std::string>> bench, coll;
   std::vector<std::string> traces;
+  std::vector<PredictionRun> in_predictions;
   for (const auto& [file, named] : input_files(paths)) {
     if (looks_like_json(file)) {
       traces.push_back(file);
       continue;
     }
     CsvTable t = CsvTable::read(file, "dpx plot");
+    if (t.has("efficiency") && t.has("step_s") && t.has("rank_batch") && t.has("measured_step_s")) {
+      if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: dpx predict predicted nothing");
+      read_prediction(t, file, in_predictions);
+      continue;
+    }
     const bool is_coll = t.has("busbw_gbs") && t.has("collective");
     const bool is_bench = t.has("images_per_s") && t.has("ranks") && t.has("model");
     if (!is_coll && !is_bench)
@@ -450,6 +486,7 @@ Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
   for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, where, in);
   for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
   for (const std::string& f : traces) read_trace(f, in);
+  in.predictions = std::move(in_predictions);
   return in;
 }
 

@@ -111,4 +111,64 @@ Figure max_batch_figure(const Inputs& in) {
   return {"max-batch", b, caption};
 }
 
+// dpx predict --csv: images/s (with ideal scaling) and scaling efficiency against ranks, a line
+// per batch size; where predict compared with dpx bench (--compare), the measured points beside.
+std::vector<Figure> prediction_figures(const Inputs& in) {
+  std::vector<Figure> out;
+  for (const PredictionRun& run : in.predictions) {
+    std::map<double, std::vector<const PredictionRow*>> by_batch;
+    std::set<double> ranks;
+    bool measured = false;
+    for (const PredictionRow& r : run.rows) {
+      by_batch[r.batch].push_back(&r);
+      ranks.insert(r.ranks);
+      measured = measured || !std::isnan(r.measured_step_s);
+    }
+    const std::string batch_word = run.scaling == "weak" ? "/rank" : " in all";
+    for (const bool efficiency : {false, true}) {
+      std::string b, plot = "plot ";
+      int colour = 0;
+      for (auto& [batch, rows] : by_batch) {
+        std::sort(rows.begin(), rows.end(), [](const PredictionRow* a, const PredictionRow* c) { return a->ranks < c->ranks; });
+        std::vector<std::vector<double>> data;
+        const PredictionRow& first = *rows.front();
+        for (const PredictionRow* r : rows) {
+          // Measured images/s: the global batch over the measured step; its efficiency against the
+          // first row's prediction, as the predicted ones are.
+          const double global = r->rank_batch * r->ranks;
+          const double m_ips = std::isnan(r->measured_step_s) ? kNone : global / r->measured_step_s;
+          const double ideal = first.images_per_s * r->ranks / first.ranks;
+          data.push_back({r->ranks, efficiency ? r->efficiency : r->images_per_s, efficiency ? kNone : ideal,
+                          std::isnan(m_ips) ? kNone : (efficiency ? m_ips / ideal : m_ips)});
+        }
+        const std::string name = "q" + std::to_string(colour), lc = " lc " + std::to_string(++colour);
+        b += datablock(name, data);
+        const std::string what = "batch " + fmt(batch) + batch_word;
+        plot += std::string(colour > 1 ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
+                " title " + quoted(what + ", predicted");
+        if (!efficiency) plot += ", \\\n  $" + name + " using 1:3 with lines dt 2" + lc + " notitle";
+        if (measured)
+          plot += ", \\\n  $" + name + " using 1:4 with points pt 4 ps 1.8 lw 2" + lc + " title " +
+                  quoted(what + ", measured (dpx bench)");
+      }
+      if (!efficiency) plot += ", \\\n  NaN with lines dt 2 lc rgb 'gray40' title 'dashed: ideal scaling (first point x k/k0)'";
+      const std::string caption =
+          run.run + (efficiency ? "; scaling efficiency = throughput / (k x one rank's), predicted from the network's "
+                                  "fit or link and one replica's measured step (README: Predicting at scale)"
+                                : "; images/s predicted from the network's fit or link and one replica's measured step "
+                                  "(README: Predicting at scale)") +
+          (measured ? "; squares: dpx bench's measurement of the same configuration (predict --compare)" : "");
+      b += "set title " + quoted(std::string(efficiency ? "Predicted scaling efficiency: " : "Predicted throughput: ") +
+                                 run.model + ", DDP " + run.algo) +
+           "\nset xlabel 'devices (ranks)'\n" + log2_axis('x', ranks) + "set grid\nset ylabel " +
+           quoted(efficiency ? "scaling efficiency (1 = ideal)" : "throughput (images/s)") +
+           // Weak scaling multiplies the throughput by k: a log axis keeps 1 rank and 1024 readable.
+           (efficiency ? "\nset yrange [0:1.1]" : "\nset logscale y 10\nset yrange [*:*]") +
+           "\nset datafile missing 'nan'\nset key outside right top\n" + caption_label(caption) + plot + "\n";
+      out.push_back({std::string(efficiency ? "prediction-efficiency-" : "prediction-") + run.model, b, caption});
+    }
+  }
+  return out;
+}
+
 }  // namespace dpx::analysis::plot

@@ -548,3 +548,33 @@ TEST_CASE("dpx plot: an algorithm and bucket sweep gets a series per configurati
     CHECK(!std::filesystem::exists(dir.file("bad")));
   }
 }
+
+// dpx plot draws a dpx predict --csv file (it once said "no column batch_size"): throughput and
+// efficiency against ranks, a line per batch, and the measured points predict --compare added.
+TEST_CASE("dpx plot prediction: dpx predict's CSV, predicted lines and measured points") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_predict");
+  std::ofstream(dir.file("p.csv"))
+      << "model,algo,scaling,batch,ranks,rank_batch,compute_s,comm_s,exposed_s,step_s,images_per_s,speedup,efficiency,"
+         "measured_step_s,error\n"
+         "lenet5,ring,weak,16,1,16,0.005,0,0,0.005,3200,1,1,,\n"
+         "lenet5,ring,weak,16,2,16,0.005,0.001,0.0008,0.0058,5517,1.72,0.86,0.006,-0.03\n"
+         "lenet5,ring,weak,16,4,16,0.005,0.002,0.0015,0.0065,9846,3.08,0.77,,\n"
+         "lenet5,ring,weak,64,1,64,0.02,0,0,0.02,3200,1,1,,\n"
+         "lenet5,ring,weak,64,2,64,0.02,0.001,0.0002,0.0202,6337,1.98,0.99,0.021,-0.04\n"
+         "lenet5,ring,weak,64,4,64,0.02,0.002,0.0004,0.0204,12549,3.92,0.98,,\n";
+  DpxResult r = run_dpx("plot " + dir.file("p.csv") + " --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // Per batch: the predicted line, its ideal (throughput only) and the measured points; and the
+  // ideal's legend entry once.
+  check_figure(dir, "figs/prediction-lenet5", 7, 960, 640);
+  check_figure(dir, "figs/prediction-efficiency-lenet5", 4, 960, 640);
+  const std::string svg = slurp(dir.file("figs/prediction-lenet5.svg"));
+  for (const char* label : {"batch 16/rank, predicted", "batch 64/rank, measured (dpx bench)", "Predicted throughput: lenet5, DDP ring"})
+    CHECK(svg.find(label) != std::string::npos);
+  CHECK(slurp(dir.file("figs/prediction-lenet5.txt")).find("from dpx predict (lenet5, DDP ring, weak scaling)") !=
+        std::string::npos);
+  // Only the prediction's figures: no bench figure is drawn from it.
+  CHECK(!std::filesystem::exists(dir.file("figs/throughput.svg")));
+}
