@@ -230,6 +230,9 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     figures.insert(figures.end(), add.begin(), add.end());
   }
 
+  // dpx report prints each caption under its figure: not drawn into it as well.
+  if (!o.caption_in_figure)
+    for (Figure& f : figures) f.body = without_caption_label(f.body);
   // Two inputs whose folders or files share a name would give two figures one name.
   std::map<std::string, int> stems;
   for (Figure& f : figures) {

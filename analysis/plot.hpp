@@ -30,6 +30,7 @@ struct PlotOptions {
   int width_px = 960;
   int height_px = 640;
   bool force = false;                 // replace figure files that dpx plot did not write
+  bool caption_in_figure = true;      // the caption's first clause under each figure (dpx report: off)
 };
 
 // Reads the inputs, draws the figures in a private scratch folder inside out_dir (mkdtemp: a

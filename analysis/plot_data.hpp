@@ -191,6 +191,8 @@ std::string fmt(double v);
 std::string quoted(const std::string& s);
 // The caption's first clause (the data) in the figure; the whole caption goes to NAME.txt.
 std::string caption_label(const std::string& caption);
+// `body` without what caption_label added.
+std::string without_caption_label(const std::string& body);
 std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows);
 // An x axis of devices (ranks), log 2, a tic at each rank count of `groups`.
 std::string ranks_axis(const std::vector<BenchGroup>& groups);

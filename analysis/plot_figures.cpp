@@ -66,6 +66,15 @@ std::string caption_label(const std::string& caption) {
   return out;
 }
 
+std::string without_caption_label(const std::string& body) {
+  // caption_label's lines: its bmargin, and labels numbered down from 99 (no figure sets others).
+  std::istringstream in(body);
+  std::string out, line;
+  while (std::getline(in, line))
+    if (line.rfind("set bmargin ", 0) != 0 && line.rfind("set label 9", 0) != 0) out += line + "\n";
+  return out;
+}
+
 std::string datablock(const std::string& name, const std::vector<std::vector<double>>& rows) {
   std::string s = "$" + name + " << EOD\n";
   for (const auto& r : rows) {

@@ -197,6 +197,76 @@ std::string bench_section(const Input& in) {
   return s;
 }
 
+// What a bench input found, in numbers, for the top of the page: the fastest configuration, the
+// scaling efficiency at the most ranks of each series, where communication outweighs the
+// computation, and how many configurations were noisy or disturbed.
+std::string bench_summary(const Input& in) {
+  const CsvTable& t = in.table;
+  // A configuration's name: every setting that varies among the rows but the ranks.
+  // The batch is the sweep's: per rank under weak scaling, in all under strong (the other one
+  // changes with the ranks).
+  const bool has_scaling = t.has("scaling");
+  auto batch_of = [&](size_t r) {
+    const bool weak = has_scaling && t.text(r, t.column("scaling")) == "weak";
+    return weak ? "batch " + t.text(r, t.column("rank_batch")) + "/rank" : "batch " + t.text(r, t.column("batch_size"));
+  };
+  bool batches_vary = false;
+  for (size_t r = 1; r < t.rows(); ++r) batches_vary = batches_vary || batch_of(r) != batch_of(0);
+  std::vector<size_t> varying;
+  for (std::string_view name : kConfigColumns) {
+    if (!t.has(name) || name == "ranks" || name == "devices" || name == "batch_size" || name == "rank_batch") continue;
+    const size_t c = t.column(name);
+    for (size_t r = 1; r < t.rows(); ++r)
+      if (t.text(r, c) != t.text(0, c)) {
+        varying.push_back(c);
+        break;
+      }
+  }
+  auto name_of = [&](size_t r) {
+    std::string n;
+    for (size_t c : varying) n += (n.empty() ? "" : ", ") + t.header()[c] + " " + t.text(r, c);
+    if (batches_vary) n += (n.empty() ? "" : ", ") + batch_of(r);
+    return n.empty() ? t.text(r, t.column("model")) + " " + batch_of(r) : n;
+  };
+  const size_t c_ips = t.column("images_per_s"), c_ranks = t.column("ranks"), c_eff = t.column("scaling_efficiency");
+  size_t fastest = 0;
+  std::map<std::string, size_t> most_ranks;  // series -> its row with the most ranks
+  std::vector<std::string> comm_bound;
+  size_t noisy = 0, disturbed = 0;
+  for (size_t r = 0; r < t.rows(); ++r) {
+    if (t.number(r, c_ips) > t.number(fastest, c_ips)) fastest = r;
+    auto [it, added] = most_ranks.emplace(name_of(r), r);
+    if (!added && t.number(r, c_ranks) > t.number(it->second, c_ranks)) it->second = r;
+    const double compute = t.number(r, t.column("mean_forward_s")) + t.number(r, t.column("mean_backward_s"));
+    if (t.number(r, t.column("mean_comm_exposed_s")) > compute)
+      comm_bound.push_back(name_of(r) + " at " + t.text(r, c_ranks) + " ranks");
+    noisy += t.has("noisy") && t.text(r, t.column("noisy")) == "1";
+    disturbed += t.has("disturbed") && t.text(r, t.column("disturbed")) == "1";
+  }
+  std::string s = "<ul class=\"summary\">\n";
+  s += "<li>" + std::to_string(t.rows()) + " configurations measured. Fastest: <strong>" +
+       html_escape(name_of(fastest)) + " at " + html_escape(t.text(fastest, c_ranks)) + " ranks, " +
+       fixed(t.number(fastest, c_ips), 1) + " images/s</strong>.</li>\n";
+  std::vector<std::vector<std::string>> eff;
+  for (const auto& [series, r] : most_ranks)
+    if (t.number(r, c_ranks) > 1)
+      eff.push_back({series, t.text(r, c_ranks), fixed(t.number(r, c_eff), 2), fixed(t.number(r, c_ips), 1)});
+  if (!eff.empty())
+    s += "<li>Scaling efficiency at the most ranks of each configuration:\n" +
+         html_table("summary", {"configuration", "ranks", "scaling efficiency", "images/s"}, eff) + "</li>\n";
+  std::string bound;
+  for (size_t i = 0; i < comm_bound.size() && i < 8; ++i) bound += (i ? "; " : "") + html_escape(comm_bound[i]);
+  if (comm_bound.size() > 8) bound += "; and " + std::to_string(comm_bound.size() - 8) + " more";
+  s += "<li>Exposed communication outweighs forward + backward in " +
+       (comm_bound.empty() ? std::string("none of them") : std::to_string(comm_bound.size()) + ": " + bound) +
+       ".</li>\n";
+  s += "<li>Noisy (repeats spread more than dpx bench accepts): " + std::to_string(noisy) + " of " +
+       std::to_string(t.rows()) + "; disturbed (other processes took more than 10 % of the cores): " +
+       std::to_string(disturbed) + " of " + std::to_string(t.rows()) +
+       (noisy + disturbed > 0 ? ": rerun those before reading their times" : "") + ".</li>\n";
+  return s + "</ul>\n";
+}
+
 std::string collective_section(const Input& in) {
   const CsvTable& t = in.table;
   const size_t c_coll = t.column("collective"), c_algo = t.column("algo"), c_backend = t.column("backend"),
@@ -253,9 +323,17 @@ constexpr std::string_view kRenderCheck = R"(<script>
     });
     if (box.width > 0 && box.height > 0 && drawn > 0) rendered++;
   });
+  // The smallest text of any figure as laid out at this window's width, in CSS pixels.
+  var smallest = 1e9;
+  document.querySelectorAll('figure.dpx-figure svg text').forEach(function (t) {
+    if (!t.textContent.trim()) return;
+    var h = t.getBoundingClientRect().height;
+    if (h > 0) smallest = Math.min(smallest, h);
+  });
   var check = document.getElementById('dpx-render-check');
   check.setAttribute('data-figures', String(figures.length));
   check.setAttribute('data-rendered', String(rendered));
+  check.setAttribute('data-min-text-px', String(Math.floor(smallest * 10) / 10));
   check.textContent = 'render check: ' + rendered + ' of ' + figures.length + ' figures drawn';
 })();
 </script>
@@ -271,7 +349,9 @@ th { background: #eee; }
 td:first-child, th:first-child, table.config td { text-align: left; }
 figure.dpx-figure { margin: 1.5em 0; }
 figure.dpx-figure svg { max-width: 100%; height: auto; }
-figcaption, p.note, #dpx-render-check { font-size: 0.85em; color: #555; }
+figcaption, p.note { font-size: 0.85em; color: #555; }
+#dpx-render-check { display: none; }
+ul.summary li { margin: 0.3em 0; }
 </style>
 )";
 
@@ -344,6 +424,9 @@ int make_report(const ReportOptions& o) {
   // Every check before anything is written: the inputs, the --out file, gnuplot.
   const std::vector<Input> inputs = read_inputs(o.inputs);
   std::vector<std::string> sections;
+  std::string summary;
+  for (const Input& in : inputs)
+    if (in.bench) summary += (inputs.size() > 1 ? "<h3>" + html_escape(in.file) + "</h3>\n" : "") + bench_summary(in);
   for (const Input& in : inputs) {
     std::string s = "<section class=\"input\">\n<h2>" + html_escape(in.file) + "</h2>\n";
     if (in.bench) {
@@ -370,6 +453,7 @@ int make_report(const ReportOptions& o) {
   for (const Input& in : inputs) plot.inputs.push_back(in.file);
   plot.out_dir = scratch.path.string();
   plot.gnuplot = o.gnuplot;
+  plot.caption_in_figure = false;  // the page prints each caption under its figure, once
   std::vector<std::string> drawn;
   try {
     drawn = make_plots(plot);
@@ -401,6 +485,7 @@ int make_report(const ReportOptions& o) {
                      html_escape(o.title) + "</h1>\n<p class=\"date\">Written by dpx report on " + utc_now() +
                      " from " + std::to_string(inputs.size()) + (inputs.size() == 1 ? " input" : " inputs") +
                      ".</p>\n";
+  if (!summary.empty()) page += "<h2>What the runs show</h2>\n" + summary;
   for (const auto& s : sections) page += s;
   page += "<h2>Figures</h2>\n" + figures;
   page += "<p id=\"dpx-render-check\" data-figures=\"" + std::to_string(count) +

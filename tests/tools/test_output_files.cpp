@@ -142,7 +142,9 @@ TEST_CASE("dpx's own outputs are replaced without --force: a second run into the
   const std::string bench = "bench --models mlp --batch-sizes 8 --devices cpu:1 --dataset synthetic --image-size 8 "
                             "--channels 1 --steps 2 --warmup 1 --profile-ops --out " + dir.file("b");
   ok(bench);
-  ok(bench);
+  // A bench folder holds one run: the second is refused, or with --force moves the first aside
+  // (tests/tools/test_bench_sweep.cpp).
+  ok(bench + " --force");
   for (const std::string& again : std::vector<std::string>{
            // a simulated network: times a fit describes (a real one on a busy machine may not fit)
            "collective -t all_reduce --algo ring --ranks 2 -b 64K -e 4M -f 4 -n 3 -w 1 --net-sim 100MB,5ms --csv " +

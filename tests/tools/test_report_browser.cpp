@@ -33,13 +33,16 @@ std::string find_chromium() {
 
 struct RenderCheck {
   int figures = -1, rendered = -1;
+  double min_text_px = -1;  // the smallest figure text as laid out, CSS pixels
 };
 
 // Loads `page` in headless Chromium (as root in CI: --no-sandbox; killed after 60 s) and reads
 // the render check's result from the DOM it dumps.
+// The window is 1400 px wide, a laptop's browser.
 RenderCheck browse(const std::string& chromium, const std::string& page, const std::string& profile) {
   const std::string cmd = "timeout -k 5 60 " + chromium +
-                          " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir=" + profile +
+                          " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+                          "--window-size=1400,1000 --user-data-dir=" + profile +
                           " --dump-dom file://" + std::filesystem::absolute(page).string() + " 2>/dev/null";
   DpxResult r = run_command(cmd);
   CAPTURE(cmd);
@@ -52,6 +55,7 @@ RenderCheck browse(const std::string& chromium, const std::string& page, const s
     c.figures = std::stoi(m[1]);
     c.rendered = std::stoi(m[2]);
   }
+  if (std::regex_search(r.output, m, std::regex(R"re(data-min-text-px="([0-9.]+)")re"))) c.min_text_px = std::stod(m[1]);
   return c;
 }
 
@@ -73,6 +77,19 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   // throughput, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
   CHECK(good.figures == 8);
   CHECK(good.rendered == 8);
+  // Readable at the page's width: no figure text under 10 px at 1400 px (it was 7 px once).
+  CHECK(good.min_text_px >= 10);
+  // The page as a reader sees it: a screenshot at 1400 px, the summary at the top, no check text.
+  const std::string shot = dir.file("report.png");
+  DpxResult s = run_command("timeout -k 5 60 " + chromium + " --headless --no-sandbox --disable-gpu "
+                            "--disable-dev-shm-usage --no-first-run --hide-scrollbars --window-size=1400,1000 "
+                            "--user-data-dir=" + dir.file("profile") + " --screenshot=" + shot + " file://" +
+                            std::filesystem::absolute(out).string() + " 2>/dev/null");
+  CHECK(s.code == 0);
+  CHECK(std::filesystem::file_size(shot) > 10000);
+  const std::string html = dpx::testing::file_text(out);
+  CHECK(html.find("<h2>What the runs show</h2>") < html.find("<section class=\"input\">"));
+  CHECK(html.find("#dpx-render-check { display: none; }") != std::string::npos);
 
   // The same page with its first figure hidden: the check must see one figure not drawn.
   std::string page = dpx::testing::file_text(out);

@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 
+#include "analysis/csv_table.hpp"
 #include "analysis/gnuplot.hpp"
 #include "../common/files.hpp"
 #include "report_inputs.hpp"
@@ -164,6 +165,21 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
                              "<th>scaling efficiency</th>", "<th>parallel efficiency</th>", "<th>busbw (GB/s)</th>",
                              "<td>cpu:2</td>", "<td>ring</td>"})
     CHECK(page.find(header) != std::string::npos);
+  // The answer on top: the fastest configuration as results.csv has it, each configuration's
+  // efficiency at its most ranks; each caption once (under its figure, not also in it).
+  const auto results = dpx::analysis::CsvTable::read(d.bench + "/results.csv", "results.csv");
+  size_t fastest = 0;
+  for (size_t i = 1; i < results.rows(); ++i)
+    if (results.number(i, results.column("images_per_s")) > results.number(fastest, results.column("images_per_s")))
+      fastest = i;
+  char ips[32];
+  std::snprintf(ips, sizeof ips, "%.1f", results.number(fastest, results.column("images_per_s")));
+  CHECK(page.find("<h2>What the runs show</h2>") < page.find("<section class=\"input\">"));
+  CHECK(page.find(" at " + results.text(fastest, results.column("ranks")) + " ranks, " + ips + " images/s</strong>") !=
+        std::string::npos);
+  CHECK(count_of(page, "<table class=\"summary\">") == 1);
+  CHECK(page.find("Exposed communication outweighs forward + backward in ") != std::string::npos);
+  CHECK(count_of(page, "data: " + d.bench) <= plotted);  // the figcaptions; no second copy inside the figures
   // Only the page in its folder: no temporary left beside it.
   CHECK(std::distance(std::filesystem::directory_iterator(dir.file("page")), {}) == 1);
 
