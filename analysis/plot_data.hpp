@@ -184,6 +184,8 @@ using TextSet = std::set<std::string, ShortFirst>;
 std::string join(const TextSet& values, std::string_view sep);
 std::string slug(const std::string& s);
 std::string fmt(double v);
+// `v` to `digits` significant digits, for text a reader reads (legends): 4.98, not 4.981304.
+std::string rounded(double v, int digits);
 // A gnuplot single-quoted string of any text: a quote is doubled, and each control character
 // (a newline would end the string and the command, and gnuplot runs the next line: system(...))
 // is written visibly, \n or \xNN (core/quote.hpp). Inside single quotes gnuplot substitutes no

@@ -66,6 +66,13 @@ std::string caption_label(const std::string& caption) {
   return out;
 }
 
+std::string rounded(double v, int digits) {
+  std::ostringstream os;
+  os.precision(digits);
+  os << v;
+  return os.str();
+}
+
 std::string without_caption_label(const std::string& body) {
   // caption_label's lines: its bmargin, and labels numbered down from 99 (no figure sets others).
   std::istringstream in(body);
@@ -261,13 +268,13 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
                                : source == "link"    ? "link rate"
                                                      : source;
       plot += ", \\\n  $" + name + " using 1:2 with lines dt 3 lw 2 lc rgb 'black' title " +
-              quoted("limit: " + what + " " + fmt(gbs) + " GB/s");
+              quoted("limit: " + what + " " + rounded(gbs, 3) + " GB/s");
     }
     const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it" +
                                 (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated");
     b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
          "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
-         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key top left\n" +
+         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";
     out.push_back({"busbw-" + slug(fig.key), b, caption});
   }

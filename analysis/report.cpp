@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <cmath>
 #include <sstream>
 
 #include "analysis/csv_table.hpp"
@@ -267,26 +268,55 @@ std::string bench_summary(const Input& in) {
   return s + "</ul>\n";
 }
 
+// A human-readable size: 1024 -> "1 KiB".
+std::string size_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
+  return fixed(bytes, bytes == std::floor(bytes) ? 0 : 1) + " " + units[u];
+}
+
+// Side by side, as dpx collective prints them: per collective and rank count, a row per size and
+// a column per algorithm (and backend, where several), each cell the out-of-place time (us) and
+// busbw (GB/s).
 std::string collective_section(const Input& in) {
   const CsvTable& t = in.table;
   const size_t c_coll = t.column("collective"), c_algo = t.column("algo"), c_backend = t.column("backend"),
                c_ranks = t.column("ranks"), c_bytes = t.column("bytes"), c_place = t.column("placement"),
-               c_time = t.column("time_us"), c_algbw = t.column("algbw_gbs"), c_busbw = t.column("busbw_gbs");
-  std::vector<std::vector<std::string>> rows;
+               c_time = t.column("time_us"), c_busbw = t.column("busbw_gbs");
+  std::set<std::string> backends;
+  for (size_t r = 0; r < t.rows(); ++r) backends.insert(t.text(r, c_backend));
+  // (collective, ranks) -> column names in order met -> size -> cell
+  std::map<std::pair<std::string, std::string>, std::pair<std::vector<std::string>, std::map<double, std::map<std::string, std::string>>>>
+      tables;
+  std::vector<std::pair<std::string, std::string>> order;
   for (size_t r = 0; r < t.rows(); ++r) {
     if (t.text(r, c_place) != "out") continue;  // in-place rows are the same algorithm again
-    rows.push_back({t.text(r, c_coll), t.text(r, c_algo), t.text(r, c_backend), t.text(r, c_ranks),
-                    t.text(r, c_bytes), fixed(t.number(r, c_time), 3), fixed(t.number(r, c_algbw), 3),
-                    fixed(t.number(r, c_busbw), 3)});
+    const std::pair<std::string, std::string> key{t.text(r, c_coll), t.text(r, c_ranks)};
+    if (!tables.count(key)) order.push_back(key);
+    auto& [columns, cells] = tables[key];
+    const std::string column = t.text(r, c_algo) + (backends.size() > 1 ? " (" + t.text(r, c_backend) + ")" : "");
+    if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+    cells[t.number(r, c_bytes)][column] = fixed(t.number(r, c_time), 1) + " us, " + fixed(t.number(r, c_busbw), 2);
   }
-  if (rows.empty())
+  if (order.empty())
     usage_fail("'", in.file, "' holds no out-of-place rows (placement out): nothing to report; make one with "
                "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv");
-  return "<h3>Bandwidth (out of place)</h3>\n" +
-         html_table("bandwidth",
-                    {"collective", "algorithm", "backend", "ranks", "size (bytes)", "time (us)", "algbw (GB/s)",
-                     "busbw (GB/s)"},
-                    rows);
+  std::string s;
+  for (const auto& key : order) {
+    const auto& [columns, cells] = tables[key];
+    std::vector<std::string> header = {"size"};
+    header.insert(header.end(), columns.begin(), columns.end());
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [bytes, by_column] : cells) {
+      std::vector<std::string> row = {size_text(bytes)};
+      for (const std::string& c : columns) row.push_back(by_column.count(c) ? by_column.at(c) : "");
+      rows.push_back(row);
+    }
+    s += "<h3>" + html_escape(key.first) + ", " + html_escape(key.second) + " ranks: time and busbw (GB/s), out of "
+         "place</h3>\n" + html_table("bandwidth", header, rows);
+  }
+  return s;
 }
 
 // The SVG element of a file gnuplot wrote, without its XML prolog, every id (and reference to

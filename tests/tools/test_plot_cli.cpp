@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -491,6 +492,12 @@ TEST_CASE("dpx plot busbw draws the limit dpx collective states: the simulated n
   REQUIRE(r.code == 0);
   check_figure(dir, "figs/busbw-all_reduce", 2, 960, 640);  // ring, and the limit
   CHECK(slurp(dir.file("figs/busbw-all_reduce.svg")).find("limit: --net-sim rate 0.125 GB/s") != std::string::npos);
+  // A measured limit (one rank's memcpy, 4.981304 GB/s say) is legended rounded: 4.98.
+  DpxResult m = run_dpx("collective -b 1K -e 16K -f 4 -n 2 -w 1 --csv " + dir.file("m.csv"));
+  REQUIRE(m.code == 0);
+  REQUIRE(run_dpx("plot " + dir.file("m.csv") + " --out " + dir.file("mem")).code == 0);
+  CHECK(std::regex_search(slurp(dir.file("mem/busbw-all_reduce.svg")),
+                          std::regex("limit: one rank's memcpy [0-9]{1,3}(\\.[0-9]{1,2})? GB/s")));
 }
 
 // Every axis a sweep varies names its series (issue: four bars all labelled "2" for four bucket

@@ -162,7 +162,8 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
                             "<table class=\"bandwidth\">"})
     CHECK(count_of(page, table) == 1);
   for (const char* header : {"<th>step (ms)</th>", "<th>comm exposed (ms)</th>", "<th>images/s</th>", "<th>noisy</th>",
-                             "<th>scaling efficiency</th>", "<th>parallel efficiency</th>", "<th>busbw (GB/s)</th>",
+                             "<th>scaling efficiency</th>", "<th>parallel efficiency</th>", "<th>size</th>", "<th>ring</th>",
+                             "<td>1 KiB</td>", "time and busbw (GB/s), out of place</h3>",
                              "<td>cpu:2</td>", "<td>ring</td>"})
     CHECK(page.find(header) != std::string::npos);
   // The answer on top: the fastest configuration as results.csv has it, each configuration's
