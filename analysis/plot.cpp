@@ -275,8 +275,9 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
         s << "# dpx plot: " << f.stem << "\n" << "set terminal pngcairo size " << size
           << " noenhanced font 'sans,10'\nset output " << quoted(f.stem + ".png") << "\n"
           << f.body << "set terminal svg size " << size
-          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(f.stem + ".svg")
-          << "\nreplot\nunset output\n";
+          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(f.stem + ".svg") << "\n"
+          // The body again rather than replot, which redraws only a multiplot's last panel.
+          << f.body << "unset output\n";
         if (!s.flush()) fail("dpx plot: cannot write the gnuplot script '", script, "'");
       }
       const int rc = run_gnuplot(gnuplot, script, log, scratch.string());

@@ -64,6 +64,7 @@ struct BenchGroup {
   // The group's label and key without its number of loader workers: the groups of one sweep of
   // --workers share it (the loading figure draws them in one).
   std::string loader_family_label, loader_family_key;
+  std::string model_name;      // the model alone: crowded figures get a panel per model
 };
 
 struct BusbwSeries {

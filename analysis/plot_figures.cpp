@@ -136,14 +136,15 @@ std::string interval_clause(const std::vector<BenchGroup>& groups) {
 
 }  // namespace
 
-Figure throughput_figure(const Inputs& in) {
-  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
-  const std::string ci = interval_clause(in.bench);
-  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
-  caption += "; dashed: ideal scaling, each line's first point x k/k0";
-  std::string b;
-  std::string plot = "plot ";
-  for (size_t i = 0; i < in.bench.size(); ++i) {
+namespace {
+
+// The throughput plot of `groups` (indices into in.bench): their lines, ideal lines, rings around
+// disturbed points and the ideal's legend entry; `ringed` says whether a ring was drawn.
+std::string throughput_plot(const Inputs& in, const std::vector<size_t>& groups, bool& ringed) {
+  std::string b, plot = "plot ";
+  bool first_ring = true;
+  for (size_t n = 0; n < groups.size(); ++n) {
+    const size_t i = groups[n];
     const BenchGroup& g = in.bench[i];
     const bool bars = has_intervals(g);
     std::vector<std::vector<double>> rows;
@@ -151,29 +152,71 @@ Figure throughput_figure(const Inputs& in) {
     for (const auto& r : g.rows)
       rows.push_back({r.ranks, r.images_per_s, first.images_per_s * r.ranks / first.ranks,
                       bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0, r.disturbed ? 1.0 : 0.0});
-    b += datablock(std::string("t").append(std::to_string(i)), rows);
-    const std::string lc = " lc " + std::to_string(i + 1);
+    const std::string name = "t" + std::to_string(i);
+    b += datablock(name, rows);
+    const std::string lc = " lc " + std::to_string(n + 1);
     const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
-    plot += std::string(i ? ", \\\n  " : "") + "$t" + std::to_string(i) + measured + lc + " title " +
-            quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $t" + std::to_string(i) +
-            " using 1:3 with lines dt 2" + lc + " notitle";
+    plot += std::string(n ? ", \\\n  " : "") + "$" + name + measured + lc + " title " +
+            quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $" + name + " using 1:3 with lines dt 2" + lc +
+            " notitle";
   }
   // Configurations measured on a busy machine: a hollow ring around their points, in the legend once.
-  bool ringed = false;
-  for (size_t i = 0; i < in.bench.size(); ++i) {
+  for (size_t i : groups) {
     if (std::none_of(in.bench[i].rows.begin(), in.bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; }))
       continue;
     plot += ", \\\n  $t" + std::to_string(i) + " using 1:($6 > 0 ? $2 : 1/0) with points pt 6 ps 3 lw 2 lc rgb 'black' " +
-            (ringed ? "notitle" : "title 'disturbed: other processes took > 10 % of its cores'");
+            (first_ring ? "title 'disturbed: other processes took > 10 % of its cores'" : "notitle");
+    first_ring = false;
     ringed = true;
   }
-  if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
   // The reference lines in the legend once, outside the data as the legend is.
   plot += ", \\\n  NaN with lines dt 2 lc rgb 'gray40' title 'dashed: ideal scaling (first point x k/k0)'";
-  b += "set title 'Throughput against devices'\n" + ranks_axis(in.bench) +
-       "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
-       "\nset yrange [0:*]\nset key outside right top\n" + caption_label(caption) + plot +
-       "\n";
+  return b + plot + "\n";
+}
+
+}  // namespace
+
+// More series than a reader tells apart (about six) become small multiples: a panel per model,
+// each with its own legend and colours.
+constexpr size_t kMaxSeries = 6;
+
+Figure throughput_figure(const Inputs& in) {
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
+  const std::string ci = interval_clause(in.bench);
+  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
+  caption += "; dashed: ideal scaling, each line's first point x k/k0";
+  std::vector<std::pair<std::string, std::vector<size_t>>> panels;  // (model, its groups), in order met
+  for (size_t i = 0; i < in.bench.size(); ++i) {
+    const std::string& m = in.bench[i].model_name;
+    auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& p) { return p.first == m; });
+    if (it == panels.end()) panels.push_back({m, {i}});
+    else it->second.push_back(i);
+  }
+  const bool multiples = in.bench.size() > kMaxSeries && panels.size() > 1;
+  const std::string ylabel = "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
+                             "\nset yrange [0:*]\n";
+  std::string b;
+  bool ringed = false;
+  if (!multiples) {
+    std::vector<size_t> all(in.bench.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::string plot = throughput_plot(in, all, ringed);
+    if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
+    b = "set title 'Throughput against devices'\n" + ranks_axis(in.bench) + ylabel + "set key outside right top\n" +
+        caption_label(caption) + plot;
+    return {"throughput", b, caption};
+  }
+  // A panel per model, in a grid; the caption and the figure's title once for all of them.
+  const size_t cols = panels.size() <= 2 ? panels.size() : 2, rows = (panels.size() + cols - 1) / cols;
+  std::string body;
+  for (const auto& [model, groups] : panels)
+    body += "set title " + quoted(model) + "\n" + throughput_plot(in, groups, ringed);
+  caption += "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)";
+  if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
+  b = ranks_axis(in.bench) + ylabel + "set key top left font ',8' samplen 2\n" + caption_label(caption) +
+      "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) +
+      " title 'Throughput against devices' margins 0.07, 0.98, 0.2, 0.92 spacing 0.08, 0.12\n" +
+      body + "unset multiplot\n";
   return {"throughput", b, caption};
 }
 

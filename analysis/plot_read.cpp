@@ -246,7 +246,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, cons
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
                           t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") + axes_label +
                               (several ? " (" + source + ")" : ""),
-                          family_label, family_key});
+                          family_label, family_key, t.text(r, c_model)});
     }
     in.bench[it->second].rows.push_back(b);
   }

@@ -585,3 +585,31 @@ TEST_CASE("dpx plot prediction: dpx predict's CSV, predicted lines and measured 
   // Only the prediction's figures: no bench figure is drawn from it.
   CHECK(!std::filesystem::exists(dir.file("figs/throughput.svg")));
 }
+
+// More than six series in one throughput figure crowd it (study devices drew 12 lines with reused
+// colours): they become small multiples, a panel per model, each with its own legend.
+TEST_CASE("dpx plot throughput: more than six series become a panel per model") {
+  require_gnuplot();
+  dpx::testing::TempDir dir("plot_panels");
+  const std::string out = dir.file("bench");
+  DpxResult b = run_dpx("bench --models mlp,lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                        "--channels 1 --steps 2 --warmup 1 --algo ring,tree --accumulate 1,2 --out " + out);
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  DpxResult r = run_dpx("plot " + out + " --figure throughput --out " + dir.file("figs"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const std::string svg = slurp(dir.file("figs/throughput.svg"));
+  // Two panels of four configurations: per panel 4 lines, 4 ideal lines and the ideal's entry.
+  CHECK(svg_series(svg) == 2 * (4 + 4 + 1));
+  for (const char* text : {">mlp<", ">lenet5<", "mlp batch 8/rank tree acc 2", "lenet5 batch 8/rank ring acc 1"}) {
+    CAPTURE(text);
+    CHECK(svg.find(text) != std::string::npos);
+  }
+  CHECK(slurp(dir.file("figs/throughput.txt")).find("a panel per model") != std::string::npos);
+  // Six or fewer stay one figure: one model's four.
+  DpxResult one = run_dpx("plot " + out + " --figure throughput --where model=mlp --out " + dir.file("one"));
+  REQUIRE(one.code == 0);
+  CHECK(slurp(dir.file("one/throughput.txt")).find("a panel per model") == std::string::npos);
+  CHECK(svg_series(slurp(dir.file("one/throughput.svg"))) == 4 + 4 + 1);
+}
