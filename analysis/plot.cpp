@@ -197,6 +197,13 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (!first_ok || end == b || *end != '\0' || window.first_step < 0 || window.last_step < window.first_step)
       usage_fail("--steps '", o.steps, "': give global steps a:b, 0 <= a <= b, e.g. 2:5");
   }
+  for (const std::string& a : o.by)
+    if (std::find(std::begin(kAxisNames), std::end(kAxisNames), a) == std::end(kAxisNames)) {
+      std::string names;
+      for (std::string_view n : kAxisNames) names += (names.empty() ? "" : ", ") + std::string(n);
+      usage_fail("--by ", a, ": not a sweep axis; name one or more of ", names);
+    }
+  window.by = o.by;
   const Inputs in = read_inputs(o.inputs, parse_where(o.where));
   if (wanted.empty()) {
     for (const auto& f : plot_figures())
@@ -213,7 +220,7 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
   std::vector<Figure> figures;
   for (const std::string& w : wanted) {
     std::vector<Figure> add;
-    if (w == "throughput") add.push_back(throughput_figure(in));
+    if (w == "throughput") add.push_back(throughput_figure(in, window));
     if (w == "phases") add = phases_figures(in);
     if (w == "busbw") add = busbw_figures(in);
     if (w == "efficiency") add = efficiency_figures(in);

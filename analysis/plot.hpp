@@ -27,6 +27,9 @@ struct PlotOptions {
   // --where AXIS=VALUE: only the bench rows whose results.csv column AXIS holds VALUE (numbers
   // compare as numbers: 25 and 25.0 are one bucket size); several must all hold.
   std::vector<std::string> where;
+  // --by AXIS[,AXIS]: the axes that name the throughput figure's series; each other axis that
+  // varies makes a panel per value (small multiples).
+  std::vector<std::string> by;
   int width_px = 960;
   int height_px = 640;
   bool force = false;                 // replace figure files that dpx plot did not write

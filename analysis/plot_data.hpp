@@ -65,7 +65,13 @@ struct BenchGroup {
   // --workers share it (the loading figure draws them in one).
   std::string loader_family_label, loader_family_key;
   std::string model_name;      // the model alone: crowded figures get a panel per model
+  // The group's value of every sweep axis (kAxisNames), as a label says it ("batch 8/rank").
+  std::map<std::string, std::string> axes;
 };
+
+// The sweep axes `dpx plot --by` names.
+inline constexpr std::string_view kAxisNames[] = {"model",     "batch",      "parallel",  "scaling",   "workers",
+                                                   "algo",      "bucket_mb",  "accumulate", "optimizer", "grad_dtype"};
 
 struct BusbwSeries {
   std::string label;
@@ -152,9 +158,12 @@ struct Figure {
 struct FigureOptions {
   double min_efficiency = 0.8;
   long first_step = -1, last_step = -1;  // --steps a:b of the timeline; -1: every step
+  // --by: the axes that name the throughput figure's series; every other axis that varies makes
+  // a panel of its own. Empty: every varying axis names the series (a panel per model when crowded).
+  std::vector<std::string> by;
 };
 
-Figure throughput_figure(const Inputs& in);
+Figure throughput_figure(const Inputs& in, const FigureOptions& o = {});
 std::vector<Figure> phases_figures(const Inputs& in);
 std::vector<Figure> efficiency_figures(const Inputs& in);
 std::vector<Figure> busbw_figures(const Inputs& in);

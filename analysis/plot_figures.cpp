@@ -180,27 +180,56 @@ std::string throughput_plot(const Inputs& in, const std::vector<size_t>& groups,
 // each with its own legend and colours.
 constexpr size_t kMaxSeries = 6;
 
-Figure throughput_figure(const Inputs& in) {
+Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
   std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
   const std::string ci = interval_clause(in.bench);
   if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
   caption += "; dashed: ideal scaling, each line's first point x k/k0";
-  std::vector<std::pair<std::string, std::vector<size_t>>> panels;  // (model, its groups), in order met
-  for (size_t i = 0; i < in.bench.size(); ++i) {
-    const std::string& m = in.bench[i].model_name;
-    auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& p) { return p.first == m; });
-    if (it == panels.end()) panels.push_back({m, {i}});
-    else it->second.push_back(i);
+  // The axes that vary among the groups; with --by, those not named make the panels and the
+  // named ones the series' labels.
+  std::vector<std::string> varying;
+  for (std::string_view a : kAxisNames) {
+    std::set<std::string> values;
+    for (const BenchGroup& g : in.bench)
+      if (auto v = g.axes.find(std::string(a)); v != g.axes.end()) values.insert(v->second);
+    if (values.size() > 1) varying.emplace_back(a);
   }
-  const bool multiples = in.bench.size() > kMaxSeries && panels.size() > 1;
+  Inputs relabelled;  // --by: the groups with the labels of their series axes
+  const Inputs* groups_in = &in;
+  auto panel_of = [&](const BenchGroup& g) { return g.model_name; };
+  std::vector<std::pair<std::string, std::vector<size_t>>> panels;  // (panel, its groups), in order met
+  auto add_to_panel = [&](const std::string& p, size_t i) {
+    auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& q) { return q.first == p; });
+    if (it == panels.end()) panels.push_back({p, {i}});
+    else it->second.push_back(i);
+  };
+  if (!o.by.empty()) {
+    relabelled = in;
+    for (size_t i = 0; i < relabelled.bench.size(); ++i) {
+      BenchGroup& g = relabelled.bench[i];
+      std::string label, panel;
+      for (const std::string& a : varying) {
+        const std::string v = g.axes.count(a) ? g.axes.at(a) : "";
+        std::string& into = std::find(o.by.begin(), o.by.end(), a) != o.by.end() ? label : panel;
+        into += (into.empty() ? "" : " ") + v;
+      }
+      g.label = label.empty() ? g.model_name : label;
+      add_to_panel(panel, i);
+    }
+    groups_in = &relabelled;
+  } else {
+    for (size_t i = 0; i < in.bench.size(); ++i) add_to_panel(panel_of(in.bench[i]), i);
+  }
+  const Inputs& use = *groups_in;
+  const bool multiples = panels.size() > 1 && (!o.by.empty() || in.bench.size() > kMaxSeries);
   const std::string ylabel = "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
                              "\nset yrange [0:*]\n";
   std::string b;
   bool ringed = false;
   if (!multiples) {
-    std::vector<size_t> all(in.bench.size());
+    std::vector<size_t> all(use.bench.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const std::string plot = throughput_plot(in, all, ringed);
+    const std::string plot = throughput_plot(use, all, ringed);
     if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
     b = "set title 'Throughput against devices'\n" + ranks_axis(in.bench) + ylabel + "set key outside right top\n" +
         caption_label(caption) + plot;
@@ -209,13 +238,16 @@ Figure throughput_figure(const Inputs& in) {
   // A panel per model, in a grid; the caption and the figure's title once for all of them.
   const size_t cols = panels.size() <= 2 ? panels.size() : 2, rows = (panels.size() + cols - 1) / cols;
   std::string body;
-  for (const auto& [model, groups] : panels)
-    body += "set title " + quoted(model) + "\n" + throughput_plot(in, groups, ringed);
-  caption += "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)";
+  for (const auto& [panel, groups] : panels)
+    body += "set title " + quoted(panel) + "\n" + throughput_plot(use, groups, ringed);
+  std::string by;
+  for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
+  caption += o.by.empty() ? "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)"
+                          : "; --by " + by + ": a series per value of it, a panel per value of every other axis that varies";
   if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
   b = ranks_axis(in.bench) + ylabel + "set key top left font ',8' samplen 2\n" + caption_label(caption) +
       "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) +
-      " title 'Throughput against devices' margins 0.07, 0.98, 0.2, 0.92 spacing 0.08, 0.12\n" +
+      " title 'Throughput against devices' margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n" +
       body + "unset multiplot\n";
   return {"throughput", b, caption};
 }

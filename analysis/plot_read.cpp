@@ -236,6 +236,13 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, cons
     }
     auto it = index.find(key);
     if (it == index.end()) {
+      std::map<std::string, std::string> axes = {{"model", t.text(r, c_model)},
+                                                 {"batch", "batch " + batch + (weak ? "/rank" : "")},
+                                                 {"parallel", t.text(r, c_par)},
+                                                 {"scaling", scaling + " scaling"}};
+      if (has_workers) axes["workers"] = workers + " workers";
+      for (const Axis& a : kSeriesAxes)
+        if (t.has(a.column)) axes[a.column] = std::string(a.before) + t.text(r, t.column(a.column)) + a.after;
       it = index.emplace(key, in.bench.size()).first;
       std::string model = t.text(r, c_model);
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
@@ -246,7 +253,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, cons
       in.bench.push_back({label, slug(key), source, "", model, t.number(r, weak ? c_rank_batch : c_batch), weak, {},
                           t.text(r, c_model) + (parallels.size() > 1 ? " " + t.text(r, c_par) : "") + axes_label +
                               (several ? " (" + source + ")" : ""),
-                          family_label, family_key, t.text(r, c_model)});
+                          family_label, family_key, t.text(r, c_model), axes});
     }
     in.bench[it->second].rows.push_back(b);
   }

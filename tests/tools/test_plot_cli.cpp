@@ -607,6 +607,20 @@ TEST_CASE("dpx plot throughput: more than six series become a panel per model") 
     CHECK(svg.find(text) != std::string::npos);
   }
   CHECK(slurp(dir.file("figs/throughput.txt")).find("a panel per model") != std::string::npos);
+  // --by accumulate: a series per accumulation, a panel per model and algorithm (4 panels of 2).
+  DpxResult by = run_dpx("plot " + out + " --figure throughput --by accumulate --out " + dir.file("by"));
+  CAPTURE(by.output);
+  REQUIRE(by.code == 0);
+  const std::string by_svg = slurp(dir.file("by/throughput.svg"));
+  CHECK(svg_series(by_svg) == 4 * (2 + 2 + 1));
+  for (const char* text : {">mlp ring<", ">mlp tree<", ">lenet5 ring<", ">lenet5 tree<", ">acc 1<", ">acc 2<"}) {
+    CAPTURE(text);
+    CHECK(by_svg.find(text) != std::string::npos);
+  }
+  CHECK(slurp(dir.file("by/throughput.txt")).find("--by accumulate: a series per value") != std::string::npos);
+  DpxResult bad = run_dpx("plot " + out + " --by colour --out " + dir.file("bad"));
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find("--by colour: not a sweep axis; name one or more of model, batch") != std::string::npos);
   // Six or fewer stay one figure: one model's four.
   DpxResult one = run_dpx("plot " + out + " --figure throughput --where model=mlp --out " + dir.file("one"));
   REQUIRE(one.code == 0);
