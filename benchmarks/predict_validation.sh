@@ -58,7 +58,7 @@ for scale in 1 150; do
   for m in resnet50 vgg16; do
     for link in 10gbit,5us 100gbit,2us; do
       name="scale_${m}_${link%%,*}_x$scale"
-      "$dpx" predict --model $m --batch-size 32,128 --ranks 8..512 --link $link --threads 2 --steps 2 \
+      "$dpx" predict --model $m --batch-size 32,128 --ranks 8..512 --link $link --threads 2 --steps 3 \
         --max-measured-batch 16 --compute-scale $scale --csv "$out/$name.csv" > "$out/$name.txt"
     done
   done

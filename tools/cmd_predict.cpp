@@ -42,7 +42,7 @@ struct PredictFlags {
   int ranks_per_node = 0;
   double bucket_mb = 25;
   bool no_overlap = false;
-  int image_size = 0, threads = 1, steps = 3, num_classes = 10;
+  int image_size = 0, threads = 1, steps = 4, warmup = 1, num_classes = 10;
   int64_t max_measured_batch = 32;
   double compute_scale = 1, min_efficiency = 0.8;
   std::vector<std::string> compare;
@@ -238,7 +238,10 @@ void run(const PredictFlags& f) {
       if (f.batch_sizes[i] == f.batch_sizes[j])
         usage_fail("--batch-sizes: ", f.batch_sizes[i], " is given twice: list each batch size once");
   if (!(f.min_efficiency > 0 && f.min_efficiency <= 1)) usage_fail("--min-efficiency: give a fraction in (0, 1]");
-  if (f.steps < 1) usage_fail("--steps: ", f.steps, " is not a number of steps");
+  if (f.warmup < 0) usage_fail("--warmup must be >= 0 (got ", f.warmup, ")");
+  if (f.steps <= f.warmup)
+    usage_fail("--steps ", f.steps, " with --warmup ", f.warmup, ": no step would be measured; --steps counts the "
+               "warm-up steps too (as in dpx train and dpx bench): pass more --steps");
   if (f.max_measured_batch < 1) usage_fail("--max-measured-batch: ", f.max_measured_batch, " is not a batch size");
   if (!(f.bucket_mb >= 0)) usage_fail("--bucket-mb: ", f.bucket_mb, " is not a size in MiB");
   // An unwritable, foreign or input-naming --csv fails now, not after minutes, and the file is left
@@ -289,7 +292,7 @@ void run(const PredictFlags& f) {
   };
   for (int64_t b : {lo, hi}) {
     if (b == lo && b == hi && compute.batch_hi > 0) break;
-    const parallel::StepProfile p = parallel::measure_step(base, b, f.steps);
+    const parallel::StepProfile p = parallel::measure_step(base, b, f.steps, f.warmup);
     const analysis::Phases ph = phases_of(p);
     std::snprintf(line, sizeof line, " batch %lld: %.1f ms (forward %.1f, backward %.1f);", static_cast<long long>(b),
                   ph.total() * 1e3, ph.forward * 1e3, ph.backward * 1e3);
@@ -434,7 +437,10 @@ void add_predict_command(CLI::App& app) {
   cmd->add_flag("--no-overlap", f->no_overlap, "all-reduce every bucket after backward instead of during it");
   cmd->add_option("--image-size", f->image_size, "input size (0: the model's own, e.g. 224)")->capture_default_str();
   cmd->add_option("--threads", f->threads, "CPU threads of the one replica measured (a rank's cores)")->capture_default_str();
-  cmd->add_option("--steps", f->steps, "timed steps per measured batch (after one warm-up)")->capture_default_str();
+  cmd->add_option("--steps", f->steps,
+                  "steps per measured batch, the --warmup ones included (as in dpx train and dpx bench)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", f->warmup, "of --steps, those left out of the means")->capture_default_str();
   cmd->add_option("--max-measured-batch", f->max_measured_batch,
                   "measure at most this per-rank batch; larger ones on the line through the measured two")
       ->capture_default_str();

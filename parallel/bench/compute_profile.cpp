@@ -36,10 +36,10 @@ TrainOptions single_replica(const TrainOptions& base, int64_t batch) {
 
 }  // namespace
 
-StepProfile measure_step(const TrainOptions& base, int64_t batch, int steps) {
+StepProfile measure_step(const TrainOptions& base, int64_t batch, int steps, int warmup) {
   TrainOptions o = single_replica(base, batch);
-  o.warmup_steps = 1;
-  o.max_steps = o.warmup_steps + steps;
+  o.warmup_steps = warmup;
+  o.max_steps = steps;  // as dpx train's --steps: the warm-up steps included
   o.synthetic_size = batch * o.max_steps;
   o.validate();
   NullBuffer nb;

@@ -28,8 +28,9 @@ struct BucketReady {
 };
 
 // Runs `base` (model, image size, threads, optimizer...) as one replica on synthetic data of
-// batch `batch` for warmup + `steps` steps and returns the mean phases. Progress goes nowhere.
-StepProfile measure_step(const TrainOptions& base, int64_t batch, int steps);
+// batch `batch` for `steps` steps, the first `warmup` of them left out of the means (as dpx
+// train's --steps and --warmup), and returns the mean phases. Progress goes nowhere.
+StepProfile measure_step(const TrainOptions& base, int64_t batch, int steps, int warmup = 1);
 
 // The buckets DDP would make for `base`'s model (--bucket-mb) and when each is ready in one
 // backward at `batch` (the second of two, after a warm-up), in DDP's order (the first ready first).

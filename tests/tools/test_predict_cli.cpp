@@ -186,3 +186,14 @@ TEST_CASE("dpx fit and dpx predict refuse careless input with a clear message") 
   }
   CHECK(slurp(dir.file("user.json")) == "{\"mine\": true}\n");  // never written over
 }
+
+// --steps and --warmup mean what they mean in dpx train and dpx bench: the warm-up is among the
+// steps, so a --steps that leaves none to measure is refused.
+TEST_CASE("predict --steps counts the warm-up, as train and bench do") {
+  DpxResult r = run_dpx("predict --model mlp --image-size 8 --link 10gbit,5us --ranks 1..2 --steps 2 --warmup 2");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--steps 2 with --warmup 2: no step would be measured") != std::string::npos);
+  DpxResult ok = run_dpx("predict --model mlp --image-size 8 --link 10gbit,5us --ranks 1..2 --steps 3 --warmup 2");
+  CAPTURE(ok.output);
+  CHECK(ok.code == 0);
+}
