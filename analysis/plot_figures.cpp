@@ -519,33 +519,89 @@ std::vector<Figure> weak_strong_figures(const Inputs& in) {
   return out;
 }
 
+namespace {
+
+// One loss plot of `series` of `lr`: their lines, the threshold and where each crossed it.
+std::string loss_plot(const LossRun& lr, const std::vector<const LossSeries*>& series, const std::string& prefix) {
+  std::string b, plot = "plot ";
+  std::vector<std::vector<double>> crossings;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const LossSeries& s = *series[i];
+    std::vector<std::vector<double>> rows;
+    for (auto [step, loss] : s.points) rows.push_back({step, loss});
+    const std::string name = prefix + std::to_string(i);
+    b += datablock(name, rows);
+    if (i) plot += ", \\\n  ";
+    plot.append("$").append(name).append(" using 1:2 with lines lw 2 lc ").append(std::to_string(i + 1));
+    plot.append(" title ").append(quoted(s.label));
+    if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
+  }
+  if (lr.threshold > 0) {
+    plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
+            quoted("loss threshold " + fmt(lr.threshold));
+    if (!crossings.empty()) {
+      b += datablock(prefix + "x", crossings);
+      plot += ", \\\n  $" + prefix + "x using 1:2 with points pt 6 ps 2.5 lw 2 lc rgb 'black' title 'first step below "
+              "the threshold'";
+    }
+  }
+  return b + plot + "\n";
+}
+
+}  // namespace
+
 std::vector<Figure> loss_figures(const Inputs& in) {
   std::vector<Figure> out;
   for (const LossRun& lr : in.losses) {
     std::string caption = lr.run + "; rank 0's training loss at each global step of " + lr.source;
-    std::string b, plot = "plot ";
-    std::vector<std::vector<double>> crossings;
-    for (size_t i = 0; i < lr.series.size(); ++i) {
-      const LossSeries& s = lr.series[i];
-      std::vector<std::vector<double>> rows;
-      for (auto [step, loss] : s.points) rows.push_back({step, loss});
-      const std::string name = std::to_string(i);  // appended, not "l" + ...: GCC 12's -Wrestrict misfires
-      b += datablock(std::string(1, 'l').append(name), rows);
-      if (i) plot += ", \\\n  ";
-      plot.append("$l").append(name).append(" using 1:2 with lines lw 2 title ").append(quoted(s.label));
-      if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
-    }
-    if (lr.threshold > 0) {
-      caption += "; dashed: --loss-threshold " + fmt(lr.threshold) + ", circles: the first step below it (threshold_step)";
-      plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
-              quoted("loss threshold " + fmt(lr.threshold));
-      if (!crossings.empty()) {
-        b += datablock("x", crossings);
-        plot += ", \\\n  $x using 1:2 with points pt 6 ps 2.5 lw 2 lc rgb 'black' title 'first step below the threshold'";
+    // With --repeat, each configuration's runs train alike (the same seed): the first run stands
+    // for them, so that a sweep's lines are its configurations.
+    std::vector<LossSeries> kept;
+    bool repeats = false;
+    for (const LossSeries& s : lr.series) {
+      const size_t at = s.label.rfind("_run");
+      if (at != std::string::npos && s.label.find_first_not_of("0123456789", at + 4) == std::string::npos) {
+        repeats = true;
+        if (s.label.substr(at + 4) != "1") continue;
+        LossSeries first = s;
+        first.label = s.label.substr(0, at);
+        kept.push_back(first);
+      } else {
+        kept.push_back(s);
       }
     }
-    b += "set title 'Training loss against global step'\nset xlabel 'global step'\nset ylabel 'loss (rank 0)'\n"
-         "set grid\nset key top right\n" + caption_label(caption) + plot + "\n";
+    if (repeats) caption += "; of the --repeat runs of a configuration, the first (the others train alike)";
+    if (lr.threshold > 0)
+      caption += "; dashed: --loss-threshold " + fmt(lr.threshold) + ", circles: the first step below it (threshold_step)";
+    // More than six lines of several models: a panel per model (the configuration's name up to
+    // "_b<batch>", as dpx bench names its steps files: squeezenet1_1_b32_...).
+    std::vector<std::pair<std::string, std::vector<const LossSeries*>>> panels;
+    for (const LossSeries& s : kept) {
+      size_t cut = s.label.find("_b");
+      while (cut != std::string::npos && !(cut + 2 < s.label.size() && std::isdigit(static_cast<unsigned char>(s.label[cut + 2]))))
+        cut = s.label.find("_b", cut + 1);
+      const std::string model = s.label.substr(0, cut);
+      auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& p) { return p.first == model; });
+      if (it == panels.end()) panels.push_back({model, {&s}});
+      else it->second.push_back(&s);
+    }
+    const std::string axes = "set xlabel 'global step'\nset ylabel 'loss (rank 0)'\nset grid\n";
+    std::string b;
+    if (kept.size() <= kMaxSeries || panels.size() < 2) {
+      std::vector<const LossSeries*> all;
+      for (const LossSeries& s : kept) all.push_back(&s);
+      b = "set title 'Training loss against global step'\n" + axes + "set key outside right top\n" +
+          caption_label(caption) + loss_plot(lr, all, "l");
+    } else {
+      caption += "; a panel per model";
+      const size_t cols = panels.size() <= 2 ? panels.size() : 2, rows = (panels.size() + cols - 1) / cols;
+      b = axes + "set key top right font ',8' samplen 2\n" + caption_label(caption) + "set multiplot layout " +
+          std::to_string(rows) + "," + std::to_string(cols) +
+          " title 'Training loss against global step' margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
+      for (size_t p = 0; p < panels.size(); ++p)
+        b += "set title " + quoted(panels[p].first) + "\n" + loss_plot(lr, panels[p].second, "p" + std::to_string(p) + "l");
+      b += "unset multiplot\n";
+    }
     out.push_back({"loss", b, caption});
   }
   return out;

@@ -296,6 +296,10 @@ TEST_CASE("dpx plot throughput draws the confidence interval of --repeat 3 as er
   CHECK(svg.find("lenet5 batch 8/rank (median, CI)") != std::string::npos);
   // 3 runs: the interval is [min, max], which holds the median with probability 75 %.
   CHECK(slurp(dir.file("figs/throughput.txt")).find("median of 3 runs, 75 % CI") != std::string::npos);
+  // The loss figure draws a configuration's first run only: the repeats train alike.
+  REQUIRE(run_dpx("plot " + bench + " --figure loss --out " + dir.file("loss")).code == 0);
+  CHECK(svg_series(slurp(dir.file("loss/loss.svg"))) == 2);  // 1 and 2 ranks
+  CHECK(slurp(dir.file("loss/loss.txt")).find("the first (the others train alike)") != std::string::npos);
   CHECK(png_size(slurp(dir.file("figs/throughput.png"))).width == 960);
 
   // One run: no interval, no error bars, no such caption.
@@ -607,6 +611,14 @@ TEST_CASE("dpx plot throughput: more than six series become a panel per model") 
     CHECK(svg.find(text) != std::string::npos);
   }
   CHECK(slurp(dir.file("figs/throughput.txt")).find("a panel per model") != std::string::npos);
+  // The loss figure alike: 16 lines (8 configurations on 1 and 2 ranks) of 2 models, a panel per model.
+  DpxResult loss = run_dpx("plot " + out + " --figure loss --out " + dir.file("loss"));
+  REQUIRE(loss.code == 0);
+  const std::string loss_svg = slurp(dir.file("loss/loss.svg"));
+  CHECK(svg_series(loss_svg) == 16);
+  CHECK(loss_svg.find(">mlp<") != std::string::npos);
+  CHECK(loss_svg.find(">lenet5<") != std::string::npos);
+  CHECK(slurp(dir.file("loss/loss.txt")).find("a panel per model") != std::string::npos);
   // --by accumulate: a series per accumulation, a panel per model and algorithm (4 panels of 2).
   DpxResult by = run_dpx("plot " + out + " --figure throughput --by accumulate --out " + dir.file("by"));
   CAPTURE(by.output);
