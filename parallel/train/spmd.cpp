@@ -104,6 +104,7 @@ void gather_records(Communicator& comm, std::vector<Record>& records) {
   const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + records.size() * sizeof(Record)));
   for (size_t q = 1; q < all.size(); ++q) {
     const size_t count = all[q].size() / sizeof(Record);
+    if (count == 0) continue;  // a rank with none (no traced bucket): memcpy takes no null pointer
     const size_t at = records.size();
     records.resize(at + count);
     std::memcpy(records.data() + at, all[q].data(), count * sizeof(Record));
