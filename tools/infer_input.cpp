@@ -172,8 +172,14 @@ InferInput from_idx(const InferInputOptions& o) {
   Shape shape = {c, h, w};
   std::vector<Shape> shapes = {shape};
   for (const auto& t : chain) shapes.push_back(shape = t->output_shape(shape));
-  InferInput in{path, Tensor::empty({n, shape[0], shape[1], shape[2]}), ""};
   const int64_t in_size = c * h * w, out_size = shape[0] * shape[1] * shape[2];
+  // All of them become one float tensor: 60,000 images at 224x224x3 would be 36 GB.
+  constexpr double kMaxInputBytes = 4.0 * (1 << 30);
+  if (static_cast<double>(n) * static_cast<double>(out_size) * sizeof(float) > kMaxInputBytes)
+    usage_fail(path, ": ", n, " images of ", shape_str(shape), " make ",
+               static_cast<double>(n) * static_cast<double>(out_size) * sizeof(float) / 1e9,
+               " GB of input, more than infer holds at once (4 GiB): pass a file of fewer images");
+  InferInput in{path, Tensor::empty({n, shape[0], shape[1], shape[2]}), ""};
   std::vector<float> a(static_cast<size_t>(std::max(in_size, out_size))), b(a.size());
   const uint8_t* px = raw.data<uint8_t>();
   for (int64_t i = 0; i < n; ++i) {
