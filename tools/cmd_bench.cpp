@@ -26,6 +26,7 @@
 #include "parallel/bench/metrics.hpp"
 #include "parallel/bench/report_io.hpp"
 #include "parallel/train/trainer.hpp"
+#include "tools/bench_append.hpp"
 #include "tools/bench_out.hpp"
 #include "tools/commands.hpp"
 #include "tools/max_batch.hpp"
@@ -54,6 +55,7 @@ struct BenchFlags {
   double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
   bool profile_ops = false;  // time every op of the measured steps: a table per run and ops.csv
+  bool append = false;       // --append: more repeats of the same sweep into its folder (bench_append.hpp)
 };
 
 // "25" and "0.5", not "25.000000": values as they go into tags and the start report.
@@ -217,9 +219,11 @@ std::string loader_csv_row(const parallel::TrainOptions& o, const std::vector<pa
   std::vector<double> rates;
   int64_t skipped = 0;
   for (const auto& r : runs) {
-    rates.push_back(r.loader.images_per_worker_s());
+    // Runs read back for --append carry no loader counts: the loader columns are this sweep's.
+    if (r.loader.images_per_worker_s() > 0) rates.push_back(r.loader.images_per_worker_s());
     skipped += r.loader.skipped;
   }
+  if (rates.empty()) rates.push_back(0);  // no loader thread counted (--workers 0)
   std::ostringstream os;
   os.precision(9);
   os << "," << o.workers << "," << analysis::median(rates) << "," << skipped;
@@ -424,19 +428,35 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                "them); pass sets of at most ", processes.size(), " ranks, or leave --devices out for 1, 2, 4, ... ranks");
   // --out is made only once every configuration is valid: a refused sweep leaves no folder behind.
   std::unique_ptr<OutputLock> lock;  // one sweep at a time writes into --out
+  EarlierRuns earlier;                 // --append: the runs already in --out
   if (rank0) {
     // Every file the sweep writes may replace only the same kind of file an earlier dpx bench wrote.
     check_output_dir_path(bf.out_dir, "--out");
-    if (!tf.force) claim_bench_out(bf.out_dir, false, std::cout);  // refuses an earlier run before any search
+    if (bf.append) {
+      if (tf.force) usage_fail("--append adds to the earlier run in --out and --force moves it aside: pass one of them");
+      if (mpi) usage_fail("--append under an MPI launcher is not built yet: add the repeats without mpirun, or bench "
+                          "into another --out");
+      if (configs.front().search_batch)
+        usage_fail("--append with --batch-sizes max: each sweep searches its batch again; give the batches found");
+      std::vector<parallel::TrainOptions> options;
+      for (const Config& c : configs) options.push_back(c.o);
+      earlier = read_earlier_runs(bf.out_dir, command_line(), options);
+      for (size_t i = 0; i < configs.size(); ++i) {
+        configs[i].summaries = earlier.summaries[i];
+        configs[i].runs = earlier.reports[i];
+      }
+    } else if (!tf.force) {
+      claim_bench_out(bf.out_dir, false, std::cout);  // refuses an earlier run before any search
+    }
     const std::pair<const char*, FileKind> files[] = {{"results.csv", FileKind::results_csv},
                                                       {"runs.csv", FileKind::runs_csv},
                                                       {"ops.csv", FileKind::ops_csv},
                                                       {"command.txt", FileKind::command_txt}};
     for (const auto& [name, kind] : files) check_output_file(bf.out_dir + "/" + name, kind, "--out", tf.force);
     for (const Config& c : configs)
-      for (int run = 1; run <= bf.repeat; ++run) {
-        check_output_file(bf.out_dir + "/steps/" + steps_file(c, run, bf.repeat), FileKind::steps_csv, "--out",
-                          tf.force);
+      for (int run = earlier.runs + 1; run <= earlier.runs + bf.repeat; ++run) {
+        check_output_file(bf.out_dir + "/steps/" + steps_file(c, run, earlier.runs + bf.repeat), FileKind::steps_csv,
+                          "--out", tf.force);
       }
     // --batch-sizes max: each such configuration's batch, found before the sweep measures any
     // and before --out is made (a search that finds none leaves nothing).
@@ -466,8 +486,15 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     ensure_writable_dir(bf.out_dir);
     lock = std::make_unique<OutputLock>(bf.out_dir, "--out");
     // One run per folder: an earlier run's files would be drawn and reported as this one's.
-    claim_bench_out(bf.out_dir, tf.force, std::cout);
+    if (!bf.append) claim_bench_out(bf.out_dir, tf.force, std::cout);
     ensure_writable_dir(bf.out_dir + "/steps");
+    // --append to a single run: its steps files get the run number the repeats' have.
+    if (earlier.runs == 1)
+      for (const Config& c : configs) {
+        std::error_code ec;
+        std::filesystem::rename(bf.out_dir + "/steps/" + steps_file(c, 1, 1), bf.out_dir + "/steps/" + steps_file(c, 1, 2),
+                                ec);
+      }
   }
   std::string sets;
   for (const auto& d : devices) sets += (sets.empty() ? "" : ",") + d;
@@ -505,7 +532,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   if (rank0) write_file_atomic(bf.out_dir + "/command.txt", command_line() + "\n", "--out");
   stop::Graceful graceful;  // a signal ends the configuration in progress at a step, and the sweep
   std::ostringstream runs_csv;
-  runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";
+  if (bf.append) runs_csv << earlier.runs_csv;  // its header and rows, in the sweep's order
+  else runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";
+  const int total_runs = earlier.runs + bf.repeat;
   std::string ops_csv = op_csv_header();
   ops::profile::set_enabled(bf.profile_ops);
   std::vector<parallel::Summary> medians;
@@ -513,12 +542,12 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   size_t i = 0;
   // The whole sweep runs --repeat times over, rather than each configuration N times in a row, so
   // that a slow spell of a shared machine spreads over every configuration.
-  for (int run = 1; run <= bf.repeat; ++run) {
+  for (int run = earlier.runs + 1; run <= total_runs; ++run) {
     std::map<std::string, parallel::Summary> baselines;  // this run's, for runs.csv
     for (auto& c : configs) {
       ++i;
       std::cout << "[" << i << "/" << total << "] ";
-      if (bf.repeat > 1) std::cout << "run " << run << "/" << bf.repeat << " ";
+      if (total_runs > 1) std::cout << "run " << run << "/" << total_runs << " ";
       std::cout << c.o.model << " batch " << c.o.batch_size << " " << choice_name(parallel::kParallelModes, c.o.parallel)
                 << " " << c.o.devices << " (" << c.tag << ")"
                 << std::endl;
@@ -551,7 +580,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       if (mpi && !rank0) continue;
       parallel::Summary s = parallel::summarize(report);
       const MeasuredSteps measured = measured_steps(report, processes.rank());  // for --profile-ops
-      parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_file(c, run, bf.repeat), report);
+      parallel::write_steps_csv(bf.out_dir + "/steps/" + steps_file(c, run, total_runs), report);
       c.summaries.push_back(s);
       report.steps.clear();
       report.steps.shrink_to_fit();
@@ -580,7 +609,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     }
   }
   if (!rank0) return;
-  print_bench_table(std::cout, configs, medians, bf.repeat, bf.noisy_spread);
+  print_bench_table(std::cout, configs, medians, total_runs, bf.noisy_spread);
   if (base.verbose) print_conv_choices(std::cout);
   std::cout << "wrote " << bf.out_dir << "/results.csv, " << bf.out_dir << "/runs.csv"
             << (bf.profile_ops ? ", " + bf.out_dir + "/ops.csv" : std::string()) << " and " << bf.out_dir
@@ -646,6 +675,9 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--out", bf->out_dir, "directory for results.csv, runs.csv, steps/ and (--profile-ops) ops.csv")
       ->check(output_path())
       ->capture_default_str();
+  cmd->add_flag("--append", bf->append,
+                "add --repeat more runs of the same sweep to the earlier one in --out (its command.txt, but for "
+                "--repeat): results.csv's medians and intervals are then over every run");
   cmd->add_flag("--profile-ops", bf->profile_ops,
                 "time every op (kernels/ops.def) of the measured steps, warmup excluded: after each run a table of "
                 "op, calls, total ms, ms per step, % of the step time, GFLOP/s (convolutions, linear, matmul), host "

@@ -272,3 +272,40 @@ TEST_CASE("bench on a busy machine marks the configuration disturbed, with the s
   CHECK(t.output.find("(disturbed)") != std::string::npos);
   CHECK(t.output.find("dpx: warning: other processes took ") != std::string::npos);
 }
+
+// --append: more repeats of the same sweep into its folder; results.csv is then over every run.
+TEST_CASE("bench --append adds repeats of the same sweep; another sweep or --force with it is refused") {
+  dpx::testing::TempDir dir("bench_append");
+  const std::string sweep = "bench --models lenet5 --batch-sizes 8 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                            "--steps 3 --warmup 1 --threads 1 --out " + dir.file("out");
+  REQUIRE(run_dpx(sweep).code == 0);  // one run
+  DpxResult more = run_dpx(sweep + " --repeat 2 --append");
+  CAPTURE(more.output);
+  REQUIRE(more.code == 0);
+  CHECK(more.output.find("run 3/3") != std::string::npos);
+  const CsvTable runs = CsvTable::read(dir.file("out/runs.csv"), "runs");
+  REQUIRE(runs.rows() == 6);  // 2 configurations x 3 runs, in the sweep's order
+  CHECK(runs.text(0, runs.column("run")) == "1");
+  CHECK(runs.text(5, runs.column("run")) == "3");
+  const CsvTable results = CsvTable::read(dir.file("out/results.csv"), "results");
+  REQUIRE(results.rows() == 2);
+  CHECK(results.text(0, results.column("repeats")) == "3");
+  CHECK(!results.text(0, results.column("images_per_s_ci_lo")).empty());  // an interval from 3 runs
+  // The first run's steps file took the run number the others have.
+  for (int run = 1; run <= 3; ++run)
+    CHECK(std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu2_run" + std::to_string(run) + ".csv")));
+  CHECK(!std::filesystem::exists(dir.file("out/steps/lenet5_b8_ddp_cpu2.csv")));
+  // Another sweep, --force with it, or nothing to add to: refused, nothing changed.
+  const std::string before = dpx::testing::file_text(dir.file("out/runs.csv"));
+  DpxResult other = run_dpx(sweep + " --batch-sizes 16 --append");
+  CHECK(other.code == 2);
+  CHECK(other.output.find("--append adds repeats of the same sweep") != std::string::npos);
+  DpxResult both = run_dpx(sweep + " --append --force");
+  CHECK(both.code == 2);
+  CHECK(both.output.find("pass one of them") != std::string::npos);
+  DpxResult none = run_dpx("bench --models lenet5 --batch-sizes 8 --devices cpu:1 --dataset synthetic --image-size 28 "
+                           "--steps 3 --warmup 1 --append --out " + dir.file("fresh"));
+  CHECK(none.code == 2);
+  CHECK(none.output.find("holds no earlier dpx bench run") != std::string::npos);
+  CHECK(dpx::testing::file_text(dir.file("out/runs.csv")) == before);
+}
