@@ -233,7 +233,11 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
     if (w == "prediction") add = prediction_figures(in);
     if (w == "loading") add = loading_figures(in);
     if (w == "max-batch") add.push_back(max_batch_figure(in));
-    if (w == "best-devices") add.push_back(best_devices_figure(in, {.min_efficiency = o.min_efficiency}));
+    if (w == "best-devices") {
+      FigureOptions best = window;
+      best.min_efficiency = o.min_efficiency;
+      add.push_back(best_devices_figure(in, best));
+    }
     figures.insert(figures.end(), add.begin(), add.end());
   }
 

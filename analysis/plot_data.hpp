@@ -183,6 +183,10 @@ std::vector<std::vector<const BenchGroup*>> loader_families(const Inputs& in);
 std::vector<Figure> loading_figures(const Inputs& in);
 Figure max_batch_figure(const Inputs& in);
 
+// More series than a reader tells apart in one plot: past this many lines of several models, a
+// figure becomes small multiples, a panel per model with its own legend and colours.
+inline constexpr size_t kMaxSeries = 6;
+
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").
 struct ShortFirst {
   bool operator()(const std::string& a, const std::string& b) const {
