@@ -83,12 +83,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string size_text(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  return fmt(bytes == std::floor(bytes) ? "%.0f " : "%.3g ", bytes) + units[u];
-}
 
 bool is_collective_csv(const CsvTable& t) { return t.has("collective") && t.has("time_us") && t.has("algo"); }
 bool is_bench_csv(const CsvTable& t) { return t.has("trainable_params") && t.has("mean_comm_total_s"); }
@@ -278,6 +272,13 @@ CollectiveFit fit_group(const CollectiveKey& key, const std::vector<const Collec
 }
 
 }  // namespace
+
+std::string size_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return fmt(bytes == std::floor(bytes) ? "%.0f " : "%.3g ", bytes) + units[u];
+}
 
 std::string rate_text(double s_per_byte) {
   if (s_per_byte <= 0) return "unbounded";

@@ -101,7 +101,9 @@ FitResult fit_files(const std::vector<std::string>& paths);
 std::vector<CollectiveFit> fit_collectives(const std::vector<CollectivePoint>& points);
 std::vector<OverheadFit> fit_overheads(const std::vector<OverheadPoint>& points);
 
-// "10 GB/s" from seconds per byte ("unbounded" for 0); "5 us", "1.2 ms", "3 s" from seconds.
+// "10 GB/s" from seconds per byte ("unbounded" for 0); "5 us", "1.2 ms", "3 s" from seconds;
+// "1 KiB", "1.5 MiB" from bytes.
+std::string size_text(double bytes);
 std::string rate_text(double s_per_byte);
 std::string time_text(double s);
 

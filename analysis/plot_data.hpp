@@ -187,6 +187,22 @@ Figure max_batch_figure(const Inputs& in);
 // figure becomes small multiples, a panel per model with its own legend and colours.
 inline constexpr size_t kMaxSeries = 6;
 
+// Small multiples: each panel's name and its items, the panels in the order met.
+template <class T>
+using Panels = std::vector<std::pair<std::string, std::vector<T>>>;
+template <class T>
+void add_to_panel(Panels<T>& panels, const std::string& name, T item) {
+  for (auto& [panel, items] : panels)
+    if (panel == name) {
+      items.push_back(item);
+      return;
+    }
+  panels.push_back({name, {item}});
+}
+// The gnuplot commands that open a grid of `panels` panels, two to a row, under `title`, room left
+// for the caption's lines; each panel's "set title" and plot follow, then "unset multiplot".
+std::string multiplot(size_t panels, const std::string& title);
+
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").
 struct ShortFirst {
   bool operator()(const std::string& a, const std::string& b) const {

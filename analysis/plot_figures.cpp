@@ -66,6 +66,12 @@ std::string caption_label(const std::string& caption) {
   return out;
 }
 
+std::string multiplot(size_t panels, const std::string& title) {
+  const size_t cols = panels <= 2 ? panels : 2, rows = (panels + cols - 1) / cols;
+  return "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) + " title " + quoted(title) +
+         " margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
+}
+
 std::string rounded(double v, int digits) {
   std::ostringstream os;
   os.precision(digits);
@@ -138,14 +144,14 @@ std::string interval_clause(const std::vector<BenchGroup>& groups) {
 
 namespace {
 
-// The throughput plot of `groups` (indices into in.bench): their lines, ideal lines, rings around
+// The throughput plot of `groups` (indices into `bench`): their lines, ideal lines, rings around
 // disturbed points and the ideal's legend entry; `ringed` says whether a ring was drawn.
-std::string throughput_plot(const Inputs& in, const std::vector<size_t>& groups, bool& ringed) {
+std::string throughput_plot(const std::vector<BenchGroup>& bench, const std::vector<size_t>& groups, bool& ringed) {
   std::string b, plot = "plot ";
   bool first_ring = true;
   for (size_t n = 0; n < groups.size(); ++n) {
     const size_t i = groups[n];
-    const BenchGroup& g = in.bench[i];
+    const BenchGroup& g = bench[i];
     const bool bars = has_intervals(g);
     std::vector<std::vector<double>> rows;
     const BenchRow& first = g.rows.front();
@@ -162,7 +168,7 @@ std::string throughput_plot(const Inputs& in, const std::vector<size_t>& groups,
   }
   // Configurations measured on a busy machine: a hollow ring around their points, in the legend once.
   for (size_t i : groups) {
-    if (std::none_of(in.bench[i].rows.begin(), in.bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; }))
+    if (std::none_of(bench[i].rows.begin(), bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; }))
       continue;
     plot += ", \\\n  $t" + std::to_string(i) + " using 1:($6 > 0 ? $2 : 1/0) with points pt 6 ps 3 lw 2 lc rgb 'black' " +
             (first_ring ? "title 'disturbed: other processes took > 10 % of its cores'" : "notitle");
@@ -191,61 +197,49 @@ Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
       if (auto v = g.axes.find(std::string(a)); v != g.axes.end()) values.insert(v->second);
     if (values.size() > 1) varying.emplace_back(a);
   }
-  Inputs relabelled;  // --by: the groups with the labels of their series axes
-  const Inputs* groups_in = &in;
-  auto panel_of = [&](const BenchGroup& g) { return g.model_name; };
-  std::vector<std::pair<std::string, std::vector<size_t>>> panels;  // (panel, its groups), in order met
-  auto add_to_panel = [&](const std::string& p, size_t i) {
-    auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& q) { return q.first == p; });
-    if (it == panels.end()) panels.push_back({p, {i}});
-    else it->second.push_back(i);
-  };
-  if (!o.by.empty()) {
-    relabelled = in;
-    for (size_t i = 0; i < relabelled.bench.size(); ++i) {
-      BenchGroup& g = relabelled.bench[i];
-      std::string label, panel;
-      for (const std::string& a : varying) {
-        const std::string v = g.axes.count(a) ? g.axes.at(a) : "";
-        std::string& into = std::find(o.by.begin(), o.by.end(), a) != o.by.end() ? label : panel;
-        into += (into.empty() ? "" : " ") + v;
-      }
-      g.label = label.empty() ? g.model_name : label;
-      add_to_panel(panel, i);
+  std::vector<BenchGroup> bench = in.bench;  // --by relabels them with their series axes
+  Panels<size_t> panels;                      // the groups of each panel
+  for (size_t i = 0; i < bench.size(); ++i) {
+    BenchGroup& g = bench[i];
+    if (o.by.empty()) {
+      add_to_panel(panels, g.model_name, i);
+      continue;
     }
-    groups_in = &relabelled;
-  } else {
-    for (size_t i = 0; i < in.bench.size(); ++i) add_to_panel(panel_of(in.bench[i]), i);
+    std::string label, panel;
+    for (const std::string& a : varying) {
+      const std::string v = g.axes.count(a) ? g.axes.at(a) : "";
+      std::string& into = std::find(o.by.begin(), o.by.end(), a) != o.by.end() ? label : panel;
+      into += (into.empty() ? "" : " ") + v;
+    }
+    g.label = label.empty() ? g.model_name : label;
+    add_to_panel(panels, panel, i);
   }
-  const Inputs& use = *groups_in;
-  const bool multiples = panels.size() > 1 && (!o.by.empty() || in.bench.size() > kMaxSeries);
+  const bool multiples = panels.size() > 1 && (!o.by.empty() || bench.size() > kMaxSeries);
   const std::string ylabel = "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
                              "\nset yrange [0:*]\n";
   std::string b;
   bool ringed = false;
   if (!multiples) {
-    std::vector<size_t> all(use.bench.size());
+    std::vector<size_t> all(bench.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const std::string plot = throughput_plot(use, all, ringed);
+    const std::string plot = throughput_plot(bench, all, ringed);
     if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
     b = "set title 'Throughput against devices'\n" + ranks_axis(in.bench) + ylabel + "set key outside right top\n" +
         caption_label(caption) + plot;
     return {"throughput", b, caption};
   }
-  // A panel per model, in a grid; the caption and the figure's title once for all of them.
-  const size_t cols = panels.size() <= 2 ? panels.size() : 2, rows = (panels.size() + cols - 1) / cols;
+  // A panel per model (or per value of the axes --by leaves), in a grid; the caption and the
+  // figure's title once for all of them.
   std::string body;
   for (const auto& [panel, groups] : panels)
-    body += "set title " + quoted(panel) + "\n" + throughput_plot(use, groups, ringed);
+    body += "set title " + quoted(panel) + "\n" + throughput_plot(bench, groups, ringed);
   std::string by;
   for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
   caption += o.by.empty() ? "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)"
                           : "; --by " + by + ": a series per value of it, a panel per value of every other axis that varies";
   if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
   b = ranks_axis(in.bench) + ylabel + "set key top left font ',8' samplen 2\n" + caption_label(caption) +
-      "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) +
-      " title 'Throughput against devices' margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n" +
-      body + "unset multiplot\n";
+      multiplot(panels.size(), "Throughput against devices") + body + "unset multiplot\n";
   return {"throughput", b, caption};
 }
 

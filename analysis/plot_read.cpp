@@ -103,6 +103,10 @@ struct Axis {
 constexpr Axis kSeriesAxes[] = {{"algo", "", ""},           {"bucket_mb", "bucket ", " MiB"},
                                 {"accumulate", "acc ", ""}, {"optimizer", "", ""},
                                 {"grad_dtype", "grad ", ""}};
+// Row r's value of `a` as a label says it: "bucket 25 MiB".
+std::string axis_text(const CsvTable& t, size_t r, const Axis& a) {
+  return std::string(a.before) + t.text(r, t.column(a.column)) + a.after;
+}
 
 // Whether two cells say the same value: equal text, or equal numbers ("25" and "25.0").
 bool same_value(const std::string& a, const std::string& b) {
@@ -184,9 +188,8 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, cons
     }
     std::string axes_label;  // the varying sweep axes: "tree bucket 1 MiB acc 4"
     for (const Axis* a : varying) {
-      const std::string v = t.text(r, t.column(a->column));
-      axes_label += std::string(" ") + a->before + v + a->after;
-      key.append("-").append(a->column).append(v);
+      axes_label += " " + axis_text(t, r, *a);
+      key.append("-").append(a->column).append(t.text(r, t.column(a->column)));
     }
     label += axes_label;
     std::string family_label = label, family_key = key;
@@ -242,7 +245,7 @@ void read_bench(const CsvTable& t, const std::string& source, bool several, cons
                                                  {"scaling", scaling + " scaling"}};
       if (has_workers) axes["workers"] = workers + " workers";
       for (const Axis& a : kSeriesAxes)
-        if (t.has(a.column)) axes[a.column] = std::string(a.before) + t.text(r, t.column(a.column)) + a.after;
+        if (t.has(a.column)) axes[a.column] = axis_text(t, r, a);
       it = index.emplace(key, in.bench.size()).first;
       std::string model = t.text(r, c_model);
       if (parallels.size() > 1) model += " " + t.text(r, c_par);
@@ -416,10 +419,6 @@ void read_trace(const std::string& path, Inputs& in) {
   in.traces.push_back(std::move(tr));
 }
 
-}  // namespace
-
-namespace {
-
 // A dpx predict --csv file: one run per file (one model, algorithm and scaling).
 void read_prediction(const CsvTable& t, const std::string& source, std::vector<PredictionRun>& out) {
   PredictionRun run;
@@ -465,7 +464,7 @@ Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
     usage_fail("dpx plot: name at least one dpx bench folder, dpx collective --csv file or dpx train --trace file");
   std::vector<std::pair<CsvTable, std::string>> bench, coll;
   std::vector<std::string> traces;
-  std::vector<PredictionRun> in_predictions;
+  Inputs in;
   for (const auto& [file, named] : input_files(paths)) {
     if (looks_like_json(file)) {
       traces.push_back(file);
@@ -474,7 +473,7 @@ Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
     CsvTable t = CsvTable::read(file, "dpx plot");
     if (t.has("efficiency") && t.has("step_s") && t.has("rank_batch") && t.has("measured_step_s")) {
       if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: dpx predict predicted nothing");
-      read_prediction(t, file, in_predictions);
+      read_prediction(t, file, in.predictions);
       continue;
     }
     const bool is_coll = t.has("busbw_gbs") && t.has("collective");
@@ -487,13 +486,11 @@ Inputs read_inputs(const std::vector<std::string>& paths, const Where& where) {
     if (t.rows() == 0) usage_fail("'", file, "' has a header but no rows: the run that wrote it measured nothing");
     (is_coll ? coll : bench).emplace_back(std::move(t), file);
   }
-  Inputs in;
   if (!where.empty() && bench.empty())
     usage_fail("--where selects rows of dpx bench results; none of the inputs is one");
   for (auto& [t, f] : bench) read_bench(t, f, bench.size() > 1, where, in);
   for (auto& [t, f] : coll) read_collective(t, f, coll.size() > 1, in);
   for (const std::string& f : traces) read_trace(f, in);
-  in.predictions = std::move(in_predictions);
   return in;
 }
 

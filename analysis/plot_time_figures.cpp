@@ -95,15 +95,12 @@ std::vector<Figure> loss_figures(const Inputs& in) {
       caption += "; dashed: --loss-threshold " + fmt(lr.threshold) + ", circles: the first step below it (threshold_step)";
     // More than six lines of several models: a panel per model (the configuration's name up to
     // "_b<batch>", as dpx bench names its steps files: squeezenet1_1_b32_...).
-    std::vector<std::pair<std::string, std::vector<const LossSeries*>>> panels;
+    Panels<const LossSeries*> panels;
     for (const LossSeries& s : kept) {
       size_t cut = s.label.find("_b");
       while (cut != std::string::npos && !(cut + 2 < s.label.size() && std::isdigit(static_cast<unsigned char>(s.label[cut + 2]))))
         cut = s.label.find("_b", cut + 1);
-      const std::string model = s.label.substr(0, cut);
-      auto it = std::find_if(panels.begin(), panels.end(), [&](const auto& p) { return p.first == model; });
-      if (it == panels.end()) panels.push_back({model, {&s}});
-      else it->second.push_back(&s);
+      add_to_panel(panels, s.label.substr(0, cut), &s);
     }
     const std::string axes = "set xlabel 'global step'\nset ylabel 'loss (rank 0)'\nset grid\n";
     std::string b;
@@ -114,10 +111,8 @@ std::vector<Figure> loss_figures(const Inputs& in) {
           caption_label(caption) + loss_plot(lr, all, "l");
     } else {
       caption += "; a panel per model";
-      const size_t cols = panels.size() <= 2 ? panels.size() : 2, rows = (panels.size() + cols - 1) / cols;
-      b = axes + "set key top right font ',8' samplen 2\n" + caption_label(caption) + "set multiplot layout " +
-          std::to_string(rows) + "," + std::to_string(cols) +
-          " title 'Training loss against global step' margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
+      b = axes + "set key top right font ',8' samplen 2\n" + caption_label(caption) +
+          multiplot(panels.size(), "Training loss against global step");
       for (size_t p = 0; p < panels.size(); ++p)
         b += "set title " + quoted(panels[p].first) + "\n" + loss_plot(lr, panels[p].second, "p" + std::to_string(p) + "l");
       b += "unset multiplot\n";

@@ -16,10 +16,10 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <cmath>
 #include <sstream>
 
 #include "analysis/csv_table.hpp"
+#include "analysis/fit.hpp"  // size_text
 #include "analysis/gnuplot.hpp"
 #include "analysis/plot.hpp"
 #include "core/atomic_file.hpp"
@@ -268,14 +268,6 @@ std::string bench_summary(const Input& in) {
   return s + "</ul>\n";
 }
 
-// A human-readable size: 1024 -> "1 KiB".
-std::string size_text(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
-  return fixed(bytes, bytes == std::floor(bytes) ? 0 : 1) + " " + units[u];
-}
-
 // Side by side, as dpx collective prints them: per collective and rank count, a row per size and
 // a column per algorithm (and backend, where several), each cell the out-of-place time (us) and
 // busbw (GB/s).
@@ -286,35 +278,40 @@ std::string collective_section(const Input& in) {
                c_time = t.column("time_us"), c_busbw = t.column("busbw_gbs");
   std::set<std::string> backends;
   for (size_t r = 0; r < t.rows(); ++r) backends.insert(t.text(r, c_backend));
-  // (collective, ranks) -> column names in order met -> size -> cell
-  std::map<std::pair<std::string, std::string>, std::pair<std::vector<std::string>, std::map<double, std::map<std::string, std::string>>>>
-      tables;
-  std::vector<std::pair<std::string, std::string>> order;
+  // A table per collective and rank count, in the order met: its columns (algorithms) in the
+  // order met, and its cells by size and column.
+  struct Table {
+    std::string collective, ranks;
+    std::vector<std::string> columns;
+    std::map<double, std::map<std::string, std::string>> cells;
+  };
+  std::vector<Table> tables;
   for (size_t r = 0; r < t.rows(); ++r) {
     if (t.text(r, c_place) != "out") continue;  // in-place rows are the same algorithm again
-    const std::pair<std::string, std::string> key{t.text(r, c_coll), t.text(r, c_ranks)};
-    if (!tables.count(key)) order.push_back(key);
-    auto& [columns, cells] = tables[key];
+    auto it = std::find_if(tables.begin(), tables.end(), [&](const Table& x) {
+      return x.collective == t.text(r, c_coll) && x.ranks == t.text(r, c_ranks);
+    });
+    Table& table = it != tables.end() ? *it : tables.emplace_back(Table{t.text(r, c_coll), t.text(r, c_ranks), {}, {}});
     const std::string column = t.text(r, c_algo) + (backends.size() > 1 ? " (" + t.text(r, c_backend) + ")" : "");
-    if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
-    cells[t.number(r, c_bytes)][column] = fixed(t.number(r, c_time), 1) + " us, " + fixed(t.number(r, c_busbw), 2);
+    if (std::find(table.columns.begin(), table.columns.end(), column) == table.columns.end())
+      table.columns.push_back(column);
+    table.cells[t.number(r, c_bytes)][column] = fixed(t.number(r, c_time), 1) + " us, " + fixed(t.number(r, c_busbw), 2);
   }
-  if (order.empty())
+  if (tables.empty())
     usage_fail("'", in.file, "' holds no out-of-place rows (placement out): nothing to report; make one with "
                "dpx collective --algo all -b 1K -e 64M -f 4 --csv c.csv");
   std::string s;
-  for (const auto& key : order) {
-    const auto& [columns, cells] = tables[key];
+  for (const Table& table : tables) {
     std::vector<std::string> header = {"size"};
-    header.insert(header.end(), columns.begin(), columns.end());
+    header.insert(header.end(), table.columns.begin(), table.columns.end());
     std::vector<std::vector<std::string>> rows;
-    for (const auto& [bytes, by_column] : cells) {
+    for (const auto& [bytes, by_column] : table.cells) {
       std::vector<std::string> row = {size_text(bytes)};
-      for (const std::string& c : columns) row.push_back(by_column.count(c) ? by_column.at(c) : "");
+      for (const std::string& c : table.columns) row.push_back(by_column.count(c) ? by_column.at(c) : "");
       rows.push_back(row);
     }
-    s += "<h3>" + html_escape(key.first) + ", " + html_escape(key.second) + " ranks: time and busbw (GB/s), out of "
-         "place</h3>\n" + html_table("bandwidth", header, rows);
+    s += "<h3>" + html_escape(table.collective) + ", " + html_escape(table.ranks) +
+         " ranks: time and busbw (GB/s), out of place</h3>\n" + html_table("bandwidth", header, rows);
   }
   return s;
 }

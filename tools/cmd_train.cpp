@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/atomic_file.hpp"
-#include "core/data/mnist.hpp"
+#include "core/data/datasets.hpp"
 #include "core/stop.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
@@ -26,24 +26,13 @@ namespace dpx::tools {
 
 namespace {
 
-// The mean and std (comma lists) a run normalised its images with; empty for synthetic data.
-std::pair<std::string, std::string> normalisation_of(const parallel::TrainOptions& o) {
-  auto list = [](const auto& values) {
-    std::ostringstream os;
-    os.precision(9);
-    for (size_t i = 0; i < values.size(); ++i) os << (i ? "," : "") << values[i];
-    return os.str();
-  };
-  if (o.dataset == "fashion-mnist") return {list(std::vector<float>{data::kFashionMnistMean}), list(std::vector<float>{data::kFashionMnistStd})};
-  if (o.dataset == "mnist") return {list(std::vector<float>{data::kMnistMean}), list(std::vector<float>{data::kMnistStd})};
-  if (o.dataset == "imagefolder" || o.dataset == "tinyimagenet")
-    return {list(o.images.transform.mean), list(o.images.transform.std)};
-  return {};
+// "0.286" or "0.485,0.456,0.406": a normalisation's values as the weights' metadata holds them.
+std::string comma_list(const std::vector<float>& values) {
+  std::ostringstream os;
+  os.precision(9);
+  for (size_t i = 0; i < values.size(); ++i) os << (i ? "," : "") << values[i];
+  return os.str();
 }
-
-}  // namespace
-
-namespace {
 
 void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessGroup& processes) {
   if (processes.launched()) o.process_ranks = processes.size();
@@ -101,9 +90,9 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
                                                {"image_size", std::to_string(mo.image_size)}, {"head", mo.head},
                                                {"dataset", o.dataset}};
     // How this run normalised its images, so that dpx infer makes its input alike.
-    if (const auto [mean, std] = normalisation_of(o); !mean.empty()) {
-      meta["mean"] = mean;
-      meta["std"] = std;
+    if (const data::Normalisation n = data::normalisation_of(parallel::Job::data_spec(o)); !n.mean.empty()) {
+      meta["mean"] = comma_list(n.mean);
+      meta["std"] = comma_list(n.std);
     }
     zoo::save_state(o.save_file, *report.final_model, meta);
     std::cout << "wrote weights " << o.save_file << " (" << report.final_model->num_parameters() << " parameters)\n";

@@ -23,6 +23,16 @@ const std::vector<std::string>& dataset_names() {
 
 int default_image_size(const std::string& dataset) { return dataset == "tinyimagenet" ? 64 : 224; }
 
+Normalisation normalisation_of(const DatasetSpec& spec) {
+  if (spec.name == "imagefolder" || spec.name == "tinyimagenet")
+    return {{spec.images.transform.mean.begin(), spec.images.transform.mean.end()},
+            {spec.images.transform.std.begin(), spec.images.transform.std.end()}};
+  if (!spec.normalize) return {};
+  if (spec.name == "fashion-mnist") return {{kFashionMnistMean}, {kFashionMnistStd}};
+  if (spec.name == "mnist") return {{kMnistMean}, {kMnistStd}};
+  return {};
+}
+
 std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split) {
   if (spec.image_size < 0) usage_fail("image size must be >= 0, got ", spec.image_size);
   if (spec.channels < 0) usage_fail("channels must be >= 0, got ", spec.channels);
@@ -46,22 +56,16 @@ std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split
     return load_image_folder(layout, spec.dir, split, o, spec.seed);
   }
   std::shared_ptr<const Dataset> base;
-  float mean = 0, std = 0;
-  if (spec.name == "fashion-mnist") {
-    base = load_fashion_mnist(spec.dir, split);
-    mean = kFashionMnistMean;
-    std = kFashionMnistStd;
-  } else if (spec.name == "mnist") {
-    base = load_mnist(spec.dir, split);
-    mean = kMnistMean;
-    std = kMnistStd;
-  } else {
+  if (spec.name == "fashion-mnist") base = load_fashion_mnist(spec.dir, split);
+  else if (spec.name == "mnist") base = load_mnist(spec.dir, split);
+  else
     usage_fail("unknown data set '", excerpt(spec.name), "': use fashion-mnist, mnist, synthetic, imagefolder or tinyimagenet");
-  }
+  const Normalisation n = normalisation_of(spec);  // std 0: none
   Shape s = base->sample_shape();
   int64_t h = spec.image_size > 0 ? spec.image_size : s[1], w = spec.image_size > 0 ? spec.image_size : s[2];
   int64_t c = spec.channels > 0 ? spec.channels : s[0];
-  return with_transforms(base, model_input_transforms(s, c, h, w, mean, spec.normalize ? std : 0.f));
+  return with_transforms(base, model_input_transforms(s, c, h, w, n.mean.empty() ? 0.f : n.mean[0],
+                                                      n.std.empty() ? 0.f : n.std[0]));
 }
 
 }  // namespace dpx::data

@@ -31,6 +31,14 @@ int default_image_size(const std::string& dataset);
 
 const std::vector<std::string>& dataset_names();
 
+// What a set's images are normalised with, per channel (one value for the grey IDX sets): what
+// make_dataset applies, and what dpx train --save records for dpx infer. Empty: none (synthetic
+// data, or spec.normalize off).
+struct Normalisation {
+  std::vector<float> mean, std;
+};
+Normalisation normalisation_of(const DatasetSpec& spec);
+
 // Loads (or generates) a split and chains the transforms to (channels, image_size, image_size).
 // Throws dpx::UsageError for an unknown name, dpx::Error for missing or bad files.
 std::shared_ptr<const Dataset> make_dataset(const DatasetSpec& spec, Split split);
