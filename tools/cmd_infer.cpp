@@ -8,11 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-
-#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.hpp"
 #include "core/data/idx.hpp"
@@ -60,18 +57,11 @@ int meta_int(const SafeTensors& f, const std::string& key, int fallback) {
   fail(f.path, ": metadata ", key, " = '", *v, "' is not a positive integer; pass the value as a flag instead");
 }
 
-// The class names the weights' data set gives its labels, where known: those dpx train --save
-// wrote (class_names, a JSON array), or Fashion-MNIST's and MNIST's own.
+// The class names of the weights' data set (the metadata dpx train --save writes), where known:
+// Fashion-MNIST's and MNIST's.
 std::vector<std::string> class_names(const SafeTensors& weights, int64_t classes) {
   std::vector<std::string> names;
-  if (auto text = meta(weights, "class_names")) {
-    try {
-      const nlohmann::json j = nlohmann::json::parse(*text);
-      for (const auto& n : j) names.push_back(n.is_string() ? n.get<std::string>() : n.dump());
-    } catch (const nlohmann::json::exception&) {
-      names.clear();  // not names dpx wrote: numbers only
-    }
-  } else if (meta(weights, "dataset") == "fashion-mnist") {
+  if (meta(weights, "dataset") == "fashion-mnist") {
     names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
   } else if (meta(weights, "dataset") == "mnist") {
     for (int d = 0; d < 10; ++d) names.push_back(std::to_string(d));
@@ -84,10 +74,7 @@ std::vector<std::string> class_names(const SafeTensors& weights, int64_t classes
 // tensor, one integer per image.
 std::vector<int64_t> read_labels(const std::string& path, int64_t n) {
   Tensor t;
-  std::ifstream probe(path, std::ios::binary);
-  char h[9] = {};
-  probe.read(h, sizeof h);
-  if (probe.gcount() == 9 && h[8] == '{') {
+  if (looks_like_safetensors(path)) {
     SafeTensors file = read_safetensors(path);
     const Tensor* found = file.find("labels");
     if (!found) usage_fail("--labels '", path, "': no tensor named 'labels' (dpx data preview --tensors writes one)");
@@ -113,6 +100,7 @@ void run_infer(InferFlags& f) {
   if (f.batch_size < 1) usage_fail("--batch-size must be at least 1 (got ", f.batch_size, ")");
   if (f.threads < 0) usage_fail("--threads must be >= 0 (0 = every core; got ", f.threads, ")");
   if (f.show < 0) usage_fail("--show must be >= 0 images (got ", f.show, ")");
+  if (f.image_size < 0) usage_fail("--image-size must be positive, or 0 for the weights' (got ", f.image_size, ")");
   // The logits must never replace what was read to make them, nor a file dpx did not write.
   std::vector<FlagPath> inputs = {{"--weights", f.weights}};
   for (const std::string& p : f.input.paths) inputs.push_back({"--input", p});
@@ -137,6 +125,8 @@ void run_infer(InferFlags& f) {
   f.input.meta_std = meta(weights, "std").value_or("");
   const InferInput input = read_infer_input(f.input);
   const Tensor& x = input.images;
+  // Read now: a wrong --labels file fails before the forward and before --output is written.
+  const std::vector<int64_t> truth = f.labels.empty() ? std::vector<int64_t>{} : read_labels(f.labels, x.size(0));
   o.image_size = static_cast<int>(std::min(x.size(2), x.size(3)));
   if (x.size(1) != o.in_channels)
     usage_fail("--input ", input.name, " has ", x.size(1), " channel(s) ", shape_str(x.shape()), " but ", f.model,
@@ -199,7 +189,6 @@ void run_infer(InferFlags& f) {
   }
   if (shown < n) std::printf("  ... %lld more in %s (top1)\n", static_cast<long long>(n - shown), f.output.c_str());
   if (!f.labels.empty()) {
-    const std::vector<int64_t> truth = read_labels(f.labels, n);
     int64_t right = 0;
     for (int64_t i = 0; i < n; ++i) right += top1.data<int64_t>()[i] == truth[static_cast<size_t>(i)];
     std::printf("top-1 accuracy against %s: %.2f %% (%lld of %lld)\n", f.labels.c_str(),

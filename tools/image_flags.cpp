@@ -9,10 +9,8 @@
 
 namespace dpx::tools {
 
-namespace {
-
-// "A,B[,C]" -> numbers; anything else is a usage error naming the flag.
-std::vector<double> numbers(const std::string& text, size_t count, const char* flag, const char* example) {
+std::vector<double> numbers(const std::string& text, size_t count, const std::string& flag, const char* example) {
+  const std::string how = count ? detail::concat("give ", count, " comma-separated numbers") : "give comma-separated numbers";
   std::vector<double> out;
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -20,18 +18,14 @@ std::vector<double> numbers(const std::string& text, size_t count, const char* f
     const std::string part = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     char* end = nullptr;
     const double v = std::strtod(part.c_str(), &end);
-    if (part.empty() || end != part.c_str() + part.size())
-      usage_fail(flag, " '", excerpt(text), "': give ", count, " comma-separated numbers, e.g. ", example);
+    if (part.empty() || end != part.c_str() + part.size()) usage_fail(flag, " '", excerpt(text), "': ", how, ", e.g. ", example);
     out.push_back(v);
     if (comma == std::string::npos) break;
     begin = comma + 1;
   }
-  if (out.size() != count)
-    usage_fail(flag, " '", excerpt(text), "': give ", count, " comma-separated numbers, e.g. ", example);
+  if (count && out.size() != count) usage_fail(flag, " '", excerpt(text), "': ", how, ", e.g. ", example);
   return out;
 }
-
-}  // namespace
 
 void add_image_flags(CLI::App& cmd, data::ImageSetOptions& o, ImageFlags& f, bool with_bad_image_policy) {
   cmd.add_option("--resize-size", o.transform.resize_size,

@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "core/data/image_dataset.hpp"
 
@@ -14,6 +15,10 @@ struct ImageFlags {
   std::string on_bad_image = "stop";
   bool no_dct_scaling = false;
 };
+
+// "A,B[,C]" -> numbers, `count` of them (0: any number, at least one); anything else is a usage
+// error naming `flag` with `example`.
+std::vector<double> numbers(const std::string& text, size_t count, const std::string& flag, const char* example);
 
 // `with_bad_image_policy`: also --on-bad-image (what training does with a bad file).
 void add_image_flags(CLI::App& cmd, data::ImageSetOptions& o, ImageFlags& f, bool with_bad_image_policy = true);

@@ -11,11 +11,11 @@
 
 #include "core/data/idx.hpp"
 #include "core/data/image_transforms.hpp"
-#include "core/data/mnist.hpp"
 #include "core/data/transforms.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/safetensors.hpp"
+#include "tools/image_flags.hpp"
 
 namespace dpx::tools {
 
@@ -43,7 +43,7 @@ Kind kind_of(const std::string& path) {
   if (n >= 4 && h[0] == 0x89 && h[1] == 'P' && h[2] == 'N' && h[3] == 'G') return Kind::image;  // PNG
   if (n >= 2 && h[0] == 0x1F && h[1] == 0x8B) return Kind::idx;                             // gzip: IDX
   if (n >= 4 && h[0] == 0 && h[1] == 0 && h[3] >= 1 && h[3] <= 4) return Kind::idx;          // IDX magic
-  if (n == 9 && h[8] == '{') return Kind::safetensors;  // a header length, then its JSON
+  if (looks_like_safetensors(path)) return Kind::safetensors;
   usage_fail("--input '", path, "': neither a safetensors file, an IDX images file (the MNIST format) nor a JPEG or "
              "PNG image; pass one of those");
 }
@@ -231,20 +231,18 @@ InferInput from_images(const InferInputOptions& o) {
 
 std::vector<float> parse_floats(const std::string& text, const std::string& what) {
   std::vector<float> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const float v = std::stof(item, &used);
-      if (used != item.size() || !std::isfinite(v)) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      usage_fail(what, ": '", text, "' is not a comma list of numbers");
-    }
+  for (double v : numbers(text, 0, what, "0.286 or 0.485,0.456,0.406")) {
+    if (!std::isfinite(v)) usage_fail(what, " '", excerpt(text), "': ", v, " is not a finite number");
+    out.push_back(static_cast<float>(v));
   }
-  if (out.empty()) usage_fail(what, ": no numbers in '", text, "'");
   return out;
+}
+
+bool looks_like_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<char, 9> h{};
+  in.read(h.data(), h.size());
+  return in.gcount() == 9 && h[8] == '{';
 }
 
 InferInput read_infer_input(const InferInputOptions& o) {

@@ -38,4 +38,7 @@ InferInput read_infer_input(const InferInputOptions& o);
 // "a,b,c" -> floats, for --mean/--std and the metadata; throws UsageError naming `what`.
 std::vector<float> parse_floats(const std::string& text, const std::string& what);
 
+// Whether `path` begins as a safetensors file does: an 8-byte header length, then its JSON.
+bool looks_like_safetensors(const std::string& path);
+
 }  // namespace dpx::tools
