@@ -92,18 +92,18 @@ Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, 
 // tol: relative to max(|a|, |b|, 1); float sums of a few hundred products stay well inside 1e-5,
 // the large cases (1800 or 4608 terms per dW element) get 1e-4.
 void check_against_reference(const Case& c, double tol = 1e-5) {
+  // The reference once for every algorithm: at -O0 (the sanitized build's test files) it is most
+  // of this file's time.
+  const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
+  const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
+  const Tensor x = randn({c.N, c.C, c.H, c.W}, 1), w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 2, 0.3f);
+  const Tensor b = randn({c.K}, 3), dy = randn({c.N, c.K, OH, OW}, 4);
+  const Ref r = reference(c, x, w, b, dy, OH, OW);
   for (cpu::ConvAlgo algo : algorithms()) {
     CAPTURE(std::string(cpu::conv_algo_name(algo)));
     const UseAlgo use(algo);
     const double tol_algo = winograd_tolerance(algo, tol);
     Context ctx = Context::cpu(2);
-    const int64_t OH = ops::conv_out_size(c.H, c.kh, c.p.stride_h, c.p.pad_h, c.p.dilation_h);
-    const int64_t OW = ops::conv_out_size(c.W, c.kw, c.p.stride_w, c.p.pad_w, c.p.dilation_w);
-    Tensor x = randn({c.N, c.C, c.H, c.W}, 1),
-           w = randn({c.K, c.C / c.p.groups, c.kh, c.kw}, 2, 0.3f);
-    Tensor b = randn({c.K}, 3), dy = randn({c.N, c.K, OH, OW}, 4);
-    const Ref r = reference(c, x, w, b, dy, OH, OW);
-
     Tensor y = Tensor::empty({c.N, c.K, OH, OW});
     ops::conv2d_forward(ctx, y, x, w, &b, c.p);
     INFO("y");
