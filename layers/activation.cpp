@@ -38,6 +38,7 @@ Tensor Activation<Ops>::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(kept_.defined(), layer, ": backward called before forward");
   if (dy.shape() != kept_.shape())
     fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(kept_.shape()));
+  const FreeSaved free_saved(*this);
   Tensor dx = Ops::overwrites_dx ? Tensor::empty(kept_.shape(), DType::f32, ctx.device)
                                  : zeros_on(ctx, kept_.shape());
   Ops::backward(ctx, dx, dy, kept_);

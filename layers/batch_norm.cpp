@@ -107,6 +107,7 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
+  const FreeSaved free_saved(*this);
   if (!trained_forward_) {
     if (!relu_out) return backward_eval(ctx, dy);
     Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the ReLU's backward first

@@ -98,6 +98,7 @@ Tensor Conv2d::backward(Context& ctx, const Tensor& dy) {
   Shape y_shape = output_shape(x_.shape());
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
+  const FreeSaved free_saved(*this);
   // Without a caller for dx (the model's first layer, or the first trainable one after a
   // frozen backbone) only the weight gradients are computed.
   // dx is written over by the op (DxMode::overwrite): no zero-fill first.

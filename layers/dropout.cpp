@@ -44,6 +44,7 @@ Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(last_ != Last::none, describe(), ": backward called before forward");
   if (dy.shape() != x_shape_)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_shape_));
+  const FreeSaved free_saved(*this);
   if (last_ == Last::identity) {
     Tensor dx = Tensor::empty(x_shape_, DType::f32, ctx.device);
     ops::copy(ctx, dx, dy);

@@ -16,7 +16,10 @@ class Dropout : public Cloneable<Dropout> {
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dy masked and scaled as forward
   std::string type_name() const override { return "Dropout"; }
   std::string describe() const override;
-  void clear_cache() override { mask_ = Tensor(); }
+  void clear_cache() override {
+    mask_ = Tensor();
+    last_ = Last::none;
+  }
 
   float p() const { return p_; }
   // Gives this layer another stream and restarts its step count, e.g. one per replica, so

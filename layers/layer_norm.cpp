@@ -46,6 +46,7 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
+  const FreeSaved free_saved(*this);
   Tensor dx = zeros_on(ctx, x_.shape());
   ops::layer_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_, weight().value,
                            mean_, rstd_);

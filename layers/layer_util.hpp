@@ -32,6 +32,24 @@ inline Tensor* grad_target(Parameter& p) {
   return &p.grad;
 }
 
+// Frees what forward kept for backward (the module's clear_cache) when it goes out of scope at the
+// end of a backward, as autograd frees a node's saved tensors once the node has run. Without it a
+// layer's saved activations lived until its next forward, through the rest of the backward: at
+// VGG-16's peak (batch 8, 224x224, in the first convolution's backward) 0.46 GB of every later
+// layer's activations were still alive. Made after backward's checks, so that a backward refused
+// for a wrong dy keeps what a corrected call needs. A second backward after one forward is refused
+// ("backward called before forward"), as autograd refuses a second backward through freed buffers.
+class FreeSaved {
+ public:
+  explicit FreeSaved(Module& m) : m_(m) {}
+  ~FreeSaved() { m_.clear_cache(); }
+  FreeSaved(const FreeSaved&) = delete;
+  FreeSaved& operator=(const FreeSaved&) = delete;
+
+ private:
+  Module& m_;
+};
+
 // U(-bound, bound), drawn on the host so the numbers depend only on the Rng, never the device.
 inline void init_uniform(Tensor& t, Rng& rng, float bound) {
   if (t.device().is_cpu()) {

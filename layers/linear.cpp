@@ -45,6 +45,7 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   y_shape.back() = out_;
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
+  const FreeSaved free_saved(*this);
   // Without a caller for dx (the first trainable layer after a frozen backbone) only the
   // weight gradients are computed.
   Tensor dx = input_grad_needed() ? zeros_on(ctx, {x_.size(0), in_}) : Tensor();

@@ -75,6 +75,7 @@ Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
 Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(argmax_.defined(), describe(), ": backward called before forward");
   check_dy(describe(), dy, argmax_.shape());
+  const FreeSaved free_saved(*this);
   Tensor dx = zeros_on(ctx, x_shape_);
   ops::max_pool2d_backward(ctx, dx, dy, argmax_, p_);
   return dx;

@@ -47,9 +47,12 @@ struct BnRelu {
     return relu->forward_applied(
         with_bn([&](auto& norm) { return norm.forward(ctx, x, ops::Epilogue::relu); }));
   }
-  // Backward of both, the ReLU's folded into the batch norm's.
+  // Backward of both, the ReLU's folded into the batch norm's; the ReLU's kept output is freed
+  // after it, as its own backward would (nn::FreeSaved).
   Tensor backward(Context& ctx, const Tensor& dy) {
-    return with_bn([&](auto& norm) { return norm.backward(ctx, dy, &relu->output()); });
+    Tensor dx = with_bn([&](auto& norm) { return norm.backward(ctx, dy, &relu->output()); });
+    relu->clear_cache();
+    return dx;
   }
   template <class F>
   Tensor with_bn(F&& f) {

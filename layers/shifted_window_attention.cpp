@@ -166,6 +166,7 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != Shape{g.B, g.H, g.W, C})
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ",
          shape_str({g.B, g.H, g.W, C}));
+  const FreeSaved free_saved(*this);
   // window_merge's backward is the partition of dy (zero where the windows were cropped away).
   Tensor dprojected = empty_on(ctx, {g.B, g.nWh, g.nWw, wh, ww, C});
   ops::window_partition(ctx, dprojected, dy, g.sh, g.sw);

@@ -50,6 +50,7 @@ Tensor SqueezeExcitation::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
+  const FreeSaved free_saved(*this);
   Tensor dx = zeros_on(ctx, x_.shape());
   Tensor dscale = zeros_on(ctx, scale_.shape());
   ops::mul_broadcast_backward(ctx, &dx, &dscale, dy, x_, scale_);

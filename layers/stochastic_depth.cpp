@@ -60,6 +60,7 @@ Tensor StochasticDepth::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(forwarded_, describe(), ": backward called before forward");
   if (noise_.defined() && (dy.dim() != noise_.dim() || (row_ && dy.size(0) != noise_.size(0))))
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), " for noise ", shape_str(noise_.shape()));
+  const FreeSaved free_saved(*this);
   return apply_backward(ctx, dy, noise_);
 }
 

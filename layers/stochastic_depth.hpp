@@ -18,7 +18,10 @@ class StochasticDepth : public Cloneable<StochasticDepth> {
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dy scaled by forward's noise
   std::string type_name() const override { return "StochasticDepth"; }
   std::string describe() const override;
-  void clear_cache() override { noise_ = Tensor(); }
+  void clear_cache() override {
+    noise_ = Tensor();
+    forwarded_ = false;
+  }
 
   // One application with the noise kept by the caller: a Swin block applies its one
   // stochastic_depth to two branches, each with a draw of its own. `noise` becomes

@@ -6,6 +6,7 @@
 #include "layers/dropout.hpp"
 #include "layers/init.hpp"
 #include "layers/layer_norm.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
 #include "layers/sequential.hpp"
@@ -49,6 +50,7 @@ std::string SwinTransformerBlock::describe() const {
 
 void SwinTransformerBlock::clear_cache() {
   attn_noise_ = mlp_noise_ = Tensor();
+  forwarded_ = false;
   Module::clear_cache();
 }
 
@@ -65,6 +67,7 @@ Tensor SwinTransformerBlock::forward(Context& ctx, const Tensor& x) {
 
 Tensor SwinTransformerBlock::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(forwarded_, describe(), ": backward called before forward");
+  const FreeSaved free_saved(*this);
   const auto& depth = child<StochasticDepth>(kStochasticDepth);
   Tensor dm = depth.apply_backward(ctx, dy, mlp_noise_);
   Tensor dx1 = residual_backward(ctx, child(kNorm2).backward(ctx, child(kMlp).backward(ctx, dm)), dy);

@@ -173,7 +173,7 @@ class SumIntoMaster final : public GradSync {
 
 }  // namespace
 
-void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks) {
+void run_data_parallel(Job& job, TrainReport& report, const TrainHooks& hooks) {
   const int k = job.ranks;
   const TrainOptions& o = job.options;
   const std::vector<int> gpus = o.cuda_devices();
@@ -181,7 +181,7 @@ void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& ho
       gpus.empty() ? make_device_env(Device::cpu(), job.threads_per_rank * k, o.reference_kernels())
                    : std::make_unique<WaitingEnv>(make_device_env(Device::cuda(gpus[0]), 1, false));
   apply_math(env->ctx(), o);
-  nn::Model master = job.initial.clone(env->ctx().device);
+  nn::Model master = job.copy_initial(env->ctx().device, 1);
   std::unique_ptr<ReplicatedModel> replicated;
   if (gpus.empty()) {
     replicated = std::make_unique<ReplicatedModel>(master, k, env->ctx(), job.threads_per_rank);

@@ -133,6 +133,14 @@ int64_t Job::check_fits(const TrainOptions& o, const data::Dataset& train) {
   return steps;
 }
 
+nn::Model Job::copy_initial(Device device, int copies) {
+  std::lock_guard<std::mutex> lock(copies_mu_);
+  DPX_CHECK(copies_made_ < copies, "Job::copy_initial: ", copies, " copies were made already; the initial model is freed");
+  nn::Model copy = initial.clone(device);
+  if (++copies_made_ >= copies) initial = nn::Model();
+  return copy;
+}
+
 std::unique_ptr<nn::Optimizer> Job::make_optimizer(nn::Model& model) const {
   if (options.optimizer == "adamw") return std::make_unique<nn::AdamW>(model, adamw_params());
   DPX_CHECK(options.optimizer == "sgd", "unknown optimizer '", options.optimizer, "'");

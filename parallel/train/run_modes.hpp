@@ -16,8 +16,9 @@ struct TrainHooks {
 };
 
 // With `processes`, this process runs its one rank of an MPI job (see train()).
-void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes);
-void run_data_parallel(const Job& job, TrainReport& report, const TrainHooks& hooks);
+// Both free the job's initial model once this process's replicas have their copies (Job::copy_initial).
+void run_spmd(Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes);
+void run_data_parallel(Job& job, TrainReport& report, const TrainHooks& hooks);
 
 // Rank 0 receives every rank's step records (appended to its own); the others send theirs.
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps);

@@ -29,7 +29,8 @@ namespace {
 // One SPMD rank: its device, its replica (rank 0's weights, as DDP's constructor broadcasts),
 // its gradient reduction (a Reducer over its data communicator; none alone), optimizer and shard
 // of the data, trained by the shared loop.
-void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& reducer, TrainReport& report,
+// `local_ranks`: the ranks of this process (Job::copy_initial frees the initial model after their copies).
+void spmd_rank(Job& job, int local_ranks, const RankSetup& setup, const ReducerOptions& reducer, TrainReport& report,
                std::mutex& report_mu, const TrainHooks& hooks) {
   const TrainOptions& o = job.options;
   std::unique_ptr<DeviceEnv> env = make_device_env(setup.device, job.threads_per_rank, o.reference_kernels());
@@ -37,7 +38,7 @@ void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& red
   // p2p replicas may share a GPU: each allocates from its own stream's pool (outlives every tensor below).
   const std::unique_ptr<cuda::AllocationStreamScope> pool =
       o.backend == Backend::p2p ? replica_allocation_scope(env->ctx()) : nullptr;
-  nn::Model model = job.initial.clone(env->ctx().device);
+  nn::Model model = job.copy_initial(env->ctx().device, local_ranks);
   std::unique_ptr<GradSync> sync = std::make_unique<NoSync>();
   if (Communicator* data = setup.data) {
     data->broadcast(model.flat_params(), 0);
@@ -66,7 +67,7 @@ void spmd_rank(const Job& job, const RankSetup& setup, const ReducerOptions& red
 
 }  // namespace
 
-void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes) {
+void run_spmd(Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes) {
   std::mutex report_mu;
   const TrainOptions& o = job.options;
   const ReducerOptions reducer{.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024),
@@ -75,7 +76,7 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
                                .grad_dtype = o.grad_dtype};
   if (o.parallel == ParallelMode::none) {  // one replica, alone (under MPI: the job's one process)
     const RankSetup alone{0, o.device()};
-    spmd_rank(job, alone, reducer, report, report_mu, hooks);
+    spmd_rank(job, 1, alone, reducer, report, report_mu, hooks);
     return;
   }
   LaunchSpec spec;
@@ -89,7 +90,9 @@ void run_spmd(const Job& job, TrainReport& report, const TrainHooks& hooks, Comm
   spec.options.net_sim = parse_net_sim(o.net_sim, "--net-sim");
   spec.processes = processes;
   spec.launch = &report.launch;
-  launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, setup, reducer, report, report_mu, hooks); });
+  // Under MPI (`processes`, one process a rank: train() checks the sizes) each process runs one.
+  const int local_ranks = processes ? 1 : job.ranks;
+  launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, local_ranks, setup, reducer, report, report_mu, hooks); });
   if (processes && processes->size() > 1) {
     gather_steps(*processes, report.steps);
     gather_records(*processes, report.bucket_spans);

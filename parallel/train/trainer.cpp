@@ -109,7 +109,7 @@ TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* 
   return train(*prepare_job(options, launch), log, processes, launch);
 }
 
-TrainReport train(const Job& job, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
+TrainReport train(Job& job, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
   const TrainOptions& options = job.options;
   if (processes && processes->size() != options.ranks())
     fail("train: a communicator of ", processes->size(), " processes for ", options.ranks(), " ranks");

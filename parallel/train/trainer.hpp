@@ -93,7 +93,8 @@ std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& 
 // MPI communicator, options.process_ranks of its size) this process runs its rank alone, and
 // rank 0's report gathers every rank's steps, times on rank 0's clock (launch.clock_offset_s);
 // the others' reports hold their own steps only.
-TrainReport train(const Job& job, std::ostream& log, Communicator* processes = nullptr, const LaunchInfo& launch = {});
+// The job's initial model is freed once every rank of this process has its copy: a job trains once.
+TrainReport train(Job& job, std::ostream& log, Communicator* processes = nullptr, const LaunchInfo& launch = {});
 // prepare_job, then train.
 TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes = nullptr,
                   const LaunchInfo& launch = {});

@@ -197,3 +197,30 @@ TEST_CASE("summaries: POP metrics are consistent and warm-up is excluded") {
   // Ring all-reduce sends 2 (k-1)/k of the buffer per rank: exactly the formula's bytes at k = 2.
   CHECK(s.bytes_per_epoch_counted == doctest::Approx(s.bytes_per_epoch_formula));
 }
+
+TEST_CASE("the job's initial model is freed once this process's ranks have their copies") {
+  Job job(small_job("cpu:2", ParallelMode::ddp));
+  const int64_t n = job.initial.num_parameters();
+  REQUIRE(n > 0);
+  const size_t weights = static_cast<size_t>(n) * sizeof(float);
+  const size_t before = host_bytes_in_use();
+  {
+    nn::Model a = job.copy_initial(Device::cpu(), 2);  // weights and a gradient buffer
+    CHECK(job.initial.num_parameters() == n);
+    CHECK(host_bytes_in_use() == before + 2 * weights);
+    nn::Model b = job.copy_initial(Device::cpu(), 2);  // the last copy: the host model goes
+    CHECK(job.initial.num_parameters() == 0);
+    CHECK(host_bytes_in_use() == before + 4 * weights - weights);
+    CHECK(a.flat_params().to_vector() == b.flat_params().to_vector());
+  }
+  CHECK_THROWS_WITH(job.copy_initial(Device::cpu(), 2), doctest::Contains("the initial model is freed"));
+
+  // train() hands it out to its ranks, DDP's two and DataParallel's master alike.
+  for (ParallelMode mode : {ParallelMode::ddp, ParallelMode::dp, ParallelMode::none}) {
+    Job trained(small_job(mode == ParallelMode::none ? "cpu:1" : "cpu:2", mode));
+    std::ostringstream log;
+    const TrainReport r = train(trained, log);
+    CHECK(r.num_parameters == n);
+    CHECK(trained.initial.num_parameters() == 0);
+  }
+}
