@@ -10,14 +10,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <sstream>
-#include <unordered_map>
 #include <vector>
 
 #include "core/capture.hpp"
 #include "core/cuda/memory.hpp"
+#include "core/host_cache.hpp"
 
 namespace dpx {
 
@@ -45,13 +43,13 @@ Storage::~Storage() {
 namespace {
 std::atomic<size_t> g_host_bytes{0};  // a statistic only: no computation reads it
 
-// The host block cache (core/tensor.hpp): free lists by rounded size, capped by DPX_HOST_CACHE_MB.
-// Under AddressSanitizer it is off unless the variable is set: a block reused at once would hide
-// a use after free from it.
-// Otherwise half the machine's memory, at least 4 GiB: a training step frees and asks again for
-// the same sizes, and a cache smaller than the step's working set sends its largest blocks back
-// to the system each step (VGG-16 at 224x224, batch 8, needs about 5 GiB: with 4 it trained at
-// 3.0 img/s instead of 4.2, every fresh block's pages faulted in again).
+// The host block cache's cap (core/host_cache.hpp), DPX_HOST_CACHE_MB's default. Under
+// AddressSanitizer 0, the cache off, unless the variable is set: a block reused at once would
+// hide a use after free from it. Otherwise half the machine's memory, at least 4 GiB: a training
+// step frees and asks again for the same sizes, and a cache smaller than the step's working set
+// sends its largest blocks back to the system each step (VGG-16 at 224x224, batch 8: with 4 GiB
+// of free lists by size it trained at 3.0 img/s instead of 4.2, every fresh block's pages faulted
+// in again).
 size_t default_cap_bytes() {
 #if defined(__SANITIZE_ADDRESS__) || defined(DPX_SANITIZE)
   return 0;
@@ -68,116 +66,31 @@ void raise_to(std::atomic<size_t>& peak, size_t value) {
   }
 }
 
-std::atomic<size_t> g_host_peak{0}, g_host_reserved{0}, g_host_peak_reserved{0}, g_host_window_peak{0};
+std::atomic<size_t> g_host_peak{0}, g_host_window_peak{0};
 
-class HostCache {
- public:
-  HostCache() : cap_bytes_(cap_from_env()) {}
+// DPX_HOST_CACHE_MB, or the default.
+size_t cap_from_env() {
+  const char* text = std::getenv("DPX_HOST_CACHE_MB");
+  if (!text || !*text) return default_cap_bytes();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mb = std::strtoull(text, &end, 10);
+  if (*end != '\0' || errno == ERANGE || !std::isdigit(static_cast<unsigned char>(text[0])) || mb > (1ull << 30))
+    fail("DPX_HOST_CACHE_MB='", text,
+         "' is not a size in MiB: unset it for the default (half the machine's memory, at least 4096), pass a "
+         "whole number such as 1024, or 0 to give every freed host block back to the system at once");
+  return static_cast<size_t>(mb) << 20;
+}
 
-  // Exact size for small blocks; a large request (1 MiB and more) may take the smallest cached
-  // block that wastes at most a quarter of it, as the CUDA pool does: without it every size a step
-  // frees stays cached beside the sizes it allocates next, and the allocator holds twice the
-  // step's live peak (resnet18 at 224, batch 32: 2.6 GB held for 1.2 GB live).
-  void* take(size_t rounded) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(rounded);
-      const size_t most = rounded >= kLargeBlock ? rounded + rounded / 4 : rounded;
-      if (it != free_.end() && it->first <= most) {
-        const size_t size = it->first;
-        void* p = it->second.back();
-        it->second.pop_back();
-        if (it->second.empty()) free_.erase(it);
-        cached_bytes_ -= size;
-        if (size != rounded) larger_[p] = size;
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) {  // the cache's blocks of other sizes may be what the system lacks
-      empty();
-      p = std::aligned_alloc(64, rounded);
-    }
-    if (p) {
-      system_allocations_.fetch_add(1, std::memory_order_relaxed);
-      raise_to(g_host_peak_reserved, g_host_reserved.fetch_add(rounded, std::memory_order_relaxed) + rounded);
-    }
-    return p;
-  }
-
-  void give(void* p, size_t rounded) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!larger_.empty()) {  // a block handed out for a smaller request goes back as what it is
-        if (auto it = larger_.find(p); it != larger_.end()) {
-          rounded = it->second;
-          larger_.erase(it);
-        }
-      }
-      if (cached_bytes_ + rounded <= cap_bytes_) {
-        free_[rounded].push_back(p);
-        cached_bytes_ += rounded;
-        return;
-      }
-    }
-    std::free(p);
-    g_host_reserved.fetch_sub(rounded, std::memory_order_relaxed);
-  }
-
-  void empty() {
-    std::map<size_t, std::vector<void*>> blocks;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      blocks.swap(free_);
-      cached_bytes_ = 0;
-    }
-    for (auto& [size, list] : blocks)
-      for (void* p : list) {
-        std::free(p);
-        g_host_reserved.fetch_sub(size, std::memory_order_relaxed);
-      }
-  }
-
-  size_t cached_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_bytes_;
-  }
-  uint64_t system_allocations() const { return system_allocations_.load(std::memory_order_relaxed); }
-  size_t cap_bytes() const { return cap_bytes_; }
-
- private:
-  static size_t cap_from_env() {
-    const char* text = std::getenv("DPX_HOST_CACHE_MB");
-    if (!text || !*text) return default_cap_bytes();
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long mb = std::strtoull(text, &end, 10);
-    if (*end != '\0' || errno == ERANGE || !std::isdigit(static_cast<unsigned char>(text[0])) || mb > (1ull << 30))
-      fail("DPX_HOST_CACHE_MB='", text,
-           "' is not a size in MiB: unset it for the default (half the machine's memory, at least 4096), pass a "
-           "whole number such as 1024, or 0 to give every freed host block back to the system at once");
-    return static_cast<size_t>(mb) << 20;
-  }
-
-  std::mutex mu_;
-  static constexpr size_t kLargeBlock = size_t{1} << 20;
-  std::map<size_t, std::vector<void*>> free_;  // rounded size -> free blocks, by size
-  std::unordered_map<void*, size_t> larger_;   // blocks in use that are larger than their request
-  size_t cached_bytes_ = 0;
-  const size_t cap_bytes_;
-  std::atomic<uint64_t> system_allocations_{0};
-};
-
-HostCache& host_cache() {
-  static HostCache* cache = new HostCache;  // never destroyed: tensors may be freed while the process exits
+detail::HostCache& host_cache() {
+  // Never destroyed: tensors may be freed while the process exits.
+  static detail::HostCache* cache = new detail::HostCache(cap_from_env());
   return *cache;
 }
 
-size_t host_rounded(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
-
 void host_release(void* p, size_t bytes, Device) {
   g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  host_cache().give(p, host_rounded(bytes));
+  host_cache().give(p, bytes);
 }
 void cuda_release(void* p, size_t bytes, Device d) { cuda::release(p, bytes, d.index); }
 }  // namespace
@@ -187,7 +100,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   s->bytes = bytes;
   s->device = device;
   if (device.is_cpu()) {
-    s->data = host_cache().take(host_rounded(bytes));
+    s->data = host_cache().take(bytes);
     if (!s->data)
       fail("out of host memory allocating ", bytes, " bytes: lower --batch-size, --image-size, --workers or the "
            "number of ranks, pick a smaller model, or free memory on this machine");
@@ -203,14 +116,15 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
 }
 
 size_t host_bytes_cached() { return host_cache().cached_bytes(); }
+size_t host_segments() { return host_cache().segments(); }
 uint64_t host_system_allocations() { return host_cache().system_allocations(); }
 void empty_host_cache() { host_cache().empty(); }
 size_t host_cache_cap_bytes() { return host_cache().cap_bytes(); }
 
 size_t host_bytes_in_use() { return g_host_bytes.load(std::memory_order_relaxed); }
 size_t host_peak_bytes_in_use() { return g_host_peak.load(std::memory_order_relaxed); }
-size_t host_bytes_reserved() { return g_host_reserved.load(std::memory_order_relaxed); }
-size_t host_peak_bytes_reserved() { return g_host_peak_reserved.load(std::memory_order_relaxed); }
+size_t host_bytes_reserved() { return host_cache().reserved_bytes(); }
+size_t host_peak_bytes_reserved() { return host_cache().peak_reserved_bytes(); }
 void MemoryPeaks::raise_to(const MemoryPeaks& o) {
   host_allocated = std::max(host_allocated, o.host_allocated);
   host_reserved = std::max(host_reserved, o.host_reserved);
@@ -230,7 +144,7 @@ MemoryPeaks memory_peaks(Device device) {
 void reset_memory_peaks() {
   empty_host_cache();
   g_host_peak.store(host_bytes_in_use(), std::memory_order_relaxed);
-  g_host_peak_reserved.store(host_bytes_reserved(), std::memory_order_relaxed);
+  host_cache().reset_peak();
   for (int d = 0; d < cuda::device_count(); ++d) {
     cuda::empty_cache(d);
     cuda::reset_peak_bytes_in_use(d);

@@ -33,13 +33,13 @@ struct Storage {
 // Allocates bytes on a device: 64-byte aligned host memory from the host block cache, or the CUDA
 // caching allocator. Host blocks are not zeroed (Tensor::zeros zeroes its own).
 //
-// The host block cache: a freed host block is kept in a free list of its size (rounded up to 64
-// bytes) and handed to the next allocation of that size (one of 1 MiB or more may take the
-// smallest cached block up to a quarter larger), so a training step, which allocates
-// the same sizes every step, stops asking the system for memory after its first step. At most
-// DPX_HOST_CACHE_MB MiB (environment; default half the machine's memory, at least 4096; under
-// ASan 0; 0 turns the cache off) wait
-// there; blocks beyond that go back to the system. Thread-safe.
+// The host block cache (core/host_cache.hpp): freed host memory is kept for later allocations —
+// small blocks (under 1 MiB) by size, large ones carved best-fit out of segments, split and
+// merged — so a training step, which allocates the same sizes every step, stops asking the
+// system for memory after its first steps. At most DPX_HOST_CACHE_MB MiB of free blocks
+// (environment; default half the machine's memory, at least 4096; under ASan 0; 0 turns the
+// cache off) wait there; beyond that free small blocks and wholly free segments go back to the
+// system. Thread-safe.
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 // Bytes of host storage alive right now, over every thread (what cuda::bytes_in_use is for a
 // GPU): `dpx models` measures the activation memory a forward leaves for backward with it.
@@ -47,6 +47,8 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 size_t host_bytes_in_use();
 // Bytes of freed host blocks the cache holds for reuse.
 size_t host_bytes_cached();
+// Segments the cache holds now (the large blocks' system allocations).
+size_t host_segments();
 // The host's high-water marks since the process started or the last reset_memory_peaks(), as
 // PyTorch's max_memory_allocated / max_memory_reserved: the most bytes of live host tensors at
 // once, and the most the allocator held from the system at once (live blocks, each rounded up to

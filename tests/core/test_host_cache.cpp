@@ -1,9 +1,15 @@
-// The host block cache behind allocate_storage (core/tensor.hpp): a freed block is reused by the
-// next allocation of its rounded size without asking the system, zeros() still zeroes a reused
-// block, and empty_host_cache gives the blocks back; the peaks of live and held bytes.
+// The host block cache behind allocate_storage (core/host_cache.hpp): a freed small block is
+// reused by the next allocation of its rounded size without asking the system, zeros() still
+// zeroes a reused block, and empty_host_cache gives the blocks back; large blocks are carved
+// best-fit out of segments, split and merged; the cap; the peaks of live and held bytes.
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/host_cache.hpp"
 
 #include "core/tensor.hpp"
 
@@ -57,11 +63,12 @@ TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the
     Tensor c = Tensor::empty({512 << 10});
     CHECK(host_bytes_in_use() == live0 + (10 << 20));
     CHECK(host_peak_bytes_in_use() == live0 + (12 << 20));
-    // Held: A's block went to the cache (when it is on) or back to the system; C is of another
-    // size, so a new block. The most ever held: A + B + C with the cache, A + B without it.
-    const size_t held_peak = held0 + (host_cache_cap_bytes() > 0 ? (14 << 20) : (12 << 20));
+    // Held: with the cache one 20 MiB segment serves all three (B after A, C in A's place);
+    // without it each block is the system's, and A went back before C came.
+    const bool cache = host_cache_cap_bytes() > 0;
+    const size_t held_peak = held0 + (cache ? (20 << 20) : (12 << 20));
     CHECK(host_peak_bytes_reserved() == held_peak);
-    CHECK(host_bytes_reserved() == held0 + (host_cache_cap_bytes() > 0 ? (14 << 20) : (10 << 20)));
+    CHECK(host_bytes_reserved() == held0 + (cache ? (20 << 20) : (10 << 20)));
     const MemoryPeaks m = memory_peaks(Device::cpu());
     CHECK(m.host_allocated == live0 + (12 << 20));
     CHECK(m.host_reserved == held_peak);
@@ -76,41 +83,113 @@ TEST_CASE("the host's peaks: live tensors at their high-water mark, and what the
   CHECK(host_peak_bytes_reserved() >= held0);
 }
 
-TEST_CASE("a large request takes a cached block up to a quarter larger, and gives it back at its size") {
-  if (host_cache_cap_bytes() == 0) {
-    MESSAGE("the host block cache is off here: nothing to test");
-    return;
-  }
-  empty_host_cache();
-  void* block = nullptr;
-  {
-    Tensor t = Tensor::empty({512 << 10});  // 2 MiB
-    block = t.raw();
-  }
-  CHECK(host_bytes_cached() == (2u << 20));
-  const uint64_t system = host_system_allocations();
-  {
-    Tensor smaller = Tensor::empty({480 << 10});  // 1.875 MiB: the 2 MiB block wastes 6 %
-    CHECK(smaller.raw() == block);
-    CHECK(host_system_allocations() == system);
-    CHECK(host_bytes_cached() == 0);
-    Tensor too_small = Tensor::empty({384 << 10});  // 1.5 MiB: a 2 MiB block would waste a third
-    CHECK(host_system_allocations() == system + 1);
-  }
-  // Both back in the cache, each at its own size: 2 MiB (not 1.875) and 1.5 MiB.
-  CHECK(host_bytes_cached() == (2u << 20) + (3u << 19));
-  {
-    Tensor again = Tensor::empty({512 << 10});
-    CHECK(again.raw() == block);  // the 2 MiB block kept its size
-  }
-  // A small request takes its exact size only.
-  {
-    Tensor small = Tensor::empty({1000});
-  }
-  const uint64_t before_small = host_system_allocations();
-  Tensor other = Tensor::empty({999});
-  CHECK(host_system_allocations() == before_small);  // 3996 bytes: the same 64-byte class
-  Tensor odd = Tensor::empty({900});
-  CHECK(host_system_allocations() == before_small + 1);  // 3600 bytes: its own class
-  empty_host_cache();
+// The cache's large blocks, on a cache of this test's own (the process's serves every tensor).
+constexpr size_t MiB = size_t{1} << 20;
+
+TEST_CASE("large blocks: one segment serves several requests, best fit, split, and merged when freed") {
+  detail::HostCache cache(size_t{1} << 30);
+  char* a = static_cast<char*>(cache.take(4 * MiB));  // a 20 MiB segment: 4 live, 16 free
+  CHECK(cache.system_allocations() == 1);
+  CHECK(cache.reserved_bytes() == 20 * MiB);
+  CHECK(cache.cached_bytes() == 16 * MiB);
+  char* b = static_cast<char*>(cache.take(6 * MiB));  // the same segment, right after a
+  CHECK(b == a + 4 * MiB);
+  CHECK(cache.system_allocations() == 1);
+  CHECK(cache.cached_bytes() == 10 * MiB);
+  cache.give(a, 4 * MiB);  // a free block of 4 beside b: best fit for a 3 MiB request
+  char* c = static_cast<char*>(cache.take(3 * MiB));
+  CHECK(c == a);
+  cache.give(c, 3 * MiB);
+  // b goes back: it merges with the free 4 before it and the 10 after it, one block of 20 again,
+  // which a 16 MiB request can take only if the merge happened.
+  cache.give(b, 6 * MiB);
+  CHECK(cache.cached_bytes() == 20 * MiB);
+  char* d = static_cast<char*>(cache.take(16 * MiB));
+  CHECK(d == a);
+  CHECK(cache.system_allocations() == 1);
+  // A request of 10 MiB and more gets a segment of its own, rounded up to 2 MiB.
+  char* big = static_cast<char*>(cache.take(11 * MiB + 5));
+  CHECK(cache.system_allocations() == 2);
+  CHECK(cache.reserved_bytes() == 32 * MiB);
+  CHECK(cache.segments() == 2);
+  // empty() gives back only a wholly free segment: d's is partly in use.
+  cache.give(big, 11 * MiB + 5);
+  cache.empty();
+  CHECK(cache.segments() == 1);
+  CHECK(cache.reserved_bytes() == 20 * MiB);
+  cache.give(d, 16 * MiB);
+  cache.empty();
+  CHECK(cache.reserved_bytes() == 0);
+  CHECK(cache.cached_bytes() == 0);
+}
+
+TEST_CASE("large blocks: a remainder under 1 MiB stays with its block and comes back with it") {
+  detail::HostCache cache(size_t{1} << 30);
+  char* a = static_cast<char*>(cache.take(9 * MiB));  // 20 MiB segment: 11 free
+  char* b = static_cast<char*>(cache.take(10 * MiB + MiB / 2));  // 10.5 of the 11: no split of 0.5
+  CHECK(b == a + 9 * MiB);
+  CHECK(cache.cached_bytes() == 0);
+  cache.give(b, 10 * MiB + MiB / 2);
+  CHECK(cache.cached_bytes() == 11 * MiB);  // the sliver came back with it
+  cache.give(a, 9 * MiB);
+  CHECK(cache.cached_bytes() == 20 * MiB);
+}
+
+TEST_CASE("the cap: free blocks beyond it go back to the system, a segment once wholly free; cap 0 is no cache") {
+  detail::HostCache capped(8 * MiB);
+  void* a = capped.take(4 * MiB);
+  void* b = capped.take(4 * MiB);
+  capped.give(a, 4 * MiB);  // 12 + 4 free in a segment still in use: over the cap, nothing can go
+  CHECK(capped.reserved_bytes() == 20 * MiB);
+  capped.give(b, 4 * MiB);  // the segment is wholly free: it goes
+  CHECK(capped.reserved_bytes() == 0);
+  CHECK(capped.cached_bytes() == 0);
+  void* s1 = capped.take(1000);
+  void* s2 = capped.take(1000);
+  capped.give(s1, 1000);  // small blocks under the cap wait
+  CHECK(capped.cached_bytes() == 1024);
+  capped.give(s2, 1000);
+  CHECK(capped.cached_bytes() == 2048);
+
+  detail::HostCache off(0);
+  void* p = off.take(4 * MiB);
+  CHECK(off.reserved_bytes() == 4 * MiB);  // the block itself, no segment
+  off.give(p, 4 * MiB);
+  CHECK(off.reserved_bytes() == 0);
+  void* q = off.take(100);
+  off.give(q, 100);
+  CHECK(off.reserved_bytes() == 0);
+  CHECK(off.system_allocations() == 2);
+}
+
+TEST_CASE("large and small blocks from 4 threads at once never overlap, and all merge back") {
+  detail::HostCache cache(size_t{1} << 30);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      std::vector<std::pair<unsigned char*, size_t>> held;
+      for (int i = 0; i < 400; ++i) {
+        if (!held.empty() && (rng() % 2 || held.size() > 12)) {
+          const size_t k = rng() % held.size();
+          auto [p, n] = held[k];
+          for (size_t j = 0; j < n; j += 4096) bad[t] += p[j] != static_cast<unsigned char>(t + 1);
+          bad[t] += p[n - 1] != static_cast<unsigned char>(t + 1);
+          cache.give(p, n);
+          held.erase(held.begin() + static_cast<long>(k));
+        } else {
+          const size_t n = rng() % 3 ? (rng() % (12 * MiB)) + MiB : rng() % 5000 + 1;
+          auto* p = static_cast<unsigned char*>(cache.take(n));
+          std::memset(p, t + 1, n);
+          held.emplace_back(p, n);
+        }
+      }
+      for (auto [p, n] : held) cache.give(p, n);
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) CHECK(bad[t] == 0);
+  cache.empty();  // every segment is wholly free again: all of it goes
+  CHECK(cache.reserved_bytes() == 0);
+  CHECK(cache.segments() == 0);
 }

@@ -1,0 +1,200 @@
+// The host block cache (host_cache.hpp): small blocks in free lists by size, large ones carved out
+// of segments, best fit, split and merged.
+#include "core/host_cache.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace dpx::detail {
+
+namespace {
+
+constexpr size_t kSmallAlign = 64;                   // every block's alignment and a small size's step
+constexpr size_t kLargeRound = 512;                  // a large request's size step
+constexpr size_t kSegmentForSmallLarge = 20 << 20;   // the segment of a request under kBigRequest
+constexpr size_t kBigRequest = 10 << 20;             // from here a request gets a segment of its own
+constexpr size_t kSegmentRound = 2 << 20;            // ... rounded up to this
+
+size_t round_up(size_t n, size_t step) { return (n + step - 1) / step * step; }
+
+}  // namespace
+
+HostCache::HostCache(size_t cap_bytes) : cap_(cap_bytes) {}
+
+HostCache::~HostCache() { empty(); }
+
+void* HostCache::system_alloc(size_t bytes) {
+  void* p = std::aligned_alloc(kSmallAlign, bytes);
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ += bytes;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  ++system_allocations_;
+  return p;
+}
+
+void* HostCache::take(size_t bytes) {
+  const size_t size = round_up(std::max<size_t>(bytes, 1), kSmallAlign);
+  if (cap_ > 0 && size >= kLarge) return take_large(size);
+  if (cap_ > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = small_.find(size); it != small_.end()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      if (it->second.empty()) small_.erase(it);
+      cached_ -= size;
+      return p;
+    }
+  }
+  void* p = system_alloc(size);
+  if (!p && cap_ > 0) {  // the cache's free blocks of other sizes may be what the system lacks
+    empty();
+    p = system_alloc(size);
+  }
+  return p;
+}
+
+void HostCache::split(Block* b, size_t size) {
+  if (b->size - size < kLarge) return;  // a sliver stays with the block: merged back when it is freed
+  Block* rest = new Block{b->ptr + size, b->size - size, true, b, b->next};
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = size;
+  free_large_.insert(rest);
+  cached_ += rest->size;
+}
+
+void* HostCache::take_large(size_t bytes) {
+  const size_t size = round_up(bytes, kLargeRound);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Block probe{nullptr, size, true, nullptr, nullptr};
+    if (auto it = free_large_.lower_bound(&probe); it != free_large_.end()) {
+      Block* b = *it;
+      free_large_.erase(it);
+      b->free = false;
+      cached_ -= b->size;
+      split(b, size);
+      live_large_[b->ptr] = b;
+      return b->ptr;
+    }
+  }
+  const size_t segment = size < kBigRequest ? kSegmentForSmallLarge : round_up(size, kSegmentRound);
+  void* p = system_alloc(segment);
+  if (!p) {
+    empty();
+    p = system_alloc(segment);
+  }
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++segments_;
+  Block* b = new Block{static_cast<char*>(p), segment, false, nullptr, nullptr};
+  split(b, size);
+  live_large_[p] = b;
+  return p;
+}
+
+void HostCache::give(void* p, size_t bytes) {
+  const size_t size = round_up(std::max<size_t>(bytes, 1), kSmallAlign);
+  if (cap_ == 0) {
+    std::free(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ -= size;
+    return;
+  }
+  std::vector<std::pair<void*, size_t>> back;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size >= kLarge) {
+      auto it = live_large_.find(p);
+      if (it == live_large_.end()) std::abort();  // not a block of this cache: memory is corrupt
+      Block* b = it->second;
+      live_large_.erase(it);
+      b->free = true;
+      cached_ += b->size;
+      // Merge with free neighbours (taken out of the set first: its order is by size).
+      if (Block* a = b->prev; a && a->free) {
+        free_large_.erase(a);
+        a->size += b->size;
+        a->next = b->next;
+        if (b->next) b->next->prev = a;
+        delete b;
+        b = a;
+      }
+      if (Block* c = b->next; c && c->free) {
+        free_large_.erase(c);
+        b->size += c->size;
+        b->next = c->next;
+        if (c->next) c->next->prev = b;
+        delete c;
+      }
+      free_large_.insert(b);
+    } else {
+      small_[size].push_back(p);
+      cached_ += size;
+    }
+    if (cached_ > cap_) back = trim_locked(false);
+  }
+  for (auto& [q, n] : back) std::free(q);
+}
+
+std::vector<std::pair<void*, size_t>> HostCache::trim_locked(bool everything) {
+  std::vector<std::pair<void*, size_t>> back;
+  auto over = [&] { return everything || cached_ > cap_; };
+  // Wholly free segments first, the largest first: a segment partly in use cannot go.
+  for (auto it = free_large_.end(); it != free_large_.begin() && over();) {
+    Block* b = *--it;
+    if (b->prev || b->next) continue;
+    back.emplace_back(b->ptr, b->size);
+    cached_ -= b->size;
+    reserved_ -= b->size;
+    --segments_;
+    it = free_large_.erase(it);
+    delete b;
+  }
+  while (!small_.empty() && over()) {
+    auto it = std::prev(small_.end());
+    back.emplace_back(it->second.back(), it->first);
+    cached_ -= it->first;
+    reserved_ -= it->first;
+    it->second.pop_back();
+    if (it->second.empty()) small_.erase(it);
+  }
+  return back;
+}
+
+void HostCache::empty() {
+  std::vector<std::pair<void*, size_t>> back;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    back = trim_locked(true);
+  }
+  for (auto& [p, n] : back) std::free(p);
+}
+
+size_t HostCache::cached_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+size_t HostCache::reserved_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_;
+}
+size_t HostCache::peak_reserved_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_reserved_;
+}
+void HostCache::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_reserved_ = reserved_;
+}
+uint64_t HostCache::system_allocations() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return system_allocations_;
+}
+size_t HostCache::segments() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return segments_;
+}
+
+}  // namespace dpx::detail
