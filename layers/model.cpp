@@ -13,13 +13,19 @@ Model::Model(std::unique_ptr<Module> root, Device device, bool with_grads) : roo
     slots_.push_back({name, p, total, p->value.numel()});
     total += p->value.numel();
   }
+  // The parameters move into the flat buffer one by one (each one's own storage freed as it
+  // goes), and only then is the gradient buffer made: while a replica is cloned, its source, its
+  // own copies and the flat buffer are alive, never a gradient buffer beside them (AlexNet: that
+  // made the run's peak, 4 x its weights, above any step's).
   flat_params_ = Tensor::zeros({total}, DType::f32, device);
-  if (with_grads) flat_grads_ = Tensor::zeros({total}, DType::f32, device);
   for (auto& s : slots_) {
     Tensor view = flat_params_.view_at(s.offset, s.param->value.shape());
     view.copy_from(s.param->value);
     s.param->value = view;
-    if (with_grads) s.param->grad = flat_grads_.view_at(s.offset, view.shape());
+  }
+  if (with_grads) {
+    flat_grads_ = Tensor::zeros({total}, DType::f32, device);
+    for (auto& s : slots_) s.param->grad = flat_grads_.view_at(s.offset, s.param->value.shape());
   }
   root_->to(device);  // buffers (parameters are already there)
   root_->set_input_grad_needed(false);

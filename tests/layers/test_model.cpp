@@ -191,3 +191,18 @@ TEST_CASE("Model without gradients: a model only copied from holds its weights o
   CHECK(replica.flat_grads().numel() == replica.num_parameters());
   for (const auto& s : replica.slots()) CHECK(s.param->grad.defined());
 }
+
+TEST_CASE("Model::clone holds at most twice the weights at once: its gradient buffer comes after the copies are gone") {
+  Rng rng(5);
+  nn::Model source(std::make_unique<nn::Sequential>(std::make_unique<nn::Linear>(1000, 1000, rng)), Device::cpu(),
+                   /*with_grads=*/false);
+  const size_t weights = static_cast<size_t>(source.num_parameters()) * sizeof(float);
+  reset_window_peaks();
+  const size_t before = host_bytes_in_use();
+  nn::Model replica = source.clone(Device::cpu());
+  // The module's copies of its parameters and the flat buffer they move into; then the flat
+  // buffer and the gradients. (Before: copies, flat buffer and gradients at once, 3 x.)
+  CHECK(window_peak_bytes(Device::cpu()) - before == 2 * weights);
+  CHECK(host_bytes_in_use() - before == 2 * weights);
+  CHECK(replica.flat_params().to_vector() == source.flat_params().to_vector());
+}
