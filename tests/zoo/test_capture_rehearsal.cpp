@@ -5,7 +5,6 @@
 // the part of the step --cuda-graph captures; one that fails says where, before any GPU does.
 #include <doctest/doctest.h>
 
-#include <set>
 #include <string>
 
 #include "core/capture.hpp"
@@ -18,20 +17,9 @@ using namespace dpx;
 
 TEST_CASE("every zoo family's forward, loss and backward pass a capture rehearsal on the CPU") {
   Context ctx = Context::cpu(1);
-  // The first model of each family, and resnet50 for its bottleneck blocks. VGG is left out: its
-  // layers (convolution, ReLU, max and adaptive average pooling, dropout, linear, batch norm) are
-  // AlexNet's and ResNet's, and its 100 M-parameter classifier took 11 of this test's 17 s.
-  // (Every model takes 90 s.)
-  std::set<std::string> families;
-  for (const zoo::ModelInfo& info : zoo::registry()) {
-    const bool first = families.insert(info.family).second;
-    if ((!first && info.name != "resnet50") || info.family == "vgg") continue;
-    CAPTURE(info.name);
-    zoo::ModelOptions o;
-    o.num_classes = 3;
-    o.in_channels = info.default_in_channels;
-    o.image_size = std::max(info.min_image_size, 16);
-    nn::Model model(zoo::build_model(info.name, o));
+  for (const auto& [name, o] : testing::one_model_per_family()) {
+    CAPTURE(name);
+    nn::Model model(zoo::build_model(name, o));
     model.train();
     nn::CrossEntropyLoss loss;
     const testing::Batch b = testing::two_class_batch(2, o.in_channels, o.image_size, 3);

@@ -5,9 +5,6 @@
 // through the whole backward: the step's peak held every layer's activations at once.
 #include <doctest/doctest.h>
 
-#include <set>
-#include <string>
-
 #include "layers/loss.hpp"
 #include "layers/model.hpp"
 #include "zoo/registry.hpp"
@@ -28,18 +25,9 @@ void step(Context& ctx, nn::Model& model, nn::CrossEntropyLoss& loss, const test
 
 TEST_CASE("every zoo family's backward frees what its forward kept: a step leaves no activation alive") {
   Context ctx = Context::cpu(1);
-  // The first model of each family, and resnet50 for its bottleneck blocks; VGG's layers are
-  // AlexNet's and ResNet's (test_capture_rehearsal.cpp says why it is left out).
-  std::set<std::string> families;
-  for (const zoo::ModelInfo& info : zoo::registry()) {
-    const bool first = families.insert(info.family).second;
-    if ((!first && info.name != "resnet50") || info.family == "vgg") continue;
-    CAPTURE(info.name);
-    zoo::ModelOptions o;
-    o.num_classes = 3;
-    o.in_channels = info.default_in_channels;
-    o.image_size = std::max(info.min_image_size, 16);
-    nn::Model model(zoo::build_model(info.name, o));
+  for (const auto& [name, o] : testing::one_model_per_family()) {
+    CAPTURE(name);
+    nn::Model model(zoo::build_model(name, o));
     model.train();
     nn::CrossEntropyLoss loss;
     const testing::Batch b = testing::two_class_batch(2, o.in_channels, o.image_size, 3);

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "layers/module.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/tensors.hpp"
+#include "zoo/registry.hpp"
 
 namespace dpx::testing {
 
@@ -61,6 +63,29 @@ inline Batch two_class_batch(int64_t n, int64_t channels, int64_t size, uint64_t
     for (int64_t k = 0; k < per; ++k) b.x.data<float>()[i * per + k] += i % 2 ? 0.5f : -0.5f;
   }
   return b;
+}
+
+// The first model of each zoo family, and resnet50 for its bottleneck blocks, each with options
+// for its smallest input (at least 16x16) and 3 classes. VGG is left out: its layers
+// (convolution, ReLU, max and adaptive average pooling, dropout, linear, batch norm) are AlexNet's
+// and ResNet's, and its 100 M-parameter classifier took 11 of a 17 s test. (Every model: 90 s.)
+struct SmallModel {
+  std::string name;
+  zoo::ModelOptions options;
+};
+inline std::vector<SmallModel> one_model_per_family() {
+  std::vector<SmallModel> out;
+  std::set<std::string> families;
+  for (const zoo::ModelInfo& info : zoo::registry()) {
+    const bool first = families.insert(info.family).second;
+    if ((!first && info.name != "resnet50") || info.family == "vgg") continue;
+    zoo::ModelOptions o;
+    o.num_classes = 3;
+    o.in_channels = info.default_in_channels;
+    o.image_size = std::max(info.min_image_size, 16);
+    out.push_back({info.name, o});
+  }
+  return out;
 }
 
 }  // namespace dpx::testing
