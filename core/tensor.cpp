@@ -116,7 +116,6 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
 }
 
 size_t host_bytes_cached() { return host_cache().cached_bytes(); }
-size_t host_segments() { return host_cache().segments(); }
 uint64_t host_system_allocations() { return host_cache().system_allocations(); }
 void empty_host_cache() { host_cache().empty(); }
 size_t host_cache_cap_bytes() { return host_cache().cap_bytes(); }

@@ -47,12 +47,11 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 size_t host_bytes_in_use();
 // Bytes of freed host blocks the cache holds for reuse.
 size_t host_bytes_cached();
-// Segments the cache holds now (the large blocks' system allocations).
-size_t host_segments();
 // The host's high-water marks since the process started or the last reset_memory_peaks(), as
 // PyTorch's max_memory_allocated / max_memory_reserved: the most bytes of live host tensors at
-// once, and the most the allocator held from the system at once (live blocks, each rounded up to
-// 64 bytes, and the cache's free ones). Process-wide: thread ranks share them.
+// once, and the most the allocator held from the system at once (small blocks rounded up to 64
+// bytes and the segments large ones are carved from, live and free alike). Process-wide: thread
+// ranks share them.
 size_t host_peak_bytes_in_use();
 size_t host_bytes_reserved();
 size_t host_peak_bytes_reserved();
