@@ -455,8 +455,8 @@ void print_fits(std::ostream& os, const FitResult& r) {
     os << "# left out: " << r.skipped_wrong << " measurement" << (r.skipped_wrong == 1 ? "" : "s")
        << " with wrong values (#wrong > 0)\n";
   if (!r.collectives.empty()) {
-    os << "# Collectives: T = a alpha + b beta + c gamma (a, b, c: the algorithm's cost terms; README, Predicting at "
-          "scale)\n";
+    os << "# Collectives: T = a alpha + b beta + c gamma (a, b, c: the algorithm's cost terms; "
+          "docs/predicting.md)\n";
     char line[400];
     std::snprintf(line, sizeof line, "# %-40s %10s %12s %12s %7s %7s %6s  %s\n", "collective algo (backend)", "alpha",
                   "1/beta", "1/gamma", "R^2", "maxres", "points", "valid for");

@@ -267,7 +267,7 @@ std::vector<Figure> phases_figures(const Inputs& in) {
     }
     const std::string caption = g.run + "; the bars stack the mean phase times of a step, "
                                 "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
-                                "lies inside it (README: Phases)";
+                                "lies inside it (docs/measuring.md: Phases)";
     std::string b = datablock("p", rows);
     b += "set title " + quoted("Step time by phase: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
@@ -412,7 +412,7 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
     }
     const std::string caption = g.run + "; means per step: computation = forward + backward, communication total = "
                                 "mean_comm_total_s (hidden behind backward or not), exposed = mean_comm_exposed_s (what "
-                                "the step waited for, README: Phases)";
+                                "the step waited for, docs/measuring.md: Phases)";
     std::string b = datablock("c", rows);
     b += "set title " + quoted("Computation and communication per step: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
@@ -428,7 +428,7 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
 Figure bytes_per_epoch_figure(const Inputs& in) {
   const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
                               "; formula: bytes_per_epoch_formula, N/(B k) steps x trainable parameters x 4 bytes; "
-                              "counted: bytes_per_epoch_counted, what rank 0's communicator sent (README: Metrics)";
+                              "counted: bytes_per_epoch_counted, what rank 0's communicator sent (docs/measuring.md: Metrics)";
   std::string b, plot = "plot ";
   for (size_t i = 0; i < in.bench.size(); ++i) {
     const BenchGroup& g = in.bench[i];

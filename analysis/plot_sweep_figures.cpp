@@ -55,7 +55,7 @@ std::vector<Figure> loading_figures(const Inputs& in) {
     const std::string caption = family.front()->run + "; means per step against loader threads per rank (--workers, "
                                 "0: the training thread decodes): load = what the step waited for its batch "
                                 "(mean_load_s + mean_h2d_s), exposed communication less the wait for the slowest rank "
-                                "(README: Phases); the loader's own images/s per worker is in results.csv";
+                                "(docs/measuring.md: Phases); the loader's own images/s per worker is in results.csv";
     b += "set title " + quoted("Loading against computation by loader workers: " + family.front()->loader_family_label) +
          "\nset xlabel 'loader workers per rank (--workers)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set xrange [" + fmt(*workers.begin() - 0.3) + ":" + fmt(*workers.rbegin() + 0.3) + "]\n" + xtics +
@@ -154,9 +154,9 @@ std::vector<Figure> prediction_figures(const Inputs& in) {
       if (!efficiency) plot += ", \\\n  NaN with lines dt 2 lc rgb 'gray40' title 'dashed: ideal scaling (first point x k/k0)'";
       const std::string caption =
           run.run + (efficiency ? "; scaling efficiency = throughput / (k x one rank's), predicted from the network's "
-                                  "fit or link and one replica's measured step (README: Predicting at scale)"
+                                  "fit or link and one replica's measured step (docs/predicting.md)"
                                 : "; images/s predicted from the network's fit or link and one replica's measured step "
-                                  "(README: Predicting at scale)") +
+                                  "(docs/predicting.md)") +
           (measured ? "; squares: dpx bench's measurement of the same configuration (predict --compare)" : "");
       b += "set title " + quoted(std::string(efficiency ? "Predicted scaling efficiency: " : "Predicted throughput: ") +
                                  run.model + ", DDP " + run.algo) +

@@ -7,7 +7,7 @@
 //     step(k) = load + forward + backward + exposed(k) + optimizer
 //     exposed(k) = max(0, end of the last bucket's all-reduce - end of backward)
 // The computation is assumed to be the same on every rank, as on identical devices, and the
-// all-reduces not to slow it down (on a CPU they share its cores: see README, Predicting at scale).
+// all-reduces not to slow it down (on a CPU they share its cores: see docs/predicting.md).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -158,7 +158,7 @@ std::string bench_section(const Input& in) {
     efficiency.push_back(eff);
   }
   s += "<h3>Phases (mean per step)</h3>\n" + html_table("phases", phase_header, phases);
-  s += "<p class=\"note\">comm exposed includes the wait for the slowest rank (README: Phases).</p>\n";
+  s += "<p class=\"note\">comm exposed includes the wait for the slowest rank (docs/measuring.md: Phases).</p>\n";
   if (has_repeats)
     s += "<p class=\"note\">images/s: the median of the repeats, with its confidence interval [lo, hi] where "
          "there are three repeats or more; noisy: the repeats spread more than dpx bench accepts.</p>\n";

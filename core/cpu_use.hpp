@@ -1,7 +1,7 @@
 // What other processes took of the cores a run used: the cores' busy time from /proc/stat (user,
 // nice, system, irq, softirq and steal: a VM's neighbours count too) against the run's own
 // processes' CPU time from /proc/PID/stat, between two samples. A run on a busy machine measures
-// that machine, not dpx (README, "A busy machine"); dpx bench marks such runs disturbed.
+// that machine, not dpx (docs/commands.md, "A busy machine"); dpx bench marks such runs disturbed.
 #pragma once
 #include <string>
 #include <vector>

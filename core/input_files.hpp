@@ -1,6 +1,6 @@
 // Inputs must be regular files of a bounded size: a FIFO or a device given where dpx reads a file
 // once blocked plot, report and fit for ever, and an edited or huge file made them work for minutes
-// (README.md, "When things go wrong"). Checked before the file is opened; errors name the flag or
+// (docs/troubleshooting.md). Checked before the file is opened; errors name the flag or
 // the command and say what to do.
 #pragma once
 #include <cstdint>

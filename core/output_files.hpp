@@ -1,4 +1,4 @@
-// The rules every output of dpx follows (README.md, "When things go wrong"), checked before a
+// The rules every output of dpx follows (docs/troubleshooting.md), checked before a
 // command does any work:
 //  - an output path is never empty (an empty --out once meant "/", the root of the file system);
 //  - an output never names an input of the same run, nor another output (--trace equal to

@@ -1,4 +1,4 @@
-// Per-step phase times. The phases and their boundaries are documented once, in README.md
+// Per-step phase times. The phases and their boundaries are documented once, in docs/measuring.md
 // ("Phases"); trainers time them with parallel::PhaseScope (parallel/train/device_env.hpp), which puts
 // a PhaseTimer::Scope around the code of each phase and marks its begin and end on the device.
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace dpx {
 
-// The phases of a step (README.md, "Phases"). All but two are intervals a scope times on the
+// The phases of a step (docs/measuring.md, "Phases"). All but two are intervals a scope times on the
 // rank's clock. comm_total is the sum of the step's gradient all-reduces (they overlap backward);
 // wait is computed after the run from every rank's end of backward, by one function,
 // parallel::fill_wait_times (parallel/bench/metrics.hpp):

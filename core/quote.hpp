@@ -1,6 +1,6 @@
 // Names and text from others (folder and file names, CSV fields, command lines) as they may be
 // written into a script: every byte that could end a string, a line or a comment is escaped.
-// The rule of README.md's "When things go wrong": nothing of another's file reaches gnuplot or a
+// The rule of docs/troubleshooting.md: nothing of another's file reaches gnuplot or a
 // shell unescaped.
 #pragma once
 #include <string>

@@ -152,7 +152,7 @@ void print_bench_table(std::ostream& os, const std::vector<Config>& configs,
   os << "(ms per step, medians over " << repeat << (repeat == 1 ? " run" : " runs")
      << "; spread = (max - min) / median of img/s over the runs, noisy = spread above --noisy-spread "
      << noisy_spread << ";\n eff = scaling efficiency against the first row of the same configuration but devices;\n"
-        " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: README.md, Metrics;\n"
+        " LB = load balance, CommE = communication efficiency, PE = parallel efficiency: docs/measuring.md, Metrics;\n"
         " peak MB = the most memory of live tensors at once, of any rank and run: the GPU's on a GPU, else the host "
         "process's; results.csv has the allocator's reserved bytes too;\n others = the share of the run's cores that "
         "other processes took during its measured steps, the most of any run; ! above 10 %: disturbed, the times are "

@@ -70,7 +70,7 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                    "first step (one job script for a run and its requeues)");
   }
   auto mark = [](bool& given) { return [&given](const std::string&) { given = true; }; };
-  // Mixed precision (README.md, Mixed precision); bench sweeps a list of --grad-dtype.
+  // Mixed precision (docs/data-parallelism.md, Mixed precision); bench sweeps a list of --grad-dtype.
   cmd.add_option("--precision", f.precision,
                  "compute precision: fp32; tf32 (GPUs: as --tf32); bf16 or fp16 (GPUs: convolutions and matrix "
                  "products on tensor cores with operands rounded to it and fp32 accumulation; bf16 needs Ampere or "

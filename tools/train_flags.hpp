@@ -47,7 +47,7 @@ inline constexpr const char* kConvAlgoHelp =
     "faster (stems on large planes, 1024+ channels on tiny planes) and inside thread ranks of several threads; "
     "the same every run), search (time each candidate on a shape's first call, keep the fastest; two runs may "
     "differ in the last bits), onednn (direct only: PyTorch's arithmetic), winograd (wherever it applies), or dpx "
-    "(dpx's own kernels: results bitwise independent of --threads). README.md, CPU kernels";
+    "(dpx's own kernels: results bitwise independent of --threads). docs/kernels.md, CPU kernels";
 inline constexpr const char* kAccumulateHelp = "synchronise gradients every k micro-steps";
 
 // Adds the model/data/optimiser/execution flags to `cmd`. `for_bench` leaves out the flags

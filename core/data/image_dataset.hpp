@@ -20,7 +20,7 @@ enum class BadImagePolicy { stop, skip };
 BadImagePolicy parse_bad_image_policy(const std::string& s);  // "stop" | "skip"; UsageError naming --on-bad-image
 std::string bad_image_policy_name(BadImagePolicy p);
 
-// What --dataset imagefolder and tinyimagenet take besides the folder (README.md, Data).
+// What --dataset imagefolder and tinyimagenet take besides the folder (docs/data.md).
 struct ImageSetOptions {
   ImageTransformOptions transform;  // transform.train is set per split
   BadImagePolicy on_bad_image = BadImagePolicy::stop;

@@ -1,8 +1,7 @@
 // JPEG and PNG files to 8-bit RGB, as PIL's Image.open(f).convert("RGB") gives them (what
 // torchvision's ImageFolder feeds its transforms): libjpeg-turbo's TurboJPEG API for JPEG (with
 // DCT-domain scaling by 1/2, 1/4 or 1/8 when asked), libspng for PNG. Grey, CMYK and YCCK JPEGs,
-// palette, grey + alpha, 1/2/4/16-bit and alpha PNGs are converted to RGB by PIL's rules (README.md,
-// Data). A file that is not a readable JPEG or PNG throws BadImage naming it.
+// palette, grey + alpha, 1/2/4/16-bit and alpha PNGs are converted to RGB by PIL's rules (docs/data.md). A file that is not a readable JPEG or PNG throws BadImage naming it.
 #pragma once
 #include <cstdint>
 #include <span>

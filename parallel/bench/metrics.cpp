@@ -1,5 +1,5 @@
 // The summary metrics and the `wait` phase, each with its one definition (see metrics.hpp;
-// README.md, Metrics).
+// docs/measuring.md, Metrics).
 #include "parallel/bench/metrics.hpp"
 
 #include <algorithm>

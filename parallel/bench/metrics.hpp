@@ -1,4 +1,4 @@
-// Summary metrics of a training run, every one with its definition (README.md, "Metrics"):
+// Summary metrics of a training run, every one with its definition (docs/measuring.md, "Metrics"):
 // mean phase times over the measured steps (warm-up excluded), throughput, POP efficiencies,
 // bytes communicated (formula and counted), and scaling against a baseline run; and the `wait`
 // phase, which only the records of every rank together give.
@@ -32,7 +32,7 @@ struct Summary {
   double speedup = 1, scaling_efficiency = 1;
 };
 
-// The one definition of the `wait` phase (README.md, "Phases"; core/phase_timer.hpp), for
+// The one definition of the `wait` phase (docs/measuring.md, "Phases"; core/phase_timer.hpp), for
 // every trainer, filled in after the run from the records' ends of backward (all on one clock,
 // rank 0's): on each step at which the ranks' gradients are reduced,
 //   wait = the latest backward_end_s among the step's records − this record's backward_end_s,

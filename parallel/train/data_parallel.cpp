@@ -2,7 +2,7 @@
 // global batch, copies its weights into the replicas every step, runs them in parallel
 // (one thread each), gathers the outputs, computes the loss, scatters the output gradients,
 // runs the replicas' backward in parallel and sums their gradients into itself before its
-// optimizer step. One deviation, documented in README.md: replica 0's batch-norm running
+// optimizer step. One deviation, documented in docs/data-parallelism.md: replica 0's batch-norm running
 // statistics are copied back to the master (PyTorch drops every replica's buffer updates).
 //
 // The master runs the same train_loop and train_step as an SPMD rank (train_step.hpp); what

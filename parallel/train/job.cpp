@@ -69,7 +69,7 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
     weights_report = zoo::load_state(initial, read_safetensors(o.weights_file), o.weights_strict, skip);
   }
   if (!o.weights_file.empty() && o.on_nonfinite != NonFinite::ignore) check_finite(initial, o.weights_file, "--weights");
-  // --resume auto: one job script for the first run and every requeue (README.md, Slurm): the
+  // --resume auto: one job script for the first run and every requeue (docs/cluster.md, Slurm): the
   // newest checkpoint of --checkpoint-dir where there is one, else a run from the start.
   const bool auto_start = o.resume == "auto" && !has_checkpoint(o.checkpoint_dir);
   if (!o.resume.empty() && !auto_start) {

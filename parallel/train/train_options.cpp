@@ -104,7 +104,7 @@ std::string name(DType d) { return std::string(choice_name(kGradDtypes, d)); }
 std::string name(Precision p) { return std::string(choice_name(kPrecisions, p)); }
 
 // The combinations of options that cannot run together, each with its reason, in the order
-// validate() tries them (README.md, "Refused combinations", lists them).
+// validate() tries them (docs/data-parallelism.md, "Options that cannot run together", lists them).
 struct Refusal {
   // What a refusal says: a fixed text, or one built from the values of the options.
   struct Says {
@@ -274,7 +274,7 @@ const Refusal kRefused[] = {
      },
      "--checkpoint-dir and --resume work with --parallel none and ddp, not with dp "
      "(DataParallel's master loop keeps no checkpoints yet)"},
-    // ---- mixed precision (README.md, Mixed precision)
+    // ---- mixed precision (docs/data-parallelism.md, Mixed precision)
     {[](const TrainOptions& o) { return o.precision != Precision::fp32 && !o.device().is_cuda(); },
      [](const TrainOptions& o) {
        return detail::concat("--precision ", name(o.precision), " needs --devices cuda:N: dpx's CPU kernels compute ",

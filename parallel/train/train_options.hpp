@@ -67,7 +67,7 @@ struct TrainOptions {
   int64_t batch_size = 64;                // the global batch: split over the ranks
   std::string optimizer = "sgd";          // sgd | adamw (layers/optim.hpp)
   // Defaults: SGD with Nesterov momentum and a cosine schedule, which trains lenet5 to ≥ 90 %
-  // on Fashion-MNIST in 3 epochs (README.md); the studies' setting (docs/ARCHITECTURE.md,
+  // on Fashion-MNIST in 3 epochs (benchmarks/RESULTS.md); the studies' setting (docs/ARCHITECTURE.md,
   // Studies) is --lr 0.01 --no-nesterov --lr-schedule constant. Unset lr and weight_decay take
   // the optimizer's default: SGD lr 0.05 and no weight decay; AdamW torch.optim.AdamW's lr 1e-3
   // and weight decay 1e-2.
@@ -105,7 +105,7 @@ struct TrainOptions {
   std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
   bool cuda_graph = false;                // --cuda-graph: forward, loss and backward replayed as a CUDA graph (graph_step.hpp)
   bool graph_rehearsal = false;           // tests only, no flag: --cuda-graph on CPU ranks, rehearsed (graph_step.hpp)
-  // Mixed precision (README.md, Mixed precision). The weights and the optimizer stay fp32.
+  // Mixed precision (docs/data-parallelism.md, Mixed precision). The weights and the optimizer stay fp32.
   Precision precision = Precision::fp32;  // --precision: the compute's
   DType grad_dtype = DType::f32;          // --grad-dtype: DDP's gradient all-reduce (kGradDtypes)
   LossScale loss_scale;                   // --loss-scale

@@ -171,7 +171,7 @@ TEST_CASE("the whole sample from a file's bytes: DCT scaling off is torchvision'
   MESSAGE("evaluation at DCT scale 1/", dct_scale_for(320, 240, 48, 36), ": max |dpx - torchvision| = ", diff);
   worst = std::max(worst, diff);
   CHECK(worst > 0);       // scaled decoding is not torchvision's bit for bit
-  CHECK(worst <= 0.1);  // ... but within this bound (0.068 measured; README.md, Data)
+  CHECK(worst <= 0.1);  // ... but within this bound (0.068 measured; docs/data.md)
 }
 
 TEST_CASE("RandomResizedCrop's plan: torchvision's ranges, its fallback, and the generator alone decides") {

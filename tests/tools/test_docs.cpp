@@ -201,6 +201,52 @@ std::vector<std::string> problems_of(const std::string& doc, const std::string& 
   return out;
 }
 
+// GitHub's anchor of a heading: lower case, punctuation and symbols (the docs' are ASCII but for
+// dashes and signs) dropped, spaces to '-'.
+std::string anchor_of(const std::string& heading) {
+  std::string out;
+  for (unsigned char c : heading) {
+    if (std::isalnum(c) || c == '_' || c == '-') out += static_cast<char>(std::tolower(c));
+    else if (c == ' ') out += '-';
+  }
+  return out;
+}
+
+// The anchors of a page's headings (outside code blocks).
+std::set<std::string> anchors_of(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream lines(text);
+  bool fenced = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("```", 0) == 0) fenced = !fenced;
+    else if (!fenced && line.rfind('#', 0) == 0 && line.find("# ") != std::string::npos)
+      out.insert(anchor_of(line.substr(line.find("# ") + 2)));
+  }
+  return out;
+}
+
+// Every relative link of a page ("[text](target)" and images) that points at no file of the
+// repository or at no heading of its page: "docs/a.md: b.md#c: no heading #c in docs/b.md".
+std::vector<std::string> broken_links(const std::string& doc, const std::string& text) {
+  std::vector<std::string> out;
+  static const std::regex link("\\]\\(([^)\\s]+)\\)");
+  for (auto m = std::sregex_iterator(text.begin(), text.end(), link); m != std::sregex_iterator(); ++m) {
+    const std::string target = (*m)[1].str();
+    if (target.find("://") != std::string::npos) continue;
+    const size_t hash = target.find('#');
+    const std::string file = target.substr(0, hash);
+    const fs::path resolved = file.empty() ? fs::path(doc) : (fs::path(doc).parent_path() / file).lexically_normal();
+    if (!fs::exists(kRoot / resolved)) {
+      out.push_back(doc + ": " + target + ": no file " + resolved.generic_string());
+      continue;
+    }
+    if (hash == std::string::npos) continue;
+    if (!anchors_of(read(kRoot / resolved)).count(target.substr(hash + 1)))
+      out.push_back(doc + ": " + target + ": no heading " + target.substr(hash) + " in " + resolved.generic_string());
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("every path and code identifier that README.md and docs/ write in backticks exists") {
@@ -210,7 +256,7 @@ TEST_CASE("every path and code identifier that README.md and docs/ write in back
     ++pages;
     for (const std::string& p : problems_of(doc, read(kRoot / doc))) problems.push_back(p);
   }
-  CHECK(pages >= 3);  // README.md, docs/ARCHITECTURE.md, docs/CONVENTIONS.md at least
+  CHECK(pages >= 13);  // README.md, the reference's ten pages, docs/ARCHITECTURE.md, docs/CONVENTIONS.md
   for (const std::string& p : problems) MESSAGE(p);
   CHECK(problems.empty());
 }
@@ -240,9 +286,37 @@ TEST_CASE("every source file starts with the comment that says what it holds") {
   CHECK(bare.empty());
 }
 
-// The README's Slurm section shows the job script tests/tools/test_slurm.cpp runs.
-TEST_CASE("the README's job script is scripts/train.sbatch, line for line") {
+TEST_CASE("every link of README.md and docs/ leads to a file of the repository and a heading of it") {
+  std::vector<std::string> problems;
+  for (const std::string& doc : doc_files())
+    for (const std::string& p : broken_links(doc, read(kRoot / doc))) problems.push_back(p);
+  for (const std::string& p : problems) MESSAGE(p);
+  CHECK(problems.empty());
+}
+
+TEST_CASE("the link check finds a missing page and a missing heading, and passes what exists") {
+  const auto problems = broken_links("docs/page.md", "[a](measuring.md#metrics) [b](gone.md) [c](cluster.md#no-such) "
+                                                     "[d](../README.md#the-first-five-minutes) [e](https://x.org/#y)");
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0] == "docs/page.md: gone.md: no file docs/gone.md");
+  CHECK(problems[1] == "docs/page.md: cluster.md#no-such: no heading #no-such in docs/cluster.md");
+}
+
+// The README is where a newcomer starts: short, and the index of every page of the reference.
+TEST_CASE("README.md is the first five minutes and links every page of docs/") {
   const std::string readme = read(kRoot / "README.md");
+  CHECK(std::count(readme.begin(), readme.end(), '\n') < 200);
+  for (const std::string& doc : doc_files()) {
+    if (doc == "README.md" || doc.rfind("docs/lessons/", 0) == 0) continue;
+    CAPTURE(doc);
+    CHECK(readme.find("](" + doc + ")") != std::string::npos);
+  }
+  CHECK(readme.find("](docs/lessons/README.md)") != std::string::npos);
+}
+
+// docs/cluster.md's Slurm section shows the job script tests/tools/test_slurm.cpp runs.
+TEST_CASE("the job script docs/cluster.md shows is scripts/train.sbatch, line for line") {
+  const std::string readme = read(kRoot / "docs" / "cluster.md");
   const std::string script = read(kRoot / "scripts" / "train.sbatch");
   REQUIRE(script.find("#SBATCH --requeue") != std::string::npos);
   CHECK(readme.find("```bash\n" + script + "```") != std::string::npos);  // the whole file, as one block

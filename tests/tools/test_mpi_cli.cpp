@@ -259,7 +259,7 @@ TEST_CASE("a stopped rank ends the job with a stall report, and a killed rank wi
     CHECK(took < 3);  // within the timeout
 #ifdef DPX_TEST_MPICH
     // MPICH's mpiexec (hydra) kills the other ranks itself the moment one dies, before they can
-    // speak, and names the process (README, MPICH).
+    // speak, and names the process (docs/cluster.md, MPICH).
     CHECK(out.find("BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES") != std::string::npos);
     CHECK(out.find("PID " + std::to_string(pid) + " RUNNING AT") != std::string::npos);
 #else

@@ -185,7 +185,7 @@ TEST_CASE("a task killed under srun ends the job with dpx's report naming it") {
                         out.find("vanished") != std::string::npos;
   // dpx's rank 0 sees the process vanish at once (pidfd) and names it. The MPI library is told too,
   // through Slurm's PMIx or UCX, and may end rank 0 first: MPICH over UCX aborts the moment the
-  // peer's memory vanishes mid-copy (process_vm_readv: No such process; README, MPICH), and
+  // peer's memory vanishes mid-copy (process_vm_readv: No such process; docs/cluster.md, MPICH), and
   // slurmstepd's PMIx error handler cancels the step. The job then ends all the same, Slurm naming
   // the task; which came first is said here.
   const bool cancelled = out.find("process_vm_readv") != std::string::npos || out.find("CANCELLED") != std::string::npos;
@@ -228,7 +228,7 @@ TEST_CASE("scripts/train.sbatch: stopped by SIGTERM, it requeues itself and resu
   CAPTURE(ref.output);
   REQUIRE(ref.code == 0);
 
-  // The job script as the README shows it; DPX names the binary and DPX_SRUN_MPI srun's PMI plugin
+  // The job script as docs/cluster.md shows it; DPX names the binary and DPX_SRUN_MPI srun's PMI plugin
   // (sbatch exports both to the job).
   const std::string script = std::string(DPX_SOURCE_DIR) + "/scripts/train.sbatch";
   DpxResult submit = run_command("DPX=" + std::string(DPX_BINARY) + " DPX_SRUN_MPI=" DPX_SRUN_MPI " sbatch --parsable --chdir " + d.string() + " " +
