@@ -9,7 +9,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/memory.hpp"
@@ -76,6 +78,17 @@ ThreadTotals& this_thread_totals() {
 }
 
 thread_local bool t_counting = false;
+thread_local bool t_tracing = false;
+thread_local std::vector<OpSpan> t_spans;
+
+// Every op's name, in kernels/ops.def's order: the number a span travels with (the same in every
+// process of an MPI job, as the string literals' addresses are not).
+constexpr const char* kOpNames[] = {
+#define DPX_OP(ret, name, params, args) #name,
+#include "kernels/ops.def"
+#undef DPX_OP
+};
+constexpr int kOpCount = static_cast<int>(sizeof(kOpNames) / sizeof(kOpNames[0]));
 
 // The op that last raised the memory high-water mark, and the mark.
 std::mutex g_peak_mu;
@@ -239,15 +252,35 @@ std::vector<OpStats> snapshot() {
   return out;
 }
 
+Tracing::Tracing(bool on) : previous_(t_tracing) { t_tracing = on; }
+Tracing::~Tracing() { t_tracing = previous_; }
+
+std::vector<OpSpan> take_spans() { return std::exchange(t_spans, {}); }
+
+const char* op_name(int op) { return op >= 0 && op < kOpCount ? kOpNames[op] : "?"; }
+
+int op_index(const char* name) {
+  static const std::unordered_map<std::string_view, int> rows = [] {
+    std::unordered_map<std::string_view, int> out;
+    for (int i = 0; i < kOpCount; ++i) out.emplace(kOpNames[i], i);
+    return out;
+  }();
+  const auto it = rows.find(name);
+  return it == rows.end() ? -1 : it->second;
+}
+
 PeakOp peak_op() {
   std::lock_guard<std::mutex> lock(g_peak_mu);
   return g_peak;
 }
 
 Call::Call(const Context& ctx, const char* name, double flops) {
-  if (!enabled() || !t_counting) return;
+  if (!enabled() || !(t_counting || t_tracing)) return;
   ctx_ = &ctx;
   name_ = name;
+  counted_ = t_counting;
+  start_ns_ = now_ns();
+  if (!counted_) return;  // traced only: its span is its host time
   flops_ = flops;
   peak_before_ = window_peak_bytes(ctx.device);
 #ifdef DPX_WITH_CUDA
@@ -264,6 +297,9 @@ Call::Call(const Context& ctx, const char* name, double flops) {
 Call::~Call() {
   if (!ctx_) return;
   const double host_s = static_cast<double>(now_ns() - start_ns_) * 1e-9;
+  if (t_tracing && std::uncaught_exceptions() == 0)
+    t_spans.push_back({op_index(name_), static_cast<double>(start_ns_) * 1e-9, host_s});
+  if (!counted_) return;
   note_peak(*ctx_, name_, peak_before_);
   ThreadTotals& t = this_thread_totals();
 #ifdef DPX_WITH_CUDA

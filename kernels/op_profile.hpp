@@ -71,8 +71,33 @@ struct PeakOp {
 };
 PeakOp peak_op();
 
-// One op call, timed from construction to destruction when enabled() and counting(); made by
-// the dispatcher with the op's FLOPs (negative: not defined for this op).
+// The ops of a traced step (dpx train --trace with --profile-ops): while a Tracing scope is alive
+// in a thread and enabled(), every op that thread calls, counted or not, also leaves a span with
+// its host wall time (on CUDA: the time the host spent issuing it, its GPU time being in the
+// totals). Spans nest as the ops do (an op that calls others holds them).
+struct OpSpan {
+  int op = -1;          // the op's row in kernels/ops.def (op_name)
+  double start_s = 0;   // steady clock (core/clock.hpp's now_s)
+  double seconds = 0;
+};
+class Tracing {
+ public:
+  explicit Tracing(bool on);
+  ~Tracing();
+  Tracing(const Tracing&) = delete;
+  Tracing& operator=(const Tracing&) = delete;
+
+ private:
+  bool previous_;
+};
+// This thread's spans since the last call, in the order the ops ended.
+std::vector<OpSpan> take_spans();
+// The name of row `op` of kernels/ops.def ("?" outside it), and the row of a name (-1: none).
+const char* op_name(int op);
+int op_index(const char* name);
+
+// One op call, timed from construction to destruction when enabled() and counting() (or
+// tracing); made by the dispatcher with the op's FLOPs (negative: not defined for this op).
 class Call {
  public:
   Call(const Context& ctx, const char* name, double flops);
@@ -81,7 +106,8 @@ class Call {
   Call& operator=(const Call&) = delete;
 
  private:
-  const Context* ctx_ = nullptr;  // null: this call is not counted
+  const Context* ctx_ = nullptr;  // null: this call is neither counted nor traced
+  bool counted_ = false;
   const char* name_ = nullptr;
   double flops_ = -1;
   int64_t start_ns_ = 0;

@@ -594,11 +594,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                   s.comm_efficiency, s.parallel_efficiency);
       if (bf.profile_ops) {
         const std::vector<ops::profile::OpStats> op_stats = ops::profile::snapshot();
-        std::cout << op_table(op_stats, measured);
-        if (const ops::profile::PeakOp peak = ops::profile::peak_op(); !peak.name.empty())
-          std::printf("memory high-water mark of the measured steps: %.1f MB of %s in use, reached in %s\n",
-                      static_cast<double>(peak.bytes) / 1e6, peak.on_gpu ? "the GPU's allocator" : "live host tensors",
-                      peak.name.c_str());
+        std::cout << op_table(op_stats, measured) << peak_op_line();
         ops_csv += op_csv_rows(c.tag, run, op_stats, measured);
         write_file_atomic(bf.out_dir + "/ops.csv", ops_csv);
       }

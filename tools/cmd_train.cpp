@@ -1,5 +1,6 @@
 // `dpx train`: trains one model on one configuration, prints progress and test accuracy, and
-// writes steps.csv, summary.csv, config.json (and a trace) into --out, the weights to --save.
+// writes steps.csv, summary.csv, config.json (and with --profile-ops ops.csv) into --out, the
+// weights to --save, a trace to --trace.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/data/datasets.hpp"
 #include "core/stop.hpp"
+#include "kernels/op_profile.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
 #include "parallel/comm/nccl/nccl_backend.hpp"
@@ -18,6 +20,7 @@
 #include "parallel/bench/report_io.hpp"
 #include "parallel/train/trainer.hpp"
 #include "tools/commands.hpp"
+#include "tools/op_table.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
 #include "zoo/weights.hpp"
@@ -43,11 +46,15 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   if (o.backend == parallel::Backend::p2p)
     if (const std::string why = parallel::p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
   const bool rank0 = processes.rank() == 0;
+  if (f.profile_ops && o.cuda_graph)
+    usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
+               "profile without --cuda-graph");
+  ops::profile::set_enabled(f.profile_ops);
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.
   std::vector<std::unique_ptr<OutputLock>> locks;
   if (rank0) {  // rank 0 alone writes the run's files
-    check_train_outputs(o, f.force);
+    check_train_outputs(o, f);
     auto folder = [&](const std::string& dir, const char* flag, bool lock) {
       ensure_writable_dir(dir, flag);
       if (lock) locks.push_back(std::make_unique<OutputLock>(dir, flag));
@@ -77,11 +84,19 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   print_summary(std::cout, report, s);
   print_loader(std::cout, report, s);
   if (o.verbose) print_conv_choices(std::cout);
+  std::vector<ops::profile::OpStats> op_stats;
+  const MeasuredSteps measured = measured_steps(report, processes.rank());
+  if (f.profile_ops) {  // this process's ops: under MPI, rank 0's
+    op_stats = ops::profile::snapshot();
+    std::cout << op_table(op_stats, measured) << peak_op_line();
+  }
   if (!o.out_dir.empty()) {
     parallel::write_steps_csv(o.out_dir + "/steps.csv", report);
     parallel::write_summary_csv(o.out_dir + "/summary.csv", report, s);
     parallel::write_config_json(o.out_dir + "/config.json", report);
-    std::cout << "wrote " << o.out_dir << "/{steps.csv, summary.csv, config.json}\n";
+    if (f.profile_ops) write_file_atomic(o.out_dir + "/ops.csv", op_csv_header() + op_csv_rows(o.model, 1, op_stats, measured));
+    std::cout << "wrote " << o.out_dir << "/{steps.csv, summary.csv, config.json" << (f.profile_ops ? ", ops.csv" : "")
+              << "}\n";
   }
   if (!o.save_file.empty()) {
     const zoo::ModelOptions& mo = report.model_options;

@@ -80,6 +80,16 @@ std::string op_table(const std::vector<ops::profile::OpStats>& ops, const Measur
   return os.str();
 }
 
+std::string peak_op_line() {
+  const ops::profile::PeakOp peak = ops::profile::peak_op();
+  if (peak.name.empty()) return "";
+  char line[256];
+  std::snprintf(line, sizeof line, "memory high-water mark of the measured steps: %.1f MB of %s in use, reached in %s\n",
+                static_cast<double>(peak.bytes) / 1e6, peak.on_gpu ? "the GPU's allocator" : "live host tensors",
+                peak.name.c_str());
+  return line;
+}
+
 std::string op_csv_header() {
   return "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step\n";
 }

@@ -1,4 +1,4 @@
-// `dpx bench --profile-ops`: the op profiler's totals of one run (kernels/op_profile.hpp) as a
+// `dpx bench --profile-ops` and `dpx train --profile-ops`: the op profiler's totals of one run (kernels/op_profile.hpp) as a
 // table on the terminal and as rows of ops.csv, against the run's measured steps.
 #pragma once
 #include <string>
@@ -24,6 +24,10 @@ MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_ra
 // step's totals, its kernel count among them (a launch-bound model shows many kernels and host
 // ms close to the GPU ms).
 std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps);
+
+// "memory high-water mark of the measured steps: 412.3 MB of live host tensors in use, reached in
+// conv2d_backward" (the op profiler's peak_op), or "" when no counted op raised the mark.
+std::string peak_op_line();
 
 // ops.csv: the header, and one line per op prefixed with the configuration's tag and run.
 std::string op_csv_header();

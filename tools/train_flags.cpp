@@ -50,6 +50,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps")
         ->check(output_path());
     cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
+    cmd.add_flag("--profile-ops", f.profile_ops,
+                 "time every op (kernels/ops.def) of the steps after --warmup: a table at the end and ops.csv in "
+                 "--out; with --trace each op of the traced steps is a span on its rank's ops track");
     cmd.add_option("--weights", o.weights_file,
                    "start from this safetensors state_dict (torchvision names, e.g. a torchvision model's "
                    "weights); with --head the file's classifier is left out");
@@ -276,7 +279,7 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   }
 }
 
-void check_train_outputs(const parallel::TrainOptions& o, bool force) {
+void check_train_outputs(const parallel::TrainOptions& o, const TrainFlags& f) {
   std::vector<FlagPath> outputs;
   std::vector<FileKind> kinds;
   auto output = [&](const std::string& path, FileKind kind, const char* flag) {
@@ -288,6 +291,7 @@ void check_train_outputs(const parallel::TrainOptions& o, bool force) {
     output(o.out_dir + "/steps.csv", FileKind::steps_csv, "--out");
     output(o.out_dir + "/summary.csv", FileKind::summary_csv, "--out");
     output(o.out_dir + "/config.json", FileKind::config_json, "--out");
+    if (f.profile_ops) output(o.out_dir + "/ops.csv", FileKind::ops_csv, "--out");
   }
   output(o.trace_file, FileKind::trace_json, "--trace");
   output(o.save_file, FileKind::weights, "--save");
@@ -295,7 +299,7 @@ void check_train_outputs(const parallel::TrainOptions& o, bool force) {
   const bool resume_file = !o.resume.empty() && o.resume != "auto" && std::filesystem::is_regular_file(o.resume, ec);
   // An input named as an output first (the more specific message), then each file's kind.
   check_outputs_distinct(outputs, {{"--weights", o.weights_file}, {"--resume", resume_file ? o.resume : ""}});
-  for (size_t i = 0; i < outputs.size(); ++i) check_output_file(outputs[i].path, kinds[i], outputs[i].flag.c_str(), force);
+  for (size_t i = 0; i < outputs.size(); ++i) check_output_file(outputs[i].path, kinds[i], outputs[i].flag.c_str(), f.force);
 }
 
 void apply_omp_wait(int argc, char** argv) {

@@ -23,6 +23,7 @@ struct TrainFlags {
   bool momentum_given = false, nesterov_given = false, eps_given = false;
   bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
   bool force = false;                    // --force: replace existing outputs dpx did not write
+  bool profile_ops = false;              // dpx train --profile-ops (dpx bench has its own: a table per run)
   ImageFlags images;                     // image folders' list flags (--crop-scale, --mean, ...)
   std::string omp_wait = "default";      // --omp-wait: main() acted on it before the command line was parsed
 };
@@ -65,7 +66,7 @@ CLI::Validator output_path();
 // dpx train's outputs (core/output_files.hpp): steps.csv, summary.csv and config.json in --out,
 // --trace and --save may replace only files dpx wrote as those kinds (unless --force), and none may
 // be --weights, --resume or another of them. Throws a usage error naming the flag.
-void check_train_outputs(const parallel::TrainOptions& o, bool force);
+void check_train_outputs(const parallel::TrainOptions& o, const TrainFlags& f);
 
 // What a rank brings to the start-up agreement of an MPI job: the command, dpx's version and
 // the options that must be the same on every rank.

@@ -51,7 +51,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   }
   workers_.reserve(static_cast<size_t>(o_.num_workers));
   try {
-    for (int w = 0; w < o_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+    for (int w = 0; w < o_.num_workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
     if (device_batches_) feeder_ = std::thread([this] { feeder_loop(); });
   } catch (...) {  // could not start a thread: stop the ones that did before giving up
     stop_threads();
@@ -142,6 +142,7 @@ Tensor DataLoader::acquire(const Shape& shape, DType dtype) {
 }
 
 Batch DataLoader::load(const std::vector<int64_t>& shard, int64_t epoch, int64_t step) {
+  const double start = now_s();
   Stopwatch sw;
   const int64_t first = step * o_.batch_size;
   const int64_t b = std::min(o_.batch_size, static_cast<int64_t>(shard.size()) - first);
@@ -164,6 +165,8 @@ Batch DataLoader::load(const std::vector<int64_t>& shard, int64_t epoch, int64_t
   batch.epoch = epoch;
   batch.step = step;
   batch.load_s = sw.elapsed_s();
+  batch.load_start_s = start;
+  batch.load_end_s = start + batch.load_s;
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.batches;
   stats_.images += kept;
@@ -172,7 +175,7 @@ Batch DataLoader::load(const std::vector<int64_t>& shard, int64_t epoch, int64_t
   return batch;
 }
 
-void DataLoader::worker_loop() {
+void DataLoader::worker_loop(int worker) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] {
@@ -187,6 +190,7 @@ void DataLoader::worker_loop() {
     Slot slot;
     try {
       slot.batch = load(*indices, epoch, step);
+      slot.batch->worker = worker;
     } catch (...) {
       slot.error = std::current_exception();  // handed to next() for this step
     }

@@ -66,6 +66,9 @@ struct Batch {
                          // is the batch size less these
   double wait_s = 0;     // time next() blocked for this batch (with 0 workers: the whole load)
   double load_s = 0;     // time spent producing it (fetching and transforming its samples)
+  double load_start_s = 0, load_end_s = 0;  // steady clock (now_s) around its loading on the host (traces)
+  int worker = -1;       // the worker thread that loaded it (0 ..); -1: the thread that called next()
+                         // (or, with a GPU and no workers, the feeder)
 };
 
 // Sharding: every epoch, the whole data set is permuted (the same permutation on every rank,
@@ -109,7 +112,7 @@ class DataLoader {
   // A host buffer of `shape`: a pooled one nobody else holds any more, or a new one (pinned when
   // batches go to a GPU).
   Tensor acquire(const Shape& shape, DType dtype);
-  void worker_loop();
+  void worker_loop(int worker);
   void feeder_loop();
   std::optional<Batch> next_host();
   std::optional<Batch> next_device();

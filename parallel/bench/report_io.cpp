@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "core/atomic_file.hpp"
 #include "core/version_config.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
+#include "kernels/op_profile.hpp"
 
 namespace dpx::parallel {
 
@@ -165,29 +167,62 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
-// The trace's track for the bucket all-reduces: after the phases' (one track per phase).
-constexpr int kBucketTrack = kPhaseCount;
+// The trace's tracks of a rank after the phases' (one per phase): the bucket all-reduces, the
+// ops (--profile-ops), then one per loader worker (the first for batches loaded without workers).
+constexpr int kBucketTrack = kPhaseCount, kOpTrack = kPhaseCount + 1, kLoaderTrack = kPhaseCount + 2;
+
+int track_of(const TraceSpan& s) {
+  switch (s.kind) {
+    case TraceSpan::Kind::bucket: return kBucketTrack;
+    case TraceSpan::Kind::op: return kOpTrack;
+    case TraceSpan::Kind::batch: return kLoaderTrack + 1 + s.index;
+  }
+  return kBucketTrack;
+}
+
+std::string track_name(int track) {
+  if (track == kBucketTrack) return "all-reduce (buckets)";
+  if (track == kOpTrack) return "ops";
+  if (track == kLoaderTrack) return "loader (no workers)";
+  return "loader worker " + std::to_string(track - kLoaderTrack - 1);
+}
 
 void write_trace(const std::string& path, const TrainReport& report, int64_t first, int64_t last) {
   nlohmann::json events = nlohmann::json::array();
   auto us = [&](double t) { return (t - report.start_s) * 1e6; };
+  std::set<std::pair<int, int>> tracks;  // (rank, track) of the spans
+  for (const TraceSpan& s : report.trace_spans)
+    if (s.global_step >= first && s.global_step <= last) tracks.insert({s.rank, track_of(s)});
   for (int r = 0; r < report.ranks; ++r) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
     for (int p = 0; p < kPhaseCount; ++p)
       events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", p},
                         {"args", {{"name", std::string(kPhaseNames[p])}}}});
-    if (!report.bucket_spans.empty())
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", kBucketTrack},
-                        {"args", {{"name", "all-reduce (buckets)"}}}});
   }
-  // Each DDP bucket's all-reduce where it ran, on the rank's communication thread.
+  for (const auto& [rank, track] : tracks)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", track},
+                      {"args", {{"name", track_name(track)}}}});
   const std::string algo(algorithm_name(report.options.algo));
-  for (const BucketSpan& b : report.bucket_spans) {
-    if (b.global_step < first || b.global_step > last) continue;
-    events.push_back({{"ph", "X"}, {"name", "bucket " + std::to_string(b.bucket)}, {"pid", b.rank},
-                      {"tid", kBucketTrack}, {"ts", us(b.start_s)}, {"dur", b.seconds * 1e6},
-                      {"args", {{"step", b.global_step}, {"bucket", b.bucket}, {"gradients", b.numel},
-                                {"bytes_sent", b.bytes}, {"algorithm", algo}}}});
+  for (const TraceSpan& s : report.trace_spans) {
+    if (s.global_step < first || s.global_step > last) continue;
+    nlohmann::json e = {{"ph", "X"}, {"pid", s.rank}, {"tid", track_of(s)}, {"ts", us(s.start_s)},
+                        {"dur", s.seconds * 1e6}};
+    switch (s.kind) {
+      case TraceSpan::Kind::bucket:  // where it ran, on the rank's communication thread
+        e["name"] = "bucket " + std::to_string(s.index);
+        e["args"] = {{"step", s.global_step}, {"bucket", s.index}, {"gradients", s.count}, {"bytes_sent", s.bytes},
+                     {"algorithm", algo}};
+        break;
+      case TraceSpan::Kind::batch:  // loaded ahead by a worker, or inside the load phase without one
+        e["name"] = "batch for step " + std::to_string(s.global_step);
+        e["args"] = {{"step", s.global_step}, {"images", s.count}, {"worker", s.index}};
+        break;
+      case TraceSpan::Kind::op:
+        e["name"] = ops::profile::op_name(s.index);
+        e["args"] = {{"step", s.global_step}};
+        break;
+    }
+    events.push_back(std::move(e));
   }
   const Phase order[] = {Phase::load, Phase::forward, Phase::backward, Phase::comm_exposed, Phase::optimizer};
   for (const auto& rec : report.steps) {

@@ -17,7 +17,9 @@ void write_summary_csv(const std::string& path, const TrainReport& report, const
 void write_config_json(const std::string& path, const TrainReport& report);
 // Chrome trace (chrome://tracing, Perfetto): pid = rank, tid = phase, one slice per phase of
 // each step in [first, last]. Phases are laid end to end from the step's start in the order
-// load, forward, backward, comm_exposed, optimizer (comm_total drawn on its own track).
+// load, forward, backward, comm_exposed, optimizer (comm_total drawn on its own track). Then the
+// report's trace spans on tracks of their own: each DDP bucket's all-reduce (host backends),
+// every op with --profile-ops, and each loader worker's batches.
 void write_trace(const std::string& path, const TrainReport& report, int64_t first, int64_t last);
 
 }  // namespace dpx::parallel

@@ -22,7 +22,7 @@ void run_data_parallel(Job& job, TrainReport& report, const TrainHooks& hooks);
 
 // Rank 0 receives every rank's step records (appended to its own); the others send theirs.
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps);
-// The same for any records that travel as bytes (BucketSpan).
+// The same for any records that travel as bytes (TraceSpan).
 template <class Record>
 void gather_records(Communicator& comm, std::vector<Record>& records);
 

@@ -95,7 +95,7 @@ void run_spmd(Job& job, TrainReport& report, const TrainHooks& hooks, Communicat
   launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, local_ranks, setup, reducer, report, report_mu, hooks); });
   if (processes && processes->size() > 1) {
     gather_steps(*processes, report.steps);
-    gather_records(*processes, report.bucket_spans);
+    gather_records(*processes, report.trace_spans);
   }
   sort_steps(report.steps);
 }
@@ -113,7 +113,7 @@ void gather_records(Communicator& comm, std::vector<Record>& records) {
     std::memcpy(records.data() + at, all[q].data(), count * sizeof(Record));
   }
 }
-template void gather_records(Communicator&, std::vector<BucketSpan>&);
+template void gather_records(Communicator&, std::vector<TraceSpan>&);
 
 void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) { gather_records(comm, steps); }
 

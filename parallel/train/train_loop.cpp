@@ -84,7 +84,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
            " differs from this run's (another data set, or another dpx version's shuffling)");
   }
   std::vector<StepRecord> mine;
-  std::vector<BucketSpan> spans;  // --trace's steps
+  std::vector<TraceSpan> spans;  // --trace's steps
   int64_t global_step = start.global_step;
   int stopped_by = 0;
   for (int64_t epoch = start.epoch; epoch < o.epochs && !stopped_by; ++epoch) {
@@ -95,18 +95,29 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
     for (int64_t step = first; step < steps; ++step, ++global_step) {
       say(detail::concat("training: epoch ", epoch + 1, " step ", step + 1));
       std::vector<StepRecord> records;
+      const bool traced = !o.trace_file.empty() && global_step >= o.trace_first && global_step <= o.trace_last;
+      r.trace = traced ? &spans : nullptr;
       {
-        // The op profiler (dpx bench --profile-ops) counts the measured steps, not the warmup.
+        // The op profiler (--profile-ops) counts the measured steps, not the warmup, and leaves
+        // a span per op of a traced step.
         ops::profile::Counting counted(global_step >= o.warmup_steps);
+        ops::profile::Tracing tracing(traced);
         records = train_step(r, {epoch, step, global_step});
       }
+      r.trace = nullptr;
       const StepRecord& rec = records.front();
-      // The step's bucket all-reduces, on rank 0's clock, where they were timed on the host.
+      // The step's bucket all-reduces and ops, on rank 0's clock (buckets where timed on the host).
       const std::vector<GradSync::BucketTiming> timings = r.grad_sync.take_bucket_timings();
-      if (!o.trace_file.empty() && global_step >= o.trace_first && global_step <= o.trace_last)
+      const std::vector<ops::profile::OpSpan> op_spans = ops::profile::take_spans();
+      if (traced) {
+        using Kind = TraceSpan::Kind;
         for (const GradSync::BucketTiming& t : timings)
           if (t.start_s > 0)
-            spans.push_back({r.rank, global_step, t.bucket, t.start_s - r.clock_offset_s, t.seconds, t.bytes, t.numel});
+            spans.push_back({Kind::bucket, r.rank, global_step, t.bucket, t.start_s - r.clock_offset_s, t.seconds,
+                             t.bytes, t.numel});
+        for (const ops::profile::OpSpan& op : op_spans)
+          spans.push_back({Kind::op, r.rank, global_step, op.op, op.start_s - r.clock_offset_s, op.seconds, 0, 0});
+      }
       loss_sum += rec.loss;
       mine.insert(mine.end(), records.begin(), records.end());
       if (r.rank == 0 && hooks.on_step) hooks.on_step(rec, step + 1 == steps);
@@ -144,7 +155,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());
-  report.bucket_spans.insert(report.bucket_spans.end(), spans.begin(), spans.end());
+  report.trace_spans.insert(report.trace_spans.end(), spans.begin(), spans.end());
   if (r.rank == 0) {
     nn::Model& model = r.model.master();
     report.stopped_by = stopped_by;

@@ -192,6 +192,10 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     batch = r.loader.next();
   }
   DPX_CHECK(batch.has_value(), "the data loader ran dry at step ", at.step, " of ", steps);
+  if (r.trace)  // the batch where a loader worker (or this thread) made it
+    r.trace->push_back({TraceSpan::Kind::batch, r.rank, at.global_step, batch->worker,
+                        batch->load_start_s - r.clock_offset_s, batch->load_end_s - batch->load_start_s, 0,
+                        batch->images.size(0)});
   Tensor images, labels, loss;
   GraphSteps::Shape* graph = nullptr;
   {

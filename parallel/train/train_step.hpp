@@ -64,6 +64,7 @@ struct Rank {
   std::optional<double> bad_loss;  // this rank's non-finite loss in the accumulation group
   std::optional<LossScaler> scaler;  // --loss-scale: the same on every rank, as their gradients
   GraphSteps* graphs = nullptr;      // --cuda-graph: the recorded steps (graph_step.hpp); null: eager
+  std::vector<TraceSpan>* trace = nullptr;  // a traced step's spans (train_step adds its batch's); null: untraced
 };
 
 struct StepAt {

@@ -33,15 +33,19 @@ struct StepRecord {
   MemoryPeaks memory;            // this rank's high-water marks since the run started, at the step's end
 };
 
-// One DDP bucket's all-reduce in a traced step (--trace: the rank's all-reduce track).
-struct BucketSpan {
+// What a traced step did beside its phases (--trace), each on a track of its rank's: a DDP
+// bucket's all-reduce on the communication thread, a batch a loader worker made, and with
+// --profile-ops every op. Trivially copyable: under MPI they travel to rank 0 as bytes.
+struct TraceSpan {
+  enum class Kind : int32_t { bucket, batch, op };
+  Kind kind = Kind::bucket;
   int rank = 0;
-  int64_t global_step = 0;
-  int bucket = 0;
+  int64_t global_step = 0;  // the step that ran it (a batch: the step it was loaded for)
+  int index = 0;        // bucket: its index; batch: the loader worker (-1: no workers); op: its row of kernels/ops.def
   double start_s = 0;   // steady-clock time it began, on rank 0's clock
   double seconds = 0;
-  uint64_t bytes = 0;   // what this rank sent for it
-  int64_t numel = 0;    // gradients in the bucket
+  uint64_t bytes = 0;   // bucket: what this rank sent for it
+  int64_t count = 0;    // bucket: gradients in it; batch: its images
 };
 
 struct EpochRecord {
@@ -61,7 +65,7 @@ struct TrainReport {
   int64_t train_samples = 0, steps_per_epoch = 0;
   std::vector<StepRecord> steps;     // every rank's steps, in order
   // The traced steps' bucket all-reduces (--trace, DDP over a host backend: threads, mpi).
-  std::vector<BucketSpan> bucket_spans;
+  std::vector<TraceSpan> trace_spans;
   std::vector<EpochRecord> epochs;
   double wall_s = 0;
   double start_s = 0;                // steady-clock time the run started (trace origin)

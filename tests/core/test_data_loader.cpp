@@ -264,6 +264,30 @@ TEST_CASE("DataLoader: wait_s measures how long next() blocked; load_s the work 
   CHECK(b->wait_s >= 0.012);
 }
 
+// What a trace draws of the loader: which worker made each batch, and when.
+TEST_CASE("DataLoader: each batch says which worker loaded it and when, on the steady clock") {
+  auto slow = std::make_shared<IndexDataset>(48, 0.001);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = false;
+  for (int workers : {0, 3}) {
+    CAPTURE(workers);
+    o.num_workers = workers;
+    DataLoader loader(slow, o);
+    const double before = dpx::now_s();
+    std::set<int> seen;
+    for (const Batch& b : epoch_batches(loader, 0)) {
+      seen.insert(b.worker);
+      CHECK(b.load_start_s >= before);
+      CHECK(b.load_end_s - b.load_start_s == doctest::Approx(b.load_s).epsilon(1e-6));
+      CHECK(b.load_end_s <= dpx::now_s());
+      CHECK(b.load_s >= 0.004);  // 4 samples of 1 ms
+    }
+    if (workers == 0) CHECK(seen == std::set<int>{-1});
+    else CHECK((*seen.begin() >= 0 && *seen.rbegin() < workers && !seen.empty()));
+  }
+}
+
 TEST_CASE("DataLoader: a data set's exception reaches next() for its batch; later batches follow") {
   auto bad = std::make_shared<IndexDataset>(24, 0, /*throw_at=*/13);
   for (int workers : {0, 2}) {

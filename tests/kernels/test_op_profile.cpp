@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "core/clock.hpp"
 #include "kernels/op_profile.hpp"
 #include "kernels/ops.hpp"
 #include "tests/common/tensors.hpp"
@@ -120,4 +121,41 @@ TEST_CASE("the op profiler counts only when enabled, on counting threads, and me
   REQUIRE(stats.size() == 1);
   CHECK(stats[0].name == "fill");
   CHECK(stats[0].calls == 16);
+}
+
+// dpx train --trace with --profile-ops: a traced step's ops as spans, by their row of ops.def.
+TEST_CASE("a Tracing scope leaves a span per op, counted or not, only while enabled") {
+  Profiling on;
+  Context ctx = Context::cpu(1);
+  Tensor t = Tensor::zeros({16}), u = Tensor::zeros({16});
+  ops::fill(ctx, t, 1.f);
+  CHECK(profile::take_spans().empty());  // counted, not traced
+  const double before = now_s();
+  {
+    profile::Counting off(false);
+    profile::Tracing tracing(true);
+    ops::fill(ctx, t, 2.f);
+    ops::copy(ctx, u, t);
+  }
+  std::vector<profile::OpSpan> spans = profile::take_spans();
+  REQUIRE(spans.size() == 2);
+  CHECK(std::string(profile::op_name(spans[0].op)) == "fill");
+  CHECK(std::string(profile::op_name(spans[1].op)) == "copy");
+  CHECK(spans[0].start_s >= before);
+  CHECK(spans[0].start_s + spans[0].seconds <= spans[1].start_s + 1e-9);
+  CHECK(spans[1].start_s + spans[1].seconds <= now_s());
+  CHECK(profile::take_spans().empty());  // taken
+  const auto stats = profile::snapshot();
+  REQUIRE(stats.size() == 1);  // the traced calls were not counted: Counting was off
+  CHECK(stats[0].calls == 1);
+  profile::set_enabled(false);
+  {
+    profile::Tracing tracing(true);
+    ops::fill(ctx, t, 3.f);
+  }
+  CHECK(profile::take_spans().empty());  // off: nothing, as --trace without --profile-ops
+  CHECK(profile::op_index("conv2d_forward") >= 0);
+  CHECK(std::string(profile::op_name(profile::op_index("conv2d_forward"))) == "conv2d_forward");
+  CHECK(profile::op_index("no_such_op") == -1);
+  CHECK(std::string(profile::op_name(-1)) == "?");
 }

@@ -219,6 +219,62 @@ TEST_CASE("the trace has every DDP bucket's all-reduce on its rank's track, insi
   fs::remove_all(d);
 }
 
+// PyTorch's profiler shows every op and the DataLoader's workers: so does the trace, with
+// --profile-ops (which also prints the op table and writes ops.csv).
+TEST_CASE("the trace has each loader worker's batches and, with --profile-ops, every op inside its step") {
+  fs::path d = temp_dir("trace_ops");
+  Result r = run("train --dataset synthetic --image-size 28 --synthetic-size 256 --steps 5 --epochs 1 --threads 2 "
+                 "--model lenet5 --devices cpu:2 --parallel ddp --batch-size 16 --workers 2 --warmup 1 --no-eval "
+                 "--profile-ops --out " + d.string() + " --trace " + (d / "trace.json").string() + " --trace-steps 2:3");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("conv2d_forward") != std::string::npos);  // the op table
+  CHECK(r.output.find("memory high-water mark of the measured steps") != std::string::npos);
+  CHECK(file_text(d / "ops.csv").find("lenet5,1,conv2d_forward,") != std::string::npos);
+  const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
+  std::map<std::pair<int, int>, std::string> tracks;  // (rank, tid) -> name
+  std::map<std::pair<int, int64_t>, std::pair<double, double>> step_span;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+    if (e["ph"] == "X" && e["name"].get<std::string>().rfind("step ", 0) == 0)
+      step_span[{e["pid"].get<int>(), std::stoll(e["name"].get<std::string>().substr(5))}] = {
+          e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+  }
+  std::map<std::pair<int, int64_t>, std::set<std::string>> ops;  // (rank, step) -> op names
+  std::map<int, std::set<int64_t>> batches;                      // rank -> steps whose batch was traced
+  std::set<std::string> workers;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string track = tracks[{e["pid"].get<int>(), e["tid"].get<int>()}];
+    if (!e.contains("args") || !e["args"].contains("step")) continue;  // the phases: drawn from the step records
+    const std::pair<int, int64_t> key{e["pid"].get<int>(), e["args"]["step"].get<int64_t>()};
+    if (track == "ops") {
+      ops[key].insert(e["name"].get<std::string>());
+      REQUIRE(step_span.count(key));  // every op inside its step
+      CHECK(e["ts"].get<double>() >= step_span[key].first - 1);
+      CHECK(e["ts"].get<double>() + e["dur"].get<double>() <= step_span[key].second + 1);
+    } else if (track.rfind("loader worker ", 0) == 0) {
+      workers.insert(track);
+      CHECK(e["name"] == "batch for step " + std::to_string(key.second));
+      CHECK(e["args"]["images"] == 8);  // a global batch of 16 over 2 ranks
+      REQUIRE(step_span.count(key));  // made before its step ended (prefetched: often before it began)
+      CHECK(e["ts"].get<double>() + e["dur"].get<double>() <= step_span[key].second + 1);
+      batches[key.first].insert(key.second);
+    }
+  }
+  CHECK(ops.size() == 4);  // 2 ranks x steps 2 and 3
+  for (const auto& [key, names] : ops)
+    for (const char* op : {"conv2d_forward", "conv2d_backward", "linear_forward", "cross_entropy_backward", "sgd_step"}) {
+      CAPTURE(key.first);
+      CAPTURE(op);
+      CHECK(names.count(op) == 1);
+    }
+  CHECK(batches == std::map<int, std::set<int64_t>>{{0, {2, 3}}, {1, {2, 3}}});
+  CHECK(!workers.empty());
+  for (const std::string& w : workers) CHECK((w == "loader worker 0" || w == "loader worker 1"));
+  fs::remove_all(d);
+}
+
 TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say otherwise") {
   fs::path d = temp_dir("adamw");
   Result r = run(kQuick + "--model mlp --optimizer adamw --out " + d.string());
