@@ -427,7 +427,8 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
 
 Figure bytes_per_epoch_figure(const Inputs& in) {
   const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
-                              "; formula: bytes_per_epoch_formula, N/(B k) steps x trainable parameters x 4 bytes; "
+                              "; formula: bytes_per_epoch_formula, N/(B k) steps (updates under --accumulate) x trainable parameters x "
+                              "4 bytes; "
                               "counted: bytes_per_epoch_counted, what rank 0's communicator sent (docs/measuring.md: Metrics)";
   std::string b, plot = "plot ";
   for (size_t i = 0; i < in.bench.size(); ++i) {

@@ -2,6 +2,8 @@
 // line through them, confirm, shrink while over the budget.
 #include "tools/max_batch.hpp"
 
+#include <functional>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -92,22 +94,20 @@ uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& l
 
 }  // namespace
 
-MaxBatch find_max_batch(const parallel::TrainOptions& o, int64_t train_samples, uint64_t budget, std::ostream& log) {
+MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget) {
   MaxBatch m;
   m.budget = budget;
-  // A data set of files holds so many images: each rank's two steps must fit in its share.
-  const int64_t cap = o.dataset == "synthetic" ? int64_t{1} << 40 : train_samples / o.ranks() / 2;
   auto run = [&](int64_t b) {
-    const uint64_t peak = measure(o, b, log);
-    m.runs.push_back({b, peak});
-    return peak;
+    const BatchPeak p{b, measure(b)};
+    m.runs.push_back(p);
+    return p;
   };
   const int64_t first = std::min<int64_t>(2, cap), second = std::min<int64_t>(4, cap);
   if (first < 1) {
     m.capped_by = "the data set: too few images for 2 steps of 1 image per rank";
     return m;
   }
-  const BatchPeak a{first, run(first)};
+  const BatchPeak a = run(first);
   if (a.peak_bytes > budget || second <= first) {  // even the smallest is over, or no room to measure a line
     if (a.peak_bytes <= budget) {
       m.batch = first;
@@ -116,31 +116,43 @@ MaxBatch find_max_batch(const parallel::TrainOptions& o, int64_t train_samples, 
     }
     return m;
   }
-  const BatchPeak b{second, run(second)};
+  const BatchPeak b = run(second);
   m.predicted = predict_max_batch(a, b, budget, 0.05);
   // The best measured so far that fits: the answer if the prediction is not above it.
   BatchPeak best = b.peak_bytes <= budget ? b : a;
+  BatchPeak over = b.peak_bytes <= budget ? BatchPeak{} : b;  // the smallest batch measured over; batch 0: none
   int64_t next = m.predicted;
   if (next > cap) {
     next = cap;
     m.capped_by = "the data set (" + std::to_string(cap) + " images per rank for 2 steps)";
   }
-  for (int tries = 0; tries < 4 && next > best.batch; ++tries) {
-    const BatchPeak p{next, run(next)};
+  for (int tries = 0; tries < 4; ++tries) {
+    // Never again at or past a batch that did not fit: between it and the best that did, instead.
+    if (over.batch > 0 && next >= over.batch) next = best.batch + (over.batch - best.batch) / 2;
+    if (next <= best.batch) break;
+    const BatchPeak p = run(next);
     if (p.peak_bytes <= budget) {
       best = p;
       // Well under: small batches overstate the slope (fixed workspaces, rounding), so the line
-      // from the smaller of them to this batch predicts again, upward.
+      // from the smaller of them to this batch predicts again, upward; once a batch was over, the
+      // line from this one to it (the slope where the budget is).
       if (static_cast<double>(p.peak_bytes) >= 0.9 * static_cast<double>(budget)) break;
-      next = std::min(predict_max_batch(a, p, budget, 0.05), cap);
+      next = over.batch > 0 ? predict_max_batch(p, over, budget, 0.05) : std::min(predict_max_batch(a, p, budget, 0.05), cap);
       continue;
     }
+    if (over.batch == 0 || p.batch < over.batch) over = p;
     // Over: the line from the largest batch that fits to this one, with more headroom each time.
-    next = std::min(predict_max_batch(best, p, budget, 0.05 * (tries + 2)), p.batch - 1);
+    next = predict_max_batch(best, p, budget, 0.05 * (tries + 2));
   }
   m.batch = best.batch;
   m.peak_bytes = best.peak_bytes;
   return m;
+}
+
+MaxBatch find_max_batch(const parallel::TrainOptions& o, int64_t train_samples, uint64_t budget, std::ostream& log) {
+  // A data set of files holds so many images: each rank's two steps must fit in its share.
+  const int64_t cap = o.dataset == "synthetic" ? int64_t{1} << 40 : train_samples / o.ranks() / 2;
+  return search_max_batch([&](int64_t b) { return measure(o, b, log); }, cap, budget);
 }
 
 }  // namespace dpx::tools

@@ -3,11 +3,12 @@
 // reserved high-water mark: the host's for CPU ranks, the largest rank's GPU's for GPU ranks), a
 // line through them predicts the batch that fills the budget less a headroom, and a run at that
 // batch confirms it; one that comes out over the budget shrinks the batch by the line's slope and
-// tries again, one well under it (below 90 %) predicts again from the line through it. At most
-// four runs after the first two. Every run is short (a step or two), and none is larger than the line predicts
+// tries again, one well under it (below 90 %) predicts again from the line through it, but never
+// at or past a batch already over (it halves the gap instead). At most four runs after the first two. Every run is short (a step or two), and none is larger than the line predicts
 // fits, so the search is never the run that exhausts the machine.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct MaxBatch {
   std::vector<BatchPeak> runs;  // every measured batch, in order
   std::string capped_by;        // "" or why the search stopped below the prediction (the data set)
 };
+
+// The search over `measure` (a batch per rank -> its peak bytes), batches at most `cap`: two
+// small batches, then at most four more, never one at or above a batch already over the budget.
+MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget);
 
 // The search for `o` (its model, devices, parallel mode and every other option; the batch is the
 // search's), whose training set holds `train_samples` (synthetic sets grow with the batch instead).

@@ -206,9 +206,11 @@ void print_summary(std::ostream& os, const parallel::TrainReport& report, const 
                                                  "yield the cores at once)" : "");
   }
   if (report.ranks > 1) {
-    std::snprintf(line, sizeof line,
-                  "bytes per epoch: %.3g (formula N/(B*k)*params*%zu), %.3g (counted, rank 0 sent)\n",
-                  s.bytes_per_epoch_formula, dtype_size(report.options.grad_dtype), s.bytes_per_epoch_counted);
+    const int a = report.options.accumulate;
+    const std::string steps = a > 1 ? "ceil(N/(B*k*" + std::to_string(a) + "))" : "N/(B*k)";
+    std::snprintf(line, sizeof line, "bytes per epoch: %.3g (formula %s*params*%zu), %.3g (counted, rank 0 sent)\n",
+                  s.bytes_per_epoch_formula, steps.c_str(), dtype_size(report.options.grad_dtype),
+                  s.bytes_per_epoch_counted);
     os << line;
   }
   if (report.options.loss_scaling()) {

@@ -3,6 +3,7 @@
 #include "parallel/bench/metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -62,8 +63,10 @@ Summary summarize(const TrainReport& report) {
   if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
   // sizeof(dtype): that of the gradients' all-reduce (--grad-dtype: 2 bytes for bf16 and fp16).
   const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_dtype));
+  // One all-reduce per update: every --accumulate micro-steps, and after the epoch's last.
+  const double updates = std::ceil(epoch_steps / static_cast<double>(report.options.accumulate));
   s.bytes_per_epoch_formula =
-      report.ranks > 1 ? epoch_steps * static_cast<double>(report.num_trainable) * grad_bytes : 0.0;
+      report.ranks > 1 ? updates * static_cast<double>(report.num_trainable) * grad_bytes : 0.0;
   if (!report.epochs.empty()) {
     s.final_loss = report.epochs.back().train_loss;
     s.test_accuracy = report.epochs.back().test_accuracy;

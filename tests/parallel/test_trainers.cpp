@@ -198,6 +198,19 @@ TEST_CASE("summaries: POP metrics are consistent and warm-up is excluded") {
   CHECK(s.bytes_per_epoch_counted == doctest::Approx(s.bytes_per_epoch_formula));
 }
 
+// With --accumulate k the gradients are all-reduced once per k micro-steps (and at the epoch's
+// end): the formula counts those all-reduces, as the communicator does.
+TEST_CASE("summaries: bytes per epoch under gradient accumulation count one all-reduce per update") {
+  std::ostringstream log;
+  TrainOptions o = small_job("cpu:2", ParallelMode::ddp);
+  o.accumulate = 3;
+  o.max_steps = 0;  // the whole epoch: 16 micro-steps, updates after 3, 6, ..., 15 and 16
+  TrainReport r = train(o, log);
+  Summary s = summarize(r);
+  CHECK(s.bytes_per_epoch_formula == doctest::Approx(6.0 * r.num_trainable * 4));
+  CHECK(s.bytes_per_epoch_counted == doctest::Approx(s.bytes_per_epoch_formula));
+}
+
 TEST_CASE("the job's initial model is freed once this process's ranks have their copies") {
   Job job(small_job("cpu:2", ParallelMode::ddp));
   const int64_t n = job.initial.num_parameters();
