@@ -28,11 +28,12 @@ unit = m.group(2)
 print(int(float(m.group(1)) * ((1024 if 'i' in unit else 1000) ** ('KMGT'.index(unit[0]) + 1))))" "$budget")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# PyTorch's net peak in bytes at batch $2 of model $1 (a killed or failed run: the budget + 1).
+# PyTorch's net peak in bytes at batch $2 of model $1; -1 when the run failed (not a torchvision
+# model, killed).
 torch_peak() {
   local mib
   mib=$("$py" benchmarks/pytorch/peak_memory.py "$1" "$2" "$size" 2 "$threads" 2>/dev/null | awk '{print $4}') || true
-  [[ -n $mib ]] && python3 -c "print(int(float('$mib') * 1048576))" || echo $((budget_bytes + 1))
+  [[ -n $mib ]] && python3 -c "print(int(float('$mib') * 1048576))" || echo -1
 }
 echo "| model | dpx max batch | dpx reserved at it (MB) | torch $("$py" -c 'import torch; print(torch.__version__)') max batch | torch RSS net at it (MB) | torch batches tried |"
 echo "| --- | ---: | ---: | ---: | ---: | --- |"
@@ -53,6 +54,11 @@ PY
   probe() { [[ -n ${peak[$1]:-} ]] || { peak[$1]=$(torch_peak "$m" "$1"); tried+="${tried:+ }$1"; }; }
   b1=$((dpx_batch / 2 > 1 ? dpx_batch / 2 : 1)); b2=$((dpx_batch > b1 ? dpx_batch : b1 + 1))
   probe "$b1"; probe "$b2"
+  if (( peak[$b1] < 0 || peak[$b2] < 0 )); then
+    echo "| $m | $dpx_batch | $dpx_mb | failed (peak_memory.py $m $b1) | | $tried |"
+    unset peak
+    continue
+  fi
   guess=$(python3 -c "
 b1, p1, b2, p2, B = $b1, ${peak[$b1]}, $b2, ${peak[$b2]}, $budget_bytes
 slope = (p2 - p1) / (b2 - b1)
@@ -66,6 +72,7 @@ print(max(1, int((B - p2) / slope + b2)) if slope > 0 else 2 * b2)")
     (( hi > 0 && hi - lo <= (lo * 3 / 100 > 1 ? lo * 3 / 100 : 1) )) && break
     (( next <= lo || (hi > 0 && next >= hi) )) && next=$(( hi > 0 ? (lo + hi) / 2 : 2 * (lo > 0 ? lo : 1) ))
     probe "$next"
+    (( peak[$next] >= 0 )) || { hi=$next; continue; }  # a failed run (killed): counted as over
     if (( peak[$next] <= budget_bytes )); then lo=$next; else hi=$next; fi
     next=$(( hi > 0 ? (lo + hi) / 2 : 2 * lo ))
   done
