@@ -72,6 +72,14 @@ std::string multiplot(size_t panels, const std::string& title) {
          " margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
 }
 
+std::string panel_key(size_t entries, size_t panels) {
+  // multiplot's grid: 72 % of the figure's height shared by the rows, 17 % of a row between rows.
+  const double rows = static_cast<double>((panels + 1) / 2);
+  const double panel_px = 640 * 0.72 / (rows + 0.17 * (rows - 1)) - 30;  // less the panel's title
+  const double share = std::min(0.6, (12.0 * static_cast<double>(entries) + 16) / panel_px);  // 11 px a line at 8 points, a margin
+  return "set key top right font ',8' samplen 2\nset offsets 0, 0, graph " + rounded(share / (1 - share), 3) + ", 0\n";
+}
+
 std::string rounded(double v, int digits) {
   std::ostringstream os;
   os.precision(digits);
@@ -231,14 +239,19 @@ Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
   // A panel per model (or per value of the axes --by leaves), in a grid; the caption and the
   // figure's title once for all of them.
   std::string body;
-  for (const auto& [panel, groups] : panels)
-    body += "set title " + quoted(panel) + "\n" + throughput_plot(bench, groups, ringed);
+  for (const auto& [panel, groups] : panels) {
+    const bool disturbed = std::any_of(groups.begin(), groups.end(), [&](size_t i) {
+      return std::any_of(bench[i].rows.begin(), bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; });
+    });
+    body += "set title " + quoted(panel) + "\n" + panel_key(groups.size() + 1 + (disturbed ? 1 : 0), panels.size()) +
+            throughput_plot(bench, groups, ringed);
+  }
   std::string by;
   for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
   caption += o.by.empty() ? "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)"
                           : "; --by " + by + ": a series per value of it, a panel per value of every other axis that varies";
   if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
-  b = ranks_axis(in.bench) + ylabel + "set key top left font ',8' samplen 2\n" + caption_label(caption) +
+  b = ranks_axis(in.bench) + ylabel + caption_label(caption) +
       multiplot(panels.size(), "Throughput against devices") + body + "unset multiplot\n";
   return {"throughput", b, caption};
 }
@@ -295,7 +308,7 @@ std::vector<Figure> efficiency_figures(const Inputs& in) {
                                 "efficiency";
     std::string b = datablock("e", rows);
     b += "set title " + quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
-         "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
+         "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key outside right top\n" +
          caption_label(caption) +
          "plot $e using 1:2 with linespoints lw 2 pt 7 title 'scaling efficiency', "
          "$e using 1:3 with linespoints pt 5 title 'load balance', "
@@ -392,13 +405,13 @@ Figure best_devices_figure(const Inputs& in, const FigureOptions& o) {
     const std::string name = "d" + std::to_string(m), lc = " lc " + std::to_string(m + 1);
     b += datablock(name, r);
     plot += std::string(m ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 ps 1.5" + lc +
-            " title " + quoted(models[m] + ": throughput-optimal devices") + ", \\\n  $" + name +
+            " title " + quoted(models[m] + ": throughput-optimal") + ", \\\n  $" + name +
             " using 1:3 with linespoints dt 2 pt 6 ps 2.5" + lc + " title " +
-            quoted(models[m] + ": most devices at scaling efficiency >= " + threshold);
+            quoted(models[m] + ": efficient (>= " + threshold + ")");
   }
   b += "set title 'Best device count against batch size'\nset xlabel " + quoted(batch_axis_label(used)) + "\n" +
        log2_axis('x', batches) + "set ylabel 'devices (ranks)'\n" + log2_axis('y', devices) +
-       "set grid\nset key top left\n" + caption_label(caption) + plot + "\n";
+       "set grid\nset key outside right top\n" + caption_label(caption) + plot + "\n";
   return {"best-devices", b, caption};
 }
 
@@ -417,7 +430,7 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
     b += "set title " + quoted("Computation and communication per step: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
-         "set key top left\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + device_xtics(g) + caption_label(caption) +
+         "set key outside right top\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + device_xtics(g) + caption_label(caption) +
          "plot $c using 2 title 'computation (forward + backward)', $c using 3 title 'communication, total', "
          "$c using 4 title 'communication, exposed'\n";
     out.push_back({"comm-compute-" + g.slug, b, caption});
@@ -426,25 +439,43 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
 }
 
 Figure bytes_per_epoch_figure(const Inputs& in) {
-  const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
-                              "; formula: bytes_per_epoch_formula, N/(B k) steps (updates under --accumulate) x trainable parameters x "
-                              "4 bytes; "
-                              "counted: bytes_per_epoch_counted, what rank 0's communicator sent (docs/measuring.md: Metrics)";
-  std::string b, plot = "plot ";
-  for (size_t i = 0; i < in.bench.size(); ++i) {
-    const BenchGroup& g = in.bench[i];
-    std::vector<std::vector<double>> rows;
-    for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
-    const std::string name = "y" + std::to_string(i), lc = " lc " + std::to_string(i + 1);
-    b += datablock(name, rows);
-    plot += std::string(i ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc + " title " +
-            quoted(g.label + ": formula") + ", \\\n  $" + name + " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc +
-            " title " + quoted(g.label + ": counted");
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                        "; formula: bytes_per_epoch_formula, N/(B k) steps (updates under --accumulate) x trainable "
+                        "parameters x 4 bytes; counted: bytes_per_epoch_counted, what rank 0's communicator sent "
+                        "(docs/measuring.md: Metrics)";
+  // Two lines a configuration (formula, counted): past six, a panel per model.
+  Panels<size_t> panels;
+  for (size_t i = 0; i < in.bench.size(); ++i) add_to_panel(panels, in.bench[i].model_name, i);
+  const bool multiples = 2 * in.bench.size() > kMaxSeries && panels.size() > 1;
+  auto plot_of = [&](const std::vector<size_t>& groups) {
+    std::string b, plot = "plot ";
+    for (size_t n = 0; n < groups.size(); ++n) {
+      const BenchGroup& g = in.bench[groups[n]];
+      std::vector<std::vector<double>> rows;
+      for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
+      const std::string name = "y" + std::to_string(groups[n]), lc = " lc " + std::to_string(n + 1);
+      b += datablock(name, rows);
+      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
+              " title " + quoted(g.label + ": formula") + ", \\\n  $" + name +
+              " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc + " title " + quoted(g.label + ": counted");
+    }
+    return b + plot + "\n";
+  };
+  const std::string axes = ranks_axis(in.bench) + "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\n"
+                           "set yrange [0:*]\n";
+  if (!multiples) {
+    std::vector<size_t> all(in.bench.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return {"bytes-per-epoch",
+            "set title 'Bytes sent per epoch against devices'\n" + axes + "set key outside right top\n" +
+                caption_label(caption) + plot_of(all),
+            caption};
   }
-  b += "set title 'Bytes sent per epoch against devices'\n" + ranks_axis(in.bench) +
-       "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\nset yrange [0:*]\nset key top left\n" +
-       caption_label(caption) + plot + "\n";
-  return {"bytes-per-epoch", b, caption};
+  caption += "; a panel per model";
+  std::string b = axes + caption_label(caption) + multiplot(panels.size(), "Bytes sent per epoch against devices");
+  for (const auto& [panel, groups] : panels)
+    b += "set title " + quoted(panel) + "\n" + panel_key(2 * groups.size(), panels.size()) + plot_of(groups);
+  return {"bytes-per-epoch", b + "unset multiplot\n", caption};
 }
 
 std::vector<Figure> weak_strong_figures(const Inputs& in) {
@@ -476,7 +507,7 @@ std::vector<Figure> weak_strong_figures(const Inputs& in) {
                                 "; scaling efficiency = images/s at k devices / (k x images/s at the first): weak "
                                 "scaling keeps the batch per rank, strong scaling the global batch";
     b += "set title " + quoted("Weak and strong scaling: " + model) + "\n" + ranks_axis(groups) +
-         "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1]\nset key bottom left\n" +
+         "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1]\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";
     out.push_back({"weak-strong-" + slug(model), b, caption});
   }

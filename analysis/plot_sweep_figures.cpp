@@ -99,7 +99,7 @@ Figure max_batch_figure(const Inputs& in) {
   std::string b = datablock("m", rows);
   b += "set title 'Largest batch within the memory budget'\nset ylabel 'batch per rank'\nset yrange [0:*]\n"
        "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
-       "set boxwidth 0.9\nset key top right\nset grid y\nset offsets 0, 0, graph 0.1, 0\nset datafile missing 'nan'\n" +
+       "set boxwidth 0.9\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.1, 0\nset datafile missing 'nan'\n" +
        xtics + ")\n" + caption_label(caption) + "plot ";
   int column = 2;
   for (double k : ranks) {

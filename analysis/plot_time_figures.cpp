@@ -33,7 +33,7 @@ std::vector<Figure> loss_epoch_figures(const Inputs& in) {
               quoted("loss threshold " + fmt(lr.threshold));
     }
     b += "set title 'Training loss against epoch'\nset xlabel 'epoch'\nset ylabel 'loss (rank 0)'\n"
-         "set xtics 1\nset grid\nset key top right\n" + caption_label(caption) + plot + "\n";
+         "set xtics 1\nset grid\nset key outside right top\n" + caption_label(caption) + plot + "\n";
     out.push_back({"loss-epoch", b, caption});
   }
   return out;
@@ -111,10 +111,10 @@ std::vector<Figure> loss_figures(const Inputs& in) {
           caption_label(caption) + loss_plot(lr, all, "l");
     } else {
       caption += "; a panel per model";
-      b = axes + "set key top right font ',8' samplen 2\n" + caption_label(caption) +
-          multiplot(panels.size(), "Training loss against global step");
+      b = axes + caption_label(caption) + multiplot(panels.size(), "Training loss against global step");
       for (size_t p = 0; p < panels.size(); ++p)
-        b += "set title " + quoted(panels[p].first) + "\n" + loss_plot(lr, panels[p].second, "p" + std::to_string(p) + "l");
+        b += "set title " + quoted(panels[p].first) + "\n" + panel_key(panels[p].second.size() + (lr.threshold > 0 ? 1 : 0), panels.size()) +
+             loss_plot(lr, panels[p].second, "p" + std::to_string(p) + "l");
       b += "unset multiplot\n";
     }
     out.push_back({"loss", b, caption});

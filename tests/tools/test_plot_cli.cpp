@@ -619,6 +619,14 @@ TEST_CASE("dpx plot throughput: more than six series become a panel per model") 
   CHECK(loss_svg.find(">mlp<") != std::string::npos);
   CHECK(loss_svg.find(">lenet5<") != std::string::npos);
   CHECK(slurp(dir.file("loss/loss.txt")).find("a panel per model") != std::string::npos);
+  // Bytes per epoch alike: two lines a configuration (formula, counted), 16 in all, a panel per model.
+  DpxResult bytes = run_dpx("plot " + out + " --figure bytes-per-epoch --out " + dir.file("bytes"));
+  REQUIRE(bytes.code == 0);
+  const std::string bytes_svg = slurp(dir.file("bytes/bytes-per-epoch.svg"));
+  CHECK(svg_series(bytes_svg) == 16);
+  CHECK(bytes_svg.find(">mlp<") != std::string::npos);
+  CHECK(bytes_svg.find("lenet5 batch 8/rank tree acc 2: counted") != std::string::npos);
+  CHECK(slurp(dir.file("bytes/bytes-per-epoch.txt")).find("a panel per model") != std::string::npos);
   // --by accumulate: a series per accumulation, a panel per model and algorithm (4 panels of 2).
   DpxResult by = run_dpx("plot " + out + " --figure throughput --by accumulate --out " + dir.file("by"));
   CAPTURE(by.output);
