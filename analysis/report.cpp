@@ -370,8 +370,8 @@ constexpr std::string_view kStyle = R"(<style>
 body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
 h1 { margin-bottom: 0.2em; }
 pre.command { background: #f4f4f4; padding: 0.6em; white-space: pre-wrap; word-break: break-all; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; display: block; max-width: 100%; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; }
 th { background: #eee; }
 td:first-child, th:first-child, table.config td { text-align: left; }
 figure.dpx-figure { margin: 1.5em 0; }
