@@ -12,6 +12,7 @@
 #include "core/context.hpp"
 #include "layers/model.hpp"
 #include "parallel/train/device_env.hpp"
+#include "parallel/train/trace_span.hpp"
 
 namespace dpx::parallel {
 
@@ -27,15 +28,10 @@ class GradSync {
   virtual void finish(Context& ctx, StepPhases& phases) = 0;
   // Bytes this rank sent for its gradients since the last call (counted by the communicator).
   virtual uint64_t take_sent_bytes() = 0;
-  // The all-reduces of the last finish(), one per bucket (DDP; none for the others), for the trace.
-  struct BucketTiming {
-    int bucket = 0;
-    double start_s = 0;   // steady clock when it began; 0: timed on a device (nccl, p2p)
-    double seconds = 0;
-    uint64_t bytes = 0;   // this rank sent
-    int64_t numel = 0;    // gradients in the bucket
-  };
-  virtual std::vector<BucketTiming> take_bucket_timings() { return {}; }
+  // The all-reduces of the last finish(), one bucket span each (DDP; none for the others), for the
+  // trace: on this rank's steady clock, rank and step left for the caller; start 0 where they were
+  // timed on a device (nccl, p2p).
+  virtual std::vector<TraceSpan> take_bucket_spans() { return {}; }
 };
 
 class NoSync final : public GradSync {

@@ -154,8 +154,8 @@ void Reducer::finish(Context&, StepPhases& phases) {
       works_[i].wait();
       total_s += works_[i].seconds();
       sent_bytes_ += works_[i].bytes_sent();
-      timings_.push_back({static_cast<int>(i), works_[i].started_s(), works_[i].seconds(), works_[i].bytes_sent(),
-                          buckets_[i].numel});
+      timings_.push_back({TraceSpan::Kind::bucket, 0, 0, static_cast<int>(i), works_[i].started_s(),
+                          works_[i].seconds(), works_[i].bytes_sent(), buckets_[i].numel});
       works_[i] = Work();
       if (narrowed()) {
         const Bucket& b = buckets_[i];

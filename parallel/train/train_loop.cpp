@@ -107,16 +107,19 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
       r.trace = nullptr;
       const StepRecord& rec = records.front();
       // The step's bucket all-reduces and ops, on rank 0's clock (buckets where timed on the host).
-      const std::vector<GradSync::BucketTiming> timings = r.grad_sync.take_bucket_timings();
+      std::vector<TraceSpan> buckets = r.grad_sync.take_bucket_spans();
       const std::vector<ops::profile::OpSpan> op_spans = ops::profile::take_spans();
       if (traced) {
-        using Kind = TraceSpan::Kind;
-        for (const GradSync::BucketTiming& t : timings)
-          if (t.start_s > 0)
-            spans.push_back({Kind::bucket, r.rank, global_step, t.bucket, t.start_s - r.clock_offset_s, t.seconds,
-                             t.bytes, t.numel});
+        for (TraceSpan& b : buckets)
+          if (b.start_s > 0) {
+            b.rank = r.rank;
+            b.global_step = global_step;
+            b.start_s -= r.clock_offset_s;
+            spans.push_back(b);
+          }
         for (const ops::profile::OpSpan& op : op_spans)
-          spans.push_back({Kind::op, r.rank, global_step, op.op, op.start_s - r.clock_offset_s, op.seconds, 0, 0});
+          spans.push_back(
+              {TraceSpan::Kind::op, r.rank, global_step, op.op, op.start_s - r.clock_offset_s, op.seconds, 0, 0});
       }
       loss_sum += rec.loss;
       mine.insert(mine.end(), records.begin(), records.end());

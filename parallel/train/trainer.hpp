@@ -12,6 +12,7 @@
 #include "layers/model.hpp"
 #include "parallel/comm/communicator.hpp"
 #include "parallel/runtime/launch_info.hpp"
+#include "parallel/train/trace_span.hpp"
 #include "parallel/train/train_options.hpp"
 #include "zoo/registry.hpp"
 
@@ -31,21 +32,6 @@ struct StepRecord {
   float loss_scale = 1;          // what the loss gradient was multiplied by (--loss-scale; 1: none)
   bool update_skipped = false;   // inf/NaN gradients skipped the update (loss scaler, --on-nonfinite skip)
   MemoryPeaks memory;            // this rank's high-water marks since the run started, at the step's end
-};
-
-// What a traced step did beside its phases (--trace), each on a track of its rank's: a DDP
-// bucket's all-reduce on the communication thread, a batch a loader worker made, and with
-// --profile-ops every op. Trivially copyable: under MPI they travel to rank 0 as bytes.
-struct TraceSpan {
-  enum class Kind : int32_t { bucket, batch, op };
-  Kind kind = Kind::bucket;
-  int rank = 0;
-  int64_t global_step = 0;  // the step that ran it (a batch: the step it was loaded for)
-  int index = 0;        // bucket: its index; batch: the loader worker (-1: no workers); op: its row of kernels/ops.def
-  double start_s = 0;   // steady-clock time it began, on rank 0's clock
-  double seconds = 0;
-  uint64_t bytes = 0;   // bucket: what this rank sent for it
-  int64_t count = 0;    // bucket: gradients in it; batch: its images
 };
 
 struct EpochRecord {
