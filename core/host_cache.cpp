@@ -3,6 +3,7 @@
 #include "core/host_cache.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 namespace dpx::detail {
@@ -80,6 +81,13 @@ void* HostCache::take_large(size_t bytes) {
     }
   }
   const size_t segment = size < kBigRequest ? kSegmentForSmallLarge : round_up(size, kSegmentRound);
+  std::vector<std::pair<void*, size_t>> back;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reserve_limit_ > 0 && reserved_ + segment > reserve_limit_)
+      back = trim_locked(SIZE_MAX, reserve_limit_ > segment ? reserve_limit_ - segment : 0);
+  }
+  for (auto& [q, n] : back) std::free(q);
   void* p = system_alloc(segment);
   if (!p) {
     empty();
@@ -133,14 +141,14 @@ void HostCache::give(void* p, size_t bytes) {
       small_[size].push_back(p);
       cached_ += size;
     }
-    if (cached_ > cap_) back = trim_locked(false);
+    if (cached_ > cap_) back = trim_locked(cap_, SIZE_MAX);
   }
   for (auto& [q, n] : back) std::free(q);
 }
 
-std::vector<std::pair<void*, size_t>> HostCache::trim_locked(bool everything) {
+std::vector<std::pair<void*, size_t>> HostCache::trim_locked(size_t cached_at_most, size_t reserved_at_most) {
   std::vector<std::pair<void*, size_t>> back;
-  auto over = [&] { return everything || cached_ > cap_; };
+  auto over = [&] { return cached_ > cached_at_most || reserved_ > reserved_at_most; };
   // Wholly free segments first, the largest first: a segment partly in use cannot go.
   for (auto it = free_large_.end(); it != free_large_.begin() && over();) {
     Block* b = *--it;
@@ -167,7 +175,7 @@ void HostCache::empty() {
   std::vector<std::pair<void*, size_t>> back;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    back = trim_locked(true);
+    back = trim_locked(0, 0);
   }
   for (auto& [p, n] : back) std::free(p);
 }
@@ -192,6 +200,15 @@ uint64_t HostCache::system_allocations() {
   std::lock_guard<std::mutex> lock(mu_);
   return system_allocations_;
 }
+void HostCache::set_reserve_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserve_limit_ = bytes;
+}
+size_t HostCache::reserve_limit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserve_limit_;
+}
+
 size_t HostCache::segments() {
   std::lock_guard<std::mutex> lock(mu_);
   return segments_;

@@ -13,7 +13,11 @@
 //                        the next part asks for: with a free list per size, resnet18's step at
 //                        batch 32 held 1.95 GB for 1.07 GB of live tensors.
 // At most `cap` bytes of free blocks wait in the cache: beyond it, free small blocks and wholly
-// free segments go back to the system (a segment with a live block stays). Cap 0 turns the cache
+// free segments go back to the system (a segment with a live block stays). A reserve limit (0: none)
+// bounds what the cache holds in all, as PyTorch's CUDA allocator frees its cached blocks before
+// it reports a device out of memory: a segment that would take the reserved bytes past the limit
+// is asked for only after free small blocks and wholly free segments have gone back, enough of
+// them to stay within it where they can (live blocks can take it past; nothing fails). Cap 0 turns the cache
 // off: every block comes from the system and goes back at once (under AddressSanitizer, where a
 // block reused at once would hide a use after free).
 //
@@ -51,6 +55,9 @@ class HostCache {
   uint64_t system_allocations();    // blocks and segments asked of the system so far
   size_t segments();                // segments held now
   size_t cap_bytes() const { return cap_; }
+  // The reserve limit in bytes (0: none): see above.
+  void set_reserve_limit(size_t bytes);
+  size_t reserve_limit();
 
   static constexpr size_t kLarge = size_t{1} << 20;  // requests of this size and up come from segments
 
@@ -71,16 +78,17 @@ class HostCache {
   void* system_alloc(size_t bytes);      // counts it; null when the system has none
   void* take_large(size_t bytes);
   void split(Block* b, size_t size);     // b keeps `size`, the rest becomes a free block after it
-  // Free blocks to give back to the system until at most cap_ bytes are cached (all of them when
-  // everything = true), taken out of the cache's books; the caller frees them unlocked.
-  std::vector<std::pair<void*, size_t>> trim_locked(bool everything);
+  // Free blocks to give back to the system, wholly free segments (largest first) then small
+  // blocks, until at most `cached_at_most` bytes are cached and `reserved_at_most` reserved (or
+  // none is left), taken out of the cache's books; the caller frees them unlocked.
+  std::vector<std::pair<void*, size_t>> trim_locked(size_t cached_at_most, size_t reserved_at_most);
 
   const size_t cap_;
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> small_;  // rounded size -> free small blocks
   std::set<Block*, BySize> free_large_;
   std::unordered_map<void*, Block*> live_large_;
-  size_t cached_ = 0, reserved_ = 0, peak_reserved_ = 0, segments_ = 0;
+  size_t cached_ = 0, reserved_ = 0, peak_reserved_ = 0, segments_ = 0, reserve_limit_ = 0;
   uint64_t system_allocations_ = 0;
 };
 

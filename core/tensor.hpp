@@ -80,6 +80,11 @@ void empty_host_cache();
 // The most bytes the cache keeps (DPX_HOST_CACHE_MB; 0: the cache is off, as by default under
 // AddressSanitizer, where reusing a block at once would hide a use after free).
 size_t host_cache_cap_bytes();
+// The most the host block cache may hold from the system, live and free (0, the default: no
+// limit): before it asks for a segment past it, it gives free blocks back (HostCache's reserve
+// limit). `dpx bench` and `dpx train` set it to --memory-budget.
+void set_host_reserve_limit(size_t bytes);
+size_t host_reserve_limit();
 
 class Tensor {
  public:

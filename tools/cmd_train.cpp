@@ -12,6 +12,7 @@
 #include "core/atomic_file.hpp"
 #include "core/data/datasets.hpp"
 #include "core/stop.hpp"
+#include "core/tensor.hpp"
 #include "kernels/op_profile.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
@@ -20,6 +21,7 @@
 #include "parallel/bench/report_io.hpp"
 #include "parallel/train/trainer.hpp"
 #include "tools/commands.hpp"
+#include "tools/max_batch.hpp"
 #include "tools/op_table.hpp"
 #include "tools/print.hpp"
 #include "tools/train_flags.hpp"
@@ -50,6 +52,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
                "profile without --cuda-graph");
   ops::profile::set_enabled(f.profile_ops);
+  if (!f.memory_budget.empty()) set_host_reserve_limit(parse_memory_size(f.memory_budget, "--memory-budget"));
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.
   std::vector<std::unique_ptr<OutputLock>> locks;

@@ -50,6 +50,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--trace", o.trace_file, "write a Chrome trace (open in Perfetto) of --trace-steps")
         ->check(output_path());
     cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
+    cmd.add_option("--memory-budget", f.memory_budget,
+                   "the most host memory the allocator may hold (16GB, 512MB, 1.5GiB): past it, it gives cached "
+                   "blocks back before it asks for more, as dpx bench --batch-sizes max searched under it "
+                   "(default: no limit)");
     cmd.add_flag("--profile-ops", f.profile_ops,
                  "time every op (kernels/ops.def) of the steps after --warmup: a table at the end and ops.csv in "
                  "--out; with --trace each op of the traced steps is a span on its rank's ops track");
