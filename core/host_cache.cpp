@@ -86,6 +86,7 @@ void* HostCache::take_large(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     if (reserve_limit_ > 0 && reserved_ + segment > reserve_limit_)
       back = trim_locked(SIZE_MAX, reserve_limit_ > segment ? reserve_limit_ - segment : 0);
+    for (const auto& [q, n] : back) limit_released_ += n;
   }
   for (auto& [q, n] : back) std::free(q);
   void* p = system_alloc(segment);
@@ -207,6 +208,11 @@ void HostCache::set_reserve_limit(size_t bytes) {
 size_t HostCache::reserve_limit() {
   std::lock_guard<std::mutex> lock(mu_);
   return reserve_limit_;
+}
+
+size_t HostCache::limit_released_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_released_;
 }
 
 size_t HostCache::segments() {

@@ -58,6 +58,7 @@ class HostCache {
   // The reserve limit in bytes (0: none): see above.
   void set_reserve_limit(size_t bytes);
   size_t reserve_limit();
+  size_t limit_released_bytes();    // given back to keep within the reserve limit, since construction
 
   static constexpr size_t kLarge = size_t{1} << 20;  // requests of this size and up come from segments
 
@@ -88,7 +89,7 @@ class HostCache {
   std::map<size_t, std::vector<void*>> small_;  // rounded size -> free small blocks
   std::set<Block*, BySize> free_large_;
   std::unordered_map<void*, Block*> live_large_;
-  size_t cached_ = 0, reserved_ = 0, peak_reserved_ = 0, segments_ = 0, reserve_limit_ = 0;
+  size_t cached_ = 0, reserved_ = 0, peak_reserved_ = 0, segments_ = 0, reserve_limit_ = 0, limit_released_ = 0;
   uint64_t system_allocations_ = 0;
 };
 

@@ -121,6 +121,7 @@ void empty_host_cache() { host_cache().empty(); }
 size_t host_cache_cap_bytes() { return host_cache().cap_bytes(); }
 void set_host_reserve_limit(size_t bytes) { host_cache().set_reserve_limit(bytes); }
 size_t host_reserve_limit() { return host_cache().reserve_limit(); }
+size_t host_bytes_released_for_limit() { return host_cache().limit_released_bytes(); }
 
 size_t host_bytes_in_use() { return g_host_bytes.load(std::memory_order_relaxed); }
 size_t host_peak_bytes_in_use() { return g_host_peak.load(std::memory_order_relaxed); }

@@ -85,6 +85,9 @@ size_t host_cache_cap_bytes();
 // limit). `dpx bench` and `dpx train` set it to --memory-budget.
 void set_host_reserve_limit(size_t bytes);
 size_t host_reserve_limit();
+// Bytes the cache gave back to stay within that limit since the process started (each such block
+// is asked of the system again when needed: page faults a step pays at the budget's edge).
+size_t host_bytes_released_for_limit();
 
 class Tensor {
  public:

@@ -86,6 +86,10 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   parallel::Summary s = parallel::summarize(report);
   print_summary(std::cout, report, s);
   print_loader(std::cout, report, s);
+  if (const size_t limit = host_reserve_limit(); limit > 0)
+    std::cout << "memory budget: " << static_cast<double>(limit) / 1e6 << " MB (--memory-budget); the host block cache gave "
+              << static_cast<double>(host_bytes_released_for_limit()) / 1e6
+              << " MB of free blocks back to stay within it (asked of the system again when needed)\n";
   if (o.verbose) print_conv_choices(std::cout);
   std::vector<ops::profile::OpStats> op_stats;
   const MeasuredSteps measured = measured_steps(report, processes.rank());

@@ -180,8 +180,10 @@ TEST_CASE("the reserve limit: free segments go back before a new segment would p
   // 60 MiB fits in no free segment (30 and 50): without the limit 180 MiB would be held; with it
   // the free 50 goes back first (the largest), then the 30 (70 + 60 would still pass 100),
   // leaving the live 40 and the new 60.
+  CHECK(cache.limit_released_bytes() == 0);
   void* d = cache.take(60 * MiB);
   CHECK(cache.reserved_bytes() == 100 * MiB);
+  CHECK(cache.limit_released_bytes() == 80 * MiB);
   CHECK(cache.segments() == 2);
   // Live blocks may take it past the limit: nothing fails, nothing free is left to give.
   void* e = cache.take(20 * MiB);

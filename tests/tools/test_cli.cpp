@@ -79,6 +79,8 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
       {kQuick + "--loss-threshold -1", "--loss-threshold must be >= 0"},
       {kQuick + "--batch-size 512", "too few"},
       {"bench --models lenet5 --scaling sideways", "--scaling"},
+      {kQuick + "--memory-budget 12XB", "--memory-budget"},
+      {kQuick + "--memory-budget 0", "--memory-budget"},
   };
   check_usage_errors(cases);
 }
@@ -273,6 +275,23 @@ TEST_CASE("the trace has each loader worker's batches and, with --profile-ops, e
   CHECK(!workers.empty());
   for (const std::string& w : workers) CHECK((w == "loader worker 0" || w == "loader worker 1"));
   fs::remove_all(d);
+}
+
+// What dpx bench --batch-sizes max found, trained at under the same budget: the host block cache
+// gives free segments back rather than hold more (core/host_cache.hpp), and says how much.
+TEST_CASE("train --memory-budget makes the host block cache give back what it would hold past it") {
+  const std::string train = "train --dataset synthetic --image-size 64 --channels 3 --synthetic-size 128 --steps 3 "
+                            "--epochs 1 --no-eval --model resnet18 --batch-size 32 --threads 1 ";
+  Result free = run(train);
+  REQUIRE(free.code == 0);
+  CHECK(free.output.find("memory budget") == std::string::npos);
+  // resnet18 at 64x64, batch 32: 217 MB of live tensors, so a 200 MB budget is passed every step.
+  Result tight = run(train + "--memory-budget 200MB");
+  CAPTURE(tight.output);
+  REQUIRE(tight.code == 0);
+  const size_t at = tight.output.find("memory budget: 200 MB (--memory-budget); the host block cache gave ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(tight.output.substr(at + 67)) > 0);
 }
 
 TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say otherwise") {
