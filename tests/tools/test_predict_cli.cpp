@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "analysis/csv_table.hpp"
 #include "analysis/fit.hpp"
@@ -21,6 +22,37 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// `csv` (a dpx collective --csv file of one 2-rank all-reduce) with the times a quiet machine would
+// measure, 10 us + 1 ns per byte, and its bandwidths to match: what fit and predict do with a fit
+// is under test here, not how quiet the machine is (a busy one made dpx fit refuse the times).
+void make_times_exact(const std::string& csv) {
+  std::ifstream in(csv);
+  std::string header, line, out;
+  std::getline(in, header);
+  out = header + "\n";
+  auto column = [&](const std::string& name) {
+    std::istringstream cells(header);
+    int i = 0;
+    for (std::string c; std::getline(cells, c, ','); ++i)
+      if (c == name) return i;
+    FAIL("no column " << name);
+    return -1;
+  };
+  const int bytes = column("bytes"), time = column("time_us"), algbw = column("algbw_gbs"), busbw = column("busbw_gbs");
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string c; std::getline(row, c, ',');) cells.push_back(c);
+    const double b = std::stod(cells[static_cast<size_t>(bytes)]), us = 10 + b / 1000;
+    cells[static_cast<size_t>(time)] = std::to_string(us);
+    cells[static_cast<size_t>(algbw)] = cells[static_cast<size_t>(busbw)] = std::to_string(b / us / 1e3);  // 2 ranks
+    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+    out += "\n";
+  }
+  in.close();
+  std::ofstream(csv) << out;
 }
 
 }  // namespace
@@ -87,6 +119,7 @@ TEST_CASE("predict warns of a memory transport and of a fit that holds for none 
   DpxResult c = run_dpx("collective -t all_reduce --algo ring --ranks 2 -b 1K -e 64K -f 2 -n 5 -w 1 --csv " +
                         dir.file("c.csv"));
   REQUIRE(c.code == 0);
+  make_times_exact(dir.file("c.csv"));
   REQUIRE(run_dpx("fit " + dir.file("c.csv") + " --out " + dir.file("fit.json")).code == 0);
   DpxResult p = run_dpx("predict --model lenet5 --batch-size 16 --image-size 28 --ranks 1..512 --fit " +
                         dir.file("fit.json"));
