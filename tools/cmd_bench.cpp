@@ -21,7 +21,6 @@
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "core/stop.hpp"
-#include "core/tensor.hpp"
 #include "kernels/op_profile.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
@@ -469,8 +468,9 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
                                                                                    : "the host's available memory")
                 << (c.o.device().is_cuda() ? ", per GPU" : ", the process's") << ")" << std::endl;
       // On the host the allocator keeps within the budget, giving cached blocks back before it
-      // would pass it: the search and the sweep's runs alike (core/tensor.hpp).
-      if (!c.o.device().is_cuda()) set_host_reserve_limit(limit);
+      // would pass it, and Winograd's scratch within an eighth of it: the search and the sweep's
+      // runs alike.
+      if (!c.o.device().is_cuda()) apply_host_memory_budget(limit);
       c.max_batch = find_max_batch(c.o, train_set_of(c.o)->size(), limit, std::cout);
       const MaxBatch& m = c.max_batch;
       if (m.batch == 0)
@@ -636,7 +636,8 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
   cmd->add_option("--memory-budget", bf->memory_budget,
                   "--batch-sizes max: the memory a configuration may use at its peak (16GB, 512MB, 1.5GiB): the "
                   "process's host memory on CPUs, each GPU's on GPUs (default: what is available now); on CPUs the "
-                  "host block cache then gives cached blocks back rather than hold more, in every run of the sweep");
+                  "host block cache then gives cached blocks back rather than hold more, and a convolution's Winograd "
+                  "scratch stays within an eighth of it, in every run of the sweep");
   cmd->add_option("--batch-sizes", bf->batch_sizes,
                   "batch sizes (per rank with --scaling weak, global with strong); max: the largest per-rank batch "
                   "that trains within --memory-budget, found for each configuration (two short runs predict it, a "

@@ -52,7 +52,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
                "profile without --cuda-graph");
   ops::profile::set_enabled(f.profile_ops);
-  if (!f.memory_budget.empty()) set_host_reserve_limit(parse_memory_size(f.memory_budget, "--memory-budget"));
+  if (!f.memory_budget.empty()) apply_host_memory_budget(parse_memory_size(f.memory_budget, "--memory-budget"));
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.
   std::vector<std::unique_ptr<OutputLock>> locks;

@@ -2,19 +2,20 @@
 // line through them, confirm, shrink while over the budget.
 #include "tools/max_batch.hpp"
 
-#include <functional>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/quote.hpp"
 #include "core/stop.hpp"
+#include "core/tensor.hpp"
+#include "kernels/cpu/conv2d_algos.hpp"
 #include "parallel/bench/metrics.hpp"
 #include "parallel/train/trainer.hpp"
 
@@ -93,6 +94,11 @@ uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& l
 }
 
 }  // namespace
+
+void apply_host_memory_budget(uint64_t bytes) {
+  set_host_reserve_limit(bytes);
+  cpu::set_conv_workspace_limit(bytes / 8);
+}
 
 MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget) {
   MaxBatch m;

@@ -35,6 +35,11 @@ uint64_t parse_memory_size(const std::string& text, const std::string& flag);
 // MemAvailable; a GPU's free memory).
 uint64_t available_memory(Device device);
 
+// A memory budget on the host (--memory-budget): the host block cache holds at most `bytes`
+// (core/tensor.hpp's reserve limit) and a convolution's Winograd scratch at most an eighth of it
+// (kernels/cpu/conv2d_algos.hpp's workspace limit). Process-wide; before the first run.
+void apply_host_memory_budget(uint64_t bytes);
+
 struct MaxBatch {
   int64_t batch = 0;            // per rank; 0: none fits
   uint64_t peak_bytes = 0;      // measured at `batch`

@@ -52,7 +52,8 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_option("--trace-steps", f.trace_steps, "global steps a:b to trace")->capture_default_str();
     cmd.add_option("--memory-budget", f.memory_budget,
                    "the most host memory the allocator may hold (16GB, 512MB, 1.5GiB): past it, it gives cached "
-                   "blocks back before it asks for more, as dpx bench --batch-sizes max searched under it "
+                   "blocks back before it asks for more, and a convolution's Winograd scratch stays within an eighth "
+                   "of it (else the direct convolution runs), as dpx bench --batch-sizes max searched under it "
                    "(default: no limit)");
     cmd.add_flag("--profile-ops", f.profile_ops,
                  "time every op (kernels/ops.def) of the steps after --warmup: a table at the end and ops.csv in "

@@ -35,6 +35,14 @@ bool parse_conv_algo(const std::string& name, ConvAlgo& out);
 // winograd) in a dpx built without oneDNN.
 void set_conv_algo(ConvAlgo algo);
 ConvAlgo conv_algo();
+// The most scratch oneDNN's Winograd convolution may take for one call (0, the default: no
+// limit), as cuDNN's algorithms are held to a workspace limit: past it a shape runs the direct
+// convolution instead (its choice's why says so). Winograd's scratch grows with the images (VGG-16
+// at 224x224, 64 channels: about 60 MB an image), so under a memory budget it would cap the batch
+// before the activations do. `--memory-budget` sets it to an eighth of the budget. Process-wide;
+// set before the first convolution runs, as set_conv_algo.
+void set_conv_workspace_limit(size_t bytes);
+size_t conv_workspace_limit();
 bool onednn_available();     // this dpx was built with oneDNN
 std::string onednn_version();  // the loaded library's, "2.6.3"; empty without oneDNN
 

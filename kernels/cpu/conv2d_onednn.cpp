@@ -8,6 +8,7 @@
 // steady-state step allocates nothing new.
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -230,6 +231,16 @@ bool guarded(std::string* why, F&& f) {
   }
 }
 
+// Winograd's scratchpad past the workspace limit (conv2d_algos.hpp): refused, saying so.
+bool over_workspace_limit(size_t scratch, std::string* why) {
+  const size_t limit = conv_workspace_limit();
+  if (limit == 0 || scratch <= limit) return false;
+  if (why)
+    *why = "its scratch of " + std::to_string(scratch >> 20) + " MiB is over the workspace limit of " +
+           std::to_string(limit >> 20) + " MiB (--memory-budget / 8)";
+  return true;
+}
+
 }  // namespace
 
 std::string onednn_version() {
@@ -247,6 +258,7 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
   if (!guarded(why, [&] { entry = &forward_entry(x, w, p, bias, threads, winograd); })) return false;
   Entry& e = *entry;
   const auto& pd = *e.fwd_pd;
+  if (winograd && over_workspace_limit(pd.scratchpad_desc().get_size(), why)) return false;
   const OmpThreads omp(threads);
   Pieces scratch((e.fwd_x.prim ? bytes_of(pd.src_desc()) : 0) +
                   (e.fwd_w.prim ? bytes_of(pd.weights_desc()) : 0) +
@@ -285,6 +297,10 @@ bool conv2d_backward_onednn(const Context& ctx, Tensor* dx, Tensor* dw, const Te
       }))
     return false;
   Entry& e = *entry;
+  if (winograd && over_workspace_limit(std::max(dx ? e.bd_pd->scratchpad_desc().get_size() : 0,
+                                                dw ? e.bw_pd->scratchpad_desc().get_size() : 0),
+                                       why))
+    return false;  // before anything is written
   const OmpThreads omp(threads);
   dnnl::stream s(engine());
   void* dy_raw = dy.raw();

@@ -147,6 +147,12 @@ void set_conv_algo(ConvAlgo algo) {
 
 ConvAlgo conv_algo() { return g_algo; }
 
+namespace {
+std::atomic<size_t> g_workspace_limit{0};
+}  // namespace
+void set_conv_workspace_limit(size_t bytes) { g_workspace_limit = bytes; }
+size_t conv_workspace_limit() { return g_workspace_limit; }
+
 ConvShapeKey conv_shape_key(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool bias) {
   return {x.size(0),  x.size(1), x.size(2), x.size(3),    w.size(0),    w.size(2), w.size(3),   p.stride_h,
           p.stride_w, p.pad_h,   p.pad_w,   p.dilation_h, p.dilation_w, p.groups,  bias ? 1 : 0};

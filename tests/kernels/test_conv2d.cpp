@@ -364,3 +364,35 @@ TEST_CASE("conv2d: auto's rule, shape by shape") {
     CHECK(choices[i].algo == std::string(expected[i]));
   }
 }
+
+// Under a memory budget Winograd's scratch, which grows with the images, is held to a workspace
+// limit, as cuDNN's algorithms are: past it the shape runs oneDNN's direct convolution, and the
+// choice says why; the values are the direct convolution's.
+TEST_CASE("conv2d: Winograd past the workspace limit runs the direct convolution instead") {
+  if (!cpu::onednn_available()) return;
+  const UseAlgo use(cpu::ConvAlgo::automatic);
+  Context ctx = Context::cpu(2);
+  const ops::Conv2dParams p = conv_params(1, 1, 1, 1);
+  Tensor x = randn({4, 16, 16, 16}, 1), w = randn({16, 16, 3, 3}, 2, 0.3f), y = Tensor::empty({4, 16, 16, 16});
+  Tensor dy = randn({4, 16, 16, 16}, 4), dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape());
+  auto run = [&] {
+    ops::conv2d_forward(ctx, y, x, w, nullptr, p);
+    ops::conv2d_backward(ctx, &dx, &dw, nullptr, dy, x, w, p, ops::DxMode::add);
+    return cpu::conv_choices();
+  };
+  std::vector<cpu::ConvChoice> free = run();
+  REQUIRE(free.size() == 2);
+  CHECK(free[0].algo == "winograd");
+  CHECK(free[1].algo == "winograd");
+  cpu::clear_conv_choices();
+  cpu::set_conv_workspace_limit(1024);  // far under any Winograd scratch
+  const std::vector<cpu::ConvChoice> limited = run();
+  cpu::set_conv_workspace_limit(0);
+  REQUIRE(limited.size() == 2);
+  for (const cpu::ConvChoice& c : limited) {
+    INFO(c.pass, ": ", c.why);
+    CHECK(c.algo == "onednn");
+    CHECK(c.why.find("over the workspace limit of 0 MiB (--memory-budget / 8)") != std::string::npos);
+  }
+  CHECK(cpu::conv_workspace_limit() == 0);
+}
