@@ -291,7 +291,11 @@ TEST_CASE("train --memory-budget makes the host block cache give back what it wo
   REQUIRE(tight.code == 0);
   const size_t at = tight.output.find("memory budget: 200 MB (--memory-budget); the host block cache gave ");
   REQUIRE(at != std::string::npos);
+#if defined(DPX_SANITIZE)  // the cache is off under the sanitizers (core/tensor.hpp): nothing is kept to give back
+  CHECK(std::stod(tight.output.substr(at + 67)) == 0);
+#else
   CHECK(std::stod(tight.output.substr(at + 67)) > 0);
+#endif
 }
 
 TEST_CASE("--optimizer adamw trains, with torch's defaults unless flags say otherwise") {
