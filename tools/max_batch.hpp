@@ -4,8 +4,10 @@
 // line through them predicts the batch that fills the budget less a headroom, and a run at that
 // batch confirms it; one that comes out over the budget shrinks the batch by the line's slope and
 // tries again, one well under it (below 90 %) predicts again from the line through it, but never
-// at or past a batch already over (it halves the gap instead). At most four runs after the first two. Every run is short (a step or two), and none is larger than the line predicts
-// fits, so the search is never the run that exhausts the machine.
+// at or past a batch already over (it halves the gap instead), nor at more than 8 times the largest
+// batch that fit (a line through small batches may be far off). At most six runs after the first
+// two. Every run is short (a step or two), and none is larger than the line predicts fits nor 8
+// times what fit, so the search is not the run that exhausts the machine.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -50,7 +52,8 @@ struct MaxBatch {
 };
 
 // The search over `measure` (a batch per rank -> its peak bytes), batches at most `cap`: two
-// small batches, then at most four more, never one at or above a batch already over the budget.
+// small batches, then at most six more, never one at or above a batch already over the budget
+// nor above 8 times the largest that fit.
 MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget);
 
 // The search for `o` (its model, devices, parallel mode and every other option; the batch is the
