@@ -210,11 +210,11 @@ void Watchdog::run() {
       for (const auto& comm : comms) waits += comm->forgive(frozen_s);
       if (waits > 0)
         std::fprintf(stderr,
-                     "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung: %d wait%s in "
+                     "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend, or other processes that kept it off the cores), not hung: %d wait%s in "
                      "communication not counted toward --comm-timeout\n",
                      frozen_s, waits, waits == 1 ? "" : "s");
       else
-        std::fprintf(stderr, "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend), not hung\n",
+        std::fprintf(stderr, "dpx: this process was frozen for %.1f s (SIGSTOP, a scheduler's suspend, or other processes that kept it off the cores), not hung\n",
                      frozen_s);
       std::fflush(stderr);
     }
