@@ -279,8 +279,10 @@ Call::Call(const Context& ctx, const char* name, double flops) {
   ctx_ = &ctx;
   name_ = name;
   counted_ = t_counting;
-  start_ns_ = now_ns();
-  if (!counted_) return;  // traced only: its span is its host time
+  if (!counted_) {  // traced only: its span is its host time
+    start_ns_ = now_ns();
+    return;
+  }
   flops_ = flops;
   peak_before_ = window_peak_bytes(ctx.device);
 #ifdef DPX_WITH_CUDA

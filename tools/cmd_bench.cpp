@@ -303,9 +303,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
     if (sc != "weak" && sc != "strong")
       usage_fail("--scaling: use weak (fixed per-rank batch) or strong (fixed global batch), not '", sc, "'");
   if (bf.repeat < 1) usage_fail("--repeat: ", bf.repeat, " runs; pass 1 or more (3 or more for confidence intervals)");
-  if (bf.profile_ops && base.cuda_graph)
-    usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
-               "profile without --cuda-graph, and compare the two with dpx bench");
+  refuse_profile_ops_with_cuda_graph(bf.profile_ops, base.cuda_graph);
   if (!(bf.noisy_spread >= 0))
     usage_fail("--noisy-spread: ", bf.noisy_spread, " is not a spread; pass a fraction >= 0, e.g. 0.10 for 10 %");
   // Each optimizer and gradient dtype with the flags given: the other optimizer's flags are refused

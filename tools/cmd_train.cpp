@@ -48,9 +48,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   if (o.backend == parallel::Backend::p2p)
     if (const std::string why = parallel::p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
   const bool rank0 = processes.rank() == 0;
-  if (f.profile_ops && o.cuda_graph)
-    usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
-               "profile without --cuda-graph");
+  refuse_profile_ops_with_cuda_graph(f.profile_ops, o.cuda_graph);
   ops::profile::set_enabled(f.profile_ops);
   if (!f.memory_budget.empty()) apply_host_memory_budget(parse_memory_size(f.memory_budget, "--memory-budget"));
   // Every output is checked (and its folder locked against a second run) before training, so a
@@ -92,8 +90,9 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
               << " MB of free blocks back to stay within it (asked of the system again when needed)\n";
   if (o.verbose) print_conv_choices(std::cout);
   std::vector<ops::profile::OpStats> op_stats;
-  const MeasuredSteps measured = measured_steps(report, processes.rank());
+  MeasuredSteps measured;
   if (f.profile_ops) {  // this process's ops: under MPI, rank 0's
+    measured = measured_steps(report, processes.rank());
     op_stats = ops::profile::snapshot();
     std::cout << op_table(op_stats, measured) << peak_op_line();
   }

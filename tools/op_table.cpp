@@ -1,9 +1,11 @@
-// `dpx bench --profile-ops`'s table and ops.csv (see op_table.hpp).
+// `dpx bench --profile-ops`'s and `dpx train --profile-ops`'s table and ops.csv (see op_table.hpp).
 #include "tools/op_table.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+
+#include "core/error.hpp"
 
 namespace dpx::tools {
 
@@ -78,6 +80,12 @@ std::string op_table(const std::vector<ops::profile::OpStats>& ops, const Measur
              : "host ms = ms on the CPU; ")
      << "the rest of the step is outside the ops: layers' glue, data, communication)\n";
   return os.str();
+}
+
+void refuse_profile_ops_with_cuda_graph(bool profile_ops, bool cuda_graph) {
+  if (profile_ops && cuda_graph)
+    usage_fail("--profile-ops times each op as it is launched, and --cuda-graph replays the step's ops as one launch: "
+               "profile without --cuda-graph, and compare the two with dpx bench");
 }
 
 std::string peak_op_line() {

@@ -25,6 +25,10 @@ MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_ra
 // ms close to the GPU ms).
 std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps);
 
+// --profile-ops times each op as it is launched and --cuda-graph replays a whole step as one
+// launch: together, a usage error (dpx train and dpx bench alike).
+void refuse_profile_ops_with_cuda_graph(bool profile_ops, bool cuda_graph);
+
 // "memory high-water mark of the measured steps: 412.3 MB of live host tensors in use, reached in
 // conv2d_backward" (the op profiler's peak_op), or "" when no counted op raised the mark.
 std::string peak_op_line();

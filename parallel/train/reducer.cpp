@@ -149,13 +149,13 @@ void Reducer::finish(Context&, StepPhases& phases) {
   {
     auto scope = phases.scope(Phase::comm_exposed);  // the communication backward did not hide
     start_buckets(buckets_.size());  // gradients that never reported (unused parameters) are final now
-    timings_.clear();
+    bucket_spans_.clear();
     for (size_t i = 0; i < buckets_.size(); ++i) {
       works_[i].wait();
       total_s += works_[i].seconds();
       sent_bytes_ += works_[i].bytes_sent();
-      timings_.push_back({TraceSpan::Kind::bucket, 0, 0, static_cast<int>(i), works_[i].started_s(),
-                          works_[i].seconds(), works_[i].bytes_sent(), buckets_[i].numel});
+      bucket_spans_.push_back({TraceSpan::Kind::bucket, 0, 0, static_cast<int>(i), works_[i].started_s(),
+                               works_[i].seconds(), works_[i].bytes_sent(), buckets_[i].numel});
       works_[i] = Work();
       if (narrowed()) {
         const Bucket& b = buckets_[i];

@@ -76,7 +76,7 @@ class Reducer final : public GradSync {
   void grad_ready(const nn::Parameter& p);
   void finish(Context& ctx, StepPhases& phases) override;
   uint64_t take_sent_bytes() override;
-  std::vector<TraceSpan> take_bucket_spans() override { return std::move(timings_); }
+  std::vector<TraceSpan> take_bucket_spans() override { return std::move(bucket_spans_); }
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
@@ -96,7 +96,7 @@ class Reducer final : public GradSync {
   size_t started_ = 0;
   bool syncing_ = false;
   uint64_t sent_bytes_ = 0;   // by the all-reduces finished since take_sent_bytes
-  std::vector<TraceSpan> timings_;  // the last finish()'s bucket spans
+  std::vector<TraceSpan> bucket_spans_;  // the last finish()'s bucket spans
 };
 
 }  // namespace dpx::parallel

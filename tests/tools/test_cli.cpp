@@ -80,6 +80,7 @@ TEST_CASE("usage errors exit 2 with a message naming the flag") {
       {kQuick + "--batch-size 512", "too few"},
       {"bench --models lenet5 --scaling sideways", "--scaling"},
       {kQuick + "--memory-budget 12XB", "--memory-budget"},
+      {"bench --models lenet5 --dataset synthetic --profile-ops --cuda-graph", "--profile-ops times each op as it is launched"},
       {kQuick + "--memory-budget 0", "--memory-budget"},
   };
   check_usage_errors(cases);
