@@ -284,9 +284,9 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
         // stem is a figure's name and a slug of an input's, [A-Za-z0-9._-] only), never by a path.
         std::ofstream s(script);
         s << "# dpx plot: " << f.stem << "\n" << "set terminal pngcairo size " << size
-          << " noenhanced font 'sans,10'\nset output " << quoted(f.stem + ".png") << "\n"
+          << " noenhanced font 'sans,10'\nset output " << gnuplot_quoted(f.stem + ".png") << "\n"
           << f.body << "set terminal svg size " << size
-          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << quoted(f.stem + ".svg") << "\n"
+          << " noenhanced font 'sans,10' background '#ffffff'\nset output " << gnuplot_quoted(f.stem + ".svg") << "\n"
           // The body again rather than replot, which redraws only a multiplot's last panel.
           << f.body << "unset output\n";
         if (!s.flush()) fail("dpx plot: cannot write the gnuplot script '", script, "'");

@@ -225,7 +225,7 @@ std::string rounded(double v, int digits);
 // (a newline would end the string and the command, and gnuplot runs the next line: system(...))
 // is written visibly, \n or \xNN (core/quote.hpp). Inside single quotes gnuplot substitutes no
 // backquote or @macro, and with `noenhanced` terminals (dpx plot's) no markup either.
-std::string quoted(const std::string& s);
+std::string gnuplot_quoted(const std::string& s);
 // The caption's first clause (the data) in the figure; the whole caption goes to NAME.txt.
 std::string caption_label(const std::string& caption);
 // `body` without what caption_label added.

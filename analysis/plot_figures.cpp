@@ -30,7 +30,7 @@ std::string fmt(double v) {
   return os.str();
 }
 
-std::string quoted(const std::string& s) {
+std::string gnuplot_quoted(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
     if (c == '\'') out += "''";
@@ -60,16 +60,16 @@ std::string caption_label(const std::string& caption) {
   std::string out = "set bmargin " + std::to_string(5 + lines.size()) + "\n";
   for (size_t i = 0; i < lines.size(); ++i) {
     const double y = 0.015 + 0.03 * static_cast<double>(lines.size() - 1 - i);
-    out += "set label " + std::to_string(99 - i) + " " + quoted(lines[i]) + " at screen 0.01, screen " + fmt(y) +
-           " left font ',8'\n";
+    out += "set label " + std::to_string(99 - i) + " " + gnuplot_quoted(lines[i]) + " at screen 0.01, screen " +
+           fmt(y) + " left font ',8'\n";
   }
   return out;
 }
 
 std::string multiplot(size_t panels, const std::string& title) {
   const size_t cols = panels <= 2 ? panels : 2, rows = (panels + cols - 1) / cols;
-  return "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) + " title " + quoted(title) +
-         " margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
+  return "set multiplot layout " + std::to_string(rows) + "," + std::to_string(cols) + " title " +
+         gnuplot_quoted(title) + " margins 0.09, 0.98, 0.2, 0.92 spacing 0.1, 0.17\n";
 }
 
 std::string panel_key(size_t entries, size_t panels) {
@@ -171,8 +171,8 @@ std::string throughput_plot(const std::vector<BenchGroup>& bench, const std::vec
     const std::string lc = " lc " + std::to_string(n + 1);
     const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
     plot += std::string(n ? ", \\\n  " : "") + "$" + name + measured + lc + " title " +
-            quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $" + name + " using 1:3 with lines dt 2" + lc +
-            " notitle";
+            gnuplot_quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $" + name +
+            " using 1:3 with lines dt 2" + lc + " notitle";
   }
   // Configurations measured on a busy machine: a hollow ring around their points, in the legend once.
   for (size_t i : groups) {
@@ -223,7 +223,8 @@ Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
     add_to_panel(panels, panel, i);
   }
   const bool multiples = panels.size() > 1 && (!o.by.empty() || bench.size() > kMaxSeries);
-  const std::string ylabel = "set ylabel " + quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
+  const std::string ylabel = "set ylabel " +
+                             gnuplot_quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
                              "\nset yrange [0:*]\n";
   std::string b;
   bool ringed = false;
@@ -243,8 +244,8 @@ Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
     const bool disturbed = std::any_of(groups.begin(), groups.end(), [&](size_t i) {
       return std::any_of(bench[i].rows.begin(), bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; });
     });
-    body += "set title " + quoted(panel) + "\n" + panel_key(groups.size() + 1 + (disturbed ? 1 : 0), panels.size()) +
-            throughput_plot(bench, groups, ringed);
+    body += "set title " + gnuplot_quoted(panel) + "\n" +
+            panel_key(groups.size() + 1 + (disturbed ? 1 : 0), panels.size()) + throughput_plot(bench, groups, ringed);
   }
   std::string by;
   for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
@@ -262,7 +263,7 @@ namespace {
 std::string device_xtics(const BenchGroup& g) {
   std::string xtics = "set xtics (";
   for (size_t i = 0; i < g.rows.size(); ++i)
-    xtics += std::string(i ? ", " : "") + quoted(fmt(g.rows[i].ranks)) + " " + std::to_string(i);
+    xtics += std::string(i ? ", " : "") + gnuplot_quoted(fmt(g.rows[i].ranks)) + " " + std::to_string(i);
   return xtics + ")\n";
 }
 
@@ -282,7 +283,7 @@ std::vector<Figure> phases_figures(const Inputs& in) {
                                 "exposed communication is mean_comm_exposed_s less the wait for the slowest rank, which "
                                 "lies inside it (docs/measuring.md: Phases)";
     std::string b = datablock("p", rows);
-    b += "set title " + quoted("Step time by phase: " + g.label) +
+    b += "set title " + gnuplot_quoted("Step time by phase: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
          "set boxwidth 0.6\nset key outside right top\nset grid y\nset offsets 0, 0, graph 0.08, 0\n" +
@@ -291,7 +292,7 @@ std::vector<Figure> phases_figures(const Inputs& in) {
                            "wait for the slowest rank"};
     b += "plot ";
     for (int c = 0; c < 6; ++c)
-      b += std::string(c ? ", " : "") + "$p using " + std::to_string(c + 2) + " title " + quoted(names[c]);
+      b += std::string(c ? ", " : "") + "$p using " + std::to_string(c + 2) + " title " + gnuplot_quoted(names[c]);
     b += ", $p using 1:8 with points pt 7 ps 1.5 lc rgb 'black' title 'step (measured mean)'\n";
     out.push_back({"phases-" + g.slug, b, caption});
   }
@@ -307,7 +308,7 @@ std::vector<Figure> efficiency_figures(const Inputs& in) {
     const std::string caption = g.run + "; POP metrics: parallel efficiency = load balance x communication "
                                 "efficiency";
     std::string b = datablock("e", rows);
-    b += "set title " + quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
+    b += "set title " + gnuplot_quoted("Efficiency against devices: " + g.label) + "\n" + ranks_axis({g}) +
          "set ylabel 'efficiency (fraction, 1 = ideal)'\nset yrange [0:1.1]\nset key outside right top\n" +
          caption_label(caption) +
          "plot $e using 1:2 with linespoints lw 2 pt 7 title 'scaling efficiency', "
@@ -329,7 +330,7 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
       for (auto [bytes, bw] : fig.series[i].points) rows.push_back({bytes, bw});
       b += datablock(std::string("b").append(std::to_string(i)), rows);
       plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
-              quoted(fig.series[i].label);
+              gnuplot_quoted(fig.series[i].label);
     }
     // The limit lines, across the sizes measured.
     double lo = 0, hi = 0;
@@ -347,11 +348,11 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
                                : source == "link"    ? "link rate"
                                                      : source;
       plot += ", \\\n  $" + name + " using 1:2 with lines dt 3 lw 2 lc rgb 'black' title " +
-              quoted("limit: " + what + " " + rounded(gbs, 3) + " GB/s");
+              gnuplot_quoted("limit: " + what + " " + rounded(gbs, 3) + " GB/s");
     }
     const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it" +
                                 (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated");
-    b += "set title " + quoted("Bus bandwidth: " + fig.collective) +
+    b += "set title " + gnuplot_quoted("Bus bandwidth: " + fig.collective) +
          "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
          "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";
@@ -405,11 +406,11 @@ Figure best_devices_figure(const Inputs& in, const FigureOptions& o) {
     const std::string name = "d" + std::to_string(m), lc = " lc " + std::to_string(m + 1);
     b += datablock(name, r);
     plot += std::string(m ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 ps 1.5" + lc +
-            " title " + quoted(models[m] + ": throughput-optimal") + ", \\\n  $" + name +
+            " title " + gnuplot_quoted(models[m] + ": throughput-optimal") + ", \\\n  $" + name +
             " using 1:3 with linespoints dt 2 pt 6 ps 2.5" + lc + " title " +
-            quoted(models[m] + ": efficient (>= " + threshold + ")");
+            gnuplot_quoted(models[m] + ": efficient (>= " + threshold + ")");
   }
-  b += "set title 'Best device count against batch size'\nset xlabel " + quoted(batch_axis_label(used)) + "\n" +
+  b += "set title 'Best device count against batch size'\nset xlabel " + gnuplot_quoted(batch_axis_label(used)) + "\n" +
        log2_axis('x', batches) + "set ylabel 'devices (ranks)'\n" + log2_axis('y', devices) +
        "set grid\nset key outside right top\n" + caption_label(caption) + plot + "\n";
   return {"best-devices", b, caption};
@@ -427,7 +428,7 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
                                 "mean_comm_total_s (hidden behind backward or not), exposed = mean_comm_exposed_s (what "
                                 "the step waited for, docs/measuring.md: Phases)";
     std::string b = datablock("c", rows);
-    b += "set title " + quoted("Computation and communication per step: " + g.label) +
+    b += "set title " + gnuplot_quoted("Computation and communication per step: " + g.label) +
          "\nset xlabel 'devices (ranks)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
          "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
          "set key outside right top\nset grid y\nset offsets 0, 0, graph 0.1, 0\n" + device_xtics(g) + caption_label(caption) +
@@ -456,8 +457,8 @@ Figure bytes_per_epoch_figure(const Inputs& in) {
       const std::string name = "y" + std::to_string(groups[n]), lc = " lc " + std::to_string(n + 1);
       b += datablock(name, rows);
       plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
-              " title " + quoted(g.label + ": formula") + ", \\\n  $" + name +
-              " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc + " title " + quoted(g.label + ": counted");
+              " title " + gnuplot_quoted(g.label + ": formula") + ", \\\n  $" + name +
+              " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc + " title " + gnuplot_quoted(g.label + ": counted");
     }
     return b + plot + "\n";
   };
@@ -474,7 +475,7 @@ Figure bytes_per_epoch_figure(const Inputs& in) {
   caption += "; a panel per model";
   std::string b = axes + caption_label(caption) + multiplot(panels.size(), "Bytes sent per epoch against devices");
   for (const auto& [panel, groups] : panels)
-    b += "set title " + quoted(panel) + "\n" + panel_key(2 * groups.size(), panels.size()) + plot_of(groups);
+    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(2 * groups.size(), panels.size()) + plot_of(groups);
   return {"bytes-per-epoch", b + "unset multiplot\n", caption};
 }
 
@@ -501,12 +502,13 @@ std::vector<Figure> weak_strong_figures(const Inputs& in) {
       b += datablock(name, rows);
       plot += std::string(i ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" +
               (g.weak ? "" : " dt 2") + " title " +
-              quoted((g.weak ? "weak, batch " + fmt(g.batch) + " per rank" : "strong, batch " + fmt(g.batch) + " in all"));
+              gnuplot_quoted(
+                  (g.weak ? "weak, batch " + fmt(g.batch) + " per rank" : "strong, batch " + fmt(g.batch) + " in all"));
     }
     const std::string caption = groups.front().run +
                                 "; scaling efficiency = images/s at k devices / (k x images/s at the first): weak "
                                 "scaling keeps the batch per rank, strong scaling the global batch";
-    b += "set title " + quoted("Weak and strong scaling: " + model) + "\n" + ranks_axis(groups) +
+    b += "set title " + gnuplot_quoted("Weak and strong scaling: " + model) + "\n" + ranks_axis(groups) +
          "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1]\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";
     out.push_back({"weak-strong-" + slug(model), b, caption});

@@ -44,21 +44,23 @@ std::vector<Figure> loading_figures(const Inputs& in) {
       const std::string of = ", " + fmt(ranks) + (ranks == 1 ? " rank" : " ranks");
       b += datablock(name, rows);
       plot += std::string(colour > 1 ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
-              " title " + quoted("load (waited for)" + of) + ", \\\n  $" + name +
-              " using 1:3 with linespoints dt 2 pt 6" + lc + " title " + quoted("forward + backward" + of);
+              " title " + gnuplot_quoted("load (waited for)" + of) + ", \\\n  $" + name +
+              " using 1:3 with linespoints dt 2 pt 6" + lc + " title " + gnuplot_quoted("forward + backward" + of);
       if (ranks > 1)
         plot += ", \\\n  $" + name + " using 1:4 with linespoints dt 3 pt 4" + lc + " title " +
-                quoted("exposed communication" + of);
+                gnuplot_quoted("exposed communication" + of);
     }
     std::string xtics = "set xtics (";
-    for (double w : workers) xtics += (w == *workers.begin() ? "" : ", ") + quoted(fmt(w)) + " " + fmt(w);
+    for (double w : workers) xtics += (w == *workers.begin() ? "" : ", ") + gnuplot_quoted(fmt(w)) + " " + fmt(w);
     const std::string caption = family.front()->run + "; means per step against loader threads per rank (--workers, "
                                 "0: the training thread decodes): load = what the step waited for its batch "
                                 "(mean_load_s + mean_h2d_s), exposed communication less the wait for the slowest rank "
                                 "(docs/measuring.md: Phases); the loader's own images/s per worker is in results.csv";
-    b += "set title " + quoted("Loading against computation by loader workers: " + family.front()->loader_family_label) +
+    b += "set title " +
+         gnuplot_quoted("Loading against computation by loader workers: " + family.front()->loader_family_label) +
          "\nset xlabel 'loader workers per rank (--workers)'\nset ylabel 'time per step (ms)'\nset yrange [0:*]\n"
-         "set xrange [" + fmt(*workers.begin() - 0.3) + ":" + fmt(*workers.rbegin() + 0.3) + "]\n" + xtics +
+         "set xrange [" +
+         fmt(*workers.begin() - 0.3) + ":" + fmt(*workers.rbegin() + 0.3) + "]\n" + xtics +
          ")\nset grid\nset key outside right top\n" + caption_label(caption) + plot + "\n";
     out.push_back({"loading-" + slug(family.front()->loader_family_key), b, caption});
   }
@@ -88,7 +90,7 @@ Figure max_batch_figure(const Inputs& in) {
       row.push_back(it == batch.end() ? kNone : it->second);
     }
     rows.push_back(row);
-    xtics += (m ? ", " : "") + quoted(models[m]) + " " + std::to_string(m);
+    xtics += (m ? ", " : "") + gnuplot_quoted(models[m]) + " " + std::to_string(m);
   }
   TextSet budget_text;
   for (double b : budgets) budget_text.insert(fmt(b / 1e9) + " GB");
@@ -104,7 +106,7 @@ Figure max_batch_figure(const Inputs& in) {
   int column = 2;
   for (double k : ranks) {
     b += std::string(column > 2 ? ", " : "") + "$m using " + std::to_string(column) + " title " +
-         quoted(fmt(k) + (k == 1 ? " rank" : " ranks"));
+         gnuplot_quoted(fmt(k) + (k == 1 ? " rank" : " ranks"));
     ++column;
   }
   b += "\n";
@@ -145,11 +147,11 @@ std::vector<Figure> prediction_figures(const Inputs& in) {
         b += datablock(name, data);
         const std::string what = "batch " + fmt(batch) + batch_word;
         plot += std::string(colour > 1 ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
-                " title " + quoted(what + ", predicted");
+                " title " + gnuplot_quoted(what + ", predicted");
         if (!efficiency) plot += ", \\\n  $" + name + " using 1:3 with lines dt 2" + lc + " notitle";
         if (measured)
           plot += ", \\\n  $" + name + " using 1:4 with points pt 4 ps 1.8 lw 2" + lc + " title " +
-                  quoted(what + ", measured (dpx bench)");
+                  gnuplot_quoted(what + ", measured (dpx bench)");
       }
       if (!efficiency) plot += ", \\\n  NaN with lines dt 2 lc rgb 'gray40' title 'dashed: ideal scaling (first point x k/k0)'";
       const std::string caption =
@@ -158,10 +160,11 @@ std::vector<Figure> prediction_figures(const Inputs& in) {
                                 : "; images/s predicted from the network's fit or link and one replica's measured step "
                                   "(docs/predicting.md)") +
           (measured ? "; squares: dpx bench's measurement of the same configuration (predict --compare)" : "");
-      b += "set title " + quoted(std::string(efficiency ? "Predicted scaling efficiency: " : "Predicted throughput: ") +
-                                 run.model + ", DDP " + run.algo) +
+      b += "set title " +
+           gnuplot_quoted(std::string(efficiency ? "Predicted scaling efficiency: " : "Predicted throughput: ") +
+                          run.model + ", DDP " + run.algo) +
            "\nset xlabel 'devices (ranks)'\n" + log2_axis('x', ranks) + "set grid\nset ylabel " +
-           quoted(efficiency ? "scaling efficiency (1 = ideal)" : "throughput (images/s)") +
+           gnuplot_quoted(efficiency ? "scaling efficiency (1 = ideal)" : "throughput (images/s)") +
            // Weak scaling multiplies the throughput by k: a log axis keeps 1 rank and 1024 readable.
            (efficiency ? "\nset yrange [0:1.1]" : "\nset logscale y 10\nset yrange [*:*]") +
            "\nset datafile missing 'nan'\nset key outside right top\n" + caption_label(caption) + plot + "\n";

@@ -24,13 +24,14 @@ std::vector<Figure> loss_epoch_figures(const Inputs& in) {
       for (auto [epoch, loss] : s.by_epoch) rows.push_back({epoch, loss});
       const std::string name = "e" + std::to_string(drawn);
       b += datablock(name, rows);
-      plot += std::string(drawn++ ? ", \\\n  " : "") + "$" + name + " using 1:2 with lines lw 2 title " + quoted(s.label);
+      plot += std::string(drawn++ ? ", \\\n  " : "") + "$" + name + " using 1:2 with lines lw 2 title " +
+              gnuplot_quoted(s.label);
     }
     if (drawn == 0) continue;
     if (lr.threshold > 0) {
       caption += "; dashed: --loss-threshold " + fmt(lr.threshold);
       plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
-              quoted("loss threshold " + fmt(lr.threshold));
+              gnuplot_quoted("loss threshold " + fmt(lr.threshold));
     }
     b += "set title 'Training loss against epoch'\nset xlabel 'epoch'\nset ylabel 'loss (rank 0)'\n"
          "set xtics 1\nset grid\nset key outside right top\n" + caption_label(caption) + plot + "\n";
@@ -53,12 +54,12 @@ std::string loss_plot(const LossRun& lr, const std::vector<const LossSeries*>& s
     b += datablock(name, rows);
     if (i) plot += ", \\\n  ";
     plot.append("$").append(name).append(" using 1:2 with lines lw 2 lc ").append(std::to_string(i + 1));
-    plot.append(" title ").append(quoted(s.label));
+    plot.append(" title ").append(gnuplot_quoted(s.label));
     if (s.threshold_step >= 0) crossings.push_back({s.threshold_step, s.threshold_loss});
   }
   if (lr.threshold > 0) {
     plot += ", \\\n  " + fmt(lr.threshold) + " with lines dt 2 lw 2 lc rgb 'black' title " +
-            quoted("loss threshold " + fmt(lr.threshold));
+            gnuplot_quoted("loss threshold " + fmt(lr.threshold));
     if (!crossings.empty()) {
       b += datablock(prefix + "x", crossings);
       plot += ", \\\n  $" + prefix + "x using 1:2 with points pt 6 ps 2.5 lw 2 lc rgb 'black' title 'first step below "
@@ -113,7 +114,8 @@ std::vector<Figure> loss_figures(const Inputs& in) {
       caption += "; a panel per model";
       b = axes + caption_label(caption) + multiplot(panels.size(), "Training loss against global step");
       for (size_t p = 0; p < panels.size(); ++p)
-        b += "set title " + quoted(panels[p].first) + "\n" + panel_key(panels[p].second.size() + (lr.threshold > 0 ? 1 : 0), panels.size()) +
+        b += "set title " + gnuplot_quoted(panels[p].first) + "\n" +
+             panel_key(panels[p].second.size() + (lr.threshold > 0 ? 1 : 0), panels.size()) +
              loss_plot(lr, panels[p].second, "p" + std::to_string(p) + "l");
       b += "unset multiplot\n";
     }
@@ -154,12 +156,12 @@ std::vector<Figure> timeline_figures(const Inputs& in, const FigureOptions& o) {
       const std::string name = "p" + std::to_string(series);
       b += datablock(name, rows);
       plot += std::string(series ? ", \\\n  " : "") + "$" + name + " using 1:2:3:4:5:6 with boxxyerror fs solid 0.8 "
-              "border -1 lc " + std::to_string(series + 1) + " title " + quoted(title);
+              "border -1 lc " + std::to_string(series + 1) + " title " + gnuplot_quoted(title);
       ++series;
     }
     std::string ytics = "set ytics (";
     for (int r = 0; r < tr.ranks; ++r)
-      ytics += std::string(r ? ", " : "") + quoted("rank " + std::to_string(r)) + " " + std::to_string(r);
+      ytics += std::string(r ? ", " : "") + gnuplot_quoted("rank " + std::to_string(r)) + " " + std::to_string(r);
     const std::string window = o.first_step < 0 ? "every traced step"
                                                 : "steps " + std::to_string(o.first_step) + " to " +
                                                       std::to_string(o.last_step);

@@ -11,13 +11,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <system_error>
 #include <vector>
 
@@ -302,16 +302,36 @@ void check_writable_parent(const std::string& path, std::string_view flag) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) fail_write(path, errno, flag);
 }
 
+namespace {
+
+// The pid in a temporary's name, ".NAME.dpx-tmp.PID.RANDOM" (RANDOM: 16 hex digits), or "" where
+// `name` is not one.
+std::string temporary_pid(std::string_view name) {
+  constexpr std::string_view mark = ".dpx-tmp.";
+  constexpr size_t random_digits = 16;
+  if (name.size() < 2 + mark.size() + 1 + 1 + random_digits || name[0] != '.') return "";
+  const size_t dot = name.size() - random_digits - 1;
+  if (name[dot] != '.' || !std::all_of(name.begin() + dot + 1, name.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      }))
+    return "";
+  size_t first = dot;
+  while (first > 0 && name[first - 1] >= '0' && name[first - 1] <= '9') --first;
+  if (first == dot || first < 2 + mark.size() || name.substr(first - mark.size(), mark.size()) != mark) return "";
+  return std::string(name.substr(first, dot - first));
+}
+
+}  // namespace
+
 int remove_stale_temporaries(const std::string& dir) {
   namespace fs = std::filesystem;
-  static const std::regex temporary(R"(\..+\.dpx-tmp\.([0-9]+)\.[0-9a-f]{16})");
   int removed = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::smatch m;
     const std::string name = it->path().filename().string();
-    if (!std::regex_match(name, m, temporary)) continue;
-    const long pid = std::strtol(m[1].str().c_str(), nullptr, 10);
+    const std::string pid_text = temporary_pid(name);
+    if (pid_text.empty()) continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
     if (pid <= 0 || pid == ::getpid()) continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
     // The name alone proves nothing: the file must be a regular file that carries dpx's mark with
@@ -320,7 +340,7 @@ int remove_stale_temporaries(const std::string& dir) {
     if (!fs::is_regular_file(fs::symlink_status(it->path(), st))) continue;
     char marked[32] = {};
     const ssize_t n = ::lgetxattr(it->path().c_str(), kTemporaryMark, marked, sizeof marked - 1);
-    if (n <= 0 || std::string(marked, static_cast<size_t>(n)) != m[1].str()) continue;
+    if (n <= 0 || std::string(marked, static_cast<size_t>(n)) != pid_text) continue;
     std::error_code rm;
     if (fs::remove(it->path(), rm)) ++removed;
   }

@@ -10,7 +10,7 @@
 namespace dpx::nn {
 
 namespace {
-enum Child : size_t { kReduction, kNorm };
+enum MergingChild : size_t { kReduction, kNorm };
 // torchvision concatenates x[0::2, 0::2], x[1::2, 0::2], x[0::2, 1::2], x[1::2, 1::2]: block
 // k = 2 dw + dh. Seen as (B, H/2, dh, W/2, dw, C), that is the permutation to (B, H/2, W/2, dw, dh, C).
 const std::vector<int> kGatherPerm = {0, 1, 3, 4, 2, 5};

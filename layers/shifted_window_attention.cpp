@@ -14,7 +14,7 @@
 namespace dpx::nn {
 
 namespace {
-enum Child : size_t { kQkv, kProj };
+enum AttentionChild : size_t { kQkv, kProj };
 // (B nW, L, 3, heads, hd) -> (3, B nW, heads, L, hd): q, k, v and heads to the front.
 const std::vector<int> kQkvPerm = {2, 0, 3, 1, 4};
 // (B nW, heads, L, hd) -> (B nW, L, heads, hd): heads back beside each other.

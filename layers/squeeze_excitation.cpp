@@ -11,7 +11,7 @@
 namespace dpx::nn {
 
 namespace {
-enum Child : size_t { kAvgPool, kFc1, kFc2, kActivation, kScaleActivation };
+enum ExcitationChild : size_t { kAvgPool, kFc1, kFc2, kActivation, kScaleActivation };
 }
 
 SqueezeExcitation::SqueezeExcitation(int64_t input_channels, int64_t squeeze_channels, Rng& rng,

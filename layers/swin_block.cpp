@@ -16,7 +16,7 @@
 namespace dpx::nn {
 
 namespace {
-enum Child : size_t { kNorm1, kAttn, kStochasticDepth, kNorm2, kMlp };
+enum BlockChild : size_t { kNorm1, kAttn, kStochasticDepth, kNorm2, kMlp };
 }
 
 SwinTransformerBlock::SwinTransformerBlock(int64_t dim, int64_t num_heads, std::array<int64_t, 2> window_size,

@@ -150,7 +150,7 @@ void run_preview(PreviewFlags& f) {
   }
 }
 
-struct BenchFlags {
+struct LoaderBenchFlags {
   std::string dir, layout = "auto", split = "train";
   int image_size = 0, batches = 20, warmup = 2;
   int64_t batch_size = 64;
@@ -162,7 +162,7 @@ struct BenchFlags {
 
 // The loader of dpx train on one rank, without the model: `warmup` batches, then `batches` timed
 // by the wall clock from the first timed next() to the last, per number of workers.
-void run_bench(BenchFlags& f) {
+void run_bench(LoaderBenchFlags& f) {
   const data::FolderLayout layout = parse_layout(f.layout, f.dir);
   const data::Split split = parse_split(f.split);
   apply_image_flags(f.images, f.image_flags);
@@ -283,7 +283,7 @@ void add_data_command(CLI::App& app) {
   auto* bench = data->add_subcommand(
       "bench", "time the training loader alone (read, decode, augment, batch; no model) per number of workers: "
                "images/s, per core, and each worker's busy rate, as a timed loop over torch's DataLoader");
-  auto bf = std::make_shared<BenchFlags>();
+  auto bf = std::make_shared<LoaderBenchFlags>();
   bench->add_option("dir", bf->dir, "the image folder")->required();
   bench->add_option("--layout", bf->layout, "auto, imagefolder or tinyimagenet")->capture_default_str();
   bench->add_option("--split", bf->split, "train (RandomResizedCrop + flip) or val (Resize + CenterCrop)")

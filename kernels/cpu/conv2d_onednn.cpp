@@ -101,15 +101,15 @@ struct Entry {
 };
 
 // An entry's key: the shape, then the thread count and the algorithm.
-using Key = std::pair<ConvShapeKey, std::array<int64_t, 2>>;
+using EntryKey = std::pair<ConvShapeKey, std::array<int64_t, 2>>;
 
-Key key_of(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias, int threads,
+EntryKey entry_key(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias, int threads,
            bool winograd) {
   return {conv_shape_key(x, w, p, bias), {threads, winograd ? 1 : 0}};
 }
 
-std::mutex g_mutex;
-std::map<Key, std::unique_ptr<Entry>> g_entries;  // guarded by g_mutex; entries never move
+std::mutex g_entries_mutex;
+std::map<EntryKey, std::unique_ptr<Entry>> g_entries;  // guarded by g_entries_mutex; entries never move
 
 // oneDNN's OpenMP build runs one thread inside a parallel region (dpx's thread ranks are one):
 // a primitive made for more would wait at its barriers for threads that never come.
@@ -121,8 +121,8 @@ memory::desc any(const memory::dims& d) { return memory::desc(d, kF32, Tag::any)
 // The entry of a shape with its forward made. Throws dnnl::error where oneDNN refuses it.
 Entry& forward_entry(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, bool bias,
                      int threads, bool winograd) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  std::unique_ptr<Entry>& slot = g_entries[key_of(x, w, p, bias, threads, winograd)];
+  std::lock_guard<std::mutex> lock(g_entries_mutex);
+  std::unique_ptr<Entry>& slot = g_entries[entry_key(x, w, p, bias, threads, winograd)];
   if (slot && slot->fwd) return *slot;
   auto e = std::make_unique<Entry>();
   if (winograd) e->algorithm = dnnl::algorithm::convolution_winograd;
@@ -157,7 +157,7 @@ Entry& forward_entry(const Tensor& x, const Tensor& w, const ops::Conv2dParams& 
 }
 
 void make_backward(Entry& e, int threads) {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_entries_mutex);
   if (e.backward_made) return;
   const OmpThreads omp(threads);
   const memory::dims wd = e.w.dims();

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
@@ -95,17 +95,17 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
 // in 64 bits, and dpx checkpoints by their metadata (a stray checkpoint-<huge>.safetensors, or a
 // file of someone else's under such a name, is none: never rotated away, never resumed from).
 std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
-  static const std::regex name(R"(checkpoint-([0-9]+)\.safetensors)");
+  constexpr std::string_view prefix = "checkpoint-", suffix = ".safetensors";
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::smatch m;
     const std::string file = it->path().filename().string();
-    if (!std::regex_match(file, m, name)) continue;
-    const std::string digits = m[1].str();
+    if (file.size() <= prefix.size() + suffix.size() || !file.starts_with(prefix) || !file.ends_with(suffix)) continue;
+    const char* first = file.data() + prefix.size();
+    const char* last = file.data() + file.size() - suffix.size();
     int64_t step = 0;
-    const auto [end_ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (err == std::errc() && end_ptr == digits.data() + digits.size() &&
+    const auto [end_ptr, err] = std::from_chars(first, last, step);  // takes a '-', never a '+' or a space
+    if (err == std::errc() && end_ptr == last && *first != '-' &&
         written_by_dpx(it->path().string(), FileKind::checkpoint))
       found.emplace_back(step, it->path());
   }

@@ -66,14 +66,14 @@ TEST_CASE("printable and shell_quote: no control character survives printable; s
   CHECK(dpx::shell_quote("") == "''");
 }
 
-TEST_CASE("gnuplot reads a quoted() string back as one string and runs nothing of it") {
+TEST_CASE("gnuplot reads a gnuplot_quoted() string back as one string and runs nothing of it") {
   const std::string gp = gnuplot_or_skip();
   if (gp.empty()) return;
   TempDir dir("hostile_gnuplot");
   const std::string marker = dir.file("RAN");
   for (const std::string& p : payloads(marker)) {
     CAPTURE(p);
-    const std::string q = dpx::analysis::plot::quoted(p);
+    const std::string q = dpx::analysis::plot::gnuplot_quoted(p);
     CHECK(q.find('\n') == std::string::npos);
     CHECK(q.find('\r') == std::string::npos);
     const std::string script = dir.file("s.gp"), log = dir.file("s.log");
