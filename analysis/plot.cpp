@@ -41,6 +41,10 @@ std::string missing_data(std::string_view name, const Inputs& in) {
   if (name == "bytes-per-epoch" && (lacks(&BenchRow::bytes_per_epoch_formula) || lacks(&BenchRow::bytes_per_epoch_counted)))
     return "bytes-per-epoch needs a results.csv with the columns bytes_per_epoch_formula and bytes_per_epoch_counted: "
            "run the bench again, " + std::string(kBenchRun);
+  if (name == "scaling" && !in.bench.empty() &&
+      std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
+    return "scaling needs a dpx bench folder with two or more device counts of one configuration: " +
+           std::string(kBenchRun);
   if (name == "best-devices" && !in.bench.empty() &&
       std::none_of(in.bench.begin(), in.bench.end(), [](const BenchGroup& g) { return g.rows.size() >= 2; }))
     return "best-devices needs a dpx bench folder with two or more device counts of one model and batch size: " +
@@ -87,6 +91,11 @@ const std::vector<PlotFigureInfo>& plot_figures() {
        "median's confidence interval as error bars",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench; error bars: add --repeat 3 (or more)"},
+      {"scaling",
+       "scaling efficiency against devices, a line per configuration, with ideal scaling (1) dashed; --by names the "
+       "lines, the other axes make panels",
+       "a dpx bench folder with two or more device counts, e.g. dpx bench --models lenet5 --batch-sizes 8 --devices "
+       "cpu:1,2,4 --dataset synthetic --out runs/bench"},
       {"phases", "step time against devices as stacked phases, one figure per model and batch size",
        "a dpx bench folder (results.csv), e.g. dpx bench --models lenet5 --batch-sizes 8 --devices cpu:1,2,4 "
        "--dataset synthetic --out runs/bench"},
@@ -221,11 +230,12 @@ std::vector<std::string> make_plots(const PlotOptions& o) {
   for (const std::string& w : wanted) {
     std::vector<Figure> add;
     if (w == "throughput") add.push_back(throughput_figure(in, window));
+    if (w == "scaling") add.push_back(scaling_figure(in, window));
     if (w == "phases") add = phases_figures(in);
     if (w == "busbw") add = busbw_figures(in);
     if (w == "efficiency") add = efficiency_figures(in);
     if (w == "comm-compute") add = comm_compute_figures(in);
-    if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in));
+    if (w == "bytes-per-epoch") add.push_back(bytes_per_epoch_figure(in, window));
     if (w == "loss") add = loss_figures(in);
     if (w == "loss-epoch") add = loss_epoch_figures(in);
     if (w == "weak-strong") add = weak_strong_figures(in);

@@ -158,18 +158,21 @@ struct Figure {
 struct FigureOptions {
   double min_efficiency = 0.8;
   long first_step = -1, last_step = -1;  // --steps a:b of the timeline; -1: every step
-  // --by: the axes that name the throughput figure's series; every other axis that varies makes
-  // a panel of its own. Empty: every varying axis names the series (a panel per model when crowded).
+  // --by: the axes that name the series of the throughput, scaling and bytes-per-epoch figures;
+  // every other axis that varies makes a panel of its own. Empty: every varying axis names the
+  // series (a panel per model when crowded).
   std::vector<std::string> by;
 };
 
 Figure throughput_figure(const Inputs& in, const FigureOptions& o = {});
+// Scaling efficiency against devices, a line per configuration that ran on two or more.
+Figure scaling_figure(const Inputs& in, const FigureOptions& o = {});
 std::vector<Figure> phases_figures(const Inputs& in);
 std::vector<Figure> efficiency_figures(const Inputs& in);
 std::vector<Figure> busbw_figures(const Inputs& in);
 Figure best_devices_figure(const Inputs& in, const FigureOptions& o);
 std::vector<Figure> comm_compute_figures(const Inputs& in);
-Figure bytes_per_epoch_figure(const Inputs& in);
+Figure bytes_per_epoch_figure(const Inputs& in, const FigureOptions& o = {});
 std::vector<Figure> loss_figures(const Inputs& in);
 std::vector<Figure> loss_epoch_figures(const Inputs& in);
 std::vector<Figure> weak_strong_figures(const Inputs& in);

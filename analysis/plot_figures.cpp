@@ -191,26 +191,32 @@ std::string throughput_plot(const std::vector<BenchGroup>& bench, const std::vec
 }  // namespace
 
 
-Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
-  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
-  const std::string ci = interval_clause(in.bench);
-  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
-  caption += "; dashed: ideal scaling, each line's first point x k/k0";
-  // The axes that vary among the groups; with --by, those not named make the panels and the
-  // named ones the series' labels.
+namespace {
+
+// The series and panels of a figure that draws `lines` lines a configuration against devices.
+// With --by, the axes named label the series and each other axis that varies makes a panel per
+// value; without, a series is a configuration (its label names every varying axis), and past
+// kMaxSeries lines of several models the figure becomes a panel per model.
+struct SeriesLayout {
+  std::vector<BenchGroup> groups;  // relabelled by --by
+  Panels<size_t> panels;           // indices into groups, by panel
+  bool multiples = false;          // a panel each, else one plot of every group
+  std::string caption;             // the caption's clause that says which, "" for one plot
+};
+
+SeriesLayout series_layout(const std::vector<BenchGroup>& bench, const FigureOptions& o, size_t lines) {
   std::vector<std::string> varying;
   for (std::string_view a : kAxisNames) {
     std::set<std::string> values;
-    for (const BenchGroup& g : in.bench)
+    for (const BenchGroup& g : bench)
       if (auto v = g.axes.find(std::string(a)); v != g.axes.end()) values.insert(v->second);
     if (values.size() > 1) varying.emplace_back(a);
   }
-  std::vector<BenchGroup> bench = in.bench;  // --by relabels them with their series axes
-  Panels<size_t> panels;                      // the groups of each panel
-  for (size_t i = 0; i < bench.size(); ++i) {
-    BenchGroup& g = bench[i];
+  SeriesLayout l{bench, {}, false, ""};
+  for (size_t i = 0; i < l.groups.size(); ++i) {
+    BenchGroup& g = l.groups[i];
     if (o.by.empty()) {
-      add_to_panel(panels, g.model_name, i);
+      add_to_panel(l.panels, g.model_name, i);
       continue;
     }
     std::string label, panel;
@@ -220,41 +226,96 @@ Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
       into += (into.empty() ? "" : " ") + v;
     }
     g.label = label.empty() ? g.model_name : label;
-    add_to_panel(panels, panel, i);
+    add_to_panel(l.panels, panel, i);
   }
-  const bool multiples = panels.size() > 1 && (!o.by.empty() || bench.size() > kMaxSeries);
+  l.multiples = l.panels.size() > 1 && (!o.by.empty() || lines * bench.size() > kMaxSeries);
+  if (l.multiples) {
+    std::string by;
+    for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
+    l.caption = o.by.empty() ? "; a panel per model (more than " + std::to_string(kMaxSeries) +
+                                   " lines in one would crowd it)"
+                             : "; --by " + by + ": a series per value of it, a panel per value of every other axis "
+                                                "that varies";
+  }
+  return l;
+}
+
+// Every group's index: one plot of all of them.
+std::vector<size_t> all_of(const std::vector<BenchGroup>& groups) {
+  std::vector<size_t> all(groups.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
+}  // namespace
+
+Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ");
+  const std::string ci = interval_clause(in.bench);
+  if (!ci.empty()) caption += "; points: " + ci + " (error bars, dpx bench --repeat)";
+  caption += "; dashed: ideal scaling, each line's first point x k/k0";
+  const SeriesLayout l = series_layout(in.bench, o, 1);
   const std::string ylabel = "set ylabel " +
                              gnuplot_quoted("throughput (images/s" + (ci.empty() ? "" : "; " + ci) + ")") +
                              "\nset yrange [0:*]\n";
-  std::string b;
   bool ringed = false;
-  if (!multiples) {
-    std::vector<size_t> all(bench.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    const std::string plot = throughput_plot(bench, all, ringed);
+  if (!l.multiples) {
+    const std::string plot = throughput_plot(l.groups, all_of(l.groups), ringed);
     if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
-    b = "set title 'Throughput against devices'\n" + ranks_axis(in.bench) + ylabel + "set key outside right top\n" +
-        caption_label(caption) + plot;
-    return {"throughput", b, caption};
+    return {"throughput",
+            "set title 'Throughput against devices'\n" + ranks_axis(in.bench) + ylabel + "set key outside right top\n" +
+                caption_label(caption) + plot,
+            caption};
   }
   // A panel per model (or per value of the axes --by leaves), in a grid; the caption and the
   // figure's title once for all of them.
   std::string body;
-  for (const auto& [panel, groups] : panels) {
+  for (const auto& [panel, groups] : l.panels) {
     const bool disturbed = std::any_of(groups.begin(), groups.end(), [&](size_t i) {
-      return std::any_of(bench[i].rows.begin(), bench[i].rows.end(), [](const BenchRow& r) { return r.disturbed; });
+      return std::any_of(l.groups[i].rows.begin(), l.groups[i].rows.end(), [](const BenchRow& r) { return r.disturbed; });
     });
     body += "set title " + gnuplot_quoted(panel) + "\n" +
-            panel_key(groups.size() + 1 + (disturbed ? 1 : 0), panels.size()) + throughput_plot(bench, groups, ringed);
+            panel_key(groups.size() + 1 + (disturbed ? 1 : 0), l.panels.size()) + throughput_plot(l.groups, groups, ringed);
   }
-  std::string by;
-  for (const std::string& a : o.by) by += (by.empty() ? "" : ",") + a;
-  caption += o.by.empty() ? "; a panel per model (more than " + std::to_string(kMaxSeries) + " series in one would crowd it)"
-                          : "; --by " + by + ": a series per value of it, a panel per value of every other axis that varies";
+  caption += l.caption;
   if (ringed) caption += "; ringed: measured while other processes took more than 10 % of the cores";
-  b = ranks_axis(in.bench) + ylabel + caption_label(caption) +
-      multiplot(panels.size(), "Throughput against devices") + body + "unset multiplot\n";
-  return {"throughput", b, caption};
+  return {"throughput",
+          ranks_axis(in.bench) + ylabel + caption_label(caption) +
+              multiplot(l.panels.size(), "Throughput against devices") + body + "unset multiplot\n",
+          caption};
+}
+
+Figure scaling_figure(const Inputs& in, const FigureOptions& o) {
+  std::vector<BenchGroup> scaled;  // the configurations measured on two or more device counts
+  for (const BenchGroup& g : in.bench)
+    if (g.rows.size() >= 2) scaled.push_back(g);
+  const SeriesLayout l = series_layout(scaled, o, 1);
+  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                        "; scaling efficiency = images/s at k devices / (k/k0 x images/s at the fewest, k0), "
+                        "scaling_efficiency in results.csv; dashed: 1, ideal scaling" + l.caption;
+  auto plot_of = [&](const std::vector<size_t>& groups) {
+    std::string b, plot = "plot ";
+    for (size_t n = 0; n < groups.size(); ++n) {
+      const BenchGroup& g = l.groups[groups[n]];
+      std::vector<std::vector<double>> rows;
+      for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.scaling_efficiency});
+      const std::string name = "s" + std::to_string(groups[n]);
+      b += datablock(name, rows);
+      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 lc " +
+              std::to_string(n + 1) + " title " + gnuplot_quoted(g.label);
+    }
+    return b + plot + ", \\\n  1 with lines dt 2 lc rgb 'gray40' title 'ideal scaling (1)'\n";
+  };
+  const std::string axes = ranks_axis(scaled) + "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1<*]\n";
+  if (!l.multiples)
+    return {"scaling",
+            "set title 'Scaling efficiency against devices'\n" + axes + "set key outside right top\n" +
+                caption_label(caption) + plot_of(all_of(l.groups)),
+            caption};
+  std::string b = axes + caption_label(caption) + multiplot(l.panels.size(), "Scaling efficiency against devices");
+  for (const auto& [panel, groups] : l.panels)
+    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(groups.size() + 1, l.panels.size()) + plot_of(groups);
+  return {"scaling", b + "unset multiplot\n", caption};
 }
 
 namespace {
@@ -439,19 +500,16 @@ std::vector<Figure> comm_compute_figures(const Inputs& in) {
   return out;
 }
 
-Figure bytes_per_epoch_figure(const Inputs& in) {
-  std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
-                        "; formula: bytes_per_epoch_formula, N/(B k) steps (updates under --accumulate) x trainable "
-                        "parameters x 4 bytes; counted: bytes_per_epoch_counted, what rank 0's communicator sent "
-                        "(docs/measuring.md: Metrics)";
-  // Two lines a configuration (formula, counted): past six, a panel per model.
-  Panels<size_t> panels;
-  for (size_t i = 0; i < in.bench.size(); ++i) add_to_panel(panels, in.bench[i].model_name, i);
-  const bool multiples = 2 * in.bench.size() > kMaxSeries && panels.size() > 1;
+Figure bytes_per_epoch_figure(const Inputs& in, const FigureOptions& o) {
+  const SeriesLayout l = series_layout(in.bench, o, 2);  // two lines a configuration: formula, counted
+  const std::string caption = join(TextSet(in.bench_captions.begin(), in.bench_captions.end()), "; ") +
+                              "; formula: bytes_per_epoch_formula, N/(B k) steps (updates under --accumulate) x "
+                              "trainable parameters x 4 bytes; counted: bytes_per_epoch_counted, what rank 0's "
+                              "communicator sent (docs/measuring.md: Metrics)" + l.caption;
   auto plot_of = [&](const std::vector<size_t>& groups) {
     std::string b, plot = "plot ";
     for (size_t n = 0; n < groups.size(); ++n) {
-      const BenchGroup& g = in.bench[groups[n]];
+      const BenchGroup& g = l.groups[groups[n]];
       std::vector<std::vector<double>> rows;
       for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
       const std::string name = "y" + std::to_string(groups[n]), lc = " lc " + std::to_string(n + 1);
@@ -464,18 +522,14 @@ Figure bytes_per_epoch_figure(const Inputs& in) {
   };
   const std::string axes = ranks_axis(in.bench) + "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\n"
                            "set yrange [0:*]\n";
-  if (!multiples) {
-    std::vector<size_t> all(in.bench.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (!l.multiples)
     return {"bytes-per-epoch",
             "set title 'Bytes sent per epoch against devices'\n" + axes + "set key outside right top\n" +
-                caption_label(caption) + plot_of(all),
+                caption_label(caption) + plot_of(all_of(l.groups)),
             caption};
-  }
-  caption += "; a panel per model";
-  std::string b = axes + caption_label(caption) + multiplot(panels.size(), "Bytes sent per epoch against devices");
-  for (const auto& [panel, groups] : panels)
-    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(2 * groups.size(), panels.size()) + plot_of(groups);
+  std::string b = axes + caption_label(caption) + multiplot(l.panels.size(), "Bytes sent per epoch against devices");
+  for (const auto& [panel, groups] : l.panels)
+    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(2 * groups.size(), l.panels.size()) + plot_of(groups);
   return {"bytes-per-epoch", b + "unset multiplot\n", caption};
 }
 

@@ -60,9 +60,9 @@ void add_plot_command(CLI::App& app) {
                   "figures to draw, a comma list (dpx plot --list); default: every figure whose data is present");
   cmd->add_flag("--list", f->list, "name every figure and the data it needs, then stop");
   cmd->add_option("--by", f->o.by,
-                  "throughput: the sweep axes that name the series (model, batch, parallel, scaling, workers, algo, "
-                  "bucket_mb, accumulate, optimizer, grad_dtype); every other axis that varies makes a panel per "
-                  "value")
+                  "throughput, scaling and bytes-per-epoch: the sweep axes that name the series (model, batch, "
+                  "parallel, scaling, workers, algo, bucket_mb, accumulate, optimizer, grad_dtype); every other axis "
+                  "that varies makes a panel per value")
       ->delimiter(',');
   cmd->add_option("--where", f->o.where,
                   "only the bench rows whose results.csv column AXIS holds VALUE: AXIS=VALUE, repeatable (e.g. "

@@ -71,14 +71,16 @@ TEST_CASE("every figure keeps its legend off the data, in one plot or in panels"
     const plot::Inputs in = crowded(models, configs);
     plot::FigureOptions o;
     std::vector<plot::Figure> figures = {plot::throughput_figure(in, o), plot::best_devices_figure(in, o),
-                                         plot::bytes_per_epoch_figure(in)};
+                                         plot::bytes_per_epoch_figure(in), plot::scaling_figure(in, o)};
     for (auto f : {plot::phases_figures(in), plot::efficiency_figures(in), plot::comm_compute_figures(in)})
       figures.insert(figures.end(), f.begin(), f.end());
     for (const plot::Figure& f : figures) check_keys(f);
-    // Two models of four: 8 throughput lines and 16 bytes lines, past six: a panel per model.
+    // Two models of four: 8 throughput and scaling lines and 16 bytes lines, past six: a panel per model.
     const bool crowded_figures = models > 1;
-    CHECK((figures[0].body.find("set multiplot") != std::string::npos) == crowded_figures);
-    CHECK((figures[2].body.find("set multiplot") != std::string::npos) == crowded_figures);
+    for (size_t f : {0, 2, 3}) {
+      CAPTURE(figures[f].stem);
+      CHECK((figures[f].body.find("set multiplot") != std::string::npos) == crowded_figures);
+    }
   }
 }
 

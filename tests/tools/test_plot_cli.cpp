@@ -139,6 +139,7 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
   // One model at one batch size: throughput has the measured and the ideal line; phases six
   // stacked phases and the measured step; busbw one line per all-reduce algorithm (threads).
   check_figure(out, "throughput", 3, 960, 640);  // and the ideal line's legend entry
+  check_figure(out, "scaling", 2, 960, 640);     // and ideal scaling's line
   check_figure(out, "phases-lenet5-b8", 7, 960, 640);
   check_figure(out, "efficiency-lenet5-b8", 4, 960, 640);
   check_figure(out, "busbw-all_reduce", 6, 960, 640);  // 5 algorithms and the memcpy limit
@@ -151,7 +152,7 @@ TEST_CASE("dpx plot draws every figure from a bench folder and a collective CSV"
         std::string::npos);
   CHECK(slurp(out.file("busbw-all_reduce.txt")).find("dpx collective") != std::string::npos);
   // Only the figures and their captions: no script, log or temporary left.
-  CHECK(out.entries().size() == 24);
+  CHECK(out.entries().size() == 27);
 }
 
 TEST_CASE("dpx plot --figure draws only the figures named, at the size asked") {
@@ -638,6 +639,25 @@ TEST_CASE("dpx plot throughput: more than six series become a panel per model") 
     CHECK(by_svg.find(text) != std::string::npos);
   }
   CHECK(slurp(dir.file("by/throughput.txt")).find("--by accumulate: a series per value") != std::string::npos);
+  // The scaling and bytes-per-epoch figures by the same axis: the same four panels of acc 1 against
+  // acc 2, each with ideal scaling's entry (scaling) or a formula and a counted line a series (bytes).
+  DpxResult by_all = run_dpx("plot " + out + " --figure scaling,bytes-per-epoch --by accumulate --out " +
+                             dir.file("by_all"));
+  CAPTURE(by_all.output);
+  REQUIRE(by_all.code == 0);
+  const std::string scaling_svg = slurp(dir.file("by_all/scaling.svg"));
+  CHECK(svg_series(scaling_svg) == 4 * (2 + 1));
+  const std::string by_bytes_svg = slurp(dir.file("by_all/bytes-per-epoch.svg"));
+  CHECK(svg_series(by_bytes_svg) == 4 * 2 * 2);
+  for (const std::string& svg_text : {scaling_svg, by_bytes_svg})
+    for (const char* text : {">mlp ring<", ">lenet5 tree<"}) {
+      CAPTURE(text);
+      CHECK(svg_text.find(text) != std::string::npos);
+    }
+  CHECK(scaling_svg.find(">acc 2<") != std::string::npos);
+  CHECK(scaling_svg.find(">ideal scaling (1)<") != std::string::npos);
+  CHECK(by_bytes_svg.find(">acc 1: counted<") != std::string::npos);
+  CHECK(slurp(dir.file("by_all/scaling.txt")).find("--by accumulate: a series per value") != std::string::npos);
   DpxResult bad = run_dpx("plot " + out + " --by colour --out " + dir.file("bad"));
   CHECK(bad.code == 2);
   CHECK(bad.output.find("--by colour: not a sweep axis; name one or more of model, batch") != std::string::npos);

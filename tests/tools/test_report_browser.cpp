@@ -74,9 +74,9 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   const RenderCheck good = browse(chromium, out, dir.file("profile"));
-  // throughput, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
-  CHECK(good.figures == 8);
-  CHECK(good.rendered == 8);
+  // throughput, scaling, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
+  CHECK(good.figures == 9);
+  CHECK(good.rendered == 9);
   // Readable at the page's width: no figure text under 10 px at 1400 px (it was 7 px once).
   CHECK(good.min_text_px >= 10);
   // The page as a reader sees it: a screenshot at 1400 px, the summary at the top, no check text.
@@ -99,6 +99,6 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   const std::string broken = dir.file("broken.html");
   std::ofstream(broken) << page;
   const RenderCheck bad = browse(chromium, broken, dir.file("profile"));
-  CHECK(bad.figures == 8);
-  CHECK(bad.rendered == 7);
+  CHECK(bad.figures == 9);
+  CHECK(bad.rendered == 8);
 }

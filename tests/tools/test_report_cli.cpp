@@ -123,8 +123,8 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   REQUIRE(p.code == 0);
   int plotted = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.file("figs"))) plotted += e.path().extension() == ".svg";
-  // throughput, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
-  CHECK(plotted == 8);
+  // throughput, scaling, phases, efficiency, comm-compute, best-devices, bytes-per-epoch, loss, busbw
+  CHECK(plotted == 9);
 
   const std::string out = dir.file("page/report.html");
   DpxResult r = run_dpx("report " + d.bench + " " + d.coll + " --title 'Study <b> & \"co\"' --out " + out);
