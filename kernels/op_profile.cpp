@@ -255,7 +255,11 @@ std::vector<OpStats> snapshot() {
 Tracing::Tracing(bool on) : previous_(t_tracing) { t_tracing = on; }
 Tracing::~Tracing() { t_tracing = previous_; }
 
+bool tracing() { return t_tracing; }
+
 std::vector<OpSpan> take_spans() { return std::exchange(t_spans, {}); }
+
+void add_spans(const std::vector<OpSpan>& spans) { t_spans.insert(t_spans.end(), spans.begin(), spans.end()); }
 
 const char* op_name(int op) { return op >= 0 && op < kOpCount ? kOpNames[op] : "?"; }
 
@@ -300,7 +304,7 @@ Call::~Call() {
   if (!ctx_) return;
   const double host_s = static_cast<double>(now_ns() - start_ns_) * 1e-9;
   if (t_tracing && std::uncaught_exceptions() == 0)
-    t_spans.push_back({op_index(name_), static_cast<double>(start_ns_) * 1e-9, host_s});
+    t_spans.push_back({op_index(name_), static_cast<double>(start_ns_) * 1e-9, host_s, 0});
   if (!counted_) return;
   note_peak(*ctx_, name_, peak_before_);
   ThreadTotals& t = this_thread_totals();

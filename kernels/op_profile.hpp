@@ -79,6 +79,7 @@ struct OpSpan {
   int op = -1;          // the op's row in kernels/ops.def (op_name)
   double start_s = 0;   // steady clock (core/clock.hpp's now_s)
   double seconds = 0;
+  int replica = 0;      // the DataParallel replica whose thread ran it (parallel_apply); else 0
 };
 class Tracing {
  public:
@@ -90,8 +91,13 @@ class Tracing {
  private:
   bool previous_;
 };
+// Whether this thread traces its ops (a Tracing scope on): threads a traced caller starts trace
+// theirs too, and hand their spans back with add_spans.
+bool tracing();
 // This thread's spans since the last call, in the order the ops ended.
 std::vector<OpSpan> take_spans();
+// Adds `spans` (another thread's, taken there) to this thread's.
+void add_spans(const std::vector<OpSpan>& spans);
 // The name of row `op` of kernels/ops.def ("?" outside it), and the row of a name (-1: none).
 const char* op_name(int op);
 int op_index(const char* name);

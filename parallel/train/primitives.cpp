@@ -67,19 +67,30 @@ void parallel_apply(int n, const std::function<void(int)>& fn) {
   std::mutex mu;
   omp_set_dynamic(0);
   omp_set_max_active_levels(4);  // the replicas' kernels may open their own nested regions
-  const bool counting_ops = ops::profile::counting();  // the op profiler's switch: the caller's
+  // The op profiler's switches are the caller's; a traced replica's op spans come back to the
+  // caller's thread marked with the replica (the trace draws them on its track).
+  const bool counting_ops = ops::profile::counting(), tracing_ops = ops::profile::tracing();
+  std::vector<std::vector<ops::profile::OpSpan>> spans(static_cast<size_t>(n));
 #pragma omp parallel num_threads(n)
   {
     ops::profile::Counting counted(counting_ops);
+    ops::profile::Tracing traced(tracing_ops);
     // Normally one thread per replica; the stride keeps it correct if OpenMP gives fewer.
     for (int i = omp_get_thread_num(); i < n; i += omp_get_num_threads()) {
+      const std::vector<ops::profile::OpSpan> before = ops::profile::take_spans();  // the caller's, on thread 0
       try {
         fn(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!first) first = std::current_exception();
       }
+      spans[static_cast<size_t>(i)] = ops::profile::take_spans();
+      ops::profile::add_spans(before);
     }
+  }
+  for (int i = 0; i < n; ++i) {
+    for (ops::profile::OpSpan& s : spans[static_cast<size_t>(i)]) s.replica = i;
+    ops::profile::add_spans(spans[static_cast<size_t>(i)]);
   }
   if (first) std::rethrow_exception(first);
 }

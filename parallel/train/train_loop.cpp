@@ -117,9 +117,9 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
             b.start_s -= r.clock_offset_s;
             spans.push_back(b);
           }
-        for (const ops::profile::OpSpan& op : op_spans)
-          spans.push_back(
-              {TraceSpan::Kind::op, r.rank, global_step, op.op, op.start_s - r.clock_offset_s, op.seconds, 0, 0});
+        for (const ops::profile::OpSpan& op : op_spans)  // DataParallel's replica i: the trace's rank i
+          spans.push_back({TraceSpan::Kind::op, r.rank + op.replica, global_step, op.op,
+                           op.start_s - r.clock_offset_s, op.seconds, 0, 0});
       }
       loss_sum += rec.loss;
       mine.insert(mine.end(), records.begin(), records.end());

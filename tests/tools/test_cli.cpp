@@ -278,6 +278,38 @@ TEST_CASE("the trace has each loader worker's batches and, with --profile-ops, e
   fs::remove_all(d);
 }
 
+// DataParallel runs its replicas' forward and backward on threads of their own: each replica's
+// ops are on its own row of the trace (the rank its step records name), the master's (the loss,
+// the optimizer) on replica 0's.
+TEST_CASE("with --parallel dp and --profile-ops, each replica's ops are on its own ops track") {
+  fs::path d = temp_dir("trace_dp_ops");
+  Result r = run("train --dataset synthetic --image-size 28 --synthetic-size 256 --steps 4 --epochs 1 --threads 2 "
+                 "--model lenet5 --devices cpu:2 --parallel dp --batch-size 16 --warmup 1 --no-eval --profile-ops "
+                 "--out " + d.string() + " --trace " + (d / "trace.json").string() + " --trace-steps 2:2");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
+  std::map<std::pair<int, int>, std::string> tracks;  // (rank, tid) -> name
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+  std::map<int, std::set<std::string>> ops;  // rank -> op names
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] == "ops") {
+      CHECK(e["args"]["step"] == 2);
+      ops[e["pid"].get<int>()].insert(e["name"].get<std::string>());
+    }
+  REQUIRE(ops.size() == 2);
+  for (int replica : {0, 1})
+    for (const char* op : {"conv2d_forward", "conv2d_backward", "linear_backward"}) {
+      CAPTURE(replica);
+      CAPTURE(op);
+      CHECK(ops[replica].count(op) == 1);
+    }
+  CHECK(ops[0].count("sgd_step") == 1);  // the master's update
+  CHECK(ops[1].count("sgd_step") == 0);
+  fs::remove_all(d);
+}
+
 // What dpx bench --batch-sizes max found, trained at under the same budget: the host block cache
 // gives free segments back rather than hold more (core/host_cache.hpp), and says how much.
 TEST_CASE("train --memory-budget makes the host block cache give back what it would hold past it") {
