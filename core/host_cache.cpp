@@ -2,6 +2,9 @@
 // of segments, best fit, split and merged.
 #include "core/host_cache.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -74,7 +77,10 @@ void* HostCache::take_large(size_t bytes) {
       Block* b = *it;
       free_large_.erase(it);
       b->free = false;
-      cached_ -= b->size;
+      cached_ -= b->size - b->released;
+      reserved_ += b->released;  // its pages given back fault in again: counted whole
+      peak_reserved_ = std::max(peak_reserved_, reserved_);
+      b->released = 0;
       split(b, size);
       live_large_[b->ptr] = b;
       return b->ptr;
@@ -84,9 +90,12 @@ void* HostCache::take_large(size_t bytes) {
   std::vector<std::pair<void*, size_t>> back;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (reserve_limit_ > 0 && reserved_ + segment > reserve_limit_)
-      back = trim_locked(SIZE_MAX, reserve_limit_ > segment ? reserve_limit_ - segment : 0);
-    for (const auto& [q, n] : back) limit_released_ += n;
+    if (reserve_limit_ > 0 && reserved_ + segment > reserve_limit_) {
+      const size_t reserved_before = reserved_, within = reserve_limit_ > segment ? reserve_limit_ - segment : 0;
+      back = trim_locked(SIZE_MAX, within);
+      release_pages_locked(within);
+      limit_released_ += reserved_before - reserved_;
+    }
   }
   for (auto& [q, n] : back) std::free(q);
   void* p = system_alloc(segment);
@@ -125,6 +134,7 @@ void HostCache::give(void* p, size_t bytes) {
       if (Block* a = b->prev; a && a->free) {
         free_large_.erase(a);
         a->size += b->size;
+        a->released += b->released;
         a->next = b->next;
         if (b->next) b->next->prev = a;
         delete b;
@@ -133,6 +143,7 @@ void HostCache::give(void* p, size_t bytes) {
       if (Block* c = b->next; c && c->free) {
         free_large_.erase(c);
         b->size += c->size;
+        b->released += c->released;
         b->next = c->next;
         if (c->next) c->next->prev = b;
         delete c;
@@ -155,8 +166,8 @@ std::vector<std::pair<void*, size_t>> HostCache::trim_locked(size_t cached_at_mo
     Block* b = *--it;
     if (b->prev || b->next) continue;
     back.emplace_back(b->ptr, b->size);
-    cached_ -= b->size;
-    reserved_ -= b->size;
+    cached_ -= b->size - b->released;
+    reserved_ -= b->size - b->released;
     --segments_;
     it = free_large_.erase(it);
     delete b;
@@ -170,6 +181,20 @@ std::vector<std::pair<void*, size_t>> HostCache::trim_locked(size_t cached_at_mo
     if (it->second.empty()) small_.erase(it);
   }
   return back;
+}
+
+void HostCache::release_pages_locked(size_t reserved_at_most) {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (auto it = free_large_.end(); it != free_large_.begin() && reserved_ > reserved_at_most;) {
+    Block* b = *--it;
+    const uintptr_t first = round_up(reinterpret_cast<uintptr_t>(b->ptr), page);
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(b->ptr) + b->size) / page * page;
+    const size_t pages = last > first ? last - first : 0;
+    if (pages <= b->released || ::madvise(reinterpret_cast<void*>(first), pages, MADV_DONTNEED) != 0) continue;
+    cached_ -= pages - b->released;
+    reserved_ -= pages - b->released;
+    b->released = pages;
+  }
 }
 
 void HostCache::empty() {

@@ -16,8 +16,12 @@
 // free segments go back to the system (a segment with a live block stays). A reserve limit (0: none)
 // bounds what the cache holds in all, as PyTorch's CUDA allocator frees its cached blocks before
 // it reports a device out of memory: a segment that would take the reserved bytes past the limit
-// is asked for only after free small blocks and wholly free segments have gone back, enough of
-// them to stay within it where they can (live blocks can take it past; nothing fails). Cap 0 turns the cache
+// is asked for only after free small blocks and wholly free segments have gone back, and then the
+// pages of free blocks inside segments still partly in use (madvise MADV_DONTNEED: the addresses
+// stay the segment's, the memory goes back to the system and faults in again, zeroed, when a
+// block there is taken), enough of them to stay within it where they can (live blocks can take
+// it past; nothing fails). The reserved bytes count what is held: a block's pages given back are
+// counted again when it is taken, whole. Cap 0 turns the cache
 // off: every block comes from the system and goes back at once (under AddressSanitizer, where a
 // block reused at once would hide a use after free).
 //
@@ -58,7 +62,8 @@ class HostCache {
   // The reserve limit in bytes (0: none): see above.
   void set_reserve_limit(size_t bytes);
   size_t reserve_limit();
-  size_t limit_released_bytes();    // given back to keep within the reserve limit, since construction
+  size_t limit_released_bytes();    // given back to keep within the reserve limit (segments, small blocks
+                                    // and pages of free blocks), since construction
 
   static constexpr size_t kLarge = size_t{1} << 20;  // requests of this size and up come from segments
 
@@ -69,6 +74,7 @@ class HostCache {
     bool free;
     Block* prev;  // the neighbours in the block's segment; both null: the block is the whole segment
     Block* next;
+    size_t released = 0;  // free: bytes of its pages given back (madvise), not counted as reserved
   };
   struct BySize {  // best fit: the smallest size, then the lowest address
     bool operator()(const Block* a, const Block* b) const {
@@ -83,6 +89,9 @@ class HostCache {
   // blocks, until at most `cached_at_most` bytes are cached and `reserved_at_most` reserved (or
   // none is left), taken out of the cache's books; the caller frees them unlocked.
   std::vector<std::pair<void*, size_t>> trim_locked(size_t cached_at_most, size_t reserved_at_most);
+  // Gives the pages of free blocks inside partly used segments back (largest blocks first) until
+  // at most `reserved_at_most` bytes are reserved or none is left.
+  void release_pages_locked(size_t reserved_at_most);
 
   const size_t cap_;
   std::mutex mu_;

@@ -21,14 +21,20 @@
 
 namespace dpx::tools {
 
+namespace {
+
+// What a batch needs: its live tensors' peak where measured, else its reserved peak.
+double needed(const BatchPeak& p) { return static_cast<double>(p.live_bytes > 0 ? p.live_bytes : p.peak_bytes); }
+
+}  // namespace
+
 int64_t predict_max_batch(const BatchPeak& a, const BatchPeak& b, uint64_t budget, double headroom) {
   const double target = static_cast<double>(budget) * (1 - headroom);
-  const double slope = (static_cast<double>(b.peak_bytes) - static_cast<double>(a.peak_bytes)) /
-                       static_cast<double>(b.batch - a.batch);
+  const double slope = (needed(b) - needed(a)) / static_cast<double>(b.batch - a.batch);
   if (!(slope > 0)) {  // no growth seen (noise): a step of 4 times the larger point, to see some
-    return static_cast<double>(b.peak_bytes) <= target ? b.batch * 4 : 0;
+    return needed(b) <= target ? b.batch * 4 : 0;
   }
-  const double base = static_cast<double>(a.peak_bytes) - slope * static_cast<double>(a.batch);
+  const double base = needed(a) - slope * static_cast<double>(a.batch);
   const double most = std::floor((target - base) / slope);
   return most < 1 ? 0 : static_cast<int64_t>(std::min(most, 1e12));
 }
@@ -75,8 +81,8 @@ uint64_t available_memory(Device device) {
 
 namespace {
 
-// One short run of `o` at `batch` per rank, from an empty cache: its reserved high-water mark.
-uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& log) {
+// One short run of `o` at `batch` per rank, from an empty cache: its reserved and live high-water marks.
+BatchPeak measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& log) {
   parallel::TrainOptions r = o.measuring_run();
   const int k = r.ranks();
   r.batch_size = batch * k;
@@ -87,9 +93,11 @@ uint64_t measure(const parallel::TrainOptions& o, int64_t batch, std::ostream& l
   const parallel::TrainReport report = parallel::train(r, quiet);
   if (report.stopped_by) throw stop::Stopped(report.stopped_by);
   const parallel::Summary s = parallel::summarize(report);
-  const uint64_t peak = s.memory.device_reserved > 0 ? s.memory.device_reserved : s.memory.host_reserved;
-  log << "    batch " << batch << " per rank: " << static_cast<double>(peak) / 1e6 << " MB at its peak"
-      << std::endl;
+  const bool gpu = s.memory.device_reserved > 0;
+  const BatchPeak peak{batch, gpu ? s.memory.device_reserved : s.memory.host_reserved,
+                       gpu ? s.memory.device_allocated : s.memory.host_allocated};
+  log << "    batch " << batch << " per rank: " << static_cast<double>(peak.peak_bytes) / 1e6 << " MB reserved, "
+      << static_cast<double>(peak.live_bytes) / 1e6 << " MB of live tensors at its peak" << std::endl;
   return peak;
 }
 
@@ -105,11 +113,12 @@ constexpr int64_t kMaxStep = 8;  // the most a run's batch grows over the larges
 constexpr int kMaxTries = 6;      // runs after the first two
 }  // namespace
 
-MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget) {
+MaxBatch search_max_batch(const std::function<BatchPeak(int64_t)>& measure, int64_t cap, uint64_t budget) {
   MaxBatch m;
   m.budget = budget;
   auto run = [&](int64_t b) {
-    const BatchPeak p{b, measure(b)};
+    BatchPeak p = measure(b);
+    p.batch = b;
     m.runs.push_back(p);
     return p;
   };
@@ -151,8 +160,9 @@ MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64
       best = p;
       // Well under: small batches overstate the slope (fixed workspaces, rounding), so the line
       // from the smaller of them to this batch predicts again, upward; once a batch was over, the
-      // line from this one to it (the slope where the budget is).
-      if (static_cast<double>(p.peak_bytes) >= 0.9 * static_cast<double>(budget)) break;
+      // line from this one to it (the slope where the budget is). What it needs decides: under a
+      // budget the host cache's reserved bytes stay near it at every batch that fits.
+      if (needed(p) >= 0.9 * static_cast<double>(budget)) break;
       next = over.batch > 0 ? predict_max_batch(p, over, budget, 0.05) : std::min(predict_max_batch(a, p, budget, 0.05), cap);
       continue;
     }

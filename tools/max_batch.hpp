@@ -1,9 +1,12 @@
 // `dpx bench --batch-sizes max`: the largest per-rank batch of a configuration that trains within
-// a memory budget. Two short runs at small batches measure the peak memory (the allocator's
-// reserved high-water mark: the host's for CPU ranks, the largest rank's GPU's for GPU ranks), a
-// line through them predicts the batch that fills the budget less a headroom, and a run at that
-// batch confirms it; one that comes out over the budget shrinks the batch by the line's slope and
-// tries again, one well under it (below 90 %) predicts again from the line through it, but never
+// a memory budget. Two short runs at small batches measure the peak memory: the allocator's
+// reserved high-water mark (the host's for CPU ranks, the largest rank's GPU's for GPU ranks) says
+// whether a batch fits, the live tensors' high-water mark how much it needs (under the budget the
+// host cache gives its free memory back rather than pass it, core/host_cache.hpp, so what it
+// reserves stays near the budget for every batch that fits). A line through the live peaks
+// predicts the batch that fills the budget less a headroom, and a run at that batch confirms it;
+// one that comes out over the budget shrinks the batch by the line's slope and tries again, one
+// whose live tensors are well under it (below 90 %) predicts again from the line through it, but never
 // at or past a batch already over (it halves the gap instead), nor at more than 8 times the largest
 // batch that fit (a line through small batches may be far off). At most six runs after the first
 // two. Every run is short (a step or two), and none is larger than the line predicts fits nor 8
@@ -21,12 +24,13 @@
 namespace dpx::tools {
 
 struct BatchPeak {
-  int64_t batch = 0;       // per rank
-  uint64_t peak_bytes = 0;
+  int64_t batch = 0;        // per rank
+  uint64_t peak_bytes = 0;  // reserved at the high-water mark: over the budget, the batch does not fit
+  uint64_t live_bytes = 0;  // the live tensors' high-water mark (0: not measured, peak_bytes serves)
 };
 
 // The largest batch b >= 1 with a + slope·b <= budget·(1 - headroom), for the line through two
-// measurements (a.batch < b.batch); 0 when even a batch of 1 is over. A line that does not grow
+// measurements' live bytes (a.batch < b.batch); 0 when even a batch of 1 is over. A line that does not grow
 // (the batch's memory lost in the noise of the rest) predicts 4 times its larger point: a step
 // up from which the next line can be drawn, never a leap.
 int64_t predict_max_batch(const BatchPeak& a, const BatchPeak& b, uint64_t budget, double headroom);
@@ -51,10 +55,10 @@ struct MaxBatch {
   std::string capped_by;        // "" or why the search stopped below the prediction (the data set)
 };
 
-// The search over `measure` (a batch per rank -> its peak bytes), batches at most `cap`: two
-// small batches, then at most six more, never one at or above a batch already over the budget
-// nor above 8 times the largest that fit.
-MaxBatch search_max_batch(const std::function<uint64_t(int64_t)>& measure, int64_t cap, uint64_t budget);
+// The search over `measure` (a batch per rank -> its peaks), batches at most `cap`: two small
+// batches, then at most six more, never one at or above a batch already over the budget nor
+// above 8 times the largest that fit.
+MaxBatch search_max_batch(const std::function<BatchPeak(int64_t)>& measure, int64_t cap, uint64_t budget);
 
 // The search for `o` (its model, devices, parallel mode and every other option; the batch is the
 // search's), whose training set holds `train_samples` (synthetic sets grow with the batch instead).

@@ -4,6 +4,9 @@
 // best-fit out of segments, split and merged; the cap; the peaks of live and held bytes.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -200,6 +203,42 @@ TEST_CASE("the reserve limit: free segments go back before a new segment would p
   cache.give(g, 200 * MiB);
   cache.empty();
   CHECK(cache.reserved_bytes() == 0);
+}
+
+// Fragmentation under the limit: free blocks inside a segment that another block keeps in use
+// cannot go back whole, but their pages can (resnet18 at batch 102 held 3.7 GB for 2.8 GB of live
+// tensors, most of the difference in such blocks).
+TEST_CASE("under the reserve limit, the pages of free blocks in segments still in use go back too") {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  detail::HostCache cache(size_t{1} << 30);
+  auto* a = static_cast<unsigned char*>(cache.take(4 * MiB));  // a 20 MiB segment: a, b, 12 MiB free
+  auto* b = static_cast<unsigned char*>(cache.take(4 * MiB));
+  std::memset(b, 0xAB, 4 * MiB);
+  cache.give(a, 4 * MiB);  // 16 MiB free in a segment b keeps: no segment is wholly free
+  CHECK(cache.reserved_bytes() == 20 * MiB);
+  cache.set_reserve_limit(22 * MiB);
+  void* c = cache.take(16 * MiB);  // a segment of its own: 36 MiB would pass 22
+  // The free 16 MiB's pages went back (all but the pages the blocks' edges cut), b's stayed.
+  CHECK(cache.limit_released_bytes() >= 16 * MiB - 3 * page);
+  CHECK(cache.limit_released_bytes() <= 16 * MiB);
+  CHECK(cache.reserved_bytes() == 36 * MiB - cache.limit_released_bytes());
+  CHECK(cache.segments() == 2);
+  CHECK(std::all_of(b, b + 4 * MiB, [](unsigned char v) { return v == 0xAB; }));
+  // A block taken there faults its pages in again: counted whole, and usable.
+  auto* d = static_cast<unsigned char*>(cache.take(4 * MiB));
+  CHECK(d == a);  // the best fit: a's own block
+  CHECK(cache.reserved_bytes() >= 24 * MiB);
+  CHECK(cache.reserved_bytes() <= 24 * MiB + 3 * page);
+  std::memset(d, 7, 4 * MiB);
+  CHECK(std::all_of(d, d + 4 * MiB, [](unsigned char v) { return v == 7; }));
+  // Freed and merged with the given-back block beside it: its released pages stay counted out.
+  cache.give(d, 4 * MiB);
+  cache.give(b, 4 * MiB);
+  cache.give(c, 16 * MiB);
+  cache.set_reserve_limit(0);
+  cache.empty();
+  CHECK(cache.reserved_bytes() == 0);
+  CHECK(cache.cached_bytes() == 0);
 }
 
 TEST_CASE("large and small blocks from 4 threads at once never overlap, and all merge back") {
