@@ -2,6 +2,7 @@
 // body and a caption (analysis/plot_data.hpp), plus the script helpers they share.
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -247,6 +248,25 @@ std::vector<size_t> all_of(const std::vector<BenchGroup>& groups) {
   return all;
 }
 
+// A figure of lines against devices as `l` lays them out: one plot of every group, or a panel per
+// panel of `l` under one title. `plot_of` draws the series of some groups; a panel's legend has
+// `per_group` lines a group and `reference` more (ideal scaling).
+Figure lines_figure(const std::string& stem, const std::string& title, const std::string& axes,
+                    const std::string& caption, const SeriesLayout& l,
+                    const std::function<std::string(const std::vector<size_t>&)>& plot_of, size_t per_group,
+                    size_t reference) {
+  if (!l.multiples)
+    return {stem,
+            "set title " + gnuplot_quoted(title) + "\n" + axes + "set key outside right top\n" +
+                caption_label(caption) + plot_of(all_of(l.groups)),
+            caption};
+  std::string b = axes + caption_label(caption) + multiplot(l.panels.size(), title);
+  for (const auto& [panel, groups] : l.panels)
+    b += "set title " + gnuplot_quoted(panel) + "\n" +
+         panel_key(per_group * groups.size() + reference, l.panels.size()) + plot_of(groups);
+  return {stem, b + "unset multiplot\n", caption};
+}
+
 }  // namespace
 
 Figure throughput_figure(const Inputs& in, const FigureOptions& o) {
@@ -307,15 +327,7 @@ Figure scaling_figure(const Inputs& in, const FigureOptions& o) {
     return b + plot + ", \\\n  1 with lines dt 2 lc rgb 'gray40' title 'ideal scaling (1)'\n";
   };
   const std::string axes = ranks_axis(scaled) + "set ylabel 'scaling efficiency (1 = ideal)'\nset yrange [0:1.1<*]\n";
-  if (!l.multiples)
-    return {"scaling",
-            "set title 'Scaling efficiency against devices'\n" + axes + "set key outside right top\n" +
-                caption_label(caption) + plot_of(all_of(l.groups)),
-            caption};
-  std::string b = axes + caption_label(caption) + multiplot(l.panels.size(), "Scaling efficiency against devices");
-  for (const auto& [panel, groups] : l.panels)
-    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(groups.size() + 1, l.panels.size()) + plot_of(groups);
-  return {"scaling", b + "unset multiplot\n", caption};
+  return lines_figure("scaling", "Scaling efficiency against devices", axes, caption, l, plot_of, 1, 1);
 }
 
 namespace {
@@ -522,15 +534,7 @@ Figure bytes_per_epoch_figure(const Inputs& in, const FigureOptions& o) {
   };
   const std::string axes = ranks_axis(in.bench) + "set ylabel 'bytes per epoch (per rank)'\nset format y '%.1s %cB'\n"
                            "set yrange [0:*]\n";
-  if (!l.multiples)
-    return {"bytes-per-epoch",
-            "set title 'Bytes sent per epoch against devices'\n" + axes + "set key outside right top\n" +
-                caption_label(caption) + plot_of(all_of(l.groups)),
-            caption};
-  std::string b = axes + caption_label(caption) + multiplot(l.panels.size(), "Bytes sent per epoch against devices");
-  for (const auto& [panel, groups] : l.panels)
-    b += "set title " + gnuplot_quoted(panel) + "\n" + panel_key(2 * groups.size(), l.panels.size()) + plot_of(groups);
-  return {"bytes-per-epoch", b + "unset multiplot\n", caption};
+  return lines_figure("bytes-per-epoch", "Bytes sent per epoch against devices", axes, caption, l, plot_of, 2, 0);
 }
 
 std::vector<Figure> weak_strong_figures(const Inputs& in) {

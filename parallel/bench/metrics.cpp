@@ -28,7 +28,7 @@ Summary summarize(const TrainReport& report) {
   std::vector<double> useful(static_cast<size_t>(report.ranks), 0), runtime(static_cast<size_t>(report.ranks), 0);
   std::vector<int64_t> counted(static_cast<size_t>(report.ranks), 0);
   double images = 0, bytes_rank0 = 0;
-  int64_t steps_rank0 = 0;
+  int64_t steps_rank0 = 0, updates_rank0 = 0;
   for (const auto& r : report.steps) {
     s.memory.raise_to(r.memory);
     if (r.global_step < warmup) continue;
@@ -41,6 +41,7 @@ Summary summarize(const TrainReport& report) {
     if (r.rank == 0) {
       bytes_rank0 += static_cast<double>(r.comm_bytes);
       ++steps_rank0;
+      updates_rank0 += r.optimizer_step ? 1 : 0;
     }
   }
   s.measured_steps = counted.empty() ? 0 : counted[0];
@@ -60,11 +61,14 @@ Summary summarize(const TrainReport& report) {
   // A whole epoch, N / (B·k) steps, even when --steps cut the run short.
   const int64_t rank_batch = report.options.batch_size / report.ranks;
   const double epoch_steps = static_cast<double>(report.train_samples / report.ranks / rank_batch);
-  if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
-  // sizeof(dtype): that of the gradients' all-reduce (--grad-dtype: 2 bytes for bf16 and fp16).
-  const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_dtype));
   // One all-reduce per update: every --accumulate micro-steps, and after the epoch's last.
   const double updates = std::ceil(epoch_steps / static_cast<double>(report.options.accumulate));
+  // Counted: what an update sent, times the epoch's updates (a run --steps cut short updates after
+  // its last micro-step too, so its bytes per micro-step would overstate an epoch's).
+  if (updates_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(updates_rank0) * updates;
+  else if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
+  // sizeof(dtype): that of the gradients' all-reduce (--grad-dtype: 2 bytes for bf16 and fp16).
+  const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_dtype));
   s.bytes_per_epoch_formula =
       report.ranks > 1 ? updates * static_cast<double>(report.num_trainable) * grad_bytes : 0.0;
   if (!report.epochs.empty()) {

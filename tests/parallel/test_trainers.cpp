@@ -209,6 +209,14 @@ TEST_CASE("summaries: bytes per epoch under gradient accumulation count one all-
   Summary s = summarize(r);
   CHECK(s.bytes_per_epoch_formula == doctest::Approx(6.0 * r.num_trainable * 4));
   CHECK(s.bytes_per_epoch_counted == doctest::Approx(s.bytes_per_epoch_formula));
+  // A run cut short updates after its last micro-step as well: 5 micro-steps, 1 of warm-up, update
+  // after the 3rd and the 5th. Counted per update, an epoch's bytes are the same; counted per
+  // micro-step they were 2 updates in 4 steps, 8 an epoch for 6.
+  o.max_steps = 5;
+  o.warmup_steps = 1;
+  Summary cut = summarize(train(o, log));
+  CHECK(cut.bytes_per_epoch_formula == doctest::Approx(s.bytes_per_epoch_formula));
+  CHECK(cut.bytes_per_epoch_counted == doctest::Approx(s.bytes_per_epoch_formula));
 }
 
 TEST_CASE("the job's initial model is freed once this process's ranks have their copies") {
