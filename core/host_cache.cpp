@@ -77,8 +77,14 @@ void* HostCache::take_large(size_t bytes) {
       Block* b = *it;
       free_large_.erase(it);
       b->free = false;
+      // Its pages given back fault in again: under the limit, other free blocks' pages go first.
+      if (reserve_limit_ > 0 && b->released > 0 && reserved_ + b->released > reserve_limit_) {
+        const size_t reserved_before = reserved_;
+        release_pages_locked(reserve_limit_ > b->released ? reserve_limit_ - b->released : 0);
+        limit_released_ += reserved_before - reserved_;
+      }
       cached_ -= b->size - b->released;
-      reserved_ += b->released;  // its pages given back fault in again: counted whole
+      reserved_ += b->released;  // counted whole
       peak_reserved_ = std::max(peak_reserved_, reserved_);
       b->released = 0;
       split(b, size);

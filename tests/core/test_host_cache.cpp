@@ -231,10 +231,18 @@ TEST_CASE("under the reserve limit, the pages of free blocks in segments still i
   CHECK(cache.reserved_bytes() <= 24 * MiB + 3 * page);
   std::memset(d, 7, 4 * MiB);
   CHECK(std::all_of(d, d + 4 * MiB, [](unsigned char v) { return v == 7; }));
+  // Taking a block whose pages went back asks the system for them again: within the limit, another
+  // free block's pages go back first. c's segment, now free, goes for the 12 MiB after b.
+  cache.give(c, 16 * MiB);
+  CHECK(cache.reserved_bytes() >= 24 * MiB);  // d and b live, c's 16 MiB free but held
+  auto* e = static_cast<unsigned char*>(cache.take(12 * MiB));
+  CHECK(e == b + 4 * MiB);  // the best fit: the released block after b
+  CHECK(cache.reserved_bytes() <= 20 * MiB + 3 * page);  // d, b and e; without this, 36 MiB
+  std::memset(e, 3, 12 * MiB);
+  cache.give(e, 12 * MiB);
   // Freed and merged with the given-back block beside it: its released pages stay counted out.
   cache.give(d, 4 * MiB);
   cache.give(b, 4 * MiB);
-  cache.give(c, 16 * MiB);
   cache.set_reserve_limit(0);
   cache.empty();
   CHECK(cache.reserved_bytes() == 0);
