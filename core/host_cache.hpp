@@ -21,7 +21,8 @@
 // stay the segment's, the memory goes back to the system and faults in again, zeroed, when a
 // block there is taken), enough of them to stay within it where they can (live blocks can take
 // it past; nothing fails). The reserved bytes count what is held: a block's pages given back are
-// counted again when it is taken, whole. Cap 0 turns the cache
+// counted again when it is taken, whole, other free blocks' pages going back first where that
+// would pass the limit. Cap 0 turns the cache
 // off: every block comes from the system and goes back at once (under AddressSanitizer, where a
 // block reused at once would hide a use after free).
 //
