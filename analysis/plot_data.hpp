@@ -210,6 +210,12 @@ std::string multiplot(size_t panels, const std::string& title);
 // panel's height (a figure of the default 640 px, `panels` panels two to a row), so no point
 // reaches the band the legend takes. Before each panel's plot.
 std::string panel_key(size_t entries, size_t panels);
+// The n-th series' colour (" lc C") and point shape (" pt P") in a plot: gnuplot's 8 colours in
+// turn, then the same colours with the next shape (circle, square, triangle, diamond), so no two
+// of 32 series look alike. `hollow`: the open shape of the same family, for a second line of the
+// series (bytes-per-epoch's counted line).
+std::string series_colour(size_t n);
+std::string series_point(size_t n, bool hollow = false);
 
 // Shorter first, so that numbers in text sort as numbers ("8" before "32").
 struct ShortFirst {

@@ -81,6 +81,13 @@ std::string panel_key(size_t entries, size_t panels) {
   return "set key top right font ',8' samplen 2\nset offsets 0, 0, graph " + rounded(share / (1 - share), 3) + ", 0\n";
 }
 
+std::string series_colour(size_t n) { return " lc " + std::to_string(n % 8 + 1); }
+
+std::string series_point(size_t n, bool hollow) {
+  static constexpr int filled[] = {7, 5, 9, 13}, open[] = {6, 4, 8, 12};
+  return " pt " + std::to_string((hollow ? open : filled)[n / 8 % 4]);
+}
+
 std::string rounded(double v, int digits) {
   std::ostringstream os;
   os.precision(digits);
@@ -169,9 +176,9 @@ std::string throughput_plot(const std::vector<BenchGroup>& bench, const std::vec
                       bars ? r.images_per_s_ci_lo : 0, bars ? r.images_per_s_ci_hi : 0, r.disturbed ? 1.0 : 0.0});
     const std::string name = "t" + std::to_string(i);
     b += datablock(name, rows);
-    const std::string lc = " lc " + std::to_string(n + 1);
-    const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2 pt 7" : " using 1:2 with linespoints lw 2 pt 7";
-    plot += std::string(n ? ", \\\n  " : "") + "$" + name + measured + lc + " title " +
+    const std::string lc = series_colour(n);
+    const std::string measured = bars ? " using 1:2:4:5 with yerrorlines lw 2" : " using 1:2 with linespoints lw 2";
+    plot += std::string(n ? ", \\\n  " : "") + "$" + name + measured + series_point(n) + lc + " title " +
             gnuplot_quoted(g.label + (bars ? " (median, CI)" : "")) + ", \\\n  $" + name +
             " using 1:3 with lines dt 2" + lc + " notitle";
   }
@@ -321,8 +328,8 @@ Figure scaling_figure(const Inputs& in, const FigureOptions& o) {
       for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.scaling_efficiency});
       const std::string name = "s" + std::to_string(groups[n]);
       b += datablock(name, rows);
-      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7 lc " +
-              std::to_string(n + 1) + " title " + gnuplot_quoted(g.label);
+      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2" + series_point(n) +
+              series_colour(n) + " title " + gnuplot_quoted(g.label);
     }
     return b + plot + ", \\\n  1 with lines dt 2 lc rgb 'gray40' title 'ideal scaling (1)'\n";
   };
@@ -524,11 +531,12 @@ Figure bytes_per_epoch_figure(const Inputs& in, const FigureOptions& o) {
       const BenchGroup& g = l.groups[groups[n]];
       std::vector<std::vector<double>> rows;
       for (const BenchRow& r : g.rows) rows.push_back({r.ranks, r.bytes_per_epoch_formula, r.bytes_per_epoch_counted});
-      const std::string name = "y" + std::to_string(groups[n]), lc = " lc " + std::to_string(n + 1);
+      const std::string name = "y" + std::to_string(groups[n]), lc = series_colour(n);
       b += datablock(name, rows);
-      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2 pt 7" + lc +
-              " title " + gnuplot_quoted(g.label + ": formula") + ", \\\n  $" + name +
-              " using 1:3 with linespoints dt 2 pt 6 ps 2" + lc + " title " + gnuplot_quoted(g.label + ": counted");
+      plot += std::string(n ? ", \\\n  " : "") + "$" + name + " using 1:2 with linespoints lw 2" + series_point(n) +
+              lc + " title " + gnuplot_quoted(g.label + ": formula") + ", \\\n  $" + name +
+              " using 1:3 with linespoints dt 2" + series_point(n, true) + " ps 2" + lc + " title " +
+              gnuplot_quoted(g.label + ": counted");
     }
     return b + plot + "\n";
   };

@@ -4,7 +4,9 @@
 // a panel per model.
 #include <doctest/doctest.h>
 
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -81,6 +83,51 @@ TEST_CASE("every figure keeps its legend off the data, in one plot or in panels"
       CAPTURE(figures[f].stem);
       CHECK((figures[f].body.find("set multiplot") != std::string::npos) == crowded_figures);
     }
+  }
+}
+
+namespace {
+
+// The titled series of each plot command of a script, as (colour 1..8, point, dash): gnuplot
+// has 8 colours, so "lc 9" draws as "lc 1".
+std::vector<std::vector<std::tuple<int, int, int>>> series_styles(const std::string& body) {
+  auto number_after = [](const std::string& s, const std::string& key, int otherwise) {
+    const size_t at = s.find(key);
+    return at == std::string::npos ? otherwise : std::stoi(s.substr(at + key.size()));
+  };
+  std::vector<std::vector<std::tuple<int, int, int>>> plots;
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("plot ", 0) != 0) continue;
+    std::string command = line;  // it runs on over lines that end in a backslash
+    while (!command.empty() && command.back() == '\\' && std::getline(lines, line)) command.back() = ' ', command += line;
+    plots.emplace_back();
+    std::istringstream parts(command.substr(5));
+    for (std::string part; std::getline(parts, part, ',');) {
+      if (part.find(" title ") == std::string::npos || part.find(" lc ") == std::string::npos ||
+          part.find("lc rgb") != std::string::npos)
+        continue;
+      plots.back().emplace_back((number_after(part, " lc ", 1) - 1) % 8 + 1, number_after(part, " pt ", 0),
+                                number_after(part, " dt ", 1));
+    }
+  }
+  return plots;
+}
+
+}  // namespace
+
+// gnuplot has 8 line colours: a 9th series drawn as the 1st cannot be told from it.
+TEST_CASE("no two series of a plot look alike, past gnuplot's 8 colours too") {
+  const plot::Inputs in = crowded(1, 12);  // one model: one plot of 12 series, no panels
+  plot::FigureOptions o;
+  for (const plot::Figure& f : {plot::throughput_figure(in, o), plot::scaling_figure(in, o),
+                                plot::bytes_per_epoch_figure(in, o)}) {
+    CAPTURE(f.stem);
+    const auto plots = series_styles(f.body);
+    REQUIRE(plots.size() == 1);
+    CHECK(plots[0].size() >= 12);
+    const std::set<std::tuple<int, int, int>> distinct(plots[0].begin(), plots[0].end());
+    CHECK(distinct.size() == plots[0].size());
   }
 }
 
