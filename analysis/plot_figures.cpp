@@ -85,7 +85,10 @@ std::string series_colour(size_t n) { return " lc " + std::to_string(n % 8 + 1);
 
 std::string series_point(size_t n, bool hollow) {
   static constexpr int filled[] = {7, 5, 9, 13}, open[] = {6, 4, 8, 12};
-  return " pt " + std::to_string((hollow ? open : filled)[n / 8 % 4]);
+  // Indexed apart: GCC 12 at -O0 with UBSan miscompiled "(hollow ? open : filled)[i]" (the first
+  // element for every i; the sanitized suite caught it).
+  const size_t shape = n / 8 % 4;
+  return " pt " + std::to_string(hollow ? open[shape] : filled[shape]);
 }
 
 std::string rounded(double v, int digits) {
