@@ -64,9 +64,9 @@ Summary summarize(const TrainReport& report) {
   // One all-reduce per update: every --accumulate micro-steps, and after the epoch's last.
   const double updates = std::ceil(epoch_steps / static_cast<double>(report.options.accumulate));
   // Counted: what an update sent, times the epoch's updates (a run --steps cut short updates after
-  // its last micro-step too, so its bytes per micro-step would overstate an epoch's).
+  // its last micro-step too, so its bytes per micro-step would overstate an epoch's). Gradients
+  // are sent on updates only: without one among the measured steps, nothing was sent (0).
   if (updates_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(updates_rank0) * updates;
-  else if (steps_rank0 > 0) s.bytes_per_epoch_counted = bytes_rank0 / static_cast<double>(steps_rank0) * epoch_steps;
   // sizeof(dtype): that of the gradients' all-reduce (--grad-dtype: 2 bytes for bf16 and fp16).
   const double grad_bytes = static_cast<double>(dtype_size(report.options.grad_dtype));
   s.bytes_per_epoch_formula =

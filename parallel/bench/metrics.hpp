@@ -23,7 +23,7 @@ struct Summary {
   double comm_efficiency = 1;                // max_r U_r / T
   double parallel_efficiency = 1;            // load_balance × comm_efficiency = mean_r U_r / T
   double bytes_per_epoch_formula = 0;        // N / (B·k) · trainable params · bytes of --grad-dtype
-  double bytes_per_epoch_counted = 0;        // bytes rank 0 sent per step × steps per epoch
+  double bytes_per_epoch_counted = 0;        // bytes rank 0 sent per update × updates per epoch
   double final_loss = 0;                     // mean loss of the last epoch (rank 0)
   double test_accuracy = -1;                 // after the last epoch; -1 if not evaluated
   MemoryPeaks memory;                        // the highest high-water marks of any rank, warm-up included
