@@ -3,11 +3,13 @@
 //   dpx       dpx's own kernels: im2col + a single-threaded sgemm per work unit (conv2d.cpp), the
 //             direct depthwise kernel (depthwise_conv.cpp). Bitwise independent of the thread count.
 //   onednn    oneDNN's direct convolution (conv2d_onednn.cpp; Debian's libdnnl), in the blocked
-//             layouts it picks, with the reorders to and from dpx's NCHW around it. Forward and
-//             dx do not depend on the thread count; dW does (oneDNN splits its sum over images
-//             by thread).
+//             layouts it picks, with the reorders to and from dpx's NCHW around it. With
+//             AVX-512 forward and dx do not depend on the thread count (on AVX2 its GEMM-based
+//             fallback for some grouped shapes splits the sums by thread); dW does everywhere
+//             (oneDNN splits its sum over images by thread).
 //   winograd  oneDNN's Winograd F(4x4, 3x3): 3x3 stride-1 convolutions in about half the time on
-//             planes of 14x14 and more, rounding more (5e-4 relative in the kernel tests).
+//             planes of 14x14 and more, rounding more (5e-4 relative in the kernel tests). Only
+//             on CPUs with AVX-512; elsewhere oneDNN refuses it and the direct convolution runs.
 // --conv-algo picks the rule: auto (Winograd for 3x3 stride-1 shapes on planes of 7x7 and more,
 // direct for the others; dpx's kernels for 1x1 convolutions on planes of 14x14 and more, 3x3
 // stems, depthwise ones, one backward shape where they are faster, and inside thread ranks of

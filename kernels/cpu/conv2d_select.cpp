@@ -239,9 +239,11 @@ std::vector<Impl> candidates(ConvAlgo algo, bool backward, const Context& ctx, c
   return {};
 }
 
-// Decides among the candidates: by rule, the first that runs (trying it once: a refusal is known
-// before the real call), or by search, the fastest of those that run. run(impl, &refused) runs
-// the implementation into scratch or into the outputs (forward overwrites them).
+// Decides among the candidates: by rule, the first that runs, or by search, the fastest of those
+// that run. run(impl, &refused) runs the implementation; a refusal is known before anything is
+// written. Under a rule that run is the call itself, into its outputs (the caller does not run
+// it again: dW is added to); a search runs each candidate into the outputs (forward, which
+// overwrites them) or into copies (backward), and the caller runs the fastest.
 template <class Run>
 std::pair<Impl, std::string> decide(ConvAlgo algo, const std::vector<Impl>& impls,
                                     std::string rule_why, Run&& run) {
@@ -291,13 +293,16 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     }
     return conv2d_forward_onednn(ctx, y, x, w, b, p, i == Impl::winograd, why);
   };
+  bool done = false;  // a rule's first choice ran as this call
   const Impl impl = choose(x, w, p, bias, /*backward=*/false, ctx.threads, [&] {
     std::string why;
     const std::vector<Impl> impls = candidates(algo, false, ctx, x, w, p, why);
-    return decide(algo, impls, why, run);
+    return decide(algo, impls, why, [&](Impl i, std::string* refused) {
+      return done = run(i, refused) && algo != ConvAlgo::search;
+    });
   });
   std::string why;
-  if (!run(impl, &why)) conv2d_forward_dpx(ctx, y, x, w, b, p);
+  if (!done && !run(impl, &why)) conv2d_forward_dpx(ctx, y, x, w, b, p);
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
@@ -305,10 +310,15 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const ConvAlgo algo = g_algo;
   if (algo == ConvAlgo::dpx || !onednn_available() || (!dx && !dw))
     return conv2d_backward_dpx(ctx, dx, dw, db, dy, x, w, p, dx_mode);
+  bool done = false;  // a rule's first choice ran as this call, into dx and dW
   const Impl impl = choose(x, w, p, /*bias=*/false, /*backward=*/true, ctx.threads, [&] {
     std::string why;
     const std::vector<Impl> impls = candidates(algo, true, ctx, x, w, p, why);
-    // The gradients are added to dx and dW: trial runs write into copies.
+    if (algo != ConvAlgo::search)  // dpx's kernels are never tried: they always run
+      return decide(algo, impls, why, [&](Impl i, std::string* refused) {
+        return done = conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, i == Impl::winograd, dx_mode, refused);
+      });
+    // The gradients are added to dx and dW: a search times each candidate into copies.
     Tensor tdx = dx ? Tensor::zeros(dx->shape()) : Tensor();
     Tensor tdw = dw ? Tensor::zeros(dw->shape()) : Tensor();
     Tensor* pdx = dx ? &tdx : nullptr;
@@ -322,8 +332,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     });
   });
   std::string why;
-  if (impl != Impl::dpx &&
-      conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, impl == Impl::winograd, dx_mode, &why)) {
+  if (done || (impl != Impl::dpx &&
+               conv2d_backward_onednn(ctx, dx, dw, dy, x, w, p, impl == Impl::winograd, dx_mode, &why))) {
     if (db) conv2d_backward_dpx(ctx, nullptr, nullptr, db, dy, x, w, p, dx_mode);
     return;
   }
