@@ -25,50 +25,46 @@ void* ptr(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
 
 }  // namespace
 
-namespace {
-
-// A Work of a host backend: finished by the communication thread.
-class HostWork final : public Work::State {
- public:
-  void wait() override {
-    std::unique_lock<std::mutex> lock(m_);
-    cv_.wait(lock, [&] { return done_; });
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool done() const override {
-    std::lock_guard<std::mutex> lock(m_);
-    return done_;
-  }
-  double seconds() const override { return seconds_; }
-  uint64_t bytes_sent() const override { return bytes_; }
-  double started_s() const override { return started_; }
-  void finish(double started, double seconds, uint64_t bytes, std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      started_ = started;
-      seconds_ = seconds;
-      bytes_ = bytes;
-      error_ = std::move(error);
-      done_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  mutable std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  double started_ = 0, seconds_ = 0;
-  uint64_t bytes_ = 0;
-  std::exception_ptr error_;
-};
-
-}  // namespace
-
 // The communication thread: runs the asynchronous calls one after the other, in the order they
 // were started (the same on every rank).
 class Communicator::Worker {
  public:
+  // A Work of a host backend: finished by the communication thread.
+  class HostWork final : public Work::State {
+   public:
+    void wait() override {
+      std::unique_lock<std::mutex> lock(m_);
+      cv_.wait(lock, [&] { return done_; });
+      if (error_) std::rethrow_exception(error_);
+    }
+    bool done() const override {
+      std::lock_guard<std::mutex> lock(m_);
+      return done_;
+    }
+    double seconds() const override { return seconds_; }
+    uint64_t bytes_sent() const override { return bytes_; }
+    double started_s() const override { return started_; }
+    void finish(double started, double seconds, uint64_t bytes, std::exception_ptr error) {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        started_ = started;
+        seconds_ = seconds;
+        bytes_ = bytes;
+        error_ = std::move(error);
+        done_ = true;
+      }
+      cv_.notify_all();
+    }
+
+   private:
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    double started_ = 0, seconds_ = 0;
+    uint64_t bytes_ = 0;
+    std::exception_ptr error_;
+  };
+
   explicit Worker(Transport& transport) : transport_(transport), thread_([this] { loop(); }) {}
   ~Worker() {
     {

@@ -19,8 +19,8 @@ class Work {
     virtual bool done() const = 0;           // finished (without blocking)
     virtual double seconds() const = 0;      // after wait(): how long the collective itself took
     virtual uint64_t bytes_sent() const = 0; // after wait(): what this rank sent for it
-    // After wait(): the steady clock (core/clock.hpp) when the collective began, or 0 where the
-    // backend times it on a device rather than on the host's clock (nccl, p2p).
+    // After wait(): the steady clock (core/clock.hpp) when the collective began (nccl: its GPU
+    // start, read against an event the host saw happen); 0 where a backend cannot say.
     virtual double started_s() const { return 0; }
   };
 

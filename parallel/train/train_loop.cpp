@@ -106,7 +106,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
       }
       r.trace = nullptr;
       const StepRecord& rec = records.front();
-      // The step's bucket all-reduces and ops, on rank 0's clock (buckets where timed on the host).
+      // The step's bucket all-reduces and ops, on rank 0's clock (buckets whose backend gave a start).
       std::vector<TraceSpan> buckets = r.grad_sync.take_bucket_spans();
       const std::vector<ops::profile::OpSpan> op_spans = ops::profile::take_spans();
       if (traced) {

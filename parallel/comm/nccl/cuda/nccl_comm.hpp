@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/event.hpp"
 #include "parallel/comm/communicator.hpp"
 #include "parallel/runtime/watchdog.hpp"
 
@@ -109,6 +110,11 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclTransport* transport_;  // owned by the Communicator
+  // An event on the stream that had happened at the steady clock's anchor_s_ (waited for when
+  // the communicator was made): a call's start on the host clock is anchor_s_ plus the GPU time
+  // from it (Work::started_s, the trace's bucket spans).
+  cuda::Event anchor_;
+  double anchor_s_ = 0;
 };
 
 }  // namespace dpx::parallel::nccl
