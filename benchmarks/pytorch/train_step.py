@@ -10,7 +10,10 @@ event; --tf32 allows TF32 in matrix products and convolutions (off: exact fp32, 
 --tf32); --bf16 runs forward and backward under torch.autocast in bfloat16 (fp32 weights and
 optimizer, PyTorch's mixed precision); --benchmark sets torch.backends.cudnn.benchmark (1, the
 default here: algorithms found by timing, as dpx's --cudnn-algo search; 0: cuDNN's heuristics, as
-dpx's default). Run on the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
+dpx's default). On CUDA the line ends with the model's peak GPU memory over its steps, warm-up
+included ("peak allocated A MB, reserved R MB": torch.cuda.max_memory_allocated and
+max_memory_reserved, as dpx's peak_device_allocated_bytes / peak_device_reserved_bytes). Run on
+the CPU with Debian's /usr/bin/python3 (torch 1.13)."""
 import argparse
 import time
 
@@ -45,6 +48,8 @@ def main():
 
 def run_model(name, device, batch, size, steps, threads, args):
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(num_classes=10).to(device)
     model.train()
@@ -73,7 +78,14 @@ def run_model(name, device, batch, size, steps, threads, args):
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"threads {threads}"
     print(f"torch {torch.__version__} {name} batch {batch} {size}x{size} {where}"
           f"{' tf32' if args.tf32 else ''}{' bf16' if args.bf16 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
-          f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s")
+          f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s{peak_memory(device)}")
+
+
+def peak_memory(device):
+    if device.type != "cuda":
+        return ""
+    return (f", peak allocated {torch.cuda.max_memory_allocated() / 1e6:.0f} MB,"
+            f" reserved {torch.cuda.max_memory_reserved() / 1e6:.0f} MB")
 
 
 if __name__ == "__main__":
