@@ -5,7 +5,10 @@
 # (the peak its allocator reserved, the process's host memory). PyTorch: the largest batch whose
 # peak resident memory, less what it was after importing torch and torchvision
 # (benchmarks/pytorch/peak_memory.py), is within the budget, found from the line through two
-# batches and confirmed by bisection to within 3 %. Prints a Markdown table.
+# batches and confirmed by bisection to within 3 %. dpx runs with --workers 0: PyTorch's script
+# trains on one tensor, with no DataLoader, so neither holds batches made ahead (dpx's default, 2
+# workers, prefetches 4, which at 224x224 count 2.4 MB an image in its live peak). Prints a
+# Markdown table.
 #
 #   benchmarks/max_batch.sh [MODEL ...]   (default: one model of every family)
 # Environment: BUDGET (4GB, decimal: 4e9 bytes)  SIZE (224)  THREADS (2)  DPX (build/bin/dpx)
@@ -40,7 +43,7 @@ echo "| --- | ---: | ---: | ---: | ---: | --- |"
 for m in "${models[@]}"; do
   out=$tmp/$m
   "$dpx" bench --models "$m" --batch-sizes max --memory-budget "$budget" --devices cpu:1 --threads "$threads" \
-      --dataset synthetic --image-size "$size" --channels 3 --steps 2 --warmup 1 --no-eval --out "$out" >"$tmp/$m.log" 2>&1 ||
+      --dataset synthetic --image-size "$size" --channels 3 --workers 0 --steps 2 --warmup 1 --no-eval --out "$out" >"$tmp/$m.log" 2>&1 ||
     { echo "| $m | failed: $(tail -1 "$tmp/$m.log") | | | | |"; continue; }
   read -r dpx_batch dpx_mb < <(python3 - "$out/results.csv" <<'PY'
 import csv, sys

@@ -5,6 +5,8 @@
 # peak_host_allocated_bytes / peak_host_reserved_bytes) and its process's peak resident memory
 # less that of `dpx --version` (the libraries loaded, nothing run); PyTorch: the process's peak
 # resident memory less what it was after importing torch (benchmarks/pytorch/peak_memory.py).
+# dpx runs with --workers 0, as PyTorch's script trains on one tensor without a DataLoader: its
+# default 2 workers would hold 4 batches made ahead (2.4 MB an image at 224x224).
 # Prints a Markdown table, one row per model and batch.
 #
 #   benchmarks/peak_memory.sh [MODEL ...]   (default: one model of every family)
@@ -36,7 +38,7 @@ for m in "${models[@]}"; do
   for b in ${BATCHES:-8 32}; do
     out=$tmp/$m-$b
     kib=$(rss_kib "$dpx" bench --models "$m" --batch-sizes "$b" --devices cpu:1 --threads "$threads" --dataset synthetic \
-          --image-size "$size" --channels 3 --steps 2 --warmup 1 --no-eval --out "$out")
+          --image-size "$size" --channels 3 --workers 0 --steps 2 --warmup 1 --no-eval --out "$out")
     row=$(python3 - "$out/results.csv" <<'PY'
 import csv, sys
 r = next(csv.DictReader(open(sys.argv[1])))
