@@ -48,6 +48,21 @@ void check_usage_errors(const std::vector<UsageCase>& cases) {
   }
 }
 
+// A Chrome trace's tracks by (rank, tid): their names ("ops", "loader worker 0", ...).
+using TrackNames = std::map<std::pair<int, int>, std::string>;
+TrackNames track_names(const nlohmann::json& trace) {
+  TrackNames names;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+  return names;
+}
+
+// The name of the track event `e` is on ("" for none).
+std::string track_of(const TrackNames& names, const nlohmann::json& e) {
+  const auto it = names.find({e["pid"].get<int>(), e["tid"].get<int>()});
+  return it == names.end() ? "" : it->second;
+}
+
 }  // namespace
 
 TEST_CASE("--version names dpx and Eigen") {
@@ -235,20 +250,18 @@ TEST_CASE("the trace has each loader worker's batches and, with --profile-ops, e
   CHECK(r.output.find("memory high-water mark of the measured steps") != std::string::npos);
   CHECK(file_text(d / "ops.csv").find("lenet5,1,conv2d_forward,") != std::string::npos);
   const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
-  std::map<std::pair<int, int>, std::string> tracks;  // (rank, tid) -> name
+  const TrackNames tracks = track_names(trace);
   std::map<std::pair<int, int64_t>, std::pair<double, double>> step_span;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+  for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "X" && e["name"].get<std::string>().rfind("step ", 0) == 0)
       step_span[{e["pid"].get<int>(), std::stoll(e["name"].get<std::string>().substr(5))}] = {
           e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
-  }
   std::map<std::pair<int, int64_t>, std::set<std::string>> ops;  // (rank, step) -> op names
   std::map<int, std::set<int64_t>> batches;                      // rank -> steps whose batch was traced
   std::set<std::string> workers;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
-    const std::string track = tracks[{e["pid"].get<int>(), e["tid"].get<int>()}];
+    const std::string track = track_of(tracks, e);
     if (!e.contains("args") || !e["args"].contains("step")) continue;  // the phases: drawn from the step records
     const std::pair<int, int64_t> key{e["pid"].get<int>(), e["args"]["step"].get<int64_t>()};
     if (track == "ops") {
@@ -289,12 +302,10 @@ TEST_CASE("with --parallel dp and --profile-ops, each replica's ops are on its o
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   const auto trace = nlohmann::json::parse(file_text(d / "trace.json"));
-  std::map<std::pair<int, int>, std::string> tracks;  // (rank, tid) -> name
-  for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+  const TrackNames tracks = track_names(trace);
   std::map<int, std::set<std::string>> ops;  // rank -> op names
   for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "X" && tracks[{e["pid"].get<int>(), e["tid"].get<int>()}] == "ops") {
+    if (e["ph"] == "X" && track_of(tracks, e) == "ops") {
       CHECK(e["args"]["step"] == 2);
       ops[e["pid"].get<int>()].insert(e["name"].get<std::string>());
     }
