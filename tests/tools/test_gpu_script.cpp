@@ -40,7 +40,7 @@ TEST_CASE("scripts/gpu without a GPU exits 3 saying so; an unknown stage exits 2
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a bad option or budget scale exits 2") {
+TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a bad option, budget scale or zoo list exits 2") {
   const DpxResult r = run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --dry-run");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
@@ -60,6 +60,10 @@ TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a
   const DpxResult scale = run_command("NVIDIA_SMI=false BUDGET_SCALE=abc " + kSource + "/scripts/gpu --dry-run");
   CHECK(scale.code == 2);
   CHECK(scale.output.find("BUDGET_SCALE") != std::string::npos);
+  // The zoo test's model list reaches a command line: anything but names and commas is refused.
+  const DpxResult zoo = run_command("NVIDIA_SMI=false ZOO_MODELS='vgg11;true' " + kSource + "/scripts/gpu --dry-run");
+  CHECK(zoo.code == 2);
+  CHECK(zoo.output.find("ZOO_MODELS") != std::string::npos);
 }
 
 TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py ranks the committed H100 profile") {
