@@ -43,6 +43,7 @@ class Model {
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
   Tensor& flat_params() { return flat_params_; }  // (num_parameters)
+  const Tensor& flat_params() const { return flat_params_; }
   Tensor& flat_grads() { return flat_grads_; }    // (num_parameters)
   int64_t num_parameters() const { return flat_params_.numel(); }
   int64_t num_trainable() const;

@@ -162,7 +162,6 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
   if (r.rank == 0) {
     nn::Model& model = r.model.master();
     report.stopped_by = stopped_by;
-    report.final_params = model.flat_params().to_vector();
     model.root().set_grad_ready_hook(nullptr);  // the hook points into this rank's GradSync
     report.final_model = std::make_shared<nn::Model>(std::move(model));
   }

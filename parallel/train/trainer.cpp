@@ -100,6 +100,10 @@ void sort_steps(std::vector<StepRecord>& steps) {
   });
 }
 
+std::vector<float> TrainReport::final_params() const {
+  return final_model ? final_model->flat_params().to_vector() : std::vector<float>{};
+}
+
 std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch) {
   options.validate();
   return std::make_unique<Job>(options, launch.cores_per_rank);

@@ -198,7 +198,7 @@ TEST_CASE("DDP over the GPUs with --grad-dtype bf16 and fp16 stays within the ha
     o.loss_scale = {LossScale::Kind::none};
     const TrainReport half = train(o, log);
     const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-    const double diff = dpx::testing::update_rel_diff(half.final_params, single.final_params, w0);
+    const double diff = dpx::testing::update_rel_diff(half.final_params(), single.final_params(), w0);
     MESSAGE(k, " GPUs, ", dtype, ": ", diff / unit, " u");
     CHECK(diff <= 2 * k * unit);
     CHECK(diff > 0);  // the half type did round
@@ -221,7 +221,7 @@ TEST_CASE("DataParallel over the GPUs (peer copies) reproduces one GPU on the sa
   for (const auto& s : single.steps) want.push_back(s.loss);
   REQUIRE(got.size() == want.size());
   dpx::testing::check_close(got, want, 1e-4);
-  dpx::testing::check_close(dp.final_params, single.final_params, 1e-4, /*floor=*/1e-3);
+  dpx::testing::check_close(dp.final_params(), single.final_params(), 1e-4, /*floor=*/1e-3);
 }
 
 TEST_CASE("nccl: a collective one rank never joins ends in the stall report after --comm-timeout") {

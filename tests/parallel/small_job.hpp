@@ -90,7 +90,7 @@ inline void check_matches_one_replica(const parallel::TrainReport& run, const pa
   for (const auto& s : single.steps) want.push_back(s.loss);
   REQUIRE(got.size() == want.size());
   check_close(got, want, tol);
-  check_close(run.final_params, single.final_params, tol, floor);
+  check_close(run.final_params(), single.final_params(), tol, floor);
 }
 
 }  // namespace dpx::testing

@@ -83,7 +83,7 @@ TEST_CASE("DDP with bf16 and fp16 gradient all-reduces reproduces one fp32 repli
       o.loss_scale = {LossScale::Kind::none};  // the plain narrowing; the scaler has its own tests
       const TrainReport half = train(o, log);
       const double unit = dtype == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-      const double diff = update_rel_diff(half.final_params, single.final_params, w0);
+      const double diff = update_rel_diff(half.final_params(), single.final_params(), w0);
       MESSAGE(devices, " ", dtype, ": ", diff / unit, " u");
       CHECK(diff <= 2 * o.ranks() * unit);
       CHECK(diff > 0);  // not the fp32 result: the half type did round
@@ -101,7 +101,7 @@ TEST_CASE("with --accumulate 2 only the last micro-step's sum is narrowed: bf16 
   o.accumulate = 2;
   const TrainReport single = train(one, log), half = train(o, log);
   const double unit = std::ldexp(1.0, -8);
-  const double diff = update_rel_diff(half.final_params, single.final_params, initial_weights(one));
+  const double diff = update_rel_diff(half.final_params(), single.final_params(), initial_weights(one));
   MESSAGE("bf16 with --accumulate 2: ", diff / unit, " u");
   CHECK(diff <= 2 * 2 * unit);
   CHECK(diff > 0);
@@ -155,7 +155,7 @@ TEST_CASE("a constant loss scale is taken off before the optimizer: fp16 DDP wit
     CHECK(s.loss_scale == 1024.f);
     CHECK_FALSE(s.update_skipped);
   }
-  const double diff = update_rel_diff(scaled.final_params, single.final_params, initial_weights(one));
+  const double diff = update_rel_diff(scaled.final_params(), single.final_params(), initial_weights(one));
   MESSAGE("fp16 with --loss-scale 1024: ", diff / std::ldexp(1.0, -11), " u");
   CHECK(diff <= 2 * std::ldexp(1.0, -11));
 }

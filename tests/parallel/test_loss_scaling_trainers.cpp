@@ -36,7 +36,7 @@ TEST_CASE("a power-of-two loss scale changes no bit of the weights in any traine
       o.initial_loss_scale = 1024.f;
       o.loss_scale_window = 4;  // grows to 2^11 and 2^12 within the run: still exact
       const TrainReport scaled = train(o, log);
-      CHECK(scaled.final_params == unscaled.final_params);
+      CHECK(scaled.final_params() == unscaled.final_params());
       for (const StepRecord& s : scaled.steps) CHECK_FALSE(s.update_skipped);
       CHECK(scaled.steps.front().loss_scale == 1024.f);
       CHECK(unscaled.steps.front().loss_scale == 1.f);

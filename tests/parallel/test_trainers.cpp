@@ -48,7 +48,7 @@ void check_same_losses(const TrainReport& single, const TrainReport& parallel) {
 
 void check_equivalent(const TrainReport& single, const TrainReport& parallel) {
   check_same_losses(single, parallel);
-  check_close(parallel.final_params, single.final_params, 1e-5, /*floor=*/1e-3);
+  check_close(parallel.final_params(), single.final_params(), 1e-5, /*floor=*/1e-3);
 }
 
 }  // namespace
@@ -111,7 +111,7 @@ TEST_CASE("AdamW: DDP with 2 and 3 ranks and DataParallel reproduce one replica"
       // holds for it, as between PyTorch DDP and one GPU. Every weight must still agree to 1 %
       // of one step (10 steps of up to ~lr each); a lost or stale gradient, a replica's samples
       // left out, or optimizer state that differs between replicas moves weights by about lr.
-      CHECK(max_abs_diff(parallel.final_params, single.final_params) <= 1e-2 * defaults.lr);
+      CHECK(max_abs_diff(parallel.final_params(), single.final_params()) <= 1e-2 * defaults.lr);
     }
   }
 }
@@ -132,8 +132,8 @@ TEST_CASE("--devices ref: the reference kernels train the same model, alone, und
   // The plain loops sum in double where the CPU kernels sum f32 tiles: the same training to
   // rounding, and not the same bits (which shows the reference kernels ran).
   check_same_losses(cpu, ref);
-  check_close(ref.final_params, cpu.final_params, 1e-4, /*floor=*/1e-3);
-  CHECK(max_abs_diff(ref.final_params, cpu.final_params) > 0);
+  check_close(ref.final_params(), cpu.final_params(), 1e-4, /*floor=*/1e-3);
+  CHECK(max_abs_diff(ref.final_params(), cpu.final_params()) > 0);
   check_equivalent(ref, train(small_job("ref:2", ParallelMode::ddp), log));
   check_equivalent(ref, train(small_job("ref:2", ParallelMode::dp), log));
 }
@@ -156,7 +156,7 @@ TEST_CASE("gradient accumulation: k micro-steps of B equal one step of k*B") {
   b.nesterov = false;
   b.weight_decay = 0;
   TrainReport ra = train(a, log), rb = train(b, log);
-  check_close(ra.final_params, rb.final_params, 1e-5, /*floor=*/1e-3);
+  check_close(ra.final_params(), rb.final_params(), 1e-5, /*floor=*/1e-3);
   int syncs = 0;
   for (const auto& s : ra.steps)
     if (s.rank == 0 && s.comm_bytes > 0) ++syncs;
