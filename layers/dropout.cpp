@@ -28,7 +28,7 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
     return x;  // as torch: the input itself, no copy
   }
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
-  Rng step = rng_.fork(steps_++);
+  Rng step = rng_.fork(ctx.random_offset ? steps_ : steps_++);  // recorded: the replay count moves it
   if (p_ == 1.f) {  // 1/(1-p) would be infinite; torch returns zeros
     last_ = Last::all_dropped;
     ops::fill(ctx, y, 0.f);

@@ -34,7 +34,7 @@ Tensor StochasticDepth::apply(Context& ctx, const Tensor& x, Tensor& noise) {
   // torch: bernoulli(survival), divided by survival when that is positive (all zeros at p = 1).
   // Drawn on the op's device from (seed, step) alone: no host copy in the step, so a CUDA graph
   // can capture it, and every device draws the same numbers.
-  const Rng draw = rng_.fork(steps_++);
+  const Rng draw = rng_.fork(ctx.random_offset ? steps_ : steps_++);  // recorded: the replay count moves it
   noise = Tensor::empty(shape, DType::f32, ctx.device);
   ops::bernoulli_scale(ctx, noise, 1.f - p_, draw.seed(), draw.stream());
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);

@@ -95,13 +95,16 @@ void update(Rank& r, int64_t global_step, StepRecord& rec) {
 RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
   return [&r, &g](StepPhases& phases) {
     Context& ctx = r.env.ctx();
-    // Random ops draw each replay's own masks: the graph counts its replays on the device.
+    // Random ops draw each replay's own masks: the graph counts its replays on the device, and a
+    // random layer adds that count to the stream it forked when the step was recorded (its own
+    // count stands still inside a recorded step: on a GPU its host code runs once). The count
+    // goes up after the work, so the recording's run draws with 0 and replay k with k: the eager
+    // run's masks, step for step (Rng::fork(n + k) is fork(n)'s stream + k).
     struct Offset {
       Context& ctx;
       explicit Offset(Context& c, const Tensor& counter) : ctx(c) { ctx.random_offset = &counter; }
       ~Offset() { ctx.random_offset = nullptr; }
     } offset(ctx, r.graphs->counter());
-    ops::increment_i64(ctx, r.graphs->counter());
     {
       auto scope = phases.scope(Phase::forward);
       capture::Where where("forward");
@@ -113,6 +116,7 @@ RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
     Tensor dlogits = r.criterion.backward(ctx);
     if (r.job.options.accumulate != 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(r.job.options.accumulate));
     r.model.backward(ctx, dlogits, phases);
+    ops::increment_i64(ctx, r.graphs->counter());
   };
 }
 

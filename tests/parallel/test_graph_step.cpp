@@ -2,7 +2,8 @@
 // recorder: each shape's first step eager, the second recorded, later ones replayed on the
 // shape's own input tensors, with the optimizer and the loss check eager after the replay. A run
 // so made must equal the eager run bit for bit; the GPU's recorder differs only in recording a
-// CUDA graph (parallel/train/cuda/graph_recorder.cpp; tests/cuda cover the graph itself).
+// CUDA graph (parallel/train/cuda/graph_recorder.cpp; tests/cuda/test_cuda_graph.cpp runs it).
+// Random layers draw the eager run's masks: the count of replays replaces their own count.
 #include <doctest/doctest.h>
 
 #include <sstream>
@@ -56,6 +57,19 @@ TEST_CASE("--cuda-graph's step logic gives the eager run's weights bit for bit")
     for (size_t i = 0; i < eager.steps.size(); ++i) CHECK(graph.steps[i].loss == eager.steps[i].loss);
     CHECK(graph.final_params() == eager.final_params());
     CHECK(graph.epochs.back().test_accuracy == eager.epochs.back().test_accuracy);
+  }
+  SUBCASE("efficientnet_b0: dropout and stochastic depth draw each replay's own masks") {
+    TrainOptions o = testing::small_job("cpu:1", ParallelMode::none);
+    o.model = "efficientnet_b0";
+    o.channels = 3;
+    o.image_size = 32;
+    o.synthetic_size = 64;
+    o.batch_size = 16;
+    o.max_steps = 4;  // 1 eager, 1 recorded, 2 replayed: a replay that reused the recorded masks differs
+    const TrainReport eager = run(o), graph = run(rehearsed(o));
+    REQUIRE(graph.steps.size() == 4);
+    for (size_t i = 0; i < eager.steps.size(); ++i) CHECK(graph.steps[i].loss == eager.steps[i].loss);
+    CHECK(graph.final_params() == eager.final_params());
   }
 }
 

@@ -26,7 +26,7 @@ TEST_CASE("scripts/gpu without a GPU exits 3 saying so; an unknown stage exits 2
   std::filesystem::remove_all(dir);
   // NVIDIA_SMI=false: an nvidia-smi that lists no GPU, as on a machine without one.
   const std::string env = "NVIDIA_SMI=false OUT=" + (dir / "logs").string() + " DPX_BUILD_DIR=" + (dir / "build").string() + " ";
-  for (const char* stages : {"", "test", "collective", "build test"}) {
+  for (const char* stages : {"", "test", "collective", "graph", "build test"}) {
     CAPTURE(stages);
     const DpxResult r = run_command(env + kSource + "/scripts/gpu " + stages);
     CAPTURE(r.output);
@@ -44,7 +44,7 @@ TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a
   const DpxResult r = run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --dry-run");
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
-  for (const char* stage : {"build", "test", "profile", "bench", "ddp", "sanitize", "report"})
+  for (const char* stage : {"build", "test", "profile", "bench", "ddp", "graph", "sanitize", "report"})
     CHECK(r.output.find(std::string("  ") + stage + " ") != std::string::npos);
   CHECK(r.output.find("collective") == std::string::npos);  // several GPUs only
   const auto at = r.output.find("  total ");
