@@ -41,6 +41,19 @@ inline parallel::TrainOptions small_job(const std::string& devices, parallel::Pa
   return o;
 }
 
+// efficientnet_b0, 4 steps of 16 images at 32x32 on `devices`: its dropout and stochastic depth
+// draw new masks every step (the --cuda-graph tests: 1 eager, 1 recorded, 2 replayed steps).
+inline parallel::TrainOptions random_layers_job(const std::string& devices) {
+  parallel::TrainOptions o = small_job(devices, parallel::ParallelMode::none);
+  o.model = "efficientnet_b0";
+  o.channels = 3;
+  o.image_size = 32;
+  o.synthetic_size = 64;
+  o.batch_size = 16;
+  o.max_steps = 4;
+  return o;
+}
+
 // The UsageError validate() gives a DDP job (batch 8) on `devices` over `backend` ("": none given)
 // once `change` has been applied to it, or "" when it is accepted. With --backend nccl the
 // algorithm is NCCL's, as dpx train makes it when --algo is not given.
