@@ -41,15 +41,15 @@ inline parallel::TrainOptions small_job(const std::string& devices, parallel::Pa
   return o;
 }
 
-// efficientnet_b0, 4 steps of 8 images at 32x32 on `devices`: its dropout and stochastic depth
+// efficientnet_b0, 4 steps of 4 images at 32x32 on `devices`: its dropout and stochastic depth
 // draw new masks every step (the --cuda-graph tests: 1 eager, 1 recorded, 2 replayed steps).
 inline parallel::TrainOptions random_layers_job(const std::string& devices) {
   parallel::TrainOptions o = small_job(devices, parallel::ParallelMode::none);
   o.model = "efficientnet_b0";
   o.channels = 3;
   o.image_size = 32;
-  o.synthetic_size = 32;
-  o.batch_size = 8;
+  o.synthetic_size = 16;
+  o.batch_size = 4;
   o.max_steps = 4;
   return o;
 }
