@@ -34,6 +34,14 @@ inline Tensor uniform(const Shape& shape, uint64_t seed, float lo = -1.f, float 
   return t;
 }
 
+// x with each element moved by up to `relative` of itself (U(-1, 1) noise from `seed`): a
+// rounding-sized change of an input, to see how much a result depends on its rounding.
+inline Tensor moved_by(const Tensor& x, double relative, uint64_t seed) {
+  Tensor t = x.clone(), noise = uniform(x.shape(), seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 1.f + float(relative) * noise.data<float>()[i];
+  return t;
+}
+
 // An i64 label tensor holding `values`.
 inline Tensor labels_from(const std::vector<int64_t>& values) {
   Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::i64);

@@ -176,43 +176,38 @@ TEST_CASE("a resnet18 step in bf16 and fp16 stays near the fp32 step on the GPU"
   o.seed = 3;
   nn::Model host(zoo::build_model("resnet18", o));
   const Tensor x = uniform({8, 3, 64, 64}, 21), y = random_labels(8, 10, 22).to(dev());
-  // The loss of a training-mode forward, and the gradients of an eval-mode step.
-  auto step = [&](DType compute, const Tensor& input, bool train, float* loss_out) {
+  auto train_loss = [&](DType compute) {  // a training-mode forward's loss
     Context g = gpu_in(compute);
-    nn::Model m = host.clone(dev());
-    if (train)
-      m.train();
-    else
-      m.eval();
-    m.zero_grad(g);
     nn::CrossEntropyLoss loss;
-    *loss_out = loss.forward(g, m.forward(g, input.to(dev())), y);
+    nn::Model m = host.clone(dev());
+    m.train();
+    return loss.forward(g, m.forward(g, x.to(dev())), y);
+  };
+  auto eval_grads = [&](DType compute, const Tensor& input) {  // an eval-mode step's gradients
+    Context g = gpu_in(compute);
+    nn::CrossEntropyLoss loss;
+    nn::Model m = host.clone(dev());
+    m.eval();
+    m.zero_grad(g);
+    (void)loss.forward(g, m.forward(g, input.to(dev())), y);
     m.backward(g, loss.backward(g));
     return m.flat_grads().to(Device::cpu());
   };
-  // x with each element moved by up to `relative` of itself (noise from `seed`).
-  auto moved = [&](double relative, uint64_t seed) {
-    Tensor t = x.clone(), noise = uniform(x.shape(), seed);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 1.f + float(relative) * noise.data<float>()[i];
-    return t;
-  };
-  float loss32 = 0, eval_loss = 0;
-  (void)step(DType::f32, x, true, &loss32);
-  const Tensor grads32 = step(DType::f32, x, false, &eval_loss);
+  const float loss32 = train_loss(DType::f32);
+  const Tensor grads32 = eval_grads(DType::f32, x);
   for (DType half : kHalves) {
     CAPTURE(dtype_name(half));
     const double rounding = half == DType::bf16 ? 0x1p-9 : 0x1p-12;  // half a unit in the last place
     double sensitivity = 0;
     for (uint64_t seed : {31, 32})
-      sensitivity = std::max(sensitivity, norm_rel_diff(step(DType::f32, moved(rounding, seed), false, &eval_loss), grads32));
-    float loss = 0;
-    (void)step(half, x, true, &loss);
-    const Tensor grads = step(half, x, false, &eval_loss);
+      sensitivity = std::max(sensitivity, norm_rel_diff(eval_grads(DType::f32, moved_by(x, rounding, seed)), grads32));
+    const float half_loss = train_loss(half);
+    const Tensor grads = eval_grads(half, x);
     const double tol = half == DType::bf16 ? 5e-2 : 1e-2, diff = norm_rel_diff(grads, grads32);
-    MESSAGE(dtype_name(half) << ": training loss " << loss << " against " << loss32 << "; eval gradients " << diff
+    MESSAGE(dtype_name(half) << ": training loss " << half_loss << " against " << loss32 << "; eval gradients " << diff
                              << " from fp32's, whose own move under an input moved by " << rounding << " is "
                              << sensitivity);
-    CHECK(std::abs(loss - loss32) <= tol * std::abs(loss32));
+    CHECK(std::abs(half_loss - loss32) <= tol * std::abs(loss32));
     CHECK(diff <= std::max(4 * tol, 10 * sensitivity));
     CHECK(diff > 0);
     CHECK(sensitivity < 0.1);  // eval mode is well conditioned: the bound stays meaningful

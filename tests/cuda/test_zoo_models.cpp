@@ -137,17 +137,12 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
     for (const auto& [name, m] : host.root().named_modules()) has_bn = has_bn || m->type_name().starts_with("BatchNorm");
     const int64_t batch = has_bn ? 8 : 2, size = has_bn ? std::max<int64_t>(64, o.image_size) : o.image_size;
     Tensor tx = uniform({batch, o.in_channels, size, size}, 5);
-    auto perturbed = [&](uint64_t seed) {  // tx moved by up to kPerturbation relative
-      Tensor t = tx.clone(), noise = uniform(tx.shape(), seed);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 1.f + float(kPerturbation) * noise.data<float>()[i];
-      return t;
-    };
     Tensor ty = random_labels(batch, o.num_classes, 7);
     zoo::ModelOptions to = o;
     to.image_size = size;
     nn::Model th(zoo::build_model(info.name, to)), th2 = th.clone(Device::cpu()), td = th.clone(dev());
     const StepResult rc = train_step(c, th, tx, ty);
-    const StepResult rp = train_step(c, th2, perturbed(6), ty);
+    const StepResult rp = train_step(c, th2, moved_by(tx, kPerturbation, 6), ty);
     const StepResult rg = train_step(g, td, tx.to(dev()), ty.to(dev()));
     const auto zero = zero_gradient_slots(th);
     double share_c = 0, share_g = 0;
@@ -170,7 +165,7 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
     if (past_the_probes()) {
       for (uint64_t seed : kMoreProbes) {
         nn::Model tq(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
-        const StepResult rq = train_step(c, tq, perturbed(seed), ty);
+        const StepResult rq = train_step(c, tq, moved_by(tx, kPerturbation, seed), ty);
         s_loss = std::max(s_loss, rel_diff(rq.loss, rc.loss));
         s_grads = std::max(s_grads, norm_rel_diff(without(rq.grads, zero), cg));
         s_params = std::max(s_params, norm_rel_diff(without(rq.params, zero), cp));
