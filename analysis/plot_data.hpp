@@ -205,7 +205,7 @@ void add_to_panel(Panels<T>& panels, const std::string& name, T item) {
 // The gnuplot commands that open a grid of `panels` panels, two to a row, under `title`, room left
 // for the caption's lines; each panel's "set title" and plot follow, then "unset multiplot".
 std::string multiplot(size_t panels, const std::string& title);
-// A panel's legend (`entries` lines at the top, in the 8-point font) above its data rather than
+// A panel's legend (`entries` lines at the top, in the 9-point font) above its data rather than
 // over it: the top of the panel's autoscaled y range is raised by the legend's share of the
 // panel's height (a figure of the default 640 px, `panels` panels two to a row), so no point
 // reaches the band the legend takes. Before each panel's plot.

@@ -43,8 +43,8 @@ std::string gnuplot_quoted(const std::string& s) {
 
 std::string caption_label(const std::string& caption) {
   // The first clause, wrapped at spaces into lines that fit the narrowest figure (--width 640 at
-  // gnuplot's 8-point font), never cut: a label per line from the bottom up, the margin to fit.
-  constexpr size_t kLine = 105;
+  // gnuplot's 9-point font), never cut: a label per line from the bottom up, the margin to fit.
+  constexpr size_t kLine = 100;
   const std::string shown = caption.substr(0, caption.find(';'));
   std::vector<std::string> lines;
   size_t at = 0;
@@ -62,7 +62,7 @@ std::string caption_label(const std::string& caption) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const double y = 0.015 + 0.03 * static_cast<double>(lines.size() - 1 - i);
     out += "set label " + std::to_string(99 - i) + " " + gnuplot_quoted(lines[i]) + " at screen 0.01, screen " +
-           fmt(y) + " left font ',8'\n";
+           fmt(y) + " left font ',9'\n";
   }
   return out;
 }
@@ -77,8 +77,8 @@ std::string panel_key(size_t entries, size_t panels) {
   // multiplot's grid: 72 % of the figure's height shared by the rows, 17 % of a row between rows.
   const double rows = static_cast<double>((panels + 1) / 2);
   const double panel_px = 640 * 0.72 / (rows + 0.17 * (rows - 1)) - 30;  // less the panel's title
-  const double share = std::min(0.6, (12.0 * static_cast<double>(entries) + 16) / panel_px);  // 11 px a line at 8 points, a margin
-  return "set key top right font ',8' samplen 2\nset offsets 0, 0, graph " + rounded(share / (1 - share), 3) + ", 0\n";
+  const double share = std::min(0.6, (14.0 * static_cast<double>(entries) + 16) / panel_px);  // 13 px a line at 9 points, a margin
+  return "set key top right font ',9' samplen 2\nset offsets 0, 0, graph " + rounded(share / (1 - share), 3) + ", 0\n";
 }
 
 std::string series_colour(size_t n) { return " lc " + std::to_string(n % 8 + 1); }

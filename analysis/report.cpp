@@ -80,10 +80,16 @@ constexpr std::string_view kRenderCheck = R"(<script>
     var h = t.getBoundingClientRect().height;
     if (h > 0) smallest = Math.min(smallest, h);
   });
+  // Tables wider than the page (they scroll sideways): none should be, at this window's width.
+  var wide = 0;
+  document.querySelectorAll('table').forEach(function (t) {
+    if (t.scrollWidth > t.clientWidth + 1) wide++;
+  });
   var check = document.getElementById('dpx-render-check');
   check.setAttribute('data-figures', String(figures.length));
   check.setAttribute('data-rendered', String(rendered));
   check.setAttribute('data-min-text-px', String(Math.floor(smallest * 10) / 10));
+  check.setAttribute('data-wide-tables', String(wide));
   check.textContent = 'render check: ' + rendered + ' of ' + figures.length + ' figures drawn';
 })();
 </script>
@@ -93,8 +99,11 @@ constexpr std::string_view kStyle = R"(<style>
 body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
 h1 { margin-bottom: 0.2em; }
 pre.command { background: #f4f4f4; padding: 0.6em; white-space: pre-wrap; word-break: break-all; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; display: block; max-width: 100%; overflow-x: auto; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.85em; display: block; max-width: 100%; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.4em; text-align: right; }
+td { white-space: nowrap; }
+table.config td, table.summary td:first-child { white-space: normal; }
+td small { color: #555; }
 th { background: #eee; }
 td:first-child, th:first-child, table.config td { text-align: left; }
 figure.dpx-figure { margin: 1.5em 0; }

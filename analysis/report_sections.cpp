@@ -22,6 +22,14 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
+// A cell's text, escaped; a line break in it (a second line such as a confidence interval)
+// becomes a second, smaller line in the cell.
+std::string cell_html(const std::string& text) {
+  const size_t nl = text.find('\n');
+  if (nl == std::string::npos) return html_escape(text);
+  return html_escape(text.substr(0, nl)) + "<br><small>" + html_escape(text.substr(nl + 1)) + "</small>";
+}
+
 // A table: a header row and rows of cells, every cell escaped.
 std::string html_table(const std::string& css_class, const std::vector<std::string>& header,
                        const std::vector<std::vector<std::string>>& rows) {
@@ -30,7 +38,7 @@ std::string html_table(const std::string& css_class, const std::vector<std::stri
   s += "</tr></thead>\n<tbody>\n";
   for (const auto& r : rows) {
     s += "<tr>";
-    for (const auto& c : r) s += "<td>" + html_escape(c) + "</td>";
+    for (const auto& c : r) s += "<td>" + cell_html(c) + "</td>";
     s += "</tr>\n";
   }
   return s + "</tbody>\n</table>\n";
@@ -79,8 +87,14 @@ std::string bench_section(const ReportInput& in) {
   if (key_columns.empty()) key_columns = {t.column("model"), t.column("devices")};
   s += "<h3>Configuration</h3>\n" + html_table("config", {"setting", "value", ""}, config);
 
+  // The settings that name the rows, as headers that may wrap ("rank batch", not "rank_batch"):
+  // a sweep of five settings still fits the page.
   std::vector<std::string> key_header;
-  for (size_t c : key_columns) key_header.push_back(t.header()[c]);
+  for (size_t c : key_columns) {
+    std::string h = t.header()[c];
+    std::replace(h.begin(), h.end(), '_', ' ');
+    key_header.push_back(h);
+  }
   auto ms = [&](size_t r, std::string_view col) { return fixed(t.number(r, t.column(col)) * 1e3, 3); };
   const bool has_repeats = t.has("repeats") && t.has("images_per_s_ci_lo") && t.has("images_per_s_ci_hi");
   const bool has_noisy = t.has("noisy");
@@ -107,7 +121,7 @@ std::string bench_section(const ReportInput& in) {
     std::string ips = fixed(t.number(r, t.column("images_per_s")), 1);
     // A confidence interval means something from three repeats on (dpx bench --repeat).
     if (has_repeats && t.number(r, t.column("repeats")) >= 3 && !t.text(r, t.column("images_per_s_ci_lo")).empty())
-      ips += " [" + fixed(t.number(r, t.column("images_per_s_ci_lo")), 1) + ", " +
+      ips += "\n[" + fixed(t.number(r, t.column("images_per_s_ci_lo")), 1) + ", " +
              fixed(t.number(r, t.column("images_per_s_ci_hi")), 1) + "]";
     row.push_back(ips);
     if (has_noisy) row.push_back(t.text(r, t.column("noisy")) == "1" ? "noisy" : "");

@@ -34,6 +34,7 @@ std::string find_chromium() {
 struct RenderCheck {
   int figures = -1, rendered = -1;
   double min_text_px = -1;  // the smallest figure text as laid out, CSS pixels
+  int wide_tables = -1;     // tables wider than the page (they scroll sideways)
 };
 
 // Loads `page` in headless Chromium (as root in CI: --no-sandbox; killed after 60 s) and reads
@@ -56,6 +57,7 @@ RenderCheck browse(const std::string& chromium, const std::string& page, const s
     c.rendered = std::stoi(m[2]);
   }
   if (std::regex_search(r.output, m, std::regex(R"re(data-min-text-px="([0-9.]+)")re"))) c.min_text_px = std::stod(m[1]);
+  if (std::regex_search(r.output, m, std::regex(R"re(data-wide-tables="(\d+)")re"))) c.wide_tables = std::stoi(m[1]);
   return c;
 }
 
@@ -79,6 +81,7 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   CHECK(good.rendered == 9);
   // Readable at the page's width: no figure text under 10 px at 1400 px (it was 7 px once).
   CHECK(good.min_text_px >= 10);
+  CHECK(good.wide_tables == 0);
   // The page as a reader sees it: a screenshot at 1400 px, the summary at the top, no check text.
   const std::string shot = dir.file("report.png");
   DpxResult s = run_command("timeout -k 5 60 " + chromium + " --headless --no-sandbox --disable-gpu "
@@ -101,4 +104,31 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
   const RenderCheck bad = browse(chromium, broken, dir.file("profile"));
   CHECK(bad.figures == 9);
   CHECK(bad.rendered == 8);
+}
+
+// A sweep of five settings with repeats, as `dpx study accumulation --quick` makes: its phases
+// table (a column per setting, confidence intervals) fits the page at 1400 px, and the figures
+// that become panels (eight series) keep their legends' and captions' text readable. Both
+// failed once: the table scrolled sideways, the panels' legends were 9 px high.
+TEST_CASE("dpx report of a sweep over several settings fits a 1400 px window") {
+  if (dpx::analysis::find_executable("gnuplot").empty())
+    skip("gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    skip("no chromium, chromium-browser or google-chrome on PATH (DPX_WITH_BROWSER=1 scripts/setup installs it)");
+  dpx::testing::TempDir dir("report_browser_sweep");
+  DpxResult b = run_dpx("bench --models lenet5,mlp --batch-sizes 8,16 --devices cpu:1,2 --accumulate 1,4 "
+                        "--dataset synthetic --image-size 28 --steps 2 --warmup 1 --repeat 3 --no-eval --out " +
+                        dir.file("bench"));
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  const std::string out = dir.file("report.html");
+  DpxResult r = run_dpx("report " + dir.file("bench") + " --out " + out);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const RenderCheck c = browse(chromium, out, dir.file("profile"));
+  CHECK(c.figures > 9);
+  CHECK(c.rendered == c.figures);
+  CHECK(c.wide_tables == 0);
+  CHECK(c.min_text_px >= 10);
 }

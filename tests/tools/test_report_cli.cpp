@@ -198,5 +198,5 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   DpxResult r3 = run_dpx("report " + dir.file("bench3") + " --out " + out);
   CAPTURE(r3.output);
   REQUIRE(r3.code == 0);
-  CHECK(std::regex_search(file_text(out), std::regex(R"(<td>[0-9.]+ \[[0-9.]+, [0-9.]+\]</td>)")));
+  CHECK(std::regex_search(file_text(out), std::regex(R"(<td>[0-9.]+<br><small>\[[0-9.]+, [0-9.]+\]</small></td>)")));
 }
