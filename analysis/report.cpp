@@ -105,7 +105,7 @@ td { white-space: nowrap; }
 table.config td, table.summary td:first-child { white-space: normal; }
 td small { color: #555; }
 th { background: #eee; }
-td:first-child, th:first-child, table.config td { text-align: left; }
+td:first-child, th:first-child, table.config td, table.config th { text-align: left; }
 figure.dpx-figure { margin: 1.5em 0; }
 figure.dpx-figure svg { max-width: 100%; height: auto; }
 figcaption, p.note { font-size: 0.85em; color: #555; }
@@ -244,6 +244,7 @@ int make_report(const ReportOptions& o) {
                      html_escape(o.title) + "</h1>\n<p class=\"date\">Written by dpx report on " + utc_now() +
                      " from " + std::to_string(inputs.size()) + (inputs.size() == 1 ? " input" : " inputs") +
                      ".</p>\n";
+  if (!o.question.empty()) page += "<p class=\"question\"><strong>The question:</strong> " + html_escape(o.question) + "</p>\n";
   if (!summary.empty()) page += "<h2>What the runs show</h2>\n" + summary;
   for (const auto& s : sections) page += s;
   page += "<h2>Figures</h2>\n" + figures;

@@ -17,6 +17,7 @@ struct ReportOptions {
   std::vector<std::string> inputs;  // bench folders, results.csv files, collective CSV files
   std::string out_file = "report.html";
   std::string title = "dpx report";
+  std::string question;  // what the runs were made to answer, shown under the title (empty: none)
   std::string gnuplot = "gnuplot";  // a name looked up on PATH, or a path
   bool force = false;               // replace an --out file that dpx report did not write
 };

@@ -21,6 +21,9 @@ void add_report_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--force", o->force, "replace an --out file that dpx report did not write");
   cmd->add_option("--title", o->title, "the page's title")->capture_default_str();
+  cmd->add_option("--question", o->question,
+                  "what the runs were made to answer, shown under the title above the summary of what they show "
+                  "(dpx study passes its own)");
   cmd->add_option("--gnuplot", o->gnuplot, "the gnuplot to run: a name on PATH or a path (Debian: gnuplot-nox)")
       ->capture_default_str();
   cmd->footer(

@@ -61,6 +61,12 @@ const std::vector<Study>& studies() {
   return all;
 }
 
+std::string question_of(std::string_view name) {
+  for (const Study& s : studies())
+    if (s.name == name) return std::string(s.question);
+  return "";
+}
+
 struct StudyFlags {
   std::string name;
   std::string out;
@@ -236,7 +242,7 @@ void run(StudyFlags& f) {
   plot.insert(plot.end(), {"--out", "figures", "--gnuplot", f.gnuplot});
   report.insert(report.end(), outputs.begin(), outputs.end());
   report.insert(report.end(), {"--out", "report.html", "--title", "dpx study " + f.name + (f.quick ? " --quick" : ""),
-                               "--gnuplot", f.gnuplot});
+                               "--question", question_of(f.name), "--gnuplot", f.gnuplot});
   for (const auto& [what, words] : {std::pair{"figures", plot}, std::pair{"report", report}}) {
     std::cout << "== dpx study " << f.name << ": " << what << ": " << shell_line(words) << std::endl;
     {

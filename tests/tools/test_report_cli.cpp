@@ -127,7 +127,7 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   CHECK(plotted == 9);
 
   const std::string out = dir.file("page/report.html");
-  DpxResult r = run_dpx("report " + d.bench + " " + d.coll + " --title 'Study <b> & \"co\"' --out " + out);
+  DpxResult r = run_dpx("report " + d.bench + " " + d.coll + " --title 'Study <b> & \"co\"' --question 'Is <i>4</i> > 1?' --out " + out);
   CAPTURE(r.output);
   REQUIRE(r.code == 0);
   CHECK(r.output.find(std::to_string(plotted) + " figures") != std::string::npos);
@@ -136,6 +136,9 @@ TEST_CASE("dpx report writes one self-contained page: tables, and every figure d
   CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
   CHECK(page.find("Study &lt;b&gt; &amp; &quot;co&quot;") != std::string::npos);
   CHECK(page.find("<b>") == std::string::npos);
+  // The question under the title, escaped, above the summary of what the runs show.
+  const size_t question = page.find("<strong>The question:</strong> Is &lt;i&gt;4&lt;/i&gt; &gt; 1?");
+  CHECK(question < page.find("<h2>What the runs show</h2>"));
   CHECK(std::regex_search(page, std::regex(R"(Written by dpx report on \d{4}-\d\d-\d\d \d\d:\d\d UTC)")));
   // Nothing loaded from elsewhere: no resource reference outside the page, no external script,
   // stylesheet or font.

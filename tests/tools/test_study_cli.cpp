@@ -62,6 +62,8 @@ TEST_CASE("dpx study devices --quick: the sweep, its figures and the commands th
     const std::string page = dpx::testing::file_text(out / "report.html");
     CHECK(page.find("<meta name=\"generator\" content=\"dpx report\">") != std::string::npos);
     CHECK(page.find("dpx study devices --quick") != std::string::npos);
+    CHECK(page.find("<strong>The question:</strong> throughput, step phases and scaling efficiency against devices") <
+          page.find("<h2>What the runs show</h2>"));
     CHECK(page.find("<svg") != std::string::npos);
     for (const char* fig : {"best-devices", "bytes-per-epoch", "loss", "weak-strong-lenet5", "weak-strong-squeezenet1_1"})
       CHECK(fs::exists(out / "figures" / (std::string(fig) + ".svg")));
