@@ -157,6 +157,34 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the reference"
   for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
 }
 
+// 4x4 images: every run and offset a multiple of 4 floats, so both run four floats at a time
+// (the 7x7 case above takes one float at a time); an empty input among them.
+TEST_CASE("cuda concat_channels and split_channels_backward in 16-byte accesses match the reference") {
+  Context c = reference(), g = gpu();
+  std::vector<Tensor> parts, gparts, d, gd;
+  int64_t channels = 0;
+  for (int64_t ci : {5, 1, 0, 12, 3}) {
+    parts.push_back(uniform({3, ci, 4, 4}, 300 + uint64_t(channels)));
+    gparts.push_back(parts.back().to(dev()));
+    d.push_back(uniform({3, ci, 4, 4}, 400 + uint64_t(channels)));
+    gd.push_back(d.back().to(dev()));
+    channels += ci;
+  }
+  Tensor out = Tensor::empty({3, channels, 4, 4}), gout = poisoned({3, channels, 4, 4}, dev());
+  ops::concat_channels(c, out, parts);
+  cuda::concat_channels(g, gout, gparts);
+  CHECK(bitwise_equal(gout, out));
+  Tensor dout = uniform({3, channels, 4, 4}, 62);
+  std::vector<Tensor*> dp, gdp;
+  for (size_t i = 0; i < d.size(); ++i) {
+    dp.push_back(&d[i]);
+    gdp.push_back(&gd[i]);
+  }
+  ops::split_channels_backward(c, dp, dout);
+  cuda::split_channels_backward(g, gdp, dout.to(dev()));
+  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+}
+
 // One launch takes at most 64 inputs: 70 of 1 to 3 channels (one of them empty) take two.
 TEST_CASE("cuda concat_channels and split_channels_backward over more inputs than one launch takes") {
   Context c = reference(), g = gpu();
