@@ -262,9 +262,15 @@ class Result {
 };
 
 // ---- the bias, by dpx's own kernels --------------------------------------------------------------
-// y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API).
-__global__ void add_channel_bias_kernel(float* y, const float* b, int64_t total, int64_t plane, int64_t channels) {
-  DPX_CUDA_LOOP(i, total) y[i] += b[(i / plane) % channels];
+// y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API): a block
+// row per (n, k) plane (blockIdx.y, striding), its threads over the plane, so that no element
+// needs a division to find its channel (the 64-bit one per element cost a pass's worth again).
+__global__ void add_channel_bias_kernel(float* y, const float* b, int64_t planes, int64_t plane, int64_t channels) {
+  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+    const float bias = b[p % channels];
+    float* yp = y + p * plane;
+    DPX_CUDA_LOOP(j, plane) yp[j] += bias;
+  }
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
@@ -339,9 +345,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
                                           &zero, yd.d, hy.get()));
   hy.finish(0.f);
   if (b) {
-    const int64_t total = y.numel();
-    add_channel_bias_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
-        f32(y, op, "y"), f32(*b, op, "b"), total, s.oh * s.ow, s.k);
+    const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
+    const dim3 grid(detail::grid_for(plane), static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535)));
+    add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(f32(y, op, "y"), f32(*b, op, "b"), planes,
+                                                                       plane, s.k);
     check_launch();
   }
 }
