@@ -22,7 +22,7 @@
 #include "core/output_files.hpp"
 #include "parallel/bench/compute_profile.hpp"
 #include "parallel/comm/net_sim.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 #include "tools/commands.hpp"
 #include "tools/train_flags.hpp"
 #include "zoo/registry.hpp"

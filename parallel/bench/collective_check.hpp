@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel {
 

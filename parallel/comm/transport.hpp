@@ -1,6 +1,7 @@
 // Transport: the point-to-point layer under dpx's collective algorithms. An algorithm is a fixed
 // sequence of exchanges (send a chunk to one peer and/or receive a chunk from another, copying it
-// or reducing it into place); backends (threads, MPI, CUDA p2p) only implement exchange().
+// or reducing it into place: ReduceOp and reduce_into below); backends (threads, MPI, CUDA p2p)
+// only implement exchange().
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -11,12 +12,27 @@
 
 #include "core/device.hpp"
 #include "core/dtype.hpp"
-#include "parallel/comm/reduce.hpp"
 #include "parallel/comm/net_sim.hpp"
 
 namespace dpx::parallel {
 
 struct CommCall;  // algorithms.hpp
+
+// The element-wise reductions a reducing exchange applies when a chunk arrives from a peer (the
+// host transports call them; p2p has the same on its GPU). Half and bfloat16 are combined in f32
+// and rounded back at every step, as NCCL does; integer sums and products wrap around (two's
+// complement) instead of overflowing into undefined behaviour.
+// avg is computed as sum at every step and divided by the number of ranks once at the end.
+enum class ReduceOp : uint8_t { sum, prod, max, min, avg };
+std::string_view reduce_op_name(ReduceOp op);
+
+// out[i] = a[i] (op) b[i] for i < count. out may alias a or b (element-wise, so in place is fine).
+// op must not be avg: the algorithms reduce with sum and call finish_average.
+void reduce_into(void* out, const void* a, const void* b, size_t count, DType dtype, ReduceOp op);
+
+// data[i] /= ranks: integer division for integer types, f32 division for f16/bf16/f32.
+void finish_average(void* data, size_t count, DType dtype, int ranks);
+
 
 // One step of a schedule. Both halves are optional (peer -1 = none) and proceed concurrently,
 // so a ring step (send right, receive left) cannot deadlock. exchange() returns when both are

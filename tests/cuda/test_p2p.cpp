@@ -1,7 +1,7 @@
 // GPU tests of the p2p backend (parallel/comm/p2p/p2p_backend.hpp): k ranks on the GPUs present (several
 // on one GPU: the only multi-rank run a single-GPU machine allows) give, for every algorithm,
 // dtype and op, bit for bit the threads backend's results on the same inputs; the device
-// reduction kernels equal parallel/comm/reduce.cpp's; dpx collective's p2p run checks with 0 wrong; and DDP
+// reduction kernels equal parallel/comm/transport.cpp's; dpx collective's p2p run checks with 0 wrong; and DDP
 // training over p2p replicas on one GPU reproduces one GPU.
 #include <doctest/doctest.h>
 

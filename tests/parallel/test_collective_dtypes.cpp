@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
 #include "test_collective_util.hpp"
 

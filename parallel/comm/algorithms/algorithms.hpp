@@ -14,7 +14,6 @@
 
 #include "core/dtype.hpp"
 #include "parallel/comm/backend.hpp"
-#include "parallel/comm/reduce.hpp"
 #include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel::mpi {
 

@@ -5,7 +5,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel::nccl {
 

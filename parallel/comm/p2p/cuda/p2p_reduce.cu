@@ -1,5 +1,5 @@
 // The p2p backend's reduction kernels (p2p_reduce.hpp): one grid-stride loop per dtype and op,
-// element for element what parallel/comm/reduce.cpp computes on the host, so the p2p backend's
+// element for element what parallel/comm/transport.cpp computes on the host, so the p2p backend's
 // results equal the threads backend's bit for bit (tests/cuda/test_p2p.cpp).
 #include <type_traits>
 

@@ -1,13 +1,14 @@
-// The device side of parallel/comm/reduce.hpp for the p2p backend: the same element-wise reductions and
-// the same final division of avg, as kernels on a stream, with the same rounding rules (f16 and
-// bf16 combined in f32 and rounded back at every step; integer sums and products wrap).
+// The device side of the reductions in parallel/comm/transport.hpp for the p2p backend: the same
+// element-wise reductions and the same final division of avg, as kernels on a stream, with the
+// same rounding rules (f16 and bf16 combined in f32 and rounded back at every step; integer sums
+// and products wrap).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
 #include "core/dtype.hpp"
-#include "parallel/comm/reduce.hpp"
+#include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel::cuda_p2p {
 
