@@ -16,6 +16,23 @@ inline bool conv_algo_usable(bool want_deterministic, bool algo_deterministic, b
   return allow_tensor_ops || !tensor_op_math;
 }
 
+// What cuDNN's graph API says of an engine (its numerical and behaviour notes), for the rule below.
+struct EngineNotes {
+  bool tensor_core = false;         // CUDNN_NUMERICAL_NOTE_TENSOR_CORE (TF32 for fp32 data)
+  bool down_convert = false;        // CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS (inputs rounded to fp16)
+  bool reduced_reduction = false;   // CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION (sums not in fp32)
+  bool nondeterministic = false;    // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+  bool runtime_compiled = false;    // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (compiled at first use)
+};
+
+// Whether a graph-API engine may run a convolution: the legacy algorithms' rule above, and never
+// one that rounds its inputs to fp16, sums in less than fp32 (dpx accumulates in fp32 for every
+// data type) or compiles a kernel at first use (seconds of a first step, as PyTorch avoids too).
+inline bool conv_engine_usable(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
+  if (e.down_convert || e.reduced_reduction || e.runtime_compiled) return false;
+  return conv_algo_usable(want_deterministic, !e.nondeterministic, allow_tensor_ops, e.tensor_core);
+}
+
 // index_select's backward: scan the index per table element (no atomics, the CPU's order) unless
 // the scan's table x index reads pass `max_scan` and determinism was not asked for (then a
 // scatter with float atomics).

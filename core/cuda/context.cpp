@@ -15,6 +15,7 @@ CudaState::~CudaState() {
   cudaGetDevice(&previous);
   cudaSetDevice(device);
   if (stream) cudaStreamSynchronize(stream);  // queued kernels may use the workspace
+  conv_plans.clear();                          // before the cuDNN handle they were built with
   if (workspace_) release(workspace_, workspace_bytes_, device);
   for (const auto& [p, bytes] : kept_workspaces_) release(p, bytes, device);
   if (host_result) cudaFreeHost(host_result);

@@ -1,5 +1,5 @@
 // CudaState: what a Context needs to run ops on one GPU — its stream, cuBLAS/cuBLASLt/cuDNN
-// handles, a workspace that grows on demand and the cuDNN algorithm choices made so far.
+// handles, a workspace that grows on demand and the cuDNN algorithm choices and plans made so far.
 // One per replica (rank); not shared between threads. Only compiled in CUDA builds.
 #pragma once
 #include <cublasLt.h>
@@ -38,6 +38,10 @@ struct AlgoChoice {
   cudnnMathType_t math = CUDNN_FMA_MATH;
 };
 
+// A convolution's execution plan through cuDNN's graph API (kernels/cuda/conv_plan.hpp); null: the
+// graph API declined it and the legacy call runs.
+struct ConvPlan;
+
 struct CudaState {
   int device = 0;
   // Created blocking (not cudaStreamNonBlocking) on purpose: synchronous copies and memsets on
@@ -47,6 +51,8 @@ struct CudaState {
   cublasLtHandle_t cublaslt = nullptr;
   cudnnHandle_t cudnn = nullptr;
   std::unordered_map<AlgoKey, AlgoChoice, AlgoKeyHash> conv_algos;
+  // The graph API's plans, released before the cuDNN handle they were built with.
+  std::unordered_map<AlgoKey, std::shared_ptr<ConvPlan>, AlgoKeyHash> conv_plans;
   // 8 bytes of pinned host memory: the one result an op returns to the host (count_correct).
   int64_t* host_result = nullptr;
 

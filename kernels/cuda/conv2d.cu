@@ -1,9 +1,11 @@
-// 2-D convolution on CUDA through cuDNN's descriptor API: forward, backward data, backward filter;
-// the bias by dpx's kernels, and fp32 depthwise convolutions wholly by dpx's kernels
-// (kernels/cuda/depthwise_conv.cu, as PyTorch's own). The algorithm for each shape comes from cuDNN's heuristics (as PyTorch's default,
-// benchmark=False) or, with Context::conv_search (--cudnn-algo search), from timing every candidate
-// once (cudnnFind*AlgorithmEx, as PyTorch's benchmark=True); either is cached in CudaState, and its
-// workspace comes from the caching allocator. DPX_CUDNN_LOG=1 prints each choice to stderr.
+// 2-D convolution on CUDA through cuDNN: forward, backward data, backward filter; the bias by
+// dpx's kernels, and fp32 depthwise convolutions wholly by dpx's kernels
+// (kernels/cuda/depthwise_conv.cu, as PyTorch's own). Each pass runs through its graph-API plan
+// (conv_plan.hpp), built once per shape; where the graph API declines a shape, through the legacy
+// call, whose algorithm comes from cuDNN's heuristics (as PyTorch's default, benchmark=False) or,
+// with Context::conv_search (--cudnn-algo search), from timing every candidate once
+// (cudnnFind*AlgorithmEx, as PyTorch's benchmark=True); plans and choices are cached in CudaState,
+// their workspace comes from the caching allocator. DPX_CUDNN_LOG=1 prints each choice to stderr.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 #include "core/capture.hpp"
 #include "kernels/conv_paths.hpp"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv_plan.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/depthwise_conv.cuh"
 #include "kernels/determinism.hpp"
@@ -38,10 +41,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const Tensor& w, cudnnDataType_t type) {
+  FilterDesc(int64_t k, int64_t c, int64_t kh, int64_t kw, cudnnDataType_t type) {
     DPX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, int(w.size(0)),
-                                               int(w.size(1)), int(w.size(2)), int(w.size(3))));
+    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, int(k), int(c), int(kh), int(kw)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
   FilterDesc(const FilterDesc&) = delete;
@@ -91,13 +93,11 @@ bool tensor_op_math(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-enum class Pass { forward = 1, backward_data = 2, backward_filter = 3 };
-
 struct Shapes {
   int64_t n, c, h, w, k, kh, kw, oh, ow;
 };
 
-AlgoKey make_key(Pass pass, const Shapes& s, const Conv2dParams& p, const Context& ctx) {
+AlgoKey make_key(ConvPass pass, const Shapes& s, const Conv2dParams& p, const Context& ctx) {
   AlgoKey key;
   key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
            p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, ctx.allow_tf32 ? 1 : 0,
@@ -214,6 +214,23 @@ Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return s;
 }
 
+// The convolution as the graph API takes it (conv_plan.hpp), its output written with `beta`.
+ConvRequest request(const Context& ctx, ConvPass pass, const Shapes& s, const Conv2dParams& p, float beta) {
+  ConvRequest r;
+  r.pass = pass;
+  r.n = s.n, r.c = s.c, r.h = s.h, r.w = s.w, r.k = s.k, r.kh = s.kh, r.kw = s.kw, r.oh = s.oh, r.ow = s.ow;
+  r.groups = p.groups;
+  r.pad[0] = p.pad_h, r.pad[1] = p.pad_w;
+  r.stride[0] = p.stride_h, r.stride[1] = p.stride_w;
+  r.dilation[0] = p.dilation_h, r.dilation[1] = p.dilation_w;
+  r.data = data_type(ctx);
+  r.allow_tensor_ops = tensor_ops_allowed(ctx);
+  r.deterministic = ctx.deterministic;
+  r.search = ctx.conv_search;
+  r.beta = beta;
+  return r;
+}
+
 // A depthwise convolution dpx computes itself (kernels/conv_paths.hpp), or nullopt for cuDNN.
 std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes& s, const Conv2dParams& p) {
   if (!kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
@@ -297,35 +314,24 @@ __global__ void add_image_sums_kernel(float* db, const float* sums, int64_t imag
   }
 }
 
-}  // namespace
-
-// With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
-// them on tensor cores with fp32 accumulation into a bf16/fp16 result, and that result is widened
-// into the fp32 output or added into the fp32 gradient; the bias stays fp32.
-void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                    const Conv2dParams& p) {
-  CudaState& st = state_of(ctx);
-  const char* op = "conv2d_forward";
-  Shapes s = shapes_of(x, w, p);
-  if (y.numel() == 0) return;
-  if (const auto dw = depthwise(ctx, s, p)) {
-    detail::depthwise_forward(st, f32(y, op, "y"), f32(x, op, "x"), f32(w, op, "w"), b ? f32(*b, op, "b") : nullptr,
-                              *dw);
-    return;
-  }
+// ---- the legacy calls, where the graph API declined a convolution (conv_plan.hpp) -------------
+// Each builds its descriptors, takes the cached algorithm choice (choose) and calls cuDNN; the
+// operands and the result are the caller's (in the compute dtype).
+void legacy_forward(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s, const Conv2dParams& p,
+                    const Operand& hx, const Operand& hw, const Result& hy, int64_t y_numel) {
   const cudnnDataType_t type = data_type(ctx);
   TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
-  FilterDesc wd(w, type);
+  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
   ConvDesc cd(p, compute_type(ctx));
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
-  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
-      ctx, st, make_key(Pass::forward, s, p, ctx), "forward", [&](int n, int* got, auto* perf) {
+      ctx, st, key, "forward",
+      [&](int n, int* got, auto* perf) {
         if (!ctx.conv_search) {
           DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
           return;
         }
-        const SearchScratch scratch(st, static_cast<size_t>(y.numel()) * dtype_size(ctx.compute));
+        const SearchScratch scratch(st, static_cast<size_t>(y_numel) * dtype_size(ctx.compute));
         DPX_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(st.cudnn, xd.d, hx.get(), wd.d, hw.get(), cd.d, yd.d,
                                                                scratch.output(), n, got, perf, scratch.workspace(),
                                                                scratch.workspace_bytes()));
@@ -338,11 +344,106 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
       });
   DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
   const float one = 1.f, zero = 0.f;
-  const Result hy(ctx, st, y, op, "y");
   void* ws = st.workspace(c.workspace_bytes);
   DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, hx.get(), wd.d, hw.get(), cd.d,
                                           static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace_bytes,
                                           &zero, yd.d, hy.get()));
+}
+
+// dx = beta * dx + the gradient; `beta` as cuDNN takes it (Result::cudnn_beta).
+void legacy_backward_data(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s,
+                          const Conv2dParams& p, const Operand& hw, const Operand& hdy, const Result& hdx,
+                          const float* beta, int64_t x_numel) {
+  const cudnnDataType_t type = data_type(ctx);
+  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
+  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
+  ConvDesc cd(p, compute_type(ctx));
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+      ctx, st, key, "backward-data",
+      [&](int n, int* got, auto* perf) {
+        if (!ctx.conv_search) {
+          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+          return;
+        }
+        const SearchScratch scratch(st, static_cast<size_t>(x_numel) * dtype_size(ctx.compute));
+        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(st.cudnn, wd.d, hw.get(), dyd.d, hdy.get(), cd.d,
+                                                                    xd.d, scratch.output(), n, got, perf,
+                                                                    scratch.workspace(), scratch.workspace_bytes()));
+      },
+      [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
+        size_t bytes = 0;
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+        DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(st.cudnn, wd.d, dyd.d, cd.d, xd.d, algo, &bytes));
+        return bytes;
+      });
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  const float one = 1.f;
+  void* ws = st.workspace(c.workspace_bytes);
+  DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, hw.get(), dyd.d, hdy.get(), cd.d,
+                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                               c.workspace_bytes, beta, xd.d, hdx.get()));
+}
+
+// dw = beta * dw + the gradient; `beta` as cuDNN takes it (Result::cudnn_beta).
+void legacy_backward_filter(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s,
+                            const Conv2dParams& p, const Operand& hx, const Operand& hdy, const Result& hdw,
+                            const float* beta, int64_t w_numel) {
+  const cudnnDataType_t type = data_type(ctx);
+  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
+  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
+  ConvDesc cd(p, compute_type(ctx));
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      ctx, st, key, "backward-filter",
+      [&](int n, int* got, auto* perf) {
+        if (!ctx.conv_search) {
+          DPX_CUDNN_CHECK(
+              cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+          return;
+        }
+        const SearchScratch scratch(st, static_cast<size_t>(w_numel) * dtype_size(ctx.compute));
+        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(st.cudnn, xd.d, hx.get(), dyd.d, hdy.get(),
+                                                                      cd.d, wd.d, scratch.output(), n, got, perf,
+                                                                      scratch.workspace(), scratch.workspace_bytes()));
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math) {
+        size_t bytes = 0;
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+        DPX_CUDNN_CHECK(
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(st.cudnn, xd.d, dyd.d, cd.d, wd.d, algo, &bytes));
+        return bytes;
+      });
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  const float one = 1.f;
+  void* ws = st.workspace(c.workspace_bytes);
+  DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, hx.get(), dyd.d, hdy.get(), cd.d,
+                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                                 c.workspace_bytes, beta, wd.d, hdw.get()));
+}
+
+}  // namespace
+
+// With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
+// them on tensor cores with fp32 accumulation into a bf16/fp16 result, and that result is widened
+// into the fp32 output or added into the fp32 gradient; the bias stays fp32. Each convolution runs
+// through its cached graph-API plan (conv_plan.hpp), or the legacy call where that declined it.
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                    const Conv2dParams& p) {
+  CudaState& st = state_of(ctx);
+  const char* op = "conv2d_forward";
+  Shapes s = shapes_of(x, w, p);
+  if (y.numel() == 0) return;
+  if (const auto dw = depthwise(ctx, s, p)) {
+    detail::depthwise_forward(st, f32(y, op, "y"), f32(x, op, "x"), f32(w, op, "w"), b ? f32(*b, op, "b") : nullptr,
+                              *dw);
+    return;
+  }
+  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
+  const Result hy(ctx, st, y, op, "y");
+  const AlgoKey key = make_key(ConvPass::forward, s, p, ctx);
+  if (!run_conv_plan(st, key, request(ctx, ConvPass::forward, s, p, 0.f), hx.get(), hw.get(), hy.get(), "forward"))
+    legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
   hy.finish(0.f);
   if (b) {
     const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
@@ -367,76 +468,28 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     if (dw) detail::depthwise_backward_filter(st, f32(*dw, op, "dw"), f32(dy, op, "dy"), f32(x, op, "x"), *depthwise_shape);
     dx = dw = nullptr;  // done: only the bias below
   }
-  const cudnnDataType_t type = data_type(ctx);
-  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
-  FilterDesc wd(w, type);
-  const float one = 1.f;  // alpha = 1 and beta = 1: every gradient accumulates (ops.def) ...
-  const float dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;  // ... dx unless overwritten
+  // alpha = 1 and beta = 1: every gradient accumulates (ops.def), dx unless overwritten.
+  const float one = 1.f, dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;
   std::optional<Operand> hdy;
   if (dx || dw) hdy.emplace(ctx, st, dy, op, "dy");
   if (dx) {
-    ConvDesc cd(p, compute_type(ctx));
-    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     const Operand hw(ctx, st, w, op, "w");
-    AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-        ctx, st, make_key(Pass::backward_data, s, p, ctx), "backward-data",
-        [&](int n, int* got, auto* perf) {
-          if (!ctx.conv_search) {
-            DPX_CUDNN_CHECK(
-                cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
-            return;
-          }
-          const SearchScratch scratch(st, static_cast<size_t>(x.numel()) * dtype_size(ctx.compute));
-          DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(st.cudnn, wd.d, hw.get(), dyd.d, hdy->get(),
-                                                                      cd.d, xd.d, scratch.output(), n, got, perf,
-                                                                      scratch.workspace(), scratch.workspace_bytes()));
-        },
-        [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
-          size_t bytes = 0;
-          DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
-          DPX_CUDNN_CHECK(
-              cudnnGetConvolutionBackwardDataWorkspaceSize(st.cudnn, wd.d, dyd.d, cd.d, xd.d, algo, &bytes));
-          return bytes;
-        });
-    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
     const Result hdx(ctx, st, *dx, op, "dx");
-    void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, hw.get(), dyd.d, hdy->get(), cd.d,
-                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                                 c.workspace_bytes, hdx.cudnn_beta(&dx_beta), xd.d, hdx.get()));
+    const float* beta = hdx.cudnn_beta(&dx_beta);
+    const AlgoKey key = make_key(ConvPass::backward_data, s, p, ctx);
+    if (!run_conv_plan(st, key, request(ctx, ConvPass::backward_data, s, p, *beta), hdx.get(), hw.get(), hdy->get(),
+                       "backward-data"))
+      legacy_backward_data(ctx, st, key, s, p, hw, *hdy, hdx, beta, x.numel());
     hdx.finish(dx_beta);
   }
   if (dw) {
-    ConvDesc cd(p, compute_type(ctx));
-    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
     const Operand hx(ctx, st, x, op, "x");
-    AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        ctx, st, make_key(Pass::backward_filter, s, p, ctx), "backward-filter",
-        [&](int n, int* got, auto* perf) {
-          if (!ctx.conv_search) {
-            DPX_CUDNN_CHECK(
-                cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
-            return;
-          }
-          const SearchScratch scratch(st, static_cast<size_t>(w.numel()) * dtype_size(ctx.compute));
-          DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(st.cudnn, xd.d, hx.get(), dyd.d, hdy->get(),
-                                                                        cd.d, wd.d, scratch.output(), n, got, perf,
-                                                                        scratch.workspace(),
-                                                                        scratch.workspace_bytes()));
-        },
-        [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math) {
-          size_t bytes = 0;
-          DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
-          DPX_CUDNN_CHECK(
-              cudnnGetConvolutionBackwardFilterWorkspaceSize(st.cudnn, xd.d, dyd.d, cd.d, wd.d, algo, &bytes));
-          return bytes;
-        });
-    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
     const Result hdw(ctx, st, *dw, op, "dw");
-    void* ws = st.workspace(c.workspace_bytes);
-    DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, hx.get(), dyd.d, hdy->get(), cd.d,
-                                                   static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
-                                                   c.workspace_bytes, hdw.cudnn_beta(&one), wd.d, hdw.get()));
+    const float* beta = hdw.cudnn_beta(&one);
+    const AlgoKey key = make_key(ConvPass::backward_filter, s, p, ctx);
+    if (!run_conv_plan(st, key, request(ctx, ConvPass::backward_filter, s, p, *beta), hx.get(), hdw.get(), hdy->get(),
+                       "backward-filter"))
+      legacy_backward_filter(ctx, st, key, s, p, hx, *hdy, hdw, beta, w.numel());
     hdw.finish(1.f);
   }
   if (db) {

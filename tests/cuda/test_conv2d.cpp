@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/conv_paths.hpp"
+#include "kernels/cuda/conv_plan.hpp"
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 
@@ -107,24 +108,49 @@ void check_cases(Context g) {
   }
 }
 
+// The convolutions cached so far: the legacy calls' algorithm choices and the graph API's plans
+// (a shape the graph API declined has a null plan and a legacy choice).
+size_t plans() {
+  size_t n = 0;
+  for (const auto& [key, plan] : state().conv_plans) n += plan != nullptr;
+  return n;
+}
+size_t cached() { return state().conv_algos.size() + plans(); }
+
+// Unless DPX_CUDNN_API=legacy (ctest's cuda/test_conv2d_legacy), the graph API ran cases: a
+// fallback to the legacy calls for every shape would pass the comparisons and hide that the
+// graph path never ran. How many passes it took is said (a declined shape falls back, by design;
+// DPX_CUDNN_LOG=1 says why).
+void check_graph_api_ran(size_t plans_before, size_t passes) {
+  if (cuda::conv_graph_api_enabled()) {
+    MESSAGE("graph-API plans built: ", plans() - plans_before, " (", passes * cudnn_cases(),
+            " shape-passes, dx written and added to counting apart)");
+    CHECK(plans() > plans_before);
+  } else {
+    CHECK(plans() == plans_before);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda conv2d forward and backward match the reference and float64, no TF32") {
-  const size_t before = state().conv_algos.size();
+  const size_t before = cached(), plans_before = plans();
   check_cases(gpu());
-  // The algorithm choices were cached per shape and pass.
-  CHECK(state().conv_algos.size() >= before + cudnn_cases());
+  // The choices (or plans) were cached per shape and pass.
+  CHECK(cached() >= before + cudnn_cases());
+  check_graph_api_ran(plans_before, 3);  // forward, data, filter per shape
 }
 
-// --cudnn-algo search: cudnnFind*AlgorithmEx times the candidates on scratch outputs, so the
-// gradients accumulated into dx and dw (beta 1) are not disturbed by the search; the choices are
-// cached under keys of their own, apart from the heuristic's.
+// --cudnn-algo search: cudnnFind*AlgorithmEx (legacy) or dpx (graph API) times the candidates on
+// scratch outputs, so the gradients accumulated into dx and dw (beta 1) are not disturbed by the
+// search; the choices are cached under keys of their own, apart from the heuristic's.
 TEST_CASE("cuda conv2d with the algorithms found by timing (--cudnn-algo search) matches the reference") {
   Context g = gpu();
   g.conv_search = true;
-  const size_t before = state().conv_algos.size();
+  const size_t before = cached(), plans_before = plans();
   check_cases(g);
-  CHECK(state().conv_algos.size() >= before + 3 * cudnn_cases());  // forward, data, filter per shape
+  CHECK(cached() >= before + 3 * cudnn_cases());  // forward, data, filter per shape
+  check_graph_api_ran(plans_before, 3);
 }
 
 TEST_CASE("cuda conv2d: shape errors are clear") {

@@ -67,6 +67,7 @@ TEST_CASE("--deterministic: a convolution's forward and backward repeat bit for 
   std::vector<Tensor> ys, dws, dxs;
   for (int run = 0; run < 2; ++run) {
     g.cuda->conv_algos.clear();  // choose again, as a second run would
+    g.cuda->conv_plans.clear();
     Tensor y = Tensor::empty({8, 32, 15, 15}, DType::f32, dev());
     Tensor dx = Tensor::zeros({8, 16, 29, 29}, DType::f32, dev()), dw = Tensor::zeros({32, 16, 3, 3}, DType::f32, dev());
     ops::conv2d_forward(g, y, x, w, nullptr, p);

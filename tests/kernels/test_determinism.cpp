@@ -18,6 +18,27 @@ TEST_CASE("--deterministic keeps cuDNN's deterministic convolution algorithms on
   CHECK(conv_algo_usable(true, true, true, true));
 }
 
+TEST_CASE("cuDNN graph-API engines: the same rule, and never fp16 inputs, reduced sums or compiling at first use") {
+  const EngineNotes plain;
+  CHECK(conv_engine_usable(plain, false, false));
+  CHECK(conv_engine_usable(plain, true, false));
+  EngineNotes tc;
+  tc.tensor_core = true;
+  CHECK_FALSE(conv_engine_usable(tc, false, false));  // fp32 without --tf32: no TF32 engine
+  CHECK(conv_engine_usable(tc, false, true));
+  EngineNotes nd;
+  nd.nondeterministic = true;
+  CHECK(conv_engine_usable(nd, false, false));
+  CHECK_FALSE(conv_engine_usable(nd, true, false));
+  for (bool EngineNotes::*note : {&EngineNotes::down_convert, &EngineNotes::reduced_reduction,
+                                  &EngineNotes::runtime_compiled}) {
+    EngineNotes e;
+    e.*note = true;
+    CHECK_FALSE(conv_engine_usable(e, false, true));
+    CHECK_FALSE(conv_engine_usable(e, false, false));
+  }
+}
+
 TEST_CASE("--deterministic makes index_select's backward avoid float atomics (max-pool's never uses them)") {
   CHECK(index_select_backward_scans(169, 4, 2401, false));       // Swin's table: a scan anyway
   CHECK_FALSE(index_select_backward_scans(1 << 14, 64, 1 << 14, false));  // large: atomics

@@ -1,0 +1,60 @@
+// Convolutions through cuDNN's graph (backend) API, with the execution plan of each convolution
+// built once and kept in its CudaState (conv_plans), as PyTorch's Conv_v8.cpp does. The legacy
+// calls (cudnnConvolutionForward and its backward siblings) pick and build a plan inside every
+// call: on the H100 (2026-11-27) dpx's convolutions cost 100-200 us of host time a forward call
+// and 150-500 us a backward one, against PyTorch's 25-77 and 51-98, so that models of many small
+// convolutions (SqueezeNet, EfficientNet, DenseNet) were bound by the host. Here a call is a
+// variant pack (the three pointers and the workspace) and cudnnBackendExecute.
+//
+// Every failure while building (a descriptor cuDNN refuses, no engine the rule admits, no
+// workspace) makes the request fall back to the legacy path, remembered per request, and said
+// on stderr with DPX_CUDNN_LOG=1; DPX_CUDNN_API=legacy turns this path off. Engines are admitted
+// by kernels::conv_engine_usable (kernels/determinism.hpp, tested on the CPU).
+#pragma once
+#include <cudnn.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda/context.hpp"
+
+namespace dpx::cuda {
+
+enum class ConvPass : int { forward = 1, backward_data = 2, backward_filter = 3 };
+
+// A convolution as the graph API sees it: x (n, c, h, w), w (k, c / groups, kh, kw), y (n, k, oh,
+// ow), packed NCHW, of one data type, computed in fp32.
+struct ConvRequest {
+  ConvPass pass = ConvPass::forward;
+  int64_t n = 0, c = 0, h = 0, w = 0, k = 0, kh = 0, kw = 0, oh = 0, ow = 0, groups = 1;
+  int64_t pad[2] = {0, 0}, stride[2] = {1, 1}, dilation[2] = {1, 1};
+  cudnnDataType_t data = CUDNN_DATA_FLOAT;
+  bool allow_tensor_ops = false;  // TF32 for fp32 data; always for bf16/fp16 data
+  bool deterministic = false;
+  bool search = false;            // time the admitted engines (--cudnn-algo search), else the heuristics' first
+  float beta = 0.f;               // the output is beta * itself + the convolution (0 or 1)
+};
+
+// A plan kept per request (CudaState::conv_plans); a request the graph API declined holds none.
+struct ConvPlan {
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace_bytes = 0;
+  std::vector<cudnnBackendDescriptor_t> owned;  // what the plan was built from, destroyed with it
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan();
+};
+
+// Whether convolutions try the graph API first (DPX_CUDNN_API unset or "graph"; "legacy": never).
+bool conv_graph_api_enabled();
+
+// Runs the pass through its cached plan (built on first use; `key` names the request, as the
+// legacy path's algorithm cache does, with the output's beta added). x, w, y are the pass's three
+// tensors in the order of x, w and y above (for backward-data: dx, w, dy; for backward-filter: x,
+// dw, dy), the output among them written with r.beta. Returns false when the graph API declined
+// the request or a pointer is not 16-byte aligned: the caller then runs the legacy call.
+bool run_conv_plan(CudaState& st, const AlgoKey& key, const ConvRequest& r, const void* x, const void* w,
+                   const void* y, const char* what);
+
+}  // namespace dpx::cuda
