@@ -374,10 +374,18 @@ bool run_conv_plan(CudaState& st, const AlgoKey& key, const ConvRequest& r, cons
   plan_key.v.back() = r.beta == 0.f ? 1 : 2;  // the plan holds beta; the legacy key leaves this slot 0
   auto it = st.conv_plans.find(plan_key);
   if (it == st.conv_plans.end()) it = st.conv_plans.emplace(plan_key, build(st, r, ptrs, what)).first;
-  const ConvPlan* plan = it->second.get();
+  ConvPlan* plan = it->second.get();
   if (!plan) return false;
   void* workspace = st.workspace(static_cast<size_t>(plan->workspace_bytes));
-  DPX_CUDNN_CHECK(execute(st, plan->plan, ptrs, workspace));
+  const cudnnStatus_t status = execute(st, plan->plan, ptrs, workspace);
+  if (status != CUDNN_STATUS_SUCCESS && !plan->ran) {
+    // Refused at its first run (cuDNN checks before it launches anything): the legacy call from now on.
+    say(r, what, std::string("declined at its first run (") + cudnnGetErrorString(status) + "): the legacy call runs");
+    it->second = nullptr;
+    return false;
+  }
+  DPX_CUDNN_CHECK(status);
+  plan->ran = true;
   return true;
 }
 

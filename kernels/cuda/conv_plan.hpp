@@ -7,9 +7,10 @@
 // variant pack (the three pointers and the workspace) and cudnnBackendExecute.
 //
 // Every failure while building (a descriptor cuDNN refuses, no engine the rule admits, no
-// workspace) makes the request fall back to the legacy path, remembered per request, and said
-// on stderr with DPX_CUDNN_LOG=1; DPX_CUDNN_API=legacy turns this path off. Engines are admitted
-// by kernels::conv_engine_usable (kernels/determinism.hpp, tested on the CPU).
+// workspace) or at the plan's first run makes the request fall back to the legacy path,
+// remembered per request and said on stderr with DPX_CUDNN_LOG=1; DPX_CUDNN_API=legacy turns this
+// path off. Engines are admitted by kernels::conv_engine_usable (kernels/determinism.hpp, tested
+// on the CPU).
 #pragma once
 #include <cudnn.h>
 
@@ -39,6 +40,7 @@ struct ConvRequest {
 struct ConvPlan {
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace_bytes = 0;
+  bool ran = false;  // has run once: a later failure is an error, a first one a fallback
   std::vector<cudnnBackendDescriptor_t> owned;  // what the plan was built from, destroyed with it
   ConvPlan() = default;
   ConvPlan(const ConvPlan&) = delete;
