@@ -317,13 +317,27 @@ __global__ void add_image_sums_kernel(float* db, const float* sums, int64_t imag
 // ---- the legacy calls, where the graph API declined a convolution (conv_plan.hpp) -------------
 // Each builds its descriptors, takes the cached algorithm choice (choose) and calls cuDNN; the
 // operands and the result are the caller's (in the compute dtype).
+
+// A legacy call's descriptors: x, y (or dy), the filter, and the convolution in its base math.
+struct LegacyDescs {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  LegacyDescs(const Context& ctx, const Shapes& s, const Conv2dParams& p)
+      : x(s.n, s.c, s.h, s.w, data_type(ctx)),
+        y(s.n, s.k, s.oh, s.ow, data_type(ctx)),
+        w(s.k, s.c / p.groups, s.kh, s.kw, data_type(ctx)),
+        conv(p, compute_type(ctx)) {
+    DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, base_math(ctx)));
+  }
+};
+
 void legacy_forward(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s, const Conv2dParams& p,
                     const Operand& hx, const Operand& hw, const Result& hy, int64_t y_numel) {
-  const cudnnDataType_t type = data_type(ctx);
-  TensorDesc xd(s.n, s.c, s.h, s.w, type), yd(s.n, s.k, s.oh, s.ow, type);
-  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
-  ConvDesc cd(p, compute_type(ctx));
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  const LegacyDescs d(ctx, s, p);
+  const TensorDesc &xd = d.x, &yd = d.y;
+  const FilterDesc& wd = d.w;
+  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
       ctx, st, key, "forward",
       [&](int n, int* got, auto* perf) {
@@ -354,11 +368,10 @@ void legacy_forward(const Context& ctx, CudaState& st, const AlgoKey& key, const
 void legacy_backward_data(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s,
                           const Conv2dParams& p, const Operand& hw, const Operand& hdy, const Result& hdx,
                           const float* beta, int64_t x_numel) {
-  const cudnnDataType_t type = data_type(ctx);
-  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
-  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
-  ConvDesc cd(p, compute_type(ctx));
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  const LegacyDescs d(ctx, s, p);
+  const TensorDesc &xd = d.x, &dyd = d.y;
+  const FilterDesc& wd = d.w;
+  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
       ctx, st, key, "backward-data",
       [&](int n, int* got, auto* perf) {
@@ -389,11 +402,10 @@ void legacy_backward_data(const Context& ctx, CudaState& st, const AlgoKey& key,
 void legacy_backward_filter(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s,
                             const Conv2dParams& p, const Operand& hx, const Operand& hdy, const Result& hdw,
                             const float* beta, int64_t w_numel) {
-  const cudnnDataType_t type = data_type(ctx);
-  TensorDesc xd(s.n, s.c, s.h, s.w, type), dyd(s.n, s.k, s.oh, s.ow, type);
-  FilterDesc wd(s.k, s.c / p.groups, s.kh, s.kw, type);
-  ConvDesc cd(p, compute_type(ctx));
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, base_math(ctx)));
+  const LegacyDescs d(ctx, s, p);
+  const TensorDesc &xd = d.x, &dyd = d.y;
+  const FilterDesc& wd = d.w;
+  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
       ctx, st, key, "backward-filter",
       [&](int n, int* got, auto* perf) {

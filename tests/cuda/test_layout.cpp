@@ -132,21 +132,27 @@ TEST_CASE("cuda window_partition and window_merge match the reference, vectorise
   }
 }
 
-TEST_CASE("cuda concat_channels and split_channels_backward match the reference") {
+namespace {
+
+// Concatenates inputs of `channels` channels each (N x C_i x h x w) on the GPU and with the
+// reference kernels, then adds the split of one gradient into each input's gradient; both must
+// agree bit for bit (copies and one addition each).
+void check_concat_and_split(const std::vector<int64_t>& channels, int64_t n, int64_t h, int64_t w, uint64_t seed) {
   Context c = reference(), g = gpu();
-  std::vector<Tensor> parts = {uniform({3, 5, 7, 7}, 40), uniform({3, 1, 7, 7}, 41), uniform({3, 12, 7, 7}, 42)};
-  std::vector<Tensor> gparts;
-  for (const Tensor& t : parts) gparts.push_back(t.to(dev()));
-  Tensor out = Tensor::empty({3, 18, 7, 7}), gout = poisoned({3, 18, 7, 7}, dev());
+  std::vector<Tensor> parts, gparts, d, gd;
+  int64_t total = 0;
+  for (int64_t ci : channels) {
+    parts.push_back(uniform({n, ci, h, w}, seed++));
+    gparts.push_back(parts.back().to(dev()));
+    d.push_back(uniform({n, ci, h, w}, seed++));
+    gd.push_back(d.back().to(dev()));
+    total += ci;
+  }
+  Tensor out = Tensor::empty({n, total, h, w}), gout = poisoned({n, total, h, w}, dev());
   ops::concat_channels(c, out, parts);
   cuda::concat_channels(g, gout, gparts);
   CHECK(bitwise_equal(gout, out));
-  Tensor dout = uniform({3, 18, 7, 7}, 43);
-  std::vector<Tensor> d, gd;
-  for (const Tensor& t : parts) {
-    d.push_back(uniform(t.shape(), 44));
-    gd.push_back(d.back().to(dev()));
-  }
+  Tensor dout = uniform({n, total, h, w}, seed);
   std::vector<Tensor*> dp, gdp;
   for (size_t i = 0; i < d.size(); ++i) {
     dp.push_back(&d[i]);
@@ -157,60 +163,24 @@ TEST_CASE("cuda concat_channels and split_channels_backward match the reference"
   for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
 }
 
-// 4x4 images: every run and offset a multiple of 4 floats, so both run four floats at a time
-// (the 7x7 case above takes one float at a time); an empty input among them.
+}  // namespace
+
+// 7x7 images: runs of 49 floats, one float at a time.
+TEST_CASE("cuda concat_channels and split_channels_backward match the reference") {
+  check_concat_and_split({5, 1, 12}, 3, 7, 7, 40);
+}
+
+// 4x4 images: every run and offset a multiple of 4 floats, so both run four floats at a time; an
+// empty input among them.
 TEST_CASE("cuda concat_channels and split_channels_backward in 16-byte accesses match the reference") {
-  Context c = reference(), g = gpu();
-  std::vector<Tensor> parts, gparts, d, gd;
-  int64_t channels = 0;
-  for (int64_t ci : {5, 1, 0, 12, 3}) {
-    parts.push_back(uniform({3, ci, 4, 4}, 300 + uint64_t(channels)));
-    gparts.push_back(parts.back().to(dev()));
-    d.push_back(uniform({3, ci, 4, 4}, 400 + uint64_t(channels)));
-    gd.push_back(d.back().to(dev()));
-    channels += ci;
-  }
-  Tensor out = Tensor::empty({3, channels, 4, 4}), gout = poisoned({3, channels, 4, 4}, dev());
-  ops::concat_channels(c, out, parts);
-  cuda::concat_channels(g, gout, gparts);
-  CHECK(bitwise_equal(gout, out));
-  Tensor dout = uniform({3, channels, 4, 4}, 62);
-  std::vector<Tensor*> dp, gdp;
-  for (size_t i = 0; i < d.size(); ++i) {
-    dp.push_back(&d[i]);
-    gdp.push_back(&gd[i]);
-  }
-  ops::split_channels_backward(c, dp, dout);
-  cuda::split_channels_backward(g, gdp, dout.to(dev()));
-  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+  check_concat_and_split({5, 1, 0, 12, 3}, 3, 4, 4, 300);
 }
 
 // One launch takes at most 64 inputs: 70 of 1 to 3 channels (one of them empty) take two.
 TEST_CASE("cuda concat_channels and split_channels_backward over more inputs than one launch takes") {
-  Context c = reference(), g = gpu();
-  std::vector<Tensor> parts, gparts, d, gd;
-  int64_t channels = 0;
-  for (int i = 0; i < 70; ++i) {
-    const int64_t ci = i == 33 ? 0 : 1 + i % 3;
-    parts.push_back(uniform({2, ci, 5, 3}, 60 + uint64_t(i)));
-    gparts.push_back(parts.back().to(dev()));
-    d.push_back(uniform({2, ci, 5, 3}, 200 + uint64_t(i)));
-    gd.push_back(d.back().to(dev()));
-    channels += ci;
-  }
-  Tensor out = Tensor::empty({2, channels, 5, 3}), gout = poisoned({2, channels, 5, 3}, dev());
-  ops::concat_channels(c, out, parts);
-  cuda::concat_channels(g, gout, gparts);
-  CHECK(bitwise_equal(gout, out));
-  Tensor dout = uniform({2, channels, 5, 3}, 61);
-  std::vector<Tensor*> dp, gdp;
-  for (size_t i = 0; i < d.size(); ++i) {
-    dp.push_back(&d[i]);
-    gdp.push_back(&gd[i]);
-  }
-  ops::split_channels_backward(c, dp, dout);
-  cuda::split_channels_backward(g, gdp, dout.to(dev()));
-  for (size_t i = 0; i < d.size(); ++i) CHECK(bitwise_equal(gd[i], d[i]));
+  std::vector<int64_t> channels;
+  for (int i = 0; i < 70; ++i) channels.push_back(i == 33 ? 0 : 1 + i % 3);
+  check_concat_and_split(channels, 2, 5, 3, 60);
 }
 
 TEST_CASE("cuda index_select and its backward (repeated rows) match the reference bit for bit") {

@@ -31,6 +31,16 @@ std::string find_chromium() {
   return "";
 }
 
+// Chromium's path; skips the test (exit 77) without gnuplot or Chromium.
+std::string chromium_or_skip() {
+  if (dpx::analysis::find_executable("gnuplot").empty())
+    skip("gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    skip("no chromium, chromium-browser or google-chrome on PATH (DPX_WITH_BROWSER=1 scripts/setup installs it)");
+  return chromium;
+}
+
 struct RenderCheck {
   int figures = -1, rendered = -1;
   double min_text_px = -1;  // the smallest figure text as laid out, CSS pixels
@@ -64,11 +74,7 @@ RenderCheck browse(const std::string& chromium, const std::string& page, const s
 }  // namespace
 
 TEST_CASE("dpx report's figures render in headless Chromium") {
-  if (dpx::analysis::find_executable("gnuplot").empty())
-    skip("gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
-  const std::string chromium = find_chromium();
-  if (chromium.empty())
-    skip("no chromium, chromium-browser or google-chrome on PATH (DPX_WITH_BROWSER=1 scripts/setup installs it)");
+  const std::string chromium = chromium_or_skip();
   ReportInputs& d = report_inputs();
   dpx::testing::TempDir dir("report_browser");
   const std::string out = dir.file("report.html");
@@ -111,11 +117,7 @@ TEST_CASE("dpx report's figures render in headless Chromium") {
 // that become panels (eight series) keep their legends' and captions' text readable. Both
 // failed once: the table scrolled sideways, the panels' legends were 9 px high.
 TEST_CASE("dpx report of a sweep over several settings fits a 1400 px window") {
-  if (dpx::analysis::find_executable("gnuplot").empty())
-    skip("gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
-  const std::string chromium = find_chromium();
-  if (chromium.empty())
-    skip("no chromium, chromium-browser or google-chrome on PATH (DPX_WITH_BROWSER=1 scripts/setup installs it)");
+  const std::string chromium = chromium_or_skip();
   dpx::testing::TempDir dir("report_browser_sweep");
   DpxResult b = run_dpx("bench --models lenet5,mlp --batch-sizes 8,16 --devices cpu:1,2 --accumulate 1,4 "
                         "--dataset synthetic --image-size 28 --steps 2 --warmup 1 --repeat 3 --no-eval --out " +
