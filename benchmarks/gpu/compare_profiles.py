@@ -13,6 +13,11 @@ the device time between CUDA events recorded around it (since 26a9103; profiles 
 for the stream around each op, adding its launches), PyTorch's is each aten op's own device time
 (kernels only). Per model, the table lists every kind with both
 engines' ms per step and dpx's excess, largest first; the first --top rows are where dpx loses most.
+Beside them, the host time each engine spent issuing that kind of work (dpx: host_ms_per_step of
+its ops; PyTorch: each aten op's own host time), where the CSVs have it. An op that reads a result
+on the host waits there for the GPU to finish everything queued before it: dpx's count_nonfinite
+(the divergence guard, before the optimizer) spends the host's lead on the GPU waiting, so its host
+time is that wait, not work; the summary line says it apart.
 """
 import argparse
 import collections
@@ -70,14 +75,20 @@ def kind_of(op, engine):
     return "other"
 
 
-def read_dpx(path):
-    """{(model, precision): {op: ms_per_step}} from profile-dpx.csv (configuration = MODEL_b64_...)."""
+def read_dpx(path, host=None):
+    """{(model, precision): {op: ms_per_step}} from profile-dpx.csv (configuration = MODEL_b64_...);
+    with `host` (a dict), also {(model, precision): {op: host_ms_per_step}} into it. scripts/gpu
+    wrote a ten-column header over rows of twelve before 2026-11-27 evening: the host column is
+    then the first of the unnamed extras."""
     out = collections.defaultdict(dict)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])  # MODEL_b64_none_cuda1
             model = m.group(1) if m else row["configuration"]
             out[(model, row["precision"])][row["op"]] = float(row["ms_per_step"])
+            host_ms = row.get("host_ms_per_step") or (row.get(None) or [""])[0]
+            if host is not None and host_ms not in ("", None):
+                host.setdefault((model, row["precision"]), {})[row["op"]] = float(host_ms)
     return out
 
 
@@ -100,8 +111,9 @@ def read_dpx_log(path, precision, out):
     return out
 
 
-def read_torch(path):
-    """({(model, precision): {op: gpu_ms_per_step}}, {(model, precision): (kernels, kernel_ms, wall_ms)})"""
+def read_torch(path, host=None):
+    """({(model, precision): {op: gpu_ms_per_step}}, {(model, precision): (kernels, kernel_ms, wall_ms)});
+    with `host` (a dict), also {(model, precision): {op: host_ms_per_step}} of every op into it."""
     ops = collections.defaultdict(dict)
     steps = {}
     with open(path, newline="") as f:
@@ -109,13 +121,24 @@ def read_torch(path):
             key = (row["model"], row["precision"])
             if row["op"] == "(step)":
                 steps[key] = (float(row["kernels_per_step"]), float(row["gpu_ms_per_step"]), float(row["host_ms_per_step"]))
-            elif row["op"] not in SKIP_TORCH and float(row["gpu_ms_per_step"]) > 0:
+                continue
+            if row["op"] in SKIP_TORCH:
+                continue
+            if host is not None and row.get("host_ms_per_step"):
+                by_op = host.setdefault(key, {})
+                by_op[row["op"]] = by_op.get(row["op"], 0.0) + float(row["host_ms_per_step"])
+            if float(row["gpu_ms_per_step"]) > 0:
                 ops[key][row["op"]] = ops[key].get(row["op"], 0.0) + float(row["gpu_ms_per_step"])
     return ops, steps
 
 
-def table(key, dpx_ops, torch_ops, torch_step, top):
+def table(key, dpx_ops, torch_ops, torch_step, top, dpx_host=None, torch_host=None):
     by_kind = collections.defaultdict(lambda: [0.0, 0.0, collections.Counter(), collections.Counter()])
+    host_kind = collections.defaultdict(lambda: [0.0, 0.0])
+    for op, ms in (dpx_host or {}).items():
+        host_kind[kind_of(op, "dpx")][0] += ms
+    for op, ms in (torch_host or {}).items():
+        host_kind[kind_of(op, "torch")][1] += ms
     for op, ms in dpx_ops.items():
         k = by_kind[kind_of(op, "dpx")]
         k[0] += ms
@@ -133,13 +156,22 @@ def table(key, dpx_ops, torch_ops, torch_step, top):
         lines.append(f"dpx's ops: {total_d:.1f} ms per step (CUDA events around each op); PyTorch's kernels: {total_t:.1f} ms "
                      f"per step, {torch_step[0]:.0f} kernels, {torch_step[2]:.1f} ms wall under the profiler.")
         lines.append("")
-    lines.append("| kind of work | dpx ms | PyTorch ms | dpx − PyTorch | dpx's largest ops | PyTorch's largest ops |")
-    lines.append("| --- | --- | --- | --- | --- | --- |")
+    with_host = bool(dpx_host) and bool(torch_host)
+    if with_host:
+        hd, ht = sum(v[0] for v in host_kind.values()), sum(v[1] for v in host_kind.values())
+        wait = (dpx_host or {}).get("count_nonfinite", 0.0)
+        lines.append(f"Host time in the ops: dpx {hd:.1f} ms per step ({wait:.1f} of them waiting for the GPU in "
+                     f"count_nonfinite), PyTorch {ht:.1f} (its aten ops' own host time).")
+        lines.append("")
+    host_head = " dpx host ms | PyTorch host ms |" if with_host else ""
+    lines.append("| kind of work | dpx ms | PyTorch ms | dpx − PyTorch |" + host_head + " dpx's largest ops | PyTorch's largest ops |")
+    lines.append("| --- | --- | --- | --- |" + (" --- | --- |" if with_host else "") + " --- | --- |")
     for i, (kind, (d, t, dops, tops)) in enumerate(rows):
         mark = "**" if i < top and d - t > 0.05 else ""
         names_d = ", ".join(f"{o} {v:.2f}" for o, v in dops.most_common(2))
         names_t = ", ".join(f"{o.replace('aten::', '')} {v:.2f}" for o, v in tops.most_common(2))
-        lines.append(f"| {mark}{kind}{mark} | {d:.2f} | {t:.2f} | {d - t:+.2f} | {names_d} | {names_t} |")
+        host_cells = f" {host_kind[kind][0]:.2f} | {host_kind[kind][1]:.2f} |" if with_host else ""
+        lines.append(f"| {mark}{kind}{mark} | {d:.2f} | {t:.2f} | {d - t:+.2f} |{host_cells} {names_d} | {names_t} |")
     lines.append("")
     return lines
 
@@ -152,10 +184,11 @@ def main():
     ap.add_argument("--dpx-log", action="append", default=[])
     ap.add_argument("--dpx-log-precision", default="bf16")
     args = ap.parse_args()
-    dpx = read_dpx(args.dpx_csv)
+    dpx_host, torch_host = {}, {}
+    dpx = read_dpx(args.dpx_csv, dpx_host)
     for log in args.dpx_log:
         read_dpx_log(log, args.dpx_log_precision, dpx)
-    torch_ops, torch_steps = read_torch(args.torch_csv)
+    torch_ops, torch_steps = read_torch(args.torch_csv, torch_host)
     keys = sorted(set(dpx) | set(torch_ops), key=lambda k: (["fp32", "tf32", "bf16"].index(k[1])
                                                               if k[1] in ("fp32", "tf32", "bf16") else 9, k[0]))
     out = []
@@ -164,7 +197,8 @@ def main():
             missing = "dpx" if key not in dpx else "PyTorch"
             out += [f"#### {key[0]}, {key[1]}", "", f"({missing}'s profile did not run.)", ""]
             continue
-        out += table(key, dpx[key], torch_ops[key], torch_steps.get(key), args.top)
+        out += table(key, dpx[key], torch_ops[key], torch_steps.get(key), args.top, dpx_host.get(key),
+                     torch_host.get(key))
     print("\n".join(out))
     return 0
 

@@ -2,9 +2,10 @@
 // built once and kept in its CudaState (conv_plans), as PyTorch's Conv_v8.cpp does. The legacy
 // calls (cudnnConvolutionForward and its backward siblings) pick and build a plan inside every
 // call: on the H100 (2026-11-27) dpx's convolutions cost 100-200 us of host time a forward call
-// and 150-500 us a backward one, against PyTorch's 25-77 and 51-98, so that models of many small
-// convolutions (SqueezeNet, EfficientNet, DenseNet) were bound by the host. Here a call is a
-// variant pack (the three pointers and the workspace) and cudnnBackendExecute.
+// and 230-490 us a backward one, against PyTorch's 25-77 and 51-173, so that the host nearly
+// bounded the small models (squeezenet1_1 under TF32: 9.1 ms a step issuing ops, 11.8 ms of GPU
+// time). Here a call is a variant pack (the three pointers and the workspace) and
+// cudnnBackendExecute.
 //
 // Every failure while building (a descriptor cuDNN refuses, no engine the rule admits, no
 // workspace) or at the plan's first run makes the request fall back to the legacy path,
