@@ -11,6 +11,7 @@
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cuda/scratch.hpp"  // Scratch
 
 // A grid-stride loop over [0, n) with a 64-bit index.
 #define DPX_CUDA_LOOP(i, n) \
@@ -43,24 +44,6 @@ inline void check_shape(const Tensor& t, const Shape& want, const char* op, cons
   DPX_CHECK(t.shape() == want, op, ": ", name, " has shape ", shape_str(t.shape()), ", expected ",
             shape_str(want));
 }
-
-// Device scratch memory for one op, from the caching allocator's pool of the op's stream:
-// released when the op returns, reused only by work queued after this op's kernels.
-class Scratch {
- public:
-  Scratch(const CudaState& st, size_t bytes)
-      : device_(st.device), bytes_(bytes), p_(allocate(bytes, st.device, st.stream)) {}
-  ~Scratch() { release(p_, bytes_, device_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
-
- private:
-  int device_;
-  size_t bytes_;
-  void* p_;
-};
 
 // ---- half-precision operands (--precision bf16|fp16: Context::compute) ------------------------
 // dst (n elements of `dtype`, bf16 or f16) = src * alpha, rounded as the host rounds; on `stream`.

@@ -64,7 +64,8 @@ __global__ void split_add_kernel(Parts<V*> parts, const V* dout, int64_t images,
   const int64_t run = parts.run[p];
   V* dst = parts.data[p];
   const V* src = dout + parts.offset[p];
-  for (int64_t n = blockIdx.z; n < images; n += gridDim.z) DPX_CUDA_LOOP(j, run) add_into(dst[n * run + j], src[n * image + j]);
+  for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
+    DPX_CUDA_LOOP(j, run) add_into(dst[n * run + j], src[n * image + j]);
 }
 
 // Calls launch(parts, count, longest) for the inputs in groups of at most kMaxParts, skipping

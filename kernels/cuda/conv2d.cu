@@ -105,15 +105,6 @@ AlgoKey make_key(ConvPass pass, const Shapes& s, const Conv2dParams& p, const Co
   return key;
 }
 
-// DPX_CUDNN_LOG=1 (read once): each algorithm choice on stderr, when it is made (once per key).
-bool log_choices() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPX_CUDNN_LOG");
-    return v && *v && std::string(v) != "0";
-  }();
-  return on;
-}
-
 // The workspace a search may time candidates with: 1 GiB, or less where less is free (PyTorch
 // offers its largest free block). Stated in --cudnn-algo's help.
 constexpr size_t kSearchWorkspaceBytes = size_t(1) << 30;
@@ -185,7 +176,7 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
     c.workspace_bytes = bytes;
     c.math = math;
     st.conv_algos.emplace(key, c);
-    if (log_choices()) {
+    if (cudnn_log()) {  // each choice on stderr, when it is made (once per key)
       char timed[48] = "";
       if (ctx.conv_search) std::snprintf(timed, sizeof timed, ", %.3f ms", double(r.time));
       // key.v: pass, n c h w, k kh kw, stride, pad, dilation, groups, tf32, deterministic, compute, search
@@ -335,67 +326,64 @@ struct LegacyDescs {
 void legacy_forward(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s, const Conv2dParams& p,
                     const Operand& hx, const Operand& hw, const Result& hy, int64_t y_numel) {
   const LegacyDescs d(ctx, s, p);
-  const TensorDesc &xd = d.x, &yd = d.y;
-  const FilterDesc& wd = d.w;
-  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionFwdAlgoPerf_t>(
       ctx, st, key, "forward",
       [&](int n, int* got, auto* perf) {
         if (!ctx.conv_search) {
-          DPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, xd.d, wd.d, cd.d, yd.d, n, got, perf));
+          DPX_CUDNN_CHECK(
+              cudnnGetConvolutionForwardAlgorithm_v7(st.cudnn, d.x.d, d.w.d, d.conv.d, d.y.d, n, got, perf));
           return;
         }
         const SearchScratch scratch(st, static_cast<size_t>(y_numel) * dtype_size(ctx.compute));
-        DPX_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(st.cudnn, xd.d, hx.get(), wd.d, hw.get(), cd.d, yd.d,
-                                                               scratch.output(), n, got, perf, scratch.workspace(),
-                                                               scratch.workspace_bytes()));
+        DPX_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(st.cudnn, d.x.d, hx.get(), d.w.d, hw.get(), d.conv.d,
+                                                               d.y.d, scratch.output(), n, got, perf,
+                                                               scratch.workspace(), scratch.workspace_bytes()));
       },
       [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
         size_t bytes = 0;
-        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
-        DPX_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(st.cudnn, xd.d, wd.d, cd.d, yd.d, algo, &bytes));
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, math));
+        DPX_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(st.cudnn, d.x.d, d.w.d, d.conv.d, d.y.d, algo, &bytes));
         return bytes;
       });
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   const float one = 1.f, zero = 0.f;
   void* ws = st.workspace(c.workspace_bytes);
-  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, xd.d, hx.get(), wd.d, hw.get(), cd.d,
-                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace_bytes,
-                                          &zero, yd.d, hy.get()));
+  DPX_CUDNN_CHECK(cudnnConvolutionForward(st.cudnn, &one, d.x.d, hx.get(), d.w.d, hw.get(), d.conv.d,
+                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace_bytes, &zero,
+                                          d.y.d, hy.get()));
 }
 
 // dx = beta * dx + the gradient; `beta` as cuDNN takes it (Result::cudnn_beta).
-void legacy_backward_data(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s,
-                          const Conv2dParams& p, const Operand& hw, const Operand& hdy, const Result& hdx,
-                          const float* beta, int64_t x_numel) {
+void legacy_backward_data(const Context& ctx, CudaState& st, const AlgoKey& key, const Shapes& s, const Conv2dParams& p,
+                          const Operand& hw, const Operand& hdy, const Result& hdx, const float* beta,
+                          int64_t x_numel) {
   const LegacyDescs d(ctx, s, p);
-  const TensorDesc &xd = d.x, &dyd = d.y;
-  const FilterDesc& wd = d.w;
-  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
       ctx, st, key, "backward-data",
       [&](int n, int* got, auto* perf) {
         if (!ctx.conv_search) {
-          DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, wd.d, dyd.d, cd.d, xd.d, n, got, perf));
+          DPX_CUDNN_CHECK(
+              cudnnGetConvolutionBackwardDataAlgorithm_v7(st.cudnn, d.w.d, d.y.d, d.conv.d, d.x.d, n, got, perf));
           return;
         }
         const SearchScratch scratch(st, static_cast<size_t>(x_numel) * dtype_size(ctx.compute));
-        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(st.cudnn, wd.d, hw.get(), dyd.d, hdy.get(), cd.d,
-                                                                    xd.d, scratch.output(), n, got, perf,
+        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(st.cudnn, d.w.d, hw.get(), d.y.d, hdy.get(),
+                                                                    d.conv.d, d.x.d, scratch.output(), n, got, perf,
                                                                     scratch.workspace(), scratch.workspace_bytes()));
       },
       [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
         size_t bytes = 0;
-        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
-        DPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(st.cudnn, wd.d, dyd.d, cd.d, xd.d, algo, &bytes));
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, math));
+        DPX_CUDNN_CHECK(
+            cudnnGetConvolutionBackwardDataWorkspaceSize(st.cudnn, d.w.d, d.y.d, d.conv.d, d.x.d, algo, &bytes));
         return bytes;
       });
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   const float one = 1.f;
   void* ws = st.workspace(c.workspace_bytes);
-  DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, wd.d, hw.get(), dyd.d, hdy.get(), cd.d,
+  DPX_CUDNN_CHECK(cudnnConvolutionBackwardData(st.cudnn, &one, d.w.d, hw.get(), d.y.d, hdy.get(), d.conv.d,
                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                               c.workspace_bytes, beta, xd.d, hdx.get()));
+                                               c.workspace_bytes, beta, d.x.d, hdx.get()));
 }
 
 // dw = beta * dw + the gradient; `beta` as cuDNN takes it (Result::cudnn_beta).
@@ -403,35 +391,32 @@ void legacy_backward_filter(const Context& ctx, CudaState& st, const AlgoKey& ke
                             const Conv2dParams& p, const Operand& hx, const Operand& hdy, const Result& hdw,
                             const float* beta, int64_t w_numel) {
   const LegacyDescs d(ctx, s, p);
-  const TensorDesc &xd = d.x, &dyd = d.y;
-  const FilterDesc& wd = d.w;
-  const ConvDesc& cd = d.conv;
   AlgoChoice c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
       ctx, st, key, "backward-filter",
       [&](int n, int* got, auto* perf) {
         if (!ctx.conv_search) {
           DPX_CUDNN_CHECK(
-              cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, xd.d, dyd.d, cd.d, wd.d, n, got, perf));
+              cudnnGetConvolutionBackwardFilterAlgorithm_v7(st.cudnn, d.x.d, d.y.d, d.conv.d, d.w.d, n, got, perf));
           return;
         }
         const SearchScratch scratch(st, static_cast<size_t>(w_numel) * dtype_size(ctx.compute));
-        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(st.cudnn, xd.d, hx.get(), dyd.d, hdy.get(),
-                                                                      cd.d, wd.d, scratch.output(), n, got, perf,
+        DPX_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(st.cudnn, d.x.d, hx.get(), d.y.d, hdy.get(),
+                                                                      d.conv.d, d.w.d, scratch.output(), n, got, perf,
                                                                       scratch.workspace(), scratch.workspace_bytes()));
       },
       [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t math) {
         size_t bytes = 0;
-        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, math));
+        DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, math));
         DPX_CUDNN_CHECK(
-            cudnnGetConvolutionBackwardFilterWorkspaceSize(st.cudnn, xd.d, dyd.d, cd.d, wd.d, algo, &bytes));
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(st.cudnn, d.x.d, d.y.d, d.conv.d, d.w.d, algo, &bytes));
         return bytes;
       });
-  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math));
+  DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
   const float one = 1.f;
   void* ws = st.workspace(c.workspace_bytes);
-  DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, xd.d, hx.get(), dyd.d, hdy.get(), cd.d,
+  DPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(st.cudnn, &one, d.x.d, hx.get(), d.y.d, hdy.get(), d.conv.d,
                                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
-                                                 c.workspace_bytes, beta, wd.d, hdw.get()));
+                                                 c.workspace_bytes, beta, d.w.d, hdw.get()));
 }
 
 }  // namespace

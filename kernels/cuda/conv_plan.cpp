@@ -13,8 +13,9 @@
 
 #include "core/capture.hpp"
 #include "core/cuda/check.hpp"
-#include "core/cuda/memory.hpp"
+#include "core/cuda/event.hpp"
 #include "core/error.hpp"
+#include "kernels/cuda/scratch.hpp"
 #include "kernels/determinism.hpp"
 
 // The operation graph and the plan still take the handle through attributes cuDNN 9.19 marks
@@ -29,14 +30,6 @@ namespace {
 
 constexpr int kTimed = 8;            // the most engines a search times (cudnnFind times about as many)
 constexpr int64_t kAlignment = 16;   // the byte alignment the plans assume of every pointer
-
-bool log_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPX_CUDNN_LOG");
-    return v && *v && std::string(v) != "0";
-  }();
-  return on;
-}
 
 // One backend descriptor, destroyed with this unless released. `ok` turns false at the first
 // call cuDNN refuses; later calls are skipped, so a builder checks once at its end.
@@ -151,9 +144,10 @@ cudnnStatus_t execute(const CudaState& st, cudnnBackendDescriptor_t plan, void* 
   return cudnnBackendExecute(st.cudnn, plan, pack.get());
 }
 
-// A finalized plan of one engine configuration, with its workspace size.
+// A finalized plan of one engine configuration (destroyed with it unless released), with its
+// workspace size.
 struct Candidate {
-  cudnnBackendDescriptor_t plan = nullptr;
+  std::unique_ptr<Desc> plan;
   int64_t workspace_bytes = 0, global_index = -1;
   float ms = 0.f;
 };
@@ -161,25 +155,19 @@ struct Candidate {
 // GPU time of two runs of a candidate after a warm-up one, into `ptrs` (the output among them a
 // scratch copy); nullopt if a run fails.
 std::optional<float> time_candidate(CudaState& st, const Candidate& c, void* const ptrs[3], void* workspace) {
-  if (execute(st, c.plan, ptrs, workspace) != CUDNN_STATUS_SUCCESS) return std::nullopt;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  DPX_CUDA_CHECK(cudaEventCreate(&start));
-  DPX_CUDA_CHECK(cudaEventCreate(&stop));
-  DPX_CUDA_CHECK(cudaEventRecord(start, st.stream));
-  const bool ran = execute(st, c.plan, ptrs, workspace) == CUDNN_STATUS_SUCCESS &&
-                   execute(st, c.plan, ptrs, workspace) == CUDNN_STATUS_SUCCESS;
-  DPX_CUDA_CHECK(cudaEventRecord(stop, st.stream));
-  DPX_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.f;
-  DPX_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  if (execute(st, c.plan->get(), ptrs, workspace) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  StreamTimer timer(st.device);
+  timer.start(st.stream);
+  const bool ran = execute(st, c.plan->get(), ptrs, workspace) == CUDNN_STATUS_SUCCESS &&
+                   execute(st, c.plan->get(), ptrs, workspace) == CUDNN_STATUS_SUCCESS;
+  timer.stop(st.stream);
+  const float ms = timer.elapsed_ms();
   if (!ran) return std::nullopt;
   return ms / 2;
 }
 
 void say(const ConvRequest& r, const char* what, const std::string& result) {
-  if (!log_on()) return;
+  if (!cudnn_log()) return;
   std::fprintf(stderr,
                "dpx cudnn graph: %s x %lldx%lldx%lldx%lld w %lldx%lldx%lldx%lld stride %lld,%lld pad %lld,%lld "
                "dilation %lld,%lld groups %lld, beta %g: %s\n",
@@ -272,14 +260,14 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
       bool seen = false;
       for (const Candidate& c : candidates) seen = seen || (index >= 0 && c.global_index == index);
       if (seen) continue;
-      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       const cudnnBackendDescriptor_t config = handles[static_cast<size_t>(i)];
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &st.cudnn);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
-      plan.finalize();
-      if (!plan.ok()) continue;
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &st.cudnn);
+      plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
+      plan->finalize();
+      if (!plan->ok()) continue;
       int64_t n = 0, bytes = 0;
-      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+      if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                    &bytes) != CUDNN_STATUS_SUCCESS ||
           bytes < 0)
         continue;
@@ -289,13 +277,9 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
         refused += " engine " + std::to_string(index) + " needs " + std::to_string(bytes) + " bytes;";
         continue;
       }
-      candidates.push_back({plan.release(), bytes, index, 0.f});
+      candidates.push_back({std::move(plan), bytes, index, 0.f});
     }
   }
-  auto destroy = [&](size_t keep) {
-    for (size_t i = 0; i < candidates.size(); ++i)
-      if (i != keep) cudnnBackendDestroyDescriptor(candidates[i].plan);
-  };
   if (candidates.empty()) return declined("no engine the rule admits" + refused);
 
   size_t best = 0;
@@ -306,15 +290,9 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
     const int out = output_of(r.pass);
     const int64_t out_elements = out == 0 ? r.n * r.c * r.h * r.w : out == 1 ? r.k * (r.c / r.groups) * r.kh * r.kw
                                                                               : r.n * r.k * r.oh * r.ow;
-    const size_t scratch_bytes = static_cast<size_t>(out_elements) * (r.data == CUDNN_DATA_FLOAT ? 4 : 2);
-    struct Scratch {
-      void* p;
-      size_t bytes;
-      int device;
-      ~Scratch() { release(p, bytes, device); }
-    } scratch{allocate(scratch_bytes, st.device, st.stream), scratch_bytes, st.device};
+    const detail::Scratch scratch(st, static_cast<size_t>(out_elements) * (r.data == CUDNN_DATA_FLOAT ? 4 : 2));
     void* timed[3] = {ptrs[0], ptrs[1], ptrs[2]};
-    timed[out] = scratch.p;
+    timed[out] = scratch.as<void>();
     float best_ms = -1.f;
     for (size_t i = 0; i < candidates.size(); ++i) {
       void* workspace = st.workspace(static_cast<size_t>(candidates[i].workspace_bytes));
@@ -326,15 +304,11 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
         best = i;
       }
     }
-    if (best_ms < 0) {
-      destroy(candidates.size());
-      return declined("every timed engine failed to run");
-    }
+    if (best_ms < 0) return declined("every timed engine failed to run");
   }
   auto plan = std::make_shared<ConvPlan>();
-  plan->plan = candidates[best].plan;
+  plan->plan = candidates[best].plan->release();
   plan->workspace_bytes = candidates[best].workspace_bytes;
-  destroy(best);
   plan->owned = {x.release(), w.release(), y.release(), conv.release(), op.release(), graph.release()};
   char timed_text[48] = "";
   if (r.search) std::snprintf(timed_text, sizeof timed_text, ", %.3f ms", double(candidates[best].ms));
@@ -351,6 +325,14 @@ ConvPlan::~ConvPlan() {
   if (plan) cudnnBackendDestroyDescriptor(plan);
   for (cudnnBackendDescriptor_t d : owned)
     if (d) cudnnBackendDestroyDescriptor(d);
+}
+
+bool cudnn_log() {
+  static const bool on = [] {
+    const char* v = std::getenv("DPX_CUDNN_LOG");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
 }
 
 bool conv_graph_api_enabled() {

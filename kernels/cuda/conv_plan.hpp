@@ -51,6 +51,9 @@ struct ConvPlan {
 
 // Whether convolutions try the graph API first (DPX_CUDNN_API unset or "graph"; "legacy": never).
 bool conv_graph_api_enabled();
+// Whether each convolution's choice (plan or legacy algorithm) is said on stderr as it is made
+// (DPX_CUDNN_LOG=1; read once).
+bool cudnn_log();
 
 // Runs the pass through its cached plan (built on first use; `key` names the request, as the
 // legacy path's algorithm cache does, with the output's beta added). x, w, y are the pass's three
