@@ -79,26 +79,25 @@ TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py r
     CAPTURE(r.output);
     CHECK(r.code == 0);
   }
+  // compare_profiles.py over a committed run's two CSVs: its output from squeezenet1_1's fp32 table on.
+  auto squeezenet_table = [](const std::string& run) {
+    const std::string dir = kSource + "/benchmarks/gpu/" + run + "/";
+    const DpxResult cmp = run_command("python3 " + kSource + "/benchmarks/gpu/compare_profiles.py " + dir +
+                                      "profile-dpx.csv " + dir + "profile-torch.csv");
+    CAPTURE(cmp.output);
+    REQUIRE(cmp.code == 0);
+    const auto at = cmp.output.find("#### squeezenet1_1, fp32");
+    REQUIRE(at != std::string::npos);
+    return cmp.output.substr(at);
+  };
   // The committed 2026-11-26 H100 profiles: squeezenet1_1 loses most in its convolutions' backward.
-  const std::string dir = kSource + "/benchmarks/gpu/2026-11-26-h100/run1/";
-  const DpxResult cmp = run_command("python3 " + kSource + "/benchmarks/gpu/compare_profiles.py " + dir +
-                                    "profile-dpx.csv " + dir + "profile-torch.csv");
-  CAPTURE(cmp.output);
-  REQUIRE(cmp.code == 0);
-  const auto at = cmp.output.find("#### squeezenet1_1, fp32");
-  REQUIRE(at != std::string::npos);
-  CHECK(cmp.output.find("| **convolution backward** | 20.39 | 4.39 | +16.00 |", at) != std::string::npos);
+  const std::string run1 = squeezenet_table("2026-11-26-h100/run1");
+  CHECK(run1.find("| **convolution backward** | 20.39 | 4.39 | +16.00 |") != std::string::npos);
   // Run 3 (2026-11-27) has host times on both sides: each kind's beside its GPU time, and the
   // divergence guard's wait for the GPU said apart (its profile-dpx.csv header had ten columns over
   // rows of twelve: the host column is read from the unnamed extras).
-  const std::string run3 = kSource + "/benchmarks/gpu/2026-11-27-h100/run3/";
-  const DpxResult host = run_command("python3 " + kSource + "/benchmarks/gpu/compare_profiles.py " + run3 +
-                                     "profile-dpx.csv " + run3 + "profile-torch.csv");
-  CAPTURE(host.output);
-  REQUIRE(host.code == 0);
-  const auto sq = host.output.find("#### squeezenet1_1, fp32");
-  REQUIRE(sq != std::string::npos);
-  CHECK(host.output.find("dpx 15.5 ms per step (1.6 of them waiting for the GPU in count_nonfinite), PyTorch 10.8",
-                         sq) != std::string::npos);
-  CHECK(host.output.find("| **convolution backward** | 7.56 | 4.43 | +3.14 | 8.22 | 2.09 |", sq) != std::string::npos);
+  const std::string run3 = squeezenet_table("2026-11-27-h100/run3");
+  CHECK(run3.find("dpx 15.5 ms per step (1.6 of them waiting for the GPU in count_nonfinite), PyTorch 10.8") !=
+        std::string::npos);
+  CHECK(run3.find("| **convolution backward** | 7.56 | 4.43 | +3.14 | 8.22 | 2.09 |") != std::string::npos);
 }
