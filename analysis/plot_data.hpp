@@ -82,7 +82,9 @@ struct CollectiveFigure {
   std::string collective, source, key;
   std::string run;  // "data: FILE from dpx collective --csv (...)"
   std::vector<BusbwSeries> series;
-  std::map<std::string, double> limits;  // the runs' busbw limits by what sets them (limit_source)
+  // The runs' busbw limits by what sets them (limit_source), by message size (bytes): the
+  // tightest where several runs state one.
+  std::map<std::string, std::map<double, double>> limits;
 };
 
 // One steps/<tag>.csv of a bench folder: rank 0's loss by global step (the loss dpx bench's

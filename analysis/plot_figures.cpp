@@ -415,29 +415,44 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
       plot += std::string(i ? ", \\\n  " : "") + "$b" + std::to_string(i) + " using 1:2 with linespoints pt 7 title " +
               gnuplot_quoted(fig.series[i].label);
     }
-    // The limit lines, across the sizes measured.
-    double lo = 0, hi = 0;
-    for (const auto& s : fig.series)
-      for (auto [bytes, bw] : s.points) {
-        lo = lo > 0 ? std::min(lo, bytes) : bytes;
-        hi = std::max(hi, bytes);
-      }
+    // The limit lines, through the sizes measured: a rate is the same at every size; one rank's
+    // memcpy is faster at the sizes the caches hold.
     size_t k = 0;
-    for (const auto& [source, gbs] : fig.limits) {
+    for (const auto& [source, by_size] : fig.limits) {
       const std::string name = "l" + std::to_string(k++);
-      b += datablock(name, {{lo, gbs}, {hi, gbs}});
+      std::vector<std::vector<double>> rows;
+      double lo = 1e300, hi = 0;
+      for (auto [bytes, gbs] : by_size) {
+        rows.push_back({bytes, gbs});
+        lo = std::min(lo, gbs);
+        hi = std::max(hi, gbs);
+      }
+      b += datablock(name, rows);
       const std::string what = source == "memcpy"    ? "one rank's memcpy"
                                : source == "net-sim" ? "--net-sim rate"
                                : source == "link"    ? "link rate"
                                                      : source;
-      plot += ", \\\n  $" + name + " using 1:2 with lines dt 3 lw 2 lc rgb 'black' title " +
-              gnuplot_quoted("limit: " + what + " " + rounded(gbs, 3) + " GB/s");
+      const std::string gbs = rounded(lo, 3) == rounded(hi, 3)
+                                  ? rounded(lo, 3) + " GB/s"
+                                  : rounded(lo, 3) + "-" + rounded(hi, 3) + " GB/s by size";
+      plot += ", \\\n  $" + name + " using 1:2 with " + (rows.size() > 1 ? "lines" : "points pt 1") +
+              " dt 3 lw 2 lc rgb 'black' title " + gnuplot_quoted("limit: " + what + " " + gbs);
     }
+    // A limit far above every measurement (a copy inside the caches) would flatten the lines
+    // measured: the y axis stops at twice the best busbw and the limit leaves the plot there.
+    double best = 0, highest_limit = 0;
+    for (const auto& s : fig.series)
+      for (auto [bytes, bw] : s.points) best = std::max(best, bw);
+    for (const auto& [source, by_size] : fig.limits)
+      for (auto [bytes, gbs] : by_size) highest_limit = std::max(highest_limit, gbs);
+    const bool cut = best > 0 && highest_limit > 2 * best;
     const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it" +
-                                (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated");
+                                (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated") +
+                                (cut ? " (above the plot where over twice the best busbw)" : "");
     b += "set title " + gnuplot_quoted("Bus bandwidth: " + fig.collective) +
          "\nset xlabel 'message size (bytes)'\nset logscale x 2\nset format x '%.0b%B'\n"
-         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:*]\nset grid\nset key outside right top\n" +
+         "set ylabel 'bus bandwidth (GB/s)'\nset yrange [0:" + (cut ? rounded(2 * best, 3) : std::string("*")) +
+         "]\nset clip two\nset grid\nset key outside right top\n" +
          caption_label(caption) + plot + "\n";
     out.push_back({"busbw-" + slug(fig.key), b, caption});
   }

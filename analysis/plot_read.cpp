@@ -323,7 +323,7 @@ void read_collective(const CsvTable& t, const std::string& source, bool several,
     if (t.has("limit_gbs") && t.has("limit_source") && !t.text(r, t.column("limit_gbs")).empty()) {
       const double limit = t.number(r, t.column("limit_gbs"));
       if (limit > 0) {
-        double& kept = fig.limits[t.text(r, t.column("limit_source"))];
+        double& kept = fig.limits[t.text(r, t.column("limit_source"))][t.number(r, c_bytes)];
         kept = kept > 0 ? std::min(kept, limit) : limit;  // several runs: the tightest
       }
     }

@@ -67,6 +67,13 @@ struct Plan {
   size_t buffer_bytes = 0;
 };
 
+// "4 KiB", "64 MiB", "1 GiB" where the size is a whole number of them, else "1000 B".
+std::string size_label(size_t bytes) {
+  for (auto [unit, suffix] : {std::pair{size_t{1} << 30, " GiB"}, {size_t{1} << 20, " MiB"}, {size_t{1} << 10, " KiB"}})
+    if (bytes >= unit && bytes % unit == 0) return std::to_string(bytes / unit) + suffix;
+  return std::to_string(bytes) + " B";
+}
+
 std::string time_str(double us) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
@@ -194,6 +201,13 @@ struct Sink {
   int nodes = 1;    // distinct nodes of hier's layout
   double limit_gbs = 0;      // the busbw limit of the run (CollectiveRow)
   std::string limit_source = {};  // its source (CollectiveRow)
+
+  // The limit of the rows of one size: one rank's memcpy bandwidth at that size where it was
+  // measured (below the headline's size), else the run's.
+  double limit_at(size_t size) const {
+    const auto it = report.memcpy_gbs_by_size.find(size);
+    return limit_source == "memcpy" && it != report.memcpy_gbs_by_size.end() ? it->second : limit_gbs;
+  }
 };
 
 // A rank's two buffers: host memory, or (the nccl backend) device memory with host mirrors in
@@ -295,7 +309,7 @@ void bench_rank(Communicator& host, Communicator& comm, Device device, const Pla
       row.algbw_gbs = slowest_s > 0 ? static_cast<double>(s.bytes) / 1e9 / slowest_s : 0;
       row.busbw_gbs = row.algbw_gbs * bus_factor(p.coll, n);
       row.wrong = wrong;
-      row.limit_gbs = sink.limit_gbs;
+      row.limit_gbs = sink.limit_at(size);
       row.limit_source = sink.limit_source;
     }
     if (r == 0) {
@@ -320,47 +334,62 @@ std::string host_name() {
 
 namespace {
 
-// This rank's copy bandwidth (GB/s): the best of a few copies, all ranks starting together as the
-// ranks of a collective do (a ceiling, so the copy least disturbed by the rest of the machine counts).
-double copy_bandwidth(Communicator& comm, size_t bytes) {
+// Each timing copies at least this many bytes: a small buffer again and again, as a collective's
+// calls copy theirs, so that the clock's resolution does not decide a small copy's bandwidth.
+constexpr size_t kCopyBurst = size_t{4} << 20;
+
+// This rank's copy bandwidth (GB/s) at each of `sizes` (bytes, none 0): the best of a few timings,
+// all ranks starting together as the ranks of a collective do (a ceiling, so the copy least
+// disturbed by the rest of the machine counts). A size that fits in the caches copies faster.
+std::vector<double> copy_bandwidths(Communicator& comm, const std::vector<size_t>& sizes) {
+  const size_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
   Workspace ws, wd;
-  std::byte* src = ws.get(bytes);
-  std::byte* dst = wd.get(bytes);
-  std::memset(src, 1, bytes);
-  std::memset(dst, 0, bytes);
-  std::memcpy(dst, src, bytes);  // warm: pages mapped, TLB and caches in steady state
-  double best_s = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    comm.barrier();
-    const double start = now_s();
-    std::memcpy(dst, src, bytes);
-    asm volatile("" : : "g"(dst) : "memory");  // the copy must happen although dst is never read
-    best_s = std::min(best_s, now_s() - start);
+  std::byte* src = ws.get(largest);
+  std::byte* dst = wd.get(largest);
+  std::memset(src, 1, largest);  // pages mapped before any timing
+  std::memset(dst, 0, largest);
+  std::vector<double> gbs;
+  for (size_t bytes : sizes) {
+    const size_t reps = std::max<size_t>(1, kCopyBurst / bytes);
+    std::memcpy(dst, src, bytes);  // warm: TLB and caches in steady state
+    double best_s = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      comm.barrier();
+      const double start = now_s();
+      for (size_t k = 0; k < reps; ++k) {
+        std::memcpy(dst, src, bytes);
+        asm volatile("" : : "g"(dst) : "memory");  // every copy must happen although dst is never read
+      }
+      best_s = std::min(best_s, now_s() - start);
+    }
+    gbs.push_back(static_cast<double>(bytes) * static_cast<double>(reps) / 1e9 / best_s);
   }
-  return static_cast<double>(bytes) / 1e9 / best_s;
+  return gbs;
 }
 
 }  // namespace
 
-double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads) {
+std::vector<double> measure_memcpy_gbs(int ranks, const std::vector<size_t>& sizes, bool pin_threads) {
   // Ranks beyond the CPU count take turns, so only min(ranks, cpus) copy at any moment; each
   // rank then gets that share of the copying.
   const int copiers = std::min(ranks, available_cpus());
-  std::vector<double> gbs(static_cast<size_t>(copiers), 0.0);
+  std::vector<std::vector<double>> gbs(static_cast<size_t>(copiers));
   RankOptions ro;
   ro.pin_threads = pin_threads;
-  run_ranks(copiers, [&](Communicator& comm) { gbs[static_cast<size_t>(comm.rank())] = copy_bandwidth(comm, bytes); },
+  run_ranks(copiers, [&](Communicator& comm) { gbs[static_cast<size_t>(comm.rank())] = copy_bandwidths(comm, sizes); },
             ro);
-  double sum = 0;
-  for (double g : gbs) sum += g;
-  return sum / ranks;
+  std::vector<double> per_rank(sizes.size(), 0.0);
+  for (const std::vector<double>& g : gbs)
+    for (size_t i = 0; i < sizes.size(); ++i) per_rank[i] += g[i] / ranks;
+  return per_rank;
 }
 
-double measure_memcpy_gbs(Communicator& comm, size_t bytes) {
-  const double mine = copy_bandwidth(comm, bytes);
-  double sum = 0;
-  comm.all_reduce(&mine, &sum, 1, DType::f64, ReduceOp::sum, Algorithm::ring);
-  return sum / comm.size();
+std::vector<double> measure_memcpy_gbs(Communicator& comm, const std::vector<size_t>& sizes) {
+  const std::vector<double> mine = copy_bandwidths(comm, sizes);
+  std::vector<double> sum(sizes.size(), 0.0);
+  comm.all_reduce(mine.data(), sum.data(), sizes.size(), DType::f64, ReduceOp::sum, Algorithm::ring);
+  for (double& g : sum) g /= comm.size();
+  return sum;
 }
 
 namespace {
@@ -502,16 +531,30 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   if (o.memcpy_bytes > 0 && !nccl_ranks && !p2p) {  // a host copy says nothing of the GPUs' links
     const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
-    report.memcpy_gbs_per_rank =
-        mpi ? measure_memcpy_gbs(processes->world(), bytes) : measure_memcpy_gbs(o.ranks, bytes, o.pin_threads);
+    // The headline size first, then every size of the run below it (a larger one copies as fast).
+    std::vector<size_t> sizes = {bytes};
+    for (size_t size : p.sizes)
+      if (size > 0 && size < bytes && std::find(sizes.begin(), sizes.end(), size) == sizes.end()) sizes.push_back(size);
+    const std::vector<double> gbs =
+        mpi ? measure_memcpy_gbs(processes->world(), sizes) : measure_memcpy_gbs(o.ranks, sizes, o.pin_threads);
+    report.memcpy_gbs_per_rank = gbs[0];
+    for (size_t i = 1; i < sizes.size(); ++i) report.memcpy_gbs_by_size[sizes[i]] = gbs[i];
     char line[256];
     const int at_once = mpi ? o.ranks : std::min(o.ranks, cpus);  // processes copy at once, threads take turns
-    std::snprintf(line, sizeof(line), "#\n# memcpy bandwidth: %.2f GB/s per rank, %.2f GB/s in all (%d ranks copying %zu MiB each, %d at a time)\n",
-                  report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, bytes >> 20, at_once);
-    out << line
-        << "# The busbw limit for sizes beyond the caches between ranks on one node: the receiver copies every byte\n"
-        << "# sent (shared memory), so busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy\n"
-        << "# bandwidth above.\n";
+    std::snprintf(line, sizeof(line), "#\n# memcpy bandwidth: %.2f GB/s per rank, %.2f GB/s in all (%d ranks copying %s each, %d at a time)\n",
+                  report.memcpy_gbs_per_rank, report.memcpy_gbs_per_rank * o.ranks, o.ranks, size_label(bytes).c_str(), at_once);
+    out << line;
+    if (!report.memcpy_gbs_by_size.empty()) {
+      out << "# and per rank at the smaller sizes of this run (GB/s; caches make them faster):";
+      int k = 0;
+      for (const auto& [size, g] : report.memcpy_gbs_by_size) {
+        std::snprintf(line, sizeof(line), "%s %s %.2f", k++ % 6 == 0 ? "\n#  " : ",", size_label(size).c_str(), g);
+        out << line;
+      }
+      out << "\n";
+    }
+    out << "# The busbw limit between ranks on one node: the receiver copies every byte sent (shared memory), so\n"
+        << "# busbw, the bytes one rank sends per second, cannot exceed one rank's memcpy bandwidth at that size.\n";
   }
   const NetSim net = parse_net_sim(o.net_sim, "--net-sim");
   if (net.enabled()) {

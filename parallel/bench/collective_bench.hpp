@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -64,7 +65,10 @@ struct CollectiveRow {
 struct CollectiveReport {
   std::vector<CollectiveRow> rows;
   int failed = 0;                    // nccl-tests' "Out of bounds values": measurements with wrong elements
-  double memcpy_gbs_per_rank = 0;    // 0 when not measured
+  double memcpy_gbs_per_rank = 0;    // at memcpy_bytes per rank (beyond the caches); 0 when not measured
+  // At each size of the run below that one, where the caches make copies faster: the memcpy
+  // limit of those sizes' rows.
+  std::map<size_t, double> memcpy_gbs_by_size;
 };
 
 // Validates `o` (throws dpx::UsageError naming the flag), measures, prints the table to `out`
@@ -95,10 +99,11 @@ inline constexpr std::string_view kCollectiveCsvHeader =
     "limit_gbs,limit_source";
 std::string collective_csv_row(const CollectiveRow& r);
 
-// Copy bandwidth of one rank (GB/s) while `ranks` ranks each memcpy `bytes` at once: the ceiling
-// for busbw in the threads backend, where every byte sent is one copy by its receiver.
-double measure_memcpy_gbs(int ranks, size_t bytes, bool pin_threads);
+// Copy bandwidth of one rank (GB/s) at each of `sizes` (bytes per rank, none 0) while `ranks`
+// ranks copy at once: the ceiling for busbw in the threads backend, where every byte sent is one
+// copy by its receiver.
+std::vector<double> measure_memcpy_gbs(int ranks, const std::vector<size_t>& sizes, bool pin_threads);
 // The same on ranks that are processes: every rank of `comm` copies at once; the mean.
-double measure_memcpy_gbs(Communicator& comm, size_t bytes);
+std::vector<double> measure_memcpy_gbs(Communicator& comm, const std::vector<size_t>& sizes);
 
 }  // namespace dpx::parallel

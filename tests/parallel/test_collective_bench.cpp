@@ -168,15 +168,36 @@ TEST_CASE("the table has nccl-tests' columns and closing lines; busbw follows nc
   CHECK(lines[1].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,out,", 0) == 0);
   CHECK(lines[2].rfind("all_reduce,ring,threads,3,1024,256,float,sum,-1,in,", 0) == 0);
   for (const std::string& l : lines) CHECK(count_of(l, ",") == 16);
-  // #wrong (checked), one node (thread ranks), and the limit: the memcpy bandwidth measured first.
+  // #wrong (checked), one node (thread ranks), and the limit: the memcpy bandwidth measured first,
+  // at each size of the run (all below the headline's 1 MiB), which the caches make faster.
   CHECK(lines[6].find(",0,1,") != std::string::npos);
   CHECK(lines[6].substr(lines[6].size() - 7) == ",memcpy");
   CHECK(rep.memcpy_gbs_per_rank > 0);
+  CHECK(text.find("# and per rank at the smaller sizes of this run (GB/s; caches make them faster):\n#   1 KiB ") !=
+        std::string::npos);
+  REQUIRE(rep.memcpy_gbs_by_size.size() == 3);
   for (const CollectiveRow& r : rep.rows) {
     CHECK(r.limit_source == "memcpy");
-    CHECK(r.limit_gbs == rep.memcpy_gbs_per_rank);
+    REQUIRE(rep.memcpy_gbs_by_size.count(r.bytes) == 1);
+    CHECK(r.limit_gbs == rep.memcpy_gbs_by_size.at(r.bytes));
+    CHECK(r.limit_gbs > 0);
   }
   fs::remove(csv);
+}
+
+TEST_CASE("sizes from the memcpy headline's up take its limit; smaller ones their own") {
+  testing::Watchdog dog(30, "memcpy limits");
+  CollectiveOptions o = quick();  // 1K, 4K, 16K
+  o.memcpy_bytes = 4096;
+  std::ostringstream out;
+  const CollectiveReport rep = run_collective(o, out);
+  CAPTURE(out.str());
+  CHECK(out.str().find("(3 ranks copying 4 KiB each, ") != std::string::npos);
+  REQUIRE(rep.memcpy_gbs_by_size.size() == 1);
+  REQUIRE(rep.memcpy_gbs_by_size.count(1024) == 1);
+  REQUIRE(rep.rows.size() == 6);
+  for (const CollectiveRow& r : rep.rows)
+    CHECK(r.limit_gbs == (r.bytes < 4096 ? rep.memcpy_gbs_by_size.at(1024) : rep.memcpy_gbs_per_rank));
 }
 
 TEST_CASE("--algo all prints one table per algorithm and busbw side by side; sizes round like nccl-tests") {
