@@ -135,6 +135,19 @@ int64_t bn_channels(const char* op, const Tensor& x) {
   return x.size(1);
 }
 
+// y (N, C, ...) against x (N, Cx, ...): every dimension alike but C <= Cx (y's channels are x's
+// first C, the batch norm ops' prefix); returns C.
+int64_t bn_prefix(const char* op, const char* y_name, const Tensor& y, const Tensor& x) {
+  const int64_t Cx = bn_channels(op, x);
+  require_f32(op, y_name, y);
+  Shape want = x.shape();
+  if (y.dim() == x.dim() && y.size(1) <= Cx) want[1] = y.size(1);
+  if (y.shape() != want)
+    fail(op, ": ", y_name, " has shape ", shape_str(y.shape()), ", expected ", shape_str(x.shape()),
+         " or the same with fewer channels (x's first ones)");
+  return want[1];
+}
+
 void require_channels(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts,
                       int64_t C) {
   for (auto [name, t] : ts)
@@ -413,8 +426,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float, float, Epilogue) {
   const char* op = "batch_norm_forward_train";
-  const int64_t C = bn_channels(op, x);
-  require_f32_shape(op, "y", y, x.shape());
+  const int64_t C = bn_prefix(op, "y", y, x);
   require_channels(op,
                    {{"save_mean", &save_mean}, {"save_invstd", &save_invstd},
                     {"running_mean", &running_mean}, {"running_var", &running_var},
@@ -431,8 +443,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float, Epilogue) {
   const char* op = "batch_norm_forward_eval";
-  const int64_t C = bn_channels(op, x);
-  require_f32_shape(op, "y", y, x.shape());
+  const int64_t C = bn_prefix(op, "y", y, x);
   require_channels(op,
                    {{"gamma", &gamma}, {"beta", &beta}, {"running_mean", &running_mean},
                     {"running_var", &running_var}},
@@ -443,14 +454,13 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode, const Tensor* relu_out) {
   const char* op = "batch_norm_backward";
-  const int64_t C = bn_channels(op, x);
-  require_f32_shape(op, "dy", dy, x.shape());
+  const int64_t C = bn_prefix(op, "dy", dy, x);
   require_channels(op,
                    {{"gamma", &gamma}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},
                     {"dgamma", dgamma}, {"dbeta", dbeta}},
                    C);
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
-  if (relu_out) require_f32_shape(op, "relu_out", *relu_out, x.shape());
+  if (relu_out) require_f32_shape(op, "relu_out", *relu_out, dy.shape());
 }
 
 // ==== activations and regularisation
@@ -661,6 +671,28 @@ void split_channels_backward(Context&, const std::vector<Tensor*>& dinputs, cons
     parts.push_back(t);
   }
   check_parts(op, "dout", dout, "dinput", parts);
+}
+
+void copy_channels(Context&, Tensor& dst, int64_t dst_channel, const Tensor& src, int64_t src_channel,
+                   int64_t channels, DxMode) {
+  const char* op = "copy_channels";
+  require_f32(op, "dst", dst);
+  require_f32(op, "src", src);
+  bool ok = dst.dim() >= 2 && src.dim() == dst.dim() && src.size(0) == dst.size(0);
+  for (int d = 2; ok && d < dst.dim(); ++d) ok = src.size(d) == dst.size(d);
+  if (!ok)
+    fail(op, ": src ", shape_str(src.shape()), " does not fit dst ", shape_str(dst.shape()),
+         ": both (N, C, ...) with all but dimension 1 alike");
+  if (channels < 0 || dst_channel < 0 || src_channel < 0 || dst_channel > dst.size(1) - channels ||
+      src_channel > src.size(1) - channels)
+    fail(op, ": channels [", src_channel, ", ", src_channel + channels, ") of src ", shape_str(src.shape()),
+         " to [", dst_channel, ", ", dst_channel + channels, ") of dst ", shape_str(dst.shape()),
+         ": out of their channels");
+  if (dst.numel() == 0 || src.numel() == 0) return;
+  const auto* d = static_cast<const char*>(dst.raw());
+  const auto* s = static_cast<const char*>(src.raw());
+  if (d < s + src.numel() * 4 && s < d + dst.numel() * 4)
+    fail(op, ": dst and src share memory; copy between two tensors");
 }
 
 void index_select(Context&, Tensor& out, const Tensor& table, const Tensor& index) {

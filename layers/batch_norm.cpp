@@ -78,10 +78,25 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
 template <class Self>
 Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
   check_input(x);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);
+  return forward_checked(ctx, x, epilogue);
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue) {
+  if (buf.dim() < 2 || buf.dim() > 4 || buf.size(1) < c_)
+    fail(describe(), " given buffer ", shape_str(buf.shape()), ": expected (N, C, ...) with C >= ", c_,
+         " (its first ", c_, " channels are normalised)");
+  return forward_checked(ctx, buf, epilogue);
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
+  Shape y_shape = x.shape();
+  y_shape[1] = c_;  // x's first c_ channels (all of them but under forward_prefix)
+  Tensor y = Tensor::empty(y_shape, DType::f32, ctx.device);
   trained_forward_ = this->training();
   if (trained_forward_) {
-    if (x.numel() / c_ <= 1)
+    if (y.numel() / c_ <= 1)
       fail(describe(), " given input ", shape_str(x.shape()),
            ": training needs more than one value per channel (use a larger batch or eval mode)");
     save_mean_ = Tensor::empty({c_}, DType::f32, ctx.device);
@@ -121,6 +136,29 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
   this->grad_ready(weight());
   this->grad_ready(bias());
   return dx;
+}
+
+template <class Self>
+void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out) {
+  DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  Shape y_shape = x_.shape();
+  y_shape[1] = c_;
+  if (dy.shape() != y_shape || grad_buf.shape() != x_.shape())
+    fail(describe(), ": backward_prefix given dy ", shape_str(dy.shape()), " and a gradient buffer ",
+         shape_str(grad_buf.shape()), ", expected ", shape_str(y_shape), " and ", shape_str(x_.shape()));
+  if (!trained_forward_) {  // the composed eval backward, on the prefix copied out
+    Tensor x = Tensor::empty(y_shape, DType::f32, ctx.device);
+    ops::copy_channels(ctx, x, 0, x_, 0, c_, ops::DxMode::overwrite);
+    x_ = x;
+    const Tensor dx = backward(ctx, dy, relu_out);
+    ops::copy_channels(ctx, grad_buf, 0, dx, 0, c_, ops::DxMode::add);
+    return;
+  }
+  const FreeSaved free_saved(*this);
+  ops::batch_norm_backward(ctx, &grad_buf, grad_target(weight()), grad_target(bias()), dy, x_, weight().value,
+                           save_mean_, save_invstd_, ops::DxMode::add, relu_out);
+  this->grad_ready(weight());
+  this->grad_ready(bias());
 }
 
 // With running statistics BN is a per-channel affine map y = s * x + t, s = gamma * invstd:

@@ -26,6 +26,12 @@ class BatchNormBase : public Cloneable<Self> {
   // backward through a ReLU after this layer too: dy is the ReLU's, relu_out its forward output
   // (nn::backward_children); in training one pass (batch_norm_backward's relu_out).
   Tensor backward(Context& ctx, const Tensor& dy, const Tensor* relu_out);
+  // The same on the first C channels of a wider buffer, which is neither copied nor kept twice
+  // (a DenseNet layer reads its block's buffer, layers/dense_block.hpp): forward of buf[:, :C]
+  // for buf (N, Cb >= C, ...), returning (N, C, ...); its backward adds dx into
+  // grad_buf[:, :C] (grad_buf buf's shape) instead of returning it.
+  Tensor forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue);
+  void backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out);
   std::string describe() const override;
   void clear_cache() override;
 
@@ -46,12 +52,13 @@ class BatchNormBase : public Cloneable<Self> {
 
  private:
   void check_input(const Tensor& x) const;
+  Tensor forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue);  // x (N, >= C, ...)
   Tensor backward_eval(Context& ctx, const Tensor& dy);
 
   int64_t c_;
   float eps_, momentum_;
   bool trained_forward_ = false;  // the mode of the last forward, which backward must follow
-  Tensor x_;            // (N, C, ...): forward's input (shared, not copied)
+  Tensor x_;            // (N, C, ...): forward's input (shared, not copied); forward_prefix's buffer
   Tensor save_mean_;    // (C) batch mean of the last training forward
   Tensor save_invstd_;  // (C) 1 / sqrt(batch variance + eps) of the last training forward
 };

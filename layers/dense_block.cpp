@@ -1,32 +1,42 @@
-// DenseNet's dense layer, transition and dense block. Concatenation and its backward go
-// through ops::concat_channels / ops::split_channels_backward, as torch.cat does in torchvision.
+// DenseNet's dense layer, transition and dense block. The block keeps its features in one
+// buffer, (N, C_in + L growth, H, W), instead of concatenating them again for every layer, as
+// torch.cat does in torchvision: the block input and each layer's output are copied into it once,
+// each layer's first batch norm reads its leading channels in place (BatchNorm2d::forward_prefix),
+// and the buffer is the block's output. Backward mirrors it: one gradient buffer, each layer's
+// output gradient copied out of it and its input gradient added into its leading channels.
 #include "layers/dense_block.hpp"
 
 #include "kernels/ops.hpp"
+#include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/dropout.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/pooling.hpp"
-#include "layers/activation.hpp"
+#include "layers/sequential.hpp"
 
 namespace dpx::nn {
 
 namespace {
-// torch.cat(parts, 1) into a fresh tensor.
-Tensor concat(Context& ctx, const std::vector<Tensor>& parts) {
-  Shape shape = parts.front().shape();
-  shape[1] = 0;
-  for (const Tensor& p : parts) shape[1] += p.size(1);
-  Tensor out = Tensor::empty(shape, DType::f32, ctx.device);
-  ops::concat_channels(ctx, out, parts);
-  return out;
+// A dense layer's norm1 and relu1 as dense_layer() makes them, which read the block's buffer in
+// place; both null when a child was replaced by something else (the layer then gets a copy of
+// its channels and runs as any module).
+struct Head {
+  BatchNorm2d* norm = nullptr;
+  ReLU* relu = nullptr;
+};
+
+Head head_of(Module& layer) {
+  if (layer.num_children() < 2) return {};
+  auto* norm = dynamic_cast<BatchNorm2d*>(&layer.child(0));
+  auto* relu = dynamic_cast<ReLU*>(&layer.child(1));
+  if (!norm || !relu) return {};
+  return {norm, relu};
 }
 
-std::vector<Tensor*> pointers(std::vector<Tensor>& v, size_t count) {
-  std::vector<Tensor*> out;
-  for (size_t i = 0; i < count; ++i) out.push_back(&v[i]);
-  return out;
+// (N, channels, H, W) like x.
+Tensor maps_like(Context& ctx, const Shape& x, int64_t channels) {
+  return Tensor::empty({x[0], channels, x[2], x[3]}, DType::f32, ctx.device);
 }
 }  // namespace
 
@@ -73,13 +83,26 @@ Tensor DenseBlock::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(1) != in_)
     fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", in_, ", H, W)");
   x_shape_ = x.shape();
-  std::vector<Tensor> features{x};
+  Tensor features = maps_like(ctx, x_shape_, out_channels());
+  ops::copy_channels(ctx, features, 0, x, 0, in_, ops::DxMode::overwrite);
   for (size_t l = 0; l < num_children(); ++l) {
-    // The first layer reads x itself (torch.cat of one tensor is a copy of it).
-    Tensor input = l == 0 ? x : concat(ctx, features);
-    features.push_back(child(l).forward(ctx, input));
+    const int64_t channels = in_ + static_cast<int64_t>(l) * growth_;  // what layer l reads
+    Module& layer = child(l);
+    Tensor out;
+    if (const Head h = head_of(layer); h.norm) {
+      Tensor y = h.relu->forward_applied(h.norm->forward_prefix(ctx, features, ops::Epilogue::relu));
+      out = forward_children(ctx, layer, 2, layer.num_children(), y);
+    } else {
+      Tensor input = maps_like(ctx, x_shape_, channels);
+      ops::copy_channels(ctx, input, 0, features, 0, channels, ops::DxMode::overwrite);
+      out = layer.forward(ctx, input);
+    }
+    if (out.shape() != Shape{x_shape_[0], growth_, x_shape_[2], x_shape_[3]})
+      fail(describe(), ": layer ", l + 1, " returned ", shape_str(out.shape()), ", expected (", x_shape_[0], ", ",
+           growth_, ", ", x_shape_[2], ", ", x_shape_[3], ")");
+    ops::copy_channels(ctx, features, channels, out, 0, growth_, ops::DxMode::overwrite);
   }
-  return concat(ctx, features);
+  return features;
 }
 
 Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
@@ -87,18 +110,29 @@ Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
   const Shape y_shape = {x_shape_[0], out_channels(), x_shape_[2], x_shape_[3]};
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
-  // d[0]: the block input's gradient; d[l + 1]: layer l's output's, complete once every later
-  // layer has added what it read.
-  const size_t layers = num_children();
-  std::vector<Tensor> d;
-  d.push_back(zeros_on(ctx, x_shape_));
-  for (size_t l = 0; l < layers; ++l) d.push_back(zeros_on(ctx, {x_shape_[0], growth_, x_shape_[2], x_shape_[3]}));
-  ops::split_channels_backward(ctx, pointers(d, layers + 1), dy);
-  for (size_t l = layers; l-- > 0;) {
-    Tensor d_input = child(l).backward(ctx, d[l + 1]);  // (N, C_in + l growth, H, W)
-    ops::split_channels_backward(ctx, pointers(d, l + 1), d_input);
+  // The features' gradient: layer l's output's channels are complete once every later layer has
+  // added what it read.
+  Tensor grad = Tensor::empty(y_shape, DType::f32, ctx.device);
+  ops::copy(ctx, grad, dy);
+  for (size_t l = num_children(); l-- > 0;) {
+    const int64_t channels = in_ + static_cast<int64_t>(l) * growth_;
+    Module& layer = child(l);
+    Tensor d_out = maps_like(ctx, x_shape_, growth_);
+    ops::copy_channels(ctx, d_out, 0, grad, channels, growth_, ops::DxMode::overwrite);
+    if (const Head h = head_of(layer); h.norm && h.relu->output().defined()) {
+      for (size_t i = 2; i < layer.num_children(); ++i) layer.child(i).set_input_grad_needed(true);
+      const Tensor d_y = backward_children(ctx, layer, 2, layer.num_children(), d_out);
+      h.norm->backward_prefix(ctx, grad, d_y, &h.relu->output());
+      h.relu->clear_cache();
+    } else {
+      layer.set_input_grad_needed(true);
+      const Tensor d_input = layer.backward(ctx, d_out);  // (N, channels, H, W)
+      ops::copy_channels(ctx, grad, 0, d_input, 0, channels, ops::DxMode::add);
+    }
   }
-  return d[0];
+  Tensor dx = maps_like(ctx, x_shape_, in_);
+  ops::copy_channels(ctx, dx, 0, grad, 0, in_, ops::DxMode::overwrite);
+  return dx;
 }
 
 }  // namespace dpx::nn

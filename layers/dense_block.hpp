@@ -27,9 +27,11 @@ class DenseBlock : public Cloneable<DenseBlock> {
   DenseBlock(int num_layers, int64_t in_channels, int64_t bn_size, int64_t growth, float drop_rate,
              Rng& rng);
 
+  // The features in one buffer, each layer's output copied in once (no concatenation per layer);
+  // the buffer is the output.
   Tensor forward(Context& ctx, const Tensor& x) override;
-  // The output gradient is split per feature map; each layer, from the last, adds its input
-  // gradient back onto the maps it read.
+  // One gradient buffer: each layer, from the last, takes its output's channels out of it and
+  // adds its input gradient onto the channels it read.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "DenseBlock"; }
   std::string describe() const override;

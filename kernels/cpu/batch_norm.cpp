@@ -1,6 +1,6 @@
 // CPU batch normalisation over (N, spatial) for each channel of x (N, C, ...): training forward
 // (batch statistics; running stats with the unbiased variance, as PyTorch), eval forward, and
-// backward. Channels are independent, and each one is summed in a fixed order, in double
+// backward; x may have more channels than y, of which the first C are normalised. Channels are independent, and each one is summed in a fixed order, in double
 // (detail::LaneSum).
 #include <bit>
 #include <cmath>
@@ -18,11 +18,14 @@ using namespace detail;
 namespace {
 
 struct BnShape {
-  int64_t N, C, S;  // S: elements per (n, c), 1 for x (N, C)
+  int64_t N, C, Cx, S;  // C: y's channels (x's first C); Cx: x's; S: elements per (n, c), 1 for (N, C)
+  int64_t y_at(int64_t n, int64_t c) const { return (n * C + c) * S; }
+  int64_t x_at(int64_t n, int64_t c) const { return (n * Cx + c) * S; }
 };
 
-BnShape bn_shape(const Tensor& x) {
-  BnShape s{x.size(0), x.size(1), 1};
+// y (or dy) (N, C, ...) against x (N, Cx, ...).
+BnShape bn_shape(const Tensor& y, const Tensor& x) {
+  BnShape s{x.size(0), y.size(1), x.size(1), 1};
   for (int d = 2; d < x.dim(); ++d) s.S *= x.size(d);
   return s;
 }
@@ -45,7 +48,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
                               Epilogue epilogue) {
-  const BnShape s = bn_shape(x);
+  const BnShape s = bn_shape(y, x);
   const int64_t M = s.N * s.S;  // values per channel (> 1: checked by the op layer)
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -55,11 +58,11 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   int nt = threads_for(ctx, x.numel());
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
-    const double mean = channel_sum(xp, s.N, s.C, s.S, c) / M;
+    const double mean = channel_sum(xp, s.N, s.Cx, s.S, c) / M;
     // Two passes: the squared deviations do not cancel the way E[x^2] - E[x]^2 does.
     LaneSum sq;
     for (int64_t n = 0; n < s.N; ++n) {
-      const float* in = xp + (n * s.C + c) * s.S;
+      const float* in = xp + s.x_at(n, c);
       sq.add(s.S, [in, mean](int64_t i) { return (in[i] - mean) * (in[i] - mean); });
     }
     const double var = sq.total() / M;
@@ -72,14 +75,14 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
     const float a = static_cast<float>(gp[c] * invstd);
     const float b = static_cast<float>(bp[c] - mean * gp[c] * invstd);
     for (int64_t n = 0; n < s.N; ++n)
-      affine(yp + (n * s.C + c) * s.S, xp + (n * s.C + c) * s.S, s.S, a, b, epilogue);
+      affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, a, b, epilogue);
   }
 }
 
 void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, Epilogue epilogue) {
-  const BnShape s = bn_shape(x);
+  const BnShape s = bn_shape(y, x);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const float *gp = gamma.data<float>(), *bp = beta.data<float>();
@@ -88,11 +91,11 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
   int nt = threads_for(ctx, x.numel());
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t pl = 0; pl < planes; ++pl) {
-    const int64_t c = pl % s.C;
+    const int64_t n = pl / s.C, c = pl % s.C;
     const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
     const float a = static_cast<float>(gp[c] * invstd);
     const float b = static_cast<float>(bp[c] - rm[c] * gp[c] * invstd);
-    affine(yp + pl * s.S, xp + pl * s.S, s.S, a, b, epilogue);
+    affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, a, b, epilogue);
   }
 }
 
@@ -118,8 +121,8 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
   const int64_t M = s.N * s.S;
   LaneSum dy_sum, dy_xc_sum;  // sum(dy), sum(dy * (x - mean))
   for (int64_t n = 0; n < s.N; ++n) {
-    const int64_t at = (n * s.C + c) * s.S;
-    const float *in = xp + at, *g = dyp + at, *r = kMasked ? rp + at : nullptr;
+    const int64_t at = s.y_at(n, c);
+    const float *in = xp + s.x_at(n, c), *g = dyp + at, *r = kMasked ? rp + at : nullptr;
     dy_sum.add(s.S, [g, r](int64_t i) { return static_cast<double>(masked<kMasked>(g, r, i)); });
     dy_xc_sum.add(s.S,
                   [g, r, in, mean](int64_t i) { return masked<kMasked>(g, r, i) * (in[i] - mean); });
@@ -134,9 +137,9 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
   const float xhat_scale = static_cast<float>(invstd * sum_dy_xhat / M);
   const float mean_f = static_cast<float>(mean);
   for (int64_t n = 0; n < s.N; ++n) {
-    const int64_t at = (n * s.C + c) * s.S;
-    const float *in = xp + at, *g = dyp + at, *r = kMasked ? rp + at : nullptr;
-    float* d = dxp + at;
+    const int64_t at = s.y_at(n, c);
+    const float *in = xp + s.x_at(n, c), *g = dyp + at, *r = kMasked ? rp + at : nullptr;
+    float* d = dxp + s.x_at(n, c);
     auto value = [&](int64_t i) {
       return k * (masked<kMasked>(g, r, i) - mean_dy - (in[i] - mean_f) * xhat_scale);
     };
@@ -151,7 +154,7 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out) {
-  const BnShape s = bn_shape(x);
+  const BnShape s = bn_shape(dy, x);
   if (s.N * s.S == 0) return;
   const float *xp = x.data<float>(), *dyp = dy.data<float>(), *gp = gamma.data<float>();
   const float* rp = relu_out ? relu_out->data<float>() : nullptr;

@@ -1,5 +1,6 @@
-// CPU concatenation along dimension 1 (torch.cat(inputs, 1): DenseNet's growing feature maps)
-// and its backward, which hands each input its own channels of the gradient. Every (n, input)
+// CPU concatenation along dimension 1 (torch.cat(inputs, 1): a Fire module's two branches) and
+// its backward, which hands each input its own channels of the gradient, and copy_channels, a
+// block of channels from one tensor into another (DenseNet's block buffer). Every (n, input)
 // block is one contiguous run, copied by one thread.
 #include <algorithm>
 
@@ -14,7 +15,9 @@ namespace {
 
 // Elements per channel of whole (N, C, ...): the product of the dimensions after C.
 int64_t per_channel(const Tensor& whole) {
-  return whole.size(1) > 0 ? whole.numel() / (whole.size(0) * whole.size(1)) : 0;
+  int64_t S = 1;
+  for (int d = 2; d < whole.dim(); ++d) S *= whole.size(d);
+  return S;
 }
 
 }  // namespace
@@ -53,6 +56,25 @@ void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, 
       float* dst = dinputs[i]->data<float>() + n * run;
       for (int64_t k = 0; k < run; ++k) dst[k] += src[k];
     }
+}
+
+void copy_channels(Context& ctx, Tensor& dst, int64_t dst_channel, const Tensor& src, int64_t src_channel,
+                   int64_t channels, DxMode mode) {
+  const int64_t N = dst.size(0), S = per_channel(dst), run = channels * S;
+  if (N == 0 || run == 0) return;
+  const int64_t dst_image = dst.size(1) * S, src_image = src.size(1) * S;
+  float* d = dst.data<float>() + dst_channel * S;
+  const float* x = src.data<float>() + src_channel * S;
+  int nt = threads_for(ctx, N * run);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t n = 0; n < N; ++n) {
+    float* to = d + n * dst_image;
+    const float* from = x + n * src_image;
+    if (mode == DxMode::overwrite)
+      std::copy(from, from + run, to);
+    else
+      for (int64_t k = 0; k < run; ++k) to[k] += from[k];
+  }
 }
 
 }  // namespace dpx::cpu

@@ -14,16 +14,25 @@ namespace {
 using detail::f32;
 using detail::kThreads;
 
-// x viewed as (N, C, S): channel c's M = N*S elements are x[(n*C + c)*S + s].
+// y (and dy) viewed as (N, C, S), x (and dx) as (N, Cx, S) with C <= Cx (the ops normalise x's
+// first C channels): channel c's M = N*S elements are y[(n*C + c)*S + s] and x[(n*Cx + c)*S + s].
 struct Layout {
-  int64_t n, c, s, m;
+  int64_t n, c, cx, s, m;
 };
 
-Layout layout_of(const char* op, const Tensor& x) {
-  Layout l{x.size(0), x.size(1), 0, 0};
-  l.s = l.n * l.c == 0 ? 0 : x.numel() / (l.n * l.c);
+Layout layout_of(const Tensor& y, const Tensor& x) {
+  Layout l{x.size(0), y.size(1), x.size(1), 1, 0};
+  for (int d = 2; d < x.dim(); ++d) l.s *= x.size(d);
   l.m = l.n * l.s;
   return l;
+}
+
+// x's index of y's element i (of plane i / s): itself when x has y's channels.
+template <typename Index>
+__device__ inline Index x_index(Index i, Index c_count, Index cx, Index s) {
+  if (cx == c_count) return i;
+  const Index plane = i / s;
+  return ((plane / c_count) * cx + plane % c_count) * s + (i - plane * s);
 }
 
 // Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
@@ -36,14 +45,14 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
   __shared__ double shared[33];
   int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
   int64_t begin = p * chunk, end = min(l.m, begin + chunk);
-  float center = kBackward ? mean[c] : x[c * l.s];
+  float center = kBackward ? mean[c] : x[c * l.s];  // image 0's first element of the channel
   // Walk (n, s) incrementally: one division per thread instead of one per element.
   int64_t j = begin + threadIdx.x, step = blockDim.x;
   int64_t n = j / l.s, s = j % l.s, step_n = step / l.s, step_s = step % l.s;
   double a = 0.0, b = 0.0;
   for (; j < end; j += step) {
     int64_t at = (n * l.c + c) * l.s + s;
-    double d = static_cast<double>(x[at]) - center;
+    double d = static_cast<double>(x[(n * l.cx + c) * l.s + s]) - center;
     if (kBackward) {
       double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
       a += g;
@@ -90,11 +99,11 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
 // y = (x - mean) * invstd * gamma + beta, per channel; a missing gamma/beta means 1/0.
 template <typename Index>
 __global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, Index total, Index c_count, Index s,
-                                 bool relu) {
+                                 const float* gamma, const float* beta, Index total, Index c_count, Index cx,
+                                 Index s, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
-    float v = (x[i] - mean[c]) * invstd[c];
+    float v = (x[x_index(i, c_count, cx, s)] - mean[c]) * invstd[c];
     v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
     y[i] = relu && v < 0.f ? 0.f : v;  // Epilogue::relu lets NaN through, as relu_forward
   }
@@ -104,11 +113,11 @@ __global__ void normalize_kernel(float* y, const float* x, const float* mean, co
 template <typename Index>
 __global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
                                       const float* gamma, const float* beta, float eps, Index total,
-                                      Index c_count, Index s, bool relu) {
+                                      Index c_count, Index cx, Index s, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = (i / s) % c_count;
     float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
-    float v = (x[i] - running_mean[c]) * invstd;
+    float v = (x[x_index(i, c_count, cx, s)] - running_mean[c]) * invstd;
     v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
     y[i] = relu && v < 0.f ? 0.f : v;
   }
@@ -139,12 +148,12 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
 template <typename Index>
 __global__ void backward_dx_kernel(float* dx, const float* dy, const float* relu_out, const float* x, const float* mean,
-                                   const float* coef, Index total, Index c_count, Index s, bool overwrite) {
+                                   const float* coef, Index total, Index c_count, Index cx, Index s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
-    Index c = (i / s) % c_count;
+    Index c = (i / s) % c_count, xi = x_index(i, c_count, cx, s);
     const float dyi = relu_out && !(relu_out[i] > 0.f) ? 0.f : dy[i];
-    const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (x[i] - mean[c]) * coef[3 * c + 2]);
-    dx[i] = overwrite ? g : dx[i] + g;
+    const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (x[xi] - mean[c]) * coef[3 * c + 2]);
+    dx[xi] = overwrite ? g : dx[xi] + g;
   }
 }
 
@@ -163,13 +172,17 @@ float* optional_f32(const Tensor& t, const char* op, const char* name, int64_t c
   return f32(t, op, name);
 }
 
-// Launches an elementwise kernel over (N, C, S) with 32-bit indices where they suffice: the
+// Launches an elementwise kernel over y's (N, C, S) with 32-bit indices where x's suffice too: the
 // per-element channel lookup divides, and 32-bit division is several times cheaper.
 template <typename Launch>
 void per_element(const Layout& l, Launch launch) {
   int64_t total = l.n * l.c * l.s;
-  if (total < (int64_t(1) << 31)) launch(static_cast<uint32_t>(total), static_cast<uint32_t>(l.c), static_cast<uint32_t>(l.s));
-  else launch(static_cast<uint64_t>(total), static_cast<uint64_t>(l.c), static_cast<uint64_t>(l.s));
+  if (l.n * l.cx * l.s < (int64_t(1) << 31))
+    launch(static_cast<uint32_t>(total), static_cast<uint32_t>(l.c), static_cast<uint32_t>(l.cx),
+           static_cast<uint32_t>(l.s));
+  else
+    launch(static_cast<uint64_t>(total), static_cast<uint64_t>(l.c), static_cast<uint64_t>(l.cx),
+           static_cast<uint64_t>(l.s));
 }
 
 }  // namespace
@@ -179,7 +192,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
                               const Tensor& beta, float momentum, float eps, Epilogue epilogue) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_forward_train";
-  Layout l = layout_of(op, x);
+  Layout l = layout_of(y, x);
   if (l.c == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* b = optional_f32(beta, op, "beta", l.c);
@@ -200,9 +213,9 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
       pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
   check_launch();
   float* py = f32(y, op, "y");
-  per_element(l, [&](auto total, auto c, auto s) {
+  per_element(l, [&](auto total, auto c, auto cx, auto s) {
     normalize_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, pmean, pinv, g, b, total, c, s, epilogue == Epilogue::relu);
+        py, px, pmean, pinv, g, b, total, c, cx, s, epilogue == Epilogue::relu);
     check_launch();
   });
 }
@@ -212,17 +225,17 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
                              Epilogue epilogue) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_forward_eval";
-  Layout l = layout_of(op, x);
-  if (x.numel() == 0) return;
+  Layout l = layout_of(y, x);
+  if (y.numel() == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* b = optional_f32(beta, op, "beta", l.c);
   float* py = f32(y, op, "y");
   const float* px = f32(x, op, "x");
   const float* rm = f32(running_mean, op, "running_mean");
   const float* rv = f32(running_var, op, "running_var");
-  per_element(l, [&](auto total, auto c, auto s) {
+  per_element(l, [&](auto total, auto c, auto cx, auto s) {
     normalize_eval_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, rm, rv, g, b, eps, total, c, s, epilogue == Epilogue::relu);
+        py, px, rm, rv, g, b, eps, total, c, cx, s, epilogue == Epilogue::relu);
     check_launch();
   });
 }
@@ -232,7 +245,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
                          DxMode dx_mode, const Tensor* relu_out) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_backward";
-  Layout l = layout_of(op, x);
+  Layout l = layout_of(dy, x);
   if ((!dx && !dgamma && !dbeta) || l.c == 0 || l.m == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* px = f32(x, op, "x");
@@ -255,9 +268,9 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   check_launch();
   if (!dx) return;
   float* pdx = f32(*dx, op, "dx");
-  per_element(l, [&](auto total, auto c, auto s) {
+  per_element(l, [&](auto total, auto c, auto cx, auto s) {
     backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        pdx, pdy, prelu, px, pmean, coef, total, c, s, dx_mode == DxMode::overwrite);
+        pdx, pdy, prelu, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
     check_launch();
   });
 }

@@ -1,9 +1,10 @@
-// Concatenation along dimension 1 on CUDA (torch.cat(inputs, 1): DenseNet's feature maps, a Fire
-// module's two branches) and its backward, each as one launch for up to kMaxParts inputs, as
-// PyTorch's batched cat copy: a block row per input (blockIdx.y), a block layer per image
-// (blockIdx.z), its blocks striding over that image's run of the input (C_i x rest elements), so
-// that no element's place needs a division; four floats at a time where every run, offset and
-// pointer of the launch allows 16-byte accesses (PyTorch's aligned16 path).
+// Concatenation along dimension 1 on CUDA (torch.cat(inputs, 1): a Fire module's two branches)
+// and its backward, each as one launch for up to kMaxParts inputs, as PyTorch's batched cat copy:
+// a block row per input (blockIdx.y), a block layer per image (blockIdx.z), its blocks striding
+// over that image's run of the input (C_i x rest elements), so that no element's place needs a
+// division; four floats at a time where every run, offset and pointer of the launch allows
+// 16-byte accesses (PyTorch's aligned16 path). copy_channels moves one run per image the same
+// way (DenseNet's layers write into and read out of their block's buffer: no concatenation).
 // History (H100): one strided copy per input cost DenseNet-121 6.2 ms a forward step and the
 // backward's add per input 6.0 ms against PyTorch's 2.5 ms (2026-11-26); one launch per 64 inputs
 // with a 64-bit division and remainder per element still took 7.2 and 7.7 ms (2026-11-27).
@@ -34,7 +35,9 @@ struct Parts {
 
 // Elements per channel of whole (N, C, ...) (the op layer checked that the parts fit it).
 int64_t per_channel(const Tensor& whole) {
-  return whole.size(1) > 0 ? whole.numel() / (whole.size(0) * whole.size(1)) : 0;
+  int64_t S = 1;
+  for (int d = 2; d < whole.dim(); ++d) S *= whole.size(d);
+  return S;
 }
 
 __device__ inline void add_into(float& a, float b) { a += b; }
@@ -66,6 +69,20 @@ __global__ void split_add_kernel(Parts<V*> parts, const V* dout, int64_t images,
   const V* src = dout + parts.offset[p];
   for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
     DPX_CUDA_LOOP(j, run) add_into(dst[n * run + j], src[n * image + j]);
+}
+
+// dst[n * dst_image + j] (+)= src[n * src_image + j] for j < run: image n on blockIdx.z (striding
+// by gridDim.z), its run on the blocks of x (copy_channels, the runs at their channel offsets).
+template <typename V>
+__global__ void copy_channels_kernel(V* dst, const V* src, int64_t images, int64_t run, int64_t dst_image,
+                                     int64_t src_image, bool overwrite) {
+  for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
+    DPX_CUDA_LOOP(j, run) {
+      if (overwrite)
+        dst[n * dst_image + j] = src[n * src_image + j];
+      else
+        add_into(dst[n * dst_image + j], src[n * src_image + j]);
+    }
 }
 
 // Calls launch(parts, count, longest) for the inputs in groups of at most kMaxParts, skipping
@@ -162,6 +179,30 @@ void split_channels_backward(Context& ctx, const std::vector<Tensor*>& dinputs, 
     split_as<float4>(st.stream, dinputs, dout, S);
   else
     split_as<float>(st.stream, dinputs, dout, S);
+}
+
+void copy_channels(Context& ctx, Tensor& dst, int64_t dst_channel, const Tensor& src, int64_t src_channel,
+                   int64_t channels, DxMode mode) {
+  CudaState& st = state_of(ctx);
+  const int64_t N = dst.size(0), S = per_channel(dst), run = channels * S;
+  if (N == 0 || run == 0) return;
+  float* d = f32(dst, "copy_channels", "dst");
+  const float* x = f32(src, "copy_channels", "src");
+  // Runs, images and offsets are all multiples of S: with S % 4 == 0 and both tensors on 16 bytes,
+  // every access of the launch can move four floats.
+  auto on16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t w = S % 4 == 0 && on16(d) && on16(x) ? 4 : 1;
+  const dim3 grid(detail::grid_for((run / w + 3) / 4), 1, static_cast<unsigned>(std::min<int64_t>(N, 65535)));
+  const bool overwrite = mode == DxMode::overwrite;
+  const int64_t dst_image = dst.size(1) * S / w, src_image = src.size(1) * S / w;
+  if (w == 4)
+    copy_channels_kernel<float4><<<grid, detail::kThreads, 0, st.stream>>>(
+        reinterpret_cast<float4*>(d + dst_channel * S), reinterpret_cast<const float4*>(x + src_channel * S), N,
+        run / 4, dst_image, src_image, overwrite);
+  else
+    copy_channels_kernel<float><<<grid, detail::kThreads, 0, st.stream>>>(d + dst_channel * S, x + src_channel * S, N,
+                                                                          run, dst_image, src_image, overwrite);
+  check_launch();
 }
 
 }  // namespace dpx::cuda

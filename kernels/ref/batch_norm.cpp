@@ -1,5 +1,6 @@
 // Reference batch normalisation over (N, spatial) for each channel of x (N, C, ...): training
-// forward (batch statistics, running statistics updated), eval forward, and backward.
+// forward (batch statistics, running statistics updated), eval forward, and backward; x may have
+// more channels than y (Cx), of which the first C are normalised.
 #include <cmath>
 #include <vector>
 
@@ -10,11 +11,13 @@ namespace dpx::ref {
 namespace {
 // x viewed as (N, C, S): S elements per (n, c), the product of the dimensions after C.
 struct BnSizes {
-  int64_t N, C, S;
-  int64_t at(int64_t n, int64_t c, int64_t s) const { return (n * C + c) * S + s; }
+  int64_t N, C, Cx, S;
+  int64_t at(int64_t n, int64_t c, int64_t s) const { return (n * C + c) * S + s; }     // in y, dy
+  int64_t x_at(int64_t n, int64_t c, int64_t s) const { return (n * Cx + c) * S + s; }  // in x, dx
 };
-BnSizes sizes(const Tensor& x) {
-  BnSizes b{x.size(0), x.size(1), 1};
+// y (or dy) (N, C, ...) against x (N, Cx, ...).
+BnSizes sizes(const Tensor& y, const Tensor& x) {
+  BnSizes b{x.size(0), y.size(1), x.size(1), 1};
   for (int d = 2; d < x.dim(); ++d) b.S *= x.size(d);
   return b;
 }
@@ -35,7 +38,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
                               Epilogue epilogue) {
-  const BnSizes b = sizes(x);
+  const BnSizes b = sizes(y, x);
   const int64_t M = b.N * b.S;
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
@@ -44,17 +47,16 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
   for (int64_t c = 0; c < b.C; ++c) {
     double sum = 0;
     for (int64_t n = 0; n < b.N; ++n)
-      for (int64_t s = 0; s < b.S; ++s) sum += xp[b.at(n, c, s)];
+      for (int64_t s = 0; s < b.S; ++s) sum += xp[b.x_at(n, c, s)];
     const double mean = sum / M;
     double sq = 0;
     for (int64_t n = 0; n < b.N; ++n)
-      for (int64_t s = 0; s < b.S; ++s) sq += (xp[b.at(n, c, s)] - mean) * (xp[b.at(n, c, s)] - mean);
+      for (int64_t s = 0; s < b.S; ++s) sq += (xp[b.x_at(n, c, s)] - mean) * (xp[b.x_at(n, c, s)] - mean);
     const double var = sq / M;
     const double invstd = 1.0 / std::sqrt(var + eps);
     for (int64_t n = 0; n < b.N; ++n)
       for (int64_t s = 0; s < b.S; ++s) {
-        const int64_t i = b.at(n, c, s);
-        yp[i] = apply(epilogue, (xp[i] - mean) * invstd * gp[c] + bp[c]);
+        yp[b.at(n, c, s)] = apply(epilogue, (xp[b.x_at(n, c, s)] - mean) * invstd * gp[c] + bp[c]);
       }
     save_mean.data<float>()[c] = static_cast<float>(mean);
     save_invstd.data<float>()[c] = static_cast<float>(invstd);
@@ -69,7 +71,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
 void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, Epilogue epilogue) {
-  const BnSizes b = sizes(x);
+  const BnSizes b = sizes(y, x);
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
   const float* bp = beta.data<float>();
@@ -80,8 +82,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
     for (int64_t c = 0; c < b.C; ++c) {
       const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
       for (int64_t s = 0; s < b.S; ++s) {
-        const int64_t i = b.at(n, c, s);
-        yp[i] = apply(epilogue, (xp[i] - rm[c]) * invstd * gp[c] + bp[c]);
+        yp[b.at(n, c, s)] = apply(epilogue, (xp[b.x_at(n, c, s)] - rm[c]) * invstd * gp[c] + bp[c]);
       }
     }
 }
@@ -92,7 +93,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out) {
-  const BnSizes b = sizes(x);
+  const BnSizes b = sizes(dy, x);
   const int64_t M = b.N * b.S;
   if (M == 0) return;
   const float* xp = x.data<float>();
@@ -113,7 +114,7 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
       for (int64_t s = 0; s < b.S; ++s) {
         const int64_t i = b.at(n, c, s);
         sum_dy += dyp[i];
-        sum_dy_xhat += dyp[i] * (xp[i] - mean) * invstd;
+        sum_dy_xhat += dyp[i] * (xp[b.x_at(n, c, s)] - mean) * invstd;
       }
     if (dbeta) dbeta->data<float>()[c] += static_cast<float>(sum_dy);
     if (dgamma) dgamma->data<float>()[c] += static_cast<float>(sum_dy_xhat);
@@ -121,10 +122,10 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
     float* dxp = dx->data<float>();
     for (int64_t n = 0; n < b.N; ++n)
       for (int64_t s = 0; s < b.S; ++s) {
-        const int64_t i = b.at(n, c, s);
-        const double xhat = (xp[i] - mean) * invstd;
+        const int64_t i = b.at(n, c, s), xi = b.x_at(n, c, s);
+        const double xhat = (xp[xi] - mean) * invstd;
         const auto g = static_cast<float>(gp[c] * invstd * (dyp[i] - sum_dy / M - xhat * sum_dy_xhat / M));
-        dxp[i] = dx_mode == DxMode::overwrite ? g : dxp[i] + g;
+        dxp[xi] = dx_mode == DxMode::overwrite ? g : dxp[xi] + g;
       }
   }
 }

@@ -1,5 +1,6 @@
 // Reference concatenation along dimension 1 (torch.cat(inputs, 1)) and its backward, which
-// hands each input the gradient of its own channels.
+// hands each input the gradient of its own channels; copy_channels, a block of channels from
+// one tensor into another.
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -42,6 +43,21 @@ void split_channels_backward(Context&, const std::vector<Tensor*>& dinputs, cons
         for (int64_t s = 0; s < S; ++s) g[(n * Ci + c) * S + s] += d[(n * C + first + c) * S + s];
     first += Ci;
   }
+}
+
+// dst[n][dst_channel + c][s] (+)= src[n][src_channel + c][s] for c < channels
+void copy_channels(Context&, Tensor& dst, int64_t dst_channel, const Tensor& src, int64_t src_channel,
+                   int64_t channels, DxMode mode) {
+  const int64_t N = dst.size(0), Cd = dst.size(1), Cs = src.size(1), S = per_channel(dst);
+  float* d = dst.data<float>();
+  const float* x = src.data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t s = 0; s < S; ++s) {
+        float& to = d[(n * Cd + dst_channel + c) * S + s];
+        const float from = x[(n * Cs + src_channel + c) * S + s];
+        to = mode == DxMode::overwrite ? from : to + from;
+      }
 }
 
 }  // namespace dpx::ref

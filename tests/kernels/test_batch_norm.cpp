@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
@@ -194,4 +195,57 @@ TEST_CASE("batch_norm Epilogue::relu: bitwise relu_forward of the plain output, 
       CHECK(bitwise_equal(db, db_want));
     }
   }
+}
+
+// DenseNet's layers normalise the first C channels of their block's buffer in place: the ops on
+// a wider x give, bit for bit, what they give on those channels copied out, read nothing else
+// (the other channels are NaN here) and write no other channel of dx.
+TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them, nothing else touched") {
+  const int64_t N = 3, C = 4, Cx = 7, H = 5, W = 3;
+  Tensor buf = randn({N, Cx, H, W}, 21, 2.f), gamma = randn({C}, 22), beta = randn({C}, 23);
+  float* b = buf.data<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = C * H * W; i < Cx * H * W; ++i) b[n * Cx * H * W + i] = std::numeric_limits<float>::quiet_NaN();
+  for (bool reference : {false, true}) {
+    CAPTURE(reference);
+    Context ctx = reference ? Context::ref() : Context::cpu(2);
+    Tensor x = Tensor::empty({N, C, H, W});
+    ops::copy_channels(ctx, x, 0, buf, 0, C, ops::DxMode::overwrite);
+    Tensor rm = Tensor::zeros({C}), rv = Tensor::from({C}, {1, 2, 0.5f, 4}), rm2 = rm.clone(), rv2 = rv.clone();
+    Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), mean2 = mean.clone(), invstd2 = invstd.clone();
+    Tensor want = Tensor::empty({N, C, H, W}), got = Tensor::empty({N, C, H, W});
+    ops::batch_norm_forward_train(ctx, want, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+    ops::batch_norm_forward_train(ctx, got, mean2, invstd2, rm2, rv2, buf, gamma, beta, 0.1f, 1e-5f,
+                                  ops::Epilogue::relu);
+    CHECK(bitwise_equal(got, want));
+    CHECK(bitwise_equal(mean2, mean));
+    CHECK(bitwise_equal(rv2, rv));
+    ops::batch_norm_forward_eval(ctx, want, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_eval(ctx, got, buf, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+    CHECK(bitwise_equal(got, want));
+
+    Tensor dy = randn({N, C, H, W}, 24), relu_out = want.clone();
+    for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
+      Tensor dx_want = randn({N, C, H, W}, 25), dbuf = randn({N, Cx, H, W}, 26);
+      ops::copy_channels(ctx, dx_want, 0, dbuf, 0, C, ops::DxMode::overwrite);
+      const Tensor dbuf_before = dbuf.clone();
+      Tensor dg_want = Tensor::zeros({C}), dg = Tensor::zeros({C});
+      ops::batch_norm_backward(ctx, &dx_want, &dg_want, nullptr, dy, x, gamma, mean, invstd, mode, &relu_out);
+      ops::batch_norm_backward(ctx, &dbuf, &dg, nullptr, dy, buf, gamma, mean, invstd, mode, &relu_out);
+      CHECK(bitwise_equal(dg, dg_want));
+      Tensor dx_got = Tensor::empty({N, C, H, W}), rest_got = Tensor::empty({N, Cx - C, H, W});
+      Tensor rest_want = rest_got.clone();
+      ops::copy_channels(ctx, dx_got, 0, dbuf, 0, C, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(dx_got, dx_want));
+      ops::copy_channels(ctx, rest_got, 0, dbuf, C, Cx - C, ops::DxMode::overwrite);
+      ops::copy_channels(ctx, rest_want, 0, dbuf_before, C, Cx - C, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(rest_got, rest_want));
+    }
+  }
+  Context ctx = Context::cpu();
+  Tensor c4 = Tensor::zeros({C}), too_wide = Tensor::empty({N, Cx + 1, H, W});
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_eval(ctx, too_wide, buf, c4, c4, c4, c4, 1e-5f, ops::Epilogue::none),
+                       doctest::Contains("y has shape (3, 8, 5, 3), expected (3, 7, 5, 3) or the same with fewer "
+                                         "channels"),
+                       Error);
 }

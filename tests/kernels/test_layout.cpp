@@ -129,6 +129,33 @@ TEST_CASE("concat_channels and split_channels_backward") {
                        doctest::Contains("dinput 1 is null"), Error);
 }
 
+TEST_CASE("copy_channels: a block of channels into another tensor, written over or added; refusals") {
+  Context ctx = Context::cpu(2);
+  Tensor src = iota({2, 3, 2, 2});  // 0..23
+  Tensor dst = Tensor::from({2, 4, 2, 2}, std::vector<float>(32, 100.f));
+  ops::copy_channels(ctx, dst, 1, src, 1, 2, ops::DxMode::overwrite);  // src channels 1, 2 to dst's 1, 2
+  auto d = dst.to_vector(), x = src.to_vector();
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 4; ++c)
+      for (int k = 0; k < 4; ++k)
+        CHECK(d[n * 16 + c * 4 + k] == (c == 1 || c == 2 ? x[n * 12 + c * 4 + k] : 100.f));
+  ops::copy_channels(ctx, dst, 3, src, 0, 1, ops::DxMode::add);  // src channel 0 onto dst's 3
+  d = dst.to_vector();
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k) CHECK(d[n * 16 + 12 + k] == 100.f + x[n * 12 + k]);
+  ops::copy_channels(ctx, dst, 4, src, 3, 0, ops::DxMode::add);  // none at the end: nothing to do
+  CHECK(dst.to_vector() == d);
+  CHECK_THROWS_WITH_AS(ops::copy_channels(ctx, dst, 3, src, 0, 2, ops::DxMode::add),
+                       doctest::Contains("channels [0, 2) of src (2, 3, 2, 2) to [3, 5) of dst (2, 4, 2, 2): out of "
+                                         "their channels"),
+                       Error);
+  Tensor other = Tensor::empty({2, 3, 2, 3});
+  CHECK_THROWS_WITH_AS(ops::copy_channels(ctx, dst, 0, other, 0, 1, ops::DxMode::add),
+                       doctest::Contains("does not fit dst (2, 4, 2, 2)"), Error);
+  CHECK_THROWS_WITH_AS(ops::copy_channels(ctx, dst, 0, dst, 2, 1, ops::DxMode::add),
+                       doctest::Contains("dst and src share memory"), Error);
+}
+
 TEST_CASE("index_select and its scatter-add backward (repeated indices add up)") {
   Context ctx = Context::cpu();
   Tensor table = iota({4, 2});

@@ -256,16 +256,17 @@ void adaptive_avg_pool2d(const Case& k, size_t, double tol) {
   close("adaptive dx", dx, tol);
 }
 
+// x, and y when it has fewer channels (x's first ones: the ops' prefix)
 void batch_norm(const Case& k, size_t, double tol) {
-  const Shape xs = k.in[0];
-  const int64_t C = xs[1];
-  Tensor x = randn(xs, 1, 2.f), gamma = randn({C}, 2), beta = randn({C}, 3), dy = randn(xs, 4);
+  const Shape xs = k.in[0], ys = k.in.size() > 1 ? k.in[1] : xs;
+  const int64_t C = ys[1];
+  Tensor x = randn(xs, 1, 2.f), gamma = randn({C}, 2), beta = randn({C}, 3), dy = randn(ys, 4);
   // Shifted away from 0, so the mean matters.
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] += 3.f;
   Tensor rm = randn({C}, 5), rv = randn({C}, 6);
   for (int64_t i = 0; i < C; ++i) rv.data<float>()[i] = 0.5f + std::fabs(rv.data<float>()[i]);
   Out running_mean{rm.clone(), rm.clone()}, running_var{rv.clone(), rv.clone()};
-  Out y = poisoned_out(xs), mean = poisoned_out({C}), invstd = poisoned_out({C});
+  Out y = poisoned_out(ys), mean = poisoned_out({C}), invstd = poisoned_out({C});
   both(ops::batch_norm_forward_train, ref::batch_norm_forward_train, y, mean, invstd, running_mean, running_var, x,
        gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
   close("bn y", y, tol), close("bn mean", mean, tol), close("bn invstd", invstd, tol);
@@ -454,6 +455,17 @@ void concat_channels(const Case& k, size_t, double tol) {
   for (const Out& g : grads) close("split", g, tol);
 }
 
+// dst, src, {dst_channel, src_channel, channels}
+void copy_channels(const Case& k, size_t, double tol) {
+  const int64_t dst_channel = k.in[2][0], src_channel = k.in[2][1], channels = k.in[2][2];
+  const Tensor src = randn(k.in[1], 1);
+  for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
+    Out dst = grad(k.in[0], 2);
+    both(ops::copy_channels, ref::copy_channels, dst, dst_channel, src, src_channel, channels, mode);
+    close(mode == ops::DxMode::add ? "copy_channels, added" : "copy_channels", dst, tol);
+  }
+}
+
 void index_select(const Case& k, size_t, double tol) {
   Tensor table = randn(k.in[0], 1), dout = randn(k.in[1], 2);
   Tensor index = labels_from({3, 0, 9, 3, 3, 5, 1, 9, 0, 2, 8, 7, 7, 4, 6});  // repeated indices
@@ -584,7 +596,9 @@ const std::vector<OpRow> kRows = {
       {{{1, 2, 3, 3}, {1, 2, 5, 4}}}, {{{2, 4, 56, 56}, {2, 4, 1, 1}}}},
      kShort, true, adaptive_avg_pool2d},
     {"batch_norm_forward_train, batch_norm_forward_eval, batch_norm_backward (null gradients, dx written over)",
-     {{{{4, 3}}}, {{{3, 2, 5}}}, {{{2, 3, 5, 7}}}, {{{8, 16, 14, 14}}}}, kShort, true, batch_norm},
+     {{{{4, 3}}}, {{{3, 2, 5}}}, {{{2, 3, 5, 7}}}, {{{8, 16, 14, 14}}}, {{{2, 5, 3, 4}, {2, 3, 3, 4}}},
+      {{{8, 40, 7, 7}, {8, 24, 7, 7}}}},
+     kShort, true, batch_norm},
     {"relu, sigmoid, silu, gelu (relu bit for bit)", kSizes, kShort, true, activations},
     {"dropout_forward, dropout_backward (the same mask bits from the same Rng counter)", kSizes, kShort, true, dropout},
     // out, a, b
@@ -621,6 +635,11 @@ const std::vector<OpRow> kRows = {
     // the parts
     {"concat_channels, split_channels_backward",
      {{{{2, 3, 4, 5}, {2, 1, 4, 5}, {2, 5, 4, 5}}}, {{{3, 2}, {3, 7}}}, {{{1, 4, 3}}}}, 0, true, concat_channels},
+    // dst, src, {dst_channel, src_channel, channels}
+    {"copy_channels (written over and added)",
+     {{{{2, 7, 3, 4}, {2, 3, 3, 4}, {4, 0, 3}}}, {{{3, 5, 2}, {3, 9, 2}, {0, 6, 3}}}, {{{1, 4}, {1, 4}, {1, 1, 2}}},
+      {{{2, 6, 5, 5}, {2, 6, 5, 5}, {2, 2, 0}}}},
+     0, false, copy_channels},
     // the table, the output (15 indices, some repeated)
     {"index_select, index_select_backward (scatter-add over repeated indices)", {{{{10, 6}, {15, 6}}}}, kShort, true,
      index_select},
