@@ -1,8 +1,12 @@
 // GPU tests of batch normalisation (training and eval forward, running statistics, backward with
-// accumulation and null gradients) and of the softmax cross-entropy (label smoothing, backward
-// scale) and count_correct, against the CPU ops on the same random inputs.
+// accumulation and null gradients, on all of x or its first channels) and copy_channels (DenseNet's
+// block buffer), of the softmax cross-entropy (label smoothing, backward scale) and
+// count_correct, against the CPU ops on the same random inputs.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
+#include "kernels/cuda/cuda_ops.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 
 using namespace dpx;
@@ -144,4 +148,49 @@ TEST_CASE("cuda batch_norm_backward with relu_out equals relu_backward then the 
   check_close(dx, dx_want, 0);
   check_close(dg, dg_want, 0);
   check_close(db, db_want, 0);
+}
+
+// DenseNet's layers normalise the first C channels of their block's buffer in place: on the GPU as
+// the reference does, the other channels (NaN here) neither read nor written.
+TEST_CASE("cuda batch_norm on the first C channels of a wider x matches the reference") {
+  Context c = reference(), g = gpu();
+  const int64_t N = 3, C = 5, Cx = 9, H = 7, W = 6;
+  Tensor x = uniform({N, Cx, H, W}, 71, 2.f, 5.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = C * H * W; i < Cx * H * W; ++i) x.data<float>()[n * Cx * H * W + i] = std::nanf("");
+  Tensor gamma = uniform({C}, 72, 0.5f, 1.5f), beta = uniform({C}, 73), rm = uniform({C}, 74),
+         rv = uniform({C}, 75, 0.5f, 2.f);
+  Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev()), grm = rm.to(dev()), grv = rv.to(dev());
+  Tensor y = Tensor::empty({N, C, H, W}), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+  Tensor gy = poisoned({N, C, H, W}, dev()), gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
+  ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+  ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, ops::Epilogue::relu);
+  check_close(gmean, mean, 1e-5);
+  check_close(ginvstd, invstd, 1e-5);
+  check_close(gy, y, 1e-5);
+  Tensor ye = Tensor::empty({N, C, H, W}), gye = poisoned({N, C, H, W}, dev());
+  ops::batch_norm_forward_eval(c, ye, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+  ops::batch_norm_forward_eval(g, gye, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::none);
+  check_close(gye, ye, 1e-5);
+  Tensor dy = uniform({N, C, H, W}, 76), dx = uniform({N, Cx, H, W}, 77), dg = Tensor::zeros({C});
+  Tensor gdx = dx.to(dev()), gdg = dg.to(dev());
+  ops::batch_norm_backward(c, &dx, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, &y);
+  ops::batch_norm_backward(g, &gdx, &gdg, nullptr, dy.to(dev()), gx, ggamma, gmean, ginvstd, ops::DxMode::add, &gy);
+  CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // the channels past C: both untouched, so equal
+  CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
+}
+
+// Runs of S = 12 floats (four at a time) and of S = 7 (one at a time), written over and added.
+TEST_CASE("cuda copy_channels matches the reference bit for bit") {
+  Context c = reference(), g = gpu();
+  for (Shape rest : {Shape{3, 4}, Shape{7, 1}}) {
+    CAPTURE(shape_str(rest));
+    Tensor src = uniform({3, 6, rest[0], rest[1]}, 78);
+    for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
+      Tensor dst = uniform({3, 9, rest[0], rest[1]}, 79), gdst = dst.to(dev());
+      ops::copy_channels(c, dst, 5, src, 1, 4, mode);
+      cuda::copy_channels(g, gdst, 5, src.to(dev()), 1, 4, mode);
+      CHECK(bitwise_equal(gdst, dst));
+    }
+  }
 }

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <map>
 
+#include "kernels/op_profile.hpp"
 #include "layers/layers.hpp"
+#include "tests/common/compare.hpp"
 #include "tests/layers/layer_test_util.hpp"
 
 using namespace dpx;
@@ -119,6 +121,96 @@ TEST_CASE("dense layer, dense block + transition: torchvision's names, concatena
   with_transition.add("transition1", nn::dense_transition(7, 3, rng));
   check_block(ctx, with_transition, uniform({4, 3, 6, 6}, 9));
   check_block(ctx, with_transition, uniform({2, 3, 4, 4}, 9), /*train=*/false);
+}
+
+namespace {
+// torchvision's dense block, written out as its loop: torch.cat of every feature map for every
+// layer, and the gradient split back the same way. Returns the output and dx for dy.
+std::pair<Tensor, Tensor> dense_block_by_concatenation(Context& ctx, nn::DenseBlock& block, const Tensor& x,
+                                                       const Tensor& dy) {
+  auto concat = [&](const std::vector<Tensor>& parts) {
+    Shape s = parts.front().shape();
+    s[1] = 0;
+    for (const Tensor& p : parts) s[1] += p.size(1);
+    Tensor out = Tensor::empty(s);
+    ops::concat_channels(ctx, out, parts);
+    return out;
+  };
+  std::vector<Tensor> features{x};
+  for (size_t l = 0; l < block.num_children(); ++l) features.push_back(block.child(l).forward(ctx, concat(features)));
+  Tensor y = concat(features);
+  std::vector<Tensor> d;
+  for (const Tensor& f : features) d.push_back(Tensor::zeros(f.shape()));
+  auto split_into = [&](size_t count, const Tensor& g) {
+    std::vector<Tensor*> parts;
+    for (size_t i = 0; i < count; ++i) parts.push_back(&d[i]);
+    ops::split_channels_backward(ctx, parts, g);
+  };
+  split_into(d.size(), dy);
+  for (size_t l = block.num_children(); l-- > 0;) {
+    block.child(l).set_input_grad_needed(true);
+    split_into(l + 1, block.child(l).backward(ctx, d[l + 1]));
+  }
+  return {y, d[0]};
+}
+
+std::vector<float> parameter_gradients(nn::Module& m) {
+  std::vector<float> out;
+  for (auto& [name, p] : m.named_parameters())
+    for (float v : p->grad.to_vector()) out.push_back(v);
+  return out;
+}
+}  // namespace
+
+// The block keeps one buffer where torchvision concatenates for every layer: the same output,
+// input gradient and parameter gradients bit for bit (the same sums in the same order), in
+// training and eval mode, also when a layer is not BN-ReLU-first (it then gets a copy of its
+// channels); and no concatenation runs, only one copy into the buffer per layer and one out of
+// the gradient.
+TEST_CASE("dense block: torchvision's concatenating loop bit for bit, without a concatenation") {
+  Context ctx = Context::cpu(2);
+  Rng rng(16);
+  nn::DenseBlock plain(4, 3, 2, 2, 0.f, rng);
+  nn::DenseBlock replaced = plain;
+  static_cast<nn::Sequential&>(replaced.child(2)).replace("relu1", std::make_unique<nn::GELU>());
+  const Tensor x = uniform({2, 3, 5, 5}, 12), dy = uniform({2, 11, 5, 5}, 13);
+  for (nn::DenseBlock* block : {&plain, &replaced}) {
+    for (bool train : {true, false}) {
+      CAPTURE(block == &plain);
+      CAPTURE(train);
+      auto mine = block->clone(), theirs = block->clone();
+      mine->train(train), theirs->train(train);
+      ops::profile::reset();
+      ops::profile::set_enabled(true);
+      Tensor y, dx;
+      {
+        ops::profile::Counting counting(true);
+        y = mine->forward(ctx, x);
+        dx = mine->backward(ctx, dy);
+      }
+      ops::profile::set_enabled(false);
+      std::map<std::string, int64_t> calls;
+      for (const auto& op : ops::profile::snapshot()) calls[op.name] = op.calls;
+      const auto [y_want, dx_want] = dense_block_by_concatenation(ctx, static_cast<nn::DenseBlock&>(*theirs), x, dy);
+      CHECK(dpx::testing::bitwise_equal(y, y_want));
+      if (train) {  // the batch norm adds dx into the buffer in its own pass: a multiply-add may fuse
+        dpx::testing::check_close(dx.to_vector(), dx_want.to_vector(), 1e-5);
+        dpx::testing::check_close(parameter_gradients(*mine), parameter_gradients(*theirs), 1e-5);
+      } else {
+        CHECK(dpx::testing::bitwise_equal(dx, dx_want));
+        CHECK(parameter_gradients(*mine) == parameter_gradients(*theirs));
+      }
+      CHECK(calls["concat_channels"] == 0);
+      CHECK(calls["split_channels_backward"] == 0);
+      // In: x, then each layer's output (and the replaced layer's input copied out); back: each
+      // layer's output gradient, the replaced layer's input gradient added, dx; in eval mode each
+      // BN-first layer's batch norm also copies its input out and its gradient back (the
+      // composed eval backward).
+      const int64_t bn_first = block == &plain ? 4 : 3;
+      CHECK(calls["copy_channels"] == 1 + 4 + (4 - bn_first) + 4 + (4 - bn_first) + 1 + (train ? 0 : 2 * bn_first));
+    }
+  }
+  check_block(ctx, replaced, uniform({2, 3, 4, 4}, 14), /*train=*/false);
 }
 
 TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
