@@ -18,16 +18,16 @@
 namespace dpx::nn {
 
 namespace {
-// A dense layer's norm1 and relu1 as dense_layer() makes them, which read the block's buffer in
-// place; both null when a child was replaced by something else (the layer then gets a copy of
-// its channels and runs as any module).
+// A dense layer's norm1 and relu1 as dense_layer() makes them (a Sequential that runs its
+// children in order), which read the block's buffer in place; both null for a layer made
+// otherwise (it then gets a copy of its channels and runs as any module).
 struct Head {
   BatchNorm2d* norm = nullptr;
   ReLU* relu = nullptr;
 };
 
 Head head_of(Module& layer) {
-  if (layer.num_children() < 2) return {};
+  if (!dynamic_cast<Sequential*>(&layer) || layer.num_children() < 2) return {};
   auto* norm = dynamic_cast<BatchNorm2d*>(&layer.child(0));
   auto* relu = dynamic_cast<ReLU*>(&layer.child(1));
   if (!norm || !relu) return {};
