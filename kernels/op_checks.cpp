@@ -325,7 +325,7 @@ void linear_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
 }
 
 void linear_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w) {
+                     const Tensor& x, const Tensor& w, DxMode) {
   const char* op = "linear_backward";
   const auto [N, in, out] = linear_sizes(op, x, w);
   require_f32_shape(op, "dy", dy, {N, out});
@@ -568,7 +568,7 @@ void layer_norm_forward(Context&, Tensor& y, Tensor& mean, Tensor& rstd, const T
 
 void layer_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd) {
+                         const Tensor& rstd, DxMode) {
   const char* op = "layer_norm_backward";
   const int64_t D = ln_features(op, x, gamma, mean, rstd);
   require_f32_shape(op, "dy", dy, x.shape());
@@ -593,7 +593,7 @@ void softmax_forward(Context&, Tensor& y, const Tensor& x, const Tensor* bias) {
   }
 }
 
-void softmax_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void softmax_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
   const char* op = "softmax_backward";
   require_f32(op, "dx", dx);
   require_f32(op, "dy", dy);

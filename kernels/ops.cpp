@@ -82,7 +82,7 @@ double linear_forward(const Context&, const Tensor& y, const Tensor& x, const Te
   return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(x.size(-1));
 }
 double linear_backward(const Context&, Tensor* dx, Tensor* dw, Tensor*, const Tensor& dy,
-                       const Tensor& x, const Tensor&) {
+                       const Tensor& x, const Tensor&, DxMode) {
   return 2.0 * static_cast<double>(dy.numel()) * static_cast<double>(x.size(-1)) * ((dx ? 1 : 0) + (dw ? 1 : 0));
 }
 // 2 * M * N * K per matrix of the batch: c holds batch * M * N elements.

@@ -47,9 +47,9 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  Tensor dx = zeros_on(ctx, x_.shape());
+  Tensor dx = empty_on(ctx, x_.shape());  // written over, not added into
   ops::layer_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_, weight().value,
-                           mean_, rstd_);
+                           mean_, rstd_, ops::DxMode::overwrite);
   grad_ready(weight());
   grad_ready(bias());
   return dx;

@@ -48,10 +48,12 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   const FreeSaved free_saved(*this);
   // Without a caller for dx (the first trainable layer after a frozen backbone) only the
   // weight gradients are computed.
-  Tensor dx = input_grad_needed() ? zeros_on(ctx, {x_.size(0), in_}) : Tensor();
+  // dx is written over, not added into: no zero fill.
+  Tensor dx = input_grad_needed() ? empty_on(ctx, {x_.size(0), in_}) : Tensor();
   Tensor* dw = grad_target(weight());
   Tensor* db = has_bias_ ? grad_target(*bias()) : nullptr;
-  ops::linear_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy.view({-1, out_}), x_, weight().value);
+  ops::linear_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy.view({-1, out_}), x_, weight().value,
+                       ops::DxMode::overwrite);
   grad_ready(weight());
   if (has_bias_) grad_ready(*bias());
   return dx.defined() ? dx.view(x_shape_) : dx;

@@ -184,8 +184,8 @@ Tensor ShiftedWindowAttention::backward(Context& ctx, const Tensor& dy) {
   Tensor dattn = empty_on(ctx, attn_.shape());
   ops::matmul(ctx, dattn, dheads, v, false, true);   // dO v^T
   ops::matmul(ctx, dv, attn_, dheads, true, false);  // attn^T dO
-  Tensor dscores = zeros_on(ctx, attn_.shape());
-  ops::softmax_backward(ctx, dscores, dattn, attn_);
+  Tensor dscores = empty_on(ctx, attn_.shape());  // written over, not added into
+  ops::softmax_backward(ctx, dscores, dattn, attn_, ops::DxMode::overwrite);
   if (Tensor* dtable = grad_target(relative_position_bias_table())) {
     // The bias was added at every window of every image (the mask has no parameters).
     Tensor dbias = zeros_on(ctx, {1, heads_, L, L});

@@ -45,7 +45,8 @@ void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, con
 }
 
 void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                         const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
+                         const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                         DxMode dx_mode) {
   const LnShape s = ln_shape(x);
   const bool params = dgamma || dbeta;
   // At most 64 chunks, so the partial sums stay small, and at least 16 rows per chunk.
@@ -76,7 +77,10 @@ void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
       });
       const float a = static_cast<float>(gsum.total() / s.D), b = static_cast<float>(gxsum.total() / s.D);
       float* out = dxp + r * s.D;
-      for (int64_t i = 0; i < s.D; ++i) out[i] += inv * (g[i] * gp[i] - a - (in[i] - m) * inv * b);
+      if (dx_mode == DxMode::overwrite)
+        for (int64_t i = 0; i < s.D; ++i) out[i] = inv * (g[i] * gp[i] - a - (in[i] - m) * inv * b);
+      else
+        for (int64_t i = 0; i < s.D; ++i) out[i] += inv * (g[i] * gp[i] - a - (in[i] - m) * inv * b);
     }
   }
   if (!params) return;

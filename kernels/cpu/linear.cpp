@@ -148,12 +148,13 @@ void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 }
 
 void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w) {
+                     const Tensor& x, const Tensor& w, DxMode dx_mode) {
   const int64_t N = x.size(0), in = x.size(1), out = w.size(0);
   const float* dyp = dy.data<float>();
   if (dx) {
-    // dx (N, in) += dy (N, out) w (out, in)
-    gemm(ctx.threads, N, in, out, dyp, false, w.data<float>(), false, dx->data<float>(), 1.f, 1.f);
+    // dx (N, in) (+)= dy (N, out) w (out, in): beta 0 reads nothing of dx
+    gemm(ctx.threads, N, in, out, dyp, false, w.data<float>(), false, dx->data<float>(), 1.f,
+         dx_mode == DxMode::overwrite ? 0.f : 1.f);
   }
   if (dw) {
     // dw (out, in) += dy^T (out, N) x (N, in)

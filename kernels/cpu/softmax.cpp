@@ -46,7 +46,7 @@ void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bia
   }
 }
 
-void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   const int64_t L = y.size(-1), rows = y.numel() / L;
   const float *dyp = dy.data<float>(), *yp = y.data<float>();
   float* dxp = dx.data<float>();
@@ -58,7 +58,10 @@ void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& 
     dot.add(L, [g, p](int64_t i) { return static_cast<double>(g[i]) * p[i]; });
     const float d = static_cast<float>(dot.total());
     float* out = dxp + r * L;
-    for (int64_t i = 0; i < L; ++i) out[i] += p[i] * (g[i] - d);
+    if (dx_mode == DxMode::overwrite)
+      for (int64_t i = 0; i < L; ++i) out[i] = p[i] * (g[i] - d);
+    else
+      for (int64_t i = 0; i < L; ++i) out[i] += p[i] * (g[i] - d);
   }
 }
 

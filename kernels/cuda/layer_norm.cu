@@ -40,9 +40,9 @@ __global__ void forward_kernel(float* y, float* mean, float* rstd, const float* 
   }
 }
 
-// dx (one warp per row) += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+// dx (one warp per row) (+)= rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
 __global__ void backward_dx_kernel(float* dx, const float* dy, const float* x, const float* gamma,
-                                   const float* mean, const float* rstd, int64_t rows, int64_t D) {
+                                   const float* mean, const float* rstd, int64_t rows, int64_t D, bool overwrite) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < rows; r += warps) {
@@ -57,7 +57,10 @@ __global__ void backward_dx_kernel(float* dx, const float* dy, const float* x, c
     const float a = static_cast<float>(warp_total(gsum) / static_cast<double>(D));
     const float b = static_cast<float>(warp_total(gxsum) / static_cast<double>(D));
     float* out = dx + r * D;
-    for (int64_t i = lane; i < D; i += 32) out[i] += inv * (g[i] * gamma[i] - a - (in[i] - m) * inv * b);
+    for (int64_t i = lane; i < D; i += 32) {
+      const float v = inv * (g[i] * gamma[i] - a - (in[i] - m) * inv * b);
+      out[i] = overwrite ? v : out[i] + v;
+    }
   }
 }
 
@@ -131,7 +134,7 @@ void layer_norm_forward(Context& ctx, Tensor& y, Tensor& mean, Tensor& rstd, con
 }
 
 void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy, const Tensor& x,
-                         const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
+                         const Tensor& gamma, const Tensor& mean, const Tensor& rstd, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "layer_norm_backward";
   Rows s = check_ln(op, x, gamma, mean, rstd);
@@ -139,7 +142,7 @@ void layer_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   const float *px = f32(x, op, "x"), *pdy = f32(dy, op, "dy"), *pm = f32(mean, op, "mean"), *pr = f32(rstd, op, "rstd");
   if (dx) {
     backward_dx_kernel<<<detail::grid_for(s.rows * 32), kThreads, 0, st.stream>>>(
-        f32(*dx, op, "dx"), pdy, px, f32(gamma, op, "gamma"), pm, pr, s.rows, s.D);
+        f32(*dx, op, "dx"), pdy, px, f32(gamma, op, "gamma"), pm, pr, s.rows, s.D, dx_mode == DxMode::overwrite);
     check_launch();
   }
   if (!dgamma && !dbeta) return;

@@ -137,16 +137,16 @@ void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 }
 
 void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w) {
+                     const Tensor& x, const Tensor& w, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "linear_backward";
   int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   int irows = as_int(rows, op, "N"), iin = as_int(in, op, "in"), iout = as_int(out, op, "out");
   const float* pdy = f32(dy, op, "dy");
   if (dx) {
-    // dx^T (in, N) += W^T (in, out) dy^T (out, N).
+    // dx^T (in, N) (+)= W^T (in, out) dy^T (out, N): with beta 0 cuBLAS reads nothing of dx.
     gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_N, iin, irows, iout, 1.f, f32(w, op, "w"), iin, 0, pdy,
-         iout, 0, 1.f, f32(*dx, op, "dx"), iin, 0, 1);
+         iout, 0, dx_mode == DxMode::overwrite ? 0.f : 1.f, f32(*dx, op, "dx"), iin, 0, 1);
   }
   if (dw) {
     // dw^T (in, out) += x^T (in, N) dy (N, out).

@@ -42,7 +42,8 @@ __global__ void softmax_kernel(float* y, const float* x, const float* bias, int6
 }
 
 // dx += y * (dy - sum(dy * y)) along each row.
-__global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t rows, int64_t L) {
+__global__ void softmax_backward_kernel(float* dx, const float* dy, const float* y, int64_t rows, int64_t L,
+                                        bool overwrite) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < rows; r += warps) {
@@ -51,7 +52,10 @@ __global__ void softmax_backward_kernel(float* dx, const float* dy, const float*
     for (int64_t i = lane; i < L; i += 32) dot += static_cast<double>(g[i]) * p[i];
     const float d = static_cast<float>(__shfl_sync(0xffffffffu, detail::warp_sum(dot), 0));
     float* out = dx + r * L;
-    for (int64_t i = lane; i < L; i += 32) out[i] += p[i] * (g[i] - d);
+    for (int64_t i = lane; i < L; i += 32) {
+      const float v = p[i] * (g[i] - d);
+      out[i] = overwrite ? v : out[i] + v;
+    }
   }
 }
 
@@ -77,14 +81,14 @@ void softmax_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor* bia
   check_launch();
 }
 
-void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y) {
+void softmax_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "softmax_backward";
   f32(y, op, "y");
   const int64_t L = y.size(-1), rows = y.numel() / L;
   if (rows == 0) return;
   softmax_backward_kernel<<<detail::grid_for(rows * 32), kThreads, 0, st.stream>>>(
-      f32(dx, op, "dx"), f32(dy, op, "dy"), f32(y, op, "y"), rows, L);
+      f32(dx, op, "dx"), f32(dy, op, "dy"), f32(y, op, "y"), rows, L, dx_mode == DxMode::overwrite);
   check_launch();
 }
 

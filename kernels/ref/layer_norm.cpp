@@ -31,10 +31,11 @@ void layer_norm_forward(Context&, Tensor& y, Tensor& mean, Tensor& rstd, const T
 }
 
 // With xhat = (x - mean) * rstd (the saved mean and rstd) and g = dy * gamma, per row:
-//   dx += rstd * (g - mean(g) - xhat * mean(g * xhat));
+//   dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat));
 // and over all rows: dgamma += sum dy * xhat, dbeta += sum dy.
 void layer_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
-                         const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd) {
+                         const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                         DxMode dx_mode) {
   const int64_t D = x.size(-1), rows = x.numel() / D;
   const float* xp = x.data<float>();
   const float* dyp = dy.data<float>();
@@ -54,7 +55,8 @@ void layer_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
     float* dxp = dx->data<float>();
     for (int64_t i = 0; i < D; ++i) {
       const double xhat = (xp[r * D + i] - mu) * inv, g = static_cast<double>(dyp[r * D + i]) * gp[i];
-      dxp[r * D + i] += static_cast<float>(inv * (g - g_sum / D - xhat * gx_sum / D));
+      const auto v = static_cast<float>(inv * (g - g_sum / D - xhat * gx_sum / D));
+      dxp[r * D + i] = dx_mode == DxMode::overwrite ? v : dxp[r * D + i] + v;
     }
   }
   for (int64_t i = 0; i < D; ++i) {

@@ -19,9 +19,9 @@ void linear_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
     }
 }
 
-// dx[n][i] += sum_o dy[n][o] w[o][i];  dw[o][i] += sum_n dy[n][o] x[n][i];  db[o] += sum_n dy[n][o].
+// dx[n][i] (+)= sum_o dy[n][o] w[o][i];  dw[o][i] += sum_n dy[n][o] x[n][i];  db[o] += sum_n dy[n][o].
 void linear_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w) {
+                     const Tensor& x, const Tensor& w, DxMode dx_mode) {
   const int64_t N = x.size(0), in = x.size(1), out = w.size(0);
   const float* dyp = dy.data<float>();
   const float* xp = x.data<float>();
@@ -32,7 +32,7 @@ void linear_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor&
       for (int64_t i = 0; i < in; ++i) {
         double sum = 0;
         for (int64_t o = 0; o < out; ++o) sum += static_cast<double>(dyp[n * out + o]) * wp[o * in + i];
-        d[n * in + i] += static_cast<float>(sum);
+        d[n * in + i] = static_cast<float>(sum) + (dx_mode == DxMode::overwrite ? 0.f : d[n * in + i]);
       }
   }
   if (dw) {

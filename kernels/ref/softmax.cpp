@@ -32,8 +32,8 @@ void softmax_forward(Context&, Tensor& y, const Tensor& x, const Tensor* bias) {
   }
 }
 
-// dx_i += y_i * (dy_i - sum_j dy_j y_j) along each row (the softmax Jacobian times dy).
-void softmax_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
+// dx_i (+)= y_i * (dy_i - sum_j dy_j y_j) along each row (the softmax Jacobian times dy).
+void softmax_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   const int64_t L = y.size(-1), rows = y.numel() / L;
   const float* dyp = dy.data<float>();
   const float* yp = y.data<float>();
@@ -41,8 +41,10 @@ void softmax_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y) {
   for (int64_t r = 0; r < rows; ++r) {
     double dot = 0;
     for (int64_t i = 0; i < L; ++i) dot += static_cast<double>(dyp[r * L + i]) * yp[r * L + i];
-    for (int64_t i = 0; i < L; ++i)
-      dxp[r * L + i] += static_cast<float>(yp[r * L + i] * (dyp[r * L + i] - dot));
+    for (int64_t i = 0; i < L; ++i) {
+      const auto v = static_cast<float>(yp[r * L + i] * (dyp[r * L + i] - dot));
+      dxp[r * L + i] = dx_mode == DxMode::overwrite ? v : dxp[r * L + i] + v;
+    }
   }
 }
 

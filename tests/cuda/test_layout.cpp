@@ -29,14 +29,18 @@ TEST_CASE("cuda layer_norm forward and backward match the reference") {
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({D}, ++seed), db0 = uniform({D}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
-    ops::layer_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, rstd);
-    cuda::layer_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, grstd);
+    ops::layer_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, rstd, ops::DxMode::add);
+    cuda::layer_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, grstd, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // per-row means of dy subtracted: norm-wise
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-    ops::layer_norm_backward(c, nullptr, nullptr, &db, dy, x, gamma, mean, rstd);
-    cuda::layer_norm_backward(g, nullptr, nullptr, &gdb, gdy, gx, ggamma, gmean, grstd);
+    ops::layer_norm_backward(c, nullptr, nullptr, &db, dy, x, gamma, mean, rstd, ops::DxMode::add);
+    cuda::layer_norm_backward(g, nullptr, nullptr, &gdb, gdy, gx, ggamma, gmean, grstd, ops::DxMode::add);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
+    Tensor over = Tensor::empty(xs), gover = poisoned(xs, dev());  // written over: NaN gone
+    ops::layer_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, rstd, ops::DxMode::overwrite);
+    cuda::layer_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, grstd, ops::DxMode::overwrite);
+    CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
 }
 
@@ -53,9 +57,13 @@ TEST_CASE("cuda softmax with and without a broadcast bias, and its backward, mat
     check_close(gy, y, 1e-6);
     Tensor dy = uniform(xs, 22), dx0 = uniform(xs, 23);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    ops::softmax_backward(c, dx, dy, y);
-    cuda::softmax_backward(g, gdx, dy.to(dev()), gy);
+    ops::softmax_backward(c, dx, dy, y, ops::DxMode::add);
+    cuda::softmax_backward(g, gdx, dy.to(dev()), gy, ops::DxMode::add);
     check_close(gdx, dx, 1e-5);
+    Tensor over = Tensor::empty(xs), gover = poisoned(xs, dev());  // written over: NaN gone
+    ops::softmax_backward(c, over, dy, y, ops::DxMode::overwrite);
+    cuda::softmax_backward(g, gover, dy.to(dev()), gy, ops::DxMode::overwrite);
+    check_close(gover, over, 1e-5);
   }
   Tensor long_rows = uniform({3, 1000}, 24), y = Tensor::empty({3, 1000}), gy = poisoned({3, 1000}, dev());
   ops::softmax_forward(c, y, long_rows, nullptr);

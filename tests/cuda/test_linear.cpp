@@ -52,15 +52,19 @@ TEST_CASE("cuda linear_backward accumulates like the reference, null gradients a
   Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();
   Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev()), gdb = db0.to(dev());
   Tensor gx = x.to(dev()), gw = w.to(dev()), gdy = dy.to(dev());
-  ops::linear_backward(c, &dx, &dw, &db, dy, x, w);
-  ops::linear_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw);
+  ops::linear_backward(c, &dx, &dw, &db, dy, x, w, ops::DxMode::add);
+  ops::linear_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw, ops::DxMode::add);
   CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
   CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
   CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-  ops::linear_backward(c, nullptr, &dw, nullptr, dy, x, w);
-  ops::linear_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw);
+  ops::linear_backward(c, nullptr, &dw, nullptr, dy, x, w, ops::DxMode::add);
+  ops::linear_backward(g, nullptr, &gdw, nullptr, gdy, gx, gw, ops::DxMode::add);
   CHECK(norm_rel_diff(gdw, dw) <= 1e-5);
   CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // untouched by the second call on both sides
+  Tensor over = Tensor::empty({n, in}), gover = poisoned({n, in}, dev());  // written over: NaN gone
+  ops::linear_backward(c, &over, nullptr, nullptr, dy, x, w, ops::DxMode::overwrite);
+  ops::linear_backward(g, &gover, nullptr, nullptr, gdy, gx, gw, ops::DxMode::overwrite);
+  CHECK(norm_rel_diff(gover, over) <= 1e-5);
 }
 
 // The bias gradient sums rows in chunks of 512 then the chunks in order: several chunks (the last
@@ -72,9 +76,9 @@ TEST_CASE("cuda linear_backward's bias gradient over many rows: chunked sums mat
     const int64_t in = 5, out = 70;
     Tensor x = uniform({rows, in}, 20), w = uniform({out, in}, 21), dy = uniform({rows, out}, 22);
     Tensor db0 = uniform({out}, 23), db = db0.clone(), gdb = db0.to(dev()), again = db0.to(dev());
-    ops::linear_backward(c, nullptr, nullptr, &db, dy, x, w);
-    ops::linear_backward(g, nullptr, nullptr, &gdb, dy.to(dev()), x.to(dev()), w.to(dev()));
-    ops::linear_backward(g, nullptr, nullptr, &again, dy.to(dev()), x.to(dev()), w.to(dev()));
+    ops::linear_backward(c, nullptr, nullptr, &db, dy, x, w, ops::DxMode::add);
+    ops::linear_backward(g, nullptr, nullptr, &gdb, dy.to(dev()), x.to(dev()), w.to(dev()), ops::DxMode::add);
+    ops::linear_backward(g, nullptr, nullptr, &again, dy.to(dev()), x.to(dev()), w.to(dev()), ops::DxMode::add);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
     CHECK(gdb.to(Device::cpu()).to_vector() == again.to(Device::cpu()).to_vector());
   }

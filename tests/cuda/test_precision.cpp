@@ -93,10 +93,10 @@ TEST_CASE("cuda linear and matmul in bf16/fp16 equal fp32 products of the rounde
     // Backward: dx and dw accumulate into what was there, db is fp32 sums of dy.
     Tensor dx0 = uniform({n, in}, 5), dw0 = uniform({out, in}, 6);
     Tensor dx = dx0.clone(), dw = dw0.clone(), dx32 = dx0.clone(), dw32 = dw0.clone();
-    ref::linear_backward(ref, &dx, &dw, nullptr, rdy, rx, rw);
-    ref::linear_backward(ref, &dx32, &dw32, nullptr, dy, x, w);
+    ref::linear_backward(ref, &dx, &dw, nullptr, rdy, rx, rw, ops::DxMode::add);
+    ref::linear_backward(ref, &dx32, &dw32, nullptr, dy, x, w, ops::DxMode::add);
     Tensor gdx = dx0.to(dev()), gdw = dw0.to(dev());
-    ops::linear_backward(g, &gdx, &gdw, nullptr, dy.to(dev()), x.to(dev()), w.to(dev()));
+    ops::linear_backward(g, &gdx, &gdw, nullptr, dy.to(dev()), x.to(dev()), w.to(dev()), ops::DxMode::add);
     // dx0 and dw0 dominate the sums: compare the increments, where the rounding shows.
     auto increment = [](const Tensor& t, const Tensor& t0) {
       Tensor d = t.to(Device::cpu()).clone();

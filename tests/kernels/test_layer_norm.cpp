@@ -29,7 +29,7 @@ TEST_CASE("layer_norm: forward, statistics and backward as torch") {
   Tensor dy = Tensor::from({2, 3}, {1, -1, 0.5f, 0.25f, 2, -1});
   Tensor dx = Tensor::from({2, 3}, {1, 1, 1, 1, 1, 1});  // backward adds to what is there
   Tensor dgamma = Tensor::from({3}, {1, 1, 1}), dbeta = Tensor::zeros({3});
-  ops::layer_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, rstd);
+  ops::layer_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, rstd, ops::DxMode::add);
   check_close(dx,
               {1.28635458271762637, 1 - 0.4295245721879206, 1.14316998947029358, 1 - 0.08485919963204286,
                1.11314316692765253, 1 - 0.028283967295609613},
@@ -38,7 +38,7 @@ TEST_CASE("layer_norm: forward, statistics and backward as torch") {
   check_close(dbeta, {1.25, 1.0, -0.5});
   // Only some gradients: the others are skipped, and dx alone matches.
   Tensor dx_only = Tensor::zeros({2, 3});
-  ops::layer_norm_backward(ctx, &dx_only, nullptr, nullptr, dy, x, gamma, mean, rstd);
+  ops::layer_norm_backward(ctx, &dx_only, nullptr, nullptr, dy, x, gamma, mean, rstd, ops::DxMode::add);
   check_close(dx_only,
               {0.28635458271762637, -0.4295245721879206, 0.14316998947029358, -0.08485919963204286,
                0.11314316692765253, -0.028283967295609613},
@@ -54,7 +54,7 @@ TEST_CASE("layer_norm: 1 and 2 threads give identical bits on many rows") {
     Tensor y = Tensor::empty({rows, D}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
     ops::layer_norm_forward(ctx, y, mean, rstd, x, gamma, beta, 1e-5f);
     Tensor dx = Tensor::zeros({rows, D}), dg = Tensor::zeros({D}), db = Tensor::zeros({D});
-    ops::layer_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, rstd);
+    ops::layer_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, rstd, ops::DxMode::add);
     return std::vector<Tensor>{y, dx, dg, db};
   };
   auto one = run(1), two = run(2);

@@ -32,12 +32,12 @@ TEST_CASE("linear_backward: hand values, null gradients skipped, accumulates") {
   Tensor w = Tensor::from({2, 3}, {1, 0, -1, 0.5f, 0.5f, 0.5f});
   Tensor dy = Tensor::from({2, 2}, {1, 2, -1, 0});
   Tensor dx = Tensor::zeros({2, 3}), dw = Tensor::zeros({2, 3}), db = Tensor::zeros({2});
-  ops::linear_backward(ctx, &dx, &dw, &db, dy, x, w);
+  ops::linear_backward(ctx, &dx, &dw, &db, dy, x, w, ops::DxMode::add);
   // dx = dy w; dw = dy^T x; db = column sums of dy.
   check_close(dx, {2, 1, 0, -1, 0, 1});
   check_close(dw, {-3, -3, -3, 2, 4, 6});
   check_close(db, {0, 2});
-  ops::linear_backward(ctx, &dx, nullptr, &db, dy, x, w);
+  ops::linear_backward(ctx, &dx, nullptr, &db, dy, x, w, ops::DxMode::add);
   check_close(dx, {4, 2, 0, -2, 0, 2});
   check_close(dw, {-3, -3, -3, 2, 4, 6});
   check_close(db, {0, 4});
@@ -107,7 +107,7 @@ TEST_CASE("linear and matmul: bitwise identical for 1 and 2 threads") {
     Tensor dx = Tensor::zeros({300, 257}), dw = Tensor::zeros({513, 257}),
            db = Tensor::zeros({513});
     ops::linear_forward(ctx, y, x, w, &b);
-    ops::linear_backward(ctx, &dx, &dw, &db, dy, x, w);
+    ops::linear_backward(ctx, &dx, &dw, &db, dy, x, w, ops::DxMode::add);
     return std::array<Tensor, 4>{y, dx, dw, db};
   };
   auto one = run(1), two = run(2);

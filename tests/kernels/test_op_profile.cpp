@@ -57,7 +57,7 @@ TEST_CASE("the op profiler counts calls and exact FLOPs of conv2d, linear and ma
   Tensor lx = dpx::testing::randn({3, 5}, 4), lw = dpx::testing::randn({4, 5}, 5), ly = Tensor::empty({3, 4});
   ops::linear_forward(ctx, ly, lx, lw, nullptr);
   Tensor ldx = Tensor::zeros(lx.shape()), ldw = Tensor::zeros(lw.shape());
-  ops::linear_backward(ctx, &ldx, &ldw, nullptr, ly, lx, lw);
+  ops::linear_backward(ctx, &ldx, &ldw, nullptr, ly, lx, lw, ops::DxMode::add);
   // matmul: a (2, 5, 3) transposed, b (2, 5, 4) -> c (2, 3, 4): 2 * 2 * 3 * 4 * 5 = 240.
   Tensor a = dpx::testing::randn({2, 5, 3}, 6), mb = dpx::testing::randn({2, 5, 4}, 7), c = Tensor::empty({2, 3, 4});
   ops::matmul(ctx, c, a, mb, /*trans_a=*/true, /*trans_b=*/false);

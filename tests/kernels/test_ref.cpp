@@ -135,10 +135,13 @@ void linear(const Case& k, size_t, double tol) {
     close("linear y", y, tol);
   }
   Out dx = grad(xs, 5), dw = grad(ws, 6), db = grad({out}, 7);
-  both(ops::linear_backward, ref::linear_backward, &dx, &dw, &db, dy, x, w);
+  both(ops::linear_backward, ref::linear_backward, &dx, &dw, &db, dy, x, w, ops::DxMode::add);
   close("linear dx", dx, tol), close("linear dw", dw, tol), close("linear db", db, tol);
-  both(ops::linear_backward, ref::linear_backward, nullptr, &dw, nullptr, dy, x, w);
+  both(ops::linear_backward, ref::linear_backward, nullptr, &dw, nullptr, dy, x, w, ops::DxMode::add);
   close("linear dw alone", dw, tol);
+  Out dxo = poisoned_out(xs);  // written over: its NaN never read
+  both(ops::linear_backward, ref::linear_backward, &dxo, nullptr, nullptr, dy, x, w, ops::DxMode::overwrite);
+  close("linear dx written over", dxo, tol);
 }
 
 void matmul(const Case& k, size_t, double tol) {
@@ -374,10 +377,16 @@ void layer_norm(const Case& k, size_t, double tol) {
   both(ops::layer_norm_forward, ref::layer_norm_forward, y, mean, rstd, x, gamma, beta, 1e-5f);
   close("ln y", y, tol), close("ln mean", mean, tol), close("ln rstd", rstd, tol);
   Out dx = grad(xs, 5), dg = grad({D}, 6), db = grad({D}, 7);
-  both(ops::layer_norm_backward, ref::layer_norm_backward, &dx, &dg, &db, dy, x, gamma, mean.ref, rstd.ref);
+  both(ops::layer_norm_backward, ref::layer_norm_backward, &dx, &dg, &db, dy, x, gamma, mean.ref, rstd.ref,
+       ops::DxMode::add);
   close("ln dx", dx, tol), close("ln dgamma", dg, tol), close("ln dbeta", db, tol);
-  both(ops::layer_norm_backward, ref::layer_norm_backward, nullptr, nullptr, &db, dy, x, gamma, mean.ref, rstd.ref);
+  both(ops::layer_norm_backward, ref::layer_norm_backward, nullptr, nullptr, &db, dy, x, gamma, mean.ref, rstd.ref,
+       ops::DxMode::add);
   close("ln dbeta alone", db, tol), close("ln dgamma untouched", dg, tol);
+  Out dxo = poisoned_out(x.shape());
+  both(ops::layer_norm_backward, ref::layer_norm_backward, &dxo, nullptr, nullptr, dy, x, gamma, mean.ref, rstd.ref,
+       ops::DxMode::overwrite);
+  close("ln dx written over", dxo, tol);
 }
 
 void softmax(const Case& k, size_t, double tol) {
@@ -389,8 +398,11 @@ void softmax(const Case& k, size_t, double tol) {
   both(ops::softmax_forward, ref::softmax_forward, y, x, bp);
   close("softmax y", y, tol);
   Out dx = grad(xs, 4);
-  both(ops::softmax_backward, ref::softmax_backward, dx, dy, y.ref);
+  both(ops::softmax_backward, ref::softmax_backward, dx, dy, y.ref, ops::DxMode::add);
   close("softmax dx", dx, tol);
+  Out dxo = poisoned_out(y.ref.shape());
+  both(ops::softmax_backward, ref::softmax_backward, dxo, dy, y.ref, ops::DxMode::overwrite);
+  close("softmax dx written over", dxo, tol);
 }
 
 void permute(const Case& k, size_t, double tol) {

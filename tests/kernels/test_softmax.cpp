@@ -24,7 +24,7 @@ TEST_CASE("softmax: bias broadcast over leading dimensions, forward and backward
               1e-6);
   Tensor dy = Tensor::from({2, 2, 3}, {1, 0, -1, 0.5f, 0.5f, 2, 0, 1, 0, -1, 2, 1});
   Tensor dx = Tensor::from({2, 2, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
-  ops::softmax_backward(ctx, dx, dy, y);
+  ops::softmax_backward(ctx, dx, dy, y, ops::DxMode::add);
   check_close(
       dx,
       {1.209987170807013, 1, 1 - 0.20998717080701312, 1 - 0.013669894779927992, 1 - 0.03715862657722542,
@@ -44,7 +44,7 @@ TEST_CASE("softmax: 1 and 2 threads give identical bits; a bias that does not tr
     Context ctx = Context::cpu(threads);
     Tensor y = Tensor::empty(x.shape()), dx = Tensor::zeros(x.shape());
     ops::softmax_forward(ctx, y, x, &bias);
-    ops::softmax_backward(ctx, dx, dy, y);
+    ops::softmax_backward(ctx, dx, dy, y, ops::DxMode::add);
     return std::pair{y, dx};
   };
   auto [y1, dx1] = run(1);
