@@ -42,8 +42,10 @@ Tensor Fire::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != y_shape_)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape_));
   const int64_t n = y_shape_[0], h = y_shape_[2], w = y_shape_[3];
-  Tensor da = zeros_on(ctx, {n, e1_, h, w}), db = zeros_on(ctx, {n, e3_, h, w});
-  ops::split_channels_backward(ctx, {&da, &db}, dy);
+  // Each branch's channels of dy, copied out (written over: no zero fill).
+  Tensor da = empty_on(ctx, {n, e1_, h, w}), db = empty_on(ctx, {n, e3_, h, w});
+  ops::copy_channels(ctx, da, 0, dy, 0, e1_, ops::DxMode::overwrite);
+  ops::copy_channels(ctx, db, 0, dy, e1_, e3_, ops::DxMode::overwrite);
   // expand3x3 first: its parameters were registered last (reverse order, as DDP's buckets fill).
   Tensor ds = child(4).backward(ctx, child(5).backward(ctx, db));
   ops::axpy(ctx, ds, 1.f, child(2).backward(ctx, child(3).backward(ctx, da)));

@@ -222,6 +222,20 @@ TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
   CHECK(keys == std::vector<std::string>{"squeeze.weight", "squeeze.bias", "expand1x1.weight", "expand1x1.bias",
                                          "expand3x3.weight", "expand3x3.bias"});
   check_block(ctx, fire, uniform({2, 3, 4, 4}, 10), /*train=*/false);
+  // Backward hands each branch its channels of dy without zero-filling them first.
+  Tensor y = fire.forward(ctx, uniform({2, 3, 4, 4}, 11));
+  ops::profile::reset();
+  ops::profile::set_enabled(true);
+  {
+    ops::profile::Counting counting(true);
+    fire.backward(ctx, uniform(y.shape(), 12));
+  }
+  ops::profile::set_enabled(false);
+  std::map<std::string, int64_t> calls;
+  for (const auto& op : ops::profile::snapshot()) calls[op.name] = op.calls;
+  CHECK(calls["copy_channels"] == 2);
+  CHECK(calls["fill"] == 0);
+  CHECK(calls["split_channels_backward"] == 0);
 }
 
 TEST_CASE("without a caller for dx, blocks compute the same parameter gradients and no dx") {
