@@ -418,6 +418,7 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
     // The limit lines, through the sizes measured: a rate is the same at every size; one rank's
     // memcpy is faster at the sizes the caches hold.
     size_t k = 0;
+    double highest_limit = 0;
     for (const auto& [source, by_size] : fig.limits) {
       const std::string name = "l" + std::to_string(k++);
       std::vector<std::vector<double>> rows;
@@ -427,6 +428,7 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
         lo = std::min(lo, gbs);
         hi = std::max(hi, gbs);
       }
+      highest_limit = std::max(highest_limit, hi);
       b += datablock(name, rows);
       const std::string what = source == "memcpy"    ? "one rank's memcpy"
                                : source == "net-sim" ? "--net-sim rate"
@@ -440,11 +442,9 @@ std::vector<Figure> busbw_figures(const Inputs& in) {
     }
     // A limit far above every measurement (a copy inside the caches) would flatten the lines
     // measured: the y axis stops at twice the best busbw and the limit leaves the plot there.
-    double best = 0, highest_limit = 0;
+    double best = 0;
     for (const auto& s : fig.series)
       for (auto [bytes, bw] : s.points) best = std::max(best, bw);
-    for (const auto& [source, by_size] : fig.limits)
-      for (auto [bytes, gbs] : by_size) highest_limit = std::max(highest_limit, gbs);
     const bool cut = best > 0 && highest_limit > 2 * best;
     const std::string caption = fig.run + "; out-of-place rows, busbw as nccl-tests defines it" +
                                 (fig.limits.empty() ? "" : "; dotted: the busbw limit dpx collective stated") +

@@ -188,11 +188,9 @@ void copy_channels(Context& ctx, Tensor& dst, int64_t dst_channel, const Tensor&
   if (N == 0 || run == 0) return;
   float* d = f32(dst, "copy_channels", "dst");
   const float* x = f32(src, "copy_channels", "src");
-  // Runs, images and offsets are all multiples of S: with S % 4 == 0 and both tensors on 16 bytes,
-  // every access of the launch can move four floats.
-  auto on16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const int64_t w = S % 4 == 0 && on16(d) && on16(x) ? 4 : 1;
-  const dim3 grid(detail::grid_for((run / w + 3) / 4), 1, static_cast<unsigned>(std::min<int64_t>(N, 65535)));
+  // Runs, images and offsets are all multiples of S, as a concatenation's: the same float4 test.
+  const int64_t w = aligned16(1, S, d, [&](size_t) { return x; }) ? 4 : 1;
+  const dim3 grid = grid_of(run / w, 1, N);
   const bool overwrite = mode == DxMode::overwrite;
   const int64_t dst_image = dst.size(1) * S / w, src_image = src.size(1) * S / w;
   if (w == 4)

@@ -531,10 +531,11 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
   if (o.memcpy_bytes > 0 && !nccl_ranks && !p2p) {  // a host copy says nothing of the GPUs' links
     const double cap = phys > 0 ? phys / 8 / std::min(local_ranks, cpus) : 1e12;  // two buffers per copier
     const size_t bytes = std::min<size_t>(o.memcpy_bytes, static_cast<size_t>(std::min(cap, 1e12)));
-    // The headline size first, then every size of the run below it (a larger one copies as fast).
+    // The headline size first, then every size of the run below it (a larger one copies as fast;
+    // size_steps' sizes grow strictly, so none repeats).
     std::vector<size_t> sizes = {bytes};
     for (size_t size : p.sizes)
-      if (size > 0 && size < bytes && std::find(sizes.begin(), sizes.end(), size) == sizes.end()) sizes.push_back(size);
+      if (size > 0 && size < bytes) sizes.push_back(size);
     const std::vector<double> gbs =
         mpi ? measure_memcpy_gbs(processes->world(), sizes) : measure_memcpy_gbs(o.ranks, sizes, o.pin_threads);
     report.memcpy_gbs_per_rank = gbs[0];
