@@ -32,7 +32,8 @@ void linear_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor&
       for (int64_t i = 0; i < in; ++i) {
         double sum = 0;
         for (int64_t o = 0; o < out; ++o) sum += static_cast<double>(dyp[n * out + o]) * wp[o * in + i];
-        d[n * in + i] = static_cast<float>(sum) + (dx_mode == DxMode::overwrite ? 0.f : d[n * in + i]);
+        const auto v = static_cast<float>(sum);
+        d[n * in + i] = dx_mode == DxMode::overwrite ? v : d[n * in + i] + v;
       }
   }
   if (dw) {
