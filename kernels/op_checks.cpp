@@ -72,7 +72,8 @@ void require_unary_backward(const char* op, const Tensor& dx, const Tensor& dy,
 }
 
 // ---- convolution and pooling windows ------------------------------------------------------
-// The output (N, C_out, OH, OW) of a convolution of x by w, after checking that they fit.
+// The output (N, C_out, OH, OW) of a convolution of x by w, after checking that they fit, in
+// p.format's layout.
 Shape conv_output(const char* op, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   require_f32(op, "x", x);
   require_f32(op, "w", w);
@@ -83,20 +84,22 @@ Shape conv_output(const char* op, const Tensor& x, const Tensor& w, const Conv2d
     fail(op, ": groups ", p.groups, ", stride (", p.stride_h, ", ", p.stride_w, "), dilation (",
          p.dilation_h, ", ", p.dilation_w, ") must be positive and padding (", p.pad_h, ", ",
          p.pad_w, ") not negative");
-  const int64_t C = x.size(1), K = w.size(0), G = p.groups;
+  const ImageDims d = image_dims(x.shape(), p.format);
+  const int64_t C = d.c, K = w.size(0), G = p.groups;
   if (C % G != 0 || K % G != 0 || w.size(1) * G != C)
-    fail(op, ": x ", shape_str(x.shape()), " and w ", shape_str(w.shape()), " do not fit ", G,
-         " groups: need C_in and C_out divisible by groups and w (C_out, C_in / groups, kH, kW)");
+    fail(op, ": x ", shape_str(x.shape()), " (", format_name(p.format), ") and w ", shape_str(w.shape()),
+         " do not fit ", G, " groups: need C_in and C_out divisible by groups and w (C_out, C_in / groups, kH, kW)");
   const int64_t kh = w.size(2), kw = w.size(3);
-  const int64_t OH = conv_out_size(x.size(2), static_cast<int>(kh), p.stride_h, p.pad_h, p.dilation_h);
-  const int64_t OW = conv_out_size(x.size(3), static_cast<int>(kw), p.stride_w, p.pad_w, p.dilation_w);
+  const int64_t OH = conv_out_size(d.h, static_cast<int>(kh), p.stride_h, p.pad_h, p.dilation_h);
+  const int64_t OW = conv_out_size(d.w, static_cast<int>(kw), p.stride_w, p.pad_w, p.dilation_w);
   if (OH <= 0 || OW <= 0)
     fail(op, ": kernel ", kh, "x", kw, " (dilation ", p.dilation_h, "x", p.dilation_w,
          ") does not fit input ", shape_str(x.shape()), " padded by (", p.pad_h, ", ", p.pad_w, ")");
-  return {x.size(0), K, OH, OW};
+  return image_shape({d.n, K, OH, OW}, p.format);
 }
 
-// The output (N, C, OH, OW) of pooling x, after checking the window against PyTorch's rules.
+// The output (N, C, OH, OW) of pooling x, after checking the window against PyTorch's rules, in
+// p.format's layout.
 Shape pool_output(const char* op, const Tensor& x, const Pool2dParams& p) {
   require_f32(op, "x", x);
   require_dim(op, "x", x, 4);
@@ -107,24 +110,33 @@ Shape pool_output(const char* op, const Tensor& x, const Pool2dParams& p) {
   if (2 * p.pad_h > p.kernel_h || 2 * p.pad_w > p.kernel_w)
     fail(op, ": padding (", p.pad_h, ", ", p.pad_w, ") must be at most half the kernel (",
          p.kernel_h, ", ", p.kernel_w, ")");
-  const int64_t OH = conv_out_size(x.size(2), p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
-  const int64_t OW = conv_out_size(x.size(3), p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+  const ImageDims d = image_dims(x.shape(), p.format);
+  const int64_t OH = conv_out_size(d.h, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+  const int64_t OW = conv_out_size(d.w, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
   if (OH <= 0 || OW <= 0)
     fail(op, ": window (", p.kernel_h, ", ", p.kernel_w, ") does not fit input ",
          shape_str(x.shape()), " padded by (", p.pad_h, ", ", p.pad_w, ")");
-  return {x.size(0), x.size(1), OH, OW};
+  return image_shape({d.n, d.c, OH, OW}, p.format);
 }
 
-// x or dx (N, C, H, W) and y or dy (N, C, OH, OW) for adaptive pooling.
+// Average pooling has no channels-last kernels.
+void require_contiguous(const char* op, const Pool2dParams& p) {
+  if (p.format != MemoryFormat::contiguous)
+    fail(op, ": channels_last maps are not built for average pooling (max pooling and adaptive average "
+         "pooling take them); pass contiguous (N, C, H, W) maps");
+}
+
+// x or dx (N, C, H, W) and y or dy (N, C, OH, OW) for adaptive pooling, both in `format`.
 void check_adaptive(const char* op, const char* in_name, const Tensor& in, const char* out_name,
-                    const Tensor& out) {
+                    const Tensor& out, MemoryFormat format) {
   require_f32(op, in_name, in);
   require_f32(op, out_name, out);
   require_dim(op, in_name, in, 4);
   require_dim(op, out_name, out, 4);
-  if (in.size(0) != out.size(0) || in.size(1) != out.size(1) || out.size(2) < 1 || out.size(3) < 1)
+  const ImageDims i = image_dims(in.shape(), format), o = image_dims(out.shape(), format);
+  if (i.n != o.n || i.c != o.c || o.h < 1 || o.w < 1)
     fail(op, ": ", in_name, " ", shape_str(in.shape()), " and ", out_name, " ",
-         shape_str(out.shape()), " must agree on (N, C) and the output must not be empty");
+         shape_str(out.shape()), " (", format_name(format), ") must agree on N and C and the output must not be empty");
 }
 
 // ---- normalisation ------------------------------------------------------------------------
@@ -361,7 +373,7 @@ void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
   const char* op = "conv2d_forward";
   const Shape out = conv_output(op, x, w, p);
   require_f32_shape(op, "y", y, out);
-  if (b && b->defined()) require_f32_shape(op, "b", *b, {out[1]});
+  if (b && b->defined()) require_f32_shape(op, "b", *b, {w.size(0)});
 }
 
 void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
@@ -371,7 +383,7 @@ void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor&
   require_f32_shape(op, "dy", dy, out);
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
   if (dw) require_f32_shape(op, "dw", *dw, w.shape());
-  if (db) require_f32_shape(op, "db", *db, {out[1]});
+  if (db) require_f32_shape(op, "db", *db, {w.size(0)});
 }
 
 // ==== pooling
@@ -392,33 +404,37 @@ void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& a
   require_dim(op, "dy", dy, 4);
   require_dtype(op, "argmax", argmax, DType::i32);
   require_shape(op, "argmax", argmax, dy.shape());
-  if (dx.size(0) != dy.size(0) || dx.size(1) != dy.size(1))
+  const ImageDims i = image_dims(dx.shape(), p.format), o = image_dims(dy.shape(), p.format);
+  if (i.n != o.n || i.c != o.c)
     fail(op, ": dx ", shape_str(dx.shape()), " and dy ", shape_str(dy.shape()),
-         " must agree on (N, C)");
+         " must agree on N and C");
   // dy is the pooled shape of dx under the forward's parameters.
   require_shape(op, "dy", dy, pool_output(op, dx, p));
 }
 
 void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {
   const char* op = "avg_pool2d_forward";
+  require_contiguous(op, p);
   require_f32_shape(op, "y", y, pool_output(op, x, p));
 }
 
 void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
   const char* op = "avg_pool2d_backward";
+  require_contiguous(op, p);
   require_f32(op, "dx", dx);
   require_f32_shape(op, "dy", dy, pool_output(op, dx, p));
 }
 
-void adaptive_avg_pool2d_forward(Context&, Tensor& y, const Tensor& x) {
+void adaptive_avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, MemoryFormat format) {
   const char* op = "adaptive_avg_pool2d_forward";
-  check_adaptive(op, "x", x, "y", y);
-  if (y.numel() != 0 && (x.size(2) == 0 || x.size(3) == 0))
+  check_adaptive(op, "x", x, "y", y, format);
+  const ImageDims d = image_dims(x.shape(), format);
+  if (y.numel() != 0 && (d.h == 0 || d.w == 0))
     fail(op, ": empty input ", shape_str(x.shape()), ": every output bin needs at least one pixel");
 }
 
-void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy) {
-  check_adaptive("adaptive_avg_pool2d_backward", "dx", dx, "dy", dy);
+void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+  check_adaptive("adaptive_avg_pool2d_backward", "dx", dx, "dy", dy, format);
 }
 
 // ==== batch normalisation

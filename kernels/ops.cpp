@@ -131,6 +131,19 @@ namespace {
 #include "kernels/ops.def"
 #undef DPX_OP
 
+ImageDims image_dims(const Shape& s, MemoryFormat f) {
+  DPX_CHECK(s.size() == 4, "image_dims: ", shape_str(s), " is not an image batch (4 dimensions)");
+  if (f == MemoryFormat::channels_last) return {s[0], s[3], s[1], s[2]};
+  return {s[0], s[1], s[2], s[3]};
+}
+
+Shape image_shape(const ImageDims& d, MemoryFormat f) {
+  if (f == MemoryFormat::channels_last) return {d.n, d.h, d.w, d.c};
+  return {d.n, d.c, d.h, d.w};
+}
+
+const char* format_name(MemoryFormat f) { return f == MemoryFormat::channels_last ? "channels_last" : "contiguous"; }
+
 int64_t conv_out_size(int64_t in, int kernel, int stride, int pad, int dilation, bool ceil_mode) {
   DPX_CHECK(stride > 0 && kernel > 0 && dilation > 0, "window kernel ", kernel, ", stride ", stride,
             ", dilation ", dilation, " must be positive");

@@ -16,9 +16,29 @@
 
 namespace dpx::ops {
 
+// How an image batch lies in memory (PyTorch's torch.memory_format): contiguous, (N, C, H, W),
+// or channels_last, (N, H, W, C) — a tensor of that shape, for dpx tensors are always packed in
+// the order of their shape. The convolution and pooling ops take either (their params' `format`);
+// elementwise ops do not care, and batch norm takes a channels-last map viewed as rows (N*H*W, C).
+// cuDNN's tensor-core convolutions prefer channels_last (`--memory-format`, docs/cuda.md).
+enum class MemoryFormat { contiguous, channels_last };
+
+// An image batch's four sizes, whatever its layout.
+struct ImageDims {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+};
+// The sizes of a 4-d tensor of that layout: (N, C, H, W) or (N, H, W, C) read as N, C, H, W.
+ImageDims image_dims(const Shape& s, MemoryFormat f);
+// The shape a tensor of those sizes has in that layout.
+Shape image_shape(const ImageDims& d, MemoryFormat f);
+const char* format_name(MemoryFormat f);  // "contiguous", "channels_last"
+
+// x and y in `format`; the weight is (C_out, C_in / groups, kH, kW) in either (PyTorch's layout, so
+// that checkpoints and safetensors files do not depend on it).
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   int groups = 1;
+  MemoryFormat format = MemoryFormat::contiguous;
 };
 
 // How a backward op that offers the choice writes dx: added into it (ops.def's rule for every
@@ -35,6 +55,7 @@ struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   bool ceil_mode = false;
   bool count_include_pad = true;  // average pooling only (PyTorch's default)
+  MemoryFormat format = MemoryFormat::contiguous;  // max pooling only: average pooling refuses channels_last
 };
 
 struct SgdParams {
@@ -55,6 +76,12 @@ struct AdamwParams {
 inline void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a,
                    bool trans_b, float alpha = 1.f) {
   matmul(ctx, c, a, b, trans_a, trans_b, alpha, 0.f);
+}
+inline void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
+  adaptive_avg_pool2d_forward(ctx, y, x, MemoryFormat::contiguous);
+}
+inline void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
+  adaptive_avg_pool2d_backward(ctx, dx, dy, MemoryFormat::contiguous);
 }
 inline void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tensor& logits,
                                   const Tensor& labels) {

@@ -67,6 +67,7 @@ class Activation : public Cloneable<Activation<Ops>> {
   std::string type_name() const override { return Ops::name; }
   std::string describe() const override { return Ops::repr; }
   void clear_cache() override { kept_ = Tensor(); }
+  bool set_channels_last(bool) override { return true; }  // elementwise
 
  private:
   Tensor kept_;  // like x: forward's input or output (shared with the neighbours, not copied)

@@ -77,6 +77,11 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
 
 template <class Self>
 Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
+  if (channels_last_) {
+    if (x.dim() != 4 || x.size(3) != c_)
+      fail(describe(), " given input ", shape_str(x.shape()), ": expected channels-last (N, H, W, ", c_, ")");
+    return forward_checked(ctx, x.view({-1, c_}), epilogue).view(x.shape());
+  }
   check_input(x);
   return forward_checked(ctx, x, epilogue);
 }
@@ -120,6 +125,10 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy) {
 template <class Self>
 Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tensor* relu_out) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (channels_last_ && dy.dim() == 4) {  // forward kept x as rows (N*H*W, C)
+    const Tensor rows_out = relu_out ? relu_out->view({-1, c_}) : Tensor();
+    return backward(ctx, dy.view({-1, c_}), relu_out ? &rows_out : nullptr).view(dy.shape());
+  }
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);

@@ -55,6 +55,11 @@ class BatchNormBase : public Cloneable<Self> {
   Tensor forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue);  // x (N, >= C, ...)
   Tensor backward_eval(Context& ctx, const Tensor& dy);
 
+ protected:
+  // Channels-last maps (N, H, W, C) are normalised as the rows (N*H*W, C) they are (BatchNorm2d).
+  bool channels_last_ = false;
+
+ private:
   int64_t c_;
   float eps_, momentum_;
   bool trained_forward_ = false;  // the mode of the last forward, which backward must follow
@@ -67,6 +72,10 @@ class BatchNorm2d final : public BatchNormBase<BatchNorm2d> {
  public:
   using BatchNormBase::BatchNormBase;
   std::string type_name() const override { return "BatchNorm2d"; }
+  bool set_channels_last(bool on) override {  // (N, H, W, C) -> (N, H, W, C), as rows (N*H*W, C)
+    channels_last_ = on;
+    return true;
+  }
 };
 
 class BatchNorm1d final : public BatchNormBase<BatchNorm1d> {

@@ -71,18 +71,22 @@ ops::Conv2dParams Conv2d::kernel_params() const {
   p.dilation_h = opt_.dilation_h;
   p.dilation_w = opt_.dilation_w;
   p.groups = opt_.groups;
+  p.format = format_;
   return p;
 }
 
 Shape Conv2d::output_shape(const Shape& x_shape) const {
-  if (x_shape.size() != 4 || x_shape[1] != in_)
-    fail(describe(), " given input ", shape_str(x_shape), ": expected (N, ", in_, ", H, W)");
-  int64_t oh = ops::conv_out_size(x_shape[2], opt_.kernel_h, opt_.stride_h, opt_.pad_h, opt_.dilation_h);
-  int64_t ow = ops::conv_out_size(x_shape[3], opt_.kernel_w, opt_.stride_w, opt_.pad_w, opt_.dilation_w);
+  const bool last = format_ == ops::MemoryFormat::channels_last;
+  if (x_shape.size() != 4 || x_shape[last ? 3 : 1] != in_)
+    fail(describe(), " given input ", shape_str(x_shape), ": expected ", last ? "channels-last (N, H, W, " : "(N, ", in_,
+         last ? ")" : ", H, W)");
+  const ops::ImageDims d = ops::image_dims(x_shape, format_);
+  int64_t oh = ops::conv_out_size(d.h, opt_.kernel_h, opt_.stride_h, opt_.pad_h, opt_.dilation_h);
+  int64_t ow = ops::conv_out_size(d.w, opt_.kernel_w, opt_.stride_w, opt_.pad_w, opt_.dilation_w);
   if (oh <= 0 || ow <= 0)
     fail(describe(), " given input ", shape_str(x_shape),
          ": the padded input is smaller than the (dilated) kernel; use a larger image");
-  return {x_shape[0], out_, oh, ow};
+  return ops::image_shape({d.n, out_, oh, ow}, format_);
 }
 
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) {

@@ -30,6 +30,11 @@ class Conv2d : public Cloneable<Conv2d> {
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;
   void clear_cache() override { x_ = Tensor(); }
+  // Channels-last: x (N, H, W, C_in) -> (N, OH, OW, C_out); the weight keeps its layout.
+  bool set_channels_last(bool on) override {
+    format_ = on ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    return true;
+  }
   // 2 N C_out OH OW (C_in / groups) kH kW: the multiply-adds of the last forward, bias not counted.
   int64_t last_forward_flops() const override { return last_flops_; }
 
@@ -42,7 +47,8 @@ class Conv2d : public Cloneable<Conv2d> {
   const Conv2dOptions& options() const { return opt_; }
   Parameter& weight() { return param(0); }                           // (C_out, C_in/groups, kH, kW)
   Parameter* bias() { return opt_.bias ? &param(1) : nullptr; }     // (C_out)
-  // Output shape for an input shape (N, C_in, H, W); throws naming the layer when it is empty.
+  // Output shape for an input shape (N, C_in, H, W) (channels-last: (N, H, W, C_in)); throws naming
+  // the layer when it is empty.
   Shape output_shape(const Shape& x_shape) const;
 
  private:
@@ -50,6 +56,7 @@ class Conv2d : public Cloneable<Conv2d> {
 
   int64_t in_, out_;
   Conv2dOptions opt_;
+  ops::MemoryFormat format_ = ops::MemoryFormat::contiguous;
   Tensor x_;  // (N, C_in, H, W): forward's input (shared, not copied), for dW and dx's shape
   int64_t last_flops_ = 0;
 };

@@ -16,6 +16,9 @@ class Dropout : public Cloneable<Dropout> {
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dy masked and scaled as forward
   std::string type_name() const override { return "Dropout"; }
   std::string describe() const override;
+  // Elementwise, but its mask is drawn in the order of the tensor's elements: a channels-last
+  // model draws other masks than a contiguous one from the same seed.
+  bool set_channels_last(bool) override { return true; }
   void clear_cache() override {
     mask_ = Tensor();
     last_ = Last::none;

@@ -29,6 +29,9 @@ std::string Linear::describe() const {
 Tensor Linear::forward(Context& ctx, const Tensor& x) {
   if (x.dim() < 1 || x.size(-1) != in_)
     fail(describe(), " given input ", shape_str(x.shape()), ": the last dimension must be ", in_);
+  if (channels_last_ && x.dim() == 4)
+    fail(describe(), " given a channels-last map ", shape_str(x.shape()),
+         ": under --memory-format channels_last a Linear takes rows (a Flatten before it), not an image map");
   x_shape_ = x.shape();
   x_ = x.view({-1, in_});
   Shape y_shape = x_shape_;

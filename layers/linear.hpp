@@ -16,6 +16,12 @@ class Linear : public Cloneable<Linear> {
   std::string type_name() const override { return "Linear"; }
   std::string describe() const override;
   void clear_cache() override { x_ = Tensor(); }
+  // It takes the (N, features) rows that Flatten gives in either format; on channels-last it
+  // refuses an image map, whose last dimension would be C instead of W.
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
   // 2 rows in out: the multiply-adds of the last forward, bias not counted.
   int64_t last_forward_flops() const override { return last_flops_; }
 
@@ -31,6 +37,7 @@ class Linear : public Cloneable<Linear> {
  private:
   int64_t in_, out_;
   bool has_bias_;
+  bool channels_last_ = false;
   Tensor x_;       // (rows, in): the forward input seen as rows (a view), for dW
   Shape x_shape_;  // the input's own shape, given back to dx
   int64_t last_flops_ = 0;

@@ -43,8 +43,47 @@ void Model::zero_grad(Context& ctx) {
 }
 
 Model Model::clone(Device device) const {
-  Model m(root_->clone(), device);
+  Model m(root_->clone(), device);  // the modules' formats come with their copies
+  m.format_ = format_;
   return m;
+}
+
+void Model::set_memory_format(ops::MemoryFormat format) {
+  const bool on = format == ops::MemoryFormat::channels_last;
+  std::vector<std::string> refused;
+  std::vector<Module*> done;
+  for (auto& [name, m] : root_->named_modules()) {
+    if (m->set_channels_last(on))
+      done.push_back(m);
+    else
+      refused.push_back(detail::concat(name.empty() ? "the model" : name, " (", m->type_name(), ")"));
+  }
+  if (!refused.empty()) {
+    for (Module* m : done) m->set_channels_last(format_ == ops::MemoryFormat::channels_last);
+    std::string list;
+    for (size_t i = 0; i < refused.size() && i < 3; ++i) list += (i ? ", " : "") + refused[i];
+    if (refused.size() > 3) list += detail::concat(" and ", refused.size() - 3, " more");
+    usage_fail("--memory-format ", ops::format_name(format), ": ", list, refused.size() > 1 ? " have" : " has",
+               " no channels-last computation yet. channels_last runs models built of Conv2d, BatchNorm2d, "
+               "MaxPool2d, AdaptiveAvgPool2d, ReLU, Dropout, Flatten, Linear and ResNet blocks (the resnet, vgg "
+               "and alexnet families); use --memory-format contiguous for this model");
+  }
+  format_ = format;
+}
+
+Tensor Model::forward(Context& ctx, const Tensor& x) {
+  if (format_ == ops::MemoryFormat::contiguous || x.dim() != 4) return root_->forward(ctx, x);
+  Tensor nhwc = Tensor::empty({x.size(0), x.size(2), x.size(3), x.size(1)}, x.dtype(), ctx.device);
+  ops::permute(ctx, nhwc, x, {0, 2, 3, 1});
+  return root_->forward(ctx, nhwc);
+}
+
+Tensor Model::backward(Context& ctx, const Tensor& dy) {
+  Tensor dx = root_->backward(ctx, dy);
+  if (format_ == ops::MemoryFormat::contiguous || !dx.defined() || dx.dim() != 4) return dx;
+  Tensor nchw = Tensor::empty({dx.size(0), dx.size(3), dx.size(1), dx.size(2)}, dx.dtype(), ctx.device);
+  ops::permute(ctx, nchw, dx, {0, 3, 1, 2});
+  return nchw;
 }
 
 void Model::copy_state_from(const Model& other) {

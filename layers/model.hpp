@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.hpp"
 #include "layers/module.hpp"
 
 namespace dpx::nn {
@@ -34,10 +35,20 @@ class Model {
 
   Module& root() { return *root_; }
   Device device() const { return device_; }
-  Tensor forward(Context& ctx, const Tensor& x) { return root_->forward(ctx, x); }
+  // Takes an (N, C, H, W) batch (or any input its first layer takes) in every memory format.
+  Tensor forward(Context& ctx, const Tensor& x);
   // Accumulates the parameter gradients; the returned dx is undefined unless
   // root().set_input_grad_needed(true) was called.
-  Tensor backward(Context& ctx, const Tensor& dy) { return root_->backward(ctx, dy); }
+  Tensor backward(Context& ctx, const Tensor& dy);
+
+  // How the model's image maps lie in memory (--memory-format, as PyTorch's
+  // model.to(memory_format=...)): channels_last sets every module to (N, H, W, C) maps, and
+  // forward permutes its (N, C, H, W) input once (backward permutes the input's gradient back).
+  // Parameters keep PyTorch's layouts, so weights and checkpoints do not depend on it. Fails,
+  // naming the modules, where a module has no channels-last computation (the model is then left
+  // as it was).
+  void set_memory_format(ops::MemoryFormat format);
+  ops::MemoryFormat memory_format() const { return format_; }
   void train(bool on = true) { root_->train(on); }
   void eval() { root_->train(false); }
 
@@ -60,6 +71,7 @@ class Model {
  private:
   std::unique_ptr<Module> root_;
   Device device_;
+  ops::MemoryFormat format_ = ops::MemoryFormat::contiguous;
   Tensor flat_params_, flat_grads_;
   std::vector<ParamSlot> slots_;
 };

@@ -45,6 +45,12 @@ class Module {
   virtual std::string type_name() const = 0;
   // One line describing the configuration, e.g. "Conv2d(3, 64, kernel=7, stride=2, pad=3)".
   virtual std::string describe() const { return type_name(); }
+  // Makes this module's own computation take channels-last maps (N, H, W, C) in place of (N, C, H,
+  // W), or contiguous ones again (--memory-format; Model::set_memory_format walks every module).
+  // Returns whether it can: by default a module can only stay contiguous, so that a layer whose
+  // kernels or shape checks know only (N, C, H, W) refuses, and with it the model. Layers that do
+  // not care where the channels lie (elementwise, or composites of other modules) say so.
+  virtual bool set_channels_last(bool on) { return !on; }
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -37,12 +37,15 @@ void check_window(const std::string& layer, const ops::Pool2dParams& p) {
 }
 
 Shape pooled_shape(const std::string& layer, const Shape& x, const ops::Pool2dParams& p) {
-  if (x.size() != 4) fail(layer, " given input ", shape_str(x), ": expected (N, C, H, W)");
-  int64_t oh = ops::conv_out_size(x[2], p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
-  int64_t ow = ops::conv_out_size(x[3], p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
+  if (x.size() != 4)
+    fail(layer, " given input ", shape_str(x), ": expected ",
+         p.format == ops::MemoryFormat::channels_last ? "channels-last (N, H, W, C)" : "(N, C, H, W)");
+  const ops::ImageDims d = ops::image_dims(x, p.format);
+  int64_t oh = ops::conv_out_size(d.h, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode);
+  int64_t ow = ops::conv_out_size(d.w, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode);
   if (oh <= 0 || ow <= 0)
     fail(layer, " given input ", shape_str(x), ": the padded input is smaller than the window");
-  return {x[0], x[1], oh, ow};
+  return ops::image_shape({d.n, d.c, oh, ow}, p.format);
 }
 
 void check_dy(const std::string& layer, const Tensor& dy, const Shape& expected) {
@@ -122,19 +125,23 @@ std::string AdaptiveAvgPool2d::describe() const {
 }
 
 Tensor AdaptiveAvgPool2d::forward(Context& ctx, const Tensor& x) {
-  if (x.dim() != 4 || x.size(2) == 0 || x.size(3) == 0)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, C, H, W) with H, W > 0");
-  Tensor y = Tensor::empty({x.size(0), x.size(1), out_h_, out_w_}, DType::f32, ctx.device);
-  ops::adaptive_avg_pool2d_forward(ctx, y, x);
+  const bool last = format_ == ops::MemoryFormat::channels_last;
+  if (x.dim() != 4 || x.size(last ? 1 : 2) == 0 || x.size(last ? 2 : 3) == 0)
+    fail(describe(), " given input ", shape_str(x.shape()),
+         last ? ": expected channels-last (N, H, W, C) with H, W > 0" : ": expected (N, C, H, W) with H, W > 0");
+  const ops::ImageDims d = ops::image_dims(x.shape(), format_);
+  Tensor y = Tensor::empty(ops::image_shape({d.n, d.c, out_h_, out_w_}, format_), DType::f32, ctx.device);
+  ops::adaptive_avg_pool2d_forward(ctx, y, x, format_);
   x_shape_ = x.shape();
   return y;
 }
 
 Tensor AdaptiveAvgPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
-  check_dy(describe(), dy, {x_shape_[0], x_shape_[1], out_h_, out_w_});
+  const ops::ImageDims d = ops::image_dims(x_shape_, format_);
+  check_dy(describe(), dy, ops::image_shape({d.n, d.c, out_h_, out_w_}, format_));
   Tensor dx = zeros_on(ctx, x_shape_);
-  ops::adaptive_avg_pool2d_backward(ctx, dx, dy);
+  ops::adaptive_avg_pool2d_backward(ctx, dx, dy, format_);
   return dx;
 }
 

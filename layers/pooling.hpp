@@ -17,6 +17,10 @@ class MaxPool2d : public Cloneable<MaxPool2d> {
   std::string type_name() const override { return "MaxPool2d"; }
   std::string describe() const override;
   void clear_cache() override { argmax_ = Tensor(); }
+  bool set_channels_last(bool on) override {  // (N, H, W, C) -> (N, OH, OW, C)
+    p_.format = on ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    return true;
+  }
   const ops::Pool2dParams& params() const { return p_; }
 
  private:
@@ -51,9 +55,14 @@ class AdaptiveAvgPool2d : public Cloneable<AdaptiveAvgPool2d> {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "AdaptiveAvgPool2d"; }
   std::string describe() const override;
+  bool set_channels_last(bool on) override {  // (N, H, W, C) -> (N, out_h, out_w, C)
+    format_ = on ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    return true;
+  }
 
  private:
   int64_t out_h_, out_w_;
+  ops::MemoryFormat format_ = ops::MemoryFormat::contiguous;
   Shape x_shape_;  // (N, C, H, W)
 };
 

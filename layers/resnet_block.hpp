@@ -22,6 +22,11 @@ class ResNetBlock : public Cloneable<Self> {
   // false) only parameter gradients are computed and dx is undefined.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string describe() const override;
+  // Its children compute; the block adds and checks the input's channels where they lie.
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
 
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
@@ -40,6 +45,7 @@ class ResNetBlock : public Cloneable<Self> {
   int64_t in_, out_;
   int stride_;
   size_t branch_ = 0;  // children [0, branch_) are the residual branch
+  bool channels_last_ = false;
 };
 
 // torchvision's BasicBlock (expansion 1): conv1 3x3 (stride), bn1, relu1, conv2 3x3, bn2.

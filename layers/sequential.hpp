@@ -48,6 +48,7 @@ class Sequential : public Cloneable<Sequential> {
   // and returns an undefined Tensor: children before it have nothing to learn.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "Sequential"; }
+  bool set_channels_last(bool) override { return true; }  // its children decide
   // "Sequential(0: Conv2d, 1: ReLU, 2: MaxPool2d)": one line; children describe their settings.
   std::string describe() const override;
 };

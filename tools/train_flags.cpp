@@ -205,6 +205,12 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "1 GiB, as PyTorch's cudnn.benchmark = True; the first steps are slower)")
       ->check(CLI::IsMember({"heuristic", "search"}))
       ->capture_default_str();
+  cmd.add_option("--memory-format", f.memory_format,
+                 "how the model's image maps lie in memory: contiguous (N, C, H, W) or channels_last (N, H, W, C), "
+                 "as PyTorch's model.to(memory_format=...): on GPUs cuDNN's tensor-core convolutions take "
+                 "channels_last without transposing; on CPUs it is a checking mode (each convolution and pooling "
+                 "runs between two permutes, slower). The resnet, vgg and alexnet families; weights keep their layout")
+      ->capture_default_str();
   cmd.add_flag("--cuda-graph", o.cuda_graph,
                "GPUs, --parallel none: after a shape's first (eager) step, record forward, loss and backward as a "
                "CUDA graph and replay it each step with one launch (the optimizer stays eager; phases are still "
@@ -251,6 +257,7 @@ void apply_train_flags(parallel::TrainOptions& o, const TrainFlags& f) {
   o.algo = o.backend == Backend::nccl && f.algo == "ring" ? Algorithm::nccl
                                                           : with_flag("--algo", [&] { return parse_algorithm(f.algo); });
   o.precision = parse_choice(kPrecisions, f.precision, "--precision", "precision");
+  o.memory_format = parse_choice(kMemoryFormats, f.memory_format, "--memory-format", "memory format");
   o.grad_dtype = parse_choice(kGradDtypes, f.grad_dtype, "--grad-dtype", "dtype");
   o.loss_scale = parse_loss_scale(f.loss_scale);
   o.on_nonfinite = parse_choice(kNonFinite, f.on_nonfinite, "--on-nonfinite", "choice");

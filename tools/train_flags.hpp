@@ -13,7 +13,7 @@ struct TrainFlags {
   std::string parallel;  // empty: ddp for an MPI job of several processes, else none
   std::string backend;   // empty: threads for thread ranks, mpi under mpirun
   std::string algo = "ring", precision = "fp32", grad_dtype = "fp32", loss_scale = "auto", on_nonfinite = "stop",
-              lr_schedule = "cosine";
+              lr_schedule = "cosine", memory_format = "contiguous";
   std::string trace_steps = "0:20";
   bool no_overlap = false;
   bool no_eval = false;

@@ -22,7 +22,7 @@ namespace dpx::cuda {
 // A cuDNN algorithm choice, keyed by everything that decides it: the kind of pass, the shapes,
 // the convolution parameters and the math mode (kernels/cuda/conv2d.cu fills the key).
 struct AlgoKey {
-  std::array<int64_t, 20> v{};
+  std::array<int64_t, 21> v{};
   bool operator==(const AlgoKey&) const = default;
 };
 struct AlgoKeyHash {

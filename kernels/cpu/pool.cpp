@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/channels_last_host.hpp"
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
@@ -49,6 +50,8 @@ Window bin(int64_t i, int64_t O, int64_t L) {
 
 void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                         const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::max_pool2d_forward_via_nchw(max_pool2d_forward, ctx, y, argmax, x, p);
   const PoolShape s = pool_shape(x, p);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -104,7 +107,9 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   }
 }
 
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams&) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p);
   const char* op = "max_pool2d_backward";
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
@@ -171,7 +176,9 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   }
 }
 
-void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last)
+    return kernels::adaptive_avg_pool2d_forward_via_nchw(adaptive_avg_pool2d_forward, ctx, y, x);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = y.size(2), OW = y.size(3);
   const float* xp = x.data<float>();
@@ -199,7 +206,9 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
   }
 }
 
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last)
+    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   float* dxp = dx.data<float>();

@@ -73,6 +73,48 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
   }
 }
 
+// The same partial sums where x is rows (M, C) (s == 1, no prefix): channels-last maps as rows
+// (N*H*W, C) (--memory-format channels_last) and BatchNorm1d. There a block per channel would read
+// one float every C (a memory sector per element); here a block takes 32 neighbouring channels
+// (threadIdx.x) over 8 row lanes (threadIdx.y), so a warp reads 32 consecutive floats, and the
+// lanes' sums are added in lane order (a fixed order: the same bits every run). The shift is the
+// channel's first element, as above. grid = (channel tiles of 32, chunks).
+template <bool kBackward>
+__global__ void row_partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
+                                        const float* relu_out, const float* mean, Layout l, int64_t chunk) {
+  __shared__ double lane_a[8][32], lane_b[8][32];
+  const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
+  const int64_t p = blockIdx.y, chunks = gridDim.y;
+  const int64_t begin = p * chunk, end = min(l.m, begin + chunk);
+  double a = 0.0, b = 0.0;
+  if (c < l.c) {
+    const float center = kBackward ? mean[c] : x[c];
+    for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
+      const int64_t at = r * l.c + c;
+      const double d = static_cast<double>(x[at]) - center;
+      if (kBackward) {
+        const double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
+        a += g;
+        b += g * d;
+      } else {
+        a += d;
+        b += d * d;
+      }
+    }
+  }
+  lane_a[threadIdx.y][threadIdx.x] = a;
+  lane_b[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < l.c) {
+    for (int k = 1; k < 8; ++k) {
+      a += lane_a[k][threadIdx.x];
+      b += lane_b[k][threadIdx.x];
+    }
+    part_a[c * chunks + p] = a;
+    part_b[c * chunks + p] = b;
+  }
+}
+
 __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float* running_mean, float* running_var,
                                     const double* part_a, const double* part_b, const float* x, Layout l,
                                     int chunks, float momentum, float eps) {
@@ -166,6 +208,32 @@ int chunks_for(const CudaState& st, const Layout& l) {
   return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 65535));
 }
 
+// Whether x is rows (M, C), summed by row_partial_sums_kernel.
+bool as_rows(const Layout& l) { return l.s == 1 && l.c == l.cx; }
+
+// Its chunks: about 8 blocks per multiprocessor over the channel tiles, each thread summing at
+// least 16 rows.
+int row_chunks_for(const CudaState& st, const Layout& l) {
+  int sms = 0;
+  DPX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, st.device));
+  const int64_t tiles = (l.c + 31) / 32;
+  const int64_t want = (8 * int64_t(sms) + tiles - 1) / tiles, most = (l.m + 16 * 8 - 1) / (16 * 8);
+  return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 65535));
+}
+
+// The partial sums' launch: per channel, or per tile of 32 channels for rows.
+template <bool kBackward>
+void launch_partial_sums(const CudaState& st, double* pa, double* pb, const float* x, const float* dy,
+                         const float* relu_out, const float* mean, const Layout& l, int chunks, int64_t chunk) {
+  if (as_rows(l))
+    row_partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
+                                         st.stream>>>(pa, pb, x, dy, relu_out, mean, l, chunk);
+  else
+    partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
+        pa, pb, x, dy, relu_out, mean, l, chunk);
+  check_launch();
+}
+
 // A per-channel tensor that may be absent (no affine parameters, no running statistics).
 float* optional_f32(const Tensor& t, const char* op, const char* name, int64_t c) {
   if (!t.defined()) return nullptr;
@@ -201,14 +269,12 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   const float* px = f32(x, op, "x");
   float* pmean = f32(save_mean, op, "save_mean");
   float* pinv = f32(save_invstd, op, "save_invstd");
-  int chunks = chunks_for(st, l);
+  int chunks = as_rows(l) ? row_chunks_for(st, l) : chunks_for(st, l);
   int64_t chunk = (l.m + chunks - 1) / chunks;
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks);
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
-  partial_sums_kernel<false><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
-      pa, pb, px, nullptr, nullptr, nullptr, l, chunk);
-  check_launch();
+  launch_partial_sums<false>(st, pa, pb, px, nullptr, nullptr, nullptr, l, chunks, chunk);
   finish_stats_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
   check_launch();
@@ -253,15 +319,13 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   const float* prelu = relu_out ? f32(*relu_out, op, "relu_out") : nullptr;
   const float* pmean = f32(save_mean, op, "save_mean");
   const float* pinv = f32(save_invstd, op, "save_invstd");
-  int chunks = chunks_for(st, l);
+  int chunks = as_rows(l) ? row_chunks_for(st, l) : chunks_for(st, l);
   int64_t chunk = (l.m + chunks - 1) / chunks;
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks + (dx ? 3 * sizeof(float) * l.c : 0));
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
   float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
-  partial_sums_kernel<true><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
-      pa, pb, px, pdy, prelu, pmean, l, chunk);
-  check_launch();
+  launch_partial_sums<true>(st, pa, pb, px, pdy, prelu, pmean, l, chunks, chunk);
   finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb, g,
       pinv, l, chunks);

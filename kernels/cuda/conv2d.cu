@@ -28,11 +28,13 @@ namespace {
 using detail::f32;
 
 // ---- descriptors (created per call: host-only and cheap next to the convolution itself) -----
+// `format`: CUDNN_TENSOR_NCHW, or CUDNN_TENSOR_NHWC for channels-last maps (and a filter laid out
+// (k, kh, kw, c)); the sizes are given in n, c, h, w order either way.
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t type, cudnnTensorFormat_t format) {
     DPX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    DPX_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, int(n), int(c), int(h), int(w)));
+    DPX_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, format, type, int(n), int(c), int(h), int(w)));
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
   TensorDesc(const TensorDesc&) = delete;
@@ -41,9 +43,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(int64_t k, int64_t c, int64_t kh, int64_t kw, cudnnDataType_t type) {
+  FilterDesc(int64_t k, int64_t c, int64_t kh, int64_t kw, cudnnDataType_t type, cudnnTensorFormat_t format) {
     DPX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, int(k), int(c), int(kh), int(kw)));
+    DPX_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, type, format, int(k), int(c), int(kh), int(kw)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
   FilterDesc(const FilterDesc&) = delete;
@@ -95,13 +97,15 @@ bool tensor_op_math(cudnnMathType_t m) {
 
 struct Shapes {
   int64_t n, c, h, w, k, kh, kw, oh, ow;
+  bool channels_last;  // x, y (N, H, W, C) and cuDNN's filter (k, kh, kw, c / groups)
 };
 
 AlgoKey make_key(ConvPass pass, const Shapes& s, const Conv2dParams& p, const Context& ctx) {
   AlgoKey key;
   key.v = {static_cast<int64_t>(pass), s.n, s.c, s.h, s.w, s.k, s.kh, s.kw, p.stride_h, p.stride_w,
            p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups, ctx.allow_tf32 ? 1 : 0,
-           ctx.deterministic ? 1 : 0, static_cast<int64_t>(ctx.compute), ctx.conv_search ? 1 : 0, 0};
+           ctx.deterministic ? 1 : 0, static_cast<int64_t>(ctx.compute), ctx.conv_search ? 1 : 0,
+           s.channels_last ? 1 : 0, 0};
   return key;
 }
 
@@ -199,7 +203,8 @@ AlgoChoice choose(const Context& ctx, CudaState& st, const AlgoKey& key, const c
 
 // The sizes of a convolution whose arguments the op layer has checked.
 Shapes shapes_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  Shapes s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), 0, 0};
+  const ops::ImageDims d = ops::image_dims(x.shape(), p.format);
+  Shapes s{d.n, d.c, d.h, d.w, w.size(0), w.size(2), w.size(3), 0, 0, p.format == MemoryFormat::channels_last};
   s.oh = ops::conv_out_size(s.h, int(s.kh), p.stride_h, p.pad_h, p.dilation_h);
   s.ow = ops::conv_out_size(s.w, int(s.kw), p.stride_w, p.pad_w, p.dilation_w);
   return s;
@@ -219,12 +224,14 @@ ConvRequest request(const Context& ctx, ConvPass pass, const Shapes& s, const Co
   r.deterministic = ctx.deterministic;
   r.search = ctx.conv_search;
   r.beta = beta;
+  r.channels_last = s.channels_last;
   return r;
 }
 
 // A depthwise convolution dpx computes itself (kernels/conv_paths.hpp), or nullopt for cuDNN.
+// dpx's depthwise kernels read contiguous maps: channels-last ones go to cuDNN.
 std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes& s, const Conv2dParams& p) {
-  if (!kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
+  if (s.channels_last || !kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
   return detail::DepthwiseShape{s.n, s.c, s.h, s.w, s.k, s.oh, s.ow, int(s.kh), int(s.kw), p.stride_h, p.stride_w,
                                 p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, int(s.k / s.c)};
 }
@@ -305,9 +312,54 @@ __global__ void add_image_sums_kernel(float* db, const float* sums, int64_t imag
   }
 }
 
+// The same two on a channels-last output, rows (N*OH*OW) of K channels: blocks of 32 neighbouring
+// channels (threadIdx.x; a warp reads 32 consecutive floats) by 8 rows (threadIdx.y), striding
+// over the rows; no division per element.
+__global__ void add_row_bias_kernel(float* y, const float* b, int64_t rows, int64_t channels) {
+  const int64_t k = blockIdx.x * int64_t(32) + threadIdx.x;
+  if (k >= channels) return;
+  const float bias = b[k];
+  for (int64_t r = blockIdx.y * int64_t(8) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * 8)
+    y[r * channels + k] += bias;
+}
+
+// db's first pass on channels-last dy: sums[part, k] = dy[r, k] summed over the part's rows in
+// order, kRowsPerPart rows a part (a thread a part and channel); add_image_sums_kernel then adds
+// the parts in order (fixed, so every run gives the same bits).
+constexpr int64_t kRowsPerPart = 256;
+__global__ void row_part_sum_kernel(float* sums, const float* dy, int64_t rows, int64_t channels) {
+  const int64_t k = blockIdx.x * int64_t(32) + threadIdx.x;
+  if (k >= channels) return;
+  const int64_t parts_stride = int64_t(gridDim.y) * 8;
+  for (int64_t part = blockIdx.y * int64_t(8) + threadIdx.y; part * kRowsPerPart < rows; part += parts_stride) {
+    const int64_t end = min(rows, (part + 1) * kRowsPerPart);
+    float s = 0.f;
+    for (int64_t r = part * kRowsPerPart; r < end; ++r) s += dy[r * channels + k];
+    sums[part * channels + k] = s;
+  }
+}
+
+// The launch shape of the two over n rows (or parts): tiles of 32 channels by blocks of 8, at most
+// 65535 of those; the block is kRowBlock.
+const dim3 kRowBlock(32, 8);
+dim3 row_grid(int64_t n, int64_t channels) {
+  return dim3(static_cast<unsigned>((channels + 31) / 32),
+              static_cast<unsigned>(std::clamp<int64_t>((n + 7) / 8, 1, 65535)));
+}
+
+// The filter as cuDNN takes it beside channels-last maps, (K, kH, kW, C / groups): w permuted into
+// a new tensor. The weight itself stays (K, C / groups, kH, kW), PyTorch's layout.
+Tensor filter_channels_last(Context& ctx, const Tensor& w) {
+  Tensor out = Tensor::empty({w.size(0), w.size(2), w.size(3), w.size(1)}, DType::f32, w.device());
+  cuda::permute(ctx, out, w, {0, 2, 3, 1});
+  return out;
+}
+
 // ---- the legacy calls, where the graph API declined a convolution (conv_plan.hpp) -------------
 // Each builds its descriptors, takes the cached algorithm choice (choose) and calls cuDNN; the
 // operands and the result are the caller's (in the compute dtype).
+
+cudnnTensorFormat_t format(const Shapes& s) { return s.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
 // A legacy call's descriptors: x, y (or dy), the filter, and the convolution in its base math.
 struct LegacyDescs {
@@ -315,9 +367,9 @@ struct LegacyDescs {
   FilterDesc w;
   ConvDesc conv;
   LegacyDescs(const Context& ctx, const Shapes& s, const Conv2dParams& p)
-      : x(s.n, s.c, s.h, s.w, data_type(ctx)),
-        y(s.n, s.k, s.oh, s.ow, data_type(ctx)),
-        w(s.k, s.c / p.groups, s.kh, s.kw, data_type(ctx)),
+      : x(s.n, s.c, s.h, s.w, data_type(ctx), format(s)),
+        y(s.n, s.k, s.oh, s.ow, data_type(ctx), format(s)),
+        w(s.k, s.c / p.groups, s.kh, s.kw, data_type(ctx), format(s)),
         conv(p, compute_type(ctx)) {
     DPX_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, base_math(ctx)));
   }
@@ -436,13 +488,19 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
                               *dw);
     return;
   }
-  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, w, op, "w");
+  const Tensor filter = s.channels_last ? filter_channels_last(ctx, w) : w;
+  const Operand hx(ctx, st, x, op, "x"), hw(ctx, st, filter, op, "w");
   const Result hy(ctx, st, y, op, "y");
   const AlgoKey key = make_key(ConvPass::forward, s, p, ctx);
   if (!run_conv_plan(st, key, request(ctx, ConvPass::forward, s, p, 0.f), hx.get(), hw.get(), hy.get(), "forward"))
     legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
   hy.finish(0.f);
-  if (b) {
+  if (b && s.channels_last) {
+    const int64_t rows = s.n * s.oh * s.ow;
+    add_row_bias_kernel<<<row_grid(rows, s.k), kRowBlock, 0, st.stream>>>(f32(y, op, "y"), f32(*b, op, "b"),
+                                                                                  rows, s.k);
+    check_launch();
+  } else if (b) {
     const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
     const dim3 grid(detail::grid_for(plane), static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535)));
     add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(f32(y, op, "y"), f32(*b, op, "b"), planes,
@@ -466,11 +524,13 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     dx = dw = nullptr;  // done: only the bias below
   }
   // alpha = 1 and beta = 1: every gradient accumulates (ops.def), dx unless overwritten.
+  static constexpr float kZeroBeta = 0.f;
   const float one = 1.f, dx_beta = dx_mode == DxMode::overwrite ? 0.f : 1.f;
   std::optional<Operand> hdy;
   if (dx || dw) hdy.emplace(ctx, st, dy, op, "dy");
   if (dx) {
-    const Operand hw(ctx, st, w, op, "w");
+    const Tensor filter = s.channels_last ? filter_channels_last(ctx, w) : w;
+    const Operand hw(ctx, st, filter, op, "w");
     const Result hdx(ctx, st, *dx, op, "dx");
     const float* beta = hdx.cudnn_beta(&dx_beta);
     const AlgoKey key = make_key(ConvPass::backward_data, s, p, ctx);
@@ -480,16 +540,30 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdx.finish(dx_beta);
   }
   if (dw) {
+    // Channels-last: cuDNN writes the (K, kH, kW, C / groups) gradient into a new tensor, which is
+    // then added into dw permuted back.
+    Tensor filter_grad = s.channels_last ? Tensor::empty({s.k, s.kh, s.kw, w.size(1)}, DType::f32, w.device()) : *dw;
+    const float* accumulate = s.channels_last ? &kZeroBeta : &one;
     const Operand hx(ctx, st, x, op, "x");
-    const Result hdw(ctx, st, *dw, op, "dw");
-    const float* beta = hdw.cudnn_beta(&one);
+    const Result hdw(ctx, st, filter_grad, op, "dw");
+    const float* beta = hdw.cudnn_beta(accumulate);
     const AlgoKey key = make_key(ConvPass::backward_filter, s, p, ctx);
     if (!run_conv_plan(st, key, request(ctx, ConvPass::backward_filter, s, p, *beta), hx.get(), hdw.get(), hdy->get(),
                        "backward-filter"))
       legacy_backward_filter(ctx, st, key, s, p, hx, *hdy, hdw, beta, w.numel());
-    hdw.finish(1.f);
+    hdw.finish(*accumulate);
+    if (s.channels_last) cuda::permute_backward(ctx, *dw, filter_grad, {0, 2, 3, 1}, DxMode::add);
   }
-  if (db) {
+  if (db && s.channels_last) {
+    const int64_t rows = s.n * s.oh * s.ow, parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
+    const detail::Scratch sums(st, static_cast<size_t>(parts * s.k) * sizeof(float));
+    row_part_sum_kernel<<<row_grid(parts, s.k), kRowBlock, 0, st.stream>>>(sums.as<float>(), f32(dy, op, "dy"),
+                                                                                   rows, s.k);
+    check_launch();
+    add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
+                                                                                   sums.as<float>(), parts, s.k);
+    check_launch();
+  } else if (db) {
     const int64_t planes = s.n * s.k;
     const detail::Scratch sums(st, static_cast<size_t>(planes) * sizeof(float));
     plane_sum_kernel<<<detail::grid_for(planes * 32), detail::kThreads, 0, st.stream>>>(

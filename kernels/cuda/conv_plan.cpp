@@ -63,8 +63,17 @@ class Desc {
 // The three tensors' unique ids, in the order of ConvRequest's x, w, y.
 constexpr int64_t kUids[3] = {1, 2, 3};
 
-void tensor(Desc& t, int64_t uid, cudnnDataType_t type, int64_t a, int64_t b, int64_t c, int64_t d) {
-  const int64_t dims[4] = {a, b, c, d}, strides[4] = {b * c * d, c * d, d, 1};
+// A 4-d tensor of sizes (a, b, c, d) in n, c, h, w order, packed in that order or, channels_last,
+// as (a, c, d, b): NHWC (a filter: (k, kh, kw, c)).
+void tensor(Desc& t, int64_t uid, cudnnDataType_t type, int64_t a, int64_t b, int64_t c, int64_t d,
+            bool channels_last) {
+  const int64_t dims[4] = {a, b, c, d};
+  int64_t strides[4] = {b * c * d, c * d, d, 1};
+  if (channels_last) {
+    strides[1] = 1;
+    strides[2] = d * b;
+    strides[3] = b;
+  }
   t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
   t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
   t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
@@ -170,11 +179,12 @@ void say(const ConvRequest& r, const char* what, const std::string& result) {
   if (!cudnn_log()) return;
   std::fprintf(stderr,
                "dpx cudnn graph: %s x %lldx%lldx%lldx%lld w %lldx%lldx%lldx%lld stride %lld,%lld pad %lld,%lld "
-               "dilation %lld,%lld groups %lld, beta %g: %s\n",
+               "dilation %lld,%lld groups %lld, beta %g%s: %s\n",
                what, (long long)r.n, (long long)r.c, (long long)r.h, (long long)r.w, (long long)r.k,
                (long long)(r.c / r.groups), (long long)r.kh, (long long)r.kw, (long long)r.stride[0],
                (long long)r.stride[1], (long long)r.pad[0], (long long)r.pad[1], (long long)r.dilation[0],
-               (long long)r.dilation[1], (long long)r.groups, double(r.beta), result.c_str());
+               (long long)r.dilation[1], (long long)r.groups, double(r.beta), r.channels_last ? ", channels_last" : "",
+               result.c_str());
 }
 
 // Builds the request's plan, or returns null (with the reason on DPX_CUDNN_LOG) when the graph
@@ -185,9 +195,9 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
     return nullptr;
   };
   Desc x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR), y(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  tensor(x, kUids[0], r.data, r.n, r.c, r.h, r.w);
-  tensor(w, kUids[1], r.data, r.k, r.c / r.groups, r.kh, r.kw);
-  tensor(y, kUids[2], r.data, r.n, r.k, r.oh, r.ow);
+  tensor(x, kUids[0], r.data, r.n, r.c, r.h, r.w, r.channels_last);
+  tensor(w, kUids[1], r.data, r.k, r.c / r.groups, r.kh, r.kw, r.channels_last);
+  tensor(y, kUids[2], r.data, r.n, r.k, r.oh, r.ow, r.channels_last);
   if (!x.ok() || !w.ok() || !y.ok()) return declined("tensor descriptors");
 
   Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);

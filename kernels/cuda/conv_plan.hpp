@@ -25,7 +25,8 @@ namespace dpx::cuda {
 enum class ConvPass : int { forward = 1, backward_data = 2, backward_filter = 3 };
 
 // A convolution as the graph API sees it: x (n, c, h, w), w (k, c / groups, kh, kw), y (n, k, oh,
-// ow), packed NCHW, of one data type, computed in fp32.
+// ow), packed NCHW, or with channels_last packed NHWC (and the filter (k, kh, kw, c / groups)), of
+// one data type, computed in fp32.
 struct ConvRequest {
   ConvPass pass = ConvPass::forward;
   int64_t n = 0, c = 0, h = 0, w = 0, k = 0, kh = 0, kw = 0, oh = 0, ow = 0, groups = 1;
@@ -35,6 +36,7 @@ struct ConvRequest {
   bool deterministic = false;
   bool search = false;            // time the admitted engines (--cudnn-algo search), else the heuristics' first
   float beta = 0.f;               // the output is beta * itself + the convolution (0 or 1)
+  bool channels_last = false;     // x, y, w packed NHWC (--memory-format channels_last)
 };
 
 // A plan kept per request (CudaState::conv_plans); a request the graph API declined holds none.

@@ -1,6 +1,7 @@
 // Pooling on CUDA with dpx's own kernels (cuDNN has no argmax output and no ceil_mode): max pool
 // with an i32 argmax (flat h*W+w, first maximum wins), average pool and adaptive average pool,
-// with windows and divisors exactly as PyTorch's CUDA kernels compute them.
+// with windows and divisors exactly as PyTorch's CUDA kernels compute them; max and adaptive
+// average pooling also on channels-last maps (N, H, W, C).
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -18,24 +19,52 @@ struct Window {
   int kh, kw, sh, sw, ph, pw;
 };
 
-__global__ void max_pool_forward_kernel(float* y, int32_t* argmax, const float* x, int64_t total, int H,
+// Where a thread's element lies, in either layout of (N, C, H, W) maps (kLast: channels-last,
+// (N, H, W, C)): its (n, c) map and its row and column. The window loops read a map's element
+// (h, w) at map + (h * W + w) * step(C): contiguous maps are planes (step 1), channels-last ones
+// interleave C maps (step C), so that a warp reads 32 neighbouring channels of one pixel.
+template <bool kLast>
+struct Element {
+  int64_t n, c;  // contiguous: n is the plane n * C + c, and c is 0
+  int y, x;
+  // The offset of this element's map in a tensor of rows x cols maps with C channels.
+  __device__ int64_t map(int rows, int cols, int64_t C) const {
+    return kLast ? n * rows * cols * C + c : n * rows * cols;
+  }
+};
+template <bool kLast>
+__device__ inline int64_t step(int64_t C) {
+  return kLast ? C : 1;
+}
+// Element i of a tensor of rows x cols maps with C channels.
+template <bool kLast>
+__device__ inline Element<kLast> element(int64_t i, int64_t C, int rows, int cols) {
+  int64_t c = 0;
+  if (kLast) {
+    c = i % C;
+    i /= C;
+  }
+  const int x = static_cast<int>(i % cols), y = static_cast<int>((i / cols) % rows);
+  return {i / (static_cast<int64_t>(cols) * rows), c, y, x};
+}
+
+template <bool kLast>
+__global__ void max_pool_forward_kernel(float* y, int32_t* argmax, const float* x, int64_t total, int64_t C, int H,
                                         int W, int OH, int OW, Window k) {
   DPX_CUDA_LOOP(i, total) {
-    int ow = static_cast<int>(i % OW);
-    int oh = static_cast<int>((i / OW) % OH);
-    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
-    int hs = oh * k.sh - k.ph, ws = ow * k.sw - k.pw;
+    const Element<kLast> e = element<kLast>(i, C, OH, OW);
+    int hs = e.y * k.sh - k.ph, ws = e.x * k.sw - k.pw;
     int he = min(hs + k.kh, H), we = min(ws + k.kw, W);
     hs = max(hs, 0);
     ws = max(ws, 0);
-    const float* xp = x + plane * H * W;
+    const float* xp = x + e.map(H, W, C);
     float best = -INFINITY;
     int best_at = hs * W + ws;
     // Strictly greater: the first maximum in row-major order wins; NaN propagates (the last
     // NaN's index, as PyTorch and the CPU op).
     for (int h = hs; h < he; ++h)
       for (int w = ws; w < we; ++w) {
-        float v = xp[h * W + w];
+        float v = xp[(h * W + w) * step<kLast>(C)];
         if (v > best || isnan(v)) {
           best = v;
           best_at = h * W + w;
@@ -51,23 +80,26 @@ __global__ void max_pool_forward_kernel(float* y, int32_t* argmax, const float* 
 // from the value dx held, so the sums are the CPU's bit for bit), with no float atomics: the same
 // bits every run, also where windows overlap (PyTorch's max_pool2d backward gathers too). An argmax
 // outside the plane (not from max_pool2d_forward) matches no element and is ignored.
-__global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t total, int H,
-                                         int W, int OH, int OW, Window k) {
+template <bool kLast>
+__global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t total, int64_t C,
+                                         int H, int W, int OH, int OW, Window k) {
   DPX_CUDA_LOOP(i, total) {
-    const int w = static_cast<int>(i % W);
-    const int h = static_cast<int>((i / W) % H);
-    const int64_t plane = i / (static_cast<int64_t>(W) * H);
+    const Element<kLast> e = element<kLast>(i, C, H, W);
+    const int h = e.y, w = e.x;
     // The outputs oh whose window [oh*sh - ph, oh*sh - ph + kh) holds h, likewise ow.
     const int lo_h = h + k.ph - k.kh + 1, lo_w = w + k.pw - k.kw + 1;
     const int oh0 = lo_h <= 0 ? 0 : (lo_h + k.sh - 1) / k.sh, oh1 = min((h + k.ph) / k.sh + 1, OH);
     const int ow0 = lo_w <= 0 ? 0 : (lo_w + k.sw - 1) / k.sw, ow1 = min((w + k.pw) / k.sw + 1, OW);
-    const float* dyp = dy + plane * OH * OW;
-    const int32_t* ap = argmax + plane * OH * OW;
+    const int64_t out_map = e.map(OH, OW, C);
+    const float* dyp = dy + out_map;
+    const int32_t* ap = argmax + out_map;
     const int32_t me = h * W + w;
     float v = dx[i];
     for (int oh = oh0; oh < oh1; ++oh)
-      for (int ow = ow0; ow < ow1; ++ow)
-        if (ap[oh * OW + ow] == me) v += dyp[oh * OW + ow];
+      for (int ow = ow0; ow < ow1; ++ow) {
+        const int64_t o = (oh * OW + ow) * step<kLast>(C);
+        if (ap[o] == me) v += dyp[o];
+      }
     dx[i] = v;
   }
 }
@@ -135,34 +167,34 @@ __device__ inline int bin_end(int i, int in, int out) {
   return static_cast<int>((static_cast<int64_t>(i + 1) * in + out - 1) / out);
 }
 
-__global__ void adaptive_avg_forward_kernel(float* y, const float* x, int64_t total, int H, int W, int OH, int OW) {
+template <bool kLast>
+__global__ void adaptive_avg_forward_kernel(float* y, const float* x, int64_t total, int64_t C, int H, int W, int OH,
+                                            int OW) {
   DPX_CUDA_LOOP(i, total) {
-    int ow = static_cast<int>(i % OW);
-    int oh = static_cast<int>((i / OW) % OH);
-    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
-    int hs = bin_start(oh, H, OH), he = bin_end(oh, H, OH);
-    int ws = bin_start(ow, W, OW), we = bin_end(ow, W, OW);
-    const float* xp = x + plane * H * W;
+    const Element<kLast> e = element<kLast>(i, C, OH, OW);
+    int hs = bin_start(e.y, H, OH), he = bin_end(e.y, H, OH);
+    int ws = bin_start(e.x, W, OW), we = bin_end(e.x, W, OW);
+    const float* xp = x + e.map(H, W, C);
     double sum = 0;  // as the CPU op: a global pool sums whole maps
     for (int h = hs; h < he; ++h)
-      for (int w = ws; w < we; ++w) sum += xp[h * W + w];
+      for (int w = ws; w < we; ++w) sum += xp[(h * W + w) * step<kLast>(C)];
     y[i] = static_cast<float>(sum / static_cast<double>((he - hs) * (we - ws)));
   }
 }
 
 // Input row h lies in the bins oh in [floor(h*OH/H), ceil((h+1)*OH/H)); membership is still
 // checked exactly. Gathering keeps the backward deterministic.
-__global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t total, int H, int W, int OH,
-                                             int OW) {
+template <bool kLast>
+__global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t total, int64_t C, int H, int W,
+                                             int OH, int OW) {
   DPX_CUDA_LOOP(i, total) {
-    int w = static_cast<int>(i % W);
-    int h = static_cast<int>((i / W) % H);
-    int64_t plane = i / (static_cast<int64_t>(W) * H);
+    const Element<kLast> e = element<kLast>(i, C, H, W);
+    const int h = e.y, w = e.x;
     int oh0 = static_cast<int>((static_cast<int64_t>(h) * OH) / H);
     int oh1 = min(OH, static_cast<int>((static_cast<int64_t>(h + 1) * OH + H - 1) / H));
     int ow0 = static_cast<int>((static_cast<int64_t>(w) * OW) / W);
     int ow1 = min(OW, static_cast<int>((static_cast<int64_t>(w + 1) * OW + W - 1) / W));
-    const float* dyp = dy + plane * OH * OW;
+    const float* dyp = dy + e.map(OH, OW, C);
     float g = 0.f;
     for (int oh = oh0; oh < oh1; ++oh) {
       int hs = bin_start(oh, H, OH), he = bin_end(oh, H, OH);
@@ -170,7 +202,7 @@ __global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t
       for (int ow = ow0; ow < ow1; ++ow) {
         int ws = bin_start(ow, W, OW), we = bin_end(ow, W, OW);
         if (w < ws || w >= we) continue;
-        g += dyp[oh * OW + ow] / static_cast<float>((he - hs) * (we - ws));
+        g += dyp[(oh * OW + ow) * step<kLast>(C)] / static_cast<float>((he - hs) * (we - ws));
       }
     }
     dx[i] += g;
@@ -212,9 +244,12 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   const char* op = "max_pool2d_forward";
   int64_t total = y.numel();
   if (total == 0) return;
-  max_pool_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(y, op, "y"), static_cast<int32_t*>(argmax.raw()), f32(x, op, "x"), total, int(x.size(2)),
-      int(x.size(3)), int(y.size(2)), int(y.size(3)), window_of(p));
+  const ops::ImageDims in = ops::image_dims(x.shape(), p.format), out = ops::image_dims(y.shape(), p.format);
+  const auto kernel =
+      p.format == MemoryFormat::channels_last ? max_pool_forward_kernel<true> : max_pool_forward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(y, op, "y"), static_cast<int32_t*>(argmax.raw()),
+                                                      f32(x, op, "x"), total, in.c, int(in.h), int(in.w), int(out.h),
+                                                      int(out.w), window_of(p));
   check_launch();
 }
 
@@ -223,9 +258,12 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
   const char* op = "max_pool2d_backward";
   const int64_t total = dx.numel();
   if (total == 0 || dy.numel() == 0) return;
-  max_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(dx, op, "dx"), f32(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()), total, int(dx.size(2)),
-      int(dx.size(3)), int(dy.size(2)), int(dy.size(3)), window_of(p));
+  const ops::ImageDims in = ops::image_dims(dx.shape(), p.format), out = ops::image_dims(dy.shape(), p.format);
+  const auto kernel =
+      p.format == MemoryFormat::channels_last ? max_pool_backward_kernel<true> : max_pool_backward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"),
+                                                      static_cast<const int32_t*>(argmax.raw()), total, in.c,
+                                                      int(in.h), int(in.w), int(out.h), int(out.w), window_of(p));
   check_launch();
 }
 
@@ -251,36 +289,43 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   check_launch();
 }
 
-void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
+// A 1x1 output of contiguous maps runs the warp-per-map kernels; every other case, channels-last
+// maps' global pool included (there neighbouring threads read neighbouring channels), the bins'.
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, MemoryFormat format) {
   CudaState& st = state_of(ctx);
   const char* op = "adaptive_avg_pool2d_forward";
   int64_t total = y.numel();
   if (total == 0) return;
-  if (y.size(2) == 1 && y.size(3) == 1) {
+  const ops::ImageDims in = ops::image_dims(x.shape(), format), out = ops::image_dims(y.shape(), format);
+  const bool last = format == MemoryFormat::channels_last;
+  if (!last && out.h == 1 && out.w == 1) {
     global_avg_forward_kernel<<<grid_for(total * 32), kThreads, 0, st.stream>>>(f32(y, op, "y"), f32(x, op, "x"),
-                                                                                 total, x.size(2) * x.size(3));
+                                                                                 total, in.h * in.w);
     check_launch();
     return;
   }
-  adaptive_avg_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(y, op, "y"), f32(x, op, "x"), total, int(x.size(2)), int(x.size(3)), int(y.size(2)), int(y.size(3)));
+  const auto kernel = last ? adaptive_avg_forward_kernel<true> : adaptive_avg_forward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(y, op, "y"), f32(x, op, "x"), total, in.c, int(in.h),
+                                                      int(in.w), int(out.h), int(out.w));
   check_launch();
 }
 
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
   CudaState& st = state_of(ctx);
   const char* op = "adaptive_avg_pool2d_backward";
   int64_t total = dx.numel();
   if (total == 0 || dy.numel() == 0) return;
-  if (dy.size(2) == 1 && dy.size(3) == 1) {
+  const ops::ImageDims in = ops::image_dims(dx.shape(), format), out = ops::image_dims(dy.shape(), format);
+  const bool last = format == MemoryFormat::channels_last;
+  if (!last && out.h == 1 && out.w == 1) {
     global_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"),
-                                                                            total, dx.size(2) * dx.size(3));
+                                                                            total, in.h * in.w);
     check_launch();
     return;
   }
-  adaptive_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(dx, op, "dx"), f32(dy, op, "dy"), total, int(dx.size(2)), int(dx.size(3)), int(dy.size(2)),
-      int(dy.size(3)));
+  const auto kernel = last ? adaptive_avg_backward_kernel<true> : adaptive_avg_backward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"), total, in.c, int(in.h),
+                                                      int(in.w), int(out.h), int(out.w));
   check_launch();
 }
 

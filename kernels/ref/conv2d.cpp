@@ -2,6 +2,7 @@
 // (n, c_out, oh, ow, c_in, kh, kw) with groups, stride, padding and dilation.
 #include <vector>
 
+#include "kernels/channels_last_host.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -65,8 +66,10 @@ void add_into(Tensor& dst, const std::vector<double>& acc, DxMode mode = DxMode:
 }  // namespace
 
 // y[n][k][oh][ow] = b[k] + sum over (ci, i, j) of x[n][c][ih][iw] * w[k][ci][i][j].
-void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::conv2d_forward_via_nchw(conv2d_forward, ctx, y, x, w, b, p);
   const ConvSizes s = sizes(x, w, p);
   const float* xp = x.data<float>();
   const float* wp = w.data<float>();
@@ -85,8 +88,10 @@ void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
 // Each multiply-add y += x * w of the forward sends dy back along both factors:
 //   dx[x_index] += dy[y_index] * w[w_index],   dw[w_index] += dy[y_index] * x[x_index];
 // and db[k] += dy summed over (n, oh, ow).
-void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
+void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                      const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::conv2d_backward_via_nchw(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   const ConvSizes s = sizes(x, w, p);
   const float* xp = x.data<float>();
   const float* wp = w.data<float>();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/channels_last_host.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -36,7 +37,9 @@ Window adaptive_bin(int64_t i, int64_t O, int64_t L) {
 // y[n][c][oh][ow] = the largest x in the window; argmax = its flat index ih * W + iw within
 // the (n, c) plane. The first maximum in row-major order wins (strictly greater), and a NaN
 // wins over any number (PyTorch propagates NaN).
-void max_pool2d_forward(Context&, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p) {
+void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::max_pool2d_forward_via_nchw(max_pool2d_forward, ctx, y, argmax, x, p);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = y.size(2), OW = y.size(3);
   const float* xp = x.data<float>();
@@ -64,7 +67,9 @@ void max_pool2d_forward(Context&, Tensor& y, Tensor& argmax, const Tensor& x, co
 
 // Each output's gradient goes to the input element that was its maximum (the window parameters
 // are not needed to scatter).
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams&) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p);
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
   float* dxp = dx.data<float>();
@@ -121,7 +126,9 @@ void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dPar
 
 // y (N, C, OH, OW): the mean of x over each adaptive bin (bins may overlap when OH > H or the
 // sizes do not divide).
-void adaptive_avg_pool2d_forward(Context&, Tensor& y, const Tensor& x) {
+void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last)
+    return kernels::adaptive_avg_pool2d_forward_via_nchw(adaptive_avg_pool2d_forward, ctx, y, x);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = y.size(2), OW = y.size(3);
   const float* xp = x.data<float>();
@@ -139,7 +146,9 @@ void adaptive_avg_pool2d_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // Every input in a bin gets dy / (the bin's area).
-void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last)
+    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   const float* dyp = dy.data<float>();

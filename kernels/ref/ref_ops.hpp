@@ -10,6 +10,7 @@ using ops::AdamwParams;
 using ops::Conv2dParams;
 using ops::DxMode;
 using ops::Epilogue;
+using ops::MemoryFormat;
 using ops::Pool2dParams;
 using ops::SgdParams;
 

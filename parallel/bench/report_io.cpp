@@ -120,6 +120,7 @@ void write_config_json(const std::string& path, const TrainReport& report) {
   j["tf32"] = o.allow_tf32;
   j["deterministic"] = o.deterministic;
   j["cudnn_algo"] = o.cudnn_algo;
+  j["memory_format"] = std::string(choice_name(kMemoryFormats, o.memory_format));
   j["grad_dtype"] = std::string(choice_name(kGradDtypes, o.grad_dtype));
   // The loss scaling in force (auto resolved): null when none.
   const std::optional<LossScaleOptions> scaling = o.loss_scaling();

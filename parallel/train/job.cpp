@@ -63,6 +63,7 @@ Job::Job(const TrainOptions& o, int process_cores) : options(o) {
   mo.freeze_backbone = o.freeze_backbone;
   model_options = mo;
   initial = nn::Model(zoo::build_model(o.model, mo), Device::cpu(), /*with_grads=*/false);  // only copied from
+  initial.set_memory_format(o.memory_format);  // refused here, before any rank starts, where a layer cannot
   if (!o.weights_file.empty()) {
     // A new head (--head) keeps its fresh weights: the file's classifier takes no part.
     const std::string skip = o.head == "default" ? "" : zoo::find_model(o.model).classifier + ".";

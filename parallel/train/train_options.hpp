@@ -14,6 +14,7 @@
 #include "core/data/image_dataset.hpp"
 #include "core/device.hpp"
 #include "core/dtype.hpp"
+#include "kernels/ops.hpp"
 #include "parallel/comm/algorithms/algorithms.hpp"
 #include "parallel/comm/backend.hpp"
 #include "parallel/train/loss_scaler.hpp"
@@ -26,6 +27,9 @@ inline constexpr Choices<ParallelMode, 3> kParallelModes = {
 enum class Precision : uint8_t { fp32, tf32, bf16, fp16 };  // --precision: the GPU compute's
 inline constexpr Choices<Precision, 4> kPrecisions = {
     {{Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}}};
+// --memory-format: how the model's image maps lie in memory (nn::Model::set_memory_format).
+inline constexpr Choices<ops::MemoryFormat, 2> kMemoryFormats = {
+    {{ops::MemoryFormat::contiguous, "contiguous"}, {ops::MemoryFormat::channels_last, "channels_last"}}};
 // --grad-dtype: the dtypes DDP's gradient all-reduce may travel in.
 inline constexpr Choices<DType, 3> kGradDtypes = {{{DType::f32, "fp32"}, {DType::bf16, "bf16"}, {DType::f16, "fp16"}}};
 enum class NonFinite : uint8_t { stop, skip, ignore };  // --on-nonfinite
@@ -105,6 +109,7 @@ struct TrainOptions {
   std::string cudnn_algo = "heuristic";   // --cudnn-algo heuristic | search: how cuDNN's convolution algorithms are chosen
   bool cuda_graph = false;                // --cuda-graph: forward, loss and backward replayed as a CUDA graph (graph_step.hpp)
   bool graph_rehearsal = false;           // tests only, no flag: --cuda-graph on CPU ranks, rehearsed (graph_step.hpp)
+  ops::MemoryFormat memory_format = ops::MemoryFormat::contiguous;  // --memory-format (kMemoryFormats)
   // Mixed precision (docs/data-parallelism.md, Mixed precision). The weights and the optimizer stay fp32.
   Precision precision = Precision::fp32;  // --precision: the compute's
   DType grad_dtype = DType::f32;          // --grad-dtype: DDP's gradient all-reduce (kGradDtypes)

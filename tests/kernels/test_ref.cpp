@@ -252,10 +252,10 @@ void adaptive_avg_pool2d(const Case& k, size_t, double tol) {
   const Shape xs = k.in[0], ys = k.in[1];
   Tensor x = randn(xs, 1), dy = randn(ys, 2);
   Out y = poisoned_out(ys);
-  both(ops::adaptive_avg_pool2d_forward, ref::adaptive_avg_pool2d_forward, y, x);
+  both(ops::adaptive_avg_pool2d_forward, ref::adaptive_avg_pool2d_forward, y, x, ops::MemoryFormat::contiguous);
   close("adaptive y", y, tol);
   Out dx = grad(xs, 3);
-  both(ops::adaptive_avg_pool2d_backward, ref::adaptive_avg_pool2d_backward, dx, dy);
+  both(ops::adaptive_avg_pool2d_backward, ref::adaptive_avg_pool2d_backward, dx, dy, ops::MemoryFormat::contiguous);
   close("adaptive dx", dx, tol);
 }
 

@@ -1,0 +1,71 @@
+// --memory-format contiguous|channels_last (dpx train, dpx bench): a channels-last run of resnet18
+// on CPU ranks trains as the contiguous one, loss for loss, and says so in config.json; a format it
+// does not know, and a model with a layer that has no channels-last computation, are usage errors
+// naming the flag (and the layers) before any step. The GPU side: tests/cuda/test_channels_last.cpp.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_dpx.hpp"
+#include "tests/common/files.hpp"
+
+using dpx::testing::file_text;
+using dpx::testing::TempDir;
+
+namespace {
+const std::string kTrain = "train --model resnet18 --dataset synthetic --image-size 32 --synthetic-size 64 "
+                           "--batch-size 8 --steps 3 --warmup 0 --no-eval --threads 1 --workers 0 ";
+
+// steps.csv's loss column.
+std::vector<std::string> losses(const std::filesystem::path& steps_csv) {
+  std::vector<std::string> out;
+  std::istringstream in(file_text(steps_csv));
+  std::string line;
+  std::getline(in, line);  // header: rank,epoch,step,global_step,loss,...
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string field;
+    for (int i = 0; i < 5 && std::getline(fields, field, ','); ++i) {
+    }
+    out.push_back(field);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("--memory-format channels_last trains resnet18 as contiguous does, loss for loss, and config.json says so") {
+  const TempDir dir("memory_format");
+  std::vector<std::string> seen[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string format = i == 0 ? "contiguous" : "channels_last";
+    const auto out = dir.path / format;
+    const DpxResult r = run_dpx(kTrain + "--memory-format " + format + " --out " + out.string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(nlohmann::json::parse(file_text(out / "config.json")).at("memory_format") == format);
+    seen[i] = losses(out / "steps.csv");
+  }
+  CHECK(seen[0].size() == 3);
+  CHECK(seen[1] == seen[0]);
+  const DpxResult help = run_dpx("bench --help");
+  CHECK(help.output.find("--memory-format") != std::string::npos);
+}
+
+TEST_CASE("--memory-format refuses an unknown format, and a model it cannot lay out, naming the layers") {
+  DpxResult r = run_dpx(kTrain + "--memory-format nhwc");
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("dpx: error: --memory-format: unknown memory format 'nhwc': use contiguous or channels_last") !=
+        std::string::npos);
+  r = run_dpx("train --model densenet121 --dataset synthetic --image-size 32 --synthetic-size 16 --batch-size 4 "
+              "--steps 1 --warmup 0 --no-eval --threads 1 --workers 0 --memory-format channels_last");
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("dpx: error: --memory-format channels_last: features.denseblock1 (DenseBlock)") !=
+        std::string::npos);
+  CHECK(r.output.find("| step ") == std::string::npos);
+}

@@ -1,0 +1,115 @@
+// --memory-format channels_last on whole models (nn::Model::set_memory_format): narrow versions of
+// resnet18 (basic blocks with downsampling), resnet50 (bottlenecks), vgg11_bn and alexnet (a
+// Flatten over 7x7 and 6x6 maps, dropout) give the contiguous model's logits, loss, every
+// parameter gradient and every batch-norm statistic bit for bit, in training and in eval; a copy
+// keeps the format; a model with a layer that has no channels-last computation is refused by
+// name and left as it was.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "layers/loss.hpp"
+#include "layers/model.hpp"
+#include "tests/common/tensors.hpp"
+#include "zoo/cnn.hpp"
+#include "zoo_test_util.hpp"
+
+using namespace dpx;
+using dpx::testing::bitwise_equal;
+
+namespace {
+
+// The families' builders at small widths (the same layers and joins, fewer channels): a step of
+// each takes milliseconds, also under the sanitizers.
+nn::Model small_model(const std::string& family, int64_t size) {
+  zoo::ModelOptions o;
+  o.num_classes = 5;
+  o.in_channels = 3;
+  o.image_size = static_cast<int>(size);
+  o.seed = 7;
+  if (family == "resnet18" || family == "resnet50") {
+    zoo::ResNetConfig c = zoo::resnet_config(family == "resnet18" ? 18 : 50);
+    c.base_planes = 8;
+    if (family == "resnet50") c.layers = {1, 2, 1, 1};
+    return nn::Model(zoo::build_resnet(c, o));
+  }
+  if (family == "vgg11_bn") {
+    zoo::VggConfig c = zoo::vgg_config(11, true);
+    for (int& v : c.layers) v /= 16;  // 4 .. 32 channels, the max-poolings (0) where they were
+    c.hidden = 24;
+    return nn::Model(zoo::build_vgg(c, o));
+  }
+  if (family == "alexnet") return nn::Model(zoo::build_alexnet({.width = 8, .hidden = 24, .dropout = 0.5f}, o));
+  zoo::DenseNetConfig c = zoo::densenet_config(121);
+  c.growth = 4;
+  c.blocks = {1, 1, 1, 1};
+  c.init_features = 8;
+  return nn::Model(zoo::build_densenet(c, o));
+}
+
+// One training step's forward and backward (the logits and the gradients stay in the model), and
+// an eval forward after it.
+struct Step {
+  Tensor logits, eval_logits;
+  float loss = 0;
+};
+Step run(Context& ctx, nn::Model& m, const testing::Batch& b) {
+  Step s;
+  m.train();
+  m.zero_grad(ctx);
+  nn::CrossEntropyLoss loss;
+  s.logits = m.forward(ctx, b.x);
+  s.loss = loss.forward(ctx, s.logits, b.labels);
+  m.backward(ctx, loss.backward(ctx));
+  m.eval();
+  s.eval_logits = m.forward(ctx, b.x);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("channels_last models train and evaluate as contiguous ones, bit for bit") {
+  Context ctx = Context::cpu(2);
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
+           {"resnet18", 32}, {"resnet50", 32}, {"vgg11_bn", 32}, {"alexnet", 63}}) {
+    CAPTURE(name);
+    const testing::Batch b = testing::two_class_batch(2, 3, size, 11);
+    nn::Model contiguous = small_model(name, size), last = small_model(name, size);
+    last.set_memory_format(ops::MemoryFormat::channels_last);
+    CHECK(last.memory_format() == ops::MemoryFormat::channels_last);
+    const Step want = run(ctx, contiguous, b), got = run(ctx, last, b);
+    CHECK(bitwise_equal(got.logits, want.logits));
+    CHECK(got.loss == want.loss);
+    CHECK(bitwise_equal(last.flat_grads(), contiguous.flat_grads()));
+    CHECK(bitwise_equal(got.eval_logits, want.eval_logits));
+    const auto bufs_want = contiguous.root().named_buffers(), bufs_got = last.root().named_buffers();
+    REQUIRE(bufs_got.size() == bufs_want.size());
+    for (size_t i = 0; i < bufs_got.size(); ++i) CHECK(bitwise_equal(*bufs_got[i].second, *bufs_want[i].second));
+
+    // A replica (DataParallel's, DDP's) keeps the format, and so computes the same.
+    nn::Model copy = last.clone(Device::cpu());
+    CHECK(copy.memory_format() == ops::MemoryFormat::channels_last);
+    copy.eval();
+    CHECK(bitwise_equal(copy.forward(ctx, b.x), want.eval_logits));
+    // And back: contiguous again.
+    last.set_memory_format(ops::MemoryFormat::contiguous);
+    CHECK(bitwise_equal(last.forward(ctx, b.x), want.eval_logits));
+  }
+}
+
+TEST_CASE("a model with a layer that has no channels-last computation is refused by name, and left as it was") {
+  Context ctx = Context::cpu(2);
+  nn::Model m = small_model("densenet121", 32);
+  CHECK_THROWS_WITH_AS(m.set_memory_format(ops::MemoryFormat::channels_last),
+                       doctest::Contains("--memory-format channels_last: features.denseblock1 (DenseBlock), "
+                                         "features.transition1.pool (AvgPool2d), features.denseblock2 (DenseBlock) "
+                                         "and 4 more have no channels-last computation yet"),
+                       UsageError);
+  CHECK(m.memory_format() == ops::MemoryFormat::contiguous);
+  // Its convolutions and batch norms, which accepted, were set back: the model still runs on (N, C, H, W).
+  const testing::Batch b = testing::two_class_batch(2, 3, 32, 12);
+  nn::Model fresh = small_model("densenet121", 32);
+  m.eval();
+  fresh.eval();
+  CHECK(bitwise_equal(m.forward(ctx, b.x), fresh.forward(ctx, b.x)));
+}
