@@ -3,12 +3,14 @@
 and optimiser (SGD, Nesterov momentum 0.9, lr 0.05; 10 classes; random 3xSxS input), mean forward /
 backward / optimizer milliseconds per step after warm-up, and images/s.
 Usage: train_step.py MODEL[,MODEL...] [batch=8] [size=64] [steps=10] [threads=2] [--device cpu|cuda]
-                     [--tf32] [--bf16] [--benchmark 0|1] [--warmup 2]
+                     [--tf32] [--bf16] [--channels-last] [--benchmark 0|1] [--warmup 2]
 One line per model, in the order given (several models share one Python start-up).
 On CUDA every phase ends with torch.cuda.synchronize(), as dpx's phase boundaries end with an
 event; --tf32 allows TF32 in matrix products and convolutions (off: exact fp32, as dpx without
 --tf32); --bf16 runs forward and backward under torch.autocast in bfloat16 (fp32 weights and
-optimizer, PyTorch's mixed precision); --benchmark sets torch.backends.cudnn.benchmark (1, the
+optimizer, PyTorch's mixed precision); --channels-last puts the model and the batch in
+torch.channels_last (as dpx --memory-format channels_last); --benchmark sets
+torch.backends.cudnn.benchmark (1, the
 default here: algorithms found by timing, as dpx's --cudnn-algo search; 0: cuDNN's heuristics, as
 dpx's default). On CUDA the line ends with the model's peak GPU memory over its steps, warm-up
 included ("peak allocated A MB, reserved R MB": torch.cuda.max_memory_allocated and
@@ -29,6 +31,7 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--benchmark", type=int, choices=[0, 1], default=1)
     args = ap.parse_args()
@@ -54,6 +57,9 @@ def run_model(name, device, batch, size, steps, threads, args):
     model = getattr(torchvision.models, name)(num_classes=10).to(device)
     model.train()
     x = torch.randn(batch, 3, size, size, device=device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
     loss_fn = nn.CrossEntropyLoss()
@@ -77,7 +83,8 @@ def run_model(name, device, batch, size, steps, threads, args):
     total = fwd + bwd + upd
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"threads {threads}"
     print(f"torch {torch.__version__} {name} batch {batch} {size}x{size} {where}"
-          f"{' tf32' if args.tf32 else ''}{' bf16' if args.bf16 else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
+          f"{' tf32' if args.tf32 else ''}{' bf16' if args.bf16 else ''}"
+          f"{' channels_last' if args.channels_last else ''}: forward {fwd / steps * 1e3:.2f} ms, backward {bwd / steps * 1e3:.2f} ms, "
           f"optimizer {upd / steps * 1e3:.2f} ms, {batch * steps / total:.1f} img/s{peak_memory(device)}")
 
 
