@@ -1,8 +1,9 @@
-// The permutes of the host backends' channels-last detour (channels_last_host.hpp): plain loops,
-// one image at a time, the channel index innermost on the channels-last side.
+// The permutes of the host backends' channels-last detour (channels_last_host.hpp): each image's
+// transpose in tiles, on the rank's threads, and the detour around each op.
 #include "kernels/channels_last_host.hpp"
 
-#include <cstring>
+#include <algorithm>
+#include <cstdint>
 
 namespace dpx::kernels {
 
@@ -18,36 +19,53 @@ Tensor nchw_like(const Tensor& nhwc) {
   return Tensor::empty({nhwc.size(0), nhwc.size(3), nhwc.size(1), nhwc.size(2)}, nhwc.dtype(), nhwc.device());
 }
 
-Tensor nchw_copy(const Tensor& nhwc) {
+namespace {
+// Each image's (HW, C) matrix of `rows` (channels-last) against its (C, HW) one (contiguous), in
+// 32 x 32 tiles so that both sides are read and written a cache line at a time, the images' tiles
+// shared among `threads` (every element is its own, so the result does not depend on them).
+// to_rows: rows[p][c] = (or +=, add) cols[c][p]; else cols[c][p] = rows[p][c].
+template <bool kToRows, bool kAdd, typename T>
+void transpose_maps(T* rows, T* cols, int64_t N, int64_t HW, int64_t C, int threads) {
+  constexpr int64_t kTile = 32;
+  const int64_t tiles_p = (HW + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile, tiles = N * tiles_p * tiles_c;
+  threads = tiles * kTile * kTile >= (int64_t(1) << 16) ? threads : 1;
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t n = t / (tiles_p * tiles_c), p0 = (t / tiles_c) % tiles_p * kTile, c0 = t % tiles_c * kTile;
+    const int64_t p1 = std::min(HW, p0 + kTile), c1 = std::min(C, c0 + kTile);
+    T* r = rows + n * HW * C;
+    T* k = cols + n * C * HW;
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t c = c0; c < c1; ++c) {
+        if (!kToRows)
+          k[c * HW + p] = r[p * C + c];
+        else if (kAdd)
+          r[p * C + c] += k[c * HW + p];
+        else
+          r[p * C + c] = k[c * HW + p];
+      }
+  }
+}
+}  // namespace
+
+Tensor nchw_copy(const Tensor& nhwc, int threads) {
   Tensor out = nchw_like(nhwc);
-  const int64_t N = nhwc.size(0), H = nhwc.size(1), W = nhwc.size(2), C = nhwc.size(3), HW = H * W;
-  const auto* in = static_cast<const uint32_t*>(nhwc.raw());
-  auto* o = static_cast<uint32_t*>(out.raw());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t p = 0; p < HW; ++p)
-      for (int64_t c = 0; c < C; ++c) o[(n * C + c) * HW + p] = in[(n * HW + p) * C + c];
+  transpose_maps<false, false>(static_cast<uint32_t*>(nhwc.raw()), static_cast<uint32_t*>(out.raw()), nhwc.size(0),
+                               nhwc.size(1) * nhwc.size(2), nhwc.size(3), threads);
   return out;
 }
 
-void nhwc_from(Tensor& nhwc, const Tensor& nchw, ops::DxMode mode) {
+void nhwc_from(Tensor& nhwc, const Tensor& nchw, ops::DxMode mode, int threads) {
   require_four_byte_map("nhwc_from", nhwc);
   require_four_byte_map("nhwc_from", nchw);
-  const int64_t N = nhwc.size(0), H = nhwc.size(1), W = nhwc.size(2), C = nhwc.size(3), HW = H * W;
+  const int64_t N = nhwc.size(0), H = nhwc.size(1), W = nhwc.size(2), C = nhwc.size(3);
   DPX_CHECK(nchw.shape() == Shape({N, C, H, W}) && nchw.dtype() == nhwc.dtype(), "nhwc_from: ",
             shape_str(nchw.shape()), " is not ", shape_str(nhwc.shape()), " in (N, C, H, W) order");
-  if (mode == ops::DxMode::add) {
-    float* o = nhwc.data<float>();
-    const float* in = nchw.data<float>();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t p = 0; p < HW; ++p)
-        for (int64_t c = 0; c < C; ++c) o[(n * HW + p) * C + c] += in[(n * C + c) * HW + p];
-    return;
-  }
-  auto* o = static_cast<uint32_t*>(nhwc.raw());
-  const auto* in = static_cast<const uint32_t*>(nchw.raw());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t p = 0; p < HW; ++p)
-      for (int64_t c = 0; c < C; ++c) o[(n * HW + p) * C + c] = in[(n * C + c) * HW + p];
+  if (mode == ops::DxMode::add)
+    transpose_maps<true, true>(nhwc.data<float>(), nchw.data<float>(), N, H * W, C, threads);
+  else
+    transpose_maps<true, false>(static_cast<uint32_t*>(nhwc.raw()), static_cast<uint32_t*>(nchw.raw()), N, H * W, C,
+                                threads);
 }
 
 namespace {
@@ -60,51 +78,52 @@ ops::Pool2dParams contiguous_params(ops::Pool2dParams p) {
   return p;
 }
 // The NCHW copy of a gradient the op writes (overwrite: uninitialised) or adds into (its values).
-Tensor gradient_in(const Tensor& nhwc, ops::DxMode mode) {
-  return mode == ops::DxMode::add ? nchw_copy(nhwc) : nchw_like(nhwc);
+Tensor gradient_in(const Tensor& nhwc, ops::DxMode mode, int threads) {
+  return mode == ops::DxMode::add ? nchw_copy(nhwc, threads) : nchw_like(nhwc);
 }
 }  // namespace
 
 void conv2d_forward_via_nchw(ConvForward contiguous, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
                              const Tensor* b, const ops::Conv2dParams& p) {
   Tensor yc = nchw_like(y);
-  contiguous(ctx, yc, nchw_copy(x), w, b, contiguous_params(p));
-  nhwc_from(y, yc, ops::DxMode::overwrite);
+  contiguous(ctx, yc, nchw_copy(x, ctx.threads), w, b, contiguous_params(p));
+  nhwc_from(y, yc, ops::DxMode::overwrite, ctx.threads);
 }
 
 void conv2d_backward_via_nchw(ConvBackward contiguous, Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,
                               const Tensor& dy, const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
                               ops::DxMode dx_mode) {
-  Tensor dxc = dx ? gradient_in(*dx, dx_mode) : Tensor();
-  contiguous(ctx, dx ? &dxc : nullptr, dw, db, nchw_copy(dy), nchw_copy(x), w, contiguous_params(p), dx_mode);
-  if (dx) nhwc_from(*dx, dxc, ops::DxMode::overwrite);
+  Tensor dxc = dx ? gradient_in(*dx, dx_mode, ctx.threads) : Tensor();
+  contiguous(ctx, dx ? &dxc : nullptr, dw, db, nchw_copy(dy, ctx.threads), nchw_copy(x, ctx.threads), w,
+             contiguous_params(p), dx_mode);
+  if (dx) nhwc_from(*dx, dxc, ops::DxMode::overwrite, ctx.threads);
 }
 
 void max_pool2d_forward_via_nchw(MaxPoolForward contiguous, Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                                  const ops::Pool2dParams& p) {
   Tensor yc = nchw_like(y), ac = nchw_like(argmax);
-  contiguous(ctx, yc, ac, nchw_copy(x), contiguous_params(p));
-  nhwc_from(y, yc, ops::DxMode::overwrite);
-  nhwc_from(argmax, ac, ops::DxMode::overwrite);
+  contiguous(ctx, yc, ac, nchw_copy(x, ctx.threads), contiguous_params(p));
+  nhwc_from(y, yc, ops::DxMode::overwrite, ctx.threads);
+  nhwc_from(argmax, ac, ops::DxMode::overwrite, ctx.threads);
 }
 
 void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
                                   const Tensor& argmax, const ops::Pool2dParams& p) {
-  Tensor dxc = nchw_copy(dx);  // the op adds into dx
-  contiguous(ctx, dxc, nchw_copy(dy), nchw_copy(argmax), contiguous_params(p));
-  nhwc_from(dx, dxc, ops::DxMode::overwrite);
+  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), nchw_copy(argmax, ctx.threads), contiguous_params(p));
+  nhwc_from(dx, dxc, ops::DxMode::overwrite, ctx.threads);
 }
 
 void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& ctx, Tensor& y, const Tensor& x) {
   Tensor yc = nchw_like(y);
-  contiguous(ctx, yc, nchw_copy(x), ops::MemoryFormat::contiguous);
-  nhwc_from(y, yc, ops::DxMode::overwrite);
+  contiguous(ctx, yc, nchw_copy(x, ctx.threads), ops::MemoryFormat::contiguous);
+  nhwc_from(y, yc, ops::DxMode::overwrite, ctx.threads);
 }
 
 void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy) {
-  Tensor dxc = nchw_copy(dx);  // the op adds into dx
-  contiguous(ctx, dxc, nchw_copy(dy), ops::MemoryFormat::contiguous);
-  nhwc_from(dx, dxc, ops::DxMode::overwrite);
+  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), ops::MemoryFormat::contiguous);
+  nhwc_from(dx, dxc, ops::DxMode::overwrite, ctx.threads);
 }
 
 }  // namespace dpx::kernels

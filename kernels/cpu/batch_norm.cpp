@@ -2,6 +2,7 @@
 // (batch statistics; running stats with the unbiased variance, as PyTorch), eval forward, and
 // backward; x may have more channels than y, of which the first C are normalised. Channels are independent, and each one is summed in a fixed order, in double
 // (detail::LaneSum).
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +31,14 @@ BnShape bn_shape(const Tensor& y, const Tensor& x) {
   return s;
 }
 
+// Rows (M, C): x is (M, C) with S = 1 and no wider buffer (BatchNorm1d, and a channels-last map
+// (N*H*W, C) under --memory-format channels_last). A channel is then every C-th float; the kernels
+// below walk the rows once for kChannelBlock neighbouring channels at a time instead of once per
+// channel, with the sums of the per-channel path (one running double per channel, rows in order:
+// LaneSum's lane 0 for rows of one element), so the two paths give the same bits.
+constexpr int64_t kChannelBlock = 16;
+bool rows_layout(const BnShape& s) { return s.S == 1 && s.C == s.Cx; }
+
 // out = in * a + b over n values, then max(., 0) for Epilogue::relu (NaN passes, as relu_forward).
 void affine(float* out, const float* in, int64_t n, float a, float b, Epilogue epilogue) {
   if (epilogue == Epilogue::relu) {
@@ -56,6 +65,37 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
   const float *gp = gamma.data<float>(), *bp = beta.data<float>();
   int nt = threads_for(ctx, x.numel());
+  if (rows_layout(s)) {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t c0 = 0; c0 < s.C; c0 += kChannelBlock) {
+      const int64_t c1 = std::min(s.C, c0 + kChannelBlock);
+      double mean[kChannelBlock] = {}, sq[kChannelBlock] = {};
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = c0; c < c1; ++c) mean[c - c0] += xp[r * s.C + c];
+      for (int64_t c = c0; c < c1; ++c) mean[c - c0] /= M;
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          const double d = xp[r * s.C + c] - mean[c - c0];
+          sq[c - c0] += d * d;
+        }
+      float a[kChannelBlock], b[kChannelBlock];
+      for (int64_t c = c0; c < c1; ++c) {
+        const double var = sq[c - c0] / M, invstd = 1.0 / std::sqrt(var + eps), m = mean[c - c0];
+        mean_p[c] = static_cast<float>(m);
+        invstd_p[c] = static_cast<float>(invstd);
+        rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * m);
+        rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * M / (M - 1));
+        a[c - c0] = static_cast<float>(gp[c] * invstd);
+        b[c - c0] = static_cast<float>(bp[c] - m * gp[c] * invstd);
+      }
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = xp[r * s.C + c] * a[c - c0] + b[c - c0];
+          yp[r * s.C + c] = epilogue == Epilogue::relu && v < 0.f ? 0.f : v;
+        }
+    }
+    return;
+  }
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
     const double mean = channel_sum(xp, s.N, s.Cx, s.S, c) / M;
@@ -149,6 +189,38 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
       for (int64_t i = 0; i < s.S; ++i) d[i] += value(i);
   }
 }
+// backward_channel's arithmetic for channels [c0, c1) of rows (M, C), the rows walked together.
+template <bool kMasked>
+void backward_rows(int64_t c0, int64_t c1, const BnShape& s, float* dxp, float* dgp, float* dbp, const float* dyp,
+                   const float* rp, const float* xp, const float* gp, const float* mean_p, const float* invstd_p,
+                   DxMode dx_mode) {
+  const int64_t M = s.N, C = s.C;
+  double sum_dy[kChannelBlock] = {}, sum_dy_xc[kChannelBlock] = {};
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = c0; c < c1; ++c) {
+      const float g = masked<kMasked>(dyp + r * C, kMasked ? rp + r * C : nullptr, c);
+      sum_dy[c - c0] += static_cast<double>(g);
+      sum_dy_xc[c - c0] += g * (xp[r * C + c] - static_cast<double>(mean_p[c]));
+    }
+  float k[kChannelBlock], mean_dy[kChannelBlock], xhat_scale[kChannelBlock], mean_f[kChannelBlock];
+  for (int64_t c = c0; c < c1; ++c) {
+    const double invstd = invstd_p[c], sum_dy_xhat = sum_dy_xc[c - c0] * invstd;
+    if (dbp) dbp[c] += static_cast<float>(sum_dy[c - c0]);
+    if (dgp) dgp[c] += static_cast<float>(sum_dy_xhat);
+    k[c - c0] = static_cast<float>(gp[c] * invstd);
+    mean_dy[c - c0] = static_cast<float>(sum_dy[c - c0] / M);
+    xhat_scale[c - c0] = static_cast<float>(invstd * sum_dy_xhat / M);
+    mean_f[c - c0] = static_cast<float>(static_cast<double>(mean_p[c]));
+  }
+  if (!dxp) return;
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j = c - c0;
+      const float g = masked<kMasked>(dyp + r * C, kMasked ? rp + r * C : nullptr, c);
+      const float v = k[j] * (g - mean_dy[j] - (xp[r * C + c] - mean_f[j]) * xhat_scale[j]);
+      dxp[r * C + c] = dx_mode == DxMode::overwrite ? v : dxp[r * C + c] + v;
+    }
+}
 }  // namespace
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
@@ -163,6 +235,18 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   float* dgp = dgamma ? dgamma->data<float>() : nullptr;
   float* dbp = dbeta ? dbeta->data<float>() : nullptr;
   int nt = threads_for(ctx, x.numel());
+  if (rows_layout(s)) {
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t c0 = 0; c0 < s.C; c0 += kChannelBlock) {
+      if (rp)
+        backward_rows<true>(c0, std::min(s.C, c0 + kChannelBlock), s, dxp, dgp, dbp, dyp, rp, xp, gp, mean_p, invstd_p,
+                            dx_mode);
+      else
+        backward_rows<false>(c0, std::min(s.C, c0 + kChannelBlock), s, dxp, dgp, dbp, dyp, rp, xp, gp, mean_p, invstd_p,
+                             dx_mode);
+    }
+    return;
+  }
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
     const double mean = mean_p[c], invstd = invstd_p[c];

@@ -148,3 +148,48 @@ TEST_CASE("channels_last shape checks read C from the last dimension; average po
   CHECK_THROWS_WITH_AS(ops::adaptive_avg_pool2d_forward(ctx, bins, x, kLast),
                        doctest::Contains("(channels_last) must agree on N and C"), Error);
 }
+
+TEST_CASE("batch norm on rows (M, C), as a channels-last map is normalised: the row-blocked CPU path equals the "
+          "per-channel one bit for bit") {
+  // The per-channel path runs where x is wider than y (a prefix of its channels); the rows path
+  // where x is exactly (M, C). The same values either way: training forward, statistics, and the
+  // backward with and without a ReLU folded in, dx written over and added to.
+  Context ctx = Context::cpu(2);
+  const int64_t M = 300, C = 37, wide = C + 3;  // C: two blocks of 16 and a partial one
+  const Tensor x_wide = randn({M, wide}, 41, 1.f, 2.f);
+  Tensor x = Tensor::empty({M, C});
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < C; ++c) x.data<float>()[r * C + c] = x_wide.data<float>()[r * wide + c];
+  const Tensor gamma = randn({C}, 42), beta = randn({C}, 43), dy = randn({M, C}, 44), dx_start = randn({M, C}, 49);
+  for (ops::Epilogue epilogue : {ops::Epilogue::none, ops::Epilogue::relu}) {
+    Tensor y[2], mean[2], invstd[2], rm[2], rv[2], dx[2], dg[2], db[2];
+    for (int i = 0; i < 2; ++i) {
+      const Tensor& in = i == 0 ? x : x_wide;
+      y[i] = Tensor::empty({M, C});
+      mean[i] = Tensor::empty({C});
+      invstd[i] = Tensor::empty({C});
+      rm[i] = randn({C}, 45);
+      rv[i] = randn({C}, 46, 0.1f, 1.f);
+      ops::batch_norm_forward_train(ctx, y[i], mean[i], invstd[i], rm[i], rv[i], in, gamma, beta, 0.1f, 1e-5f, epilogue);
+      dg[i] = randn({C}, 47);
+      db[i] = randn({C}, 48);
+      Tensor d = randn(in.shape(), 49);  // what dx held: the same values in both, at (r, c < C)
+      if (i == 1)
+        for (int64_t r = 0; r < M; ++r)
+          for (int64_t c = 0; c < C; ++c) d.data<float>()[r * wide + c] = dx_start.data<float>()[r * C + c];
+      ops::batch_norm_backward(ctx, &d, &dg[i], &db[i], dy, in, gamma, mean[i], invstd[i], ops::DxMode::add,
+                               epilogue == ops::Epilogue::relu ? &y[i] : nullptr);
+      dx[i] = Tensor::empty({M, C});
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < C; ++c) dx[i].data<float>()[r * C + c] = d.data<float>()[r * in.size(1) + c];
+    }
+    CHECK(bitwise_equal(y[0], y[1]));
+    CHECK(bitwise_equal(mean[0], mean[1]));
+    CHECK(bitwise_equal(invstd[0], invstd[1]));
+    CHECK(bitwise_equal(rm[0], rm[1]));
+    CHECK(bitwise_equal(rv[0], rv[1]));
+    CHECK(bitwise_equal(dx[0], dx[1]));
+    CHECK(bitwise_equal(dg[0], dg[1]));
+    CHECK(bitwise_equal(db[0], db[1]));
+  }
+}
