@@ -55,9 +55,9 @@ std::string MBConv::describe() const {
 }
 
 Tensor MBConv::forward(Context& ctx, const Tensor& x) {
-  if (x.dim() != 4 || x.size(1) != cnf_.input_channels)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", cnf_.input_channels,
-         ", H, W)");
+  if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != cnf_.input_channels)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected ",
+         channels_last_ ? "channels-last (N, H, W, " : "(N, ", cnf_.input_channels, channels_last_ ? ")" : ", H, W)");
   Tensor r = child(0).forward(ctx, x);
   if (!use_res_) return r;
   return residual_add(ctx, x, child(1).forward(ctx, r), describe());

@@ -40,6 +40,11 @@ class MBConv : public Cloneable<MBConv> {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "MBConv"; }
   std::string describe() const override;
+  // Its children compute; the block adds, and checks the input's channels where they lie.
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
 
   const MBConvConfig& config() const { return cnf_; }
   bool use_res_connect() const { return use_res_; }  // stride 1 and C_in == C_out
@@ -47,6 +52,7 @@ class MBConv : public Cloneable<MBConv> {
  private:
   MBConvConfig cnf_;
   bool use_res_;
+  bool channels_last_ = false;
 };
 
 }  // namespace dpx::nn

@@ -65,8 +65,8 @@ void Model::set_memory_format(ops::MemoryFormat format) {
     if (refused.size() > 3) list += detail::concat(" and ", refused.size() - 3, " more");
     usage_fail("--memory-format ", ops::format_name(format), ": ", list, refused.size() > 1 ? " have" : " has",
                " no channels-last computation yet. channels_last runs models built of Conv2d, BatchNorm2d, "
-               "MaxPool2d, AdaptiveAvgPool2d, ReLU, Dropout, Flatten, Linear and ResNet blocks (the resnet, vgg "
-               "and alexnet families); use --memory-format contiguous for this model");
+               "MaxPool2d, AdaptiveAvgPool2d, activations, Dropout, Flatten, Linear, ResNet blocks and MBConv (the "
+               "resnet, vgg, alexnet and efficientnet families); use --memory-format contiguous for this model");
   }
   format_ = format;
 }

@@ -22,12 +22,19 @@ class SqueezeExcitation : public Cloneable<SqueezeExcitation> {
   std::string type_name() const override { return "SqueezeExcitation"; }
   std::string describe() const override;
   void clear_cache() override;
+  // Channels-last: x (N, H, W, C), the gates (N, 1, 1, C) from its (channels-last) children; the
+  // broadcasting product does not care.
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
 
   int64_t input_channels() const { return c_; }
   int64_t squeeze_channels() const { return s_; }
 
  private:
   int64_t c_, s_;
+  bool channels_last_ = false;
   Tensor x_;      // (N, C, H, W): forward's input (shared, not copied)
   Tensor scale_;  // (N, C, 1, 1): the gates of the last forward
 };

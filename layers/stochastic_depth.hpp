@@ -18,6 +18,8 @@ class StochasticDepth : public Cloneable<StochasticDepth> {
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dy scaled by forward's noise
   std::string type_name() const override { return "StochasticDepth"; }
   std::string describe() const override;
+  // A factor per sample (N, 1, ..., 1): where the channels lie does not matter.
+  bool set_channels_last(bool) override { return true; }
   void clear_cache() override {
     noise_ = Tensor();
     forwarded_ = false;

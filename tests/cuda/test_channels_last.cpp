@@ -1,10 +1,12 @@
 // GPU tests of --memory-format channels_last: cuDNN's convolutions on (N, H, W, C) maps with the
 // filter permuted to (K, kH, kW, C / groups), the bias and its gradient by dpx's row kernels, the
 // channels-last max and adaptive average pooling kernels, each against the reference's contiguous
-// result permuted by the test's own loop (tests/common/channels_last.hpp); then a narrow resnet's
-// training step in channels_last against the same step in contiguous maps on the GPU.
+// result permuted by the test's own loop (tests/common/channels_last.hpp); then narrow resnet50's
+// and efficientnet_b0's training steps in channels_last against the contiguous ones on the GPU.
 #include <doctest/doctest.h>
 
+#include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "tests/common/channels_last.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
 #include "zoo/cnn.hpp"
+#include "zoo/efficientnet.hpp"
 
 using namespace dpx;
 using namespace dpx::testing;
@@ -127,32 +130,43 @@ TEST_CASE("cuda max and adaptive average pooling on channels_last maps equal the
   }
 }
 
-TEST_CASE("cuda: a narrow resnet's training step in channels_last matches the contiguous one on the GPU") {
+TEST_CASE("cuda: narrow resnet50 and efficientnet_b0 steps in channels_last match the contiguous ones on the GPU") {
   Context g = gpu();
   zoo::ModelOptions o;
   o.num_classes = 5;
   o.image_size = 32;
   o.seed = 9;
-  zoo::ResNetConfig rc = zoo::resnet_config(50);
-  rc.base_planes = 8;
-  rc.layers = {1, 2, 1, 1};
-  nn::Model contiguous(zoo::build_resnet(rc, o), dev()), last = contiguous.clone(dev());
-  last.set_memory_format(kLast);
-  const Tensor x = uniform({4, 3, 32, 32}, 500).to(dev());
-  Tensor labels = Tensor::empty({4}, DType::i64);
-  for (int64_t i = 0; i < 4; ++i) labels.data<int64_t>()[i] = i % 5;
-  labels = labels.to(dev());
-  Tensor logits[2];
-  nn::Model* models[2] = {&contiguous, &last};
-  for (int i = 0; i < 2; ++i) {
-    nn::Model& m = *models[i];
-    m.train();
-    m.zero_grad(g);
-    nn::CrossEntropyLoss loss;
-    logits[i] = m.forward(g, x);
-    (void)loss.forward_tensor(g, logits[i], labels);
-    m.backward(g, loss.backward(g));
+  for (const std::string family : {"resnet50", "efficientnet_b0"}) {
+    CAPTURE(family);
+    std::unique_ptr<nn::Module> root;
+    if (family == "resnet50") {
+      zoo::ResNetConfig rc = zoo::resnet_config(50);
+      rc.base_planes = 8;
+      rc.layers = {1, 2, 1, 1};
+      root = zoo::build_resnet(rc, o);
+    } else {  // its first three stages: depthwise 3x3 and 5x5 convolutions (cuDNN's in channels_last), SE
+      zoo::EfficientNetConfig ec = zoo::efficientnet_b0_config();
+      ec.stages.resize(3);
+      root = zoo::build_efficientnet(ec, o);
+    }
+    nn::Model contiguous(std::move(root), dev()), last = contiguous.clone(dev());
+    last.set_memory_format(kLast);
+    const Tensor x = uniform({4, 3, 32, 32}, 500).to(dev());
+    Tensor labels = Tensor::empty({4}, DType::i64);
+    for (int64_t i = 0; i < 4; ++i) labels.data<int64_t>()[i] = i % 5;
+    labels = labels.to(dev());
+    Tensor logits[2];
+    nn::Model* models[2] = {&contiguous, &last};
+    for (int i = 0; i < 2; ++i) {
+      nn::Model& m = *models[i];
+      m.train();
+      m.zero_grad(g);
+      nn::CrossEntropyLoss loss;
+      logits[i] = m.forward(g, x);
+      (void)loss.forward_tensor(g, logits[i], labels);
+      m.backward(g, loss.backward(g));
+    }
+    CHECK(norm_rel_diff(logits[1], logits[0].to(Device::cpu())) <= 1e-5);
+    CHECK(norm_rel_diff(last.flat_grads(), contiguous.flat_grads().to(Device::cpu())) <= 1e-4);
   }
-  CHECK(norm_rel_diff(logits[1], logits[0].to(Device::cpu())) <= 1e-5);
-  CHECK(norm_rel_diff(last.flat_grads(), contiguous.flat_grads().to(Device::cpu())) <= 1e-4);
 }

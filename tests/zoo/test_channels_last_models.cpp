@@ -1,6 +1,7 @@
 // --memory-format channels_last on whole models (nn::Model::set_memory_format): narrow versions of
 // resnet18 (basic blocks with downsampling), resnet50 (bottlenecks), vgg11_bn and alexnet (a
-// Flatten over 7x7 and 6x6 maps, dropout) give the contiguous model's logits, loss, every
+// Flatten over 7x7 and 6x6 maps, dropout), efficientnet_b0 (depthwise convolutions, squeeze and
+// excitation, stochastic depth) give the contiguous model's logits, loss, every
 // parameter gradient and every batch-norm statistic bit for bit, in training and in eval; a copy
 // keeps the format; a model with a layer that has no channels-last computation is refused by
 // name and left as it was.
@@ -12,6 +13,7 @@
 #include "layers/model.hpp"
 #include "tests/common/tensors.hpp"
 #include "zoo/cnn.hpp"
+#include "zoo/efficientnet.hpp"
 #include "zoo_test_util.hpp"
 
 using namespace dpx;
@@ -40,6 +42,11 @@ nn::Model small_model(const std::string& family, int64_t size) {
     return nn::Model(zoo::build_vgg(c, o));
   }
   if (family == "alexnet") return nn::Model(zoo::build_alexnet({.width = 8, .hidden = 24, .dropout = 0.5f}, o));
+  if (family == "efficientnet_b0") {  // its first three stages: expansion, depthwise 3x3 and 5x5, SE, residuals
+    zoo::EfficientNetConfig c = zoo::efficientnet_b0_config();
+    c.stages.resize(3);
+    return nn::Model(zoo::build_efficientnet(c, o));
+  }
   zoo::DenseNetConfig c = zoo::densenet_config(121);
   c.growth = 4;
   c.blocks = {1, 1, 1, 1};
@@ -71,7 +78,7 @@ Step run(Context& ctx, nn::Model& m, const testing::Batch& b) {
 TEST_CASE("channels_last models train and evaluate as contiguous ones, bit for bit") {
   Context ctx = Context::cpu(2);
   for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
-           {"resnet18", 32}, {"resnet50", 32}, {"vgg11_bn", 32}, {"alexnet", 63}}) {
+           {"resnet18", 32}, {"resnet50", 32}, {"vgg11_bn", 32}, {"alexnet", 63}, {"efficientnet_b0", 32}}) {
     CAPTURE(name);
     const testing::Batch b = testing::two_class_batch(2, 3, size, 11);
     nn::Model contiguous = small_model(name, size), last = small_model(name, size);
