@@ -114,6 +114,20 @@ void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tens
   nhwc_from(dx, dxc, ops::DxMode::overwrite, ctx.threads);
 }
 
+void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor& y, const Tensor& x,
+                                 const ops::Pool2dParams& p) {
+  Tensor yc = nchw_like(y);
+  contiguous(ctx, yc, nchw_copy(x, ctx.threads), contiguous_params(p));
+  nhwc_from(y, yc, ops::DxMode::overwrite, ctx.threads);
+}
+
+void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
+                                  const ops::Pool2dParams& p) {
+  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), contiguous_params(p));
+  nhwc_from(dx, dxc, ops::DxMode::overwrite, ctx.threads);
+}
+
 void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& ctx, Tensor& y, const Tensor& x) {
   Tensor yc = nchw_like(y);
   contiguous(ctx, yc, nchw_copy(x, ctx.threads), ops::MemoryFormat::contiguous);

@@ -25,6 +25,8 @@ using ConvBackward = void (*)(Context&, Tensor*, Tensor*, Tensor*, const Tensor&
                               const ops::Conv2dParams&, ops::DxMode);
 using MaxPoolForward = void (*)(Context&, Tensor&, Tensor&, const Tensor&, const ops::Pool2dParams&);
 using MaxPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, const ops::Pool2dParams&);
+using AvgPoolForward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
+using AvgPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
 using AdaptiveForward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat);
 using AdaptiveBackward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat);
 
@@ -37,6 +39,10 @@ void max_pool2d_forward_via_nchw(MaxPoolForward contiguous, Context& ctx, Tensor
                                  const ops::Pool2dParams& p);
 void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
                                   const Tensor& argmax, const ops::Pool2dParams& p);
+void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor& y, const Tensor& x,
+                                 const ops::Pool2dParams& p);
+void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
+                                  const ops::Pool2dParams& p);
 void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& ctx, Tensor& y, const Tensor& x);
 void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy);
 

@@ -119,13 +119,6 @@ Shape pool_output(const char* op, const Tensor& x, const Pool2dParams& p) {
   return image_shape({d.n, d.c, OH, OW}, p.format);
 }
 
-// Average pooling has no channels-last kernels.
-void require_contiguous(const char* op, const Pool2dParams& p) {
-  if (p.format != MemoryFormat::contiguous)
-    fail(op, ": channels_last maps are not built for average pooling (max pooling and adaptive average "
-         "pooling take them); pass contiguous (N, C, H, W) maps");
-}
-
 // x or dx (N, C, H, W) and y or dy (N, C, OH, OW) for adaptive pooling, both in `format`.
 void check_adaptive(const char* op, const char* in_name, const Tensor& in, const char* out_name,
                     const Tensor& out, MemoryFormat format) {
@@ -414,13 +407,11 @@ void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& a
 
 void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {
   const char* op = "avg_pool2d_forward";
-  require_contiguous(op, p);
   require_f32_shape(op, "y", y, pool_output(op, x, p));
 }
 
 void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
   const char* op = "avg_pool2d_backward";
-  require_contiguous(op, p);
   require_f32(op, "dx", dx);
   require_f32_shape(op, "dy", dy, pool_output(op, dx, p));
 }

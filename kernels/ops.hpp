@@ -55,7 +55,7 @@ struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;
   bool ceil_mode = false;
   bool count_include_pad = true;  // average pooling only (PyTorch's default)
-  MemoryFormat format = MemoryFormat::contiguous;  // max pooling only: average pooling refuses channels_last
+  MemoryFormat format = MemoryFormat::contiguous;  // x, y (and dx, dy, argmax) in this layout
 };
 
 struct SgdParams {

@@ -88,6 +88,14 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue
 
 template <class Self>
 Tensor BatchNormBase<Self>::forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue) {
+  if (channels_last_) {  // the buffer's rows (N*H*W, Cb), their first C columns
+    if (buf.dim() != 4 || buf.size(3) < c_)
+      fail(describe(), " given buffer ", shape_str(buf.shape()), ": expected channels-last (N, H, W, C) with C >= ",
+           c_, " (its first ", c_, " channels are normalised)");
+    Shape y_shape = buf.shape();
+    y_shape[3] = c_;
+    return forward_checked(ctx, buf.view({-1, buf.size(3)}), epilogue).view(y_shape);
+  }
   if (buf.dim() < 2 || buf.dim() > 4 || buf.size(1) < c_)
     fail(describe(), " given buffer ", shape_str(buf.shape()), ": expected (N, C, ...) with C >= ", c_,
          " (its first ", c_, " channels are normalised)");
@@ -150,6 +158,12 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
 template <class Self>
 void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (channels_last_ && dy.dim() == 4) {  // forward_prefix kept the buffer as rows (N*H*W, Cb)
+    Tensor grad_rows = grad_buf.view({-1, grad_buf.size(3)});
+    const Tensor rows_out = relu_out ? relu_out->view({-1, c_}) : Tensor();
+    backward_prefix(ctx, grad_rows, dy.view({-1, c_}), relu_out ? &rows_out : nullptr);
+    return;
+  }
   Shape y_shape = x_.shape();
   y_shape[1] = c_;
   if (dy.shape() != y_shape || grad_buf.shape() != x_.shape())

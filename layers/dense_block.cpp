@@ -34,10 +34,6 @@ Head head_of(Module& layer) {
   return {norm, relu};
 }
 
-// (N, channels, H, W) like x.
-Tensor maps_like(Context& ctx, const Shape& x, int64_t channels) {
-  return Tensor::empty({x[0], channels, x[2], x[3]}, DType::f32, ctx.device);
-}
 }  // namespace
 
 std::unique_ptr<Sequential> dense_layer(int64_t in_channels, int64_t growth, int64_t bn_size,
@@ -80,11 +76,13 @@ std::string DenseBlock::describe() const {
 }
 
 Tensor DenseBlock::forward(Context& ctx, const Tensor& x) {
-  if (x.dim() != 4 || x.size(1) != in_)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", in_, ", H, W)");
+  if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != in_)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
   x_shape_ = x.shape();
-  Tensor features = maps_like(ctx, x_shape_, out_channels());
-  ops::copy_channels(ctx, features, 0, x, 0, in_, ops::DxMode::overwrite);
+  const bool last = channels_last_;
+  Tensor features = empty_on(ctx, maps_shape(x_shape_, out_channels(), last));
+  Tensor features_c = channel_major(features, last);  // the same memory, cut along its channels
+  ops::copy_channels(ctx, features_c, 0, channel_major(x, last), 0, in_, ops::DxMode::overwrite);
   for (size_t l = 0; l < num_children(); ++l) {
     const int64_t channels = in_ + static_cast<int64_t>(l) * growth_;  // what layer l reads
     Module& layer = child(l);
@@ -93,32 +91,36 @@ Tensor DenseBlock::forward(Context& ctx, const Tensor& x) {
       Tensor y = h.relu->forward_applied(h.norm->forward_prefix(ctx, features, ops::Epilogue::relu));
       out = forward_children(ctx, layer, 2, layer.num_children(), y);
     } else {
-      Tensor input = maps_like(ctx, x_shape_, channels);
-      ops::copy_channels(ctx, input, 0, features, 0, channels, ops::DxMode::overwrite);
+      Tensor input = empty_on(ctx, maps_shape(x_shape_, channels, last));
+      Tensor input_c = channel_major(input, last);
+      ops::copy_channels(ctx, input_c, 0, features_c, 0, channels, ops::DxMode::overwrite);
       out = layer.forward(ctx, input);
     }
-    if (out.shape() != Shape{x_shape_[0], growth_, x_shape_[2], x_shape_[3]})
-      fail(describe(), ": layer ", l + 1, " returned ", shape_str(out.shape()), ", expected (", x_shape_[0], ", ",
-           growth_, ", ", x_shape_[2], ", ", x_shape_[3], ")");
-    ops::copy_channels(ctx, features, channels, out, 0, growth_, ops::DxMode::overwrite);
+    if (out.shape() != maps_shape(x_shape_, growth_, last))
+      fail(describe(), ": layer ", l + 1, " returned ", shape_str(out.shape()), ", expected ",
+           shape_str(maps_shape(x_shape_, growth_, last)));
+    ops::copy_channels(ctx, features_c, channels, channel_major(out, last), 0, growth_, ops::DxMode::overwrite);
   }
   return features;
 }
 
 Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
-  const Shape y_shape = {x_shape_[0], out_channels(), x_shape_[2], x_shape_[3]};
+  const bool last = channels_last_;
+  const Shape y_shape = maps_shape(x_shape_, out_channels(), last);
   if (dy.shape() != y_shape)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
   // The features' gradient: layer l's output's channels are complete once every later layer has
   // added what it read.
   Tensor grad = Tensor::empty(y_shape, DType::f32, ctx.device);
   ops::copy(ctx, grad, dy);
+  Tensor grad_c = channel_major(grad, last);
   for (size_t l = num_children(); l-- > 0;) {
     const int64_t channels = in_ + static_cast<int64_t>(l) * growth_;
     Module& layer = child(l);
-    Tensor d_out = maps_like(ctx, x_shape_, growth_);
-    ops::copy_channels(ctx, d_out, 0, grad, channels, growth_, ops::DxMode::overwrite);
+    Tensor d_out = empty_on(ctx, maps_shape(x_shape_, growth_, last));
+    Tensor d_out_c = channel_major(d_out, last);
+    ops::copy_channels(ctx, d_out_c, 0, grad_c, channels, growth_, ops::DxMode::overwrite);
     if (const Head h = head_of(layer); h.norm && h.relu->output().defined()) {
       for (size_t i = 2; i < layer.num_children(); ++i) layer.child(i).set_input_grad_needed(true);
       const Tensor d_y = backward_children(ctx, layer, 2, layer.num_children(), d_out);
@@ -126,12 +128,13 @@ Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
       h.relu->clear_cache();
     } else {
       layer.set_input_grad_needed(true);
-      const Tensor d_input = layer.backward(ctx, d_out);  // (N, channels, H, W)
-      ops::copy_channels(ctx, grad, 0, d_input, 0, channels, ops::DxMode::add);
+      const Tensor d_input = layer.backward(ctx, d_out);  // the channels it read
+      ops::copy_channels(ctx, grad_c, 0, channel_major(d_input, last), 0, channels, ops::DxMode::add);
     }
   }
-  Tensor dx = maps_like(ctx, x_shape_, in_);
-  ops::copy_channels(ctx, dx, 0, grad, 0, in_, ops::DxMode::overwrite);
+  Tensor dx = empty_on(ctx, maps_shape(x_shape_, in_, last));
+  Tensor dx_c = channel_major(dx, last);
+  ops::copy_channels(ctx, dx_c, 0, grad_c, 0, in_, ops::DxMode::overwrite);
   return dx;
 }
 

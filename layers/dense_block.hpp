@@ -35,12 +35,19 @@ class DenseBlock : public Cloneable<DenseBlock> {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "DenseBlock"; }
   std::string describe() const override;
+  // Channels-last: the buffer is (N, H, W, C), its channels cut as rows (N*H*W, C); the layers'
+  // batch norms read its prefix as rows too.
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
 
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return in_ + static_cast<int64_t>(num_children()) * growth_; }
 
  private:
   int64_t in_, growth_;
+  bool channels_last_ = false;
   Shape x_shape_;  // (N, C_in, H, W) of the last forward
 };
 

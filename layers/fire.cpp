@@ -26,13 +26,14 @@ std::string Fire::describe() const {
 }
 
 Tensor Fire::forward(Context& ctx, const Tensor& x) {
-  if (x.dim() != 4 || x.size(1) != in_)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected (N, ", in_, ", H, W)");
+  if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != in_)
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
   Tensor s = child(1).forward(ctx, child(0).forward(ctx, x));
   Tensor a = child(3).forward(ctx, child(2).forward(ctx, s));
   Tensor b = child(5).forward(ctx, child(4).forward(ctx, s));
-  Tensor y = Tensor::empty({x.size(0), e1_ + e3_, x.size(2), x.size(3)}, DType::f32, ctx.device);
-  ops::concat_channels(ctx, y, {a, b});
+  Tensor y = empty_on(ctx, maps_shape(a.shape(), e1_ + e3_, channels_last_));
+  Tensor joined = channel_major(y, channels_last_);
+  ops::concat_channels(ctx, joined, {channel_major(a, channels_last_), channel_major(b, channels_last_)});
   y_shape_ = y.shape();
   return y;
 }
@@ -41,11 +42,13 @@ Tensor Fire::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!y_shape_.empty(), describe(), ": backward called before forward");
   if (dy.shape() != y_shape_)
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape_));
-  const int64_t n = y_shape_[0], h = y_shape_[2], w = y_shape_[3];
   // Each branch's channels of dy, copied out (written over: no zero fill).
-  Tensor da = empty_on(ctx, {n, e1_, h, w}), db = empty_on(ctx, {n, e3_, h, w});
-  ops::copy_channels(ctx, da, 0, dy, 0, e1_, ops::DxMode::overwrite);
-  ops::copy_channels(ctx, db, 0, dy, e1_, e3_, ops::DxMode::overwrite);
+  Tensor da = empty_on(ctx, maps_shape(y_shape_, e1_, channels_last_));
+  Tensor db = empty_on(ctx, maps_shape(y_shape_, e3_, channels_last_));
+  Tensor da_c = channel_major(da, channels_last_), db_c = channel_major(db, channels_last_);
+  const Tensor dy_c = channel_major(dy, channels_last_);
+  ops::copy_channels(ctx, da_c, 0, dy_c, 0, e1_, ops::DxMode::overwrite);
+  ops::copy_channels(ctx, db_c, 0, dy_c, e1_, e3_, ops::DxMode::overwrite);
   // expand3x3 first: its parameters were registered last (reverse order, as DDP's buckets fill).
   Tensor ds = child(4).backward(ctx, child(5).backward(ctx, db));
   ops::axpy(ctx, ds, 1.f, child(2).backward(ctx, child(3).backward(ctx, da)));

@@ -20,12 +20,19 @@ class Fire : public Cloneable<Fire> {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "Fire"; }
   std::string describe() const override;
+  // Its convolutions compute; it checks the input's channels and joins the branches where the
+  // channels lie (channels-last: along the last dimension).
+  bool set_channels_last(bool on) override {
+    channels_last_ = on;
+    return true;
+  }
 
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return e1_ + e3_; }
 
  private:
   int64_t in_, squeeze_, e1_, e3_;
+  bool channels_last_ = false;
   Shape y_shape_;  // (N, e1 + e3, H, W) of the last forward
 };
 

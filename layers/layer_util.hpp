@@ -3,6 +3,7 @@
 // still on the host or already on a device (reset_parameters on a model in a CUDA buffer).
 #pragma once
 #include <cmath>
+#include <string>
 
 #include "core/rng.hpp"
 #include "kernels/ops.hpp"
@@ -76,6 +77,23 @@ inline void init_constant(Tensor& t, float value) {
 // the bias uses the same bound (torch.nn.Linear.reset_parameters).
 inline float default_init_bound(int64_t fan_in) {
   return fan_in > 0 ? 1.f / std::sqrt(static_cast<float>(fan_in)) : 0.f;
+}
+
+// Image maps as the channel ops (copy_channels, concat_channels) cut them, along dimension 1: a
+// contiguous map (N, C, H, W) as it is, a channels-last one (N, H, W, C) as its rows (N*H*W, C).
+inline Tensor channel_major(const Tensor& maps, bool channels_last) {
+  return channels_last ? maps.view({-1, maps.size(3)}) : maps;
+}
+// The shape of maps like `x` (its layout: channels_last or not) with `channels` channels.
+inline Shape maps_shape(const Shape& x, int64_t channels, bool channels_last) {
+  Shape s = x;
+  s[channels_last ? 3 : 1] = channels;
+  return s;
+}
+// "(N, 64, H, W)", or "channels-last (N, H, W, 64)": what a layer expected, for its message.
+inline std::string expected_maps(int64_t channels, bool channels_last) {
+  return channels_last ? detail::concat("channels-last (N, H, W, ", channels, ")")
+                       : detail::concat("(N, ", channels, ", H, W)");
 }
 
 // "True"/"False", as PyTorch prints booleans in a module's repr.

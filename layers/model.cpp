@@ -64,9 +64,9 @@ void Model::set_memory_format(ops::MemoryFormat format) {
     for (size_t i = 0; i < refused.size() && i < 3; ++i) list += (i ? ", " : "") + refused[i];
     if (refused.size() > 3) list += detail::concat(" and ", refused.size() - 3, " more");
     usage_fail("--memory-format ", ops::format_name(format), ": ", list, refused.size() > 1 ? " have" : " has",
-               " no channels-last computation yet. channels_last runs models built of Conv2d, BatchNorm2d, "
-               "MaxPool2d, AdaptiveAvgPool2d, activations, Dropout, Flatten, Linear, ResNet blocks and MBConv (the "
-               "resnet, vgg, alexnet and efficientnet families); use --memory-format contiguous for this model");
+               " no channels-last computation yet. channels_last runs the convolutional families (resnet, vgg, "
+               "alexnet, squeezenet, densenet, efficientnet: convolutions, batch norm, pooling, activations, "
+               "their blocks), not Swin's layers; use --memory-format contiguous for this model");
   }
   format_ = format;
 }

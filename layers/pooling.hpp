@@ -39,6 +39,10 @@ class AvgPool2d : public Cloneable<AvgPool2d> {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "AvgPool2d"; }
   std::string describe() const override;
+  bool set_channels_last(bool on) override {  // (N, H, W, C) -> (N, OH, OW, C)
+    p_.format = on ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    return true;
+  }
   const ops::Pool2dParams& params() const { return p_; }
 
  private:

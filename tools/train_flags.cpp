@@ -209,8 +209,8 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
                  "how the model's image maps lie in memory: contiguous (N, C, H, W) or channels_last (N, H, W, C), "
                  "as PyTorch's model.to(memory_format=...): on GPUs cuDNN's tensor-core convolutions take "
                  "channels_last without transposing; on CPUs it is a checking mode (each convolution and pooling "
-                 "runs between two permutes, slower). The resnet, vgg, alexnet and efficientnet families; weights keep "
-                 "their layout")
+                 "runs between two permutes, slower). Every convolutional family (not swin); weights keep their "
+                 "layout")
       ->capture_default_str();
   cmd.add_flag("--cuda-graph", o.cuda_graph,
                "GPUs, --parallel none: after a shape's first (eager) step, record forward, loss and backward as a "

@@ -130,6 +130,8 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
 }
 
 void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::avg_pool2d_forward_via_nchw(avg_pool2d_forward, ctx, y, x, p);
   const PoolShape s = pool_shape(x, p);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -154,6 +156,8 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
 }
 
 void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p);
   const PoolShape s = pool_shape(dx, p);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();

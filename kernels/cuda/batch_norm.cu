@@ -73,8 +73,9 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
   }
 }
 
-// The same partial sums where x is rows (M, C) (s == 1, no prefix): channels-last maps as rows
-// (N*H*W, C) (--memory-format channels_last) and BatchNorm1d. There a block per channel would read
+// The same partial sums where x is rows (M, Cx) and y (M, C) (s == 1): channels-last maps as rows
+// (N*H*W, C) (--memory-format channels_last; a DenseNet layer's prefix of its block's rows) and
+// BatchNorm1d. There a block per channel would read
 // one float every C (a memory sector per element); here a block takes 32 neighbouring channels
 // (threadIdx.x) over 8 row lanes (threadIdx.y), so a warp reads 32 consecutive floats, and the
 // lanes' sums are added in lane order (a fixed order: the same bits every run). The shift is the
@@ -91,7 +92,7 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const fl
     const float center = kBackward ? mean[c] : x[c];
     for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
       const int64_t at = r * l.c + c;
-      const double d = static_cast<double>(x[at]) - center;
+      const double d = static_cast<double>(x[r * l.cx + c]) - center;
       if (kBackward) {
         const double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
         a += g;
@@ -208,8 +209,8 @@ int chunks_for(const CudaState& st, const Layout& l) {
   return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 65535));
 }
 
-// Whether x is rows (M, C), summed by row_partial_sums_kernel.
-bool as_rows(const Layout& l) { return l.s == 1 && l.c == l.cx; }
+// Whether x is rows (M, Cx), summed by row_partial_sums_kernel.
+bool as_rows(const Layout& l) { return l.s == 1; }
 
 // Its chunks: about 8 blocks per multiprocessor over the channel tiles, each thread summing at
 // least 16 rows.

@@ -1,7 +1,7 @@
 // Pooling on CUDA with dpx's own kernels (cuDNN has no argmax output and no ceil_mode): max pool
 // with an i32 argmax (flat h*W+w, first maximum wins), average pool and adaptive average pool,
-// with windows and divisors exactly as PyTorch's CUDA kernels compute them; max and adaptive
-// average pooling also on channels-last maps (N, H, W, C).
+// with windows and divisors exactly as PyTorch's CUDA kernels compute them; each also on
+// channels-last maps (N, H, W, C), the kernels templated on the layout.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -120,42 +120,42 @@ __device__ inline AvgWindow avg_window(int oh, int ow, int H, int W, const Windo
   return {hs, he, ws, we, include_pad ? pool_size : (he - hs) * (we - ws)};
 }
 
-__global__ void avg_pool_forward_kernel(float* y, const float* x, int64_t total, int H, int W, int OH, int OW,
-                                        Window k, bool include_pad) {
+template <bool kLast>
+__global__ void avg_pool_forward_kernel(float* y, const float* x, int64_t total, int64_t C, int H, int W, int OH,
+                                        int OW, Window k, bool include_pad) {
   DPX_CUDA_LOOP(i, total) {
-    int ow = static_cast<int>(i % OW);
-    int oh = static_cast<int>((i / OW) % OH);
-    int64_t plane = i / (static_cast<int64_t>(OW) * OH);
-    AvgWindow a = avg_window(oh, ow, H, W, k, include_pad);
+    const Element<kLast> e = element<kLast>(i, C, OH, OW);
+    AvgWindow a = avg_window(e.y, e.x, H, W, k, include_pad);
     if (a.hs >= a.he || a.ws >= a.we) {
       y[i] = 0.f;
       continue;
     }
-    const float* xp = x + plane * H * W;
+    const float* xp = x + e.map(H, W, C);
     float sum = 0.f;
     for (int h = a.hs; h < a.he; ++h)
-      for (int w = a.ws; w < a.we; ++w) sum += xp[h * W + w];
+      for (int w = a.ws; w < a.we; ++w) sum += xp[(h * W + w) * step<kLast>(C)];
     y[i] = sum / static_cast<float>(a.divisor);
   }
 }
 
 // One thread per input element gathers from the outputs whose windows contain it: no atomics,
 // so the result is deterministic.
-__global__ void avg_pool_backward_kernel(float* dx, const float* dy, int64_t total, int H, int W, int OH,
+template <bool kLast>
+__global__ void avg_pool_backward_kernel(float* dx, const float* dy, int64_t total, int64_t C, int H, int W, int OH,
                                          int OW, Window k, bool include_pad) {
   DPX_CUDA_LOOP(i, total) {
-    int w = static_cast<int>(i % W) + k.pw;  // coordinates in the padded input
-    int h = static_cast<int>((i / W) % H) + k.ph;
-    int64_t plane = i / (static_cast<int64_t>(W) * H);
+    const Element<kLast> e = element<kLast>(i, C, H, W);
+    int w = e.x + k.pw;  // coordinates in the padded input
+    int h = e.y + k.ph;
     int oh0 = h < k.kh ? 0 : (h - k.kh) / k.sh + 1, oh1 = min(h / k.sh + 1, OH);
     int ow0 = w < k.kw ? 0 : (w - k.kw) / k.sw + 1, ow1 = min(w / k.sw + 1, OW);
-    const float* dyp = dy + plane * OH * OW;
+    const float* dyp = dy + e.map(OH, OW, C);
     float g = 0.f;
     for (int oh = oh0; oh < oh1; ++oh)
       for (int ow = ow0; ow < ow1; ++ow) {
         AvgWindow a = avg_window(oh, ow, H, W, k, include_pad);
         if (a.hs >= a.he || a.ws >= a.we) continue;
-        g += dyp[oh * OW + ow] / static_cast<float>(a.divisor);
+        g += dyp[(oh * OW + ow) * step<kLast>(C)] / static_cast<float>(a.divisor);
       }
     dx[i] += g;
   }
@@ -272,9 +272,12 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
   const char* op = "avg_pool2d_forward";
   int64_t total = y.numel();
   if (total == 0) return;
-  avg_pool_forward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(y, op, "y"), f32(x, op, "x"), total, int(x.size(2)), int(x.size(3)), int(y.size(2)), int(y.size(3)),
-      window_of(p), p.count_include_pad);
+  const ops::ImageDims in = ops::image_dims(x.shape(), p.format), out = ops::image_dims(y.shape(), p.format);
+  const auto kernel =
+      p.format == MemoryFormat::channels_last ? avg_pool_forward_kernel<true> : avg_pool_forward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(y, op, "y"), f32(x, op, "x"), total, in.c, int(in.h),
+                                                      int(in.w), int(out.h), int(out.w), window_of(p),
+                                                      p.count_include_pad);
   check_launch();
 }
 
@@ -283,9 +286,12 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   const char* op = "avg_pool2d_backward";
   int64_t total = dx.numel();
   if (total == 0 || dy.numel() == 0) return;
-  avg_pool_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-      f32(dx, op, "dx"), f32(dy, op, "dy"), total, int(dx.size(2)), int(dx.size(3)), int(dy.size(2)),
-      int(dy.size(3)), window_of(p), p.count_include_pad);
+  const ops::ImageDims in = ops::image_dims(dx.shape(), p.format), out = ops::image_dims(dy.shape(), p.format);
+  const auto kernel =
+      p.format == MemoryFormat::channels_last ? avg_pool_backward_kernel<true> : avg_pool_backward_kernel<false>;
+  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"), total, in.c, int(in.h),
+                                                      int(in.w), int(out.h), int(out.w), window_of(p),
+                                                      p.count_include_pad);
   check_launch();
 }
 

@@ -88,7 +88,9 @@ int64_t divisor(const Window& wh, const Window& ww, bool count_include_pad) {
 }  // namespace
 
 // y = (sum of x in the window) / divisor.
-void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {
+void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::avg_pool2d_forward_via_nchw(avg_pool2d_forward, ctx, y, x, p);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);
   const int64_t OH = y.size(2), OW = y.size(3);
   const float* xp = x.data<float>();
@@ -106,7 +108,9 @@ void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams
 }
 
 // Every input in a window gets dy / divisor of that window (windows may overlap: they add up).
-void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+  if (p.format == MemoryFormat::channels_last)
+    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   const float* dyp = dy.data<float>();

@@ -1,8 +1,9 @@
 // GPU tests of --memory-format channels_last: cuDNN's convolutions on (N, H, W, C) maps with the
 // filter permuted to (K, kH, kW, C / groups), the bias and its gradient by dpx's row kernels, the
 // channels-last max and adaptive average pooling kernels, each against the reference's contiguous
-// result permuted by the test's own loop (tests/common/channels_last.hpp); then narrow resnet50's
-// and efficientnet_b0's training steps in channels_last against the contiguous ones on the GPU.
+// result permuted by the test's own loop (tests/common/channels_last.hpp); then narrow resnet50's,
+// efficientnet_b0's and densenet121's training steps in channels_last against the contiguous ones
+// on the GPU.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -83,7 +84,7 @@ TEST_CASE("cuda conv2d channels_last: forward, bias, and every gradient match th
   }
 }
 
-TEST_CASE("cuda max and adaptive average pooling on channels_last maps equal the reference's bit for bit") {
+TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps equal the reference's") {
   Context c = reference(), g = gpu();
   const Shape xs{3, 5, 13, 11};
   Tensor x = uniform(xs, 400, -4.f, 4.f);  // whole numbers: ties, where the first maximum must win
@@ -114,6 +115,30 @@ TEST_CASE("cuda max and adaptive average pooling on channels_last maps equal the
     ops::max_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), gam, p);
     CHECK(bitwise_equal(gdx, to_channels_last(dx)));
   }
+  for (const auto& [kernel, stride, pad, ceil, include_pad] : std::vector<std::tuple<int, int, int, bool, bool>>{
+           {2, 2, 0, false, true}, {3, 2, 1, true, true}, {3, 2, 1, true, false}}) {
+    CAPTURE(kernel);
+    ops::Pool2dParams p;
+    p.kernel_h = p.kernel_w = kernel;
+    p.stride_h = p.stride_w = stride;
+    p.pad_h = p.pad_w = pad;
+    p.ceil_mode = ceil;
+    p.count_include_pad = include_pad;
+    const Shape ys = {xs[0], xs[1], ops::conv_out_size(xs[2], kernel, stride, pad, 1, ceil),
+                      ops::conv_out_size(xs[3], kernel, stride, pad, 1, ceil)};
+    Tensor y = Tensor::empty(ys);
+    ops::avg_pool2d_forward(c, y, x, p);
+    const Tensor dy = uniform(ys, 405);
+    Tensor dx = uniform(xs, 406);
+    Tensor gdx = to_channels_last(dx).to(dev());
+    ops::avg_pool2d_backward(c, dx, dy, p);
+    p.format = kLast;
+    Tensor gy = poisoned(to_channels_last(y).shape(), dev());
+    ops::avg_pool2d_forward(g, gy, to_channels_last(x).to(dev()), p);
+    CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-6);
+    ops::avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), p);
+    CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-6);
+  }
   for (const Shape& out : {Shape{1, 1}, Shape{4, 3}, Shape{7, 7}}) {
     CAPTURE(out[0]);
     Tensor y = Tensor::empty({xs[0], xs[1], out[0], out[1]});
@@ -130,13 +155,13 @@ TEST_CASE("cuda max and adaptive average pooling on channels_last maps equal the
   }
 }
 
-TEST_CASE("cuda: narrow resnet50 and efficientnet_b0 steps in channels_last match the contiguous ones on the GPU") {
+TEST_CASE("cuda: narrow resnet50, efficientnet_b0 and densenet121 steps in channels_last match the contiguous ones") {
   Context g = gpu();
   zoo::ModelOptions o;
   o.num_classes = 5;
   o.image_size = 32;
   o.seed = 9;
-  for (const std::string family : {"resnet50", "efficientnet_b0"}) {
+  for (const std::string family : {"resnet50", "efficientnet_b0", "densenet121"}) {
     CAPTURE(family);
     std::unique_ptr<nn::Module> root;
     if (family == "resnet50") {
@@ -144,10 +169,16 @@ TEST_CASE("cuda: narrow resnet50 and efficientnet_b0 steps in channels_last matc
       rc.base_planes = 8;
       rc.layers = {1, 2, 1, 1};
       root = zoo::build_resnet(rc, o);
-    } else {  // its first three stages: depthwise 3x3 and 5x5 convolutions (cuDNN's in channels_last), SE
+    } else if (family == "efficientnet_b0") {  // three stages: depthwise 3x3 and 5x5 (cuDNN's here), SE
       zoo::EfficientNetConfig ec = zoo::efficientnet_b0_config();
       ec.stages.resize(3);
       root = zoo::build_efficientnet(ec, o);
+    } else {  // the block's buffer as rows, batch norm on its prefix, average-pooling transitions
+      zoo::DenseNetConfig dc = zoo::densenet_config(121);
+      dc.growth = 4;
+      dc.blocks = {2, 2, 1, 1};
+      dc.init_features = 8;
+      root = zoo::build_densenet(dc, o);
     }
     nn::Model contiguous(std::move(root), dev()), last = contiguous.clone(dev());
     last.set_memory_format(kLast);

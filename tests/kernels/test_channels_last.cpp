@@ -2,7 +2,7 @@
 // the two host backends: each result equals the contiguous op's on the same data, permuted by the
 // test's own loop (tests/common/channels_last.hpp), bit for bit — forward values, argmax, and
 // every gradient, written over or added into what dx and dw held. Also the shape checks that
-// read the channel from the last dimension, and average pooling's refusal.
+// read the channel from the last dimension, and batch norm's row path.
 #include <doctest/doctest.h>
 
 #include "kernels/ops.hpp"
@@ -106,6 +106,32 @@ TEST_CASE("max_pool2d channels_last: values, argmax and dx are the contiguous op
   }
 }
 
+TEST_CASE("avg_pool2d channels_last: padding, ceil_mode and count_include_pad as the contiguous op, permuted") {
+  for (Context ctx : host_backends()) {
+    CAPTURE(ctx.reference);
+    for (const ops::Pool2dParams& p :
+         {pool_params(2, 2, 0), pool_params(3, 2, 1, true), pool_params(3, 2, 1, true, false)}) {
+      const Tensor x = randn({2, 5, 7, 6}, 51);
+      const Shape y_shape = {2, 5, ops::conv_out_size(7, p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode),
+                             ops::conv_out_size(6, p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode)};
+      Tensor y = Tensor::empty(y_shape);
+      ops::avg_pool2d_forward(ctx, y, x, p);
+      const Tensor dy = randn(y_shape, 52);
+      Tensor dx = randn(x.shape(), 53);
+      const Tensor dx_last_in = to_channels_last(dx);
+      ops::avg_pool2d_backward(ctx, dx, dy, p);
+
+      const ops::Pool2dParams q = channels_last(p);
+      Tensor y_last = poisoned(to_channels_last(y).shape());
+      ops::avg_pool2d_forward(ctx, y_last, to_channels_last(x), q);
+      CHECK(bitwise_equal(y_last, to_channels_last(y)));
+      Tensor dx_last = dx_last_in.clone();
+      ops::avg_pool2d_backward(ctx, dx_last, to_channels_last(dy), q);
+      CHECK(bitwise_equal(dx_last, to_channels_last(dx)));
+    }
+  }
+}
+
 TEST_CASE("adaptive_avg_pool2d channels_last: uneven bins and the global pool, forward and backward") {
   for (Context ctx : host_backends()) {
     CAPTURE(ctx.reference);
@@ -128,7 +154,7 @@ TEST_CASE("adaptive_avg_pool2d channels_last: uneven bins and the global pool, f
   }
 }
 
-TEST_CASE("channels_last shape checks read C from the last dimension; average pooling refuses the format") {
+TEST_CASE("channels_last shape checks read C from the last dimension") {
   Context ctx = Context::cpu(1);
   const Tensor x = randn({1, 6, 6, 4}, 31);  // (N, H, W, C): C = 4
   const Tensor w = randn({8, 4, 3, 3}, 32);
@@ -141,9 +167,9 @@ TEST_CASE("channels_last shape checks read C from the last dimension; average po
   Tensor wrong = Tensor::empty({1, 8, 4, 4});  // the contiguous output shape, given a channels-last op
   CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, wrong, x, w, nullptr, channels_last(conv_params(1, 0, 1, 1))),
                        doctest::Contains("conv2d_forward: y"), Error);
-  Tensor pooled = Tensor::empty({1, 3, 3, 4});
+  Tensor pooled = Tensor::empty({1, 4, 3, 3});  // the contiguous shape, given a channels-last op
   CHECK_THROWS_WITH_AS(ops::avg_pool2d_forward(ctx, pooled, x, channels_last(pool_params(2, 2, 0))),
-                       doctest::Contains("channels_last maps are not built for average pooling"), Error);
+                       doctest::Contains("avg_pool2d_forward: y"), Error);
   Tensor bins = Tensor::empty({1, 2, 2, 3});  // 3 channels for x's 4
   CHECK_THROWS_WITH_AS(ops::adaptive_avg_pool2d_forward(ctx, bins, x, kLast),
                        doctest::Contains("(channels_last) must agree on N and C"), Error);
