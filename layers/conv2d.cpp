@@ -78,8 +78,7 @@ ops::Conv2dParams Conv2d::kernel_params() const {
 Shape Conv2d::output_shape(const Shape& x_shape) const {
   const bool last = format_ == ops::MemoryFormat::channels_last;
   if (x_shape.size() != 4 || x_shape[last ? 3 : 1] != in_)
-    fail(describe(), " given input ", shape_str(x_shape), ": expected ", last ? "channels-last (N, H, W, " : "(N, ", in_,
-         last ? ")" : ", H, W)");
+    fail(describe(), " given input ", shape_str(x_shape), ": expected ", expected_maps(in_, last));
   const ops::ImageDims d = ops::image_dims(x_shape, format_);
   int64_t oh = ops::conv_out_size(d.h, opt_.kernel_h, opt_.stride_h, opt_.pad_h, opt_.dilation_h);
   int64_t ow = ops::conv_out_size(d.w, opt_.kernel_w, opt_.stride_w, opt_.pad_w, opt_.dilation_w);

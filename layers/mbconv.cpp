@@ -7,6 +7,7 @@
 #include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/residual.hpp"
 #include "layers/squeeze_excitation.hpp"
 #include "layers/stochastic_depth.hpp"
@@ -57,7 +58,7 @@ std::string MBConv::describe() const {
 Tensor MBConv::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != cnf_.input_channels)
     fail(describe(), " given input ", shape_str(x.shape()), ": expected ",
-         channels_last_ ? "channels-last (N, H, W, " : "(N, ", cnf_.input_channels, channels_last_ ? ")" : ", H, W)");
+         expected_maps(cnf_.input_channels, channels_last_));
   Tensor r = child(0).forward(ctx, x);
   if (!use_res_) return r;
   return residual_add(ctx, x, child(1).forward(ctx, r), describe());

@@ -4,6 +4,7 @@
 
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/activation.hpp"
 #include "layers/residual.hpp"
 #include "layers/sequential.hpp"
@@ -49,8 +50,7 @@ std::string ResNetBlock<Self>::describe() const {
 template <class Self>
 Tensor ResNetBlock<Self>::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != in_)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected ",
-         channels_last_ ? "channels-last (N, H, W, " : "(N, ", in_, channels_last_ ? ")" : ", H, W)");
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
   Tensor h = forward_children(ctx, *this, 0, branch_, x);  // bn + relu pairs in one pass
   Tensor identity = has_downsample() ? this->child(branch_).forward(ctx, x) : x;
   return final_relu().forward(ctx, residual_add(ctx, h, identity, describe()));

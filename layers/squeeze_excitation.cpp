@@ -36,8 +36,7 @@ void SqueezeExcitation::clear_cache() {
 
 Tensor SqueezeExcitation::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != c_)
-    fail(describe(), " given input ", shape_str(x.shape()), ": expected ",
-         channels_last_ ? "channels-last (N, H, W, " : "(N, ", c_, channels_last_ ? ")" : ", H, W)");
+    fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(c_, channels_last_));
   Tensor s = child(kAvgPool).forward(ctx, x);
   for (size_t i : {kFc1, kActivation, kFc2, kScaleActivation}) s = child(i).forward(ctx, s);
   Tensor y = Tensor::empty(x.shape(), DType::f32, ctx.device);

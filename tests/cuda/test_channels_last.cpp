@@ -8,13 +8,13 @@
 
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "layers/loss.hpp"
 #include "layers/model.hpp"
 #include "tests/common/channels_last.hpp"
 #include "tests/cuda/gpu_test_util.hpp"
+#include "tests/kernels/kernel_params.hpp"
 #include "zoo/cnn.hpp"
 #include "zoo/efficientnet.hpp"
 
@@ -25,13 +25,10 @@ namespace {
 
 constexpr ops::MemoryFormat kLast = ops::MemoryFormat::channels_last;
 
-ops::Conv2dParams params(int stride, int pad, int dil, int groups) {
-  ops::Conv2dParams p;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = dil;
-  p.groups = groups;
-  return p;
+// The pooled shape of xs (N, C, H, W) under p.
+Shape pooled(const Shape& xs, const ops::Pool2dParams& p) {
+  return {xs[0], xs[1], ops::conv_out_size(xs[2], p.kernel_h, p.stride_h, p.pad_h, 1, p.ceil_mode),
+          ops::conv_out_size(xs[3], p.kernel_w, p.stride_w, p.pad_w, 1, p.ceil_mode)};
 }
 
 struct ConvCase {
@@ -45,12 +42,12 @@ TEST_CASE("cuda conv2d channels_last: forward, bias, and every gradient match th
   Context c = reference(), g = gpu();
   uint64_t seed = 300;
   for (const ConvCase& k : std::vector<ConvCase>{
-           {{3, 5, 13, 13}, {7, 5, 3, 3}, params(1, 1, 1, 1)},   // 3x3 "same"
-           {{2, 6, 13, 13}, {9, 3, 3, 3}, params(2, 1, 1, 3)},   // groups, stride 2
-           {{3, 8, 13, 13}, {8, 1, 3, 3}, params(1, 1, 1, 8)},   // depthwise: cuDNN's in channels_last
-           {{2, 4, 15, 13}, {3, 4, 3, 3}, params(1, 2, 2, 1)},   // dilation
-           {{3, 16, 9, 9}, {32, 16, 1, 1}, params(2, 0, 1, 1)},  // 1x1 projection, stride 2
-           {{2, 3, 29, 27}, {16, 3, 7, 7}, params(2, 3, 1, 1)},  // a ResNet stem, shrunk
+           {{3, 5, 13, 13}, {7, 5, 3, 3}, conv_params(1, 1, 1, 1)},   // 3x3 "same"
+           {{2, 6, 13, 13}, {9, 3, 3, 3}, conv_params(2, 1, 1, 3)},   // groups, stride 2
+           {{3, 8, 13, 13}, {8, 1, 3, 3}, conv_params(1, 1, 1, 8)},   // depthwise: cuDNN's in channels_last
+           {{2, 4, 15, 13}, {3, 4, 3, 3}, conv_params(1, 2, 2, 1)},   // dilation
+           {{3, 16, 9, 9}, {32, 16, 1, 1}, conv_params(2, 0, 1, 1)},  // 1x1 projection, stride 2
+           {{2, 3, 29, 27}, {16, 3, 7, 7}, conv_params(2, 3, 1, 1)},  // a ResNet stem, shrunk
        }) {
     CAPTURE(k.x[1]);
     CAPTURE(k.p.groups);
@@ -89,17 +86,11 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
   const Shape xs{3, 5, 13, 11};
   Tensor x = uniform(xs, 400, -4.f, 4.f);  // whole numbers: ties, where the first maximum must win
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(static_cast<int>(x.data<float>()[i]));
-  for (const auto& [kernel, stride, pad, ceil] : std::vector<std::tuple<int, int, int, bool>>{
-           {3, 2, 1, false}, {3, 2, 1, true}, {2, 2, 0, true}, {3, 1, 0, false}}) {
-    CAPTURE(kernel);
-    CAPTURE(ceil);
-    ops::Pool2dParams p;
-    p.kernel_h = p.kernel_w = kernel;
-    p.stride_h = p.stride_w = stride;
-    p.pad_h = p.pad_w = pad;
-    p.ceil_mode = ceil;
-    const Shape ys = {xs[0], xs[1], ops::conv_out_size(xs[2], kernel, stride, pad, 1, ceil),
-                      ops::conv_out_size(xs[3], kernel, stride, pad, 1, ceil)};
+  for (ops::Pool2dParams p : {pool_params(3, 2, 1), pool_params(3, 2, 1, true), pool_params(2, 2, 0, true),
+                              pool_params(3, 1, 0)}) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.ceil_mode);
+    const Shape ys = pooled(xs, p);
     Tensor y = Tensor::empty(ys), am = Tensor::empty(ys, DType::i32);
     ops::max_pool2d_forward(c, y, am, x, p);
     const Tensor dy = uniform(ys, 401);
@@ -115,17 +106,10 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     ops::max_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), gam, p);
     CHECK(bitwise_equal(gdx, to_channels_last(dx)));
   }
-  for (const auto& [kernel, stride, pad, ceil, include_pad] : std::vector<std::tuple<int, int, int, bool, bool>>{
-           {2, 2, 0, false, true}, {3, 2, 1, true, true}, {3, 2, 1, true, false}}) {
-    CAPTURE(kernel);
-    ops::Pool2dParams p;
-    p.kernel_h = p.kernel_w = kernel;
-    p.stride_h = p.stride_w = stride;
-    p.pad_h = p.pad_w = pad;
-    p.ceil_mode = ceil;
-    p.count_include_pad = include_pad;
-    const Shape ys = {xs[0], xs[1], ops::conv_out_size(xs[2], kernel, stride, pad, 1, ceil),
-                      ops::conv_out_size(xs[3], kernel, stride, pad, 1, ceil)};
+  for (ops::Pool2dParams p : {pool_params(2, 2, 0), pool_params(3, 2, 1, true), pool_params(3, 2, 1, true, false)}) {
+    CAPTURE(p.kernel_h);
+    CAPTURE(p.count_include_pad);
+    const Shape ys = pooled(xs, p);
     Tensor y = Tensor::empty(ys);
     ops::avg_pool2d_forward(c, y, x, p);
     const Tensor dy = uniform(ys, 405);

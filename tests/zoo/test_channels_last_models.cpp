@@ -2,10 +2,10 @@
 // resnet18 (basic blocks with downsampling), resnet50 (bottlenecks), vgg11_bn and alexnet (a
 // Flatten over 7x7 and 6x6 maps, dropout), efficientnet_b0 (depthwise convolutions, squeeze and
 // excitation, stochastic depth), squeezenet1_1 (Fire's joined branches) and densenet121 (the
-// block's buffer, batch norms on its prefix, average-pooling transitions) give the contiguous model's logits, loss, every
-// parameter gradient and every batch-norm statistic bit for bit, in training and in eval; a copy
-// keeps the format; a model with a layer that has no channels-last computation is refused by
-// name and left as it was.
+// block's buffer, batch norms on its prefix, average-pooling transitions) give the contiguous
+// model's logits, loss, every parameter gradient and every batch-norm statistic bit for bit, in
+// training and in eval; a copy keeps the format; a model with a layer that has no channels-last
+// computation is refused by name and left as it was.
 #include <doctest/doctest.h>
 
 #include <string>
