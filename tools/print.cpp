@@ -103,6 +103,8 @@ void print_config_box(std::ostream& os, const parallel::TrainOptions& o, const p
       text << ", loss scale " << scaling->init_scale;
     rows.emplace_back("precision", text.str());
   }
+  if (o.memory_format == ops::MemoryFormat::channels_last)
+    rows.emplace_back("memory format", "channels_last: the model's image maps are (N, H, W, C)");
   for (auto& row : launch_rows(launch)) rows.push_back(std::move(row));
   std::istringstream versions(version_text(launch));
   for (std::string line; std::getline(versions, line);) {

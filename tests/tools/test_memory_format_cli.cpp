@@ -47,6 +47,8 @@ TEST_CASE("--memory-format channels_last trains resnet18 as contiguous does, los
     CAPTURE(r.output);
     REQUIRE(r.code == 0);
     CHECK(nlohmann::json::parse(file_text(out / "config.json")).at("memory_format") == format);
+    // The start-up box says so where it is not the default.
+    CHECK((r.output.find("| memory format | channels_last") != std::string::npos) == (format == "channels_last"));
     seen[i] = losses(out / "steps.csv");
   }
   CHECK(seen[0].size() == 3);
