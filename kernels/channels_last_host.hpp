@@ -14,8 +14,8 @@ namespace dpx::kernels {
 Tensor nchw_copy(const Tensor& nhwc, int threads);
 // A new uninitialised host tensor (N, C, H, W) of nhwc's (N, H, W, C) sizes and dtype.
 Tensor nchw_like(const Tensor& nhwc);
-// nhwc (N, H, W, C) = nchw (N, C, H, W) permuted, or += with DxMode::add (f32 only).
-void nhwc_from(Tensor& nhwc, const Tensor& nchw, ops::DxMode mode, int threads);
+// nhwc (N, H, W, C) = nchw (N, C, H, W) permuted (4-byte elements, as nchw_copy).
+void nhwc_from(Tensor& nhwc, const Tensor& nchw, int threads);
 
 // The detour itself: a channels-last call of an op run through `contiguous`, the backend's own
 // kernel of that op, on permuted copies. Gradients the op adds into are copied in and out, so the
