@@ -6,10 +6,10 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "analysis/csv_table.hpp"
 #include "run_dpx.hpp"
 #include "tests/common/files.hpp"
 
@@ -20,19 +20,11 @@ namespace {
 const std::string kTrain = "train --model resnet18 --dataset synthetic --image-size 32 --synthetic-size 64 "
                            "--batch-size 8 --steps 3 --warmup 0 --no-eval --threads 1 --workers 0 ";
 
-// steps.csv's loss column.
+// steps.csv's loss column, as dpx wrote it.
 std::vector<std::string> losses(const std::filesystem::path& steps_csv) {
+  const auto table = dpx::analysis::CsvTable::read(steps_csv.string(), "steps.csv");
   std::vector<std::string> out;
-  std::istringstream in(file_text(steps_csv));
-  std::string line;
-  std::getline(in, line);  // header: rank,epoch,step,global_step,loss,...
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string field;
-    for (int i = 0; i < 5 && std::getline(fields, field, ','); ++i) {
-    }
-    out.push_back(field);
-  }
+  for (size_t r = 0; r < table.rows(); ++r) out.push_back(table.text(r, table.column("loss")));
   return out;
 }
 }  // namespace
