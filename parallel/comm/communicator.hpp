@@ -61,8 +61,6 @@ class Communicator {
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   std::string_view backend() const { return transport_.name(); }
-  Algorithm default_algorithm() const { return default_algorithm_; }
-  void set_default_algorithm(Algorithm a) { default_algorithm_ = a; }
 
   using Algo = std::optional<Algorithm>;  // empty: the communicator's default
 

@@ -76,7 +76,6 @@ class Transport {
   // Every later exchange on this transport as on that network (--net-sim); set it alike on
   // every rank. Off by default.
   void set_net_sim(const NetSim& net) { net_sim_ = net; }
-  const NetSim& net_sim() const { return net_sim_; }
   // Every rank waits until all have arrived. Default: a dissemination barrier of log2(n)
   // zero-byte exchanges; backends with a cheaper native barrier override it.
   virtual void barrier();

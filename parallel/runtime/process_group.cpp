@@ -124,30 +124,22 @@ void agree_on_start(Communicator& comm, const StartReport& mine) {
     throw SharedFailure(all_usage ? 2 : 1, message);
   }
 
-  // Options: every flag any rank has, with the ranks that hold each value.
-  std::map<std::string, std::map<std::string, std::vector<int>>> values;  // flag -> value -> ranks
+  // Options: every flag any rank has (in the order they first appear), and each rank's value; a
+  // flag given twice counts as its values joined.
+  std::vector<std::map<std::string, std::string>> given(static_cast<size_t>(n));
   std::vector<std::string> order;
-  for (int q = 0; q < n; ++q) {
-    std::map<std::string, std::string> mine;  // a flag given twice counts as its values joined
+  for (int q = 0; q < n; ++q)
     for (const auto& [flag, value] : reports[q].options) {
-      if (!values.count(flag) && !mine.count(flag)) order.push_back(flag);
-      mine[flag] += (mine.count(flag) && !mine[flag].empty() ? "," : "") + value;
+      if (std::find(order.begin(), order.end(), flag) == order.end()) order.push_back(flag);
+      std::string& joined = given[static_cast<size_t>(q)][flag];
+      joined += (joined.empty() ? "" : ",") + value;
     }
-    for (const auto& [flag, value] : mine) values[flag][value].push_back(q);
-  }
   std::string differences;
   for (const std::string& flag : order) {
-    auto& by_value = values[flag];
-    size_t holders = 0;
-    for (const auto& [value, ranks] : by_value) holders += ranks.size();
-    if (holders < static_cast<size_t>(n)) {  // ranks without the flag at all
-      std::vector<int> missing;
-      for (int q = 0; q < n; ++q) {
-        bool has = false;
-        for (const auto& [value, ranks] : by_value) has = has || std::find(ranks.begin(), ranks.end(), q) != ranks.end();
-        if (!has) missing.push_back(q);
-      }
-      by_value["(absent)"] = missing;
+    std::map<std::string, std::vector<int>> by_value;  // value -> the ranks that hold it
+    for (int q = 0; q < n; ++q) {
+      const auto it = given[static_cast<size_t>(q)].find(flag);
+      by_value[it != given[static_cast<size_t>(q)].end() ? it->second : "(absent)"].push_back(q);
     }
     if (by_value.size() > 1) differences += (differences.empty() ? "" : "; ") + describe_values(flag, by_value);
   }

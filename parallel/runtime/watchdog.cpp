@@ -125,7 +125,7 @@ std::vector<RankStatus> CommWatch::statuses() const {
   return all;
 }
 
-bool CommWatch::stalled(StallPoint& at, bool& patient) const {
+bool CommWatch::stalled(StallPoint& at) const {
   const double now = now_s(), timeout = timeout_s();
   for (const auto& e : entries_) {
     std::lock_guard<std::mutex> lock(e->m);
@@ -136,7 +136,6 @@ bool CommWatch::stalled(StallPoint& at, bool& patient) const {
     at.waited_s = now - e->wait_since_s;
     at.timeout_s = timeout;
     at.waiting_for = e->waiting_for;
-    patient = e->call.patient;
     return true;
   }
   return false;
@@ -225,12 +224,11 @@ void Watchdog::run() {
         if (comm->stopped_) continue;
       }
       StallPoint at;
-      bool patient = false;
       std::string report;
-      if (comm->stalled(at, patient)) {
+      if (comm->stalled(at)) {
         if (peers) {
-          if (peers->stalled(*comm, at, patient)) continue;  // a patient wait whose ranks all answer
-        } else if (!patient) {
+          if (peers->stalled(at)) continue;  // a patient wait whose ranks all answer
+        } else if (!at.call.patient) {
           report = stall_report(at, comm->statuses());
         }
       } else if (comm->deadlock_ && round % kRoundsPerDeadlockCheck == 0) {

@@ -51,7 +51,6 @@ class CommWatch {
   int forgive(double seconds);
 
   const std::string& label() const { return label_; }
-  int size() const { return size_; }
   double timeout_s() const { return timeout_s_.load(); }
   // What rank `rank` of this process does now.
   RankStatus status(int rank) const;
@@ -72,8 +71,9 @@ class CommWatch {
     std::string activity;
   };
   Entry* entry(int rank) const;
-  // A local rank that has waited longer than the timeout in a call that is not patient, if any.
-  bool stalled(StallPoint& at, bool& patient) const;
+  // A local rank that has waited longer than the timeout in a call, if any (at.call.patient says
+  // whether it is a patient one).
+  bool stalled(StallPoint& at) const;
 
   const std::string label_;
   const int size_;
@@ -90,9 +90,9 @@ class Peers {
   virtual ~Peers() = default;
   // Called every round of the watchdog: answers the other processes, notices vanished ones.
   virtual void serve() = 0;
-  // A stall of `watch` at `at` on this process: for a patient call, true while every process
-  // still answers; otherwise it asks every process, the job's report is printed and the job ends.
-  virtual bool stalled(const CommWatch& watch, const StallPoint& at, bool patient) = 0;
+  // A stall at `at` on this process: for a patient call, true while every process still
+  // answers; otherwise it asks every process, the job's report is printed and the job ends.
+  virtual bool stalled(const StallPoint& at) = 0;
 };
 
 class Watchdog {

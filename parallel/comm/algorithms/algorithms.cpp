@@ -171,11 +171,11 @@ Blocks even_blocks(size_t count, int parts) {
   return b;
 }
 
-Blocks uniform_blocks(size_t per_block, int parts) {
-  Blocks b;
-  b.off.resize(static_cast<size_t>(parts) + 1);
-  for (size_t i = 0; i <= static_cast<size_t>(parts); ++i) b.off[i] = i * per_block;
-  return b;
+RelativeBlocks held_blocks(const Sched& s, bool is_root, int lo, int hi, std::byte* whole, std::byte* own) {
+  RelativeBlocks held{.s = s, .buf = own, .count = s.args.count, .root = s.args.root, .base = lo, .whole = is_root};
+  if (is_root) held.buf = whole;
+  else if (hi - lo > 1) held.buf = s.scratch(static_cast<size_t>(hi - lo) * s.args.count);
+  return held;
 }
 
 std::byte* RelativeBlocks::at(int u) const {

@@ -127,6 +127,29 @@ void hier_reduce(const Sched& s, const Topology& topo) {
   if (s.rank == a.root) s.finish_avg(a.recv, a.count);
 }
 
+// The leaders' ring over buf's blocks (count elements each, one per rank), chunk i being node i's
+// blocks, passed block by block (a node's ranks need not be consecutive, so its blocks need not be
+// either). At step t leader i sends node i - shift - t's chunk and receives node i - shift - t - 1's,
+// copying it in (an all-gather, shift 0) or adding it in (a reduce-scatter, shift 1).
+void leader_ring(const Sched& s, const Topology& topo, std::byte* buf, int shift, bool reduce) {
+  const size_t c = s.args.count;
+  const int nodes = topo.count(), i = topo.mine;
+  const int right = topo.leaders[static_cast<size_t>(mod(i + 1, nodes))];
+  const int left = topo.leaders[static_cast<size_t>(mod(i - 1, nodes))];
+  for (int step = 0; step + 1 < nodes; ++step) {
+    const std::vector<int>& out = topo.nodes[static_cast<size_t>(mod(i - shift - step, nodes))];
+    const std::vector<int>& in = topo.nodes[static_cast<size_t>(mod(i - shift - step - 1, nodes))];
+    for (size_t b = 0; b < std::max(out.size(), in.size()); ++b) {
+      const bool sends = b < out.size(), receives = b < in.size();
+      const int to = sends ? right : -1, from = receives ? left : -1;
+      std::byte* src = sends ? s.at(buf, out[b] * c) : nullptr;
+      std::byte* dst = receives ? s.at(buf, in[b] * c) : nullptr;
+      if (reduce) s.sendrecv_reduce(to, src, sends ? c : 0, from, dst, dst, receives ? c : 0);
+      else s.sendrecv(to, src, sends ? c : 0, from, dst, receives ? c : 0);
+    }
+  }
+}
+
 void hier_all_gather(const Sched& s, const Topology& topo) {
   const CollectiveArgs& a = s.args;
   const size_t c = a.count;
@@ -137,20 +160,7 @@ void hier_all_gather(const Sched& s, const Topology& topo) {
     s.send(members.front(), s.at(recv, s.rank * c), c);
   } else {
     for (size_t m = 1; m < members.size(); ++m) s.recv(members[m], s.at(recv, members[m] * c), c);
-    // A ring of leaders passes one node's blocks per step, block by block (a node's ranks need
-    // not be consecutive, so its blocks need not be either).
-    const int nodes = topo.count(), i = topo.mine;
-    const int right = topo.leaders[static_cast<size_t>(mod(i + 1, nodes))];
-    const int left = topo.leaders[static_cast<size_t>(mod(i - 1, nodes))];
-    for (int step = 0; step + 1 < nodes; ++step) {
-      const std::vector<int>& out = topo.nodes[static_cast<size_t>(mod(i - step, nodes))];
-      const std::vector<int>& in = topo.nodes[static_cast<size_t>(mod(i - step - 1, nodes))];
-      for (size_t b = 0; b < std::max(out.size(), in.size()); ++b) {
-        const bool sends = b < out.size(), receives = b < in.size();
-        s.sendrecv(sends ? right : -1, sends ? s.at(recv, out[b] * c) : nullptr, sends ? c : 0,
-                   receives ? left : -1, receives ? s.at(recv, in[b] * c) : nullptr, receives ? c : 0);
-      }
-    }
+    leader_ring(s, topo, recv, 0, false);
   }
   SubTransport local(s.transport, members);
   run_on(local, Algorithm::tree, Collective::broadcast, recv, recv, c * static_cast<size_t>(s.ranks), s);
@@ -165,21 +175,8 @@ void hier_reduce_scatter(const Sched& s, const Topology& topo) {
   SubTransport local(s.transport, members);
   run_on(local, Algorithm::tree, Collective::reduce, a.send, acc, c * static_cast<size_t>(s.ranks), s);
   if (leader) {
-    // A ring reduce-scatter among leaders whose chunk i is node i's blocks: after nodes - 1
-    // steps leader i holds its own node's blocks summed over every node.
-    const int nodes = topo.count(), i = topo.mine;
-    const int right = topo.leaders[static_cast<size_t>(mod(i + 1, nodes))];
-    const int left = topo.leaders[static_cast<size_t>(mod(i - 1, nodes))];
-    for (int step = 0; step + 1 < nodes; ++step) {
-      const std::vector<int>& out = topo.nodes[static_cast<size_t>(mod(i - step - 1, nodes))];
-      const std::vector<int>& in = topo.nodes[static_cast<size_t>(mod(i - step - 2, nodes))];
-      for (size_t b = 0; b < std::max(out.size(), in.size()); ++b) {
-        const bool sends = b < out.size(), receives = b < in.size();
-        std::byte* dst = receives ? s.at(acc, in[b] * c) : nullptr;
-        s.sendrecv_reduce(sends ? right : -1, sends ? s.at(acc, out[b] * c) : nullptr, sends ? c : 0,
-                          receives ? left : -1, dst, dst, receives ? c : 0);
-      }
-    }
+    // After nodes - 1 steps leader i holds its own node's blocks summed over every node.
+    leader_ring(s, topo, acc, 1, true);
     for (size_t m = 1; m < members.size(); ++m) s.send(members[m], s.at(acc, members[m] * c), c);
     s.copy(a.recv, s.at(acc, s.rank * c), c);
   } else {

@@ -120,19 +120,11 @@ void doubling_gather(const Fold& f, const Held& held) {
   }
 }
 
-// Where a participant of a rooted gather or scatter keeps its blocks: the root in its whole
-// buffer (`whole`), a participant that handles only its own block in `own`, any other in
-// scratch for the relative ranks it gathers or scatters, [first(j), first(j + lowbit(j))).
+// Where a participant of a rooted gather or scatter keeps its blocks (held_blocks): those of the
+// relative ranks it gathers or scatters, [first(j), first(j + lowbit(j))).
 RelativeBlocks participant_blocks(const Sched& s, const Fold& f, std::byte* whole, std::byte* own) {
   const int lo = f.first(f.j), hi = f.j == 0 ? s.ranks : f.first(f.j + (f.j & -f.j));
-  RelativeBlocks held{.s = s, .buf = own, .count = s.args.count, .root = f.root, .base = lo};
-  if (f.j == 0) {
-    held.buf = whole;
-    held.whole = true;
-  } else if (hi - lo > 1) {
-    held.buf = s.scratch(static_cast<size_t>(hi - lo) * s.args.count);
-  }
-  return held;
+  return held_blocks(s, f.j == 0, lo, hi, whole, own);
 }
 
 void all_reduce(const Sched& s) {

@@ -56,7 +56,7 @@ void reduce_scatter(const Sched& s) {
   const size_t c = a.count;
   // Partial sums alternate between two scratch blocks; the last one lands in recv.
   std::byte* tmp = s.scratch(2 * c);
-  ring_reduce_scatter(s, a.send, uniform_blocks(c, s.ranks), [&](int, int k) {
+  ring_reduce_scatter(s, a.send, even_blocks(c * s.ranks, s.ranks), [&](int, int k) {
     return k == s.ranks - 2 ? static_cast<std::byte*>(a.recv) : s.at(tmp, (k % 2) * c);
   });
   s.finish_avg(a.recv, c);
@@ -66,7 +66,7 @@ void all_gather(const Sched& s) {
   const CollectiveArgs& a = s.args;
   std::byte* recv = static_cast<std::byte*>(a.recv);
   s.copy(s.at(recv, s.rank * a.count), a.send, a.count);
-  ring_all_gather(s, recv, uniform_blocks(a.count, s.ranks));
+  ring_all_gather(s, recv, even_blocks(a.count * s.ranks, s.ranks));
 }
 
 // Reduce = ring reduce-scatter, then every rank sends its reduced block to the root.

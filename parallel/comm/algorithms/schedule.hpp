@@ -20,8 +20,6 @@ struct Blocks {
 };
 // count elements in `parts` blocks whose sizes differ by at most one (larger blocks first).
 Blocks even_blocks(size_t count, int parts);
-// `parts` blocks of per_block elements each (all_gather / reduce_scatter).
-Blocks uniform_blocks(size_t per_block, int parts);
 
 // One rank's view of a call: its transport, rank, and the element type the steps move.
 struct Sched {
@@ -83,6 +81,9 @@ struct RelativeBlocks {
   void send(int peer, int lo, int hi) const;
   void recv(int peer, int lo, int hi) const;
 };
+// Where a participant of a rooted gather or scatter keeps relative blocks [lo, hi): the root in
+// its whole buffer, a participant of one block in `own`, any other in scratch.
+RelativeBlocks held_blocks(const Sched& s, bool is_root, int lo, int hi, std::byte* whole, std::byte* own);
 
 // One collective as an algorithm runs it: its schedule (for ranks >= 2 and count > 0), and the
 // cost terms of its busiest rank (cost.hpp) with their formula in words.

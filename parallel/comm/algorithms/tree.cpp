@@ -118,13 +118,8 @@ void tree_reduce_scatter(const Sched& s) {
 void tree_gather(const Sched& s) {
   const CollectiveArgs& a = s.args;
   const int v = mod(s.rank - a.root, s.ranks), end = subtree_end(v, s.ranks);
-  RelativeBlocks held{.s = s, .buf = nullptr, .count = a.count, .root = a.root, .base = v};
-  if (v == 0) {
-    held.buf = static_cast<std::byte*>(a.recv);
-    held.whole = true;
-  } else {
-    held.buf = end - v == 1 ? static_cast<std::byte*>(const_cast<void*>(a.send)) : s.scratch((end - v) * a.count);
-  }
+  const RelativeBlocks held = held_blocks(s, v == 0, v, end, static_cast<std::byte*>(a.recv),
+                                          static_cast<std::byte*>(const_cast<void*>(a.send)));
   s.copy(held.at(v), a.send, a.count);
   binomial_gather(s, a.root, held);
 }
@@ -134,13 +129,8 @@ void tree_gather(const Sched& s) {
 void tree_scatter(const Sched& s) {
   const CollectiveArgs& a = s.args;
   const int v = mod(s.rank - a.root, s.ranks), end = subtree_end(v, s.ranks);
-  RelativeBlocks held{.s = s, .buf = nullptr, .count = a.count, .root = a.root, .base = v};
-  if (v == 0) {
-    held.buf = static_cast<std::byte*>(const_cast<void*>(a.send));
-    held.whole = true;
-  } else {
-    held.buf = end - v == 1 ? static_cast<std::byte*>(a.recv) : s.scratch((end - v) * a.count);
-  }
+  const RelativeBlocks held = held_blocks(s, v == 0, v, end, static_cast<std::byte*>(const_cast<void*>(a.send)),
+                                          static_cast<std::byte*>(a.recv));
   binomial_scatter(s, a.root, held);
   s.copy(a.recv, held.at(v), a.count);
 }

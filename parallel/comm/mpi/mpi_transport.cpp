@@ -86,13 +86,7 @@ void MpiTransport::begin_call(const CommCall& call) {
 
 void MpiTransport::do_exchange(const Exchange& x) {
   void* dst = x.recv;
-  if (x.recv_peer >= 0 && x.reduce_with && x.recv_bytes > 0) {
-    if (staging_bytes_ < x.recv_bytes) {
-      staging_.reset(new std::byte[x.recv_bytes]);
-      staging_bytes_ = x.recv_bytes;
-    }
-    dst = staging_.get();
-  }
+  if (x.recv_peer >= 0 && x.reduce_with && x.recv_bytes > 0) dst = staging_.get(x.recv_bytes);
   std::vector<MPI_Request> requests;
   std::vector<size_t> recv_lengths;  // expected bytes of each receive, in posting order
   // Every half posts at least one message, so zero-byte exchanges (the barrier) still meet.
@@ -129,18 +123,15 @@ void MpiTransport::do_exchange(const Exchange& x) {
   if (dst != x.recv) reduce_into(x.recv, x.reduce_with, dst, x.recv_bytes / dtype_size(x.dtype), x.dtype, x.op);
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string label, double timeout_s, Algorithm default_algorithm)
-    : MpiCommunicator(std::make_unique<MpiTransport>(comm, std::move(label), timeout_s), default_algorithm) {}
-
-MpiCommunicator::MpiCommunicator(std::unique_ptr<MpiTransport> transport, Algorithm default_algorithm)
-    : Communicator(std::move(transport), default_algorithm),
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string label, double timeout_s)
+    : Communicator(std::make_unique<MpiTransport>(comm, std::move(label), timeout_s)),
       transport_(&static_cast<MpiTransport&>(Communicator::transport())) {}
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::duplicate(const std::string& label) {
   MPI_Comm dup = MPI_COMM_NULL;
   DPX_MPI_CHECK(MPI_Comm_dup(comm(), &dup));
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  auto copy = std::make_unique<MpiCommunicator>(dup, label, transport_->watch().timeout_s(), default_algorithm());
+  auto copy = std::make_unique<MpiCommunicator>(dup, label, transport_->watch().timeout_s());
   std::vector<int> nodes;
   for (int r = 0; r < size(); ++r) nodes.push_back(node_of(r));
   copy->set_node_layout(std::move(nodes));
@@ -170,6 +161,11 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
   auto in_chunks = [&](auto&& call) {
     for (size_t off = 0; off < a.count; off += kMaxCount) call(off * es, static_cast<int>(std::min(kMaxCount, a.count - off)));
   };
+  // The collectives with per-rank blocks make one call, whose count is an int.
+  const bool blocks = a.kind == Collective::all_gather || a.kind == Collective::reduce_scatter ||
+                      a.kind == Collective::all_to_all || a.kind == Collective::gather || a.kind == Collective::scatter;
+  if (blocks && a.count > static_cast<size_t>(INT_MAX))
+    fail(collective_name(a.kind), " --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
   Waiting waiting(transport_->watch(), r, -1);
   switch (a.kind) {
     case Collective::all_reduce:
@@ -200,16 +196,12 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
       if (r == a.root && a.op == ReduceOp::avg) finish_average(a.recv, a.count, a.dtype, n);
       return;
     case Collective::all_gather: {
-      if (a.count > static_cast<size_t>(INT_MAX))
-        fail("all_gather --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
       const bool in_place = a.send == at(a.recv, static_cast<size_t>(r) * a.count * es);
       DPX_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : a.send, static_cast<int>(a.count), type, a.recv,
                                   static_cast<int>(a.count), type, c));
       return;
     }
     case Collective::reduce_scatter: {
-      if (a.count > static_cast<size_t>(INT_MAX))
-        fail("reduce_scatter --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
       // In place, MPI reads the whole buffer and leaves the result at its start; NCCL's layout
       // (which dpx follows) wants it at block r.
       const bool in_place = a.recv == at(a.send, static_cast<size_t>(r) * a.count * es);
@@ -233,15 +225,11 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
       return;
     }
     case Collective::all_to_all: {
-      if (a.count > static_cast<size_t>(INT_MAX))
-        fail("all_to_all --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
       DPX_MPI_CHECK(MPI_Alltoall(a.send == a.recv ? MPI_IN_PLACE : a.send, static_cast<int>(a.count), type, a.recv,
                                  static_cast<int>(a.count), type, c));
       return;
     }
     case Collective::gather: {
-      if (a.count > static_cast<size_t>(INT_MAX))
-        fail("gather --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
       // In place on the root, MPI takes the root's block where it already is in recv.
       const bool in_place = r == a.root && a.send == at(a.recv, static_cast<size_t>(r) * a.count * es);
       DPX_MPI_CHECK(MPI_Gather(in_place ? MPI_IN_PLACE : a.send, static_cast<int>(a.count), type, a.recv,
@@ -249,8 +237,6 @@ void MpiCommunicator::library_collective(const CollectiveArgs& a) {
       return;
     }
     case Collective::scatter: {
-      if (a.count > static_cast<size_t>(INT_MAX))
-        fail("scatter --algo mpi: ", a.count, " elements per rank is more than one MPI call takes (", INT_MAX, ")");
       const bool in_place = r == a.root && a.recv == at(a.send, static_cast<size_t>(r) * a.count * es);
       DPX_MPI_CHECK(MPI_Scatter(a.send, static_cast<int>(a.count), type, in_place ? MPI_IN_PLACE : a.recv,
                                 static_cast<int>(a.count), type, a.root, c));

@@ -38,14 +38,13 @@ class MpiTransport final : public Transport {
   int rank_ = 0, size_ = 1;
   std::shared_ptr<CommWatch> watch_;
   int tag_ = 0;  // of the current call: messages of different calls never match
-  std::unique_ptr<std::byte[]> staging_;  // incoming data that is reduced into place
-  size_t staging_bytes_ = 0;
+  Workspace staging_;  // incoming data that is reduced into place
 };
 
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (freed with it).
-  MpiCommunicator(MPI_Comm comm, std::string label, double timeout_s, Algorithm default_algorithm);
+  MpiCommunicator(MPI_Comm comm, std::string label, double timeout_s);
   ~MpiCommunicator() override;
   MPI_Comm comm() const { return transport_->comm(); }
   // --comm-timeout, from now on.
@@ -60,7 +59,6 @@ class MpiCommunicator final : public Communicator {
   void execute(const CollectiveArgs& args, Algorithm algo) override;
 
  private:
-  MpiCommunicator(std::unique_ptr<MpiTransport> transport, Algorithm default_algorithm);
   void library_collective(const CollectiveArgs& args);
   MpiTransport* transport_;  // owned by the Communicator
 };

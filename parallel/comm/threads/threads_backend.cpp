@@ -441,7 +441,7 @@ void run_worlds(int k, const std::function<void(Communicator& host, Communicator
       auto communicator = [&](ThreadRankTransport& t, bool data_side) {
         t.set_node_layout(layout);
         if (data_side) t.set_net_sim(options.net_sim);  // the data's exchanges, not the votes'
-        return std::make_unique<Communicator>(t, options.algorithm);
+        return std::make_unique<Communicator>(t);
       };
       try {
         PinGuard pin(cpus, r);

@@ -12,8 +12,6 @@ namespace dpx::parallel {
 struct RankOptions {
   // Pin rank r to the (r mod n)-th CPU this process may run on (restored when run_ranks returns).
   bool pin_threads = false;
-  // The communicators' default algorithm (a call may still pass its own).
-  Algorithm algorithm = Algorithm::ring;
   // A rank that waits longer than this in one exchange of a collective gives up with a stall
   // report (stall_report.hpp); barrier_patient waits are exempt. --comm-timeout.
   double timeout_s = 300;

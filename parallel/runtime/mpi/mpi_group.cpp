@@ -153,7 +153,7 @@ MpiProcessGroup::MpiProcessGroup(int& argc, char**& argv, const LauncherEnv& env
   DPX_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &data));
   peers_ = std::make_unique<MpiPeers>(control_, peers, rank_);
   Watchdog::of_process().set_peers(peers_.get());
-  world_ = std::make_unique<MpiCommunicator>(data, "world", timeout_s_, Algorithm::ring);
+  world_ = std::make_unique<MpiCommunicator>(data, "world", timeout_s_);
   world_->set_node_layout(nodes);
   world_->set_activity("starting up: aligning clocks");
   for (const ClockOffset& c : align_clocks(*world_)) {
@@ -174,8 +174,7 @@ std::unique_ptr<Communicator> MpiProcessGroup::first(int k) {
   DPX_MPI_CHECK(MPI_Comm_split(world_->comm(), rank_ < k ? 0 : MPI_UNDEFINED, rank_, &sub));
   if (sub == MPI_COMM_NULL) return nullptr;
   MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
-  auto comm = std::make_unique<MpiCommunicator>(sub, k == 1 ? "rank 0" : detail::concat("ranks 0-", k - 1), timeout_s_,
-                                                Algorithm::ring);
+  auto comm = std::make_unique<MpiCommunicator>(sub, k == 1 ? "rank 0" : detail::concat("ranks 0-", k - 1), timeout_s_);
   comm->set_node_layout(std::vector<int>(info_.node_of_rank.begin(), info_.node_of_rank.begin() + k));
   return comm;
 }

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <list>
 #include <thread>
+#include <type_traits>
 
 #include "core/atomic_file.hpp"
 #include "core/clock.hpp"
@@ -37,37 +38,11 @@ void copy_text(char (&dst)[N], const std::string& src) {
   std::snprintf(dst, N, "%s", src.c_str());
 }
 
-// A CommCall as fixed-size fields.
-struct CallWire {
-  uint64_t seq = 0, bytes = 0;
-  int32_t root = -1, peer = -1;
-  uint8_t kind = 0, dtype = 0, algo = 0, patient = 0;
+// How long the other ranks get to answer a question about a stall of a call with this timeout.
+double answer_grace_s(double timeout_s) { return std::min(5.0, std::max(1.0, timeout_s / 4)); }
 
-  static CallWire of(const CommCall& c) {
-    CallWire w;
-    w.seq = c.seq;
-    w.bytes = c.bytes;
-    w.root = c.root;
-    w.peer = c.peer;
-    w.kind = static_cast<uint8_t>(c.kind);
-    w.dtype = static_cast<uint8_t>(c.dtype);
-    w.algo = static_cast<uint8_t>(c.algo);
-    w.patient = c.patient;
-    return w;
-  }
-  CommCall call() const {
-    CommCall c;
-    c.seq = seq;
-    c.bytes = bytes;
-    c.root = root;
-    c.peer = peer;
-    c.kind = static_cast<Collective>(kind);
-    c.dtype = static_cast<DType>(dtype);
-    c.algo = static_cast<Algorithm>(algo);
-    c.patient = patient != 0;
-    return c;
-  }
-};
+// The messages below travel as their bytes between processes of one dpx binary.
+static_assert(std::is_trivially_copyable_v<CommCall>);
 
 // A question to another rank: what do you do on the communicator `label`?
 struct QueryWire {
@@ -79,7 +54,7 @@ struct QueryWire {
 struct StatusWire {
   int32_t query = 0;
   uint8_t state = 0;  // RankStatus::State
-  CallWire call;
+  CommCall call;
   double for_s = 0;
   char comm[32] = {};
   char activity[96] = {};
@@ -88,7 +63,7 @@ struct StatusWire {
 // A rank that timed out asks rank 0 to report: where it waits.
 struct StallWire {
   int32_t rank = 0, waiting_for = -1;
-  CallWire call;
+  CommCall call;
   double waited_s = 0, timeout_s = 0;
   char comm[32] = {};
 };
@@ -96,7 +71,7 @@ struct StallWire {
 StatusWire status_of(const RankStatus& s) {
   StatusWire w;
   w.state = static_cast<uint8_t>(s.state);
-  w.call = CallWire::of(s.call);
+  w.call = s.call;
   w.for_s = s.for_s;
   copy_text(w.comm, s.comm);
   copy_text(w.activity, s.activity);
@@ -109,7 +84,7 @@ RankStatus status_from(const StatusWire& w, const Peer& peer) {
   r.pid = peer.pid;
   r.host = peer.host;
   r.state = static_cast<RankStatus::State>(w.state);
-  r.call = w.call.call();
+  r.call = w.call;
   r.for_s = w.for_s;
   r.comm = w.comm;
   r.activity = w.activity;
@@ -144,6 +119,13 @@ struct MpiPeers::Outgoing {
   std::vector<char> bytes;
   MPI_Request request = MPI_REQUEST_NULL;
 };
+
+template <class Wire>
+void MpiPeers::post(const Wire& wire, int to, int tag) {
+  Outgoing& o = outgoing_.emplace_back();
+  o.bytes.assign(reinterpret_cast<const char*>(&wire), reinterpret_cast<const char*>(&wire) + sizeof wire);
+  DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, tag, control_, &o.request));
+}
 
 MpiPeers::MpiPeers(MPI_Comm control, std::vector<Peer> peers, int rank)
     : control_(control), peers_(std::move(peers)), rank_(rank), pidfds_(peers_.size(), -1), gone_(peers_.size(), false),
@@ -257,7 +239,6 @@ bool MpiPeers::abort_announced(double wait_s) {
 
 void MpiPeers::serve_requests() {
   if (abort_announced(0)) return;  // another rank reported and ends the job: stay quiet
-  auto& out = outgoing_;
   for (;;) {  // status queries: answered from the rank's state, whatever it is doing
     int done = 0;
     MPI_Status st;
@@ -268,17 +249,14 @@ void MpiPeers::serve_requests() {
     q.label[sizeof q.label - 1] = 0;
     StatusWire w = status_of(mine(q.label));
     w.query = q.query;
-    Outgoing& o = out.emplace_back();
-    o.bytes.assign(reinterpret_cast<const char*>(&w), reinterpret_cast<const char*>(&w) + sizeof w);
-    DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, st.MPI_SOURCE, kReplyTag,
-                            control_, &o.request));
+    post(w, st.MPI_SOURCE, kReplyTag);
     DPX_MPI_CHECK(MPI_Irecv(query_in_.data(), static_cast<int>(query_in_.size()), MPI_BYTE, MPI_ANY_SOURCE, kQueryTag,
                             control_, &query_request_));
   }
-  for (auto it = out.begin(); it != out.end();) {
+  for (auto it = outgoing_.begin(); it != outgoing_.end();) {
     int done = 0;
     DPX_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
-    it = done ? out.erase(it) : std::next(it);
+    it = done ? outgoing_.erase(it) : std::next(it);
   }
   if (rank_ != 0 || report_request_ == MPI_REQUEST_NULL) return;
   int done = 0;
@@ -289,13 +267,12 @@ void MpiPeers::serve_requests() {
   std::memcpy(&w, report_in_.data(), sizeof w);
   StallPoint at;
   at.rank = w.rank;
-  at.call = w.call.call();
+  at.call = w.call;
   at.comm = w.comm;
   at.waited_s = w.waited_s;
   at.timeout_s = w.timeout_s;
   at.waiting_for = w.waiting_for;
-  const double grace = std::min(5.0, std::max(1.0, w.timeout_s / 4));
-  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, mine(at.comm), grace)), true);
+  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, answer_grace_s(at.timeout_s))), true);
 }
 
 RankStatus MpiPeers::mine(const std::string& label) const {
@@ -307,7 +284,8 @@ RankStatus MpiPeers::mine(const std::string& label) const {
   return s;
 }
 
-std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, const RankStatus& mine, double grace_s) {
+std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, double grace_s) {
+  const RankStatus me = mine(label);  // as the question goes out
   // Requests for reports are not served meanwhile: this rank is reporting already.
   MPI_Request saved_report = report_request_;
   report_request_ = MPI_REQUEST_NULL;
@@ -316,17 +294,13 @@ std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, const R
   std::vector<StatusWire> replies(static_cast<size_t>(n));
   std::vector<MPI_Request> receives(static_cast<size_t>(n), MPI_REQUEST_NULL);
   std::vector<bool> answered(static_cast<size_t>(n), false);
-  auto& out = outgoing_;
   for (int q = 0; q < n; ++q) {
     if (q == rank_) continue;
     DPX_MPI_CHECK(MPI_Irecv(&replies[q], sizeof(StatusWire), MPI_BYTE, q, kReplyTag, control_, &receives[q]));
     QueryWire wire;
     wire.query = query;
     copy_text(wire.label, label);
-    Outgoing& o = out.emplace_back();
-    o.bytes.assign(reinterpret_cast<const char*>(&wire), reinterpret_cast<const char*>(&wire) + sizeof wire);
-    DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, q, kQueryTag, control_,
-                            &o.request));
+    post(wire, q, kQueryTag);
   }
   const double deadline = now_s() + grace_s;
   int missing = n - 1;
@@ -351,7 +325,7 @@ std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, const R
     RankStatus& s = all[static_cast<size_t>(q)];
     const Peer& peer = peers_[static_cast<size_t>(q)];
     if (q == rank_) {
-      s = mine;
+      s = me;
     } else if (answered[q]) {
       s = status_from(replies[q], peer);
     } else {
@@ -368,12 +342,12 @@ std::vector<RankStatus> MpiPeers::ask_everyone(const std::string& label, const R
   return all;
 }
 
-bool MpiPeers::stalled(const CommWatch&, const StallPoint& at, bool patient) {
-  const double grace = std::min(5.0, std::max(1.0, at.timeout_s / 4));
-  if (patient) {
+bool MpiPeers::stalled(const StallPoint& at) {
+  const double grace = answer_grace_s(at.timeout_s);
+  if (at.call.patient) {
     // Waiting for ranks that work long outside communication is fine while all of them answer.
     if (now_s() < patient_until_s_) return true;
-    std::vector<RankStatus> all = ask_everyone(at.comm, mine(at.comm), grace);
+    std::vector<RankStatus> all = ask_everyone(at.comm, grace);
     bool healthy = true;
     for (const RankStatus& q : all)
       healthy = healthy && q.state != RankStatus::State::no_answer && q.state != RankStatus::State::gone;
@@ -388,21 +362,18 @@ bool MpiPeers::stalled(const CommWatch&, const StallPoint& at, bool patient) {
     StallWire w;
     w.rank = rank_;
     w.waiting_for = at.waiting_for;
-    w.call = CallWire::of(at.call);
+    w.call = at.call;
     w.waited_s = at.waited_s;
     w.timeout_s = at.timeout_s;
     copy_text(w.comm, at.comm);
-    Outgoing& o = outgoing_.emplace_back();
-    o.bytes.assign(reinterpret_cast<const char*>(&w), reinterpret_cast<const char*>(&w) + sizeof w);
-    DPX_MPI_CHECK(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, 0, kReportTag, control_,
-                            &o.request));
+    post(w, 0, kReportTag);
     const double until = now_s() + 3 * grace + 2;
     while (now_s() < until) {
       poll_events(10);
       serve_requests();
     }
   }
-  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, mine(at.comm), grace)), true);
+  report_and_abort("dpx: error: " + stall_report(at, ask_everyone(at.comm, grace)), true);
 }
 
 void MpiPeers::announce_end() {
@@ -454,7 +425,7 @@ void MpiPeers::on_peer_gone(int q) {
                q, peer.pid, peer.host.c_str());
   std::fflush(stderr);
   std::string text = "  where the ranks were:";
-  for (const RankStatus& s : ask_everyone("world", mine("world"), 1.0)) text += "\n    " + describe_status(s);
+  for (const RankStatus& s : ask_everyone("world", 1.0)) text += "\n    " + describe_status(s);
   report_and_abort(text, true);
 }
 

@@ -42,15 +42,18 @@ class MpiPeers final : public Peers {
   void stop_watching_peers() { watch_peers_.store(false); }
 
   void serve() override;
-  bool stalled(const CommWatch& watch, const StallPoint& at, bool patient) override;
+  bool stalled(const StallPoint& at) override;
 
  private:
   struct Outgoing;  // a send MPI may still read (mpi_peers.cpp)
+  // Sends `wire`'s bytes to rank `to` without waiting (kept in outgoing_ until MPI is done).
+  template <class Wire>
+  void post(const Wire& wire, int to, int tag);
   void poll_events(int timeout_ms);
   void serve_requests();
   // Asks every other rank about communicator `label` (replies within `grace_s`) and returns one
-  // status per rank, this one from `mine`.
-  std::vector<RankStatus> ask_everyone(const std::string& label, const RankStatus& mine, double grace_s);
+  // status per rank, this one's included.
+  std::vector<RankStatus> ask_everyone(const std::string& label, double grace_s);
   RankStatus mine(const std::string& label) const;
   [[noreturn]] void report_and_abort(const std::string& text, bool print);
   // Tells every other rank that this one ends the job (it has said why).

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "parallel/comm/nccl/nccl_backend.hpp"
 #include "parallel/comm/nccl/cuda/nccl_comm.hpp"
+#include "parallel/comm/nccl/cuda/nccl_types.hpp"
 #include "parallel/comm/nccl/nccl_wait.hpp"
 
 namespace dpx::parallel {
@@ -21,11 +22,6 @@ namespace {
 using nccl::judge_wait;
 using nccl::NcclProbe;
 using nccl::NcclWaitVerdict;
-
-void check_init_call(ncclResult_t r, const char* expr, const char* file, int line) {
-  if (r != ncclSuccess && r != ncclInProgress) cuda::throw_nccl_error(r, expr, file, line);
-}
-#define DPX_NCCL_INIT(expr) check_init_call((expr), #expr, __FILE__, __LINE__)
 
 ncclConfig_t non_blocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -40,12 +36,9 @@ void wait_initialised(std::vector<ncclComm_t>& comms, const std::vector<int>& de
   for (size_t i = 0; i < comms.size(); ++i) {
     cuda::DeviceGuard guard(devices[i]);
     for (;;) {
-      ncclResult_t state = ncclSuccess;
       NcclProbe probe;
       probe.stream_idle = true;
-      probe.comm_failed = ncclCommGetAsyncError(comms[i], &state) != ncclSuccess;
-      probe.comm_in_progress = state == ncclInProgress;
-      probe.comm_failed = probe.comm_failed || (state != ncclSuccess && state != ncclInProgress);
+      const ncclResult_t state = nccl::probe_comm(comms[i], probe);
       const NcclWaitVerdict v = judge_wait(probe, now_s() - start, timeout_s);
       if (v == NcclWaitVerdict::done) break;
       if (v == NcclWaitVerdict::failed || v == NcclWaitVerdict::timed_out) {
@@ -88,12 +81,12 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
   // ncclCommInitAll, with a config: one rank per device from this thread, inside one group.
   int previous = 0;
   DPX_CUDA_CHECK(cudaGetDevice(&previous));
-  DPX_NCCL_INIT(ncclGroupStart());
+  DPX_NCCL_QUEUE(ncclGroupStart());
   for (int i = 0; i < n; ++i) {
     DPX_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(i)]));
-    DPX_NCCL_INIT(ncclCommInitRankConfig(&comms[static_cast<size_t>(i)], n, id, i, &config));
+    DPX_NCCL_QUEUE(ncclCommInitRankConfig(&comms[static_cast<size_t>(i)], n, id, i, &config));
   }
-  DPX_NCCL_INIT(ncclGroupEnd());
+  DPX_NCCL_QUEUE(ncclGroupEnd());
   DPX_CUDA_CHECK(cudaSetDevice(previous));
   wait_initialised(comms, devices, timeout_s);
   std::vector<int> ranks(static_cast<size_t>(n));
@@ -116,7 +109,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int de
   ncclConfig_t config = non_blocking_config();
   {
     cuda::DeviceGuard guard(device);
-    DPX_NCCL_INIT(ncclCommInitRankConfig(&comms[0], world.size(), id, world.rank(), &config));
+    DPX_NCCL_QUEUE(ncclCommInitRankConfig(&comms[0], world.size(), id, world.rank(), &config));
   }
   wait_initialised(comms, {device}, timeout_s);
   // Its waits are timed by this process's watchdog, whose MPI peers report a stall for the job.

@@ -20,13 +20,6 @@ namespace dpx::parallel::nccl {
 
 namespace {
 
-// A queued NCCL call: success or still in progress (non-blocking communicators); anything else
-// throws with NCCL's words.
-void check_queued(ncclResult_t r, const char* expr, const char* file, int line) {
-  if (r != ncclSuccess && r != ncclInProgress) cuda::throw_nccl_error(r, expr, file, line);
-}
-#define DPX_NCCL_QUEUE(expr) check_queued((expr), #expr, __FILE__, __LINE__)
-
 // Runs the sends and receives of one pattern as one NCCL group, so they proceed together.
 template <typename F>
 void group(F&& body) {
@@ -305,10 +298,7 @@ void NcclTransport::poll(const CommCall* call, cudaEvent_t done) {
     const cudaError_t s = !call ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
     probe.stream_idle = s == cudaSuccess;
     probe.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) probe.comm_failed = true;
-    probe.comm_in_progress = async == ncclInProgress;
-    probe.comm_failed = probe.comm_failed || (async != ncclSuccess && async != ncclInProgress);
+    const ncclResult_t async = probe_comm(comm_, probe);
     const double waited = now_s() - start;
     switch (judge_wait(probe, waited, 0)) {  // the timeout is the watchdog's
       case NcclWaitVerdict::done: return;

@@ -98,8 +98,6 @@ class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(std::unique_ptr<NcclTransport> transport);
   void synchronize() override { transport_->wait(); }
-  int device() const { return transport_->device(); }
-  cudaStream_t stream() const { return transport_->stream(); }
   cuda::Stream call_stream() const override { return transport_->stream(); }
   void abort_group(const std::string& why) { transport_->abort_group(why); }
 

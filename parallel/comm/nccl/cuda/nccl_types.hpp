@@ -1,13 +1,32 @@
-// dpx's element types and reductions as NCCL names them. Pure mappings (no CUDA runtime call),
-// so the CPU tests of a CUDA build check them; only compiled where nccl.h is (DPX_WITH_CUDA).
+// dpx's element types and reductions as NCCL names them (pure mappings, no CUDA runtime call,
+// so the CPU tests of a CUDA build check them), and the two checks every NCCL call site shares.
+// Only compiled where nccl.h is (DPX_WITH_CUDA).
 #pragma once
 #include <nccl.h>
 
+#include "core/cuda/check.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "parallel/comm/nccl/nccl_wait.hpp"
 #include "parallel/comm/transport.hpp"
 
 namespace dpx::parallel::nccl {
+
+// A call on a non-blocking communicator: success or still in progress; anything else throws
+// with NCCL's words.
+inline void check_queued(ncclResult_t r, const char* expr, const char* file, int line) {
+  if (r != ncclSuccess && r != ncclInProgress) cuda::throw_nccl_error(r, expr, file, line);
+}
+#define DPX_NCCL_QUEUE(expr) ::dpx::parallel::nccl::check_queued((expr), #expr, __FILE__, __LINE__)
+
+// What ncclCommGetAsyncError says of `comm`, into `probe`; returns the state it read.
+inline ncclResult_t probe_comm(ncclComm_t comm, NcclProbe& probe) {
+  ncclResult_t state = ncclSuccess;
+  probe.comm_failed = ncclCommGetAsyncError(comm, &state) != ncclSuccess;
+  probe.comm_in_progress = state == ncclInProgress;
+  probe.comm_failed = probe.comm_failed || (state != ncclSuccess && state != ncclInProgress);
+  return state;
+}
 
 inline ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
