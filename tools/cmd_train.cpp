@@ -67,7 +67,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
     if (!o.trace_file.empty()) folder(parent(o.trace_file), "--trace", false);
   }
   // Data, model and weights first: a missing file is then agreed on and said once, not by every rank.
-  std::unique_ptr<parallel::Job> job = parallel::prepare_job(o, processes.info());
+  auto job = std::make_unique<parallel::Job>(o, processes.info().cores_per_rank);
   processes.agree(start_report("train", o.flag_values()));
   processes.set_comm_timeout(o.comm_timeout_s);
   if (rank0) {

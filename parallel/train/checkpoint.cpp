@@ -22,6 +22,9 @@ namespace dpx::parallel {
 
 namespace fs = std::filesystem;
 
+// An epoch's record in the metadata ("epochs"): every field required.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EpochRecord, epoch, train_loss, test_accuracy, test_loss, time_s, eval_s)
+
 namespace {
 
 constexpr const char* kFormat = "1";
@@ -41,13 +44,6 @@ constexpr const char* kMustMatch[] = {
     "--no-dct-scaling",
 };
 
-// The values of the flags above that checkpoints of older dpx versions did not record.
-const std::map<std::string, std::string> kOlderDefaults = {
-    {"--grad-dtype", "fp32"}, {"--loss-scale", "auto"}, {"--initial-loss-scale", "65536"},
-    {"--loss-scale-window", "2000"}};
-// The image folders' flags, which older checkpoints did not record either: their defaults.
-const std::vector<std::string> kImageFlags = {"--resize-size", "--crop-scale", "--crop-ratio", "--flip",
-                                              "--mean",        "--std",        "--no-dct-scaling"};
 
 // Step records as rows of doubles (exact for every field: counts stay far below 2^53).
 const std::vector<std::string> kRecordColumns = {
@@ -195,9 +191,7 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& c, int ke
 
   nlohmann::json options = nlohmann::json::object(), epochs = nlohmann::json::array();
   for (const auto& [flag, value] : c.options) options[flag] = value;
-  for (const EpochRecord& e : c.epochs)
-    epochs.push_back({{"epoch", e.epoch}, {"train_loss", e.train_loss}, {"test_accuracy", e.test_accuracy},
-                      {"test_loss", e.test_loss}, {"time_s", e.time_s}, {"eval_s", e.eval_s}});
+  for (const EpochRecord& e : c.epochs) epochs.push_back(e);
   const RunProgress& p = c.progress;
   const nlohmann::json progress = {{"epoch", p.epoch}, {"step", p.step}, {"global_step", p.global_step},
                                    {"epoch_loss_sum", p.epoch_loss_sum}, {"elapsed_s", p.elapsed_s},
@@ -267,17 +261,7 @@ Checkpoint checkpoint_from(const SafeTensors& st, const std::string& path) {
     c.progress = {p.at("epoch").get<int64_t>(), p.at("step").get<int64_t>(), p.at("global_step").get<int64_t>(),
                   p.at("epoch_loss_sum").get<double>(), p.at("elapsed_s").get<double>(),
                   p.value("loss_scale", 0.f), p.value("loss_scale_good_updates", int64_t{0})};
-    const nlohmann::json epochs = nlohmann::json::parse(meta("epochs"));
-    for (const auto& e : epochs) {
-      EpochRecord r;
-      r.epoch = e.at("epoch").get<int64_t>();
-      r.train_loss = e.at("train_loss").get<double>();
-      r.test_accuracy = e.at("test_accuracy").get<double>();
-      r.test_loss = e.at("test_loss").get<double>();
-      r.time_s = e.at("time_s").get<double>();
-      r.eval_s = e.at("eval_s").get<double>();
-      c.epochs.push_back(r);
-    }
+    c.epochs = nlohmann::json::parse(meta("epochs")).get<std::vector<EpochRecord>>();
     const auto layers = nlohmann::json::parse(meta("random_layers")).get<std::vector<std::string>>();
     const auto columns = nlohmann::json::parse(meta("record_columns")).get<std::vector<std::string>>();
     const std::vector<std::string> older(kRecordColumns.begin(), kRecordColumns.begin() + kOlderRecordColumns);
@@ -343,14 +327,12 @@ std::string resume_mismatch(const Checkpoint& c, const TrainOptions& options, in
            (b.empty() ? "(not set)" : b) + " here";
   };
   if (c.ranks != ranks) differ("the number of ranks", std::to_string(c.ranks), std::to_string(ranks));
-  std::map<std::string, std::string> defaults;
-  for (const auto& [flag, value] : TrainOptions{}.flag_values())
-    if (std::find(kImageFlags.begin(), kImageFlags.end(), flag) != kImageFlags.end()) defaults[flag] = value;
-  for (const char* flag : kMustMatch) {
-    if (!theirs.count(flag) && kOlderDefaults.count(flag)) theirs[flag] = kOlderDefaults.at(flag);
-    if (!theirs.count(flag) && defaults.count(flag)) theirs[flag] = defaults.at(flag);
+  // A flag an older dpx did not record (the mixed-precision and image-folder ones) ran with its
+  // default.
+  const std::vector<std::pair<std::string, std::string>> defaults = TrainOptions{}.flag_values();
+  for (const auto& [flag, value] : defaults) theirs.emplace(flag, value);
+  for (const char* flag : kMustMatch)
     if (theirs[flag] != mine[flag]) differ(flag, theirs[flag], mine[flag]);
-  }
   return out;
 }
 

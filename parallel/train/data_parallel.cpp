@@ -16,7 +16,6 @@
 #include "core/data/loader.hpp"
 #include "layers/optim.hpp"
 #include "parallel/train/primitives.hpp"
-#include "parallel/train/run_modes.hpp"
 #include "parallel/train/train_step.hpp"
 
 namespace dpx::parallel {
@@ -51,17 +50,12 @@ class WaitingEnv final : public DeviceEnv {
 // The master's forward and backward over k replicas, one thread each.
 class ReplicatedModel final : public StepModel {
  public:
-  // Each replica's context: the master's, with a replica's share of the threads.
-  ReplicatedModel(nn::Model& master, int k, const Context& master_ctx, int threads_per_replica)
-      : master_(master), replicas_(replicate(master, k)), ctxs_(static_cast<size_t>(k), master_ctx),
-        fwd_(ctxs_.size()), bwd_(ctxs_.size()), bwd_end_(ctxs_.size()) {
-    for (Context& c : ctxs_) c.threads = threads_per_replica;
-  }
-  // Replicas on GPUs: replica i on envs[i]'s device with its stream (replica 0 on the master's
-  // GPU, as torch.nn.DataParallel's device_ids[0]); the batch is scattered from and the outputs
-  // gathered to the master's GPU by peer copies.
+  // Replica i computes in envs[i]: on the CPU, with a replica's share of the threads; on GPUs on
+  // envs[i]'s device with its stream (replica 0 on the master's GPU, as torch.nn.DataParallel's
+  // device_ids[0]), the batch scattered from and the outputs gathered to the master's GPU by
+  // peer copies.
   ReplicatedModel(nn::Model& master, std::vector<std::unique_ptr<DeviceEnv>> envs, DeviceEnv& master_env)
-      : master_(master), envs_(std::move(envs)), master_env_(&master_env), fwd_(envs_.size()), bwd_(envs_.size()),
+      : master_(master), envs_(std::move(envs)), master_env_(master_env), fwd_(envs_.size()), bwd_(envs_.size()),
         bwd_end_(envs_.size()) {
     for (auto& env : envs_) {
       ctxs_.push_back(env->ctx());
@@ -80,7 +74,7 @@ class ReplicatedModel final : public StepModel {
   Tensor forward(Context&, const Tensor& images, StepPhases& phases) override {
     {
       auto scope = phases.scope(Phase::comm_total);  // replicate + scatter
-      if (master_env_) master_env_->synchronize();   // the last optimizer step, before its weights are copied
+      master_env_.synchronize();                      // the last optimizer step, before its weights are copied
       broadcast_weights(master_, replicas_);
       inputs_ = to_replicas(scatter(images, k()));
     }
@@ -89,7 +83,7 @@ class ReplicatedModel final : public StepModel {
     parallel_apply(k(), [&](int i) {
       const double s = now_s();
       outputs[i] = replicas_[i].forward(ctxs_[i], inputs_[i]);
-      if (!envs_.empty()) envs_[i]->synchronize();  // the replica's GPU work is its forward time
+      envs_[i]->synchronize();  // the replica's GPU work is its forward time
       fwd_[i] = now_s() - s;
     });
     parallel_fwd_ = now_s() - t;
@@ -108,7 +102,7 @@ class ReplicatedModel final : public StepModel {
       const double s = now_s();
       replicas_[i].zero_grad(ctxs_[i]);
       replicas_[i].backward(ctxs_[i], grads[i]);
-      if (!envs_.empty()) envs_[i]->synchronize();
+      envs_[i]->synchronize();
       bwd_end_[i] = now_s();
       bwd_[i] = bwd_end_[i] - s;
     });
@@ -128,7 +122,7 @@ class ReplicatedModel final : public StepModel {
       r.times[Phase::comm_exposed] = step.times[Phase::comm_total];  // nothing overlaps in DataParallel
       r.backward_end_s = bwd_end_[i];
       r.images = inputs_[i].size(0);
-      if (!envs_.empty()) r.memory = memory_peaks(envs_[i]->ctx().device);  // each replica's GPU
+      r.memory = memory_peaks(envs_[i]->ctx().device);  // each replica's GPU (the host's on the CPU)
       out.push_back(r);
     }
     return out;
@@ -144,8 +138,8 @@ class ReplicatedModel final : public StepModel {
   }
 
   nn::Model& master_;
-  std::vector<std::unique_ptr<DeviceEnv>> envs_;  // replicas on GPUs only
-  DeviceEnv* master_env_ = nullptr;                // idem
+  std::vector<std::unique_ptr<DeviceEnv>> envs_;
+  DeviceEnv& master_env_;
   std::vector<nn::Model> replicas_;
   std::vector<Context> ctxs_;
   std::vector<Tensor> inputs_;                  // this step's scattered batch
@@ -158,14 +152,11 @@ class ReplicatedModel final : public StepModel {
 class SumIntoMaster final : public GradSync {
  public:
   explicit SumIntoMaster(ReplicatedModel& model) : model_(model) {}
-  void attach(nn::Model&) override {}
-  void begin_step(bool) override {}
   void finish(Context& ctx, StepPhases& phases) override {
     auto scope = phases.scope(Phase::comm_total);
     reduce_gradients(ctx, model_.master(), model_.replicas());
     copy_buffers(model_.master(), model_.replicas()[0]);
   }
-  uint64_t take_sent_bytes() override { return 0; }
 
  private:
   ReplicatedModel& model_;
@@ -182,19 +173,14 @@ void run_data_parallel(Job& job, TrainReport& report, const TrainHooks& hooks) {
                    : std::make_unique<WaitingEnv>(make_device_env(Device::cuda(gpus[0]), 1, false));
   apply_math(env->ctx(), o);
   nn::Model master = job.copy_initial(env->ctx().device, 1);
-  std::unique_ptr<ReplicatedModel> replicated;
-  if (gpus.empty()) {
-    replicated = std::make_unique<ReplicatedModel>(master, k, env->ctx(), job.threads_per_rank);
-  } else {
-    enable_peer_access(gpus);
-    std::vector<std::unique_ptr<DeviceEnv>> envs;
-    for (int gpu : gpus) {
-      envs.push_back(make_device_env(Device::cuda(gpu), 1, false));
-      apply_math(envs.back()->ctx(), o);
-    }
-    replicated = std::make_unique<ReplicatedModel>(master, std::move(envs), *env);
+  if (!gpus.empty()) enable_peer_access(gpus);
+  std::vector<std::unique_ptr<DeviceEnv>> envs;
+  for (int i = 0; i < k; ++i) {
+    envs.push_back(gpus.empty() ? make_device_env(Device::cpu(), job.threads_per_rank, o.reference_kernels())
+                                : make_device_env(Device::cuda(gpus[static_cast<size_t>(i)]), 1, false));
+    apply_math(envs.back()->ctx(), o);
   }
-  ReplicatedModel& model = *replicated;
+  ReplicatedModel model(master, std::move(envs), *env);
   SumIntoMaster sync(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(master);
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch * k));  // the global batch

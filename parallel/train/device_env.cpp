@@ -12,18 +12,12 @@ std::unique_ptr<DeviceEnv> make_cuda_env(int device);  // parallel/train/cuda/
 void enable_peer_access(const std::vector<int>&) {}
 #endif
 
-namespace {
-class CpuEnv final : public DeviceEnv {
- public:
-  CpuEnv(int threads, bool reference) {
-    ctx_ = Context::cpu(threads);
-    ctx_.reference = reference;
-  }
-};
-}  // namespace
-
 std::unique_ptr<DeviceEnv> make_device_env(Device device, int threads, bool reference) {
-  if (device.is_cpu()) return std::make_unique<CpuEnv>(threads, reference);
+  if (device.is_cpu()) {
+    Context ctx = Context::cpu(threads);
+    ctx.reference = reference;
+    return std::make_unique<DeviceEnv>(ctx);
+  }
 #ifdef DPX_WITH_CUDA
   return make_cuda_env(device.index);
 #else

@@ -16,8 +16,10 @@ namespace dpx::parallel {
 
 enum class Edge { begin, end };
 
+// As it is, the CPU's: host-timed phases, no copies.
 class DeviceEnv {
  public:
+  explicit DeviceEnv(const Context& ctx = {}) : ctx_(ctx) {}
   virtual ~DeviceEnv() = default;
   Context& ctx() { return ctx_; }
   // The batch on this device (the host tensor itself on the CPU).

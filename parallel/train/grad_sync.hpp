@@ -19,27 +19,19 @@ namespace dpx::parallel {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  // Binds to the rank's replica (sets its gradient-ready hook where needed).
-  virtual void attach(nn::Model& model) = 0;
   // Before backward. `sync` is false on the non-final micro-steps of gradient accumulation.
-  virtual void begin_step(bool sync) = 0;
+  virtual void begin_step(bool /*sync*/) {}
   // After backward, every step: waits until every gradient is reduced (nothing to do on a
   // step that does not sync), timing comm_total and comm_exposed.
-  virtual void finish(Context& ctx, StepPhases& phases) = 0;
+  virtual void finish(Context& /*ctx*/, StepPhases& /*phases*/) {}
   // Bytes this rank sent for its gradients since the last call (counted by the communicator).
-  virtual uint64_t take_sent_bytes() = 0;
+  virtual uint64_t take_sent_bytes() { return 0; }
   // The all-reduces of the last finish(), one bucket span each (DDP; none for the others), for the
   // trace: on this rank's steady clock, rank and step left for the caller; start 0 where they were
   // timed on a device (nccl, p2p).
   virtual std::vector<TraceSpan> take_bucket_spans() { return {}; }
 };
 
-class NoSync final : public GradSync {
- public:
-  void attach(nn::Model&) override {}
-  void begin_step(bool) override {}
-  void finish(Context&, StepPhases&) override {}
-  uint64_t take_sent_bytes() override { return 0; }
-};
+class NoSync final : public GradSync {};
 
 }  // namespace dpx::parallel

@@ -10,8 +10,11 @@ namespace dpx::parallel {
 
 namespace {
 
-// The bucket `grads` in the all-reduce's dtype: divided by the ranks first (no fp16 overflow in
-// the sum) and narrowed into `wire`; f32 travels as it is.
+// The bucket `grads` in the all-reduce's dtype: f32 travels as it is; f16 or bf16 is divided by the
+// ranks in f32 first, narrowed into `wire`, summed in that type and widened back (widen). Dividing
+// before the sum keeps it in range: fp16 ends at 65504, which k ranks' gradients near 65504 / k
+// would pass if summed first (PyTorch's fp16_compress_hook also divides before the all-reduce,
+// though after narrowing).
 Tensor narrow(Context& ctx, const Tensor& grads, Tensor wire, int ranks) {
   if (grads.dtype() == wire.dtype()) return grads;
   ops::cast(ctx, wire, grads, 1.f / static_cast<float>(ranks));
@@ -72,19 +75,17 @@ std::vector<Bucket> plan_buckets(const nn::Model& model, const ReducerOptions& o
   return buckets;
 }
 
-void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo) {
-  check_wire(wire);
-  Context one_thread = Context::cpu(1);
-  const Tensor staged = wire == DType::f32 ? grads : staging.view_at(0, {grads.numel()});
-  DPX_CHECK(staged.dtype() == wire, "the staging buffer holds ", dtype_name(staged.dtype()), ", not ", dtype_name(wire));
-  const Tensor sent = narrow(one_thread, grads, staged, comm.size());
-  comm.all_reduce(sent, wire == DType::f32 ? ReduceOp::avg : ReduceOp::sum, algo);
-  widen(one_thread, grads, sent);
-}
-
-Reducer::Reducer(Communicator& comm, ReducerOptions options, const Context& ctx, std::unique_ptr<GradFence> fence)
-    : comm_(comm), options_(options), ctx_(ctx), fence_(fence ? std::move(fence) : make_grad_fence(ctx, comm)) {
+Reducer::Reducer(Communicator& comm, nn::Model& model, ReducerOptions options, const Context& ctx,
+                 std::unique_ptr<GradFence> fence)
+    : comm_(comm), options_(options), ctx_(ctx), fence_(fence ? std::move(fence) : make_grad_fence(ctx, comm)),
+      model_(model) {
   check_wire(options_.grad_dtype);
+  buckets_ = plan_buckets(model, options_, &bucket_of_);
+  // Each bucket its own part of one buffer: several may be in flight at once.
+  if (narrowed()) wire_ = Tensor::empty({model.flat_grads().numel()}, options_.grad_dtype, ctx_.device);
+  works_.assign(buckets_.size(), Work());
+  if (fence_) fence_->resize(buckets_.size());
+  model.root().set_grad_ready_hook([this](nn::Parameter& p) { grad_ready(p); });
 }
 
 Reducer::~Reducer() {
@@ -96,17 +97,6 @@ Reducer::~Reducer() {
     } catch (const std::exception&) {
     }
   }
-}
-
-void Reducer::attach(nn::Model& model) {
-  model_ = &model;
-  bucket_of_.clear();
-  buckets_ = plan_buckets(model, options_, &bucket_of_);
-  // Each bucket its own part of one buffer: several may be in flight at once.
-  if (narrowed()) wire_ = Tensor::empty({model.flat_grads().numel()}, options_.grad_dtype, ctx_.device);
-  works_.assign(buckets_.size(), Work());
-  if (fence_) fence_->resize(buckets_.size());
-  model.root().set_grad_ready_hook([this](nn::Parameter& p) { grad_ready(p); });
 }
 
 void Reducer::begin_step(bool sync) {
@@ -132,7 +122,7 @@ void Reducer::start_buckets(size_t end) {
   for (; started_ < end; ++started_) {
     const size_t i = started_;
     const Bucket& b = buckets_[i];
-    const Tensor grads = model_->flat_grads().view_at(b.offset, {b.numel});
+    const Tensor grads = model_.flat_grads().view_at(b.offset, {b.numel});
     const Tensor data = narrow(ctx_, grads, narrowed() ? wire_.view_at(b.offset, {b.numel}) : grads, comm_.size());
     Communicator::Ready ready;
     if (fence_) {
@@ -159,7 +149,7 @@ void Reducer::finish(Context&, StepPhases& phases) {
       works_[i] = Work();
       if (narrowed()) {
         const Bucket& b = buckets_[i];
-        widen(ctx_, model_->flat_grads().view_at(b.offset, {b.numel}), wire_.view_at(b.offset, {b.numel}));
+        widen(ctx_, model_.flat_grads().view_at(b.offset, {b.numel}), wire_.view_at(b.offset, {b.numel}));
       }
     }
   }

@@ -36,13 +36,6 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const nn::Model& model, const ReducerOptions& options,
                                  std::unordered_map<const nn::Parameter*, int>* bucket_of = nullptr);
 
-// The mean of `grads` (f32, in place) over the ranks, all-reduced in `wire`: f32 as it is; f16 or
-// bf16 divided by the number of ranks in f32 first, narrowed into `staging` (of `wire`, at least
-// as long), summed in that type and widened back. Dividing before the sum keeps it in range: fp16
-// ends at 65504, which k ranks' gradients near 65504 / k would pass if summed first (PyTorch's
-// fp16_compress_hook also divides before the all-reduce, though after narrowing). The Reducer's
-// step for one bucket, blocking.
-void all_reduce_mean(Communicator& comm, const Tensor& grads, DType wire, const Tensor& staging, Algorithm algo);
 
 // Where gradients are written asynchronously (a GPU's compute stream), what orders each bucket's
 // all-reduce after the work that wrote what it reads. Host ranks need none: their gradients are
@@ -66,11 +59,12 @@ std::unique_ptr<GradFence> make_grad_fence(const Context& ctx, const Communicato
 
 class Reducer final : public GradSync {
  public:
-  // `ctx`: the rank's compute context (narrowing and widening run on it). `fence`: null takes
-  // make_grad_fence(ctx, comm); tests pass their own.
-  Reducer(Communicator& comm, ReducerOptions options, const Context& ctx, std::unique_ptr<GradFence> fence = nullptr);
+  // Reduces `model`'s gradients (sets its gradient-ready hook). `ctx`: the rank's compute
+  // context (narrowing and widening run on it). `fence`: null takes make_grad_fence(ctx, comm);
+  // tests pass their own.
+  Reducer(Communicator& comm, nn::Model& model, ReducerOptions options, const Context& ctx,
+          std::unique_ptr<GradFence> fence = nullptr);
   ~Reducer() override;
-  void attach(nn::Model& model) override;
   void begin_step(bool sync) override;
   // The model's gradient-ready hook: `p`'s gradient is final for this backward.
   void grad_ready(const nn::Parameter& p);
@@ -87,7 +81,7 @@ class Reducer final : public GradSync {
   ReducerOptions options_;
   Context ctx_;
   std::unique_ptr<GradFence> fence_;
-  nn::Model* model_ = nullptr;
+  nn::Model& model_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Parameter*, int> bucket_of_;
   Tensor wire_;               // (the flat gradients' length,) in grad_dtype: the narrowed buckets; f32: unused

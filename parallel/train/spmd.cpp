@@ -4,10 +4,7 @@
 // (runtime/launch.hpp): threads of this process, MPI processes, GPUs (a thread or a process each,
 // NCCL's communicators) or thread ranks on GPUs (p2p); votes, barriers and step records stay on
 // each rank's host communicator.
-#include <cstring>
-#include <functional>
 #include <mutex>
-#include <type_traits>
 
 #include "core/cuda/memory.hpp"
 #include "core/data/loader.hpp"
@@ -19,7 +16,6 @@
 #include "parallel/train/device_env.hpp"
 #include "parallel/train/grad_sync.hpp"
 #include "parallel/train/reducer.hpp"
-#include "parallel/train/run_modes.hpp"
 #include "parallel/train/train_step.hpp"
 
 namespace dpx::parallel {
@@ -44,9 +40,8 @@ void spmd_rank(Job& job, int local_ranks, const RankSetup& setup, const ReducerO
     data->broadcast(model.flat_params(), 0);
     for (auto& [name, buffer] : model.root().named_buffers()) data->broadcast(*buffer, 0);
     data->synchronize();  // a GPU's broadcast was queued on the communicator's stream
-    sync = std::make_unique<Reducer>(*data, reducer, env->ctx());
+    sync = std::make_unique<Reducer>(*data, model, reducer, env->ctx());
   }
-  sync->attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   data::LoaderOptions lo = job.train_loader(setup.rank, job.ranks, job.rank_batch);
   lo.device = env->ctx().device;  // on a GPU the loader copies each batch ahead of the step
@@ -93,28 +88,15 @@ void run_spmd(Job& job, TrainReport& report, const TrainHooks& hooks, Communicat
   // Under MPI (`processes`, one process a rank: train() checks the sizes) each process runs one.
   const int local_ranks = processes ? 1 : job.ranks;
   launch_ranks(spec, [&](RankSetup& setup) { spmd_rank(job, local_ranks, setup, reducer, report, report_mu, hooks); });
-  if (processes && processes->size() > 1) {
-    gather_steps(*processes, report.steps);
-    gather_records(*processes, report.trace_spans);
+  if (processes && processes->size() > 1) {  // rank 0 appends every other rank's, in rank order
+    const auto steps = gather_records(*processes, report.steps);
+    const auto spans = gather_records(*processes, report.trace_spans);
+    for (size_t q = 1; q < steps.size(); ++q) {
+      report.steps.insert(report.steps.end(), steps[q].begin(), steps[q].end());
+      report.trace_spans.insert(report.trace_spans.end(), spans[q].begin(), spans[q].end());
+    }
   }
   sort_steps(report.steps);
 }
-
-template <class Record>
-void gather_records(Communicator& comm, std::vector<Record>& records) {
-  static_assert(std::is_trivially_copyable_v<Record>, "records travel as bytes");
-  const auto* first = reinterpret_cast<const std::byte*>(records.data());
-  const auto all = gather_bytes(comm, std::vector<std::byte>(first, first + records.size() * sizeof(Record)));
-  for (size_t q = 1; q < all.size(); ++q) {
-    const size_t count = all[q].size() / sizeof(Record);
-    if (count == 0) continue;  // a rank with none (no traced bucket): memcpy takes no null pointer
-    const size_t at = records.size();
-    records.resize(at + count);
-    std::memcpy(records.data() + at, all[q].data(), count * sizeof(Record));
-  }
-}
-template void gather_records(Communicator&, std::vector<TraceSpan>&);
-
-void gather_steps(Communicator& comm, std::vector<StepRecord>& steps) { gather_records(comm, steps); }
 
 }  // namespace dpx::parallel

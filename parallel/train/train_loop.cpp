@@ -2,56 +2,137 @@
 // steps of each epoch, the ranks' vote on a signal and the checkpoints after every update,
 // evaluation on rank 0 after every epoch, and resuming from a checkpoint.
 #include <algorithm>
-#include <csignal>
 
 #include "core/clock.hpp"
 #include "core/stop.hpp"
 #include "kernels/op_profile.hpp"
-#include "parallel/train/evaluate.hpp"
-#include "parallel/train/rank_checkpoints.hpp"
+#include "kernels/ops.hpp"
+#include "parallel/comm/gather.hpp"
 #include "parallel/runtime/stop_vote.hpp"
+#include "parallel/train/checkpoint.hpp"
 #include "parallel/train/train_step.hpp"
 
 namespace dpx::parallel {
 
 namespace {
 
-// A checkpoint at position `at` (collective); rank 0 notes and announces the file.
-void save_checkpoint(Rank& r, RankCheckpoints& checkpoints, Communicator* host, RunProgress at,
-                     const std::vector<StepRecord>& mine, TrainReport& report, std::mutex& report_mu,
-                     const TrainHooks& hooks) {
-  if (r.scaler && r.scaler->dynamic()) {
-    at.loss_scale = r.scaler->scale();
-    at.loss_scale_good_updates = r.scaler->good_updates();
+// A rank's part in checkpoints: which updates are due, and the collective save, in which every
+// rank hands its random streams and its new step records to rank 0, which writes the file
+// (checkpoint.hpp).
+class RankCheckpoints {
+ public:
+  // `origin_s`: the run's start on rank 0's clock (a resumed run's is moved back by the time its
+  // checkpoint had run), from which the saved record times count.
+  RankCheckpoints(const Job& job, int rank, double origin_s)
+      : job_(job), origin_s_(origin_s), last_update_(job.resume ? job.resume->progress.global_step : 0) {
+    if (job.resume && rank == 0) records_ = job.resume->steps;
   }
-  std::vector<EpochRecord> epochs;
-  if (r.rank == 0) {
+
+  bool enabled() const { return !job_.options.checkpoint_dir.empty(); }
+
+  // Called after every update, with the steps run so far: whether a checkpoint is due, every
+  // --checkpoint-every steps (at the end of an accumulation group when that falls inside one).
+  bool due_after_update(int64_t steps_done) {
+    const int64_t every = job_.options.checkpoint_every, before = last_update_;
+    last_update_ = steps_done;
+    // A multiple of `every` passed since the last update: with --accumulate the updates come
+    // every few steps, and each multiple is checkpointed once, at the update that covers it.
+    return enabled() && every > 0 && steps_done / every > before / every;
+  }
+
+  // The checkpoint of position `at`, collective over `host` (null: one rank): rank 0 writes it,
+  // notes it in the report and announces it.
+  void save(Rank& r, Communicator* host, RunProgress at, const std::vector<StepRecord>& mine, TrainReport& report,
+            std::mutex& report_mu, const TrainHooks& hooks) {
+    nn::Model& model = r.model.master();
+    const RandomStreams streams = random_streams(model);
+    std::vector<nn::RandomState> states;
+    for (const auto& [name, state] : streams) states.push_back(state);
+    const std::vector<StepRecord> fresh(mine.begin() + static_cast<std::ptrdiff_t>(saved_), mine.end());
+    saved_ = mine.size();
+    using States = std::vector<nn::RandomState>;
+    using Records = std::vector<StepRecord>;
+    const std::vector<States> all_states = host ? gather_records(*host, states) : std::vector<States>{states};
+    const std::vector<Records> all_records = host ? gather_records(*host, fresh) : std::vector<Records>{fresh};
+    if (r.rank != 0) return;
+
+    Checkpoint c;
+    c.options = job_.options.flag_values();
+    c.ranks = job_.ranks;
+    if (r.scaler && r.scaler->dynamic()) {
+      at.loss_scale = r.scaler->scale();
+      at.loss_scale_good_updates = r.scaler->good_updates();
+    }
+    c.progress = at;
+    c.progress.elapsed_s = now_s() - origin_s_;  // origin is on rank 0's clock, which is this one's
+    for (auto& [name, t] : model.state_dict()) c.model[name] = t;
+    c.optimizer = r.optimizer.state();
+    for (size_t q = 0; q < all_states.size(); ++q) {
+      DPX_CHECK(all_states[q].size() == streams.size(), "checkpoint: rank ", q, " has ", all_states[q].size(),
+                " random streams, rank 0 ", streams.size());
+      RandomStreams& rank_streams = c.random.emplace_back();
+      for (size_t i = 0; i < streams.size(); ++i) rank_streams.emplace_back(streams[i].first, all_states[q][i]);
+      for (StepRecord rec : all_records[q]) {  // times from the run's start, so a resumed run can place them
+        rec.start_s -= origin_s_;
+        rec.backward_end_s -= origin_s_;
+        records_.push_back(rec);
+      }
+    }
+    if (at.epoch < job_.options.epochs) c.order = r.loader.epoch_order(at.epoch);
+    c.steps = records_;
     std::lock_guard<std::mutex> lock(report_mu);
-    epochs = report.epochs;
+    c.epochs = report.epochs;
+    report.checkpoint = write_checkpoint(job_.options.checkpoint_dir, c, job_.options.keep_checkpoints);
+    if (hooks.on_checkpoint) hooks.on_checkpoint(report.checkpoint);
   }
-  const std::string path = checkpoints.save(host, r.model.master(), r.optimizer, at, mine, epochs, r.loader);
-  if (r.rank != 0) return;
-  std::lock_guard<std::mutex> lock(report_mu);
-  report.checkpoint = path;
-  if (hooks.on_checkpoint) hooks.on_checkpoint(path);
-}
+
+ private:
+  const Job& job_;
+  const double origin_s_;
+  int64_t last_update_;              // steps run at the previous update
+  size_t saved_ = 0;                 // records of the rank's own list already handed over
+  std::vector<StepRecord> records_;  // rank 0: every rank's records saved so far, times from origin_s
+};
 
 // The test set on rank 0 after an epoch (sequential, as in the studies: docs/ARCHITECTURE.md,
-// Studies; the other ranks wait).
+// Studies; the other ranks wait): the model in eval mode over the whole set, in order.
 void evaluate_epoch(Rank& r, EpochRecord& er) {
   const Job& job = r.job;
   const double t = now_s();
   // Thread ranks (and DataParallel's replicas): the evaluation may use every rank's threads,
   // since the others wait. An MPI process has its own cores only.
-  Context& ctx = r.env.ctx();
-  const bool threads = ctx.device.is_cpu() && job.options.process_ranks == 0;
-  Context eval_ctx = ctx;
-  if (threads) eval_ctx.threads = job.threads_per_rank * job.ranks;
-  const int64_t batch = std::max<int64_t>(r.loader.options().batch_size, 256);
-  const EvalResult ev = evaluate(eval_ctx, r.model.master(), *job.test_set, batch);
+  Context ctx = r.env.ctx();
+  if (ctx.device.is_cpu() && job.options.process_ranks == 0) ctx.threads = job.threads_per_rank * job.ranks;
+  nn::Model& model = r.model.master();
+  const data::Dataset& test_set = *job.test_set;
+  data::LoaderOptions lo;
+  lo.batch_size = std::min<int64_t>(std::max<int64_t>(r.loader.options().batch_size, 256), test_set.size());
+  lo.shuffle = false;
+  lo.drop_last = false;
+  lo.num_workers = 1;
+  data::DataLoader loader(std::shared_ptr<const data::Dataset>(&test_set, [](const data::Dataset*) {}), lo);
+  loader.start_epoch(0);
+  model.eval();
+  nn::CrossEntropyLoss criterion;
+  double loss_sum = 0;
+  int64_t correct = 0, samples = 0;
+  while (auto batch = loader.next()) {
+    Tensor images = batch->images, labels = batch->labels;
+    if (!ctx.device.is_cpu()) {
+      images = images.to(ctx.device);
+      labels = labels.to(ctx.device);
+    }
+    const Tensor logits = model.forward(ctx, images);
+    const int64_t n = images.size(0);
+    loss_sum += criterion.forward(ctx, logits, labels) * static_cast<double>(n);
+    correct += ops::count_correct(ctx, logits, labels);
+    samples += n;
+  }
+  model.root().clear_cache();
+  model.train();
   er.eval_s = now_s() - t;
-  er.test_accuracy = ev.accuracy;
-  er.test_loss = ev.loss;
+  er.test_accuracy = samples > 0 ? static_cast<double>(correct) / static_cast<double>(samples) : 0;
+  er.test_loss = samples > 0 ? loss_sum / static_cast<double>(samples) : 0;
 }
 
 }  // namespace
@@ -130,8 +211,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
       // The epoch's last update is checkpointed at the epoch's end, after its evaluation.
       const bool due = checkpoints.due_after_update(global_step + 1) && step + 1 < steps;
       if (checkpoints.enabled() && (stop || due))
-        save_checkpoint(r, checkpoints, host, {epoch, step + 1, global_step + 1, loss_sum, 0}, mine, report,
-                        report_mu, hooks);
+        checkpoints.save(r, host, {epoch, step + 1, global_step + 1, loss_sum, 0}, mine, report, report_mu, hooks);
       if (stop) {
         stopped_by = stop;  // the signal a rank was asked by, the same on every rank
         ++global_step;
@@ -154,7 +234,7 @@ void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& re
       if (hooks.on_epoch) hooks.on_epoch(er);
     }
     if (checkpoints.enabled())  // every epoch's end, evaluation included
-      save_checkpoint(r, checkpoints, host, {epoch + 1, 0, global_step, 0, 0}, mine, report, report_mu, hooks);
+      checkpoints.save(r, host, {epoch + 1, 0, global_step, 0, 0}, mine, report, report_mu, hooks);
   }
   std::lock_guard<std::mutex> lock(report_mu);
   report.steps.insert(report.steps.end(), mine.begin(), mine.end());

@@ -15,21 +15,25 @@ namespace dpx::parallel {
 namespace {
 
 // The loss gradient, scaled by 1/k under --accumulate k and by the loss scale (--loss-scale),
-// which update() takes off again after the reduction. With the divergence guard on, a
-// non-finite loss with finite gradients (a class whose probability underflowed to 0) would slip
-// past the gradient check: its gradient is made NaN, on every rank, so that all decide alike
-// after the reduction.
-Tensor loss_gradient(Rank& r, const Tensor& loss) {
-  const TrainOptions& o = r.job.options;
+// which update() takes off again after the reduction.
+Tensor scaled_loss_gradient(Rank& r) {
   Context& ctx = r.env.ctx();
   Tensor dlogits = r.criterion.backward(ctx);
-  const float factor = (r.scaler ? r.scaler->scale() : 1.f) / static_cast<float>(o.accumulate);
+  const float factor = (r.scaler ? r.scaler->scale() : 1.f) / static_cast<float>(r.job.options.accumulate);
   if (factor != 1.f) ops::scale(ctx, dlogits, factor);
-  if (o.on_nonfinite != NonFinite::ignore && !std::isfinite(loss.item())) {
-    r.bad_loss = loss.item();
-    ops::fill(ctx, dlogits, std::numeric_limits<float>::quiet_NaN());
-  }
   return dlogits;
+}
+
+// With the divergence guard on, a non-finite loss with finite gradients (a class whose
+// probability underflowed to 0) would slip past the gradient check: `t` (the loss gradient, or
+// after a graph's replay the gradients) is made NaN, on every rank, so that all decide alike
+// after the reduction.
+void poison_on_bad_loss(Rank& r, const Tensor& loss, Tensor t) {
+  if (r.job.options.on_nonfinite == NonFinite::ignore) return;
+  const float value = loss.item();
+  if (std::isfinite(value)) return;
+  r.bad_loss = value;
+  ops::fill(r.env.ctx(), t, std::numeric_limits<float>::quiet_NaN());
 }
 
 // The divergence guard (--on-nonfinite) on the reduced gradients: every rank holds the same
@@ -91,7 +95,7 @@ void update(Rank& r, int64_t global_step, StepRecord& rec) {
 
 // --cuda-graph (graph_step.hpp): forward, loss and backward of the shape's input tensors, as
 // recorded work. The loss goes to g.loss; the loss scale is refused with the flag, and the check
-// of a non-finite loss runs after the replay (graph_loss_check).
+// of a non-finite loss runs after the replay, on the gradients (poison_on_bad_loss).
 RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
   return [&r, &g](StepPhases& phases) {
     Context& ctx = r.env.ctx();
@@ -113,23 +117,9 @@ RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
     }
     auto scope = phases.scope(Phase::backward);
     capture::Where where("backward");
-    Tensor dlogits = r.criterion.backward(ctx);
-    if (r.job.options.accumulate != 1) ops::scale(ctx, dlogits, 1.f / static_cast<float>(r.job.options.accumulate));
-    r.model.backward(ctx, dlogits, phases);
+    r.model.backward(ctx, scaled_loss_gradient(r), phases);
     ops::increment_i64(ctx, r.graphs->counter());
   };
-}
-
-// After a replay, what loss_gradient does inside an eager step: a non-finite loss with the
-// divergence guard on makes the gradients NaN (the eager step makes the loss gradient NaN, and
-// every gradient follows), so that the guard decides alike.
-void graph_loss_check(Rank& r, const Tensor& loss) {
-  if (r.job.options.on_nonfinite == NonFinite::ignore) return;
-  const float value = loss.item();
-  if (std::isfinite(value)) return;
-  r.bad_loss = value;
-  Tensor grads = r.model.master().flat_grads();
-  ops::fill(r.env.ctx(), grads, std::numeric_limits<float>::quiet_NaN());
 }
 
 // The shape's entry for this step, its batch copied into the graph's inputs; null where the step
@@ -212,7 +202,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     r.grad_sync.begin_step(rec.optimizer_step);
     replay(r, *graph, phases);
     loss = graph->loss;
-    graph_loss_check(r, loss);
+    poison_on_bad_loss(r, loss, r.model.master().flat_grads());
   } else {
     {
       auto scope = phases.scope(Phase::forward);
@@ -222,7 +212,9 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     auto scope = phases.scope(Phase::backward);
     r.grad_sync.begin_step(rec.optimizer_step);
     if (r.scaler) rec.loss_scale = r.scaler->scale();
-    r.model.backward(ctx, loss_gradient(r, loss), phases);  // DDP: buckets all-reduce as gradients become ready
+    Tensor dlogits = scaled_loss_gradient(r);
+    poison_on_bad_loss(r, loss, dlogits);
+    r.model.backward(ctx, dlogits, phases);  // DDP: buckets all-reduce as gradients become ready
   }
   rec.backward_end_s = r.clock();
   r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)

@@ -4,6 +4,7 @@
 // how the logits and the gradients are produced (StepModel) and reduced (GradSync).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -15,9 +16,15 @@
 #include "parallel/train/grad_sync.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/train/loss_scaler.hpp"
-#include "parallel/train/run_modes.hpp"
+#include "parallel/train/trainer.hpp"
 
 namespace dpx::parallel {
+
+struct TrainHooks {
+  std::function<void(const StepRecord&, bool last_of_epoch)> on_step;  // rank 0's steps
+  std::function<void(const EpochRecord&)> on_epoch;
+  std::function<void(const std::string& path)> on_checkpoint;         // rank 0, after writing one
+};
 
 // How a step turns the batch into logits and the loss gradient into gradients on the model the
 // optimizer updates. An SPMD rank runs its own replica (LocalReplica); DataParallel's master
@@ -81,5 +88,12 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at);
 // model and how the run stopped.
 void train_loop(Rank& r, Communicator* host, Communicator* data, TrainReport& report, std::mutex& report_mu,
                 const TrainHooks& hooks);
+
+// The trainers, each running train_loop on its ranks: SPMD (spmd.cpp; with `processes`, this
+// process runs its one rank of an MPI job, see train()) and DataParallel's master over its
+// replicas (data_parallel.cpp). Both free the job's initial model once this process's replicas
+// have their copies (Job::copy_initial).
+void run_spmd(Job& job, TrainReport& report, const TrainHooks& hooks, Communicator* processes);
+void run_data_parallel(Job& job, TrainReport& report, const TrainHooks& hooks);
 
 }  // namespace dpx::parallel

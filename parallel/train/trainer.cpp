@@ -15,14 +15,10 @@
 
 #include "core/clock.hpp"
 #include "core/cpu_use.hpp"
-#include "core/data/loader.hpp"
 #include "core/error.hpp"
-#include "kernels/ops.hpp"
-#include "layers/loss.hpp"
-#include "layers/optim.hpp"
-#include "parallel/train/job.hpp"
 #include "parallel/bench/metrics.hpp"
-#include "parallel/train/run_modes.hpp"
+#include "parallel/train/job.hpp"
+#include "parallel/train/train_step.hpp"
 
 namespace dpx::parallel {
 
@@ -104,13 +100,9 @@ std::vector<float> TrainReport::final_params() const {
   return final_model ? final_model->flat_params().to_vector() : std::vector<float>{};
 }
 
-std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch) {
-  options.validate();
-  return std::make_unique<Job>(options, launch.cores_per_rank);
-}
-
 TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {
-  return train(*prepare_job(options, launch), log, processes, launch);
+  Job job(options, launch.cores_per_rank);
+  return train(job, log, processes, launch);
 }
 
 TrainReport train(Job& job, std::ostream& log, Communicator* processes, const LaunchInfo& launch) {

@@ -76,11 +76,7 @@ struct TrainReport {
 // Step records in the order every report keeps them: by global step, then rank.
 void sort_steps(std::vector<StepRecord>& steps);
 
-struct Job;  // job.hpp
-
-// Builds a job: the data sets, the initial model and its weights — everything of a run that can
-// fail before the first step, so that the ranks of an MPI job can agree on it first.
-std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& launch = {});
+struct Job;  // job.hpp: the data sets, the initial model and its weights, built before any rank starts
 
 // Runs a whole training job. Progress lines go to `log` (rank 0 only). With `processes` (an
 // MPI communicator, options.process_ranks of its size) this process runs its rank alone, and
@@ -88,7 +84,7 @@ std::unique_ptr<Job> prepare_job(const TrainOptions& options, const LaunchInfo& 
 // the others' reports hold their own steps only.
 // The job's initial model is freed once every rank of this process has its copy: a job trains once.
 TrainReport train(Job& job, std::ostream& log, Communicator* processes = nullptr, const LaunchInfo& launch = {});
-// prepare_job, then train.
+// Builds the Job (launch.cores_per_rank: an MPI rank's cores), then trains it.
 TrainReport train(const TrainOptions& options, std::ostream& log, Communicator* processes = nullptr,
                   const LaunchInfo& launch = {});
 

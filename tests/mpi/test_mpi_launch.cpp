@@ -8,12 +8,13 @@
 #include <string>
 
 #include "mpi_test_group.hpp"
+#include "parallel/comm/gather.hpp"
 #include "parallel/runtime/clock_sync.hpp"
 #include "parallel/runtime/launcher_env.hpp"
 #include "parallel/comm/mpi/mpi_transport.hpp"
 #include "parallel/comm/mpi/mpi_util.hpp"
 #include "parallel/runtime/watchdog.hpp"
-#include "parallel/train/run_modes.hpp"
+#include "parallel/train/trainer.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -78,7 +79,7 @@ TEST_CASE("clocks of processes on one machine align within a millisecond, with t
   CHECK(mpi_group->info().clock_offset_s.size() == offsets.size());
 }
 
-TEST_CASE("every rank's step records reach rank 0, in rank order after its own") {
+TEST_CASE("every rank's step records reach rank 0, indexed by rank") {
   Communicator& world = mpi_group->world();
   const int me = world.rank(), n = world.size();
   std::vector<StepRecord> steps(static_cast<size_t>(me + 1));  // rank r has r + 1 steps
@@ -87,19 +88,20 @@ TEST_CASE("every rank's step records reach rank 0, in rank order after its own")
     steps[i].step = static_cast<int64_t>(i);
     steps[i].loss = me + 0.25 * static_cast<double>(i);
   }
-  gather_steps(world, steps);
+  const std::vector<std::vector<StepRecord>> all = gather_records(world, steps);
   if (me != 0) {
-    CHECK(steps.size() == static_cast<size_t>(me + 1));  // the others keep their own
+    CHECK(all.empty());  // the others get nothing
     return;
   }
-  REQUIRE(steps.size() == static_cast<size_t>(n * (n + 1) / 2));
-  size_t i = 0;
-  for (int q = 0; q < n; ++q)
-    for (int s = 0; s <= q; ++s, ++i) {
-      CHECK(steps[i].rank == q);
-      CHECK(steps[i].step == s);
-      CHECK(steps[i].loss == q + 0.25 * s);
+  REQUIRE(all.size() == static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    REQUIRE(all[q].size() == static_cast<size_t>(q + 1));
+    for (int s = 0; s <= q; ++s) {
+      CHECK(all[q][s].rank == q);
+      CHECK(all[q][s].step == s);
+      CHECK(all[q][s].loss == q + 0.25 * s);
     }
+  }
 }
 
 TEST_CASE("start-up agreement: every rank learns which option differs, or which rank failed and why") {

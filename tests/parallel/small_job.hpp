@@ -85,7 +85,7 @@ inline double update_rel_diff(const std::vector<float>& w, const std::vector<flo
 
 // The weights a job starts from (every rank's, after DDP's broadcast).
 inline std::vector<float> initial_weights(const parallel::TrainOptions& o) {
-  return parallel::prepare_job(o)->initial.flat_params().to_vector();
+  return parallel::Job(o).initial.flat_params().to_vector();
 }
 
 // A data-parallel run trained as one replica did on the same global batch: the mean of the

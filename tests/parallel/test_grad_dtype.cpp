@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "layers/linear.hpp"
 #include "parallel/train/reducer.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
@@ -31,13 +32,20 @@ TEST_CASE("a half-precision all-reduce divides before the sum: 4 ranks of 30000 
     std::vector<std::vector<float>> got(k);
     std::vector<uint64_t> sent(k);
     run_ranks(k, [&](Communicator& comm) {
-      Tensor grads = Tensor::empty({n});
-      for (int64_t i = 0; i < n; ++i) grads.data<float>()[i] = 30000.f + static_cast<float>(comm.rank());
-      Tensor staging = Tensor::empty({n}, wire);
-      const uint64_t before = comm.bytes_sent();
-      all_reduce_mean(comm, grads, wire, staging, Algorithm::ring);
-      sent[comm.rank()] = comm.bytes_sent() - before;
-      got[comm.rank()] = grads.to_vector();
+      Rng rng(1);
+      nn::Model model(std::make_unique<nn::Linear>(25, 40, rng, false));  // n weights: one bucket
+      REQUIRE(model.flat_grads().numel() == n);
+      float* grads = model.flat_grads().data<float>();
+      for (int64_t i = 0; i < n; ++i) grads[i] = 30000.f + static_cast<float>(comm.rank());
+      Context ctx = Context::cpu(1);
+      Reducer reducer(comm, model, {.algo = Algorithm::ring, .grad_dtype = wire}, ctx);
+      DeviceEnv env;
+      StepPhases phases(env);
+      reducer.begin_step(true);
+      reducer.finish(ctx, phases);  // every bucket starts here: no gradient reported ready
+      (void)phases.finish();
+      sent[comm.rank()] = reducer.take_sent_bytes();
+      got[comm.rank()] = model.flat_grads().to_vector();
     });
     // The mean is 30001.5; fp16 holds multiples of 16 there and bf16 of 128: within half a step
     // per rounding (one narrowing and k - 1 sums), relative 2^-11 (fp16) or 2^-8 (bf16) each.

@@ -177,10 +177,10 @@ TEST_CASE("the Reducer gives every rank the ranks' mean gradients, whatever thei
             nn::Model model = initial.clone(Device::cpu());
             auto fence = std::make_unique<HeldBackFence>(rank);
             HeldBackFence& held = *fence;
-            Reducer reducer(comm, {.bucket_cap_bytes = cap, .first_bucket_bytes = cap / 2, .overlap = overlap,
-                                   .algo = Algorithm::ring, .grad_dtype = wire},
+            Reducer reducer(comm, model,
+                            {.bucket_cap_bytes = cap, .first_bucket_bytes = cap / 2, .overlap = overlap,
+                             .algo = Algorithm::ring, .grad_dtype = wire},
                             Context::cpu(1), std::move(fence));
-            reducer.attach(model);
             Context ctx = Context::cpu(1);
             DeviceEnv env;  // the host: no device phases
             for (int step = 0; step < 2; ++step) {  // the second step reuses the buckets and their events
@@ -261,9 +261,9 @@ TEST_CASE("DDP steps through the Reducer with late data and results reproduce on
         nn::Model model = initial.clone(Device::cpu());
         const int64_t share = batch / k;
         Context ctx = Context::cpu(1);
-        Reducer reducer(comm, {.bucket_cap_bytes = 4096, .first_bucket_bytes = 1024, .algo = Algorithm::ring, .grad_dtype = wire},
+        Reducer reducer(comm, model,
+                        {.bucket_cap_bytes = 4096, .first_bucket_bytes = 1024, .algo = Algorithm::ring, .grad_dtype = wire},
                         ctx, std::make_unique<HeldBackFence>(rank));
-        reducer.attach(model);
         const Tensor x = images.slice(rank * share, (rank + 1) * share), y = labels.slice(rank * share, (rank + 1) * share);
         train(model, ctx, x, y, reducer);
         weights[static_cast<size_t>(rank)] = model.flat_params().to_vector();

@@ -37,7 +37,6 @@ TEST_CASE("resnet18 training steps ask the system for no host memory after warmi
   std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), 2, false);
   nn::Model model = job.initial.clone(Device::cpu());
   NoSync sync;
-  sync.attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch));
   loader.start_epoch(0);

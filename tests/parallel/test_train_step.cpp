@@ -55,7 +55,6 @@ TEST_CASE("train_step marks the begin and end of every phase it times, then fini
   RecordingEnv env;
   nn::Model model = job.initial.clone(Device::cpu());
   NoSync sync;
-  sync.attach(model);
   std::unique_ptr<nn::Optimizer> optimizer = job.make_optimizer(model);
   data::DataLoader loader(job.train_set, job.train_loader(0, 1, job.rank_batch));
   loader.start_epoch(0);
