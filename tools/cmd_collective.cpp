@@ -39,38 +39,6 @@ std::vector<std::string> split_backends(const std::string& text) {
   }
 }
 
-// After several backends: one line per size, the out-of-place busbw of every backend and algorithm.
-void print_backends_side_by_side(std::ostream& out, const std::vector<parallel::CollectiveRow>& rows) {
-  std::vector<std::string> columns;
-  std::vector<size_t> sizes;
-  for (const auto& r : rows) {
-    const std::string c = r.backend + "/" + r.algo;
-    if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
-    if (std::find(sizes.begin(), sizes.end(), r.bytes) == sizes.end()) sizes.push_back(r.bytes);
-  }
-  char cell[96];
-  out << "#\n# busbw (GB/s), out of place, backends side by side\n# " << std::string(10, ' ') << "size";
-  for (const auto& c : columns) {
-    std::snprintf(cell, sizeof cell, "  %14s", c.c_str());
-    out << cell;
-  }
-  out << "\n";
-  for (size_t bytes : sizes) {
-    std::snprintf(cell, sizeof cell, "  %12zu", bytes);
-    out << cell;
-    for (const auto& c : columns) {
-      const auto it = std::find_if(rows.begin(), rows.end(), [&](const parallel::CollectiveRow& r) {
-        return r.bytes == bytes && !r.in_place && r.backend + "/" + r.algo == c;
-      });
-      if (it == rows.end()) std::snprintf(cell, sizeof cell, "  %14s", "-");
-      else std::snprintf(cell, sizeof cell, "  %14.2f", it->busbw_gbs);
-      out << cell;
-    }
-    out << "\n";
-  }
-  out << "#" << std::endl;
-}
-
 void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
   parallel::CollectiveOptions o = f.o;
   if (processes.launched()) {  // each process is one rank; the library's backend by default
@@ -130,7 +98,12 @@ void run(CLI::App& cmd, CollectiveFlags& f, parallel::ProcessGroup& processes) {
       report.failed += one.failed;
       for (const auto& row : one.rows) csv += parallel::collective_csv_row(row) + "\n";
     }
-    print_backends_side_by_side(std::cout, report.rows);
+    // After several backends: every backend's and algorithm's busbw, side by side.
+    std::vector<std::string> columns;
+    auto column_of = [](const parallel::CollectiveRow& r) { return r.backend + "/" + r.algo; };
+    for (const auto& r : report.rows)
+      if (std::find(columns.begin(), columns.end(), column_of(r)) == columns.end()) columns.push_back(column_of(r));
+    parallel::print_busbw_side_by_side(std::cout, "backends side by side", columns, report.rows, column_of, 14);
     if (!o.csv_path.empty()) write_file_atomic(o.csv_path, csv, "--csv");
   }
   // Rank 0 checked every rank's results (the #wrong counts are summed over ranks).

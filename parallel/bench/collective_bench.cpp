@@ -188,10 +188,6 @@ void call(Communicator& comm, const Plan& p, const Shape& s, int root, Algorithm
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Everything rank 0 gathers while the ranks run; printed and written as it comes.
 struct Sink {
   std::ostream& out;
@@ -330,10 +326,6 @@ std::string host_name() {
   return name;
 }
 
-}  // namespace
-
-namespace {
-
 // Each timing copies at least this many bytes: a small buffer again and again, as a collective's
 // calls copy theirs, so that the clock's resolution does not decide a small copy's bandwidth.
 constexpr size_t kCopyBurst = size_t{4} << 20;
@@ -367,23 +359,8 @@ std::vector<double> copy_bandwidths(Communicator& comm, const std::vector<size_t
   return gbs;
 }
 
-}  // namespace
-
-std::vector<double> measure_memcpy_gbs(int ranks, const std::vector<size_t>& sizes, bool pin_threads) {
-  // Ranks beyond the CPU count take turns, so only min(ranks, cpus) copy at any moment; each
-  // rank then gets that share of the copying.
-  const int copiers = std::min(ranks, available_cpus());
-  std::vector<std::vector<double>> gbs(static_cast<size_t>(copiers));
-  RankOptions ro;
-  ro.pin_threads = pin_threads;
-  run_ranks(copiers, [&](Communicator& comm) { gbs[static_cast<size_t>(comm.rank())] = copy_bandwidths(comm, sizes); },
-            ro);
-  std::vector<double> per_rank(sizes.size(), 0.0);
-  for (const std::vector<double>& g : gbs)
-    for (size_t i = 0; i < sizes.size(); ++i) per_rank[i] += g[i] / ranks;
-  return per_rank;
-}
-
+// Copy bandwidth of one rank (GB/s) at each of `sizes` (bytes per rank, none 0) while every rank
+// of `comm` copies at once: their mean. On ranks that are processes, the ceiling for busbw.
 std::vector<double> measure_memcpy_gbs(Communicator& comm, const std::vector<size_t>& sizes) {
   const std::vector<double> mine = copy_bandwidths(comm, sizes);
   std::vector<double> sum(sizes.size(), 0.0);
@@ -392,34 +369,20 @@ std::vector<double> measure_memcpy_gbs(Communicator& comm, const std::vector<siz
   return sum;
 }
 
-namespace {
-
-// One line per size: the out-of-place busbw of every algorithm, side by side.
-void print_side_by_side(std::ostream& out, const std::vector<Algorithm>& algos, const std::vector<CollectiveRow>& rows) {
-  char cell[64];
-  out << "#\n# busbw (GB/s), out of place, side by side\n# " << std::string(10, ' ') << "size";
-  for (Algorithm a : algos) {
-    std::snprintf(cell, sizeof cell, "  %8s", std::string(algorithm_name(a)).c_str());
-    out << cell;
-  }
-  out << "\n";
-  std::vector<size_t> sizes;
-  for (const CollectiveRow& r : rows)
-    if (std::find(sizes.begin(), sizes.end(), r.bytes) == sizes.end()) sizes.push_back(r.bytes);
-  for (size_t bytes : sizes) {
-    std::snprintf(cell, sizeof cell, "  %12zu", bytes);
-    out << cell;
-    for (Algorithm a : algos) {
-      const auto it = std::find_if(rows.begin(), rows.end(), [&](const CollectiveRow& r) {
-        return r.bytes == bytes && !r.in_place && r.algo == algorithm_name(a);
-      });
-      if (it == rows.end()) std::snprintf(cell, sizeof cell, "  %8s", "-");
-      else std::snprintf(cell, sizeof cell, "  %8.2f", it->busbw_gbs);
-      out << cell;
-    }
-    out << "\n";
-  }
-  out << "#" << std::endl;
+// The same while `ranks` thread ranks copy at once: the ceiling for busbw in the threads backend,
+// where every byte sent is one copy by its receiver. Ranks beyond the CPU count take turns, so only
+// min(ranks, cpus) copy at any moment; each rank then gets that share of the copying.
+std::vector<double> measure_memcpy_gbs(int ranks, const std::vector<size_t>& sizes, bool pin_threads) {
+  const int copiers = std::min(ranks, available_cpus());
+  std::vector<double> per_rank;
+  RankOptions ro;
+  ro.pin_threads = pin_threads;
+  run_ranks(copiers, [&](Communicator& comm) {
+    std::vector<double> mean = measure_memcpy_gbs(comm, sizes);
+    if (comm.rank() == 0) per_rank = std::move(mean);
+  }, ro);
+  for (double& g : per_rank) g *= static_cast<double>(copiers) / ranks;
+  return per_rank;
 }
 
 // "{0-1} {2-3}": the ranks of each node, as hier groups them.
@@ -436,6 +399,35 @@ std::string node_groups(const std::vector<int>& node_of_rank) {
 }
 
 }  // namespace
+
+void print_busbw_side_by_side(std::ostream& out, std::string_view title, const std::vector<std::string>& columns,
+                              const std::vector<CollectiveRow>& rows,
+                              const std::function<std::string(const CollectiveRow&)>& column_of, int width) {
+  char cell[96];
+  out << "#\n# busbw (GB/s), out of place, " << title << "\n# " << std::string(10, ' ') << "size";
+  for (const std::string& c : columns) {
+    std::snprintf(cell, sizeof cell, "  %*s", width, c.c_str());
+    out << cell;
+  }
+  out << "\n";
+  std::vector<size_t> sizes;
+  for (const CollectiveRow& r : rows)
+    if (std::find(sizes.begin(), sizes.end(), r.bytes) == sizes.end()) sizes.push_back(r.bytes);
+  for (size_t bytes : sizes) {
+    std::snprintf(cell, sizeof cell, "  %12zu", bytes);
+    out << cell;
+    for (const std::string& c : columns) {
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const CollectiveRow& r) {
+        return r.bytes == bytes && !r.in_place && column_of(r) == c;
+      });
+      if (it == rows.end()) std::snprintf(cell, sizeof cell, "  %*s", width, "-");
+      else std::snprintf(cell, sizeof cell, "  %*.2f", width, it->busbw_gbs);
+      out << cell;
+    }
+    out << "\n";
+  }
+  out << "#" << std::endl;
+}
 
 CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& out, ProcessGroup* processes) {
   validate(options);
@@ -613,7 +605,11 @@ CollectiveReport run_collective(const CollectiveOptions& options, std::ostream& 
     std::snprintf(line, sizeof(line), "# Avg bus bandwidth    : %g \n", rows ? bw / static_cast<double>(rows) : 0.0);
     out << "# Out of bounds values : " << failed << (failed ? " FAILED" : " OK") << "\n" << line << "#" << std::endl;
   }
-  if (algos.size() > 1) print_side_by_side(out, algos, report.rows);
+  if (algos.size() > 1) {
+    std::vector<std::string> columns;
+    for (Algorithm a : algos) columns.emplace_back(algorithm_name(a));
+    print_busbw_side_by_side(out, "side by side", columns, report.rows, [](const CollectiveRow& r) { return r.algo; }, 8);
+  }
   return report;
 }
 

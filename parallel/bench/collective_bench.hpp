@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -76,6 +77,11 @@ struct CollectiveReport {
 // With `processes` (an MPI launch, o.backend "mpi") every process is one rank of the benchmark,
 // and rank 0 alone prints, writes and returns the rows.
 CollectiveReport run_collective(const CollectiveOptions& o, std::ostream& out, ProcessGroup* processes = nullptr);
+// One line per size: the out-of-place busbw of each of `columns` (column_of names a row's), "-"
+// where it has none, `width` characters a column, under "# busbw (GB/s), out of place, <title>".
+void print_busbw_side_by_side(std::ostream& out, std::string_view title, const std::vector<std::string>& columns,
+                              const std::vector<CollectiveRow>& rows,
+                              const std::function<std::string(const CollectiveRow&)>& column_of, int width);
 // The algorithms `o.algo` names ("all": those of dpx's five that apply to the collective, and
 // the library's with --backend mpi).
 std::vector<Algorithm> selected_algorithms(const CollectiveOptions& o);
@@ -98,12 +104,5 @@ inline constexpr std::string_view kCollectiveCsvHeader =
     "collective,algo,backend,ranks,bytes,count,dtype,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,nodes,"
     "limit_gbs,limit_source";
 std::string collective_csv_row(const CollectiveRow& r);
-
-// Copy bandwidth of one rank (GB/s) at each of `sizes` (bytes per rank, none 0) while `ranks`
-// ranks copy at once: the ceiling for busbw in the threads backend, where every byte sent is one
-// copy by its receiver.
-std::vector<double> measure_memcpy_gbs(int ranks, const std::vector<size_t>& sizes, bool pin_threads);
-// The same on ranks that are processes: every rank of `comm` copies at once; the mean.
-std::vector<double> measure_memcpy_gbs(Communicator& comm, const std::vector<size_t>& sizes);
 
 }  // namespace dpx::parallel

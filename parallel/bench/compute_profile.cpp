@@ -3,7 +3,7 @@
 #include "parallel/bench/compute_profile.hpp"
 
 #include <algorithm>
-#include <ostream>
+#include <sstream>
 #include <unordered_map>
 
 #include "core/clock.hpp"
@@ -18,11 +18,6 @@
 namespace dpx::parallel {
 
 namespace {
-
-// A stream that drops everything (the trainer's progress lines).
-struct NullBuffer : std::streambuf {
-  int overflow(int c) override { return c; }
-};
 
 TrainOptions single_replica(const TrainOptions& base, int64_t batch) {
   TrainOptions o = base.measuring_run();
@@ -41,9 +36,7 @@ StepProfile measure_step(const TrainOptions& base, int64_t batch, int steps, int
   o.warmup_steps = warmup;
   o.max_steps = steps;  // as dpx train's --steps: the warm-up steps included
   o.synthetic_size = batch * o.max_steps;
-  o.validate();
-  NullBuffer nb;
-  std::ostream quiet(&nb);
+  std::ostringstream quiet;  // the trainer's progress lines, not shown
   const TrainReport report = train(o, quiet);
   const Summary s = summarize(report);
   StepProfile p;
