@@ -26,7 +26,7 @@ struct Context {
   // computes in fp32, and the weights stay fp32 (PyTorch's autocast lists the same ops).
   DType compute = DType::f32;
   // A CUDA graph's replay count, an i64 scalar on `device` that the graph itself increments
-  // (parallel/train/cuda_graph_step.cpp): the random ops (dropout_forward, bernoulli_scale) add it
+  // (parallel/train/graph_step.hpp): the random ops (dropout_forward, bernoulli_scale) add it
   // to their stream, so each replay of a captured step draws its own step's masks. Null (every
   // eager step): no offset. Owned elsewhere.
   const Tensor* random_offset = nullptr;
