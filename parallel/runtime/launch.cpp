@@ -30,8 +30,8 @@ void thread_ranks(const LaunchSpec& s, const RankBody& body) {
 
 // Thread ranks on GPUs, several may share one: a host world, and the p2p one over device copies.
 void p2p_ranks(const LaunchSpec& s, const RankBody& body) {
-  run_p2p_ranks(s.gpus, [&](Communicator& host, Communicator& p2p, const P2PRank& me) {
-    RankSetup r{p2p.rank(), Device::cuda(me.device), &host, &p2p};
+  run_p2p_ranks(s.gpus, [&](Communicator& host, Communicator& p2p, int device) {
+    RankSetup r{p2p.rank(), Device::cuda(device), &host, &p2p};
     body(r);
   }, s.options);
 }

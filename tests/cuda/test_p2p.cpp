@@ -65,18 +65,18 @@ std::vector<std::vector<std::byte>> p2p_all_reduce(const std::vector<int>& devic
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(k));
   RankOptions ro;
   ro.ranks_per_node = ranks_per_node;
-  run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank& me) {
+  run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, int device) {
     const std::vector<std::byte> in = input(comm.rank(), count, dtype, op);
     const size_t bytes = in.size();
-    void* d_in = cuda::allocate(bytes, me.device);
-    void* d_out = in_place ? d_in : cuda::allocate(bytes, me.device);
-    cuda::copy(d_in, Device::cuda(me.device), in.data(), Device::cpu(), bytes);
+    void* d_in = cuda::allocate(bytes, device);
+    void* d_out = in_place ? d_in : cuda::allocate(bytes, device);
+    cuda::copy(d_in, Device::cuda(device), in.data(), Device::cpu(), bytes);
     comm.all_reduce(d_in, d_out, count, dtype, op, algo);
     std::vector<std::byte> res(bytes);
-    cuda::copy(res.data(), Device::cpu(), d_out, Device::cuda(me.device), bytes);
+    cuda::copy(res.data(), Device::cpu(), d_out, Device::cuda(device), bytes);
     out[static_cast<size_t>(comm.rank())] = res;
-    cuda::release(d_in, bytes, me.device);
-    if (!in_place) cuda::release(d_out, bytes, me.device);
+    cuda::release(d_in, bytes, device);
+    if (!in_place) cuda::release(d_out, bytes, device);
   }, ro);
   return out;
 }
@@ -134,7 +134,7 @@ TEST_CASE("p2p: four ranks on GPU 0 alone run every collective of dpx collective
 
 TEST_CASE("p2p: a rank's buffers must be on its own GPU") {
   const std::vector<int> devices = gpus_for(2);
-  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, const P2PRank&) {
+  CHECK_THROWS_WITH_AS(run_p2p_ranks(devices, [&](Communicator&, Communicator& comm, int) {
                          Tensor host = Tensor::zeros({4}, DType::f32, Device::cpu());
                          comm.all_reduce(host, ReduceOp::sum);
                        }),

@@ -35,7 +35,7 @@ TEST_CASE("--backend p2p without a usable GPU is refused, naming the flag and wh
     CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--backend p2p: "), UsageError);
     std::ostringstream out;
     CHECK_THROWS_AS(run_collective(o, out), UsageError);
-    CHECK_THROWS_WITH_AS(run_p2p_ranks({0}, [](Communicator&, Communicator&, const P2PRank&) {}),
+    CHECK_THROWS_WITH_AS(run_p2p_ranks({0}, [](Communicator&, Communicator&, int) {}),
                          doctest::Contains("--backend p2p: "), UsageError);
     CHECK_THROWS_WITH_AS(p2p_rank_devices(2, {}), doctest::Contains("--backend p2p needs a GPU"), UsageError);
     if (!kP2PBuilt) CHECK(p2p_unavailable_reason().find("-DDPX_CUDA=ON") != std::string::npos);

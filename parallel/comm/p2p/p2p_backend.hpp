@@ -18,29 +18,23 @@
 
 namespace dpx::parallel {
 
-// What a p2p rank works with. Its collectives run on `stream`, a blocking stream of `device`:
-// work on the legacy default stream (cuda::copy, cuda::memset_zero) is ordered before them;
-// work the caller queued on any other stream must be finished, or ordered by an event, before
-// a call. Every collective is blocking: when it returns its results are on the device and its
-// buffers may be reused.
-struct P2PRank {
-  int device = 0;
-  cuda::Stream stream = nullptr;
-};
-
 // The GPU of each of k ranks: rank r on gpus[r mod gpus.size()] (several ranks may share one).
 // Empty `gpus`: every visible GPU. Throws a UsageError naming `flag` for a GPU that is not there.
 std::vector<int> p2p_rank_devices(int k, const std::vector<int>& gpus, std::string_view flag = "--gpus");
 // "0,1,3" -> {0, 1, 3}; "" -> {}; throws a UsageError naming `flag`.
 std::vector<int> parse_gpu_list(std::string_view text, std::string_view flag = "--gpus");
 
-// Runs fn(host, p2p, rank) on devices.size() ranks, rank r on GPU devices[r], and returns when
-// all have finished; errors, stalls and deadlocks as run_ranks (threads_backend.hpp). `p2p` moves
-// the GPU buffers; `host`, the threads backend's communicator of the same ranks, host memory
-// (votes, barriers, step records). Peer access is enabled between the GPUs that support it;
-// between others the bytes go through the host.
+// Runs fn(host, p2p, device) on devices.size() ranks, rank r on GPU devices[r] (its thread's
+// current device), and returns when all have finished; errors, stalls and deadlocks as run_ranks
+// (threads_backend.hpp). `p2p` moves the GPU buffers; `host`, the threads backend's communicator
+// of the same ranks, host memory (votes, barriers, step records). Peer access is enabled between
+// the GPUs that support it; between others the bytes go through the host.
+// A rank's collectives run on a blocking stream of its own: work on the legacy default stream
+// (cuda::copy, cuda::memset_zero) is ordered before them; work the caller queued on any other
+// stream must be finished, or ordered by an event, before a call. Every collective is blocking:
+// when it returns its results are on the device and its buffers may be reused.
 void run_p2p_ranks(const std::vector<int>& devices,
-                   const std::function<void(Communicator& host, Communicator& p2p, const P2PRank&)>& fn,
+                   const std::function<void(Communicator& host, Communicator& p2p, int device)>& fn,
                    const RankOptions& options = {});
 
 // For the life of the returned scope, this thread's tensors on ctx's GPU come from the pool of

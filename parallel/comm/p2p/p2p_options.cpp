@@ -51,7 +51,7 @@ std::string p2p_unavailable_reason() {
 }
 
 #ifndef DPX_WITH_CUDA
-void run_p2p_ranks(const std::vector<int>&, const std::function<void(Communicator&, Communicator&, const P2PRank&)>&,
+void run_p2p_ranks(const std::vector<int>&, const std::function<void(Communicator&, Communicator&, int)>&,
                    const RankOptions&) {
   usage_fail("--backend p2p: ", p2p_unavailable_reason());
 }

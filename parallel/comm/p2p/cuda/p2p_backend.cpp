@@ -86,7 +86,7 @@ class P2PTransport final : public ThreadRankTransport {
       : ThreadRankTransport(world, rank), devices_(devices), peers_(peers), device_(devices[static_cast<size_t>(rank)]) {
     cuda::DeviceGuard guard(device_);
     // Blocking (not cudaStreamNonBlocking): work the caller queued on the legacy default stream
-    // (cuda::copy, cuda::memset_zero) is ordered before every collective (P2PRank).
+    // (cuda::copy, cuda::memset_zero) is ordered before every collective (p2p_backend.hpp).
     DPX_CUDA_CHECK(cudaStreamCreate(&stream_));
     DPX_CUDA_CHECK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
     for (auto& s : scratch_) s = std::make_unique<DeviceBuffer>(device_, stream_);
@@ -103,7 +103,6 @@ class P2PTransport final : public ThreadRankTransport {
 
   std::string_view name() const override { return "p2p"; }
   bool accepts(Device device) const override { return device == Device::cuda(device_); }
-  P2PRank info() const { return {device_, stream_}; }
 
   void copy_local(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;
@@ -194,7 +193,7 @@ std::unique_ptr<cuda::AllocationStreamScope> replica_allocation_scope(const Cont
 }
 
 void run_p2p_ranks(const std::vector<int>& devices,
-                   const std::function<void(Communicator& host, Communicator& p2p, const P2PRank&)>& fn,
+                   const std::function<void(Communicator& host, Communicator& p2p, int device)>& fn,
                    const RankOptions& options) {
   if (devices.empty()) usage_fail("--backend p2p: no ranks to run");
   if (const std::string why = p2p_unavailable_reason(); !why.empty()) usage_fail("--backend p2p: ", why);
@@ -202,19 +201,16 @@ void run_p2p_ranks(const std::vector<int>& devices,
   for (int d : devices)
     if (d < 0 || d >= visible) usage_fail("--backend p2p: GPU ", d, " does not exist (this machine shows ", visible, ")");
   const PeerMap peers = map_peer_access(devices);
-  std::vector<P2PRank> infos(devices.size());
   run_thread_ranks(
       static_cast<int>(devices.size()),
       [&](Communicator& host, Communicator& p2p) {
-        const P2PRank& me = infos[static_cast<size_t>(p2p.rank())];
-        DPX_CUDA_CHECK(cudaSetDevice(me.device));  // the rank's thread works on its GPU
-        fn(host, p2p, me);
+        const int device = devices[static_cast<size_t>(p2p.rank())];
+        DPX_CUDA_CHECK(cudaSetDevice(device));  // the rank's thread works on its GPU
+        fn(host, p2p, device);
       },
       options,
       [&](ThreadWorld& world, int rank) -> std::unique_ptr<ThreadRankTransport> {
-        auto t = std::make_unique<P2PTransport>(world, rank, devices, peers);
-        infos[static_cast<size_t>(rank)] = t->info();
-        return t;
+        return std::make_unique<P2PTransport>(world, rank, devices, peers);
       },
       "p2p");
 }
