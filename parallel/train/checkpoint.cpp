@@ -44,7 +44,6 @@ constexpr const char* kMustMatch[] = {
     "--no-dct-scaling",
 };
 
-
 // Step records as rows of doubles (exact for every field: counts stay far below 2^53).
 const std::vector<std::string> kRecordColumns = {
     "rank", "epoch", "step", "global_step", "loss", "load_s", "h2d_s", "forward_s", "backward_s", "comm_total_s",
@@ -329,8 +328,7 @@ std::string resume_mismatch(const Checkpoint& c, const TrainOptions& options, in
   if (c.ranks != ranks) differ("the number of ranks", std::to_string(c.ranks), std::to_string(ranks));
   // A flag an older dpx did not record (the mixed-precision and image-folder ones) ran with its
   // default.
-  const std::vector<std::pair<std::string, std::string>> defaults = TrainOptions{}.flag_values();
-  for (const auto& [flag, value] : defaults) theirs.emplace(flag, value);
+  for (const auto& [flag, value] : TrainOptions{}.flag_values()) theirs.emplace(flag, value);
   for (const char* flag : kMustMatch)
     if (theirs[flag] != mine[flag]) differ(flag, theirs[flag], mine[flag]);
   return out;

@@ -36,7 +36,6 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const nn::Model& model, const ReducerOptions& options,
                                  std::unordered_map<const nn::Parameter*, int>* bucket_of = nullptr);
 
-
 // Where gradients are written asynchronously (a GPU's compute stream), what orders each bucket's
 // all-reduce after the work that wrote what it reads. Host ranks need none: their gradients are
 // written when backward reports them.
