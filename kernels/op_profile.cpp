@@ -31,6 +31,10 @@ std::atomic<bool> g_enabled{false};
 }
 
 namespace {
+std::atomic<bool> g_by_shape{false};
+}
+
+namespace {
 
 struct Totals {
   int64_t calls = 0;
@@ -39,9 +43,13 @@ struct Totals {
   bool kernels_known = true, has_flops = false, on_gpu = false;
 };
 
+// An op's totals are kept per (name, shape); the shape is "" unless by_shape().
+using OpKey = std::pair<std::string_view, std::string>;
+
 // A GPU op whose events have not been read yet.
 struct Pending {
   const char* name;
+  std::string shape;
   double flops;
   double host_s;
   int64_t kernels;  // -1: unknown
@@ -50,10 +58,10 @@ struct Pending {
   int device;
 };
 
-// One thread's totals, keyed by the op's name (a string literal of ops.cpp: one address per op).
+// One thread's totals, keyed by the op's name (a string literal of ops.cpp) and shape.
 struct ThreadTotals {
   std::mutex mu;
-  std::unordered_map<const char*, Totals> by_op;
+  std::map<OpKey, Totals> by_op;
   std::vector<Pending> pending;
 };
 
@@ -158,7 +166,7 @@ void resolve(ThreadTotals& t) {
     const bool ok = p.start && p.end && cudaEventSynchronize(static_cast<cudaEvent_t>(p.end)) == cudaSuccess &&
                     cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.end)) ==
                         cudaSuccess;
-    if (ok) add(t.by_op[p.name], ms * 1e-3, p.host_s, p.kernels, p.flops, true);
+    if (ok) add(t.by_op[OpKey(p.name, p.shape)], ms * 1e-3, p.host_s, p.kernels, p.flops, true);
     else (void)cudaGetLastError();
     event_pool().give(p.device, p.start);
     event_pool().give(p.device, p.end);
@@ -179,6 +187,11 @@ void set_enabled(bool on) {
 }
 
 bool counting() { return t_counting; }
+
+void set_by_shape(bool on) { g_by_shape.store(on, std::memory_order_relaxed); }
+bool by_shape() { return g_by_shape.load(std::memory_order_relaxed); }
+
+bool counts_now() { return enabled() && t_counting; }
 
 Counting::Counting(bool on) : previous_(t_counting) {
   t_counting = on;
@@ -220,22 +233,23 @@ std::vector<OpStats> snapshot() {
     std::lock_guard<std::mutex> lock(mine.mu);
     resolve(mine);
   }
-  std::map<std::string, OpStats> merged;
-  std::map<std::string, bool> kernels_known;
+  std::map<OpKey, OpStats> merged;
+  std::map<OpKey, bool> kernels_known;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     for (auto& t : r.threads) {
       std::lock_guard<std::mutex> thread_lock(t->mu);
-      for (const auto& [name, totals] : t->by_op) {
-        OpStats& s = merged[name];
-        s.name = name;
+      for (const auto& [key, totals] : t->by_op) {
+        OpStats& s = merged[key];
+        s.name = key.first;
+        s.shape = key.second;
         s.calls += totals.calls;
         s.total_s += totals.total_s;
         s.host_s += totals.host_s;
         if (s.kernels < 0) s.kernels = 0;
         s.kernels += totals.kernels;
-        auto [known, fresh] = kernels_known.try_emplace(name, true);
+        auto [known, fresh] = kernels_known.try_emplace(key, true);
         known->second = known->second && totals.kernels_known;
         s.flops += totals.flops;
         s.has_flops = s.has_flops || totals.has_flops;
@@ -244,8 +258,8 @@ std::vector<OpStats> snapshot() {
     }
   }
   std::vector<OpStats> out;
-  for (auto& [name, s] : merged) {
-    if (!kernels_known[name]) s.kernels = -1;
+  for (auto& [key, s] : merged) {
+    if (!kernels_known[key]) s.kernels = -1;
     out.push_back(std::move(s));
   }
   std::stable_sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) { return a.total_s > b.total_s; });
@@ -278,10 +292,11 @@ PeakOp peak_op() {
   return g_peak;
 }
 
-Call::Call(const Context& ctx, const char* name, double flops) {
+Call::Call(const Context& ctx, const char* name, double flops, std::string shape) {
   if (!enabled() || !(t_counting || t_tracing)) return;
   ctx_ = &ctx;
   name_ = name;
+  shape_ = std::move(shape);
   counted_ = t_counting;
   if (!counted_) {  // traced only: its span is its host time
     start_ns_ = now_ns();
@@ -324,13 +339,13 @@ Call::~Call() {
     if (end) (void)cudaEventRecord(static_cast<cudaEvent_t>(end), stream);
     const int64_t kernels = launches_ >= 0 ? this_thread_launches().launches() - launches_ : -1;
     std::lock_guard<std::mutex> lock(t.mu);
-    t.pending.push_back({name_, flops_, host_s, kernels, start_event_, end, device});
+    t.pending.push_back({name_, std::move(shape_), flops_, host_s, kernels, start_event_, end, device});
     return;
   }
 #endif
   if (std::uncaught_exceptions() > 0) return;
   std::lock_guard<std::mutex> lock(t.mu);
-  add(t.by_op[name_], host_s, host_s, -1, flops_, false);
+  add(t.by_op[OpKey(name_, std::move(shape_))], host_s, host_s, -1, flops_, false);
 }
 
 }  // namespace dpx::ops::profile

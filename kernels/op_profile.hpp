@@ -31,6 +31,13 @@ extern std::atomic<bool> g_enabled;
 void set_enabled(bool on);
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
 
+// Whether the totals are kept per op (off: the default) or per op and call shape (on:
+// `--profile-shapes`, as torch.profiler's record_shapes with key_averages(group_by_input_shape)):
+// each call then also carries its tensors' shapes and its convolution or pooling parameters
+// (kernels/ops.cpp's op_shape), and calls of one op on different shapes are counted apart.
+void set_by_shape(bool on);
+bool by_shape();
+
 // Whether the ops this thread runs are counted (when enabled()). Off in every thread until a
 // Counting scope turns it on; the scope puts back what was there before.
 bool counting();
@@ -50,6 +57,7 @@ void reset();
 
 struct OpStats {
   std::string name;     // the op's name in kernels/ops.def
+  std::string shape;    // by_shape(): the calls' tensor shapes and parameters ("64x3x224x224 ... s2x2"); else ""
   int64_t calls = 0;
   double total_s = 0;   // time summed over the calls (and threads): wall time on CPUs, GPU time on GPUs
   double host_s = 0;    // host time spent issuing the calls (on CPUs the same as total_s)
@@ -102,11 +110,16 @@ void add_spans(const std::vector<OpSpan>& spans);
 const char* op_name(int op);
 int op_index(const char* name);
 
+// Whether an op called now is counted: enabled() and counting() (the dispatcher describes a
+// call's shape only then).
+bool counts_now();
+
 // One op call, timed from construction to destruction when enabled() and counting() (or
-// tracing); made by the dispatcher with the op's FLOPs (negative: not defined for this op).
+// tracing); made by the dispatcher with the op's FLOPs (negative: not defined for this op) and,
+// when by_shape(), its shape.
 class Call {
  public:
-  Call(const Context& ctx, const char* name, double flops);
+  Call(const Context& ctx, const char* name, double flops, std::string shape = {});
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -115,6 +128,7 @@ class Call {
   const Context* ctx_ = nullptr;  // null: this call is neither counted nor traced
   bool counted_ = false;
   const char* name_ = nullptr;
+  std::string shape_;
   double flops_ = -1;
   int64_t start_ns_ = 0;
   int64_t launches_ = -1;  // this thread's launch count at the start; -1: not counting launches

@@ -4,6 +4,7 @@
 #include "kernels/ops.hpp"
 
 #include <cmath>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -42,6 +43,44 @@ void check_device_of(const char* op, const Context& ctx, const T& arg) {
 template <class... Args>
 void check_devices(const char* op, const Context& ctx, const Args&... args) {
   (check_device_of(op, ctx, args), ...);
+}
+
+// A call's shape for the op profiler's by-shape totals (`--profile-shapes`): its tensors' shapes
+// in argument order ("-" for an absent one, "{3 tensors}" for a list), then the convolution's or
+// pooling's parameters; other arguments are left out. For example conv2d_forward's
+// "64x64x56x56 64x3x224x224 64x3x7x7 - s2x2 p3x3 d1x1 g1" (y, x, w, no bias, parameters).
+void describe(std::string& out, const Tensor* t) {
+  if (!out.empty()) out += ' ';
+  if (!t || !t->defined()) {
+    out += '-';
+    return;
+  }
+  for (size_t i = 0; i < t->shape().size(); ++i) out += (i ? "x" : "") + std::to_string(t->shape()[i]);
+  if (t->shape().empty()) out += "scalar";
+}
+template <class T>
+void describe_arg(std::string& out, const T& arg) {
+  auto pair = [](int a, int b) { return std::to_string(a) + "x" + std::to_string(b); };
+  if constexpr (std::is_same_v<T, Tensor>) {
+    describe(out, &arg);
+  } else if constexpr (std::is_same_v<T, Tensor*> || std::is_same_v<T, const Tensor*>) {
+    describe(out, arg);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>> || std::is_same_v<T, std::vector<Tensor*>>) {
+    out += (out.empty() ? "{" : " {") + std::to_string(arg.size()) + " tensors}";
+  } else if constexpr (std::is_same_v<T, Conv2dParams>) {
+    out += " s" + pair(arg.stride_h, arg.stride_w) + " p" + pair(arg.pad_h, arg.pad_w) + " d" +
+           pair(arg.dilation_h, arg.dilation_w) + " g" + std::to_string(arg.groups) +
+           (arg.format == MemoryFormat::channels_last ? " nhwc" : "");
+  } else if constexpr (std::is_same_v<T, Pool2dParams>) {
+    out += " k" + pair(arg.kernel_h, arg.kernel_w) + " s" + pair(arg.stride_h, arg.stride_w) + " p" +
+           pair(arg.pad_h, arg.pad_w) + (arg.format == MemoryFormat::channels_last ? " nhwc" : "");
+  }
+}
+template <class... Args>
+std::string op_shape(const Context&, const Args&... args) {
+  std::string out;
+  (describe_arg(out, args), ...);
+  return out;
 }
 
 #ifndef DPX_WITH_CUDA
@@ -117,7 +156,10 @@ namespace {
     check_devices(#name, DPX_ARGS args);                          \
     check::name args;                                             \
     if (profile::enabled()) [[unlikely]] {                        \
-      profile::Call call(ctx, #name, flops::name args);           \
+      profile::Call call(ctx, #name, flops::name args,            \
+                         profile::by_shape() && profile::counts_now() \
+                             ? op_shape args                      \
+                             : std::string());                    \
       return run_##name args;                                     \
     }                                                             \
     if (capture::active()) [[unlikely]] {                         \

@@ -54,6 +54,7 @@ struct BenchFlags {
   double noisy_spread = 0.10;
   std::string out_dir = "bench-out";
   bool profile_ops = false;  // time every op of the measured steps: a table per run and ops.csv
+  bool profile_shapes = false;  // --profile-shapes: --profile-ops counted per call shape
   bool append = false;       // --append: more repeats of the same sweep into its folder (bench_append.hpp)
 };
 
@@ -355,6 +356,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   const int total_runs = earlier.runs + bf.repeat;
   std::string ops_csv = op_csv_header();
   ops::profile::set_enabled(bf.profile_ops);
+  ops::profile::set_by_shape(bf.profile_shapes);
   std::vector<parallel::Summary> medians;
   const size_t total = configs.size() * static_cast<size_t>(bf.repeat);
   size_t i = 0;
@@ -499,6 +501,10 @@ void add_bench_command(CLI::App& app, parallel::ProcessGroup& processes) {
                 "op, calls, total ms, ms per step, % of the step time, GFLOP/s (convolutions, linear, matmul), host "
                 "ms and kernels per step, by total time, and ops.csv in --out; on CUDA an op's time is read from "
                 "CUDA events around it (nothing waits) and its kernels are counted by CUPTI where libcupti loads");
+  cmd->add_flag_callback("--profile-shapes", [bf] { bf->profile_ops = bf->profile_shapes = true; },
+                         "--profile-ops with each op's calls counted apart per shape (the tensors' shapes and the "
+                         "convolution's or pooling's stride, padding, dilation and groups), as torch.profiler's "
+                         "record_shapes: a row per op and shape in each run's table and in ops.csv's shape column");
   cmd->callback([o, tf, bf, cmd, &processes] { run_bench(*o, *tf, *bf, cmd->count("--devices") > 0, processes); });
 }
 

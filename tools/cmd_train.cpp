@@ -50,6 +50,7 @@ void run_train(parallel::TrainOptions o, const TrainFlags& f, parallel::ProcessG
   const bool rank0 = processes.rank() == 0;
   refuse_profile_ops_with_cuda_graph(f.profile_ops, o.cuda_graph);
   ops::profile::set_enabled(f.profile_ops);
+  ops::profile::set_by_shape(f.profile_shapes);
   if (!f.memory_budget.empty()) apply_host_memory_budget(parse_memory_size(f.memory_budget, "--memory-budget"));
   // Every output is checked (and its folder locked against a second run) before training, so a
   // bad path fails in a second, not after an hour.

@@ -40,15 +40,16 @@ MeasuredSteps measured_steps(const parallel::TrainReport& report, int process_ra
 
 std::string op_table(const std::vector<ops::profile::OpStats>& ops, const MeasuredSteps& steps) {
   int width = 7;  // "all ops"
-  bool gpu = false;
+  bool gpu = false, shapes = false;
   for (const auto& op : ops) {
     width = std::max(width, static_cast<int>(op.name.size()));
     gpu = gpu || op.on_gpu;
+    shapes = shapes || !op.shape.empty();
   }
   std::ostringstream os;
   char line[320];
-  std::snprintf(line, sizeof line, "    %-*s %9s %11s %11s %7s %9s %10s %10s\n", width, "op", "calls", "total ms", "ms/step",
-                "% step", "GFLOP/s", "host ms", "kernels");
+  std::snprintf(line, sizeof line, "    %-*s %9s %11s %11s %7s %9s %10s %10s%s\n", width, "op", "calls", "total ms",
+                "ms/step", "% step", "GFLOP/s", "host ms", "kernels", shapes ? "  shape" : "");
   os << line;
   double total_ms = 0, percent = 0, host_ms = 0, kernels = 0;
   bool kernels_known = !ops.empty();
@@ -63,10 +64,10 @@ std::string op_table(const std::vector<ops::profile::OpStats>& ops, const Measur
     char gflops[32] = "-", kernel_text[32] = "-";
     if (r.gflops >= 0) std::snprintf(gflops, sizeof gflops, "%.2f", r.gflops);
     if (r.kernels_per_step >= 0) std::snprintf(kernel_text, sizeof kernel_text, "%.1f", r.kernels_per_step);
-    std::snprintf(line, sizeof line, "    %-*s %9lld %11.2f %11.3f %7.2f %9s %10.3f %10s\n", width, op.name.c_str(),
+    std::snprintf(line, sizeof line, "    %-*s %9lld %11.2f %11.3f %7.2f %9s %10.3f %10s", width, op.name.c_str(),
                   static_cast<long long>(op.calls), r.total_ms, r.ms_per_step, r.percent, gflops, r.host_ms_per_step,
                   kernel_text);
-    os << line;
+    os << line << (op.shape.empty() ? "" : "  ") << op.shape << "\n";
   }
   char kernel_total[32] = "-";
   if (kernels_known) std::snprintf(kernel_total, sizeof kernel_total, "%.1f", per_step(kernels));
@@ -74,7 +75,7 @@ std::string op_table(const std::vector<ops::profile::OpStats>& ops, const Measur
                 per_step(total_ms), percent, "", per_step(host_ms), kernel_total);
   os << line;
   os << "    (" << steps.records << " measured step records, warmup excluded; ms/step, host ms and kernels per rank "
-     << "and step; "
+     << "and step; " << (shapes ? "a row per op and call shape: its tensors' shapes in argument order, - for none; " : "")
      << (gpu ? "GPU ops: ms is the GPU time between CUDA events around the op, host ms the time the host spent "
                "issuing it, kernels those CUPTI saw it launch (\"-\": unknown); "
              : "host ms = ms on the CPU; ")
@@ -99,7 +100,8 @@ std::string peak_op_line() {
 }
 
 std::string op_csv_header() {
-  return "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step\n";
+  return "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step,"
+         "shape\n";
 }
 
 std::string op_csv_rows(const std::string& configuration, int run, const std::vector<ops::profile::OpStats>& ops,
@@ -113,7 +115,7 @@ std::string op_csv_rows(const std::string& configuration, int run, const std::ve
     if (r.gflops >= 0) os << r.gflops;
     os << "," << r.host_ms_per_step << ",";
     if (r.kernels_per_step >= 0) os << r.kernels_per_step;
-    os << "\n";
+    os << "," << op.shape << "\n";  // digits, x, -, spaces and letters: nothing to quote
   }
   return os.str();
 }

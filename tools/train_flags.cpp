@@ -58,6 +58,10 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
     cmd.add_flag("--profile-ops", f.profile_ops,
                  "time every op (kernels/ops.def) of the steps after --warmup: a table at the end and ops.csv in "
                  "--out; with --trace each op of the traced steps is a span on its rank's ops track");
+    cmd.add_flag_callback("--profile-shapes", [&f] { f.profile_ops = f.profile_shapes = true; },
+                          "--profile-ops with each op's calls counted apart per shape (the tensors' shapes and the "
+                          "convolution's or pooling's stride, padding, dilation and groups), as torch.profiler's "
+                          "record_shapes: a row per op and shape in the table and in ops.csv's shape column");
     cmd.add_option("--weights", o.weights_file,
                    "start from this safetensors state_dict (torchvision names, e.g. a torchvision model's "
                    "weights); with --head the file's classifier is left out");

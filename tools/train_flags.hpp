@@ -24,6 +24,7 @@ struct TrainFlags {
   bool loss_scale_tuning_given = false;  // --initial-loss-scale or --loss-scale-window
   bool force = false;                    // --force: replace existing outputs dpx did not write
   bool profile_ops = false;              // dpx train --profile-ops (dpx bench has its own: a table per run)
+  bool profile_shapes = false;           // --profile-shapes: --profile-ops counted per call shape
   std::string memory_budget;             // dpx train --memory-budget: the host block cache's reserve limit
   ImageFlags images;                     // image folders' list flags (--crop-scale, --mean, ...)
   std::string omp_wait = "default";      // --omp-wait: main() acted on it before the command line was parsed

@@ -18,10 +18,18 @@ its ops; PyTorch: each aten op's own host time), where the CSVs have it. An op t
 on the host waits there for the GPU to finish everything queued before it: dpx's count_nonfinite
 (the divergence guard, before the optimizer) spends the host's lead on the GPU waiting, so its host
 time is that wait, not work; the summary line says it apart.
+
+Where both CSVs have shapes (dpx bench --profile-shapes, profile_step.py --shapes: scripts/gpu's
+profile stage since 2026-11-28), a second table per model lists its convolutions by shape — the
+input's and the weight's, which both engines record — with each engine's forward and backward ms
+per step, where dpx loses most first (--top-shapes rows): which layer of a kind loses, a depthwise
+one or a pointwise one, for work without a GPU. An op's rows of several shapes are summed for the
+first table.
 """
 import argparse
 import collections
 import csv
+import json
 import re
 import sys
 
@@ -29,8 +37,11 @@ import sys
 CATEGORIES = [
     ("convolution forward", {"conv2d_forward"},
      {"aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::cudnn_convolution_relu",
-      "aten::cudnn_convolution_add_relu", "aten::_convolution", "aten::convolution", "aten::conv2d"}),
-    ("convolution backward", {"conv2d_backward"}, {"aten::convolution_backward", "aten::_conv_depthwise2d_backward"}),
+      "aten::cudnn_convolution_add_relu", "aten::_convolution", "aten::convolution", "aten::conv2d",
+      "aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::thnn_conv2d"}),
+    ("convolution backward", {"conv2d_backward"},
+     {"aten::convolution_backward", "aten::_conv_depthwise2d_backward", "aten::_slow_conv2d_backward",
+      "aten::mkldnn_convolution_backward"}),
     ("batch norm", {"batch_norm_forward_train", "batch_norm_backward", "increment_i64"},
      {"aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward", "aten::native_batch_norm",
       "aten::native_batch_norm_backward", "aten::_batch_norm_impl_index"}),
@@ -87,11 +98,89 @@ def read_dpx(path, host=None):
         for row in csv.DictReader(f):
             m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])  # MODEL_b64_none_cuda1
             model = m.group(1) if m else row["configuration"]
-            out[(model, row["precision"])][row["op"]] = float(row["ms_per_step"])
+            by_op = out[(model, row["precision"])]
+            by_op[row["op"]] = by_op.get(row["op"], 0.0) + float(row["ms_per_step"])  # summed over shapes
             host_ms = row.get("host_ms_per_step") or (row.get(None) or [""])[0]
             if host is not None and host_ms not in ("", None):
-                host.setdefault((model, row["precision"]), {})[row["op"]] = float(host_ms)
+                by_op = host.setdefault((model, row["precision"]), {})
+                by_op[row["op"]] = by_op.get(row["op"], 0.0) + float(host_ms)
     return out
+
+
+TENSOR = re.compile(r"-|\d+(x\d+)*")
+# Where the input and the weight stand among an op's tensors: dpx's conv2d_forward(y, x, w, b) and
+# conv2d_backward(dx, dw, db, dy, x, w); PyTorch's convolution ops (input, weight, ...) and
+# convolution_backward(grad_output, input, weight, ...).
+DPX_CONV = {"conv2d_forward": ("forward", 1), "conv2d_backward": ("backward", 4)}
+TORCH_CONV_BACKWARD = next(t for k, _, t in CATEGORIES if k == "convolution backward")
+
+
+def new_conv():
+    return {"dpx forward": 0.0, "dpx backward": 0.0, "PyTorch forward": 0.0, "PyTorch backward": 0.0, "params": ""}
+
+
+def read_dpx_convs(path):
+    """{(model, precision): {(x shape, w shape): new_conv()}} from the rows of profile-dpx.csv that have
+    a shape (dpx bench --profile-shapes); {} without them."""
+    out = collections.defaultdict(lambda: collections.defaultdict(new_conv))
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["op"] not in DPX_CONV or not row.get("shape"):
+                continue
+            m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])
+            model = m.group(1) if m else row["configuration"]
+            words = row["shape"].split()
+            tensors = [w for w in words if TENSOR.fullmatch(w)]
+            params = " ".join(w for w in words if not TENSOR.fullmatch(w))
+            direction, at = DPX_CONV[row["op"]]
+            if len(tensors) < at + 2:
+                continue
+            conv = out[(model, row["precision"])][(tensors[at], tensors[at + 1])]
+            conv["dpx " + direction] += float(row["ms_per_step"])
+            conv["params"] = params
+    return out
+
+
+def read_torch_convs(path):
+    """The same from profile-torch.csv's rows with a shape (profile_step.py --shapes)."""
+    out = collections.defaultdict(lambda: collections.defaultdict(new_conv))
+    forward = next(t for k, _, t in CATEGORIES if k == "convolution forward")
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            op = row["op"]
+            if not row.get("shape") or (op not in forward and op not in TORCH_CONV_BACKWARD):
+                continue
+            shapes = json.loads(row["shape"])
+            at = 1 if op in TORCH_CONV_BACKWARD else 0
+            if len(shapes) < at + 2 or not shapes[at] or not shapes[at + 1]:
+                continue
+            key = tuple("x".join(str(d) for d in s) for s in shapes[at:at + 2])
+            direction = "backward" if at else "forward"
+            out[(row["model"], row["precision"])][key]["PyTorch " + direction] += float(row["gpu_ms_per_step"])
+    return out
+
+
+def conv_table(key, dpx_convs, torch_convs, top):
+    """The convolutions of one model by (input, weight) shape, where dpx loses most first."""
+    shapes = set(dpx_convs) | set(torch_convs)
+    rows = []
+    for shape in shapes:
+        d, t = dpx_convs.get(shape, new_conv()), torch_convs.get(shape, new_conv())
+        dpx_ms = d["dpx forward"] + d["dpx backward"]
+        torch_ms = t["PyTorch forward"] + t["PyTorch backward"]
+        rows.append((dpx_ms - torch_ms, shape, d, t))
+    rows.sort(key=lambda r: r[0], reverse=True)
+    model, precision = key
+    lines = [f"Convolutions of {model}, {precision}, by shape (the {min(top, len(rows))} of {len(rows)} where dpx loses "
+             "most; ms per step, summed over the layers of that shape):", "",
+             "| input | weight | dpx's parameters | dpx forward | PyTorch forward | dpx backward | PyTorch backward "
+             "| dpx − PyTorch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for excess, (x, w), d, t in rows[:top]:
+        lines.append(f"| {x} | {w} | {d['params'] or '?'} | {d['dpx forward']:.2f} | {t['PyTorch forward']:.2f} | "
+                     f"{d['dpx backward']:.2f} | {t['PyTorch backward']:.2f} | {excess:+.2f} |")
+    lines.append("")
+    return lines
 
 
 def read_dpx_log(path, precision, out):
@@ -183,6 +272,7 @@ def main():
     ap.add_argument("dpx_csv")
     ap.add_argument("torch_csv")
     ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--top-shapes", type=int, default=8)
     ap.add_argument("--dpx-log", action="append", default=[])
     ap.add_argument("--dpx-log-precision", default="bf16")
     args = ap.parse_args()
@@ -191,6 +281,7 @@ def main():
     for log in args.dpx_log:
         read_dpx_log(log, args.dpx_log_precision, dpx)
     torch_ops, torch_steps = read_torch(args.torch_csv, torch_host)
+    dpx_convs, torch_convs = read_dpx_convs(args.dpx_csv), read_torch_convs(args.torch_csv)
     keys = sorted(set(dpx) | set(torch_ops), key=lambda k: (["fp32", "tf32", "bf16"].index(k[1])
                                                               if k[1] in ("fp32", "tf32", "bf16") else 9, k[0]))
     out = []
@@ -201,6 +292,8 @@ def main():
             continue
         out += table(key, dpx[key], torch_ops[key], torch_steps.get(key), args.top, dpx_host.get(key),
                      torch_host.get(key))
+        if dpx_convs.get(key) and torch_convs.get(key):
+            out += conv_table(key, dpx_convs[key], torch_convs[key], args.top_shapes)
     print("\n".join(out))
     return 0
 

@@ -9,13 +9,18 @@ CSV rows; a row with op "(step)" holds the step's wall time, all kernels' time a
 
 Usage: profile_step.py --out FILE.csv [--models resnet18,resnet50] [--precisions fp32,tf32,bf16]
                        [--batch 64] [--size 224] [--steps 3] [--warmup 3] [--benchmark 1] [--device cuda]
+                       [--shapes]
 --precisions: fp32 (no TF32 anywhere), tf32 (TF32 in convolutions and matrix products), bf16
 (torch.autocast in bfloat16; fp32 weights and optimizer). --benchmark: torch.backends.cudnn.benchmark
 (1: every convolution shape's algorithm found by timing, as dpx's --cudnn-algo search; 0: cuDNN's
 heuristics, as dpx's default). A model that fails (out of memory, say) is reported on stderr and
 left out; the exit status is then 1. --device cpu profiles on the CPU (the GPU columns then hold 0,
-and fp32 only), the peer of dpx's CPU --profile-ops.
+and fp32 only), the peer of dpx's CPU --profile-ops. --shapes: the peer of dpx's --profile-shapes, a
+row per op and input shapes (record_shapes, key_averages(group_by_input_shape=True)); the column
+shape then holds the op's input shapes as a JSON list of lists ([] for a non-tensor argument),
+else it is empty.
 """
+import json
 import argparse
 import csv
 import sys
@@ -27,7 +32,7 @@ import torchvision
 from torch.profiler import ProfilerActivity, profile
 
 COLUMNS = ["engine", "model", "precision", "batch", "size", "cudnn", "op", "calls_per_step", "gpu_ms_per_step",
-           "host_ms_per_step", "kernels_per_step"]
+           "host_ms_per_step", "kernels_per_step", "shape"]
 
 
 def self_device_us(e):
@@ -70,7 +75,7 @@ def profile_one(name, precision, args, writer):
         step()
     sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=args.shapes) as prof:
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
@@ -82,7 +87,7 @@ def profile_one(name, precision, args, writer):
     kernels = 0
     kernel_us = 0.0
     rows = []
-    averages = prof.key_averages()
+    averages = prof.key_averages(group_by_input_shape=args.shapes)
     # A user annotation (Optimizer.step#SGD.step) shows up twice: as a host range and as a device
     # range of the same name, which is no kernel.
     host_keys = {e.key for e in averages if not is_device_event(e)}
@@ -97,8 +102,10 @@ def profile_one(name, precision, args, writer):
         host_us = float(getattr(e, "self_cpu_time_total", 0.0))
         if gpu_us <= 0 and host_us <= 0:
             continue
-        rows.append(((gpu_us, host_us), [e.key, f"{e.count / n:g}", f"{gpu_us / n / 1e3:.4f}", f"{host_us / n / 1e3:.4f}", ""]))
-    writer.writerow(base + ["(step)", "1", f"{kernel_us / n / 1e3:.4f}", f"{wall / n * 1e3:.4f}", f"{kernels / n:g}"])
+        shape = json.dumps(e.input_shapes, separators=(",", ":")) if args.shapes else ""
+        rows.append(((gpu_us, host_us), [e.key, f"{e.count / n:g}", f"{gpu_us / n / 1e3:.4f}", f"{host_us / n / 1e3:.4f}", "",
+                                         shape]))
+    writer.writerow(base + ["(step)", "1", f"{kernel_us / n / 1e3:.4f}", f"{wall / n * 1e3:.4f}", f"{kernels / n:g}", ""])
     for _, r in sorted(rows, key=lambda t: t[0], reverse=True):
         writer.writerow(base + r)
     print(f"pytorch {name} {precision} batch {args.batch}: step {wall / n * 1e3:.2f} ms wall, "
@@ -119,6 +126,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--benchmark", type=int, choices=[0, 1], default=1)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--shapes", action="store_true", help="a row per op and input shapes")
     args = ap.parse_args()
     precisions = [p for p in args.precisions.split(",") if p]
     for p in precisions:

@@ -93,6 +93,70 @@ TEST_CASE("the op profiler counts calls and exact FLOPs of conv2d, linear and ma
   CHECK(profile::snapshot().empty());
 }
 
+TEST_CASE("by shape, the op profiler counts an op's calls apart per shape and parameters") {
+  Profiling on;
+  profile::set_by_shape(true);
+  struct Off {
+    ~Off() { profile::set_by_shape(false); }
+  } off;
+  Context ctx = Context::cpu(1);
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  Tensor x = dpx::testing::randn({2, 4, 9, 9}, 1), w = dpx::testing::randn({6, 4, 3, 3}, 2);
+  Tensor y = Tensor::empty({2, 6, 9, 9});
+  ops::conv2d_forward(ctx, y, x, w, nullptr, p);
+  ops::conv2d_forward(ctx, y, x, w, nullptr, p);
+  // The same tensors at stride 2: another row.
+  ops::Conv2dParams s2 = p;
+  s2.stride_h = s2.stride_w = 2;
+  Tensor y2 = Tensor::empty({2, 6, 5, 5});
+  ops::conv2d_forward(ctx, y2, x, w, nullptr, s2);
+  // A depthwise convolution with a bias: groups in the parameters, the bias's shape.
+  ops::Conv2dParams dw = p;
+  dw.groups = 4;
+  Tensor wd = dpx::testing::randn({4, 1, 3, 3}, 3), bd = dpx::testing::randn({4}, 4), yd = Tensor::empty({2, 4, 9, 9});
+  ops::conv2d_forward(ctx, yd, x, wd, &bd, dw);
+  Tensor dx = Tensor::zeros(x.shape());
+  ops::conv2d_backward(ctx, &dx, nullptr, nullptr, y, x, w, p, ops::DxMode::overwrite);
+  ops::relu_forward(ctx, y2, y2);
+  ops::concat_channels(ctx, y, {x, Tensor::empty({2, 2, 9, 9})});
+
+  const std::vector<profile::OpStats> stats = profile::snapshot();
+  auto row = [&](const std::string& name, const std::string& shape) -> const profile::OpStats* {
+    for (const auto& s : stats)
+      if (s.name == name && s.shape == shape) return &s;
+    return nullptr;
+  };
+  const profile::OpStats* same = row("conv2d_forward", "2x6x9x9 2x4x9x9 6x4x3x3 - s1x1 p1x1 d1x1 g1");
+  REQUIRE(same);
+  CHECK(same->calls == 2);
+  CHECK(same->flops == 2 * (2.0 * 2 * 6 * 9 * 9 * 4 * 3 * 3));
+  const profile::OpStats* strided = row("conv2d_forward", "2x6x5x5 2x4x9x9 6x4x3x3 - s2x2 p1x1 d1x1 g1");
+  REQUIRE(strided);
+  CHECK(strided->calls == 1);
+  CHECK(row("conv2d_forward", "2x4x9x9 2x4x9x9 4x1x3x3 4 s1x1 p1x1 d1x1 g4"));
+  // conv2d_backward(dx, dw, db, dy, x, w): the gradients not asked for are "-".
+  CHECK(row("conv2d_backward", "2x4x9x9 - - 2x6x9x9 2x4x9x9 6x4x3x3 s1x1 p1x1 d1x1 g1"));
+  CHECK(row("relu_forward", "2x6x5x5 2x6x5x5"));
+  CHECK(row("concat_channels", "2x6x9x9 {2 tensors}"));
+  int conv_rows = 0;
+  for (const auto& s : stats) conv_rows += s.name == "conv2d_forward";
+  CHECK(conv_rows == 3);
+}
+
+TEST_CASE("by op (the default), every call of an op is one row with no shape") {
+  Profiling on;
+  Context ctx = Context::cpu(1);
+  Tensor a = dpx::testing::randn({3, 4}, 1), b = dpx::testing::randn({5, 6}, 2);
+  ops::relu_forward(ctx, a, a);
+  ops::relu_forward(ctx, b, b);
+  const std::vector<profile::OpStats> stats = profile::snapshot();
+  const profile::OpStats* relu = find(stats, "relu_forward");
+  REQUIRE(relu);
+  CHECK(relu->calls == 2);
+  CHECK(relu->shape.empty());
+}
+
 TEST_CASE("the op profiler counts only when enabled, on counting threads, and merges the threads") {
   Profiling on;
   Context ctx = Context::cpu(1);

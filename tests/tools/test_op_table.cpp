@@ -41,8 +41,9 @@ TEST_CASE("GPU ops: GPU ms, host ms and kernels per step, and the step's kernel 
         std::string::npos);
   CHECK(t.find("GPU ops: ms is the GPU time between CUDA events") != std::string::npos);
   const std::string csv = dpx::tools::op_csv_header() + dpx::tools::op_csv_rows("cfg", 1, ops, steps);
-  CHECK(csv.find(",host_ms_per_step,kernels_per_step\n") != std::string::npos);
-  CHECK(csv.find("cfg,1,concat_channels,20,2,1,10,,0.5,30\n") != std::string::npos);
+  CHECK(csv.find(",host_ms_per_step,kernels_per_step,shape\n") != std::string::npos);
+  CHECK(csv.find("cfg,1,concat_channels,20,2,1,10,,0.5,30,\n") != std::string::npos);
+  CHECK(t.find("shape") == std::string::npos);  // by op: no shape column
 }
 
 TEST_CASE("an unknown kernel count is \"-\" for the op and for the step's total") {
@@ -57,5 +58,19 @@ TEST_CASE("an unknown kernel count is \"-\" for the op and for the step's total"
   CHECK(t.find("all ops                         4.00       4.000   40.00                3.100          -") !=
         std::string::npos);
   const std::string csv = dpx::tools::op_csv_rows("c", 1, {cpu}, {1, 0.01});
-  CHECK(csv == "c,1,relu_forward,3,3,3,30,,3,\n");
+  CHECK(csv == "c,1,relu_forward,3,3,3,30,,3,,\n");
+}
+
+TEST_CASE("--profile-shapes: a row per op and shape, the shape last in the table and in ops.csv") {
+  OpStats a = gpu_op("conv2d_forward", 2, 0.004, 0.0002, 2), b = gpu_op("conv2d_forward", 2, 0.002, 0.0002, 2);
+  a.shape = "64x32x112x112 64x32x112x112 32x1x3x3 - s1x1 p1x1 d1x1 g32";
+  b.shape = "64x16x112x112 64x32x112x112 16x32x1x1 - s1x1 p0x0 d1x1 g1";
+  const std::string t = dpx::tools::op_table({a, b}, {2, 0.010});
+  CAPTURE(t);
+  CHECK(t.find("kernels  shape\n") != std::string::npos);
+  CHECK(t.find("conv2d_forward         2        4.00       2.000   40.00         -      0.100        1.0  "
+               "64x32x112x112 64x32x112x112 32x1x3x3 - s1x1 p1x1 d1x1 g32\n") != std::string::npos);
+  CHECK(t.find("a row per op and call shape") != std::string::npos);
+  const std::string csv = dpx::tools::op_csv_rows("cfg", 1, {b}, {2, 0.010});
+  CHECK(csv == "cfg,1,conv2d_forward,2,2,1,20,,0.1,1,64x16x112x112 64x32x112x112 16x32x1x1 - s1x1 p0x0 d1x1 g1\n");
 }
