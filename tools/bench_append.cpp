@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/output_files.hpp"
 #include "parallel/train/train_options.hpp"
+#include "tools/op_table.hpp"
 
 namespace dpx::tools {
 
@@ -98,10 +99,16 @@ EarlierRuns read_earlier_runs(const std::string& dir, const std::string& command
     report.wall_s = num(r, "wall_s");
     e.reports[i].push_back(std::move(report));
   }
-  std::ifstream in(runs_path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  e.runs_csv = text.str();
+  auto whole = [](const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  e.runs_csv = whole(runs_path);
+  // The same sweep profiled its ops or not (--profile-ops is part of the command): its rows stay.
+  if (const std::string ops_path = dir + "/ops.csv"; written_by_dpx(ops_path, FileKind::ops_csv))
+    e.ops_csv = op_csv_current(whole(ops_path));
   return e;
 }
 

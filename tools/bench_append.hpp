@@ -15,6 +15,7 @@ struct EarlierRuns {
   std::vector<std::vector<parallel::Summary>> summaries;    // per configuration, per run
   std::vector<std::vector<parallel::TrainReport>> reports;  // the same: configuration, wall time (no steps)
   std::string runs_csv;                                     // the earlier runs.csv, whole
+  std::string ops_csv;  // the earlier ops.csv (--profile-ops) whole, in this dpx's columns; "" when none
 };
 
 // Reads the earlier run in `dir` for `configs` (this sweep's, in its order), made by `command`

@@ -354,7 +354,7 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
   if (bf.append) runs_csv << earlier.runs_csv;  // its header and rows, in the sweep's order
   else runs_csv << "scaling,run," << parallel::summary_csv_header() << "\n";
   const int total_runs = earlier.runs + bf.repeat;
-  std::string ops_csv = op_csv_header();
+  std::string ops_csv = earlier.ops_csv.empty() ? op_csv_header() : earlier.ops_csv;  // --append keeps its rows
   ops::profile::set_enabled(bf.profile_ops);
   ops::profile::set_by_shape(bf.profile_shapes);
   std::vector<parallel::Summary> medians;

@@ -104,6 +104,17 @@ std::string op_csv_header() {
          "shape\n";
 }
 
+std::string op_csv_current(const std::string& text) {
+  const std::string old_header =
+      "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step\n";
+  if (!text.starts_with(old_header)) return text;
+  std::string out = op_csv_header();
+  std::istringstream in(text.substr(old_header.size()));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out += line + ",\n";
+  return out;
+}
+
 std::string op_csv_rows(const std::string& configuration, int run, const std::vector<ops::profile::OpStats>& ops,
                         const MeasuredSteps& steps) {
   std::ostringstream os;

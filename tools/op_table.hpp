@@ -35,6 +35,9 @@ std::string peak_op_line();
 
 // ops.csv: the header, and one line per op prefixed with the configuration's tag and run.
 std::string op_csv_header();
+// An ops.csv's text in this dpx's columns: one written before the shape column (2026-11-28) gets
+// an empty one on every row.
+std::string op_csv_current(const std::string& text);
 std::string op_csv_rows(const std::string& configuration, int run, const std::vector<ops::profile::OpStats>& ops,
                         const MeasuredSteps& steps);
 

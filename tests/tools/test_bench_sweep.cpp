@@ -309,3 +309,22 @@ TEST_CASE("bench --append adds repeats of the same sweep; another sweep or --for
   CHECK(none.output.find("holds no earlier dpx bench run") != std::string::npos);
   CHECK(dpx::testing::file_text(dir.file("out/runs.csv")) == before);
 }
+
+// --append with --profile-ops: ops.csv keeps the earlier runs' rows and adds the new ones'.
+TEST_CASE("bench --append keeps the earlier runs' op profile") {
+  dpx::testing::TempDir dir("bench_append_ops");
+  const std::string sweep = "bench --models lenet5 --batch-sizes 8 --devices cpu:1 --dataset synthetic --image-size 28 "
+                            "--steps 3 --warmup 1 --threads 1 --profile-ops --out " + dir.file("out");
+  REQUIRE(run_dpx(sweep).code == 0);
+  DpxResult more = run_dpx(sweep + " --append");
+  CAPTURE(more.output);
+  REQUIRE(more.code == 0);
+  const CsvTable ops = CsvTable::read(dir.file("out/ops.csv"), "ops");
+  int first = 0, second = 0;
+  for (size_t r = 0; r < ops.rows(); ++r) {
+    first += ops.text(r, ops.column("run")) == "1";
+    second += ops.text(r, ops.column("run")) == "2";
+  }
+  CHECK(first > 0);
+  CHECK(first == second);  // the same ops, once per run
+}

@@ -74,3 +74,11 @@ TEST_CASE("--profile-shapes: a row per op and shape, the shape last in the table
   const std::string csv = dpx::tools::op_csv_rows("cfg", 1, {b}, {2, 0.010});
   CHECK(csv == "cfg,1,conv2d_forward,2,2,1,20,,0.1,1,64x16x112x112 64x32x112x112 16x32x1x1 - s1x1 p0x0 d1x1 g1\n");
 }
+
+TEST_CASE("an ops.csv from before the shape column is read in this dpx's columns") {
+  const std::string old = "configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,"
+                          "kernels_per_step\nc,1,relu_forward,3,3,3,30,,3,\nc,1,fill,1,1,1,10,,1,\n";
+  CHECK(dpx::tools::op_csv_current(old) == dpx::tools::op_csv_header() + "c,1,relu_forward,3,3,3,30,,3,,\nc,1,fill,1,1,1,10,,1,,\n");
+  const std::string current = dpx::tools::op_csv_header() + "c,1,fill,1,1,1,10,,1,,\n";
+  CHECK(dpx::tools::op_csv_current(current) == current);
+}
