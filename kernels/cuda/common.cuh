@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <utility>
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/context.hpp"
@@ -43,6 +45,68 @@ inline void check_numel(const Tensor& a, const Tensor& b, const char* op, const 
 inline void check_shape(const Tensor& t, const Shape& want, const char* op, const char* name) {
   DPX_CHECK(t.shape() == want, op, ": ", name, " has shape ", shape_str(t.shape()), ", expected ",
             shape_str(want));
+}
+
+// ---- elementwise maps --------------------------------------------------------------------------
+// out[i] = f(in[0][i], ..., in[N-1][i]) for i in [0, n), as PyTorch's vectorised elementwise
+// kernels do it: where every pointer is 16-byte aligned, each thread moves four consecutive
+// elements with one float4 load per input and one store; indices are 32-bit where n allows; the
+// last n % 4 elements, and every element of a call with an unaligned pointer, go one at a time.
+// f (a functor with a __device__ operator()) sees one element at a time, so the results are the
+// one-at-a-time loop's, bit for bit. `out` may also be an input (each element is read before it is
+// written): an in-place or accumulating op.
+template <int N>
+struct MapInputs {
+  const float* p[N];
+};
+
+template <typename F, int N, size_t... K>
+__device__ inline float map_one(const F& f, const float (&v)[N][4], int j, std::index_sequence<K...>) {
+  return f(v[K][j]...);
+}
+
+template <typename I, typename F, int N>
+__global__ void map_kernel(float* out, MapInputs<N> in, I n, bool quads, F f) {
+  const I stride = I(gridDim.x) * I(blockDim.x), first = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
+  const I vectorised = quads ? n / 4 : 0;
+  for (I q = first; q < vectorised; q += stride) {
+    float v[N][4];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float4 t = reinterpret_cast<const float4*>(in.p[k])[q];
+      v[k][0] = t.x;
+      v[k][1] = t.y;
+      v[k][2] = t.z;
+      v[k][3] = t.w;
+    }
+    float r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r[j] = map_one(f, v, j, std::make_index_sequence<N>{});
+    reinterpret_cast<float4*>(out)[q] = make_float4(r[0], r[1], r[2], r[3]);
+  }
+  for (I i = vectorised * 4 + first; i < n; i += stride) {
+    float v[N][4];
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k][0] = in.p[k][i];
+    out[i] = map_one(f, v, 0, std::make_index_sequence<N>{});
+  }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Launches map_kernel on `stream` (nothing when n is 0).
+template <typename F, int N>
+void map(cudaStream_t stream, float* out, const MapInputs<N>& in, int64_t n, F f) {
+  if (n <= 0) return;
+  bool quads = aligned16(out);
+  for (int k = 0; k < N; ++k) quads = quads && aligned16(in.p[k]);
+  const unsigned grid = grid_for(quads ? (n + 3) / 4 : n);
+  // 32-bit indices with room for a grid-stride loop's last step past the end (at most 2^24 threads).
+  if (n < int64_t(INT_MAX) - (int64_t(1) << 25))
+    map_kernel<int32_t><<<grid, kThreads, 0, stream>>>(out, in, static_cast<int32_t>(n), quads, f);
+  else
+    map_kernel<int64_t><<<grid, kThreads, 0, stream>>>(out, in, n, quads, f);
+  check_launch();
 }
 
 // ---- half-precision operands (--precision bf16|fp16: Context::compute) ------------------------

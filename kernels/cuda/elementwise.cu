@@ -1,5 +1,6 @@
 // Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64 (the CPU ops' checks and results).
-// Grid-stride loops with 64-bit indices; all work is queued on the Context's stream.
+// add, axpy, scale and the f32 cast are detail::map's four-at-a-time loops (common.cuh), fill its
+// own; the rest grid-stride loops with 64-bit indices. All work is queued on the Context's stream.
 #include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
@@ -12,25 +13,27 @@ using detail::f32;
 using detail::grid_for;
 using detail::kThreads;
 
-__global__ void fill_kernel(float* out, float value, int64_t n) {
-  DPX_CUDA_LOOP(i, n)
+// Four values a thread with one 16-byte store where `out` is aligned, else one (as detail::map).
+__global__ void fill_kernel(float* out, float value, int64_t n, bool quads) {
+  const int64_t vectorised = quads ? n / 4 : 0;
+  DPX_CUDA_LOOP(q, vectorised)
+    reinterpret_cast<float4*>(out)[q] = make_float4(value, value, value, value);
+  for (int64_t i = vectorised * 4 + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     out[i] = value;
 }
 
-__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
-  DPX_CUDA_LOOP(i, n)
-    out[i] = a[i] + b[i];
-}
-
-__global__ void axpy_kernel(float* y, float alpha, const float* x, int64_t n) {
-  DPX_CUDA_LOOP(i, n)
-    y[i] += alpha * x[i];
-}
-
-__global__ void scale_kernel(float* x, float alpha, int64_t n) {
-  DPX_CUDA_LOOP(i, n)
-    x[i] *= alpha;
-}
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Axpy {  // y + alpha * x
+  float alpha;
+  __device__ float operator()(float y, float x) const { return y + alpha * x; }
+};
+struct Scale {
+  float alpha;
+  __device__ float operator()(float x) const { return x * alpha; }
+};
 
 // One atomic per block: each thread counts its elements, the block sums in shared memory.
 __global__ void count_nonfinite_kernel(unsigned long long* count, const float* x, int64_t n) {
@@ -60,11 +63,6 @@ __global__ void widen_kernel(float* dst, float alpha, float beta, const uint16_t
     const float v = H::load(src[i]) * alpha;
     dst[i] = beta == 0.f ? v : beta * dst[i] + v;  // not 0 + v, which would turn -0 into +0
   }
-}
-
-__global__ void scale_copy_kernel(float* dst, const float* src, float alpha, int64_t n) {
-  DPX_CUDA_LOOP(i, n)
-    dst[i] = src[i] * alpha;
 }
 
 void check_half(DType dtype) {
@@ -113,9 +111,8 @@ void cast(Context& ctx, Tensor& out, const Tensor& in, float alpha) {
   } else if (in.dtype() != DType::f32) {
     widen(static_cast<float*>(out.raw()), alpha, 0.f, in.raw(), in.dtype(), n, st.stream);
   } else {
-    scale_copy_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(static_cast<float*>(out.raw()), f32(in, "cast", "in"),
-                                                               alpha, n);
-    check_launch();
+    detail::map(st.stream, static_cast<float*>(out.raw()), detail::MapInputs<1>{{f32(in, "cast", "in")}}, n,
+                Scale{alpha});
   }
 }
 
@@ -130,7 +127,8 @@ void fill(Context& ctx, Tensor& out, float value) {
   float* p = f32(out, "fill", "out");
   int64_t n = out.numel();
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(p, value, n);
+  const bool quads = detail::aligned16(p);
+  fill_kernel<<<grid_for(quads ? (n + 3) / 4 : n), kThreads, 0, st.stream>>>(p, value, n, quads);
   check_launch();
 }
 
@@ -155,25 +153,24 @@ void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
   CudaState& st = state_of(ctx);
   int64_t n = out.numel();
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(out, "add", "out"), f32(a, "add", "a"),
-                                                      f32(b, "add", "b"), n);
-  check_launch();
+  detail::map(st.stream, f32(out, "add", "out"), detail::MapInputs<2>{{f32(a, "add", "a"), f32(b, "add", "b")}}, n,
+              Add{});
 }
 
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {
   CudaState& st = state_of(ctx);
   int64_t n = y.numel();
   if (n == 0) return;
-  axpy_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(y, "axpy", "y"), alpha, f32(x, "axpy", "x"), n);
-  check_launch();
+  float* py = f32(y, "axpy", "y");
+  detail::map(st.stream, py, detail::MapInputs<2>{{py, f32(x, "axpy", "x")}}, n, Axpy{alpha});
 }
 
 void scale(Context& ctx, Tensor& x, float alpha) {
   CudaState& st = state_of(ctx);
   int64_t n = x.numel();
   if (n == 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(x, "scale", "x"), alpha, n);
-  check_launch();
+  float* px = f32(x, "scale", "x");
+  detail::map(st.stream, px, detail::MapInputs<1>{{px}}, n, Scale{alpha});
 }
 
 int64_t count_nonfinite(Context& ctx, const Tensor& x) {

@@ -2,6 +2,7 @@
 // CPU ops on the same random inputs (odd sizes); the dropout mask must equal the CPU's bit for bit.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "kernels/cuda/philox.cuh"
@@ -53,6 +54,38 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the reference") {
   Tensor want = overlap.to(Device::cpu()).view_at(4, {6}).clone();
   ops::copy(g, first, last);  // overlapping views: copied as if through a temporary
   CHECK(bitwise_equal(first, want));
+}
+
+// Elementwise ops move four values a thread where every pointer is 16-byte aligned (the tensors
+// above) and one where one is not: views that start one element in take the second path.
+TEST_CASE("cuda elementwise ops on views one element in (not 16-byte aligned) match the reference") {
+  Context c = reference(), g = gpu();
+  const int64_t n = 4097;
+  Tensor base = uniform({n + 1}, 11), dbase = uniform({n + 1}, 12);
+  Tensor gbase = base.to(dev()), gdbase = dbase.to(dev());
+  const Tensor x = base.view_at(1, {n}), gx = gbase.view_at(1, {n});
+  const Tensor d = dbase.view_at(1, {n}), gd = gdbase.view_at(1, {n});
+  Tensor y = Tensor::empty({n}), gstore = poisoned({n + 1}, dev());
+  Tensor gy = gstore.view_at(1, {n});
+  ops::relu_forward(c, y, x);
+  ops::relu_forward(g, gy, gx);
+  CHECK(bitwise_equal(gy, y));
+  ops::relu_backward(c, y, d, x, ops::DxMode::add);
+  ops::relu_backward(g, gy, gd, gx, ops::DxMode::add);
+  CHECK(bitwise_equal(gy, y));
+  ops::axpy(c, y, -0.37f, x);
+  ops::axpy(g, gy, -0.37f, gx);
+  check_close(gy, y, 1e-6);
+  ops::silu_forward(c, y, x);
+  ops::silu_forward(g, gy, gx);
+  check_close(gy, y, 1e-5);
+  ops::silu_backward(c, y, d, x, ops::DxMode::add);
+  ops::silu_backward(g, gy, gd, gx, ops::DxMode::add);
+  check_close(gy, y, 1e-5);
+  ops::fill(c, y, -1.5f);
+  ops::fill(g, gy, -1.5f);
+  CHECK(bitwise_equal(gy, y));
+  CHECK(std::isnan(gstore.to(Device::cpu()).data<float>()[0]));  // nothing before the view was written
 }
 
 TEST_CASE("cuda count_nonfinite counts as the reference does") {
