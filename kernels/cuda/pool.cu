@@ -2,6 +2,7 @@
 // with an i32 argmax (flat h*W+w, first maximum wins), average pool and adaptive average pool,
 // with windows and divisors exactly as PyTorch's CUDA kernels compute them; each also on
 // channels-last maps (N, H, W, C), the kernels templated on the layout.
+#include <climits>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -227,10 +228,13 @@ __global__ void global_avg_forward_kernel(float* y, const float* x, int64_t plan
 }
 
 // Its backward: every input of a map gets the map's gradient over the map's size (the general
-// kernel's arithmetic, bit for bit, without its bin search per element).
-__global__ void global_avg_backward_kernel(float* dx, const float* dy, int64_t total, int64_t plane_size) {
+// kernel's arithmetic, bit for bit, without its bin search per element). I: int32_t where dx's
+// elements fit 32 bits, so that the map of an element costs a 32-bit division, not a 64-bit one.
+template <typename I>
+__global__ void global_avg_backward_kernel(float* dx, const float* dy, I total, I plane_size) {
   const float divisor = static_cast<float>(plane_size);
-  DPX_CUDA_LOOP(i, total) dx[i] += dy[i / plane_size] / divisor;
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += I(gridDim.x) * I(blockDim.x))
+    dx[i] += dy[i / plane_size] / divisor;
 }
 
 Window window_of(const Pool2dParams& p) {
@@ -324,8 +328,14 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   const ops::ImageDims in = ops::image_dims(dx.shape(), format), out = ops::image_dims(dy.shape(), format);
   const bool last = format == MemoryFormat::channels_last;
   if (!last && out.h == 1 && out.w == 1) {
-    global_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"),
-                                                                            total, in.h * in.w);
+    float* pdx = f32(dx, op, "dx");
+    const float* pdy = f32(dy, op, "dy");
+    // Room for a grid-stride loop's last step past the end (at most 2^24 threads).
+    if (total < int64_t(INT_MAX) - (int64_t(1) << 25))
+      global_avg_backward_kernel<int32_t><<<grid_for(total), kThreads, 0, st.stream>>>(
+          pdx, pdy, static_cast<int32_t>(total), static_cast<int32_t>(in.h * in.w));
+    else
+      global_avg_backward_kernel<int64_t><<<grid_for(total), kThreads, 0, st.stream>>>(pdx, pdy, total, in.h * in.w);
     check_launch();
     return;
   }
