@@ -4,7 +4,8 @@
 // oneDNN's direct convolution (algo:1) and oneDNN's Winograd (algo:2, 3x3 stride 1). GFLOP/s counts 2 FLOPs per multiply-add; conv2d backward
 // computes dx, dW and db (twice the forward's multiply-adds). Batch norm (training forward and
 // backward, ResNet-50's 256 x 56 x 56 at batch 8) is memory-bound: GB/s counts each tensor it
-// reads or writes once (x and y; x, dy and dx), the least traffic it could have.
+// reads or writes once (x and y; x, dy and dx), the least traffic it could have; max pooling's
+// forward likewise.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -253,6 +254,43 @@ void BM_BatchNormRelu(benchmark::State& state) {
 BENCHMARK(BM_BatchNormRelu)
     ->ArgNames({"fused", "threads"})
     ->ArgsProduct({{0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Max pooling's forward (the value and the arg-max), memory-bound: GB/s counts x read once and
+// y and the arg-max written once. Shapes: SqueezeNet's 3x3 stride 2 (16 x 64 x 63 x 63 at
+// 128x128), ResNet's stem pool 3x3 stride 2 padding 1 (16 x 64 x 112 x 112 at 224x224), VGG's
+// 2x2 stride 2 (16 x 128 x 112 x 112). Args: shape, threads.
+void BM_MaxPoolForward(benchmark::State& state) {
+  struct Case {
+    Shape x;
+    int kernel, stride, pad;
+    const char* label;
+  };
+  const Case cases[] = {{{16, 64, 63, 63}, 3, 2, 0, "squeezenet 16x64x63x63 k3 s2"},
+                        {{16, 64, 112, 112}, 3, 2, 1, "resnet stem 16x64x112x112 k3 s2 p1"},
+                        {{16, 128, 112, 112}, 2, 2, 0, "vgg 16x128x112x112 k2 s2"}};
+  const Case& c = cases[state.range(0)];
+  Context ctx = Context::cpu(static_cast<int>(state.range(1)));
+  ops::Pool2dParams p;
+  p.kernel_h = p.kernel_w = c.kernel;
+  p.stride_h = p.stride_w = c.stride;
+  p.pad_h = p.pad_w = c.pad;
+  const int64_t oh = ops::conv_out_size(c.x[2], c.kernel, c.stride, c.pad, 1, false);
+  const int64_t ow = ops::conv_out_size(c.x[3], c.kernel, c.stride, c.pad, 1, false);
+  Tensor x = random_tensor(c.x, 1), y = Tensor::empty({c.x[0], c.x[1], oh, ow});
+  Tensor argmax = Tensor::empty(y.shape(), DType::i32);
+  for (auto _ : state) {
+    ops::max_pool2d_forward(ctx, y, argmax, x, p);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  state.counters["GB/s"] = benchmark::Counter(4.0 * (x.numel() + 2 * y.numel()) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(c.label);
+}
+BENCHMARK(BM_MaxPoolForward)
+    ->ArgNames({"shape", "threads"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
