@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "run_dpx.hpp"
+#include "tests/common/files.hpp"
 
 namespace {
 const std::string kSource = DPX_SOURCE_DIR;
@@ -100,4 +102,48 @@ TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py r
   CHECK(run3.find("dpx 15.5 ms per step (1.6 of them waiting for the GPU in count_nonfinite), PyTorch 10.8") !=
         std::string::npos);
   CHECK(run3.find("| **convolution backward** | 7.56 | 4.43 | +3.14 | 8.22 | 2.09 |") != std::string::npos);
+}
+
+// Profiles with shapes (dpx bench --profile-shapes, profile_step.py --shapes): the kinds' table sums
+// an op's shapes, and each model gets a table of its convolutions by input and weight shape.
+TEST_CASE("compare_profiles.py sums an op's shapes and lists the convolutions by shape") {
+  if (run_command("command -v python3").code != 0) {
+    MESSAGE("no python3 on this machine: compare_profiles.py is not checked");
+    return;
+  }
+  const dpx::testing::TempDir dir("compare_shapes");
+  {
+    std::ofstream d(dir.file("dpx.csv"));
+    d << "precision,cudnn,configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,"
+         "kernels_per_step,shape\n"
+         // a depthwise 3x3 (forward: y x w b; backward: dx dw db dy x w) and a pointwise 1x1
+         "tf32,heuristic,tiny_b64_none_cuda1,1,conv2d_forward,3,9,3,30,,0.1,1,8x32x56x56 8x32x56x56 32x1x3x3 - s1x1 p1x1 d1x1 g32\n"
+         "tf32,heuristic,tiny_b64_none_cuda1,1,conv2d_forward,3,3,1,10,,0.1,1,8x64x56x56 8x32x56x56 64x32x1x1 - s1x1 p0x0 d1x1 g1\n"
+         "tf32,heuristic,tiny_b64_none_cuda1,1,conv2d_backward,3,15,5,50,,0.1,2,8x32x56x56 32x1x3x3 - 8x32x56x56 8x32x56x56 32x1x3x3 s1x1 p1x1 d1x1 g32\n"
+         "tf32,heuristic,tiny_b64_none_cuda1,1,conv2d_backward,3,6,2,20,,0.1,2,8x32x56x56 64x32x1x1 - 8x64x56x56 8x32x56x56 64x32x1x1 s1x1 p0x0 d1x1 g1\n";
+    std::ofstream t(dir.file("torch.csv"));
+    t << "engine,model,precision,batch,size,cudnn,op,calls_per_step,gpu_ms_per_step,host_ms_per_step,kernels_per_step,"
+         "shape\n"
+         "pytorch,tiny,tf32,64,56,heuristic,(step),1,6,8,40,\n"
+         "pytorch,tiny,tf32,64,56,heuristic,aten::_conv_depthwise2d,1,0.5,0.1,,\"[[8,32,56,56],[32,1,3,3],[],[],[],[],[]]\"\n"
+         "pytorch,tiny,tf32,64,56,heuristic,aten::cudnn_convolution,1,1.5,0.1,,\"[[8,32,56,56],[64,32,1,1],[],[],[],[],[]]\"\n"
+         "pytorch,tiny,tf32,64,56,heuristic,aten::convolution_backward,1,1,0.1,,\"[[8,32,56,56],[8,32,56,56],[32,1,3,3],[],[],[],[],[],[],[],[]]\"\n"
+         "pytorch,tiny,tf32,64,56,heuristic,aten::convolution_backward,1,3,0.1,,\"[[8,64,56,56],[8,32,56,56],[64,32,1,1],[],[],[],[],[],[],[],[]]\"\n";
+  }
+  const DpxResult cmp = run_command("python3 " + kSource + "/benchmarks/gpu/compare_profiles.py " + dir.file("dpx.csv") +
+                                    " " + dir.file("torch.csv"));
+  CAPTURE(cmp.output);
+  REQUIRE(cmp.code == 0);
+  // The kinds: the two shapes of each op summed (forward 3 + 1 against 0.5 + 1.5).
+  CHECK(cmp.output.find("| **convolution forward** | 4.00 | 2.00 | +2.00 |") != std::string::npos);
+  CHECK(cmp.output.find("| **convolution backward** | 7.00 | 4.00 | +3.00 |") != std::string::npos);
+  // By shape: the depthwise layer loses 3 + 5 against 0.5 + 1, first; the pointwise one gains.
+  const auto table = cmp.output.find("Convolutions of tiny, tf32, by shape (the 2 of 2 where dpx loses most");
+  REQUIRE(table != std::string::npos);
+  const auto depthwise = cmp.output.find("| 8x32x56x56 | 32x1x3x3 | s1x1 p1x1 d1x1 g32 | 3.00 | 0.50 | 5.00 | 1.00 | +6.50 |");
+  const auto pointwise = cmp.output.find("| 8x32x56x56 | 64x32x1x1 | s1x1 p0x0 d1x1 g1 | 1.00 | 1.50 | 2.00 | 3.00 | -1.50 |");
+  CHECK(depthwise != std::string::npos);
+  CHECK(pointwise != std::string::npos);
+  CHECK(table < depthwise);
+  CHECK(depthwise < pointwise);
 }
