@@ -69,8 +69,40 @@ TEST_CASE("bench --profile-ops writes ops.csv with the convolutions' calls and G
   CHECK(r.output.find("GFLOP/s") == std::string::npos);
 }
 
-TEST_CASE("bench --help documents --profile-ops") {
+TEST_CASE("bench --help documents --profile-ops and --profile-shapes") {
   DpxResult r = run_dpx("bench --help");
   REQUIRE(r.code == 0);
   CHECK(r.output.find("--profile-ops") != std::string::npos);
+  CHECK(r.output.find("--profile-shapes") != std::string::npos);
+}
+
+// --profile-shapes turns the profiler on and counts each op per call shape: LeNet-5's two
+// convolutions are two rows of conv2d_forward, each named by its tensors and parameters.
+TEST_CASE("bench and train --profile-shapes: a row per op and shape in ops.csv") {
+  dpx::testing::TempDir dir("bench_shapes");
+  DpxResult r = run_dpx("bench --models lenet5 --batch-sizes 4 --devices cpu:1 --dataset synthetic --image-size 28 "
+                        "--steps 3 --warmup 1 --profile-shapes --out " + dir.file("out"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(r.output.find("kernels  shape") != std::string::npos);
+  const CsvTable t = CsvTable::read(dir.file("out/ops.csv"), "--out");
+  REQUIRE(t.has("shape"));
+  std::map<std::string, double> conv;  // shape -> calls
+  for (size_t i = 0; i < t.rows(); ++i) {
+    CHECK(!t.text(i, t.column("shape")).empty());
+    if (t.text(i, t.column("op")) == "conv2d_forward") conv[t.text(i, t.column("shape"))] = t.number(i, t.column("calls"));
+  }
+  // y, x, w, bias; dpx's LeNet-5 has two 5x5 convolutions of padding 2: 1 -> 6 channels and 6 -> 16.
+  CHECK(conv.size() == 2);
+  CHECK(conv["4x6x28x28 4x1x28x28 6x1x5x5 6 s1x1 p2x2 d1x1 g1"] == 2);
+  CHECK(conv["4x16x14x14 4x6x14x14 16x6x5x5 16 s1x1 p2x2 d1x1 g1"] == 2);
+
+  r = run_dpx("train --model lenet5 --dataset synthetic --synthetic-size 64 --batch-size 8 --steps 3 --warmup 1 "
+              "--no-eval --profile-shapes --out " + dir.file("train"));
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const CsvTable tr = CsvTable::read(dir.file("train/ops.csv"), "--out");
+  int conv_rows = 0;
+  for (size_t i = 0; i < tr.rows(); ++i) conv_rows += tr.text(i, tr.column("op")) == "conv2d_forward";
+  CHECK(conv_rows == 2);
 }
