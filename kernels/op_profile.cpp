@@ -31,10 +31,8 @@ std::atomic<bool> g_enabled{false};
 }
 
 namespace {
-std::atomic<bool> g_by_shape{false};
-}
 
-namespace {
+std::atomic<bool> g_by_shape{false};  // set_by_shape
 
 struct Totals {
   int64_t calls = 0;

@@ -1,5 +1,6 @@
-// ReLU and dropout on CUDA. ReLU runs four elements a thread where aligned (detail::map). Dropout draws element i's keep bit from Philox counter i of
-// Rng(seed, stream) (kernels/cuda/philox.cuh), so the mask equals the CPU's bit for bit.
+// ReLU and dropout on CUDA. ReLU runs four elements a thread where aligned (detail::map). Dropout
+// draws element i's keep bit from Philox counter i of Rng(seed, stream) (kernels/cuda/philox.cuh),
+// so the mask equals the CPU's bit for bit.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/philox.cuh"
