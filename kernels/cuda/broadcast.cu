@@ -5,7 +5,6 @@
 // 32-bit where the tensors allow (as PyTorch's canUse32BitIndexMath): a coordinate costs a 32-bit
 // division per merged dimension instead of a 64-bit one (EfficientNet's squeeze-excitation
 // products: 1.2 ms forward and 2.6 ms backward a step on the H100, 2026-11-27).
-#include <climits>
 #include <initializer_list>
 
 #include "kernels/cuda/common.cuh"
@@ -36,13 +35,7 @@ struct DimList {
   int64_t numel = 1;
 };
 
-// A grid-stride loop over [0, n) with index type I.
-#define DPX_LOOP_AS(I, i, n) \
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < (n); i += I(gridDim.x) * I(blockDim.x))
-
-// Whether every index of a problem of n elements (the full tensor's; the broadcast ones are no
-// larger) fits 32 bits, with room for a grid-stride loop's last step past the end (2^24 threads).
-bool fits_int32(int64_t n) { return n < int64_t(INT_MAX) - (int64_t(1) << 25); }
+using detail::fits_int32;  // of the full tensor's elements: the broadcast operands are no larger
 
 // Adds the strides of index i (row-major over `dims`) to off0 and off1.
 template <typename I>
@@ -60,7 +53,7 @@ __device__ inline void offsets(const DimList& dims, I i, I& off0, I& off1) {
 template <typename I, bool kMul>
 __global__ void binary_kernel(float* out, const float* a, const float* b, DimList dims) {
   // out is full and contiguous, so its offset is the index itself.
-  DPX_LOOP_AS(I, i, I(dims.numel)) {
+  DPX_CUDA_LOOP_AS(I, i, I(dims.numel)) {
     I oa = 0, ob = 0;
     offsets(dims, i, oa, ob);
     out[i] = kMul ? a[oa] * b[ob] : a[oa] + b[ob];
@@ -72,7 +65,7 @@ __global__ void binary_kernel(float* out, const float* a, const float* b, DimLis
 template <typename I>
 __global__ void reduce_per_thread_kernel(float* dt, const float* dy, const float* other, DimList kept,
                                          DimList reduced) {
-  DPX_LOOP_AS(I, j, I(kept.numel)) {
+  DPX_CUDA_LOOP_AS(I, j, I(kept.numel)) {
     I base_dy = 0, base_other = 0;
     offsets(kept, j, base_dy, base_other);
     double sum = 0.0;

@@ -18,6 +18,9 @@
 // A grid-stride loop over [0, n) with a 64-bit index.
 #define DPX_CUDA_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+// The same with index type I (int32_t where detail::fits_int32 allows).
+#define DPX_CUDA_LOOP_AS(I, i, n) \
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < (n); i += I(gridDim.x) * I(blockDim.x))
 
 namespace dpx::cuda::detail {
 
@@ -29,6 +32,10 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t(1) << 16));
 }
+
+// Whether indices below n may be 32-bit (as PyTorch's canUse32BitIndexMath), with room for a
+// grid-stride loop's last step past the end (grid_for's grids have at most 2^24 threads).
+inline bool fits_int32(int64_t n) { return n < int64_t(INT_MAX) - (int64_t(1) << 25); }
 
 inline float* f32(const Tensor& t, const char* op, const char* name) {
   DPX_CHECK(t.defined(), op, ": ", name, " is not allocated");
@@ -101,8 +108,7 @@ void map(cudaStream_t stream, float* out, const MapInputs<N>& in, int64_t n, F f
   bool quads = aligned16(out);
   for (int k = 0; k < N; ++k) quads = quads && aligned16(in.p[k]);
   const unsigned grid = grid_for(quads ? (n + 3) / 4 : n);
-  // 32-bit indices with room for a grid-stride loop's last step past the end (at most 2^24 threads).
-  if (n < int64_t(INT_MAX) - (int64_t(1) << 25))
+  if (fits_int32(n))
     map_kernel<int32_t><<<grid, kThreads, 0, stream>>>(out, in, static_cast<int32_t>(n), quads, f);
   else
     map_kernel<int64_t><<<grid, kThreads, 0, stream>>>(out, in, n, quads, f);

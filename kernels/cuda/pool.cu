@@ -2,7 +2,6 @@
 // with an i32 argmax (flat h*W+w, first maximum wins), average pool and adaptive average pool,
 // with windows and divisors exactly as PyTorch's CUDA kernels compute them; each also on
 // channels-last maps (N, H, W, C), the kernels templated on the layout.
-#include <climits>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -233,8 +232,7 @@ __global__ void global_avg_forward_kernel(float* y, const float* x, int64_t plan
 template <typename I>
 __global__ void global_avg_backward_kernel(float* dx, const float* dy, I total, I plane_size) {
   const float divisor = static_cast<float>(plane_size);
-  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += I(gridDim.x) * I(blockDim.x))
-    dx[i] += dy[i / plane_size] / divisor;
+  DPX_CUDA_LOOP_AS(I, i, total) dx[i] += dy[i / plane_size] / divisor;
 }
 
 Window window_of(const Pool2dParams& p) {
@@ -330,8 +328,7 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   if (!last && out.h == 1 && out.w == 1) {
     float* pdx = f32(dx, op, "dx");
     const float* pdy = f32(dy, op, "dy");
-    // Room for a grid-stride loop's last step past the end (at most 2^24 threads).
-    if (total < int64_t(INT_MAX) - (int64_t(1) << 25))
+    if (detail::fits_int32(total))
       global_avg_backward_kernel<int32_t><<<grid_for(total), kThreads, 0, st.stream>>>(
           pdx, pdy, static_cast<int32_t>(total), static_cast<int32_t>(in.h * in.w));
     else
