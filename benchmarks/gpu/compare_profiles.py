@@ -88,6 +88,12 @@ def kind_of(op, engine):
     return "other"
 
 
+def model_of(configuration):
+    """The model of a dpx bench configuration tag: MODEL_b64_none_cuda1 -> MODEL."""
+    m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", configuration)
+    return m.group(1) if m else configuration
+
+
 def read_dpx(path, host=None):
     """{(model, precision): {op: ms_per_step}} from profile-dpx.csv (configuration = MODEL_b64_...);
     with `host` (a dict), also {(model, precision): {op: host_ms_per_step}} into it. scripts/gpu
@@ -96,8 +102,7 @@ def read_dpx(path, host=None):
     out = collections.defaultdict(dict)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])  # MODEL_b64_none_cuda1
-            model = m.group(1) if m else row["configuration"]
+            model = model_of(row["configuration"])
             by_op = out[(model, row["precision"])]
             by_op[row["op"]] = by_op.get(row["op"], 0.0) + float(row["ms_per_step"])  # summed over shapes
             host_ms = row.get("host_ms_per_step") or (row.get(None) or [""])[0]
@@ -112,6 +117,7 @@ TENSOR = re.compile(r"-|\d+(x\d+)*")
 # conv2d_backward(dx, dw, db, dy, x, w); PyTorch's convolution ops (input, weight, ...) and
 # convolution_backward(grad_output, input, weight, ...).
 DPX_CONV = {"conv2d_forward": ("forward", 1), "conv2d_backward": ("backward", 4)}
+TORCH_CONV_FORWARD = next(t for k, _, t in CATEGORIES if k == "convolution forward")
 TORCH_CONV_BACKWARD = next(t for k, _, t in CATEGORIES if k == "convolution backward")
 
 
@@ -127,8 +133,7 @@ def read_dpx_convs(path):
         for row in csv.DictReader(f):
             if row["op"] not in DPX_CONV or not row.get("shape"):
                 continue
-            m = re.fullmatch(r"(.+)_b\d+_[^_]+_[^_]+", row["configuration"])
-            model = m.group(1) if m else row["configuration"]
+            model = model_of(row["configuration"])
             words = row["shape"].split()
             tensors = [w for w in words if TENSOR.fullmatch(w)]
             params = " ".join(w for w in words if not TENSOR.fullmatch(w))
@@ -144,11 +149,10 @@ def read_dpx_convs(path):
 def read_torch_convs(path):
     """The same from profile-torch.csv's rows with a shape (profile_step.py --shapes)."""
     out = collections.defaultdict(lambda: collections.defaultdict(new_conv))
-    forward = next(t for k, _, t in CATEGORIES if k == "convolution forward")
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             op = row["op"]
-            if not row.get("shape") or (op not in forward and op not in TORCH_CONV_BACKWARD):
+            if not row.get("shape") or (op not in TORCH_CONV_FORWARD and op not in TORCH_CONV_BACKWARD):
                 continue
             shapes = json.loads(row["shape"])
             at = 1 if op in TORCH_CONV_BACKWARD else 0

@@ -20,9 +20,9 @@ row per op and input shapes (record_shapes, key_averages(group_by_input_shape=Tr
 shape then holds the op's input shapes as a JSON list of lists ([] for a non-tensor argument),
 else it is empty.
 """
-import json
 import argparse
 import csv
+import json
 import sys
 import time
 
