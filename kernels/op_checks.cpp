@@ -320,6 +320,13 @@ void increment_i64(Context&, Tensor& counter) {
     fail("increment_i64: counter ", shape_str(counter.shape()), " must hold exactly one element");
 }
 
+void poison_if_nonfinite(Context&, Tensor& x, const Tensor& value) {
+  require_f32("poison_if_nonfinite", "x", x);
+  require_f32("poison_if_nonfinite", "value", value);
+  if (value.numel() != 1)
+    fail("poison_if_nonfinite: value ", shape_str(value.shape()), " must hold exactly one element");
+}
+
 // ==== matrix products
 
 void linear_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) {

@@ -40,6 +40,11 @@ void Event::record(cudaStream_t stream) {
     DPX_CUDA_CHECK(cudaEventRecord(event_, stream));
 }
 
+void Event::record_order(cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  DPX_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
+
 void Event::wait_on(cudaStream_t stream) const {
   DPX_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
 }

@@ -15,8 +15,13 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
-  // Inside a CUDA graph capture (core/capture.hpp) the record becomes a node of the graph.
+  // Inside a CUDA graph capture (core/capture.hpp) the record becomes a node of the graph (an
+  // external event node: each replay records it, so it times the replay).
   void record(cudaStream_t stream);
+  // For ordering only (wait_on by another stream): inside a capture no node but the capture's own
+  // dependency, through which the waiting stream joins the capture (a fork or join of streams in
+  // a CUDA graph); outside, the same as record.
+  void record_order(cudaStream_t stream);
   // Makes `stream` wait on the GPU (not the host) until this event has happened.
   void wait_on(cudaStream_t stream) const;
   void synchronize() const;

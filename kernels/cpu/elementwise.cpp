@@ -1,8 +1,10 @@
-// CPU elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite. Each element depends only on
-// its own inputs, so splitting the range over threads cannot change any result.
+// CPU elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64,
+// poison_if_nonfinite. Each element depends only on its own inputs, so splitting the range over
+// threads cannot change any result.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
@@ -20,6 +22,10 @@ void fill(Context& ctx, Tensor& out, float value) {
 }
 
 void increment_i64(Context&, Tensor& counter) { ++counter.data<int64_t>()[0]; }
+
+void poison_if_nonfinite(Context& ctx, Tensor& x, const Tensor& value) {
+  if (!std::isfinite(value.data<float>()[0])) fill(ctx, x, std::numeric_limits<float>::quiet_NaN());
+}
 
 // A byte copy, so any dtype works as long as both sides agree (labels are i64).
 void copy(Context& ctx, Tensor& out, const Tensor& in) {

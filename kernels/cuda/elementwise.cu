@@ -1,4 +1,4 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64 (the CPU ops' checks and results).
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64, poison_if_nonfinite (the CPU ops' checks and results).
 // add, axpy, scale and the f32 cast are detail::map's four-at-a-time loops (common.cuh), fill its
 // own; the rest grid-stride loops with 64-bit indices. All work is queued on the Context's stream.
 #include "core/cuda/half.cuh"
@@ -49,6 +49,13 @@ __global__ void count_nonfinite_kernel(unsigned long long* count, const float* x
 }
 
 __global__ void increment_i64_kernel(long long* counter) { *counter += 1; }
+
+// Reads the value on the device: no host round trip, so it can be recorded in a CUDA graph.
+__global__ void poison_if_nonfinite_kernel(float* x, const float* value, int64_t n) {
+  if (isfinite(*value)) return;
+  DPX_CUDA_LOOP(i, n)
+    x[i] = __int_as_float(0x7fc00000);  // a quiet NaN
+}
 
 // Half-precision casts (H: F16 or BF16 of core/cuda/half.cuh, the host's rounding).
 template <typename H>
@@ -119,6 +126,15 @@ void cast(Context& ctx, Tensor& out, const Tensor& in, float alpha) {
 void increment_i64(Context& ctx, Tensor& counter) {
   CudaState& st = state_of(ctx);
   increment_i64_kernel<<<1, 1, 0, st.stream>>>(static_cast<long long*>(counter.raw()));
+  check_launch();
+}
+
+void poison_if_nonfinite(Context& ctx, Tensor& x, const Tensor& value) {
+  CudaState& st = state_of(ctx);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  poison_if_nonfinite_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(f32(x, "poison_if_nonfinite", "x"),
+                                                                       f32(value, "poison_if_nonfinite", "value"), n);
   check_launch();
 }
 

@@ -1,4 +1,5 @@
-// Reference elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite.
+// Reference elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite,
+// increment_i64, poison_if_nonfinite.
 // One loop over the elements each; nothing depends on any other element.
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,12 @@ void fill(Context&, Tensor& out, float value) {
 }
 
 void increment_i64(Context&, Tensor& counter) { counter.data<int64_t>()[0] += 1; }
+
+void poison_if_nonfinite(Context&, Tensor& x, const Tensor& value) {
+  if (std::isfinite(value.data<float>()[0])) return;
+  float* o = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = std::nanf("");
+}
 
 // A byte copy, so any dtype works (both sides have the same dtype). memmove, not memcpy: the
 // two may be overlapping views of one storage.

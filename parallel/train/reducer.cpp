@@ -133,6 +133,20 @@ void Reducer::start_buckets(size_t end) {
   }
 }
 
+void Reducer::widen_bucket(size_t i) {
+  if (!narrowed()) return;
+  const Bucket& b = buckets_[i];
+  widen(ctx_, model_.flat_grads().view_at(b.offset, {b.numel}), wire_.view_at(b.offset, {b.numel}));
+}
+
+double Reducer::collect(size_t i, const Work& w) {
+  w.wait();
+  sent_bytes_ += w.bytes_sent();
+  bucket_spans_.push_back({TraceSpan::Kind::bucket, 0, 0, static_cast<int>(i), w.started_s(), w.seconds(),
+                           w.bytes_sent(), buckets_[i].numel});
+  return w.seconds();
+}
+
 void Reducer::finish(Context&, StepPhases& phases) {
   if (!syncing_) return;
   double total_s = 0;
@@ -141,20 +155,44 @@ void Reducer::finish(Context&, StepPhases& phases) {
     start_buckets(buckets_.size());  // gradients that never reported (unused parameters) are final now
     bucket_spans_.clear();
     for (size_t i = 0; i < buckets_.size(); ++i) {
-      works_[i].wait();
-      total_s += works_[i].seconds();
-      sent_bytes_ += works_[i].bytes_sent();
-      bucket_spans_.push_back({TraceSpan::Kind::bucket, 0, 0, static_cast<int>(i), works_[i].started_s(),
-                               works_[i].seconds(), works_[i].bytes_sent(), buckets_[i].numel});
+      total_s += collect(i, works_[i]);
       works_[i] = Work();
-      if (narrowed()) {
-        const Bucket& b = buckets_[i];
-        widen(ctx_, model_.flat_grads().view_at(b.offset, {b.numel}), wire_.view_at(b.offset, {b.numel}));
-      }
+      widen_bucket(i);
     }
   }
   phases.add(Phase::comm_total, total_s);
   syncing_ = false;
+}
+
+// Recorded once (on a GPU; the CPU's rehearsal runs it at every replay): the compute stream waits
+// for each bucket's all-reduce on the device, so the graph's communication branch joins it again
+// before the widening and the end of the step. comm_exposed is timed by the graph's own events.
+std::vector<Work> Reducer::record_finish(Context&, StepPhases& phases) {
+  if (!syncing_) return {};
+  {
+    auto scope = phases.scope(Phase::comm_exposed);
+    start_buckets(buckets_.size());
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      if (!fence_ || !fence_->join(i)) works_[i].wait();  // host ranks (the CPU's rehearsal)
+      widen_bucket(i);
+    }
+  }
+  syncing_ = false;
+  std::vector<Work> calls(buckets_.size());
+  calls.swap(works_);
+  return calls;
+}
+
+// Each replay ran the recorded calls again: their events (nccl) were recorded anew, so waiting for
+// and reading them gives this replay's.
+void Reducer::finish_replayed(const std::vector<Work>& calls, StepPhases& phases) {
+  syncing_ = false;
+  if (calls.empty()) return;
+  phases.replayed(Phase::comm_exposed);
+  bucket_spans_.clear();
+  double total_s = 0;
+  for (size_t i = 0; i < calls.size(); ++i) total_s += collect(i, calls[i]);
+  phases.add(Phase::comm_total, total_s);
 }
 
 uint64_t Reducer::take_sent_bytes() {

@@ -49,6 +49,10 @@ class GradFence {
   // Before the all-reduce reads the bucket (Communicator::Ready): blocks the communication thread
   // until the writes are done, or makes the communicator's stream wait for them (nccl).
   virtual void wait(size_t bucket) = 0;
+  // In a recorded step (--cuda-graph), after the bucket's all-reduce was queued on the
+  // communicator's stream: makes the compute stream wait for it there. False where the calls run
+  // on a host thread (then the caller waits for the Work).
+  virtual bool join(size_t /*bucket*/) { return false; }
 };
 
 // The fence a rank computing on `ctx` needs with `comm`: none on the CPU; on a GPU, a CUDA event
@@ -68,6 +72,8 @@ class Reducer final : public GradSync {
   // The model's gradient-ready hook: `p`'s gradient is final for this backward.
   void grad_ready(const nn::Parameter& p);
   void finish(Context& ctx, StepPhases& phases) override;
+  std::vector<Work> record_finish(Context& ctx, StepPhases& phases) override;
+  void finish_replayed(const std::vector<Work>& calls, StepPhases& phases) override;
   uint64_t take_sent_bytes() override;
   std::vector<TraceSpan> take_bucket_spans() override { return std::move(bucket_spans_); }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -75,6 +81,9 @@ class Reducer final : public GradSync {
  private:
   bool narrowed() const { return options_.grad_dtype != DType::f32; }
   void start_buckets(size_t end);  // starts buckets [started_, end), in order
+  void widen_bucket(size_t i);
+  // Waits for bucket i's finished call `w`, counts its bytes and keeps its trace span; its seconds.
+  double collect(size_t i, const Work& w);
 
   Communicator& comm_;
   ReducerOptions options_;

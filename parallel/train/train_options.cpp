@@ -297,9 +297,15 @@ const Refusal kRefused[] = {
     {[](const TrainOptions& o) { return o.cuda_graph && !o.device().is_cuda() && !o.graph_rehearsal; },
      "--cuda-graph replays a GPU's training step as a CUDA graph: it needs --devices cuda:N (CPU ops run "
      "when they are called; there is no launch to save)"},
-    {[](const TrainOptions& o) { return o.cuda_graph && o.parallel != ParallelMode::none; },
-     "--cuda-graph records one GPU rank's step (--parallel none): DDP's and DataParallel's exchanges "
-     "inside a graph are not built yet; drop --cuda-graph, or train one replica"},
+    {[](const TrainOptions& o) { return o.cuda_graph && o.parallel == ParallelMode::dp; },
+     "--cuda-graph with --parallel dp: DataParallel copies its replicas' gradients between GPUs after "
+     "their backward, which the graph of one GPU's step does not record; use --parallel ddp --backend "
+     "nccl, or drop --cuda-graph"},
+    {[](const TrainOptions& o) {
+       return o.cuda_graph && o.parallel == ParallelMode::ddp && o.effective_backend() == Backend::p2p;
+     },
+     "--cuda-graph with --backend p2p: p2p's all-reduces run on a host thread, which a CUDA graph cannot "
+     "record; use --backend nccl (its calls are recorded into the graph), or drop --cuda-graph"},
     {[](const TrainOptions& o) { return o.cuda_graph && o.loss_scaling().has_value(); },
      "--cuda-graph with loss scaling (--precision fp16 turns it on): the scale changes between steps, and a "
      "replay keeps the one it recorded; use --precision bf16, or --loss-scale none, or drop --cuda-graph"},

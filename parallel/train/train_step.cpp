@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "core/capture.hpp"
 #include "core/clock.hpp"
@@ -25,15 +24,18 @@ Tensor scaled_loss_gradient(Rank& r) {
 }
 
 // With the divergence guard on, a non-finite loss with finite gradients (a class whose
-// probability underflowed to 0) would slip past the gradient check: `t` (the loss gradient, or
-// after a graph's replay the gradients) is made NaN, on every rank, so that all decide alike
-// after the reduction.
-void poison_on_bad_loss(Rank& r, const Tensor& loss, Tensor t) {
+// probability underflowed to 0) would slip past the gradient check: the loss gradient is made NaN
+// before backward, on the device (no host read: a recorded step does the same), so that its
+// gradients, and through the all-reduce every rank's, are NaN and all ranks decide alike.
+void poison_on_bad_loss(Rank& r, const Tensor& loss, Tensor& dlogits) {
+  if (r.job.options.on_nonfinite != NonFinite::ignore) ops::poison_if_nonfinite(r.env.ctx(), dlogits, loss);
+}
+
+// After backward: keeps a non-finite loss for the guard's message (and the loss scaler, which
+// leaves such a step to the guard).
+void note_bad_loss(Rank& r, const Tensor& loss) {
   if (r.job.options.on_nonfinite == NonFinite::ignore) return;
-  const float value = loss.item();
-  if (std::isfinite(value)) return;
-  r.bad_loss = value;
-  ops::fill(r.env.ctx(), t, std::numeric_limits<float>::quiet_NaN());
+  if (const float value = loss.item(); !std::isfinite(value)) r.bad_loss = value;
 }
 
 // The divergence guard (--on-nonfinite) on the reduced gradients: every rank holds the same
@@ -93,9 +95,9 @@ void update(Rank& r, int64_t global_step, StepRecord& rec) {
   r.bad_loss.reset();
 }
 
-// --cuda-graph (graph_step.hpp): forward, loss and backward of the shape's input tensors, as
-// recorded work. The loss goes to g.loss; the loss scale is refused with the flag, and the check
-// of a non-finite loss runs after the replay, on the gradients (poison_on_bad_loss).
+// --cuda-graph (graph_step.hpp): forward, loss, backward and the gradients' exchange of the
+// shape's input tensors, as recorded work. The loss goes to g.loss, the exchange's calls to
+// g.calls; the loss scale is refused with the flag.
 RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
   return [&r, &g](StepPhases& phases) {
     Context& ctx = r.env.ctx();
@@ -115,18 +117,26 @@ RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
       Tensor logits = r.model.forward(ctx, g.images, phases);
       g.loss = r.criterion.forward_tensor(ctx, logits, g.labels);
     }
-    auto scope = phases.scope(Phase::backward);
-    capture::Where where("backward");
-    r.model.backward(ctx, scaled_loss_gradient(r), phases);
-    ops::increment_i64(ctx, r.graphs->counter());
+    {
+      auto scope = phases.scope(Phase::backward);
+      capture::Where where("backward");
+      Tensor dlogits = scaled_loss_gradient(r);
+      poison_on_bad_loss(r, g.loss, dlogits);
+      r.model.backward(ctx, dlogits, phases);  // DDP: starts the buckets' all-reduces
+      ops::increment_i64(ctx, r.graphs->counter());
+    }
+    capture::Where where("the gradients' all-reduce");
+    g.calls = r.grad_sync.record_finish(ctx, phases);
   };
 }
 
 // The shape's entry for this step, its batch copied into the graph's inputs; null where the step
-// runs eagerly (no --cuda-graph, or the shape's first step).
-GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& labels) {
+// runs eagerly (no --cuda-graph, or the shape's first step). `sync`: the step all-reduces its
+// gradients (DDP records that in the graph: such steps are recorded apart from the others).
+GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& labels, bool sync) {
   if (!r.graphs) return nullptr;
-  GraphSteps::Shape& g = r.graphs->step_of(images.shape());
+  const bool exchange = sync && r.job.options.parallel == ParallelMode::ddp;
+  GraphSteps::Shape& g = r.graphs->step_of(images.shape(), exchange);
   if (g.steps == 1) return nullptr;
   Context& ctx = r.env.ctx();
   if (!g.images.defined()) {
@@ -147,8 +157,8 @@ void replay(Rank& r, GraphSteps::Shape& g, StepPhases& phases) {
     g.recorder = std::move(recorder);
     if (r.rank == 0) {
       const std::string nodes = g.recorder->nodes() ? detail::concat(g.recorder->nodes(), " nodes") : "rehearsed on the CPU";
-      std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch (%s)\n", shape_str(g.images.shape()).c_str(),
-                   nodes.c_str());
+      std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch%s (%s)\n", shape_str(g.images.shape()).c_str(),
+                   g.exchange ? " with its gradients' all-reduce" : "", nodes.c_str());
     }
   }
   g.recorder->replay(phases);
@@ -196,28 +206,32 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     auto scope = phases.scope(Phase::h2d);
     images = r.env.upload(batch->images);
     labels = r.env.upload(batch->labels);
-    graph = graph_inputs(r, images, labels);  // --cuda-graph: into the graph's inputs
+    graph = graph_inputs(r, images, labels, rec.optimizer_step);  // --cuda-graph: into the graph's inputs
   }
   if (graph) {
     r.grad_sync.begin_step(rec.optimizer_step);
     replay(r, *graph, phases);
     loss = graph->loss;
-    poison_on_bad_loss(r, loss, r.model.master().flat_grads());
+    rec.backward_end_s = r.clock();
+    r.grad_sync.finish_replayed(graph->calls, phases);  // waits for the replay's all-reduces
   } else {
     {
       auto scope = phases.scope(Phase::forward);
       Tensor logits = r.model.forward(ctx, images, phases);
       loss = r.criterion.forward_tensor(ctx, logits, labels);  // read after the step: no sync here
     }
-    auto scope = phases.scope(Phase::backward);
-    r.grad_sync.begin_step(rec.optimizer_step);
-    if (r.scaler) rec.loss_scale = r.scaler->scale();
-    Tensor dlogits = scaled_loss_gradient(r);
-    poison_on_bad_loss(r, loss, dlogits);
-    r.model.backward(ctx, dlogits, phases);  // DDP: buckets all-reduce as gradients become ready
+    {
+      auto scope = phases.scope(Phase::backward);
+      r.grad_sync.begin_step(rec.optimizer_step);
+      if (r.scaler) rec.loss_scale = r.scaler->scale();
+      Tensor dlogits = scaled_loss_gradient(r);
+      poison_on_bad_loss(r, loss, dlogits);
+      r.model.backward(ctx, dlogits, phases);  // DDP: buckets all-reduce as gradients become ready
+    }
+    rec.backward_end_s = r.clock();
+    r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
   }
-  rec.backward_end_s = r.clock();
-  r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
+  note_bad_loss(r, loss);
   if (rec.optimizer_step) {
     auto scope = phases.scope(Phase::optimizer);
     update(r, at.global_step, rec);

@@ -109,6 +109,21 @@ TEST_CASE("cuda increment_i64 adds one on the device") {
   CHECK(gc.to(Device::cpu()).data<int64_t>()[0] == (int64_t(1) << 40) + 1);
 }
 
+TEST_CASE("cuda poison_if_nonfinite reads the value on the device: NaN everywhere after inf, unchanged after a finite value") {
+  Context g = gpu();
+  Tensor x = uniform({3, 70001}, 8);
+  Tensor value = Tensor::empty({1});
+  for (float v : {1.5f, std::numeric_limits<float>::infinity()}) {
+    CAPTURE(v);
+    value.data<float>()[0] = v;
+    Tensor gx = x.to(dev()), gv = value.to(dev());
+    ops::poison_if_nonfinite(g, gx, gv);
+    const Tensor back = gx.to(Device::cpu());
+    if (std::isfinite(v)) CHECK(back.to_vector() == x.to_vector());
+    else CHECK(ops::count_nonfinite(g, gx) == x.numel());
+  }
+}
+
 TEST_CASE("cuda relu forward and backward (accumulating, and written over) match the reference") {
   Context c = reference(), g = gpu();
   Tensor x = uniform({3, 5, 13, 13}, 5), dy = uniform(x.shape(), 6), dx0 = uniform(x.shape(), 7);

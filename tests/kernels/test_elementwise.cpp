@@ -212,6 +212,32 @@ TEST_CASE("increment_i64 adds one to a one-element i64 counter, on the CPU and i
   CHECK_THROWS_WITH_AS(ops::increment_i64(ctx, two), doctest::Contains("exactly one element"), Error);
 }
 
+TEST_CASE("poison_if_nonfinite makes x NaN where the value is NaN or infinite, and leaves it else; else says what it takes") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (Context ctx : {Context::cpu(2), Context::ref()}) {
+    for (float v : {0.f, -3.5f, std::numeric_limits<float>::max(), inf, -inf, nan}) {
+      CAPTURE(v);
+      Tensor x = Tensor::empty({5, 1001});
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i) - 7.f;
+      const Tensor before = x.clone();
+      Tensor value = Tensor::empty({1});
+      value.data<float>()[0] = v;
+      ops::poison_if_nonfinite(ctx, x, value);
+      if (std::isfinite(v)) {
+        CHECK(x.to_vector() == before.to_vector());
+      } else {
+        CHECK(ops::count_nonfinite(ctx, x) == x.numel());
+        CHECK(std::isnan(x.data<float>()[x.numel() - 1]));
+      }
+    }
+  }
+  Context ctx = Context::cpu();
+  Tensor x = Tensor::zeros({3}), two = Tensor::zeros({2});
+  CHECK_THROWS_WITH_AS(ops::poison_if_nonfinite(ctx, x, two), doctest::Contains("exactly one element"), Error);
+  Tensor i = Tensor::zeros({1}, DType::i64);
+  CHECK_THROWS_WITH_AS(ops::poison_if_nonfinite(ctx, x, i), doctest::Contains("value"), Error);
+}
+
 TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else, for any number of threads") {
   const int64_t n = 100003;
   Tensor x = Tensor::empty({n});

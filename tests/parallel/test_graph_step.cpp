@@ -13,7 +13,9 @@
 #include "core/tensor.hpp"
 #include "parallel/train/device_env.hpp"
 #include "parallel/train/graph_step.hpp"
+#include "tests/common/files.hpp"
 #include "tests/parallel/small_job.hpp"
+#include "zoo/weights.hpp"
 
 using namespace dpx;
 using namespace dpx::parallel;
@@ -67,9 +69,49 @@ TEST_CASE("--cuda-graph's step logic gives the eager run's weights bit for bit")
   }
 }
 
+// DDP with the recorded step (nccl on GPUs): the Reducer's all-reduces are started by backward's
+// hooks inside the recorded work and joined there (GradSync::record_finish); after each replay the
+// Reducer waits for the recorded calls and times and counts them (finish_replayed). Thread ranks
+// rehearse it here: their calls run again at each replay, where a GPU's graph runs the recorded ones.
+TEST_CASE("--cuda-graph under DDP: the recorded step's all-reduces give the eager DDP run bit for bit") {
+  auto check_same = [](const TrainReport& graph, const TrainReport& eager) {
+    REQUIRE(graph.steps.size() == eager.steps.size());
+    for (size_t i = 0; i < eager.steps.size(); ++i) {
+      CAPTURE(i);
+      CHECK(graph.steps[i].loss == eager.steps[i].loss);
+      CHECK(graph.steps[i].comm_bytes == eager.steps[i].comm_bytes);  // counted after each replay
+      CHECK((graph.steps[i].times[Phase::comm_total] > 0) == eager.steps[i].optimizer_step);
+    }
+    CHECK(graph.final_params() == eager.final_params());
+  };
+  SUBCASE("the MLP over 2 ranks, a bucket per tensor, the gradients all-reduced in f32 and in bf16") {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      CAPTURE(dtype_name(dtype));
+      TrainOptions o = testing::small_job("cpu:2", ParallelMode::ddp);
+      o.bucket_mb = 0.001;
+      o.grad_dtype = dtype;
+      o.loss_scale = {LossScale::Kind::none};
+      const TrainReport eager = run(o), graph = run(rehearsed(o));
+      CHECK(eager.steps.front().comm_bytes > 0);
+      check_same(graph, eager);
+    }
+  }
+  SUBCASE("resnet18 over 2 ranks, --accumulate 2: the steps that all-reduce and those that do not, recorded apart") {
+    TrainOptions o = testing::small_job("cpu:2", ParallelMode::ddp);
+    o.model = "resnet18";
+    o.channels = 3;
+    o.image_size = 16;
+    o.synthetic_size = 128;  // 4 global batches of 32
+    o.max_steps = 0;
+    o.epochs = 2;
+    o.accumulate = 2;
+    const TrainReport eager = run(o), graph = run(rehearsed(o));
+    REQUIRE(graph.steps.size() == 16);  // 8 steps of 2 ranks
+    check_same(graph, eager);
+  }
+}
+
 TEST_CASE("--cuda-graph: a non-finite loss stops the run at the same step as the eager run") {
-  TrainOptions o = testing::small_job("cpu:1", ParallelMode::none);
-  o.lr = 1e30f;
   auto error_of = [](const TrainOptions& opts) {
     try {
       (void)run(opts);
@@ -78,9 +120,45 @@ TEST_CASE("--cuda-graph: a non-finite loss stops the run at the same step as the
     }
     return std::string();
   };
-  const std::string eager = error_of(o), graph = error_of(rehearsed(o));
-  CHECK(eager.find("non-finite") != std::string::npos);
-  CHECK(graph == eager);
+  // One rank; and DDP over 2 ranks, where the loss gradient is poisoned on the device inside the
+  // recorded step, so that the all-reduce carries the NaN to every rank.
+  for (const std::string devices : {"cpu:1", "cpu:2"}) {
+    CAPTURE(devices);
+    TrainOptions o = testing::small_job(devices, devices == "cpu:1" ? ParallelMode::none : ParallelMode::ddp);
+    o.lr = 1e30f;
+    const std::string eager = error_of(o), graph = error_of(rehearsed(o));
+    CHECK(eager.find("non-finite") != std::string::npos);
+    CHECK(graph == eager);
+  }
+  // An infinite loss with finite gradients: the last layer's bias makes class 0 certain (+3e38) and
+  // the others impossible (-3e38), so an image of another class has the loss 3e38 - (-3e38) = inf
+  // while softmax's gradient (p - one-hot) stays finite. Only the poisoned loss gradient makes the
+  // guard stop at step 1, on every rank alike; and with --on-nonfinite skip, skip every update,
+  // the replayed ones too (the recorded step poisons on the device).
+  const testing::TempDir tmp("graph_inf_loss");
+  TrainOptions o = testing::small_job("cpu:2", ParallelMode::ddp);
+  {
+    Job job(o);
+    auto params = job.initial.root().named_parameters();
+    Tensor& bias = params.back().second->value;
+    REQUIRE(params.back().first.find("bias") != std::string::npos);
+    for (int64_t c = 0; c < bias.numel(); ++c) bias.data<float>()[c] = c == 0 ? 3e38f : -3e38f;
+    zoo::save_state(tmp.file("certain.safetensors"), job.initial);
+  }
+  o.weights_file = tmp.file("certain.safetensors");
+  for (const ParallelMode mode : {ParallelMode::none, ParallelMode::ddp}) {
+    o.parallel = mode;
+    o.devices = mode == ParallelMode::none ? "cpu:1" : "cpu:2";
+    CAPTURE(o.devices);
+    const std::string eager = error_of(o), graph = error_of(rehearsed(o));
+    CHECK(eager.find("non-finite loss (inf) and gradients at step 1") != std::string::npos);
+    CHECK(graph == eager);
+    TrainOptions skip = o;
+    skip.on_nonfinite = NonFinite::skip;
+    const TrainReport skipped = run(rehearsed(skip));
+    REQUIRE(skipped.steps.size() == (mode == ParallelMode::none ? 10u : 20u));
+    for (const StepRecord& s : skipped.steps) CHECK(s.update_skipped);
+  }
 }
 
 TEST_CASE("--cuda-graph: replays run under a capture scope, so a host read in the recorded work fails") {
@@ -89,6 +167,7 @@ TEST_CASE("--cuda-graph: replays run under a capture scope, so a host read in th
   CHECK(s.steps == 1);
   CHECK(graphs.step_of({2, 3}).steps == 2);
   CHECK(graphs.step_of({1, 3}).steps == 1);  // another shape counts apart
+  CHECK(graphs.step_of({2, 3}, true).steps == 1);  // and a step that all-reduces
   std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), 1, false);
   StepPhases phases(*env);
   Tensor t = Tensor::zeros({1});
@@ -108,12 +187,30 @@ TEST_CASE("--cuda-graph: refused where it cannot work, each with its reason") {
     return testing::usage_error_of([&] { o.validate(); });
   };
   CHECK(error_of([](TrainOptions&) {}).find("--cuda-graph replays a GPU's training step") != std::string::npos);
-  // (Thread ranks rehearsing: a GPU backend in a build without CUDA is refused before this rule.)
+  // (Thread ranks rehearsing: a GPU backend in a build without CUDA is refused before these rules.)
+  CHECK(error_of([](TrainOptions& o) {
+          o.devices = "cpu:2";
+          o.graph_rehearsal = true;
+          o.parallel = ParallelMode::dp;
+        }).find("--cuda-graph with --parallel dp") != std::string::npos);
   CHECK(error_of([](TrainOptions& o) {
           o.devices = "cpu:2";
           o.graph_rehearsal = true;
           o.parallel = ParallelMode::ddp;
-        }).find("--parallel none") != std::string::npos);
+        }).empty());
+#ifdef DPX_WITH_CUDA  // (without CUDA, --backend p2p is refused as not built)
+  CHECK(error_of([](TrainOptions& o) {
+          o.devices = "cuda:0,cuda:0";
+          o.backend = Backend::p2p;
+          o.parallel = ParallelMode::ddp;
+        }).find("--cuda-graph with --backend p2p") != std::string::npos);
+  CHECK(error_of([](TrainOptions& o) {
+          o.devices = "cuda:0,cuda:1";
+          o.backend = Backend::nccl;
+          o.algo = Algorithm::nccl;
+          o.parallel = ParallelMode::ddp;
+        }).empty());
+#endif
   CHECK(error_of([](TrainOptions& o) {
           o.devices = "cuda:0";
           o.precision = Precision::fp16;
