@@ -155,7 +155,7 @@ TEST_CASE("--resume auto starts where --checkpoint-dir holds no checkpoint and c
 
 TEST_CASE("SIGTERM: the run stops at a step, checkpoints, exits 143, and the resumed run finishes it alike") {
   const std::string args =
-      "train --model lenet5 --dataset synthetic --synthetic-size 100000 --steps 1200 --epochs 2 --batch-size 24 "
+      "train --model lenet5 --dataset synthetic --synthetic-size 100000 --steps 400 --epochs 2 --batch-size 24 "
       "--seed 7 --threads 1 --workers 1 --warmup 0 --no-eval --log-interval 0 ";
   struct Case {
     std::string launch, args;
