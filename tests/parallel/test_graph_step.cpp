@@ -1,9 +1,11 @@
 // --cuda-graph's step logic on the CPU (parallel/train/graph_step.hpp), through the rehearsal
 // recorder: each shape's first step eager, the second recorded, later ones replayed on the
-// shape's own input tensors, with the optimizer and the loss check eager after the replay. A run
+// shape's own input tensors, with the optimizer and the guard's decision eager after the replay. A run
 // so made must equal the eager run bit for bit; the GPU's recorder differs only in recording a
 // CUDA graph (parallel/train/cuda/graph_recorder.cpp; tests/cuda/test_cuda_graph.cpp runs it).
-// Random layers draw the eager run's masks: the count of replays replaces their own count.
+// Random layers draw the eager run's masks: the count of replays replaces their own count. Under
+// DDP the recorded step holds the all-reduces; thread ranks rehearse it against eager DDP and one
+// replica.
 #include <doctest/doctest.h>
 
 #include <sstream>
@@ -94,6 +96,8 @@ TEST_CASE("--cuda-graph under DDP: the recorded step's all-reduces give the eage
       const TrainReport eager = run(o), graph = run(rehearsed(o));
       CHECK(eager.steps.front().comm_bytes > 0);
       check_same(graph, eager);
+      if (dtype == DType::f32)  // and, as every parallel feature, one replica on the same global batch
+        testing::check_matches_one_replica(graph, run(testing::small_job("cpu:1", ParallelMode::none)));
     }
   }
   SUBCASE("--accumulate 2: the steps that all-reduce and those that do not, recorded apart") {
