@@ -1,4 +1,5 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64, poison_if_nonfinite (the CPU ops' checks and results).
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64,
+// poison_if_nonfinite (the CPU ops' checks and results).
 // add, axpy, scale and the f32 cast are detail::map's four-at-a-time loops (common.cuh), fill its
 // own; the rest grid-stride loops with 64-bit indices. All work is queued on the Context's stream.
 #include "core/cuda/half.cuh"

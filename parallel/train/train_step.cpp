@@ -157,8 +157,9 @@ void replay(Rank& r, GraphSteps::Shape& g, StepPhases& phases) {
     g.recorder = std::move(recorder);
     if (r.rank == 0) {
       const std::string nodes = g.recorder->nodes() ? detail::concat(g.recorder->nodes(), " nodes") : "rehearsed on the CPU";
-      std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch%s (%s)\n", shape_str(g.images.shape()).c_str(),
-                   g.exchange ? " with its gradients' all-reduce" : "", nodes.c_str());
+      std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch%s (%s)\n",
+                   shape_str(g.images.shape()).c_str(), g.exchange ? " with its gradients' all-reduce" : "",
+                   nodes.c_str());
     }
   }
   g.recorder->replay(phases);
