@@ -49,7 +49,10 @@ void spmd_rank(Job& job, int local_ranks, const RankSetup& setup, const ReducerO
   data::DataLoader loader(job.train_set, lo);
   LocalReplica replica(model);
   Rank r(job, setup.rank, *env, replica, *sync, *optimizer, loader, setup.clock_offset_s);
-  std::unique_ptr<GraphSteps> graphs;  // --cuda-graph
+  // --cuda-graph. Declared last, so destroyed first: a graph holding NCCL calls (DDP) keeps a
+  // reference on their communicator, which NCCL's finalize and destroy wait for; the communicators
+  // (launch_ranks') outlive this function.
+  std::unique_ptr<GraphSteps> graphs;
   if (o.cuda_graph) {
     graphs = std::make_unique<GraphSteps>([&e = *env] { return e.make_recorder(); },
                                           Tensor::zeros({1}, DType::i64, env->ctx().device));
