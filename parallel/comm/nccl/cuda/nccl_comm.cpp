@@ -116,7 +116,11 @@ NcclTransport::~NcclTransport() {
 
 void NcclTransport::abort_comm() {
   if (aborted_.exchange(true)) return;
-  ncclCommAbort(comm_);  // ends NCCL's kernels and proxy threads for this communicator
+  // Ends NCCL's kernels and proxy threads for this communicator. On a non-blocking communicator
+  // it returns at once: NCCL's reclaim runs on a thread of its own, where it also waits until
+  // every CUDA graph holding this communicator's calls (--cuda-graph under DDP) is destroyed, as
+  // they are when the failed step unwinds (spmd.cpp).
+  ncclCommAbort(comm_);
 }
 
 void NcclTransport::begin_call(const CommCall& call) {
