@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/capture.hpp"
 #include "core/error.hpp"
 #include "kernels/layout_plan.hpp"
 
@@ -313,6 +314,13 @@ void cast(Context&, Tensor& out, const Tensor& in, float) {
 }
 
 void count_nonfinite(Context&, const Tensor& x) { require_f32("count_nonfinite", "x", x); }
+
+void count_nonfinite_into(Context&, Tensor& count, const Tensor& x) {
+  require_f32("count_nonfinite_into", "x", x);
+  require_dtype("count_nonfinite_into", "count", count, DType::i64);
+  if (count.numel() != 1)
+    fail("count_nonfinite_into: count ", shape_str(count.shape()), " must hold exactly one element");
+}
 
 void increment_i64(Context&, Tensor& counter) {
   require_dtype("increment_i64", "counter", counter, DType::i64);
@@ -742,8 +750,28 @@ void count_correct(Context&, const Tensor& logits, const Tensor& labels) {
 }
 
 // ==== optimizer
-void sgd_step(Context&, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p,
-              bool) {
+namespace {
+// An optimizer op's optional tensors (ops.def): `scalars` f32 of `count` elements, `skip` one i64.
+// Recorded into a CUDA graph, an update must take its scalars from the device: the values its
+// arguments give would be frozen at the recording (a learning rate that a schedule changes).
+void check_update_tensors(const char* op, const Tensor* scalars, int64_t count, const Tensor* skip) {
+  if (scalars) {
+    require_f32(op, "scalars", *scalars);
+    if (scalars->numel() != count)
+      fail(op, ": scalars ", shape_str(scalars->shape()), " must hold exactly ", count, " element(s)");
+  } else if (capture::active()) {
+    capture::not_capturable(detail::concat(op, "'s learning rate comes from the host, and a recording would keep the one "
+                                           "it saw (give the op its scalars on the device)").c_str());
+  }
+  if (skip) {
+    require_dtype(op, "skip", *skip, DType::i64);
+    if (skip->numel() != 1) fail(op, ": skip ", shape_str(skip->shape()), " must hold exactly one element");
+  }
+}
+}  // namespace
+
+void sgd_step(Context&, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p, bool,
+              const Tensor* scalars, const Tensor* skip) {
   const char* op = "sgd_step";
   require_f32_pair(op, "param", param, "grad", grad);
   // The same rule (and wording) as torch.optim.SGD's constructor.
@@ -751,15 +779,17 @@ void sgd_step(Context&, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
     fail(op, ": Nesterov momentum requires a momentum and zero dampening (momentum ", p.momentum,
          ", dampening ", p.dampening, ")");
   if (p.momentum != 0.f) require_f32_pair(op, "momentum_buf", momentum_buf, "param", param);
+  check_update_tensors(op, scalars, 1, skip);
 }
 
 void adamw_step(Context&, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamwParams& p, int64_t step) {
+                const AdamwParams& p, int64_t step, const Tensor* scalars, const Tensor* skip) {
   const char* op = "adamw_step";
   require_f32_pair(op, "param", param, "grad", grad);
   require_f32_pair(op, "exp_avg", exp_avg, "param", param);
   require_f32_pair(op, "exp_avg_sq", exp_avg_sq, "param", param);
-  (void)adamw_scalars(p, step);  // the hyper-parameters and step
+  if (!scalars) (void)adamw_scalars(p, step);  // the hyper-parameters and step
+  check_update_tensors(op, scalars, kAdamwScalars, skip);
 }
 
 }  // namespace dpx::ops::check

@@ -4,6 +4,7 @@
 #include "kernels/ops.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -224,6 +225,14 @@ AdamwScalars adamw_scalars(const AdamwParams& p, int64_t step) {
   s.step_size = static_cast<float>(lr / bias_correction1);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = p.eps;
+  return s;
+}
+
+AdamwScalars adamw_scalars_of(const Tensor& scalars) {
+  DPX_CHECK(scalars.device().is_cpu() && scalars.dtype() == DType::f32 && scalars.numel() == kAdamwScalars,
+            "adamw_scalars_of: ", kAdamwScalars, " f32 on the host");
+  AdamwScalars s;
+  std::memcpy(&s, scalars.data<float>(), sizeof s);
   return s;
 }
 

@@ -9,6 +9,7 @@
 // CUDA: <op>" — never a silent CPU fallback.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/context.hpp"
@@ -112,5 +113,10 @@ struct AdamwScalars {
 };
 // Checks p (check_adamw_params) and step >= 1.
 AdamwScalars adamw_scalars(const AdamwParams& p, int64_t step);
+// adamw_step's `scalars` tensor holds an AdamwScalars as its fields in order, in f32.
+constexpr int64_t kAdamwScalars = sizeof(AdamwScalars) / sizeof(float);
+static_assert(kAdamwScalars == 8 && std::is_trivially_copyable_v<AdamwScalars>);
+// Those fields from a host tensor of kAdamwScalars f32 (the CPU kernels' reading of `scalars`).
+AdamwScalars adamw_scalars_of(const Tensor& scalars);
 
 }  // namespace dpx::ops

@@ -2,18 +2,24 @@
 // calls over runs of trainable parameters in the flat buffers.
 #include "layers/optim.hpp"
 
+#include <cstring>
+#include <optional>
+
 namespace dpx::nn {
 
 namespace {
 
+bool trainable(const ParamSlot& slot) { return slot.param->requires_grad && slot.numel > 0; }
+
 // Slots are contiguous in registration order, so a run of trainable slots in the same state
 // (key) is one range of the flat buffers: one op instead of one per tensor. Calls
 // fn(first_slot, end_slot, begin_element, end_element) for each such run.
+
 template <typename Key, typename Fn>
 void for_each_trainable_run(const std::vector<ParamSlot>& slots, Key key, Fn fn) {
   size_t i = 0;
   while (i < slots.size()) {
-    if (!slots[i].param->requires_grad || slots[i].numel == 0) {
+    if (!trainable(slots[i])) {
       ++i;
       continue;
     }
@@ -97,6 +103,7 @@ SGD::SGD(Model& model, const ops::SgdParams& params) : model_(&model), p_(params
   if (p_.nesterov && (p_.momentum <= 0.f || p_.dampening != 0.f))
     fail("SGD: Nesterov momentum requires a momentum > 0 and zero dampening");
   started_.assign(model.slots().size(), 0);
+  scalars_ = Tensor::zeros({1}, DType::f32, model.device());
   if (p_.momentum != 0.f)
     momentum_ = Tensor::zeros({model.num_parameters()}, DType::f32, model.device());
 }
@@ -107,17 +114,43 @@ void SGD::set_lr(float lr) {
 }
 
 void SGD::step(Context& ctx) {
+  update(ctx, nullptr, nullptr);
+  count_step();
+}
+
+void SGD::update(Context& ctx, const Tensor* scalars, const Tensor* skip) const {
   const auto& slots = model_->slots();
   DPX_CHECK(slots.size() == started_.size(), "SGD: the model's parameters changed after the optimizer was made");
   Tensor& params = model_->flat_params();
   Tensor& grads = model_->flat_grads();
   for_each_trainable_run(
       slots, [&](size_t k) { return started_[k]; },
-      [&](size_t first, size_t end, int64_t begin, int64_t stop) {
+      [&](size_t first, size_t, int64_t begin, int64_t stop) {
         Tensor p = params.view_at(begin, {stop - begin});
         Tensor g = grads.view_at(begin, {stop - begin});
         Tensor m = momentum_.defined() ? momentum_.view_at(begin, {stop - begin}) : Tensor();
-        ops::sgd_step(ctx, p, g, m, p_, started_[first] == 0);
+        ops::sgd_step(ctx, p, g, m, p_, started_[first] == 0, scalars, skip);
+      });
+}
+
+// A recorded first step would copy the gradient into the momentum buffer at every replay.
+bool SGD::recordable() const {
+  if (!momentum_.defined()) return true;
+  const auto& slots = model_->slots();
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (trainable(slots[k]) && !started_[k]) return false;
+  return true;
+}
+
+void SGD::stage(Context&) { scalars_.copy_from(Tensor::from({1}, {p_.lr})); }
+
+void SGD::record_step(Context& ctx, const Tensor* skip) const { update(ctx, &scalars_, skip); }
+
+// The slots of each run the update made (as it made them: update() leaves started_ alone).
+void SGD::count_step() {
+  for_each_trainable_run(
+      model_->slots(), [&](size_t k) { return started_[k]; },
+      [&](size_t first, size_t end, int64_t, int64_t) {
         for (size_t k = first; k < end; ++k) started_[k] = 1;
       });
   ++steps_;
@@ -126,6 +159,7 @@ void SGD::step(Context& ctx) {
 AdamW::AdamW(Model& model, const ops::AdamwParams& params) : model_(&model), p_(params) {
   ops::check_adamw_params(p_, "AdamW");
   slot_steps_.assign(model.slots().size(), 0);
+  scalars_ = Tensor::zeros({ops::kAdamwScalars}, DType::f32, model.device());
   exp_avg_ = Tensor::zeros({model.num_parameters()}, DType::f32, model.device());
   exp_avg_sq_ = Tensor::zeros({model.num_parameters()}, DType::f32, model.device());
 }
@@ -138,6 +172,11 @@ void AdamW::set_lr(float lr) {
 }
 
 void AdamW::step(Context& ctx) {
+  update(ctx, nullptr, nullptr);
+  count_step();
+}
+
+void AdamW::update(Context& ctx, const Tensor* scalars, const Tensor* skip) const {
   const auto& slots = model_->slots();
   DPX_CHECK(slots.size() == slot_steps_.size(), "AdamW: the model's parameters changed after the optimizer was made");
   Tensor& params = model_->flat_params();
@@ -146,12 +185,45 @@ void AdamW::step(Context& ctx) {
   // for a while and have fewer steps (hence another bias correction).
   for_each_trainable_run(
       slots, [&](size_t k) { return slot_steps_[k]; },
-      [&](size_t first, size_t end, int64_t begin, int64_t stop) {
+      [&](size_t first, size_t, int64_t begin, int64_t stop) {
         Tensor p = params.view_at(begin, {stop - begin});
         Tensor g = grads.view_at(begin, {stop - begin});
         Tensor m = exp_avg_.view_at(begin, {stop - begin});
         Tensor v = exp_avg_sq_.view_at(begin, {stop - begin});
-        ops::adamw_step(ctx, p, g, m, v, p_, slot_steps_[first] + 1);
+        ops::adamw_step(ctx, p, g, m, v, p_, slot_steps_[first] + 1, scalars, skip);
+      });
+}
+
+// One bias correction for every trainable parameter: the scalars stage() writes.
+bool AdamW::recordable() const {
+  std::optional<int64_t> steps;
+  const auto& slots = model_->slots();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (!trainable(slots[k])) continue;
+    if (steps && *steps != slot_steps_[k]) return false;
+    steps = slot_steps_[k];
+  }
+  return true;
+}
+
+void AdamW::stage(Context&) {
+  DPX_CHECK(recordable(), "AdamW: a recorded update needs every parameter at the same step");
+  int64_t steps = 0;
+  const auto& slots = model_->slots();
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (trainable(slots[k])) steps = slot_steps_[k];
+  const ops::AdamwScalars s = ops::adamw_scalars(p_, steps + 1);
+  Tensor host = Tensor::empty({ops::kAdamwScalars});
+  std::memcpy(host.data<float>(), &s, sizeof s);
+  scalars_.copy_from(host);
+}
+
+void AdamW::record_step(Context& ctx, const Tensor* skip) const { update(ctx, &scalars_, skip); }
+
+void AdamW::count_step() {
+  for_each_trainable_run(
+      model_->slots(), [&](size_t k) { return slot_steps_[k]; },
+      [&](size_t first, size_t end, int64_t, int64_t) {
         for (size_t k = first; k < end; ++k) ++slot_steps_[k];
       });
   ++steps_;

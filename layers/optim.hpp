@@ -31,8 +31,26 @@ class Optimizer {
   virtual std::map<std::string, Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, Tensor>& state) = 0;
 
+  // The update recorded into a CUDA graph with the rest of the step (--cuda-graph,
+  // parallel/train/graph_step.hpp), where every value the host passes a kernel is frozen at the
+  // recording. step() is stage(), record_step() and count_step() in one.
+  //   recordable()   every trainable parameter has started alike (SGD: its momentum buffer;
+  //                  AdamW: as many updates), so the update's ops, their ranges and arguments
+  //                  stay the same at every later step and one recording serves them all;
+  //   stage()        before each replay: the next update's scalars (the learning rate set_lr
+  //                  gave, AdamW's bias corrections) into a tensor on the model's device;
+  //   record_step()  the update's ops reading those scalars there, each skipped on the device
+  //                  when `skip` (i64, one element: a count of non-finite gradients) is not zero;
+  //                  const, since a recording runs its host code once;
+  //   count_step()   after an update that was not skipped: what it counts on the host.
+  virtual bool recordable() const = 0;
+  virtual void stage(Context& ctx) = 0;
+  virtual void record_step(Context& ctx, const Tensor* skip) const = 0;
+  virtual void count_step() = 0;
+
  protected:
   int64_t steps_ = 0;
+  Tensor scalars_;  // on the model's device: what stage() wrote
 };
 
 class SGD : public Optimizer {
@@ -50,8 +68,14 @@ class SGD : public Optimizer {
   const Tensor& momentum_buffer() const { return momentum_; }
   std::map<std::string, Tensor> state() const override;  // "momentum", "started", "steps"
   void load_state(const std::map<std::string, Tensor>& state) override;
+  bool recordable() const override;
+  void stage(Context& ctx) override;
+  void record_step(Context& ctx, const Tensor* skip) const override;
+  void count_step() override;
 
  private:
+  void update(Context& ctx, const Tensor* scalars, const Tensor* skip) const;
+
   Model* model_;
   ops::SgdParams p_;
   Tensor momentum_;            // (num_parameters), on the model's device
@@ -73,8 +97,14 @@ class AdamW : public Optimizer {
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   std::map<std::string, Tensor> state() const override;  // "exp_avg", "exp_avg_sq", "slot_steps", "steps"
   void load_state(const std::map<std::string, Tensor>& state) override;
+  bool recordable() const override;
+  void stage(Context& ctx) override;
+  void record_step(Context& ctx, const Tensor* skip) const override;
+  void count_step() override;
 
  private:
+  void update(Context& ctx, const Tensor* scalars, const Tensor* skip) const;
+
   Model* model_;
   ops::AdamwParams p_;
   Tensor exp_avg_, exp_avg_sq_;       // (num_parameters) each, on the model's device

@@ -218,8 +218,8 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_flag("--cuda-graph", o.cuda_graph,
                "GPUs (one rank, or DDP over --backend nccl): after a shape's first (eager) step, record forward, "
-               "loss, backward and DDP's NCCL all-reduces as a CUDA graph and replay it each step with one launch "
-               "(the optimizer stays eager; phases are still timed); refused with loss scaling, --parallel dp and "
+               "loss, backward, DDP's NCCL all-reduces and the optimizer's update as a CUDA graph and replay it "
+               "each step with one launch (phases are still timed); refused with loss scaling, --parallel dp and "
                "--backend p2p");
   cmd.add_flag("--verbose", o.verbose, "also print the algorithm each CPU convolution shape runs, and why");
   cmd.add_option("--warmup", o.warmup_steps, "steps excluded from the summaries")->capture_default_str();

@@ -11,8 +11,9 @@ namespace dpx::cpu {
 using namespace detail;
 
 void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamwParams& p, int64_t step) {
-  const ops::AdamwScalars s = ops::adamw_scalars(p, step);
+                const AdamwParams& p, int64_t step, const Tensor* scalars, const Tensor* skip) {
+  if (skip && skip->data<int64_t>()[0] != 0) return;
+  const ops::AdamwScalars s = scalars ? ops::adamw_scalars_of(*scalars) : ops::adamw_scalars(p, step);
   float* w = param.data<float>();
   const float* gp = grad.data<float>();
   float* m = exp_avg.data<float>();

@@ -1,4 +1,4 @@
-// CPU elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64,
+// CPU elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite(_into), increment_i64,
 // poison_if_nonfinite. Each element depends only on its own inputs, so splitting the range over
 // threads cannot change any result.
 #include <algorithm>
@@ -111,6 +111,10 @@ int64_t count_nonfinite(Context& ctx, const Tensor& x) {
 #pragma omp parallel for num_threads(nt) if (nt > 1) reduction(+ : count)
   for (int64_t i = 0; i < n; ++i) count += std::isfinite(xp[i]) ? 0 : 1;
   return count;
+}
+
+void count_nonfinite_into(Context& ctx, Tensor& count, const Tensor& x) {
+  count.data<int64_t>()[0] = count_nonfinite(ctx, x);
 }
 
 }  // namespace dpx::cpu

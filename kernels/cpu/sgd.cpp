@@ -8,12 +8,14 @@ namespace dpx::cpu {
 using namespace detail;
 
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
-              const SgdParams& p, bool first_step) {
+              const SgdParams& p, bool first_step, const Tensor* scalars, const Tensor* skip) {
+  if (skip && skip->data<int64_t>()[0] != 0) return;
   const bool use_momentum = p.momentum != 0.f;
   float* buf = use_momentum ? momentum_buf.data<float>() : nullptr;
   float* w = param.data<float>();
   const float* gp = grad.data<float>();
-  const float lr = p.lr, wd = p.weight_decay, mom = p.momentum, damp = 1.f - p.dampening;
+  const float lr = scalars ? scalars->data<float>()[0] : p.lr;
+  const float wd = p.weight_decay, mom = p.momentum, damp = 1.f - p.dampening;
   const bool nesterov = p.nesterov;
   const int64_t n = param.numel();
   int nt = threads_for(ctx, n);

@@ -1,4 +1,4 @@
-// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite, increment_i64,
+// Elementwise CUDA ops: fill, copy, add, axpy, scale, cast, count_nonfinite(_into), increment_i64,
 // poison_if_nonfinite (the CPU ops' checks and results).
 // add, axpy, scale and the f32 cast are detail::map's four-at-a-time loops (common.cuh), fill its
 // own; the rest grid-stride loops with 64-bit indices. All work is queued on the Context's stream.
@@ -190,15 +190,27 @@ void scale(Context& ctx, Tensor& x, float alpha) {
   detail::map(st.stream, px, detail::MapInputs<1>{{px}}, n, Scale{alpha});
 }
 
+namespace {
+// Zeroes *count, then counts x's NaN and infinite elements into it, on the stream.
+void count_nonfinite_on(CudaState& st, unsigned long long* count, const Tensor& x) {
+  DPX_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, st.stream));
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  count_nonfinite_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(count, f32(x, "count_nonfinite", "x"), n);
+  check_launch();
+}
+}  // namespace
+
+void count_nonfinite_into(Context& ctx, Tensor& count, const Tensor& x) {
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+  count_nonfinite_on(state_of(ctx), static_cast<unsigned long long*>(count.raw()), x);
+}
+
 int64_t count_nonfinite(Context& ctx, const Tensor& x) {
   CudaState& st = state_of(ctx);
-  const int64_t n = x.numel();
-  if (n == 0) return 0;
+  if (x.numel() == 0) return 0;
   detail::Scratch counter(st, sizeof(unsigned long long));
-  DPX_CUDA_CHECK(cudaMemsetAsync(counter.as<void>(), 0, sizeof(unsigned long long), st.stream));
-  count_nonfinite_kernel<<<grid_for(n), kThreads, 0, st.stream>>>(counter.as<unsigned long long>(),
-                                                                 f32(x, "count_nonfinite", "x"), n);
-  check_launch();
+  count_nonfinite_on(st, counter.as<unsigned long long>(), x);
   unsigned long long count = 0;
   DPX_CUDA_CHECK(cudaMemcpyAsync(&count, counter.as<void>(), sizeof count, cudaMemcpyDeviceToHost, st.stream));
   DPX_CUDA_CHECK(cudaStreamSynchronize(st.stream));

@@ -7,8 +7,12 @@ namespace dpx::cuda {
 
 namespace {
 
-// `buf` is null when momentum is 0 (no buffer is kept then).
-__global__ void sgd_kernel(float* param, const float* grad, float* buf, SgdParams p, bool first_step, int64_t n) {
+// `buf` is null when momentum is 0 (no buffer is kept then). `lr_at` and `skip` (ops.def: a step
+// recorded into a CUDA graph reads them on the device) may be null: p.lr then, and no skip.
+__global__ void sgd_kernel(float* param, const float* grad, float* buf, SgdParams p, bool first_step, int64_t n,
+                           const float* lr_at, const long long* skip) {
+  if (skip && *skip != 0) return;
+  const float lr = lr_at ? *lr_at : p.lr;
   DPX_CUDA_LOOP(i, n) {
     float g = grad[i];
     if (p.weight_decay != 0.f) g += p.weight_decay * param[i];
@@ -17,14 +21,14 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, SgdParam
       buf[i] = b;
       g = p.nesterov ? g + p.momentum * b : b;
     }
-    param[i] -= p.lr * g;
+    param[i] -= lr * g;
   }
 }
 
 }  // namespace
 
 void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p,
-              bool first_step) {
+              bool first_step, const Tensor* scalars, const Tensor* skip) {
   CudaState& st = state_of(ctx);
   const char* op = "sgd_step";
   // The same rule (and wording) as torch.optim.SGD's constructor and the CPU op.
@@ -35,7 +39,8 @@ void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_
   int64_t n = param.numel();
   if (n == 0) return;
   sgd_kernel<<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(
-      detail::f32(param, op, "param"), detail::f32(grad, op, "grad"), buf, p, first_step, n);
+      detail::f32(param, op, "param"), detail::f32(grad, op, "grad"), buf, p, first_step, n,
+      scalars ? detail::f32(*scalars, op, "scalars") : nullptr, skip ? static_cast<const long long*>(skip->raw()) : nullptr);
   check_launch();
 }
 

@@ -10,8 +10,9 @@ namespace dpx::ref {
 // m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2        (first and second moments)
 // param -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (bias-corrected step)
 void adamw_step(Context&, Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                const AdamwParams& p, int64_t step) {
-  const ops::AdamwScalars s = ops::adamw_scalars(p, step);
+                const AdamwParams& p, int64_t step, const Tensor* scalars, const Tensor* skip) {
+  if (skip && skip->data<int64_t>()[0] != 0) return;
+  const ops::AdamwScalars s = scalars ? ops::adamw_scalars_of(*scalars) : ops::adamw_scalars(p, step);
   float* w = param.data<float>();
   const float* gp = grad.data<float>();
   float* m = exp_avg.data<float>();

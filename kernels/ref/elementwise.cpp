@@ -1,4 +1,4 @@
-// Reference elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite,
+// Reference elementwise and utility ops: fill, copy, add, axpy, scale, cast, count_nonfinite(_into),
 // increment_i64, poison_if_nonfinite.
 // One loop over the elements each; nothing depends on any other element.
 #include <cmath>
@@ -75,6 +75,10 @@ int64_t count_nonfinite(Context&, const Tensor& x) {
   for (int64_t i = 0; i < x.numel(); ++i)
     if (!std::isfinite(xp[i])) ++count;
   return count;
+}
+
+void count_nonfinite_into(Context& ctx, Tensor& count, const Tensor& x) {
+  count.data<int64_t>()[0] = count_nonfinite(ctx, x);
 }
 
 }  // namespace dpx::ref

@@ -7,9 +7,12 @@ namespace dpx::ref {
 // g = grad + wd * param;
 // with momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g,
 //                g = nesterov ? g + momentum * buf : buf;
-// param -= lr * g. momentum_buf is not touched when momentum is 0.
+// param -= lr * g (lr: scalars[0] when given). momentum_buf is not touched when momentum is 0,
+// nothing when skip is not 0.
 void sgd_step(Context&, Tensor& param, const Tensor& grad, Tensor& momentum_buf, const SgdParams& p,
-              bool first_step) {
+              bool first_step, const Tensor* scalars, const Tensor* skip) {
+  if (skip && skip->data<int64_t>()[0] != 0) return;
+  const float lr = scalars ? scalars->data<float>()[0] : p.lr;
   float* w = param.data<float>();
   const float* gp = grad.data<float>();
   float* buf = p.momentum != 0.f ? momentum_buf.data<float>() : nullptr;
@@ -20,7 +23,7 @@ void sgd_step(Context&, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
       buf[i] = first_step ? g : p.momentum * buf[i] + (1.f - p.dampening) * g;
       g = p.nesterov ? g + p.momentum * buf[i] : buf[i];
     }
-    w[i] -= p.lr * g;
+    w[i] -= lr * g;
   }
 }
 

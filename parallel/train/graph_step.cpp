@@ -11,9 +11,9 @@ namespace dpx::parallel {
 
 GraphSteps::GraphSteps(MakeRecorder make, Tensor counter) : make_(std::move(make)), counter_(std::move(counter)) {}
 
-GraphSteps::Shape& GraphSteps::step_of(const std::vector<int64_t>& images_shape, bool exchange) {
-  Shape& s = shapes_[{images_shape, exchange}];
-  s.exchange = exchange;
+GraphSteps::Shape& GraphSteps::step_of(const std::vector<int64_t>& images_shape, bool update) {
+  Shape& s = shapes_[{images_shape, update}];
+  s.update = update;
   ++s.steps;
   return s;
 }

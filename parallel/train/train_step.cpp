@@ -80,24 +80,41 @@ bool unscale(Rank& r) {
   return !r.scaler->update(ops::count_nonfinite(ctx, grads) > 0);
 }
 
+// The learning rate of the update at the end of this accumulation group (--lr-schedule).
+void set_lr(Rank& r, int64_t global_step) {
+  const TrainOptions& o = r.job.options;
+  const int64_t total_updates = o.epochs * r.job.steps_per_epoch / o.accumulate;
+  r.optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+}
+
 // The optimizer's update at the end of an accumulation group, unless the loss scaler or the
 // guard skips it.
 void update(Rank& r, int64_t global_step, StepRecord& rec) {
-  const TrainOptions& o = r.job.options;
   Context& ctx = r.env.ctx();
   rec.update_skipped = unscale(r) || nonfinite_gradients(r, global_step);
   if (!rec.update_skipped) {
-    const int64_t total_updates = o.epochs * r.job.steps_per_epoch / o.accumulate;
-    r.optimizer.set_lr(o.lr_at(global_step / o.accumulate, total_updates));
+    set_lr(r, global_step);
     r.optimizer.step(ctx);
   }
   r.model.master().zero_grad(ctx);
   r.bad_loss.reset();
 }
 
-// --cuda-graph (graph_step.hpp): forward, loss, backward and the gradients' exchange of the
-// shape's input tensors, as recorded work. The loss goes to g.loss, the exchange's calls to
-// g.calls; the loss scale is refused with the flag.
+// After a replay whose recorded update ran: the guard's decision from the count the replay made
+// (the device skipped the update where it was not zero; nonfinite_gradients names the first
+// offending parameter, or stops the run), then the update's bookkeeping on the host.
+void updated_in_replay(Rank& r, int64_t global_step, StepRecord& rec, const GraphSteps::Shape& g) {
+  const bool nonfinite = g.nonfinite.defined() && g.nonfinite.to(Device::cpu()).data<int64_t>()[0] != 0;
+  rec.update_skipped = nonfinite && nonfinite_gradients(r, global_step);
+  if (!rec.update_skipped) r.optimizer.count_step();
+  r.model.master().zero_grad(r.env.ctx());
+  r.bad_loss.reset();
+}
+
+// --cuda-graph (graph_step.hpp): forward, loss, backward, the gradients' exchange and, on a step
+// that updates, the guard's count and the optimizer's update, of the shape's input tensors, as
+// recorded work. The loss goes to g.loss, the exchange's calls to g.calls, the count to
+// g.nonfinite; the loss scale is refused with the flag.
 RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
   return [&r, &g](StepPhases& phases) {
     Context& ctx = r.env.ctx();
@@ -125,23 +142,31 @@ RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
       r.model.backward(ctx, dlogits, phases);  // DDP: starts the buckets' all-reduces
       ops::increment_i64(ctx, r.graphs->counter());
     }
-    capture::Where where("the gradients' all-reduce");
-    g.calls = r.grad_sync.record_finish(ctx, phases);
+    {
+      capture::Where where("the gradients' all-reduce");
+      g.calls = r.grad_sync.record_finish(ctx, phases);
+    }
+    if (!g.update) return;
+    auto scope = phases.scope(Phase::optimizer);
+    capture::Where where("the update");
+    if (g.nonfinite.defined()) ops::count_nonfinite_into(ctx, g.nonfinite, r.model.master().flat_grads());
+    r.optimizer.record_step(ctx, g.nonfinite.defined() ? &g.nonfinite : nullptr);
   };
 }
 
 // The shape's entry for this step, its batch copied into the graph's inputs; null where the step
-// runs eagerly (no --cuda-graph, or the shape's first step). `sync`: the step all-reduces its
-// gradients (DDP records that in the graph: such steps are recorded apart from the others).
-GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& labels, bool sync) {
+// runs eagerly (no --cuda-graph, the shape's first step, or an update the optimizer cannot record
+// yet: Optimizer::recordable). `update`: the step ends its accumulation group (it all-reduces
+// under DDP and updates the weights: such steps are recorded apart from the others).
+GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& labels, bool update) {
   if (!r.graphs) return nullptr;
-  const bool exchange = sync && r.job.options.parallel == ParallelMode::ddp;
-  GraphSteps::Shape& g = r.graphs->step_of(images.shape(), exchange);
-  if (g.steps == 1) return nullptr;
+  GraphSteps::Shape& g = r.graphs->step_of(images.shape(), update);
+  if (g.steps == 1 || (!g.recorder && update && !r.optimizer.recordable())) return nullptr;
   Context& ctx = r.env.ctx();
   if (!g.images.defined()) {
     g.images = Tensor::empty(images.shape(), images.dtype(), ctx.device);
     g.labels = Tensor::empty(labels.shape(), labels.dtype(), ctx.device);
+    if (update && r.job.options.on_nonfinite != NonFinite::ignore) g.nonfinite = Tensor::zeros({1}, DType::i64, ctx.device);
   }
   ops::copy(ctx, g.images, images);
   ops::copy(ctx, g.labels, labels);
@@ -157,14 +182,16 @@ void replay(Rank& r, GraphSteps::Shape& g, StepPhases& phases) {
     g.recorder = std::move(recorder);
     if (r.rank == 0) {
       const std::string nodes = g.recorder->nodes() ? detail::concat(g.recorder->nodes(), " nodes") : "rehearsed on the CPU";
+      const bool ddp = r.job.options.parallel == ParallelMode::ddp;
+      const char* what = !g.update ? "" : ddp ? " with its gradients' all-reduce and the update" : " with the update";
       std::fprintf(stderr, "dpx: --cuda-graph: recorded the step of a %s batch%s (%s)\n",
-                   shape_str(g.images.shape()).c_str(), g.exchange ? " with its gradients' all-reduce" : "",
-                   nodes.c_str());
+                   shape_str(g.images.shape()).c_str(), what, nodes.c_str());
     }
   }
   g.recorder->replay(phases);
   phases.replayed(Phase::forward);
   phases.replayed(Phase::backward);
+  if (g.update) phases.replayed(Phase::optimizer);
 }
 
 }  // namespace
@@ -211,6 +238,10 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
   }
   if (graph) {
     r.grad_sync.begin_step(rec.optimizer_step);
+    if (graph->update) {  // the recorded update's scalars for this step
+      set_lr(r, at.global_step);
+      r.optimizer.stage(ctx);
+    }
     replay(r, *graph, phases);
     loss = graph->loss;
     rec.backward_end_s = r.clock();
@@ -233,7 +264,9 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
   }
   note_bad_loss(r, loss);
-  if (rec.optimizer_step) {
+  if (graph && graph->update) {
+    updated_in_replay(r, at.global_step, rec, *graph);
+  } else if (rec.optimizer_step) {
     auto scope = phases.scope(Phase::optimizer);
     update(r, at.global_step, rec);
   }

@@ -1,14 +1,17 @@
 // Files in tests: a fresh, empty directory under the system's temporary folder for one test,
 // removed with everything in it when the test ends (the name carries a tag, the process id and
-// a counter, so tests running in parallel, ctest -j, never share one); and a file's contents.
+// a counter, so tests running in parallel, ctest -j, never share one); a file's contents; and
+// what a call wrote to standard error.
 #pragma once
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -48,6 +51,33 @@ inline std::string file_text(const std::filesystem::path& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// What `fn` wrote to standard error (file descriptor 2, so C's stdio and C++'s streams alike),
+// which goes to a temporary file while it runs and is restored after, also when fn throws.
+template <typename Fn>
+std::string stderr_of(Fn fn) {
+  TempDir tmp("stderr");
+  const std::filesystem::path file = tmp.path / "stderr.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  std::FILE* out = std::fopen(file.c_str(), "w");
+  if (saved < 0 || !out || ::dup2(::fileno(out), 2) < 0) throw std::runtime_error("stderr_of: cannot redirect fd 2");
+  struct Restore {
+    int saved;
+    std::FILE* out;
+    ~Restore() {
+      std::fflush(stderr);
+      ::dup2(saved, 2);
+      ::close(saved);
+      std::fclose(out);
+    }
+  };
+  {
+    Restore restore{saved, out};
+    fn();
+  }
+  return file_text(file);
 }
 
 }  // namespace dpx::testing

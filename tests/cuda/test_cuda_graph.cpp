@@ -1,6 +1,6 @@
 // --cuda-graph on a GPU: the CUDA recorder (parallel/train/cuda/graph_recorder.cpp over
-// core/cuda/graph.hpp) records a shape's forward, loss and backward on its second step and
-// replays them from then on. A run so made must give the eager run's losses and weights: the step
+// core/cuda/graph.hpp) records a shape's forward, loss, backward and update on its second step
+// and replays them from then on. A run so made must give the eager run's losses and weights: the step
 // logic around the recorder is tested on the CPU with the rehearsal recorder
 // (tests/parallel/test_graph_step.cpp); this is the graph itself, its memory pool, its input
 // copies and its replay counter for random ops. Both runs are --deterministic, so the same
@@ -43,9 +43,22 @@ void check_same_run(const TrainReport& graph, const TrainReport& eager) {
 }  // namespace
 
 TEST_CASE("--cuda-graph on cuda:0 gives the eager run's losses and weights") {
-  SUBCASE("the MLP, one shape, 10 steps: 1 eager, 1 recorded, 8 replayed") {
-    const TrainOptions o = dpx::testing::small_job("cuda:0", ParallelMode::none);
+  SUBCASE("the MLP, one shape, 10 steps: 1 eager, 1 recorded, 8 replayed; SGD and AdamW recorded") {
+    TrainOptions o = dpx::testing::small_job("cuda:0", ParallelMode::none);
     check_same_run(run(o, true), run(o, false));
+    o.optimizer = "adamw";  // its bias corrections change every step: staged on the device before each replay
+    o.lr = 2e-3f;
+    check_same_run(run(o, true), run(o, false));
+  }
+  SUBCASE("--on-nonfinite skip: the recorded update skips itself on the device") {
+    TrainOptions o = dpx::testing::small_job("cuda:0", ParallelMode::none);
+    o.lr = 1e30f;  // the first (eager) update diverges; the recorded ones are all skipped
+    o.on_nonfinite = NonFinite::skip;
+    const TrainReport eager = run(o, false), graph = run(o, true);
+    REQUIRE(graph.steps.size() == eager.steps.size());
+    for (size_t i = 0; i < eager.steps.size(); ++i) CHECK(graph.steps[i].update_skipped == eager.steps[i].update_skipped);
+    CHECK(graph.steps.back().update_skipped);
+    CHECK(graph.final_params() == eager.final_params());  // the skipped updates wrote nothing
   }
   SUBCASE("resnet18: batch norm, residuals, --accumulate 2, evaluation between epochs") {
     TrainOptions o = dpx::testing::small_job("cuda:0", ParallelMode::none);

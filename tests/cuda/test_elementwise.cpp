@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cuda/philox.cuh"
@@ -97,6 +98,13 @@ TEST_CASE("cuda count_nonfinite counts as the reference does") {
   CHECK(ops::count_nonfinite(g, gx) == 2);
   CHECK(ops::count_nonfinite(g, gx) == ops::count_nonfinite(c, x));
   CHECK(ops::count_nonfinite(g, gx.view_at(1, {1000})) == 0);
+  Tensor count = Tensor::zeros({1}, DType::i64);
+  count.data<int64_t>()[0] = 9;  // overwritten on the device, not added to
+  Tensor gcount = count.to(dev());
+  ops::count_nonfinite_into(g, gcount, gx);
+  CHECK(gcount.to(Device::cpu()).data<int64_t>()[0] == 2);
+  ops::count_nonfinite_into(g, gcount, gx.view_at(1, {1000}));
+  CHECK(gcount.to(Device::cpu()).data<int64_t>()[0] == 0);
 }
 
 TEST_CASE("cuda increment_i64 adds one on the device") {
@@ -206,8 +214,8 @@ TEST_CASE("cuda sgd_step matches the reference for every option over several ste
     Tensor gw = w.to(dev()), gbuf = buf.to(dev());
     for (int step = 0; step < 3; ++step) {
       Tensor grad = uniform(shape, 20 + step);
-      ops::sgd_step(c, w, grad, buf, p, step == 0);
-      ops::sgd_step(g, gw, grad.to(dev()), gbuf, p, step == 0);
+      ops::sgd_step(c, w, grad, buf, p, step == 0, nullptr, nullptr);
+      ops::sgd_step(g, gw, grad.to(dev()), gbuf, p, step == 0, nullptr, nullptr);
     }
     // Three steps of a few fused multiply-adds each: a few ulps apart at most.
     check_close(gw, w, 1e-5);
@@ -217,7 +225,7 @@ TEST_CASE("cuda sgd_step matches the reference for every option over several ste
   bad.nesterov = true;  // no momentum: torch.optim.SGD refuses it, and so do both ops
   Context g = gpu();
   Tensor w = Tensor::zeros({4}, DType::f32, dev()), b = Tensor::zeros({4}, DType::f32, dev());
-  CHECK_THROWS_AS(ops::sgd_step(g, w, w, b, bad, true), Error);
+  CHECK_THROWS_AS(ops::sgd_step(g, w, w, b, bad, true, nullptr, nullptr), Error);
 }
 
 TEST_CASE("cuda adamw_step matches the reference over several steps, with and without weight decay") {
@@ -233,8 +241,8 @@ TEST_CASE("cuda adamw_step matches the reference over several steps, with and wi
     Tensor gw = w.to(dev()), gm = m.to(dev()), gv = v.to(dev());
     for (int64_t step = 1; step <= 4; ++step) {
       Tensor grad = uniform(shape, 40 + step);
-      ops::adamw_step(c, w, grad, m, v, p, step);
-      ops::adamw_step(g, gw, grad.to(dev()), gm, gv, p, step);
+      ops::adamw_step(c, w, grad, m, v, p, step, nullptr, nullptr);
+      ops::adamw_step(g, gw, grad.to(dev()), gm, gv, p, step, nullptr, nullptr);
     }
     // The same f32 scalars (ops::adamw_scalars) on both; an fma or a sqrt may round differently.
     check_close(gw, w, 1e-5);
@@ -243,6 +251,55 @@ TEST_CASE("cuda adamw_step matches the reference over several steps, with and wi
   }
   Context g = gpu();
   Tensor w = Tensor::zeros({4}, DType::f32, dev()), m = Tensor::zeros({4}, DType::f32, dev());
-  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {.beta1 = 1.f}, 1), Error);  // torch refuses beta 1
-  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {}, 0), Error);              // steps count from 1
+  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {.beta1 = 1.f}, 1, nullptr, nullptr), Error);  // torch refuses beta 1
+  CHECK_THROWS_AS(ops::adamw_step(g, w, w, m, m, {}, 0, nullptr, nullptr), Error);              // steps count from 1
+}
+
+// A recorded update (--cuda-graph) reads its scalars on the device and skips itself where the
+// guard's count is not zero (ops.def): the same results as the eager kernels, bit for bit, since
+// the values and the arithmetic are the same; nothing written when skipped.
+TEST_CASE("cuda sgd_step and adamw_step with their scalars and skip count on the device") {
+  Context g = gpu();
+  const Shape shape{10007};
+  const Tensor w0 = uniform(shape, 51), grad = uniform(shape, 52).to(dev());
+  Tensor skip = Tensor::zeros({1}, DType::i64), go = Tensor::zeros({1}, DType::i64, dev());
+  skip.data<int64_t>()[0] = 1;
+  skip = skip.to(dev());
+  auto same = [](const Tensor& a, const Tensor& b) { return a.to_vector() == b.to_vector(); };
+  {
+    ops::SgdParams p{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = true};
+    Tensor a = w0.to(dev()), b = w0.to(dev()), ma = Tensor::zeros(shape, DType::f32, dev()), mb = ma.clone();
+    const Tensor lr = Tensor::from({1}, {0.05f}).to(dev());
+    ops::SgdParams stale = p;
+    stale.lr = 7.f;
+    for (int step = 0; step < 3; ++step) {
+      ops::sgd_step(g, a, grad, ma, p, step == 0, nullptr, nullptr);
+      ops::sgd_step(g, b, grad, mb, stale, step == 0, &lr, &go);
+    }
+    CHECK(same(a, b));
+    CHECK(same(ma, mb));
+    ops::sgd_step(g, b, grad, mb, p, false, &lr, &skip);
+    CHECK(same(a, b));
+    CHECK(same(ma, mb));
+  }
+  {
+    const ops::AdamwParams p{.weight_decay = 0.05f};
+    Tensor a = w0.to(dev()), b = w0.to(dev());
+    Tensor ma = Tensor::zeros(shape, DType::f32, dev()), va = ma.clone(), mb = ma.clone(), vb = ma.clone();
+    Tensor scalars = Tensor::empty({ops::kAdamwScalars});
+    for (int64_t step = 1; step <= 3; ++step) {
+      const ops::AdamwScalars s = ops::adamw_scalars(p, step);
+      std::memcpy(scalars.data<float>(), &s, sizeof s);
+      const Tensor on_device = scalars.to(dev());
+      ops::adamw_step(g, a, grad, ma, va, p, step, nullptr, nullptr);
+      ops::adamw_step(g, b, grad, mb, vb, ops::AdamwParams{}, 1, &on_device, &go);
+    }
+    CHECK(same(a, b));
+    CHECK(same(ma, mb));
+    CHECK(same(va, vb));
+    const Tensor on_device = scalars.to(dev());
+    ops::adamw_step(g, b, grad, mb, vb, p, 4, &on_device, &skip);
+    CHECK(same(a, b));
+    CHECK(same(va, vb));
+  }
 }

@@ -37,7 +37,7 @@ Run run_adamw(const ops::AdamwParams& p) {
   Tensor param = Tensor::from(shape, kParam), m = Tensor::zeros(shape), v = Tensor::zeros(shape);
   Run run;
   for (size_t s = 0; s < kGrads.size(); ++s) {
-    ops::adamw_step(ctx, param, Tensor::from(shape, kGrads[s]), m, v, p, static_cast<int64_t>(s) + 1);
+    ops::adamw_step(ctx, param, Tensor::from(shape, kGrads[s]), m, v, p, static_cast<int64_t>(s) + 1, nullptr, nullptr);
     run.params.push_back(param.clone());
   }
   run.exp_avg = m;
@@ -90,7 +90,7 @@ TEST_CASE("adamw_step: a constant gradient gives the same bias-corrected step ev
   std::vector<double> want = {1.0, -1.0, 2.0};
   for (int64_t t = 1; t <= 20; ++t) {
     CAPTURE(t);
-    ops::adamw_step(ctx, param, grad, m, v, p, t);
+    ops::adamw_step(ctx, param, grad, m, v, p, t, nullptr, nullptr);
     for (size_t i = 0; i < want.size(); ++i) want[i] = want[i] * (1 - 0.01 * 0.1) - 0.01 * g[i] / (std::fabs(g[i]) + 1e-8);
     check_close(param, want, 2e-6);
   }
@@ -152,7 +152,7 @@ TEST_CASE("adamw_step: bitwise the same result for any thread count") {
   auto run = [&](int threads) {
     Context ctx = Context::cpu(threads);
     Tensor param = dpx::testing::randn({n}, 1), m = Tensor::zeros({n}), v = Tensor::zeros({n});
-    for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(ctx, param, dpx::testing::randn({n}, 10 + t), m, v, p, t);
+    for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(ctx, param, dpx::testing::randn({n}, 10 + t), m, v, p, t, nullptr, nullptr);
     return std::vector<Tensor>{param, m, v};
   };
   auto one = run(1);
@@ -175,17 +175,17 @@ TEST_CASE("adamw_step: torch's argument checks, the step count and sizes") {
                         Case{{.beta2 = -0.1f}, "invalid beta2 -0.1"},
                         Case{{.weight_decay = -0.01f}, "invalid weight_decay -0.01"}}) {
     CAPTURE(c.needle);
-    CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, c.p, 1), doctest::Contains(c.needle), Error);
+    CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, c.p, 1, nullptr, nullptr), doctest::Contains(c.needle), Error);
     CHECK_THROWS_WITH_AS(ops::check_adamw_params(c.p, "AdamW"), doctest::Contains(c.needle), Error);
   }
   CHECK_NOTHROW(ops::check_adamw_params({.lr = 0.f, .beta1 = 0.f, .beta2 = 0.f, .eps = 0.f, .weight_decay = 0.f},
                                         "AdamW"));
-  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, {}, 0), doctest::Contains("step 0 must be >= 1"),
+  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, {}, 0, nullptr, nullptr), doctest::Contains("step 0 must be >= 1"),
                        Error);
   Tensor small = Tensor::zeros({2});
-  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, small, v, {}, 1),
+  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, small, v, {}, 1, nullptr, nullptr),
                        doctest::Contains("adamw_step: exp_avg (2) and param (3)"), Error);
-  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, small, m, v, {}, 1),
+  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, small, m, v, {}, 1, nullptr, nullptr),
                        doctest::Contains("adamw_step: param (3) and grad (2)"), Error);
   CHECK(param.to_vector() == std::vector<float>{0, 0, 0});  // nothing was written
 }

@@ -80,7 +80,7 @@ TEST_CASE("op layer: every misuse is refused by the op's one check, alike on cpu
     Tensor w = randn({4}, 1), g = randn({4}, 2), buf = Tensor::zeros({4});
     ops::SgdParams p;
     p.nesterov = true;
-    ops::sgd_step(ctx, w, g, buf, p, true);
+    ops::sgd_step(ctx, w, g, buf, p, true, nullptr, nullptr);
   });
   check_refused_once("mask (6) must be u8, got f32", [](Context ctx) {
     Tensor x = randn({6}, 1), y = Tensor::empty({6}), mask = Tensor::empty({6});

@@ -123,6 +123,12 @@ void elementwise(const Case& k, size_t, double tol) {
   const auto count = both(ops::count_nonfinite, ref::count_nonfinite, a);
   CHECK(count.cpu == count.ref);
   CHECK(count.ref == (n[0] == 1 ? 1 : 3));
+  Tensor stale = Tensor::zeros({1}, DType::i64);
+  stale.data<int64_t>()[0] = 5;  // overwritten, not added to
+  Out into{stale, stale.clone()};
+  both(ops::count_nonfinite_into, ref::count_nonfinite_into, into, a);
+  CHECK(into.cpu.data<int64_t>()[0] == count.ref);
+  CHECK(into.ref.data<int64_t>()[0] == count.ref);
 }
 
 void linear(const Case& k, size_t, double tol) {
@@ -536,7 +542,7 @@ void sgd_step(const Case& k, size_t, double) {
     Tensor w0 = randn({n}, 1);
     Out w{w0, w0.clone()}, momentum = poisoned_out({n});
     for (int step = 0; step < 3; ++step)
-      both(ops::sgd_step, ref::sgd_step, w, randn({n}, 10 + step), momentum, p, step == 0);
+      both(ops::sgd_step, ref::sgd_step, w, randn({n}, 10 + step), momentum, p, step == 0, nullptr, nullptr);
     CHECK(bitwise_equal(w.cpu, w.ref));
     if (p.momentum != 0.f) CHECK(bitwise_equal(momentum.cpu, momentum.ref));
   }
@@ -550,7 +556,7 @@ void adamw_step(const Case& k, size_t, double) {
     Tensor w0 = randn({n}, 2);
     Out w{w0, w0.clone()}, m{Tensor::zeros({n}), Tensor::zeros({n})}, v{Tensor::zeros({n}), Tensor::zeros({n})};
     for (int64_t step = 1; step <= 4; ++step)
-      both(ops::adamw_step, ref::adamw_step, w, randn({n}, 20 + step), m, v, p, step);
+      both(ops::adamw_step, ref::adamw_step, w, randn({n}, 20 + step), m, v, p, step, nullptr, nullptr);
     CHECK(bitwise_equal(w.cpu, w.ref));
     CHECK(bitwise_equal(m.cpu, m.ref));
     CHECK(bitwise_equal(v.cpu, v.ref));
@@ -571,7 +577,7 @@ struct OpRow {
 const std::vector<Case> kSizes = {{{{1}}}, {{{37}}}, {{{40000}}}};
 
 const std::vector<OpRow> kRows = {
-    {"fill, copy, add, axpy, scale, count_nonfinite", kSizes, 0, false, elementwise},
+    {"fill, copy, add, axpy, scale, count_nonfinite(_into)", kSizes, 0, false, elementwise},
     // x (N, in), w (out, in); kLong where 300 products per output are summed in f32 (Eigen) vs double
     {"linear_forward, linear_backward (with and without bias, null gradients)",
      {{{{1, 1}, {1, 1}}}, {{{3, 5}, {7, 5}}}, {{{17, 33}, {9, 33}}}, {{{64, 300}, {130, 300}}, kLong}},

@@ -40,7 +40,7 @@ TEST_CASE("AdamW: three steps equal one adamw_step over the whole flat buffer, b
   for (int step = 1; step <= 3; ++step) {
     m.flat_grads().copy_from(grads_of_step(n, step));
     adamw.step(ctx);
-    ops::adamw_step(ctx, param, grads_of_step(n, step), exp_avg, exp_avg_sq, kParams, step);
+    ops::adamw_step(ctx, param, grads_of_step(n, step), exp_avg, exp_avg_sq, kParams, step, nullptr, nullptr);
   }
   CHECK(adamw.steps() == 3);
   CHECK(m.flat_params().to_vector() == param.to_vector());

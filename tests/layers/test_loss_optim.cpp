@@ -1,5 +1,6 @@
 // CrossEntropyLoss and SGD against hand-computed values (torch.nn.CrossEntropyLoss and
-// torch.optim.SGD semantics), frozen parameters, and a tiny MLP that learns a toy batch.
+// torch.optim.SGD semantics), frozen parameters, a tiny MLP that learns a toy batch, and the
+// update as --cuda-graph records it (SGD and AdamW).
 #include <doctest/doctest.h>
 
 #include "layers/layers.hpp"
@@ -135,4 +136,65 @@ TEST_CASE("SGD: learning rate and argument checks") {
 
 TEST_CASE("A tiny MLP trained 50 steps on a toy batch lowers its loss a lot") {
   check_toy_mlp_learns([](nn::Model& m) { return nn::SGD(m, {.lr = 0.1f, .momentum = 0.9f}); });
+}
+
+// The update as --cuda-graph records it (nn::Optimizer's recorded-update interface): stage() the
+// step's scalars, record_step() reading them and skipping itself on a non-zero count,
+// count_step() on the host. It must equal step() bit for bit while the learning rate changes
+// each step; and it is recordable only once every parameter has started alike.
+TEST_CASE("Optimizers: a recorded update equals step() bit for bit, and waits until every parameter has started") {
+  Context ctx = Context::cpu();
+  Tensor skip = Tensor::zeros({1}, DType::i64), go = Tensor::zeros({1}, DType::i64);
+  skip.data<int64_t>()[0] = 1;
+  // `at_first`: recordable before any update (AdamW: every parameter at step 0; SGD's momentum
+  // buffers start with the first update).
+  auto check_same = [&](nn::Optimizer& eager, nn::Model& a, nn::Optimizer& recorded, nn::Model& b, bool at_first) {
+    for (size_t s = 0; s < kGrads.size(); ++s) {
+      CAPTURE(s);
+      a.flat_grads().copy_from(Tensor::from({3}, kGrads[s]));
+      b.flat_grads().copy_from(Tensor::from({3}, kGrads[s]));
+      eager.set_lr(0.1f / static_cast<float>(s + 1));
+      eager.step(ctx);
+      recorded.set_lr(0.1f / static_cast<float>(s + 1));
+      if (s == 0) {  // the first update runs eagerly, as a shape's first step does
+        CHECK(recorded.recordable() == at_first);
+        recorded.step(ctx);
+        CHECK(recorded.recordable());
+        continue;
+      }
+      recorded.stage(ctx);
+      const std::vector<float> before = b.flat_params().to_vector();
+      recorded.record_step(ctx, &skip);  // a non-finite count: nothing moves
+      CHECK(b.flat_params().to_vector() == before);
+      recorded.record_step(ctx, &go);
+      recorded.count_step();
+      CHECK(a.flat_params().to_vector() == b.flat_params().to_vector());
+    }
+    CHECK(recorded.steps() == eager.steps());
+    CHECK(recorded.state().at("steps").to_vector() == eager.state().at("steps").to_vector());
+  };
+  SUBCASE("SGD with momentum") {
+    nn::Model a = line_model(), b = line_model();
+    nn::SGD eager(a, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f}),
+        recorded(b, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
+    check_same(eager, a, recorded, b, false);
+    CHECK(eager.momentum_buffer().to_vector() == recorded.momentum_buffer().to_vector());
+  }
+  SUBCASE("AdamW: its bias corrections come from the steps count_step counted") {
+    nn::Model a = line_model(), b = line_model();
+    nn::AdamW eager(a, {}), recorded(b, {});
+    check_same(eager, a, recorded, b, true);
+    CHECK(eager.exp_avg_sq().to_vector() == recorded.exp_avg_sq().to_vector());
+    b.slots()[0].param->requires_grad = false;  // the bias steps on alone: its bias correction differs
+    b.flat_grads().copy_from(Tensor::from({3}, kGrads[0]));
+    recorded.step(ctx);
+    b.slots()[0].param->requires_grad = true;
+    CHECK_FALSE(recorded.recordable());
+    CHECK_THROWS_WITH_AS(recorded.stage(ctx), doctest::Contains("every parameter at the same step"), dpx::Error);
+  }
+  SUBCASE("SGD without momentum starts nothing: recordable from the first step") {
+    nn::Model b = line_model();
+    nn::SGD plain(b, {.lr = 0.1f});
+    CHECK(plain.recordable());
+  }
 }

@@ -1,13 +1,14 @@
 // --cuda-graph's step logic on the CPU (parallel/train/graph_step.hpp), through the rehearsal
 // recorder: each shape's first step eager, the second recorded, later ones replayed on the
-// shape's own input tensors, with the optimizer and the guard's decision eager after the replay. A run
-// so made must equal the eager run bit for bit; the GPU's recorder differs only in recording a
+// shape's own input tensors, the optimizer's update with them, and the guard's decision after the
+// replay. A run so made must equal the eager run bit for bit; the GPU's recorder differs only in recording a
 // CUDA graph (parallel/train/cuda/graph_recorder.cpp; tests/cuda/test_cuda_graph.cpp runs it).
 // Random layers draw the eager run's masks: the count of replays replaces their own count. Under
 // DDP the recorded step holds the all-reduces; thread ranks rehearse it against eager DDP and one
 // replica.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 
@@ -159,13 +160,56 @@ TEST_CASE("--cuda-graph: a non-finite loss stops the run at the same step as the
   }
 }
 
+// The optimizer's update is part of the recorded step: its learning rate (a cosine schedule
+// here, changing every step) and AdamW's bias corrections reach it through a tensor the host
+// writes before each replay, and the guard's count of non-finite gradients skips it on the device.
+TEST_CASE("--cuda-graph records the update: the schedule's learning rates, AdamW's steps, the guard's skip") {
+  auto check_same = [](const TrainReport& graph, const TrainReport& eager) {
+    REQUIRE(graph.steps.size() == eager.steps.size());
+    for (size_t i = 0; i < eager.steps.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::isnan(graph.steps[i].loss) == std::isnan(eager.steps[i].loss));  // diverged: NaN on both
+      if (!std::isnan(eager.steps[i].loss)) CHECK(graph.steps[i].loss == eager.steps[i].loss);
+      CHECK(graph.steps[i].update_skipped == eager.steps[i].update_skipped);
+    }
+    CHECK(graph.final_params() == eager.final_params());
+  };
+  for (const std::string devices : {"cpu:1", "cpu:2"}) {
+    CAPTURE(devices);
+    const TrainOptions base = testing::small_job(devices, devices == "cpu:1" ? ParallelMode::none : ParallelMode::ddp);
+    SUBCASE("SGD with Nesterov momentum, and AdamW") {
+      for (const std::string optimizer : {"sgd", "adamw"}) {
+        CAPTURE(optimizer);
+        TrainOptions o = base;
+        o.optimizer = optimizer;
+        o.lr = optimizer == "sgd" ? 0.05f : 2e-3f;
+        TrainReport graph;
+        const std::string said = testing::stderr_of([&] { graph = run(rehearsed(o)); });
+        CHECK(said.find(o.parallel == ParallelMode::ddp ? "batch with its gradients' all-reduce and the update"
+                                                        : "batch with the update")
+              != std::string::npos);
+        check_same(graph, run(o));
+      }
+    }
+    SUBCASE("--on-nonfinite skip: the updates the recorded step skips on the device") {
+      TrainOptions o = base;
+      o.lr = 1e30f;  // the first update diverges; every later step's gradients are non-finite
+      o.on_nonfinite = NonFinite::skip;
+      const TrainReport eager = run(o), graph = run(rehearsed(o));
+      CHECK_FALSE(eager.steps.front().update_skipped);
+      CHECK(eager.steps.back().update_skipped);
+      check_same(graph, eager);
+    }
+  }
+}
+
 TEST_CASE("--cuda-graph: replays run under a capture scope, so a host read in the recorded work fails") {
   GraphSteps graphs([] { return make_rehearsal_recorder(); }, Tensor::zeros({1}, DType::i64));
   GraphSteps::Shape& s = graphs.step_of({2, 3});
   CHECK(s.steps == 1);
   CHECK(graphs.step_of({2, 3}).steps == 2);
   CHECK(graphs.step_of({1, 3}).steps == 1);  // another shape counts apart
-  CHECK(graphs.step_of({2, 3}, true).steps == 1);  // and a step that all-reduces
+  CHECK(graphs.step_of({2, 3}, true).steps == 1);  // and a step that updates
   std::unique_ptr<DeviceEnv> env = make_device_env(Device::cpu(), 1, false);
   StepPhases phases(*env);
   Tensor t = Tensor::zeros({1});
