@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "core/capture.hpp"
 #include "core/clock.hpp"
@@ -32,10 +33,13 @@ void poison_on_bad_loss(Rank& r, const Tensor& loss, Tensor& dlogits) {
 }
 
 // After backward: keeps a non-finite loss for the guard's message (and the loss scaler, which
-// leaves such a step to the guard).
-void note_bad_loss(Rank& r, const Tensor& loss) {
-  if (r.job.options.on_nonfinite == NonFinite::ignore) return;
-  if (const float value = loss.item(); !std::isfinite(value)) r.bad_loss = value;
+// leaves such a step to the guard). Returns the value it read (nothing with the guard off), so
+// that the step's record need not read the loss again (on a GPU each read waits for the device).
+std::optional<float> note_bad_loss(Rank& r, const Tensor& loss) {
+  if (r.job.options.on_nonfinite == NonFinite::ignore) return std::nullopt;
+  const float value = loss.item();
+  if (!std::isfinite(value)) r.bad_loss = value;
+  return value;
 }
 
 // The divergence guard (--on-nonfinite) on the reduced gradients: every rank holds the same
@@ -263,7 +267,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     rec.backward_end_s = r.clock();
     r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
   }
-  note_bad_loss(r, loss);
+  const std::optional<float> loss_read = note_bad_loss(r, loss);
   if (graph && graph->update) {
     updated_in_replay(r, at.global_step, rec, *graph);
   } else if (rec.optimizer_step) {
@@ -272,7 +276,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
   }
 
   rec.times = phases.finish();
-  rec.loss = loss.item();
+  rec.loss = loss_read ? *loss_read : loss.item();
   rec.times[Phase::step] = r.clock() - rec.start_s;
   rec.images = batch->images.size(0);
   rec.comm_bytes = r.grad_sync.take_sent_bytes();
