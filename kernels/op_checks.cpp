@@ -760,8 +760,9 @@ void check_update_tensors(const char* op, const Tensor* scalars, int64_t count, 
     if (scalars->numel() != count)
       fail(op, ": scalars ", shape_str(scalars->shape()), " must hold exactly ", count, " element(s)");
   } else if (capture::active()) {
-    capture::not_capturable(detail::concat(op, "'s learning rate comes from the host, and a recording would keep the one "
-                                           "it saw (give the op its scalars on the device)").c_str());
+    const std::string what = detail::concat(op, "'s learning rate comes from the host, and a recording would keep the "
+                                            "one it saw (give the op its scalars on the device)");
+    capture::not_capturable(what.c_str());
   }
   if (skip) {
     require_dtype(op, "skip", *skip, DType::i64);

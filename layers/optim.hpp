@@ -33,7 +33,8 @@ class Optimizer {
 
   // The update recorded into a CUDA graph with the rest of the step (--cuda-graph,
   // parallel/train/graph_step.hpp), where every value the host passes a kernel is frozen at the
-  // recording. step() is stage(), record_step() and count_step() in one.
+  // recording. step() is the same update with the scalars passed from the host and no skip,
+  // then count_step().
   //   recordable()   every trainable parameter has started alike (SGD: its momentum buffer;
   //                  AdamW: as many updates), so the update's ops, their ranges and arguments
   //                  stay the same at every later step and one recording serves them all;

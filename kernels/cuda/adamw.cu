@@ -39,7 +39,8 @@ void adamw_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& exp_avg
   float* v = detail::f32(exp_avg_sq, op, "exp_avg_sq");
   int64_t n = param.numel();
   if (n == 0) return;
-  const auto* on_device = scalars ? reinterpret_cast<const ops::AdamwScalars*>(detail::f32(*scalars, op, "scalars")) : nullptr;
+  const auto* on_device =
+      scalars ? reinterpret_cast<const ops::AdamwScalars*>(detail::f32(*scalars, op, "scalars")) : nullptr;
   adamw_kernel<<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(
       w, g, m, v, s, n, on_device, skip ? static_cast<const long long*>(skip->raw()) : nullptr);
   check_launch();

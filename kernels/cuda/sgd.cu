@@ -40,7 +40,8 @@ void sgd_step(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_
   if (n == 0) return;
   sgd_kernel<<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(
       detail::f32(param, op, "param"), detail::f32(grad, op, "grad"), buf, p, first_step, n,
-      scalars ? detail::f32(*scalars, op, "scalars") : nullptr, skip ? static_cast<const long long*>(skip->raw()) : nullptr);
+      scalars ? detail::f32(*scalars, op, "scalars") : nullptr,
+      skip ? static_cast<const long long*>(skip->raw()) : nullptr);
   check_launch();
 }
 

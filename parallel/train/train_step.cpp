@@ -170,7 +170,8 @@ GraphSteps::Shape* graph_inputs(Rank& r, const Tensor& images, const Tensor& lab
   if (!g.images.defined()) {
     g.images = Tensor::empty(images.shape(), images.dtype(), ctx.device);
     g.labels = Tensor::empty(labels.shape(), labels.dtype(), ctx.device);
-    if (update && r.job.options.on_nonfinite != NonFinite::ignore) g.nonfinite = Tensor::zeros({1}, DType::i64, ctx.device);
+    if (update && r.job.options.on_nonfinite != NonFinite::ignore)
+      g.nonfinite = Tensor::zeros({1}, DType::i64, ctx.device);
   }
   ops::copy(ctx, g.images, images);
   ops::copy(ctx, g.labels, labels);

@@ -56,7 +56,8 @@ TEST_CASE("--cuda-graph on cuda:0 gives the eager run's losses and weights") {
     o.on_nonfinite = NonFinite::skip;
     const TrainReport eager = run(o, false), graph = run(o, true);
     REQUIRE(graph.steps.size() == eager.steps.size());
-    for (size_t i = 0; i < eager.steps.size(); ++i) CHECK(graph.steps[i].update_skipped == eager.steps[i].update_skipped);
+    for (size_t i = 0; i < eager.steps.size(); ++i)
+      CHECK(graph.steps[i].update_skipped == eager.steps[i].update_skipped);
     CHECK(graph.steps.back().update_skipped);
     CHECK(graph.final_params() == eager.final_params());  // the skipped updates wrote nothing
   }

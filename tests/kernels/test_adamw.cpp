@@ -152,7 +152,8 @@ TEST_CASE("adamw_step: bitwise the same result for any thread count") {
   auto run = [&](int threads) {
     Context ctx = Context::cpu(threads);
     Tensor param = dpx::testing::randn({n}, 1), m = Tensor::zeros({n}), v = Tensor::zeros({n});
-    for (int64_t t = 1; t <= 3; ++t) ops::adamw_step(ctx, param, dpx::testing::randn({n}, 10 + t), m, v, p, t, nullptr, nullptr);
+    for (int64_t t = 1; t <= 3; ++t)
+      ops::adamw_step(ctx, param, dpx::testing::randn({n}, 10 + t), m, v, p, t, nullptr, nullptr);
     return std::vector<Tensor>{param, m, v};
   };
   auto one = run(1);
@@ -175,13 +176,14 @@ TEST_CASE("adamw_step: torch's argument checks, the step count and sizes") {
                         Case{{.beta2 = -0.1f}, "invalid beta2 -0.1"},
                         Case{{.weight_decay = -0.01f}, "invalid weight_decay -0.01"}}) {
     CAPTURE(c.needle);
-    CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, c.p, 1, nullptr, nullptr), doctest::Contains(c.needle), Error);
+    CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, c.p, 1, nullptr, nullptr), doctest::Contains(c.needle),
+                         Error);
     CHECK_THROWS_WITH_AS(ops::check_adamw_params(c.p, "AdamW"), doctest::Contains(c.needle), Error);
   }
   CHECK_NOTHROW(ops::check_adamw_params({.lr = 0.f, .beta1 = 0.f, .beta2 = 0.f, .eps = 0.f, .weight_decay = 0.f},
                                         "AdamW"));
-  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, {}, 0, nullptr, nullptr), doctest::Contains("step 0 must be >= 1"),
-                       Error);
+  CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, m, v, {}, 0, nullptr, nullptr),
+                       doctest::Contains("step 0 must be >= 1"), Error);
   Tensor small = Tensor::zeros({2});
   CHECK_THROWS_WITH_AS(ops::adamw_step(ctx, param, grad, small, v, {}, 1, nullptr, nullptr),
                        doctest::Contains("adamw_step: exp_avg (2) and param (3)"), Error);
