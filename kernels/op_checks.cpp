@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,15 @@ void require_dtype(const char* op, const char* name, const Tensor& t, DType dtyp
 
 void require_f32(const char* op, const char* name, const Tensor& t) {
   require_dtype(op, name, t, DType::f32);
+}
+
+// A tensor of `dtype` holding exactly `numel` elements, whatever its shape (a scalar on the
+// device: a counter, a value read there).
+void require_elements(const char* op, const char* name, const Tensor& t, DType dtype, int64_t numel) {
+  require_dtype(op, name, t, dtype);
+  if (t.numel() != numel)
+    fail(op, ": ", name, " ", shape_str(t.shape()), " must hold exactly ",
+         numel == 1 ? std::string("one element") : detail::concat(numel, " elements"));
 }
 
 void require_shape(const char* op, const char* name, const Tensor& t, const Shape& shape) {
@@ -317,22 +327,16 @@ void count_nonfinite(Context&, const Tensor& x) { require_f32("count_nonfinite",
 
 void count_nonfinite_into(Context&, Tensor& count, const Tensor& x) {
   require_f32("count_nonfinite_into", "x", x);
-  require_dtype("count_nonfinite_into", "count", count, DType::i64);
-  if (count.numel() != 1)
-    fail("count_nonfinite_into: count ", shape_str(count.shape()), " must hold exactly one element");
+  require_elements("count_nonfinite_into", "count", count, DType::i64, 1);
 }
 
 void increment_i64(Context&, Tensor& counter) {
-  require_dtype("increment_i64", "counter", counter, DType::i64);
-  if (counter.numel() != 1)
-    fail("increment_i64: counter ", shape_str(counter.shape()), " must hold exactly one element");
+  require_elements("increment_i64", "counter", counter, DType::i64, 1);
 }
 
 void poison_if_nonfinite(Context&, Tensor& x, const Tensor& value) {
   require_f32("poison_if_nonfinite", "x", x);
-  require_f32("poison_if_nonfinite", "value", value);
-  if (value.numel() != 1)
-    fail("poison_if_nonfinite: value ", shape_str(value.shape()), " must hold exactly one element");
+  require_elements("poison_if_nonfinite", "value", value, DType::f32, 1);
 }
 
 // ==== matrix products
@@ -756,18 +760,13 @@ namespace {
 // arguments give would be frozen at the recording (a learning rate that a schedule changes).
 void check_update_tensors(const char* op, const Tensor* scalars, int64_t count, const Tensor* skip) {
   if (scalars) {
-    require_f32(op, "scalars", *scalars);
-    if (scalars->numel() != count)
-      fail(op, ": scalars ", shape_str(scalars->shape()), " must hold exactly ", count, " element(s)");
+    require_elements(op, "scalars", *scalars, DType::f32, count);
   } else if (capture::active()) {
     const std::string what = detail::concat(op, "'s learning rate comes from the host, and a recording would keep the "
                                             "one it saw (give the op its scalars on the device)");
     capture::not_capturable(what.c_str());
   }
-  if (skip) {
-    require_dtype(op, "skip", *skip, DType::i64);
-    if (skip->numel() != 1) fail(op, ": skip ", shape_str(skip->shape()), " must hold exactly one element");
-  }
+  if (skip) require_elements(op, "skip", *skip, DType::i64, 1);
 }
 }  // namespace
 

@@ -194,25 +194,25 @@ void AdamW::update(Context& ctx, const Tensor* scalars, const Tensor* skip) cons
       });
 }
 
-// One bias correction for every trainable parameter: the scalars stage() writes.
-bool AdamW::recordable() const {
+// The updates every trainable parameter has had, where they have had as many: one bias
+// correction then serves them all (the scalars stage() writes).
+std::optional<int64_t> AdamW::common_steps() const {
   std::optional<int64_t> steps;
   const auto& slots = model_->slots();
   for (size_t k = 0; k < slots.size(); ++k) {
     if (!trainable(slots[k])) continue;
-    if (steps && *steps != slot_steps_[k]) return false;
+    if (steps && *steps != slot_steps_[k]) return std::nullopt;
     steps = slot_steps_[k];
   }
-  return true;
+  return steps.value_or(0);
 }
 
+bool AdamW::recordable() const { return common_steps().has_value(); }
+
 void AdamW::stage(Context&) {
-  DPX_CHECK(recordable(), "AdamW: a recorded update needs every parameter at the same step");
-  int64_t steps = 0;
-  const auto& slots = model_->slots();
-  for (size_t k = 0; k < slots.size(); ++k)
-    if (trainable(slots[k])) steps = slot_steps_[k];
-  const ops::AdamwScalars s = ops::adamw_scalars(p_, steps + 1);
+  const std::optional<int64_t> steps = common_steps();
+  DPX_CHECK(steps, "AdamW: a recorded update needs every parameter at the same step");
+  const ops::AdamwScalars s = ops::adamw_scalars(p_, *steps + 1);
   Tensor host = Tensor::empty({ops::kAdamwScalars});
   std::memcpy(host.data<float>(), &s, sizeof s);
   scalars_.copy_from(host);

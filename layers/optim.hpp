@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,7 @@ class AdamW : public Optimizer {
 
  private:
   void update(Context& ctx, const Tensor* scalars, const Tensor* skip) const;
+  std::optional<int64_t> common_steps() const;  // none where trainable parameters differ
 
   Model* model_;
   ops::AdamwParams p_;

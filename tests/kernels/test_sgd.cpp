@@ -111,7 +111,7 @@ TEST_CASE("optimizer steps: scalars and the skip count read from tensors, as a r
       CHECK(dpx::testing::bitwise_equal(ma, mb));
       Tensor two = Tensor::from({2}, {0.05f, 0.f});
       CHECK_THROWS_WITH_AS(ops::sgd_step(ctx, b, g, mb, p, false, &two, nullptr),
-                           doctest::Contains("sgd_step: scalars (2) must hold exactly 1 element(s)"), Error);
+                           doctest::Contains("sgd_step: scalars (2) must hold exactly one element"), Error);
       Tensor f32_skip = Tensor::zeros({1});
       CHECK_THROWS_WITH_AS(ops::sgd_step(ctx, b, g, mb, p, false, &lr, &f32_skip), doctest::Contains("skip"), Error);
       capture::Scope scope("--cuda-graph");
