@@ -4,6 +4,9 @@
 // and the clear error where no GPU is present. What runs NCCL itself is tests/cuda/test_nccl.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,54 @@ TEST_CASE("the nccl watchdog polls at once, then at most every millisecond") {
   CHECK(nccl::poll_pause_s(50e-6) == 0);
   CHECK(nccl::poll_pause_s(1.6e-3) == doctest::Approx(1e-4));
   CHECK(nccl::poll_pause_s(5.0) == doctest::Approx(1e-3));
+}
+
+// A probe that says what `script` says, one entry per look, the last one for ever after.
+struct ScriptedProbe {
+  std::vector<NcclProbe> script;
+  int looks = 0;
+  NcclProbe operator()() {
+    const size_t i = std::min(static_cast<size_t>(looks), script.size() - 1);
+    ++looks;
+    return script[i];
+  }
+};
+
+TEST_CASE("every nccl wait polls again until NCCL says the call is over (poll_until_settled)") {
+  NcclProbe in_progress;  // a finalize or an initialisation still running: nothing on a stream
+  in_progress.stream_idle = true;
+  in_progress.comm_in_progress = true;
+  NcclProbe settled;
+  settled.stream_idle = true;
+  NcclProbe failed = in_progress;
+  failed.comm_failed = true;
+
+  SUBCASE("in progress three times, then settled: four looks, done") {
+    // The finalize's own loop saw the first look's ncclInProgress for ever, ran into its 10 s and
+    // aborted every communicator it ended.
+    ScriptedProbe probe{{in_progress, in_progress, in_progress, settled}};
+    CHECK(nccl::poll_until_settled(std::ref(probe), 10) == NcclWaitVerdict::done);
+    CHECK(probe.looks == 4);
+  }
+  SUBCASE("an error on the second look ends the wait as failed") {
+    ScriptedProbe probe{{in_progress, failed, settled}};
+    CHECK(nccl::poll_until_settled(std::ref(probe), 10) == NcclWaitVerdict::failed);
+    CHECK(probe.looks == 2);
+  }
+  SUBCASE("never over: timed out after its timeout, having looked more than once") {
+    ScriptedProbe probe{{in_progress}};
+    CHECK(nccl::poll_until_settled(std::ref(probe), 0.02) == NcclWaitVerdict::timed_out);
+    CHECK(probe.looks > 1);
+  }
+  SUBCASE("a probe that throws (the watchdog's stall report) ends the wait with its error") {
+    int looks = 0;
+    auto probe = [&]() -> NcclProbe {
+      if (++looks == 3) throw std::runtime_error("stalled");
+      return in_progress;
+    };
+    CHECK_THROWS_WITH(nccl::poll_until_settled(probe, 5), "stalled");
+    CHECK(looks == 3);
+  }
 }
 
 TEST_CASE("--devices names the GPUs of the nccl ranks; each GPU once") {

@@ -1,9 +1,15 @@
-// How the nccl backend decides, while it waits for NCCL, whether to go on waiting: a pure
-// function of what one poll saw (the stream, ncclCommGetAsyncError) and how long the wait has
-// lasted, kept free of CUDA so the CPU tests check it. nccl/cuda/nccl_backend.cpp waits for new
-// communicators with it, past --comm-timeout giving up; nccl/cuda/nccl_comm.cpp waits for queued
-// calls with it and no timeout, as the process's watchdog times those waits.
+// How the nccl backend waits for NCCL: a pure rule for whether to go on waiting, from what one
+// poll saw (the stream, ncclCommGetAsyncError) and how long the wait has lasted, and the one loop
+// that polls by it, both kept free of CUDA so the CPU tests check them. Every wait of the backend
+// runs through poll_until_settled: nccl/cuda/nccl_backend.cpp's for new communicators (past
+// --comm-timeout giving up), nccl/cuda/nccl_comm.cpp's for queued calls (no timeout: the
+// process's watchdog times those) and for a communicator's finalize before it is destroyed.
 #pragma once
+
+#include <chrono>
+#include <thread>
+
+#include "core/clock.hpp"
 
 namespace dpx::parallel::nccl {
 
@@ -39,6 +45,24 @@ constexpr double poll_pause_s(double waited_s) {
   if (waited_s < 100e-6) return 0;
   const double pause = waited_s / 16;
   return pause < 1e-3 ? pause : 1e-3;
+}
+
+// Polls until judge_wait ends the wait and returns its verdict (never `pending`): `probe()` looks
+// once (what NCCL and the stream say now) and may throw to end the wait; between looks it pauses
+// by poll_pause_s. (Each wait once had a loop of its own; the finalize's kept re-reading a stale
+// ncclInProgress, so every NCCL communicator took 10 s to end and was then aborted.)
+template <typename Probe>
+NcclWaitVerdict poll_until_settled(Probe&& probe, double timeout_s) {
+  const double start = now_s();
+  for (;;) {
+    const NcclProbe seen = probe();
+    const double waited = now_s() - start;
+    const NcclWaitVerdict verdict = judge_wait(seen, waited, timeout_s);
+    if (verdict != NcclWaitVerdict::pending) return verdict;
+    const double pause = poll_pause_s(waited);
+    if (pause > 0) std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    else std::this_thread::yield();
+  }
 }
 
 }  // namespace dpx::parallel::nccl

@@ -1,11 +1,8 @@
 // Making the nccl backend's communicators (see nccl_backend.hpp): non-blocking NCCL communicators
-// (config.blocking = 0), their initialisation polled with the same rule as every other wait
+// (config.blocking = 0), their initialisation polled by the same loop as every other wait
 // (nccl_wait.hpp), so a rank that never joins ends in an error after --comm-timeout, not a hang.
-#include <chrono>
 #include <cstring>
-#include <thread>
 
-#include "core/clock.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
 #include "core/cuda/memory.hpp"
@@ -19,8 +16,6 @@ namespace dpx::parallel {
 
 namespace {
 
-using nccl::judge_wait;
-using nccl::NcclProbe;
 using nccl::NcclWaitVerdict;
 
 ncclConfig_t non_blocking_config() {
@@ -29,29 +24,21 @@ ncclConfig_t non_blocking_config() {
   return config;
 }
 
-// Polls until every communicator has finished initialising; aborts them all on an error or after
-// timeout_s.
+// Polls until every communicator has finished initialising (each within timeout_s); aborts them
+// all on an error or a timeout.
 void wait_initialised(std::vector<ncclComm_t>& comms, const std::vector<int>& devices, double timeout_s) {
-  const double start = now_s();
   for (size_t i = 0; i < comms.size(); ++i) {
     cuda::DeviceGuard guard(devices[i]);
-    for (;;) {
-      NcclProbe probe;
-      probe.stream_idle = true;
-      const ncclResult_t state = nccl::probe_comm(comms[i], probe);
-      const NcclWaitVerdict v = judge_wait(probe, now_s() - start, timeout_s);
-      if (v == NcclWaitVerdict::done) break;
-      if (v == NcclWaitVerdict::failed || v == NcclWaitVerdict::timed_out) {
-        for (ncclComm_t c : comms)
-          if (c) ncclCommAbort(c);
-        if (v == NcclWaitVerdict::failed)
-          fail("NCCL could not create the communicator of cuda:", devices[i], ": ", ncclGetErrorString(state),
-               " (NCCL_DEBUG=INFO says more)");
-        fail("NCCL's communicators were not ready after --comm-timeout ", timeout_s,
-             " s: a rank never joined (check that every process reached start-up, and NCCL_DEBUG=INFO)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ncclResult_t state = ncclSuccess;
+    const NcclWaitVerdict v = nccl::settle_comm(comms[i], timeout_s, state);
+    if (v == NcclWaitVerdict::done) continue;
+    for (ncclComm_t c : comms)
+      if (c) ncclCommAbort(c);
+    if (v == NcclWaitVerdict::failed)
+      fail("NCCL could not create the communicator of cuda:", devices[i], ": ", ncclGetErrorString(state),
+           " (NCCL_DEBUG=INFO says more)");
+    fail("NCCL's communicators were not ready after --comm-timeout ", timeout_s,
+         " s: a rank never joined (check that every process reached start-up, and NCCL_DEBUG=INFO)");
   }
 }
 

@@ -4,9 +4,7 @@
 #include "parallel/comm/nccl/cuda/nccl_comm.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "core/clock.hpp"
 #include "core/cuda/check.hpp"
@@ -96,18 +94,14 @@ NcclTransport::~NcclTransport() {
     }
   }
   if (!aborted_) {
-    // Finalize (non-blocking: poll until it is done, at most a few seconds), then destroy.
+    // Finalize flushes what the communicator still has queued; non-blocking, it runs on NCCL's
+    // thread and is polled here (10 s at most). Then destroy frees it; a failed or stuck
+    // finalize aborts it instead.
     ncclResult_t state = ncclCommFinalize(comm_);
-    const double start = now_s();
-    while (state == ncclInProgress || (state == ncclSuccess && ncclCommGetAsyncError(comm_, &state) == ncclSuccess &&
-                                       state == ncclInProgress)) {
-      if (now_s() - start > 10) {
-        abort_comm();
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!aborted_) ncclCommDestroy(comm_);
+    if ((state == ncclSuccess || state == ncclInProgress) && settle_comm(comm_, 10, state) == NcclWaitVerdict::done)
+      ncclCommDestroy(comm_);
+    else
+      abort_comm();
   }
   if (scratch_) cudaFree(scratch_);
   if (one_) cudaFree(one_);
@@ -295,31 +289,26 @@ void NcclTransport::poll(const CommCall* call, cudaEvent_t done) {
     }
   } published{local_->watch(), rank_, call != nullptr};
   if (call) local_->watch().begin_wait(rank_, -1, call);
-  const double start = now_s();
-  for (;;) {
-    check_alive();
-    NcclProbe probe;
-    const cudaError_t s = !call ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
-    probe.stream_idle = s == cudaSuccess;
-    probe.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
-    const ncclResult_t async = probe_comm(comm_, probe);
-    const double waited = now_s() - start;
-    switch (judge_wait(probe, waited, 0)) {  // the timeout is the watchdog's
-      case NcclWaitVerdict::done: return;
-      case NcclWaitVerdict::failed: {
-        const char* last = ncclGetLastError(comm_);
-        give_up(probe.stream_failed
-                    ? detail::concat("CUDA error on its stream: ", cudaGetErrorString(s))
-                    : detail::concat("NCCL error: ", ncclGetErrorString(async),
-                                     last && last[0] ? detail::concat(" (", last, ")") : std::string()));
-      }
-      case NcclWaitVerdict::timed_out:
-      case NcclWaitVerdict::pending: {
-        const double pause = poll_pause_s(waited);
-        if (pause > 0) std::this_thread::sleep_for(std::chrono::duration<double>(pause));
-        else std::this_thread::yield();
-      }
-    }
+  cudaError_t s = cudaSuccess;
+  ncclResult_t async = ncclSuccess;
+  NcclProbe seen;
+  const NcclWaitVerdict verdict = poll_until_settled(
+      [&] {
+        check_alive();
+        seen = NcclProbe{};
+        s = !call ? cudaSuccess : done ? cudaEventQuery(done) : cudaStreamQuery(stream_);
+        seen.stream_idle = s == cudaSuccess;
+        seen.stream_failed = s != cudaSuccess && s != cudaErrorNotReady;
+        async = probe_comm(comm_, seen);
+        return seen;
+      },
+      0);  // no timeout: the watchdog's
+  if (verdict == NcclWaitVerdict::failed) {
+    const char* last = ncclGetLastError(comm_);
+    give_up(seen.stream_failed
+                ? detail::concat("CUDA error on its stream: ", cudaGetErrorString(s))
+                : detail::concat("NCCL error: ", ncclGetErrorString(async),
+                                 last && last[0] ? detail::concat(" (", last, ")") : std::string()));
   }
 }
 

@@ -28,6 +28,19 @@ inline ncclResult_t probe_comm(ncclComm_t comm, NcclProbe& probe) {
   return state;
 }
 
+// Waits for a non-blocking call that queues nothing on a stream (a communicator's initialisation,
+// its finalize) by poll_until_settled; `state` gets NCCL's last answer.
+inline NcclWaitVerdict settle_comm(ncclComm_t comm, double timeout_s, ncclResult_t& state) {
+  return poll_until_settled(
+      [&] {
+        NcclProbe probe;
+        probe.stream_idle = true;
+        state = probe_comm(comm, probe);
+        return probe;
+      },
+      timeout_s);
+}
+
 inline ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
     case DType::f32: return ncclFloat32;
