@@ -511,7 +511,10 @@ void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t byt
     return;
   }
   DPX_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
-  if (dst_dev.is_cuda() && src_dev.is_cuda()) DPX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  // Into a device, cudaMemcpy may return before its data has landed (from pageable memory: once
+  // it is staged), and a non-blocking stream (the nccl backend's) is not ordered after it: the
+  // copy is finished here, so that whatever reads it next on any stream sees it.
+  if (dst_dev.is_cuda()) DPX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 void memset_zero(void* p, size_t bytes, int device) {

@@ -1,8 +1,10 @@
 // Making the nccl backend's communicators (see nccl_backend.hpp): non-blocking NCCL communicators
 // (config.blocking = 0), their initialisation polled by the same loop as every other wait
 // (nccl_wait.hpp), so a rank that never joins ends in an error after --comm-timeout, not a hang.
+#include <algorithm>
 #include <cstring>
 
+#include "core/clock.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
 #include "core/cuda/memory.hpp"
@@ -24,13 +26,15 @@ ncclConfig_t non_blocking_config() {
   return config;
 }
 
-// Polls until every communicator has finished initialising (each within timeout_s); aborts them
+// Polls until every communicator has finished initialising, all within timeout_s; aborts them
 // all on an error or a timeout.
 void wait_initialised(std::vector<ncclComm_t>& comms, const std::vector<int>& devices, double timeout_s) {
+  const double deadline = now_s() + timeout_s;
   for (size_t i = 0; i < comms.size(); ++i) {
     cuda::DeviceGuard guard(devices[i]);
     ncclResult_t state = ncclSuccess;
-    const NcclWaitVerdict v = nccl::settle_comm(comms[i], timeout_s, state);
+    // What is left of timeout_s, but never none (a timeout of 0 would be a patient wait).
+    const NcclWaitVerdict v = nccl::settle_comm(comms[i], std::max(deadline - now_s(), 1e-6), state);
     if (v == NcclWaitVerdict::done) continue;
     for (ncclComm_t c : comms)
       if (c) ncclCommAbort(c);
@@ -66,15 +70,12 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   ncclConfig_t config = non_blocking_config();
   // ncclCommInitAll, with a config: one rank per device from this thread, inside one group.
-  int previous = 0;
-  DPX_CUDA_CHECK(cudaGetDevice(&previous));
-  DPX_NCCL_QUEUE(ncclGroupStart());
-  for (int i = 0; i < n; ++i) {
-    DPX_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(i)]));
-    DPX_NCCL_QUEUE(ncclCommInitRankConfig(&comms[static_cast<size_t>(i)], n, id, i, &config));
-  }
-  DPX_NCCL_QUEUE(ncclGroupEnd());
-  DPX_CUDA_CHECK(cudaSetDevice(previous));
+  nccl::group([&] {
+    for (int i = 0; i < n; ++i) {
+      cuda::DeviceGuard guard(devices[static_cast<size_t>(i)]);
+      DPX_NCCL_QUEUE(ncclCommInitRankConfig(&comms[static_cast<size_t>(i)], n, id, i, &config));
+    }
+  });
   wait_initialised(comms, devices, timeout_s);
   std::vector<int> ranks(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)] = i;

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
+#include "core/capture.hpp"
 #include "core/clock.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
@@ -17,19 +19,6 @@
 namespace dpx::parallel::nccl {
 
 namespace {
-
-// Runs the sends and receives of one pattern as one NCCL group, so they proceed together.
-template <typename F>
-void group(F&& body) {
-  DPX_NCCL_QUEUE(ncclGroupStart());
-  try {
-    body();
-  } catch (...) {
-    ncclGroupEnd();
-    throw;
-  }
-  DPX_NCCL_QUEUE(ncclGroupEnd());
-}
 
 // NCCL counts no bytes: what the bandwidth-optimal (ring) schedule of the call sends from one
 // rank, the figure dpx's algorithms are compared with (NCCL may choose a tree).
@@ -110,11 +99,13 @@ NcclTransport::~NcclTransport() {
 
 void NcclTransport::abort_comm() {
   if (aborted_.exchange(true)) return;
-  // Ends NCCL's kernels and proxy threads for this communicator. On a non-blocking communicator
-  // it returns at once: NCCL's reclaim runs on a thread of its own, where it also waits until
-  // every CUDA graph holding this communicator's calls (--cuda-graph under DDP) is destroyed, as
-  // they are when the failed step unwinds (spmd.cpp).
-  ncclCommAbort(comm_);
+  // ncclCommAbort first stops NCCL's kernels and proxy threads for this communicator, then frees
+  // it, and that waits until every CUDA graph holding the communicator's calls is destroyed
+  // (NCCL 2.28: an abort makes its group blocking, even for a non-blocking communicator). Those
+  // graphs (--cuda-graph under DDP) go only when the failed step unwinds (spmd.cpp), after this
+  // rank throws: a communicator with recorded calls is therefore aborted on a thread of its own.
+  if (recorded_) std::thread([comm = comm_] { ncclCommAbort(comm); }).detach();
+  else ncclCommAbort(comm_);
 }
 
 void NcclTransport::begin_call(const CommCall& call) {
@@ -163,6 +154,7 @@ void NcclTransport::check_alive() {
 
 void NcclTransport::collective(const CollectiveArgs& a) {
   check_alive();
+  if (capture::active()) recorded_ = true;
   cuda::DeviceGuard guard(device_);
   const ncclDataType_t t = nccl_dtype(a.dtype);
   const size_t es = dtype_size(a.dtype), n = static_cast<size_t>(size_), r = static_cast<size_t>(rank_);
@@ -279,16 +271,15 @@ void NcclTransport::settle() { poll(nullptr); }
 
 void NcclTransport::poll(const CommCall* call, cudaEvent_t done) {
   cuda::DeviceGuard guard(device_);
-  // The watchdog times the wait (and its report ends it: check_alive).
+  // The watchdog times the wait (and its report ends it: check_alive), a settle too: NCCL's first
+  // call to a peer connects to it there, and waits for it. A settle is timed in the call that
+  // queued it; a wait for queued calls, in `call`.
   struct Published {
     CommWatch& watch;
     int rank;
-    bool on;
-    ~Published() {
-      if (on) watch.end_wait(rank);
-    }
-  } published{local_->watch(), rank_, call != nullptr};
-  if (call) local_->watch().begin_wait(rank_, -1, call);
+    ~Published() { watch.end_wait(rank); }
+  } published{local_->watch(), rank_};
+  local_->watch().begin_wait(rank_, -1, call);
   cudaError_t s = cudaSuccess;
   ncclResult_t async = ncclSuccess;
   NcclProbe seen;

@@ -74,7 +74,7 @@ class NcclTransport final : public Transport {
   // A non-blocking communicator's call may return ncclInProgress before its work is on the stream:
   // settle() polls ncclCommGetAsyncError until it is (events recorded after it then follow the
   // work); poll() is that, and with `call` also waits until `done` has happened (null: the
-  // stream is idle), published to the watchdog as a wait in `call`.
+  // stream is idle). Both are published to the watchdog as a wait (in `call`, where given).
   void settle();
   void poll(const CommCall* call, cudaEvent_t done = nullptr);
   CommCall current() const;
@@ -90,6 +90,7 @@ class NcclTransport final : public Transport {
   size_t scratch_bytes_ = 0;
   float* one_ = nullptr;  // the barrier's 4 bytes
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> recorded_{false};  // a call was queued inside a CUDA graph's capture (abort_comm)
   mutable std::mutex mu_;
   CommCall current_;  // the call being queued (between begin_call and end_call)
 };

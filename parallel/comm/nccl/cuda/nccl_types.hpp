@@ -1,5 +1,6 @@
 // dpx's element types and reductions as NCCL names them (pure mappings, no CUDA runtime call,
-// so the CPU tests of a CUDA build check them), and the two checks every NCCL call site shares.
+// so the CPU tests of a CUDA build check them), and what every NCCL call site shares: the check
+// of a queued call, a group, a probe of a communicator's state and the wait until it settles.
 // Only compiled where nccl.h is (DPX_WITH_CUDA).
 #pragma once
 #include <nccl.h>
@@ -18,6 +19,20 @@ inline void check_queued(ncclResult_t r, const char* expr, const char* file, int
   if (r != ncclSuccess && r != ncclInProgress) cuda::throw_nccl_error(r, expr, file, line);
 }
 #define DPX_NCCL_QUEUE(expr) ::dpx::parallel::nccl::check_queued((expr), #expr, __FILE__, __LINE__)
+
+// Runs `body`'s NCCL calls as one group (a pattern's sends and receives proceed together; one
+// thread starts several communicators); the group is closed if `body` throws.
+template <typename F>
+void group(F&& body) {
+  DPX_NCCL_QUEUE(ncclGroupStart());
+  try {
+    body();
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  DPX_NCCL_QUEUE(ncclGroupEnd());
+}
 
 // What ncclCommGetAsyncError says of `comm`, into `probe`; returns the state it read.
 inline ncclResult_t probe_comm(ncclComm_t comm, NcclProbe& probe) {
