@@ -18,6 +18,7 @@ CudaState::~CudaState() {
   conv_plans.clear();                          // before the cuDNN handle they were built with
   if (workspace_) release(workspace_, workspace_bytes_, device);
   for (const auto& [p, bytes] : kept_workspaces_) release(p, bytes, device);
+  if (cublas_workspace) release(cublas_workspace, cublas_workspace_bytes, device);
   if (host_result) cudaFreeHost(host_result);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublaslt) cublasLtDestroy(cublaslt);
@@ -61,6 +62,13 @@ std::unique_ptr<CudaState> make_cuda_state(int device) {
   DPX_CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamDefault));
   DPX_CUBLAS_CHECK(cublasCreate(&st->cublas));
   DPX_CUBLAS_CHECK(cublasSetStream(st->cublas, st->stream));
+  // PyTorch's default sizes (CUBLAS_WORKSPACE_CONFIG): 32 MiB from Hopper on, else 4 MiB x 2 +
+  // 16 KiB x 8.
+  int major = 0;
+  DPX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  st->cublas_workspace_bytes = major >= 9 ? size_t(32) << 20 : (size_t(8) << 20) + (size_t(128) << 10);
+  st->cublas_workspace = allocate(st->cublas_workspace_bytes, device, st->stream);
+  DPX_CUBLAS_CHECK(cublasSetWorkspace(st->cublas, st->cublas_workspace, st->cublas_workspace_bytes));
   st->set_cublas_tf32(false);
   DPX_CUBLAS_CHECK(cublasLtCreate(&st->cublaslt));
   DPX_CUDNN_CHECK(cudnnCreate(&st->cudnn));

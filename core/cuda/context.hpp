@@ -55,6 +55,11 @@ struct CudaState {
   std::unordered_map<AlgoKey, std::shared_ptr<ConvPlan>, AlgoKeyHash> conv_plans;
   // 8 bytes of pinned host memory: the one result an op returns to the host (count_correct).
   int64_t* host_result = nullptr;
+  // cuBLAS's workspace, given to the handle (cublasSetWorkspace) as PyTorch does: without one,
+  // cuBLAS allocates its own per call, and inside a CUDA graph's capture records those
+  // allocations into the graph, beside the caching allocator's pools.
+  void* cublas_workspace = nullptr;
+  size_t cublas_workspace_bytes = 0;
 
   CudaState() = default;
   CudaState(const CudaState&) = delete;

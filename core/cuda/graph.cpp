@@ -13,6 +13,12 @@ namespace {
 Stream pool_key(const Graph* g) { return reinterpret_cast<Stream>(const_cast<Graph*>(g)); }
 }  // namespace
 
+std::shared_mutex& capture_gate(int device) {
+  static std::shared_mutex gates[64];
+  DPX_CHECK(device >= 0 && device < 64, "capture_gate: cuda:", device);
+  return gates[device];
+}
+
 Graph::Graph(int device, Stream stream) : device_(device), stream_(stream) {
   DPX_CHECK(stream != nullptr, "a CUDA graph is captured from one of dpx's streams, not the legacy default stream");
   retain_pool(device_, pool_key(this));
@@ -29,12 +35,14 @@ Graph::~Graph() {
 void Graph::begin_capture(const std::string& purpose) {
   DPX_CHECK(!capturing() && !ready(), "a CUDA graph is captured once");
   DeviceGuard guard(device_);
+  gate_ = std::unique_lock<std::shared_mutex>(capture_gate(device_));
   capture_scope_.emplace(purpose);
   pool_scope_.emplace(device_, pool_key(this));
   const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     pool_scope_.reset();
     capture_scope_.reset();
+    gate_ = {};
     throw_cuda_error(err, "cudaStreamBeginCapture", __FILE__, __LINE__);
   }
 }
@@ -46,6 +54,7 @@ void Graph::end_capture() {
   const cudaError_t err = cudaStreamEndCapture(stream_, &graph);
   pool_scope_.reset();
   capture_scope_.reset();
+  gate_ = {};
   if (err != cudaSuccess || graph == nullptr) {
     if (graph) cudaGraphDestroy(graph);
     const char* why = cudaGetErrorString(err);
@@ -72,6 +81,7 @@ void Graph::abandon_capture() noexcept {
   if (previous >= 0) cudaSetDevice(previous);
   pool_scope_.reset();
   capture_scope_.reset();
+  gate_ = {};
 }
 
 void Graph::replay() {

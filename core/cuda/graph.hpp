@@ -14,7 +14,9 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 
 #include "core/capture.hpp"
@@ -24,6 +26,13 @@ struct CUgraph_st;
 struct CUgraphExec_st;
 
 namespace dpx::cuda {
+
+// A device's capture gate. A stream being captured records the work of every thread, not only
+// the capturing one's: a capture holds its device's gate alone from begin_capture to its end, and
+// a thread that may queue on a captured stream from outside the step (the data loader's copy
+// engine, marking a batch buffer's release on the consumer's stream) holds it shared meanwhile,
+// so that its call waits for the capture to end instead of joining (and breaking) the graph.
+std::shared_mutex& capture_gate(int device);
 
 class Graph {
  public:
@@ -55,6 +64,7 @@ class Graph {
   size_t nodes_ = 0;
   std::optional<capture::Scope> capture_scope_;
   std::optional<AllocationStreamScope> pool_scope_;
+  std::unique_lock<std::shared_mutex> gate_;  // held while capturing (capture_gate)
 };
 
 }  // namespace dpx::cuda

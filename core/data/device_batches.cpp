@@ -3,8 +3,10 @@
 #include "core/data/device_batches.hpp"
 
 #include <map>
+#include <shared_mutex>
 #include <thread>
 
+#include "core/capture.hpp"
 #include "core/error.hpp"
 
 #ifdef DPX_WITH_CUDA
@@ -12,6 +14,7 @@
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
+#include "core/cuda/graph.hpp"
 #endif
 
 namespace dpx::data {
@@ -110,6 +113,10 @@ class CudaCopyEngine final : public CopyEngine {
   Tensor allocate(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype, device_); }
 
   void record_release(int slot) override {
+    // A worker's record waits while a --cuda-graph capture records the consumer's stream (it
+    // would join the graph); the capturing thread itself must not get here.
+    DPX_CHECK(!capture::active(), "a device batch buffer was released inside a CUDA graph capture");
+    std::shared_lock<std::shared_mutex> gate(cuda::capture_gate(device_.index));
     cuda::DeviceGuard guard(device_.index);
     DPX_CUDA_CHECK(cudaEventRecord(event(slot), consumer_));
   }

@@ -45,7 +45,11 @@ class RankCheckpoints {
   void save(Rank& r, Communicator* host, RunProgress at, const std::vector<StepRecord>& mine, TrainReport& report,
             std::mutex& report_mu, const TrainHooks& hooks) {
     nn::Model& model = r.model.master();
-    const RandomStreams streams = random_streams(model);
+    RandomStreams streams = random_streams(model);
+    if (r.graphs) {  // --cuda-graph: the steps' draws are counted on the device (train_step.cpp)
+      const auto drawn = static_cast<uint64_t>(r.graphs->counter().to(Device::cpu()).data<int64_t>()[0]);
+      for (auto& [name, state] : streams) state.draws += drawn;
+    }
     std::vector<nn::RandomState> states;
     for (const auto& [name, state] : streams) states.push_back(state);
     const std::vector<StepRecord> fresh(mine.begin() + static_cast<std::ptrdiff_t>(saved_), mine.end());

@@ -115,6 +115,30 @@ void updated_in_replay(Rank& r, int64_t global_step, StepRecord& rec, const Grap
   r.bad_loss.reset();
 }
 
+// --cuda-graph: every step's random layers draw at the step count kept on the device
+// (Context::random_offset), eager steps as recorded ones, and the count goes up after backward.
+// A random layer's own count stands still in such a run (a recorded step's host code runs once,
+// on a GPU), so step t draws fork(n)'s stream + t = fork(n + t)'s masks, n being the layer's
+// count when the run began: the eager run's masks, step for step, whether the step was eager,
+// recorded or replayed. The checkpoint adds the device count to the layers' (train_loop.cpp).
+class RandomOffset {
+ public:
+  explicit RandomOffset(Rank& r) : ctx_(r.env.ctx()), count_(r.graphs ? &r.graphs->counter() : nullptr) {
+    ctx_.random_offset = count_;
+  }
+  ~RandomOffset() { ctx_.random_offset = nullptr; }
+  RandomOffset(const RandomOffset&) = delete;
+  RandomOffset& operator=(const RandomOffset&) = delete;
+  // After backward: the next step's count.
+  void count_step() const {
+    if (count_) ops::increment_i64(ctx_, *count_);
+  }
+
+ private:
+  Context& ctx_;
+  Tensor* count_;  // null: no --cuda-graph
+};
+
 // --cuda-graph (graph_step.hpp): forward, loss, backward, the gradients' exchange and, on a step
 // that updates, the guard's count and the optimizer's update, of the shape's input tensors, as
 // recorded work. The loss goes to g.loss, the exchange's calls to g.calls, the count to
@@ -122,16 +146,7 @@ void updated_in_replay(Rank& r, int64_t global_step, StepRecord& rec, const Grap
 RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
   return [&r, &g](StepPhases& phases) {
     Context& ctx = r.env.ctx();
-    // Random ops draw each replay's own masks: the graph counts its replays on the device, and a
-    // random layer adds that count to the stream it forked when the step was recorded (its own
-    // count stands still inside a recorded step: on a GPU its host code runs once). The count
-    // goes up after the work, so the recording's run draws with 0 and replay k with k: the eager
-    // run's masks, step for step (Rng::fork(n + k) is fork(n)'s stream + k).
-    struct Offset {
-      Context& ctx;
-      explicit Offset(Context& c, const Tensor& counter) : ctx(c) { ctx.random_offset = &counter; }
-      ~Offset() { ctx.random_offset = nullptr; }
-    } offset(ctx, r.graphs->counter());
+    const RandomOffset offset(r);
     {
       auto scope = phases.scope(Phase::forward);
       capture::Where where("forward");
@@ -144,7 +159,7 @@ RecordedWork recordable_step(Rank& r, GraphSteps::Shape& g) {
       Tensor dlogits = scaled_loss_gradient(r);
       poison_on_bad_loss(r, g.loss, dlogits);
       r.model.backward(ctx, dlogits, phases);  // DDP: starts the buckets' all-reduces
-      ops::increment_i64(ctx, r.graphs->counter());
+      offset.count_step();
     }
     {
       capture::Where where("the gradients' all-reduce");
@@ -252,6 +267,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
     rec.backward_end_s = r.clock();
     r.grad_sync.finish_replayed(graph->calls, phases);  // waits for the replay's all-reduces
   } else {
+    const RandomOffset offset(r);
     {
       auto scope = phases.scope(Phase::forward);
       Tensor logits = r.model.forward(ctx, images, phases);
@@ -264,6 +280,7 @@ std::vector<StepRecord> train_step(Rank& r, const StepAt& at) {
       Tensor dlogits = scaled_loss_gradient(r);
       poison_on_bad_loss(r, loss, dlogits);
       r.model.backward(ctx, dlogits, phases);  // DDP: buckets all-reduce as gradients become ready
+      offset.count_step();
     }
     rec.backward_end_s = r.clock();
     r.grad_sync.finish(ctx, phases);  // waits for every bucket (DataParallel: sums the replicas' gradients)
