@@ -109,21 +109,12 @@ AlgoKey make_key(ConvPass pass, const Shapes& s, const Conv2dParams& p, const Co
   return key;
 }
 
-// The workspace a search may time candidates with: 1 GiB, or less where less is free (PyTorch
-// offers its largest free block). Stated in --cudnn-algo's help.
-constexpr size_t kSearchWorkspaceBytes = size_t(1) << 30;
-
 // The device memory a search needs beside the inputs: the pass's output (cuDNN writes it while
 // timing, so the real output is left alone) and the workspace.
 class SearchScratch {
  public:
   SearchScratch(const CudaState& st, size_t output_bytes) : output_(st, output_bytes) {
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      free_bytes = 0;
-    }
-    for (size_t bytes = std::min(kSearchWorkspaceBytes, free_bytes / 2); bytes >= (size_t(1) << 20); bytes /= 2) {
+    for (size_t bytes = search_workspace_limit(); bytes >= (size_t(1) << 20); bytes /= 2) {
       try {
         workspace_.emplace(st, bytes);
         workspace_bytes_ = bytes;

@@ -5,6 +5,7 @@
 // --cudnn-algo search, the fastest of up to kTimed admitted ones) finalized as the plan.
 #include "kernels/cuda/conv_plan.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -238,6 +239,7 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
   // search up to kTimed.
   std::vector<Candidate> candidates;
   const size_t wanted = r.search ? kTimed : 1;
+  const size_t limit = r.search ? search_workspace_limit() : 0;
   std::string refused;
   for (cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     if (candidates.size() >= wanted) break;
@@ -281,9 +283,17 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
                                    &bytes) != CUDNN_STATUS_SUCCESS ||
           bytes < 0)
         continue;
-      try {
-        st.workspace(static_cast<size_t>(bytes));
-      } catch (const Error&) {  // too large to allocate now: the next configuration may fit
+      // A search times its candidates in scratch of at most its limit; the heuristics' choice
+      // runs in the state's workspace, which must then hold it.
+      bool fits = !r.search || static_cast<size_t>(bytes) <= limit;
+      if (fits && !r.search) {
+        try {
+          st.workspace(static_cast<size_t>(bytes));
+        } catch (const Error&) {  // too large to allocate now: the next configuration may fit
+          fits = false;
+        }
+      }
+      if (!fits) {
         refused += " engine " + std::to_string(index) + " needs " + std::to_string(bytes) + " bytes;";
         continue;
       }
@@ -303,10 +313,17 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
     const detail::Scratch scratch(st, static_cast<size_t>(out_elements) * (r.data == CUDNN_DATA_FLOAT ? 4 : 2));
     void* timed[3] = {ptrs[0], ptrs[1], ptrs[2]};
     timed[out] = scratch.as<void>();
+    int64_t most = 0;
+    for (const Candidate& c : candidates) most = std::max(most, c.workspace_bytes);
+    std::optional<detail::Scratch> workspace;
+    try {
+      workspace.emplace(st, static_cast<size_t>(most));
+    } catch (const Error&) {
+      return declined("no memory for the search's workspace (" + std::to_string(most) + " bytes)");
+    }
     float best_ms = -1.f;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      void* workspace = st.workspace(static_cast<size_t>(candidates[i].workspace_bytes));
-      const std::optional<float> ms = time_candidate(st, candidates[i], timed, workspace);
+      const std::optional<float> ms = time_candidate(st, candidates[i], timed, workspace->as<void>());
       if (!ms) continue;
       candidates[i].ms = *ms;
       if (best_ms < 0 || *ms < best_ms) {
@@ -321,7 +338,8 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
   plan->workspace_bytes = candidates[best].workspace_bytes;
   plan->owned = {x.release(), w.release(), y.release(), conv.release(), op.release(), graph.release()};
   char timed_text[48] = "";
-  if (r.search) std::snprintf(timed_text, sizeof timed_text, ", %.3f ms", double(candidates[best].ms));
+  if (r.search && candidates.size() > 1)
+    std::snprintf(timed_text, sizeof timed_text, ", %.3f ms", double(candidates[best].ms));
   say(r, what,
       "engine " + std::to_string(candidates[best].global_index) + ", workspace " +
           std::to_string(plan->workspace_bytes) + " bytes, by " + (r.search ? "search" : "heuristic") +
@@ -335,6 +353,15 @@ ConvPlan::~ConvPlan() {
   if (plan) cudnnBackendDestroyDescriptor(plan);
   for (cudnnBackendDescriptor_t d : owned)
     if (d) cudnnBackendDestroyDescriptor(d);
+}
+
+size_t search_workspace_limit() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free_bytes = 0;
+  }
+  return std::min(size_t(1) << 30, free_bytes / 2);
 }
 
 bool cudnn_log() {
@@ -370,8 +397,11 @@ bool run_conv_plan(CudaState& st, const AlgoKey& key, const ConvRequest& r, cons
   if (!plan) return false;
   void* workspace = st.workspace(static_cast<size_t>(plan->workspace_bytes));
   const cudnnStatus_t status = execute(st, plan->plan, ptrs, workspace);
-  if (status != CUDNN_STATUS_SUCCESS && !plan->ran) {
-    // Refused at its first run (cuDNN checks before it launches anything): the legacy call from now on.
+  const int category = CUDNN_STATUS_CATEGORY(status);
+  if (!plan->ran && (category == CUDNN_STATUS_BAD_PARAM || category == CUDNN_STATUS_NOT_SUPPORTED)) {
+    // Refused at its first run, before it launched anything: the legacy call from now on. A
+    // failure while running (internal, execution) may have written part of the output, which the
+    // legacy call would then add to: that is an error.
     say(r, what, std::string("declined at its first run (") + cudnnGetErrorString(status) + "): the legacy call runs");
     it->second = nullptr;
     return false;

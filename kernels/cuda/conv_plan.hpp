@@ -51,6 +51,11 @@ struct ConvPlan {
   ~ConvPlan();
 };
 
+// The most workspace a search (--cudnn-algo search) times a candidate with, on either path: 1 GiB,
+// or half the device's free memory where that is less (PyTorch offers its largest free block).
+// A candidate that needs more is passed over; only the one kept grows the state's workspace.
+size_t search_workspace_limit();
+
 // Whether convolutions try the graph API first (DPX_CUDNN_API unset or "graph"; "legacy": never).
 bool conv_graph_api_enabled();
 // Whether each convolution's choice (plan or legacy algorithm) is said on stderr as it is made
