@@ -697,6 +697,15 @@ void split_channels_backward(Context&, const std::vector<Tensor*>& dinputs, cons
     parts.push_back(t);
   }
   check_parts(op, "dout", dout, "dinput", parts);
+  // Each gradient is added to in parallel with the others: two that share memory would race.
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const auto* a = static_cast<const char*>(parts[i]->raw());
+      const auto* b = static_cast<const char*>(parts[j]->raw());
+      if (a < b + parts[j]->nbytes() && b < a + parts[i]->nbytes())
+        fail(op, ": dinputs ", j, " and ", i, " share memory (an input concatenated twice?); give each its own "
+             "gradient tensor and add them afterwards");
+    }
 }
 
 void copy_channels(Context&, Tensor& dst, int64_t dst_channel, const Tensor& src, int64_t src_channel,

@@ -165,7 +165,7 @@ void depthwise_backward_filter(const CudaState& st, float* dw, const float* dy, 
   const int64_t chunks = std::clamp<int64_t>(count / min_chunk, 1, 1024);
   const int64_t chunk_len = (count + chunks - 1) / chunks;
   const int64_t used = (count + chunk_len - 1) / chunk_len;
-  DPX_CHECK(taps <= int64_t(1) << 31, "conv2d_backward: ", taps, " depthwise weights exceed the grid");
+  DPX_CHECK(taps < int64_t(1) << 31, "conv2d_backward: ", taps, " depthwise weights exceed the grid");
   const Scratch partial(st, static_cast<size_t>(used * taps) * sizeof(float));
   const dim3 grid(static_cast<unsigned>(taps), static_cast<unsigned>(used));
   if (fits_int32(s, used * taps))

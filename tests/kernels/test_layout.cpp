@@ -127,6 +127,10 @@ TEST_CASE("concat_channels and split_channels_backward") {
                        doctest::Contains("the inputs have 4 channels in all, out (2, 5, 2, 2) has 5"), Error);
   CHECK_THROWS_WITH_AS(ops::split_channels_backward(ctx, {&da, nullptr}, out),
                        doctest::Contains("dinput 1 is null"), Error);
+  // One gradient for an input concatenated twice: the parallel sums would race on it.
+  Tensor twice = Tensor::zeros({2, 2, 2, 2}), wide = Tensor::zeros({2, 4, 2, 2});
+  CHECK_THROWS_WITH_AS(ops::split_channels_backward(ctx, {&twice, &twice}, wide),
+                       doctest::Contains("dinputs 0 and 1 share memory"), Error);
 }
 
 TEST_CASE("copy_channels: a block of channels into another tensor, written over or added; refusals") {
