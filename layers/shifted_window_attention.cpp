@@ -93,7 +93,8 @@ Tensor ShiftedWindowAttention::position_bias(Context& ctx) {
 // (-100) between tokens of one window that carry different labels.
 const Tensor& ShiftedWindowAttention::attention_mask(Context& ctx, const Geometry& g) {
   const std::array<int64_t, 4> key = {g.pH, g.pW, g.sh, g.sw};
-  if (mask_.defined() && key == mask_key_ && mask_.device() == ctx.device) return mask_;
+  Tensor& mask = masks_[key];
+  if (mask.defined() && mask.device() == ctx.device) return mask;
   const int64_t wh = window_[0], ww = window_[1], L = wh * ww;
   std::vector<int> label(static_cast<size_t>(g.pH * g.pW), 0);
   const int64_t hs[3][2] = {{0, -wh}, {-wh, -g.sh}, {-g.sh, g.pH}},
@@ -115,9 +116,8 @@ const Tensor& ShiftedWindowAttention::attention_mask(Context& ctx, const Geometr
           const int lj = label[(wy * wh + j / ww) * g.pW + wx * ww + j % ww];
           m[((wy * g.nWw + wx) * L + i) * L + j] = li == lj ? 0.f : -100.f;
         }
-  mask_ = host.to(ctx.device);
-  mask_key_ = key;
-  return mask_;
+  mask = host.to(ctx.device);
+  return mask;
 }
 
 Tensor ShiftedWindowAttention::forward(Context& ctx, const Tensor& x) {

@@ -3,6 +3,7 @@
 // learned relative position bias, optional cyclic shift (with its mask) and padding to the window.
 #pragma once
 #include <array>
+#include <map>
 
 #include "core/rng.hpp"
 #include "layers/module.hpp"
@@ -50,8 +51,10 @@ class ShiftedWindowAttention : public Cloneable<ShiftedWindowAttention> {
   Geometry g_;   // of the last forward
   Tensor qkv_;   // (3, B nW, heads, L, head_dim): q, k, v of the last forward
   Tensor attn_;  // (B nW, heads, L, L): softmax output of the last forward
-  Tensor mask_;  // (nW, 1, L, L): for mask_key_, rebuilt when the geometry changes
-  std::array<int64_t, 4> mask_key_ = {-1, -1, -1, -1};  // pH, pW, sh, sw of mask_
+  // (nW, 1, L, L) per geometry (pH, pW, sh, sw) seen: kept, not rebuilt over, since a CUDA graph
+  // recorded with one geometry's mask reads it at every replay (an evaluation at another image
+  // size in between would otherwise free it under the graph).
+  std::map<std::array<int64_t, 4>, Tensor> masks_;
   int64_t last_flops_ = 0;
 };
 
