@@ -5,6 +5,8 @@
 // division; four floats at a time where every run, offset and pointer of the launch allows
 // 16-byte accesses (PyTorch's aligned16 path). copy_channels moves one run per image the same
 // way (DenseNet's layers write into and read out of their block's buffer: no concatenation).
+// Runs shorter than a block (channels-last maps, whose "images" are pixels) are strided over
+// flat instead (for_each_in_runs).
 // History (H100): one strided copy per input cost DenseNet-121 6.2 ms a forward step and the
 // backward's add per input 6.0 ms against PyTorch's 2.5 ms (2026-11-26); one launch per 64 inputs
 // with a 64-bit division and remainder per element still took 7.2 and 7.7 ms (2026-11-27).
@@ -48,7 +50,26 @@ __device__ inline void add_into(float4& a, float4 b) {
   a.w += b.w;
 }
 
-// Every element j of part p = blockIdx.y's run in image n (blockIdx.z, striding by gridDim.z):
+// Calls body(n, j) for every element j < run of every image n < images, each once. A run at least
+// a block long: a block layer per image (blockIdx.z, striding by gridDim.z), its threads over the
+// run, no division. A shorter one (a channels-last map's rows: a pixel per "image", a few dozen
+// channels each) would leave most of a block idle that way: every thread of the grid then strides
+// over the images x run elements, each element's image by one division. Either works with any grid.
+template <typename Body>
+__device__ void for_each_in_runs(int64_t images, int64_t run, Body body) {
+  if (run >= blockDim.x) {
+    for (int64_t n = blockIdx.z; n < images; n += gridDim.z) DPX_CUDA_LOOP(j, run) body(n, j);
+    return;
+  }
+  const int64_t threads = int64_t(gridDim.x) * gridDim.z * blockDim.x;
+  for (int64_t i = (int64_t(blockIdx.z) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < images * run;
+       i += threads) {
+    const int64_t n = i / run;
+    body(n, i - n * run);
+  }
+}
+
+// Every element j of part p = blockIdx.y's run in image n:
 // out[n * image + offset_p + j] = part_p[n * run_p + j].
 template <typename V>
 __global__ void concat_kernel(V* out, Parts<const V*> parts, int64_t images, int64_t image) {
@@ -56,8 +77,7 @@ __global__ void concat_kernel(V* out, Parts<const V*> parts, int64_t images, int
   const int64_t run = parts.run[p];
   const V* src = parts.data[p];
   V* dst = out + parts.offset[p];
-  for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
-    DPX_CUDA_LOOP(j, run) dst[n * image + j] = src[n * run + j];
+  for_each_in_runs(images, run, [&](int64_t n, int64_t j) { dst[n * image + j] = src[n * run + j]; });
 }
 
 // dpart_p[n * run_p + j] += dout[n * image + offset_p + j].
@@ -67,22 +87,20 @@ __global__ void split_add_kernel(Parts<V*> parts, const V* dout, int64_t images,
   const int64_t run = parts.run[p];
   V* dst = parts.data[p];
   const V* src = dout + parts.offset[p];
-  for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
-    DPX_CUDA_LOOP(j, run) add_into(dst[n * run + j], src[n * image + j]);
+  for_each_in_runs(images, run, [&](int64_t n, int64_t j) { add_into(dst[n * run + j], src[n * image + j]); });
 }
 
-// dst[n * dst_image + j] (+)= src[n * src_image + j] for j < run: image n on blockIdx.z (striding
-// by gridDim.z), its run on the blocks of x (copy_channels, the runs at their channel offsets).
+// dst[n * dst_image + j] (+)= src[n * src_image + j] for j < run (copy_channels, the runs at
+// their channel offsets).
 template <typename V>
 __global__ void copy_channels_kernel(V* dst, const V* src, int64_t images, int64_t run, int64_t dst_image,
                                      int64_t src_image, bool overwrite) {
-  for (int64_t n = blockIdx.z; n < images; n += gridDim.z)
-    DPX_CUDA_LOOP(j, run) {
-      if (overwrite)
-        dst[n * dst_image + j] = src[n * src_image + j];
-      else
-        add_into(dst[n * dst_image + j], src[n * src_image + j]);
-    }
+  for_each_in_runs(images, run, [&](int64_t n, int64_t j) {
+    if (overwrite)
+      dst[n * dst_image + j] = src[n * src_image + j];
+    else
+      add_into(dst[n * dst_image + j], src[n * src_image + j]);
+  });
 }
 
 // Calls launch(parts, count, longest) for the inputs in groups of at most kMaxParts, skipping
@@ -126,8 +144,12 @@ bool aligned16(size_t n, int64_t S, const void* whole, Data data) {
 }
 
 // Blocks per (part, image): each thread moves at least 4 accesses of the longest run; images
-// on blockIdx.z (at most 65,535 layers, the loop covers the rest).
+// on blockIdx.z (at most 65,535 layers, the loop covers the rest). Where even the longest run is
+// shorter than a block (for_each_in_runs strides over images x run), one layer of blocks enough
+// for 4 accesses a thread of the images x longest elements.
 dim3 grid_of(int64_t longest, int count, int64_t images) {
+  if (longest < detail::kThreads)
+    return dim3(detail::grid_for((images * longest + 3) / 4), static_cast<unsigned>(count), 1);
   return dim3(detail::grid_for((longest + 3) / 4), static_cast<unsigned>(count),
               static_cast<unsigned>(std::min<int64_t>(images, 65535)));
 }
