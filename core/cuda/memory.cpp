@@ -4,11 +4,13 @@
 #include "core/cuda/memory.hpp"
 #include "core/gpu_status.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "core/capture.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
+#include "core/cuda/graph.hpp"
 #include "core/error.hpp"
 
 namespace dpx::cuda {
@@ -30,6 +33,7 @@ constexpr size_t kLargeRound = size_t(2) << 20;
 
 size_t round_size(size_t bytes) {
   size_t r = bytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  if (bytes > SIZE_MAX - r) fail("cannot allocate ", bytes, " bytes: the size overflows (a tensor's element count did?)");
   return (bytes + r - 1) / r * r;
 }
 
@@ -76,7 +80,7 @@ class DevicePool {
 
   void* allocate(size_t bytes, Stream stream) {
     size_t size = round_size(bytes);
-    std::lock_guard<std::mutex> lock(m_);
+    std::unique_lock<std::mutex> lock(m_);
     std::optional<RelaxedCapture> relaxed;
     if (capture::active()) relaxed.emplace();
     collect_pending();
@@ -87,10 +91,16 @@ class DevicePool {
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // out of memory is not sticky: clear it and retry with the cache freed
       size_t cached_before = cached_;
-      if (is_retained(stream))
+      if (is_retained(stream) || capture::active())
         fail("out of GPU memory on cuda:", device_, " while a step was captured into a CUDA graph: asked for ",
              mib(bytes), "; dpx holds ", mib(in_use_), " in use and ", mib(cached_), " cached. Use a smaller "
              "batch, or run without --cuda-graph");
+      // free_cached's device-wide synchronize would break a capture another thread is making on
+      // this device (--cuda-graph; this thread: a data loader's): wait for it to end, without
+      // holding the pool, which the capture allocates from.
+      lock.unlock();
+      std::shared_lock<std::shared_mutex> gate(capture_gate(device_));
+      lock.lock();
       free_cached();
       err = cudaMalloc(&p, size);
       if (err == cudaErrorMemoryAllocation) {
@@ -330,7 +340,7 @@ DevicePool& pool(int device) {
 // ---- pinned host memory --------------------------------------------------------------------------
 class PinnedPool {
  public:
-  void* allocate(size_t bytes) {
+  void* allocate(size_t bytes, int device) {
     size_t size = round_size(bytes);
     std::lock_guard<std::mutex> lock(m_);
     collect();
@@ -343,6 +353,7 @@ class PinnedPool {
       return p;
     }
     void* p = nullptr;
+    DeviceGuard guard(device);
     cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -524,9 +535,9 @@ void memset_zero(void* p, size_t bytes, int device) {
   DPX_CUDA_CHECK(cudaMemset(p, 0, bytes));
 }
 
-void* allocate_pinned(size_t bytes) {
+void* allocate_pinned(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
-  return pinned_pool().allocate(bytes);
+  return pinned_pool().allocate(bytes, device);
 }
 
 void release_pinned(void* p, size_t) {
@@ -549,7 +560,7 @@ void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size
 void copy_peer_async(void* dst, int dst_device, Stream dst_stream, const void* src, int src_device, Stream src_stream,
                      size_t bytes) {
   if (bytes == 0) return;
-  if (src_stream != dst_stream) {
+  if (src_stream != dst_stream || src_device != dst_device) {  // two devices' legacy streams are two streams
     cudaEvent_t ready = nullptr;
     {
       DeviceGuard guard(src_device);

@@ -78,8 +78,11 @@ size_t window_peak_bytes(int device);
 void reset_window_peak(int device);
 
 // ---- pinned host memory (for the data loader's host-to-device copies) -------------------------
-// Page-locked host memory from cudaHostAlloc, cached by size because cudaHostAlloc is slow.
-void* allocate_pinned(size_t bytes);
+// Page-locked host memory from cudaHostAlloc, cached by size because cudaHostAlloc is slow; portable
+// (pinned for every GPU). Allocated in `device`'s context: a thread that has chosen no device (a
+// data loader's worker) would otherwise create GPU 0's, a few hundred MiB on a GPU the run may not
+// use, and fail where GPUs are exclusive to a process.
+void* allocate_pinned(size_t bytes, int device);
 // No work on a device uses `p` any more: it can be reused at once.
 void release_pinned(void* p, size_t bytes);
 // `last_use`, a stream of `device`, may still read `p` (an asynchronous copy): the block is reused

@@ -34,7 +34,7 @@ size_t peak_bytes_reserved(int) { return 0; }
 size_t window_peak_bytes(int) { return 0; }
 void reset_window_peak(int) {}
 void reset_peak_bytes_in_use(int) {}
-void* allocate_pinned(size_t) { no_cuda(); }
+void* allocate_pinned(size_t, int) { no_cuda(); }
 void release_pinned(void*, size_t) {}
 void release_pinned(void*, size_t, Stream, int) {}
 size_t pinned_bytes_cached() { return 0; }

@@ -128,7 +128,7 @@ Tensor DataLoader::acquire(const Shape& shape, DType dtype) {
   if (o_.device.is_cuda()) {  // page-locked, so the copy to the GPU runs without the host
     auto s = std::make_shared<Storage>();
     s->bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-    s->data = cuda::allocate_pinned(s->bytes);
+    s->data = cuda::allocate_pinned(s->bytes, o_.device.index);
     s->device = Device::cpu();
     s->release = release_pinned_storage;
     t = Tensor::on_storage(std::move(s), shape, dtype);

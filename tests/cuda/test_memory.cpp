@@ -96,8 +96,8 @@ TEST_CASE("cuda allocator: out of memory is a clear error and the allocator stay
 TEST_CASE("cuda pinned memory and asynchronous copies round-trip on a stream") {
   const int64_t n = (1 << 20) + 3;
   const size_t bytes = n * sizeof(float);
-  auto* src = static_cast<float*>(cuda::allocate_pinned(bytes));
-  auto* back = static_cast<float*>(cuda::allocate_pinned(bytes));
+  auto* src = static_cast<float*>(cuda::allocate_pinned(bytes, 0));
+  auto* back = static_cast<float*>(cuda::allocate_pinned(bytes, 0));
   REQUIRE(src != nullptr);
   for (int64_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 1000) * 0.5f;
   Tensor d = Tensor::empty({n}, DType::f32, dev());
@@ -112,7 +112,7 @@ TEST_CASE("cuda pinned memory and asynchronous copies round-trip on a stream") {
   cuda::release_pinned(back, bytes);
   cuda::synchronize(s, 0);
   CHECK(cuda::pinned_bytes_cached() >= 2 * bytes);
-  void* again = cuda::allocate_pinned(bytes);
+  void* again = cuda::allocate_pinned(bytes, 0);
   CHECK((again == src || again == back));
   cuda::release_pinned(again, bytes);
 }
