@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/context.hpp"
+#include "core/cuda/device_guard.hpp"
 #include "core/cuda/launch_counter.hpp"
 #endif
 
@@ -144,7 +145,7 @@ struct EventPool {
     cudaSetDevice(device);
     cudaEvent_t e = nullptr;
     const cudaError_t err = cudaEventCreate(&e);
-    cudaSetDevice(previous);
+    cuda::restore_device(previous);
     return err == cudaSuccess ? e : nullptr;
   }
   void give(int device, void* e) {

@@ -2,6 +2,8 @@
 // growing workspace. Teardown never throws: it runs from destructors, also during unwinding.
 #include "core/cuda/context.hpp"
 
+#include <cuda.h>
+
 #include "core/capture.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/device_guard.hpp"
@@ -9,6 +11,37 @@
 #include "core/error.hpp"
 
 namespace dpx::cuda {
+
+namespace {
+// The driver's cuDevicePrimaryCtxGetState, found through the runtime (dpx does not link the
+// driver library: a machine without a GPU has none); null where the driver lacks it.
+using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+PrimaryCtxGetState primary_ctx_get_state() {
+  static const PrimaryCtxGetState fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return PrimaryCtxGetState(nullptr);
+    }
+    return reinterpret_cast<PrimaryCtxGetState>(p);
+  }();
+  return fn;
+}
+}  // namespace
+
+void restore_device(int previous) noexcept {
+  if (previous < 0) return;
+  if (const PrimaryCtxGetState get_state = primary_ctx_get_state()) {
+    unsigned int flags = 0;
+    int active = 0;
+    // The device ordinal is the driver's CUdevice (both count the devices CUDA_VISIBLE_DEVICES shows).
+    if (get_state(static_cast<CUdevice>(previous), &flags, &active) == CUDA_SUCCESS && active == 0) return;
+  }
+  cudaSetDevice(previous);
+}
 
 CudaState::~CudaState() {
   int previous = -1;
@@ -25,7 +58,7 @@ CudaState::~CudaState() {
   if (cublas) cublasDestroy(cublas);
   if (stream) cudaStreamDestroy(stream);
   cudaGetLastError();
-  if (previous >= 0) cudaSetDevice(previous);
+  restore_device(previous);
 }
 
 void* CudaState::workspace(size_t bytes) {

@@ -78,7 +78,7 @@ void Graph::abandon_capture() noexcept {
   cudaStreamEndCapture(stream_, &graph);  // fails when the capture was invalidated: nothing to keep
   if (graph) cudaGraphDestroy(graph);
   cudaGetLastError();
-  if (previous >= 0) cudaSetDevice(previous);
+  restore_device(previous);
   pool_scope_.reset();
   capture_scope_.reset();
   gate_ = {};

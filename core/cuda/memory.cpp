@@ -151,7 +151,7 @@ class DevicePool {
       }
       pend.events.push_back(e);
     }
-    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+    if (previous != device_) restore_device(previous);
     if (!ok) {
       // The reuse cannot be ordered after that stream: the block leaves circulation for good
       // rather than hand out memory that may still be read. Its recorded events stay valid.
@@ -381,7 +381,7 @@ class PinnedPool {
       bool ok = device >= 0 && cudaSetDevice(device) == cudaSuccess &&
                 cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
                 cudaEventRecord(e, last_use) == cudaSuccess;
-      if (previous >= 0) cudaSetDevice(previous);
+      restore_device(previous);
       if (!ok) {
         cudaGetLastError();
         if (e) cudaEventDestroy(e);

@@ -107,7 +107,7 @@ class CudaCopyEngine final : public CopyEngine {
       cudaStreamDestroy(stream);
     }
     for (auto& [slot, event] : events_) cudaEventDestroy(event);
-    if (previous >= 0) cudaSetDevice(previous);
+    cuda::restore_device(previous);
   }
 
   Tensor allocate(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype, device_); }
