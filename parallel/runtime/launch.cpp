@@ -64,6 +64,7 @@ void mpi_rank(const LaunchSpec& s, const RankBody& body) {
 // (its unique id broadcast over the host's).
 void nccl_process_rank(const LaunchSpec& s, const RankBody& body) {
   Communicator& host = *s.processes;
+  check_nccl_gpus(0);  // a GPU at all (else a usage error that says how to run without one)
   const int gpu = nccl_device_for_local_rank(of_rank(s.launch->local_rank, host.rank(), 0), cuda::device_count());
   std::unique_ptr<Communicator> nccl = make_nccl_communicator(host, gpu, s.options.timeout_s);
   RankSetup r{host.rank(), Device::cuda(gpu), &host, nccl.get(), of_rank(s.launch->clock_offset_s, host.rank(), 0.0)};

@@ -62,7 +62,8 @@ Device TrainOptions::device() const {
 }
 
 std::vector<int> TrainOptions::cuda_devices() const {
-  if (devices.substr(0, devices.find(':')) != "cuda") return {};
+  // "cuda" alone (under a launcher: each process takes its node's GPU, launch.cpp) names none.
+  if (devices == "cuda" || devices.substr(0, devices.find(':')) != "cuda") return {};
   return parse_cuda_device_list(devices, "--devices", backend == Backend::p2p);
 }
 
@@ -72,6 +73,9 @@ int TrainOptions::ranks() const {
   auto colon = devices.find(':');
   std::string kind = devices.substr(0, colon);
   if (process_ranks > 0) return process_ranks;
+  if (devices == "cuda")
+    usage_fail("--devices cuda names no GPU here: it is for MPI launches (srun, mpirun) with --backend nccl, each ",
+               "process on its node's GPU; name the GPUs: --devices cuda:0, or cuda:0,cuda:1 (a rank each)");
   if (kind == "cuda") return static_cast<int>(cuda_devices().size());
   if (kind != "cpu" && kind != "ref") return 1;
   if (colon == std::string::npos) return 1;

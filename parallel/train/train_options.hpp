@@ -133,7 +133,8 @@ struct TrainOptions {
 
   // Parsed view of `devices`: the first device of a list.
   Device device() const;
-  // The GPUs of a cuda:N or cuda:0,cuda:1 list, one per thread rank (empty for CPU devices).
+  // The GPUs of a cuda:N or cuda:0,cuda:1 list, one per thread rank (empty for CPU devices, and
+  // for "cuda" alone: under a launcher each process takes its node-local GPU).
   std::vector<int> cuda_devices() const;
   int ranks() const;
   // ref or ref:K: host ranks whose ops run the plain reference kernels (kernels/ref/).

@@ -126,13 +126,25 @@ TEST_CASE("--devices names the GPUs of the nccl ranks; each GPU once") {
   CHECK(o.ranks() == 3);
   CHECK(o.device() == Device::cuda(0));
   CHECK(o.cuda_devices() == std::vector<int>{0, 1, 3});
+  // "cuda" alone is a launch's (each process on its node's GPU): no list; outside one, refused.
+  o.devices = "cuda";
+  CHECK(o.cuda_devices().empty());
+  CHECK(contains(usage_error_of([&] { (void)o.ranks(); }), "--devices cuda names no GPU here"));
+  o.process_ranks = 4;
+  CHECK(o.ranks() == 4);
 }
 
-TEST_CASE("a process under mpirun drives its local rank's GPU, never two ranks on one") {
+TEST_CASE("a process under a launcher drives its local rank's GPU (its own where it sees one alone), never two ranks on one") {
   CHECK(nccl_device_for_local_rank(0, 4) == 0);
   CHECK(nccl_device_for_local_rank(3, 4) == 3);
-  CHECK_THROWS_WITH_AS(nccl_device_for_local_rank(4, 4), doctest::Contains("mpirun -npernode 4"), Error);
+  // srun --gpus-per-task=1: each process sees its own GPU alone, as cuda:0.
+  CHECK(nccl_device_for_local_rank(3, 1) == 0);
+  // More processes than GPUs: two ranks land on one, which first_shared_gpu finds by UUID.
+  CHECK(nccl_device_for_local_rank(4, 4) == 0);
   CHECK_THROWS_WITH_AS(nccl_device_for_local_rank(0, 0), doctest::Contains("sees none"), Error);
+  CHECK(!first_shared_gpu({"a", "b", "c"}).has_value());
+  CHECK(first_shared_gpu({"a", "b", "c", "b", "a"}) == std::make_pair(1, 3));
+  CHECK(!first_shared_gpu({}).has_value());
 }
 
 TEST_CASE("dpx train --backend nccl: the options it needs, refused with what to do") {

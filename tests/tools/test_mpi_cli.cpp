@@ -194,6 +194,16 @@ TEST_CASE("usage errors under mpirun are said once, and every rank leaves with e
   }
 }
 
+TEST_CASE("mpirun -np 2 dpx train --backend nccl --devices cuda gets as far as each process's GPU (none here)") {
+  // The flags of a GPU job, one process per GPU: every rank reaches the choice of its GPU and says
+  // that it has none (it said "--devices 'cuda': not a list of CUDA devices" before the launch).
+  const DpxResult r = run_command(mpirun(2) + DPX_BINARY + " " + kMlp + "--parallel ddp --backend nccl --devices cuda");
+  CAPTURE(r.output);
+  CHECK(r.code != 0);
+  CHECK(r.output.find("--backend nccl: no usable CUDA device") != std::string::npos);
+  CHECK(r.output.find("not a list of CUDA devices") == std::string::npos);
+}
+
 TEST_CASE("a diverging run under mpirun stops on every rank at the same step, said once, without an abort") {
   const std::string diverging = std::string(DPX_BINARY) + " " + kMlpAnyLr + "--lr 1e20 --batch-size 24 ";
   DpxResult stop = run_command(mpirun(2) + diverging);

@@ -10,8 +10,10 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/context.hpp"
@@ -49,10 +51,17 @@ void check_nccl_gpus(int count);
 // NCCL's version as "2.21.5", or why there is none.
 std::string nccl_version();
 
-// The GPU of a process that is local rank `local_rank` on its node with `visible` GPUs: one GPU per
-// process, in local-rank order (as torchrun's LOCAL_RANK); more processes than GPUs is an error
-// NCCL would report later and less clearly (two ranks on one device).
+// The GPU of a process that is local rank `local_rank` on its node and sees `visible` GPUs: the
+// local rank's where every process sees the node's GPUs (mpirun; as torchrun's LOCAL_RANK), its
+// first where each sees only its own (srun --gpus-per-task=1 or --gpu-bind: each process's
+// CUDA_VISIBLE_DEVICES holds its GPU, as cuda:0): local_rank modulo visible covers both. Two
+// ranks that end up on one GPU (more processes than GPUs) are refused when the communicator is
+// made, by the GPUs' UUIDs (first_shared_gpu).
 int nccl_device_for_local_rank(int local_rank, int visible);
+
+// The first two ranks (in rank order) whose GPUs are one, from each rank's GPU UUID; nullopt when
+// every rank has a GPU of its own.
+std::optional<std::pair<int, int>> first_shared_gpu(const std::vector<std::string>& uuids);
 
 // The GPUs of --devices "cuda:0,cuda:1" or "cuda:0,1" (a single "cuda:N" is one GPU); throws
 // dpx::UsageError naming `flag` for anything else, a repeated GPU or a negative index.

@@ -4,8 +4,11 @@
 #include <charconv>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -16,10 +19,17 @@ namespace dpx::parallel {
 
 int nccl_device_for_local_rank(int local_rank, int visible) {
   if (visible < 1) fail("the nccl backend needs a GPU, and this process sees none");
-  if (local_rank < 0 || local_rank >= visible)
-    fail("local rank ", local_rank, " has no GPU of its own: this node shows ", visible, " GPU(s) to each process; NCCL ",
-         "runs one rank per GPU, so start at most ", visible, " processes per node (mpirun -npernode ", visible, ")");
-  return local_rank;
+  if (local_rank < 0) fail("local rank ", local_rank, ": the launcher gave no node-local rank");
+  return local_rank % visible;
+}
+
+std::optional<std::pair<int, int>> first_shared_gpu(const std::vector<std::string>& uuids) {
+  std::map<std::string, int> first;
+  for (size_t r = 0; r < uuids.size(); ++r) {
+    const auto [it, fresh] = first.emplace(uuids[r], static_cast<int>(r));
+    if (!fresh) return std::make_pair(it->second, static_cast<int>(r));
+  }
+  return std::nullopt;
 }
 
 std::vector<int> parse_cuda_device_list(std::string_view devices, std::string_view flag, bool repeats) {

@@ -3,6 +3,8 @@
 // (nccl_wait.hpp), so a rank that never joins ends in an error after --comm-timeout, not a hang.
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/clock.hpp"
 #include "core/cuda/check.hpp"
@@ -89,6 +91,22 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, int device, double timeout_s) {
   check_devices({device});
+  // The process's GPU becomes its current device for good: a scope that restored "device 0" (what
+  // a thread that chose none reads) would create GPU 0's context in every process.
+  DPX_CUDA_CHECK(cudaSetDevice(device));
+  // No two ranks on one GPU: NCCL's own refusal ("Duplicate GPU detected") comes later and says less.
+  cudaDeviceProp prop{};
+  DPX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  constexpr size_t kUuid = sizeof prop.uuid.bytes;
+  std::vector<char> all(kUuid * static_cast<size_t>(world.size()));
+  world.all_gather(prop.uuid.bytes, all.data(), kUuid, DType::u8);
+  std::vector<std::string> uuids;
+  for (int r = 0; r < world.size(); ++r) uuids.emplace_back(all.data() + kUuid * static_cast<size_t>(r), kUuid);
+  if (const auto shared = first_shared_gpu(uuids))
+    usage_fail("--backend nccl: ranks ", shared->first, " and ", shared->second, " would drive the same GPU (each process ",
+               "sees ", cuda::device_count(), " and takes its node-local rank's, modulo that); NCCL runs one rank per ",
+               "GPU: start at most as many processes per node as it has GPUs (srun --gpus-per-task=1, or mpirun "
+               "-npernode N)");
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (world.rank() == 0) DPX_NCCL_CHECK(ncclGetUniqueId(&id));
