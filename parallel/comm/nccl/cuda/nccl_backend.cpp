@@ -2,6 +2,8 @@
 // (config.blocking = 0), their initialisation polled by the same loop as every other wait
 // (nccl_wait.hpp), so a rank that never joins ends in an error after --comm-timeout, not a hang.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +27,16 @@ using nccl::NcclWaitVerdict;
 ncclConfig_t non_blocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  // NCCL lets the environment override the config (init.cc): its waits would then block inside
+  // NCCL, where neither --comm-timeout nor the watchdog reaches them.
+  static const bool warned = [] {
+    const char* v = std::getenv("NCCL_COMM_BLOCKING");
+    if (v && std::string(v) == "1")
+      std::fprintf(stderr, "dpx: warning: NCCL_COMM_BLOCKING=1 makes NCCL's communicators blocking: a rank that "
+                           "never joins or a stalled call then hangs instead of ending after --comm-timeout; unset it\n");
+    return true;
+  }();
+  (void)warned;
   return config;
 }
 
