@@ -82,33 +82,52 @@ TEST_CASE("fit recovers a simulated network, and predict's DDP step matches dpx 
   CHECK(seen);
 
   // DDP of lenet5 at 2 ranks on the same network: its 240 KB of gradients take ~12 ms a step,
-  // most of it exposed, more than the computation.
+  // most of it exposed, more than the computation. The prediction is compared with dpx bench's
+  // measured step; a measurement that other processes disturbed (dpx bench's other_cpu_share: the
+  // machine is shared) is taken again, up to three times in all, and said.
   const std::string model = "--model lenet5 --batch-size 16 --image-size 28 ";
-  DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 16 --devices cpu:1,2 --dataset synthetic --image-size 28 "
-                        "--steps 12 --warmup 3 " + net + "--out " + dir.file("bench"));
-  CAPTURE(b.output);
-  REQUIRE(b.code == 0);
-  DpxResult p = run_dpx("predict " + model + "--ranks 1..8 --fit " + dir.file("fit.json") + " --compare " +
-                        dir.file("bench/results.csv") + " --csv " + dir.file("p.csv"));
-  CAPTURE(p.output);
-  REQUIRE(p.code == 0);
-  CHECK(p.output.find("best for batch 16:") != std::string::npos);
-  CHECK(p.output.find("copies inside one machine") == std::string::npos);  // a network, if a simulated one
-  const auto t = dpx::analysis::CsvTable::read(dir.file("p.csv"), "p.csv");
-  REQUIRE(t.rows() == 4);  // 1, 2, 4, 8 ranks
-  const size_t ranks = t.column("ranks"), err = t.column("error"), exposed = t.column("exposed_s");
-  CHECK(t.number(0, exposed) == 0);
-  CHECK(t.number(1, exposed) > 5e-3);  // the network shows
-  CHECK(t.text(1, err) != "");         // dpx bench measured 2 ranks
-  CHECK(t.number(1, ranks) == 2);
+  for (int attempt = 1;; ++attempt) {
+    CAPTURE(attempt);
+    const std::string bench = dir.file("bench" + std::to_string(attempt));
+    DpxResult b = run_dpx("bench --models lenet5 --batch-sizes 16 --devices cpu:1,2 --dataset synthetic --image-size 28 "
+                          "--steps 12 --warmup 3 " + net + "--out " + bench);
+    CAPTURE(b.output);
+    REQUIRE(b.code == 0);
+    DpxResult p = run_dpx("predict " + model + "--ranks 1..8 --fit " + dir.file("fit.json") + " --compare " + bench +
+                          "/results.csv --csv " + dir.file("p.csv"));
+    CAPTURE(p.output);
+    REQUIRE(p.code == 0);
+    CHECK(p.output.find("best for batch 16:") != std::string::npos);
+    CHECK(p.output.find("copies inside one machine") == std::string::npos);  // a network, if a simulated one
+    const auto t = dpx::analysis::CsvTable::read(dir.file("p.csv"), "p.csv");
+    REQUIRE(t.rows() == 4);  // 1, 2, 4, 8 ranks
+    const size_t ranks = t.column("ranks"), err = t.column("error"), exposed = t.column("exposed_s");
+    CHECK(t.number(0, exposed) == 0);
+    CHECK(t.number(1, exposed) > 5e-3);  // the network shows
+    CHECK(t.text(1, err) != "");         // dpx bench measured 2 ranks
+    CHECK(t.number(1, ranks) == 2);
 #if defined(DPX_SANITIZE)  // the code under test is instrumented (this file is not: tests/CMakeLists.txt)
-  // Under AddressSanitizer the computation's speed depends on the allocator's quarantine, so one
-  // replica measured for a few steps (predict) and 12 steps of dpx bench disagree by more than the
-  // network's share; the agreement is checked in the ordinary build.
-  MESSAGE("sanitized build: the predicted step is not compared with dpx bench's");
+    // Under AddressSanitizer the computation's speed depends on the allocator's quarantine, so one
+    // replica measured for a few steps (predict) and 12 steps of dpx bench disagree by more than the
+    // network's share; the agreement is checked in the ordinary build.
+    MESSAGE("sanitized build: the predicted step is not compared with dpx bench's");
+    break;
 #else
-  CHECK(std::abs(t.number(1, err)) < 0.3);  // within 30 % of the measured step (a loaded machine's noise)
+    const double error = std::abs(t.number(1, err));
+    if (error < 0.3) break;  // within 30 % of the measured step (a loaded machine's noise)
+    const auto measured = dpx::analysis::CsvTable::read(bench + "/results.csv", "results.csv");
+    double others = 0;
+    for (size_t row = 0; row < measured.rows(); ++row)  // empty where nothing was measured beside it
+      if (!measured.text(row, measured.column("other_cpu_share")).empty())
+        others = std::max(others, measured.number(row, measured.column("other_cpu_share")));
+    if (others < 0.1 || attempt == 3) {
+      CHECK(error < 0.3);
+      break;
+    }
+    MESSAGE("the predicted step is off by ", error, " where other processes took ", others,
+            " of the CPU during dpx bench: measured again");
 #endif
+  }
 }
 
 // A fit of thread ranks without a simulated network measured memory copies, and one of small
