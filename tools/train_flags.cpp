@@ -205,8 +205,9 @@ void add_train_flags(CLI::App& cmd, parallel::TrainOptions& o, TrainFlags& f, bo
       ->capture_default_str();
   cmd.add_option("--cudnn-algo", o.cudnn_algo,
                  "GPUs: how each convolution shape's cuDNN algorithm is chosen: heuristic (cuDNN's ranking, as "
-                 "PyTorch's default) or search (every candidate timed once per shape with a workspace of at most "
-                 "1 GiB, as PyTorch's cudnn.benchmark = True; the first steps are slower)")
+                 "PyTorch's default) or search (every candidate timed once per shape with the workspace it asks "
+                 "for, up to half the GPU's free memory, as PyTorch's cudnn.benchmark = True; the first steps are "
+                 "slower)")
       ->check(CLI::IsMember({"heuristic", "search"}))
       ->capture_default_str();
   cmd.add_option("--memory-format", f.memory_format,

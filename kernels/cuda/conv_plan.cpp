@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/capture.hpp"
 #include "core/cuda/check.hpp"
@@ -313,14 +314,19 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
     const detail::Scratch scratch(st, static_cast<size_t>(out_elements) * (r.data == CUDNN_DATA_FLOAT ? 4 : 2));
     void* timed[3] = {ptrs[0], ptrs[1], ptrs[2]};
     timed[out] = scratch.as<void>();
-    int64_t most = 0;
-    for (const Candidate& c : candidates) most = std::max(most, c.workspace_bytes);
+    // One workspace for them all, of the largest one's size; where that cannot be allocated now,
+    // the candidates that need the most are passed over until it can (PyTorch's rule).
     std::optional<detail::Scratch> workspace;
-    try {
-      workspace.emplace(st, static_cast<size_t>(most));
-    } catch (const Error&) {
-      return declined("no memory for the search's workspace (" + std::to_string(most) + " bytes)");
+    while (!workspace && !candidates.empty()) {
+      int64_t most = 0;
+      for (const Candidate& c : candidates) most = std::max(most, c.workspace_bytes);
+      try {
+        workspace.emplace(st, static_cast<size_t>(most));
+      } catch (const Error&) {
+        std::erase_if(candidates, [most](const Candidate& c) { return c.workspace_bytes == most; });
+      }
     }
+    if (!workspace) return declined("no memory for any candidate's workspace");
     float best_ms = -1.f;
     for (size_t i = 0; i < candidates.size(); ++i) {
       const std::optional<float> ms = time_candidate(st, candidates[i], timed, workspace->as<void>());
@@ -361,7 +367,7 @@ size_t search_workspace_limit() {
     (void)cudaGetLastError();
     free_bytes = 0;
   }
-  return std::min(size_t(1) << 30, free_bytes / 2);
+  return free_bytes / 2;
 }
 
 bool cudnn_log() {
