@@ -43,7 +43,7 @@ TEST_CASE("cuda conv2d channels_last: forward, bias, and every gradient match th
   uint64_t seed = 300;
   for (const ConvCase& k : std::vector<ConvCase>{
            {{3, 5, 13, 13}, {7, 5, 3, 3}, conv_params(1, 1, 1, 1)},   // 3x3 "same"
-           {{2, 6, 13, 13}, {9, 3, 3, 3}, conv_params(2, 1, 1, 3)},   // groups, stride 2
+           {{2, 6, 13, 13}, {9, 2, 3, 3}, conv_params(2, 1, 1, 3)},   // groups, stride 2
            {{3, 8, 13, 13}, {8, 1, 3, 3}, conv_params(1, 1, 1, 8)},   // depthwise: cuDNN's in channels_last
            {{2, 4, 15, 13}, {3, 4, 3, 3}, conv_params(1, 2, 2, 1)},   // dilation
            {{3, 16, 9, 9}, {32, 16, 1, 1}, conv_params(2, 0, 1, 1)},  // 1x1 projection, stride 2
