@@ -287,36 +287,31 @@ class Result {
 
 // ---- the bias, by dpx's own kernels --------------------------------------------------------------
 // y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API): a block
-// row per (n, k) plane (blockIdx.y, striding), its threads over the plane, so that no element
-// needs a division to find its channel (the 64-bit one per element cost a pass's worth again).
-__global__ void add_channel_bias_kernel(float* y, const float* b, int64_t planes, int64_t plane, int64_t channels) {
-  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-    const float bias = b[p % channels];
-    float* yp = y + p * plane;
-    DPX_CUDA_LOOP(j, plane) yp[j] += bias;
-  }
-}
+// row per (n, k) plane (blockIdx.y, striding), so that no element needs a division to find its
+// channel (the 64-bit one per element cost a pass's worth again), its threads over the plane,
+// kPerThread values of V a thread, a block's width apart: V is float4 where every plane is whole
+// float4s and y is 16-byte aligned (a block moves 16 KB), float otherwise (4 KB). One float a
+// thread, a block per 256 floats, took 1.2 ms for vgg16's 64x64x224x224 output: 1.4 TB/s of the
+// H200's 4.8 (2026-11-28), all launch and no bandwidth.
+constexpr int kPerThread = 4;
+__device__ inline void add_to(float& v, float b) { v += b; }
+__device__ inline void add_to(float4& v, float b) { v.x += b, v.y += b, v.z += b, v.w += b; }
 
-// The same where every plane is whole float4s (plane % 4 == 0, y 16-byte aligned): a thread adds
-// kQuadsPerThread float4s, one block's apart, so that a block moves 16 KB rather than 1 KB. The
-// one-float kernel took 1.2 ms for vgg16's 64x64x224x224 output, 1.4 TB/s of the H200's 4.8
-// (2026-11-28): a block per 256 floats was all launch and no bandwidth.
-constexpr int kQuadsPerThread = 4;
-__global__ void add_channel_bias4_kernel(float4* y, const float* b, int64_t planes, int64_t quads,
-                                         int64_t channels) {
+template <typename V>
+__global__ void add_channel_bias_kernel(V* y, const float* b, int64_t planes, int64_t plane, int64_t channels) {
   for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
     const float bias = b[p % channels];
-    float4* yp = y + p * quads;
-    for (int64_t j = blockIdx.x * int64_t(blockDim.x) * kQuadsPerThread + threadIdx.x; j < quads;
-         j += int64_t(gridDim.x) * blockDim.x * kQuadsPerThread) {
-      float4 v[kQuadsPerThread];
+    V* yp = y + p * plane;
+    for (int64_t j = blockIdx.x * int64_t(blockDim.x) * kPerThread + threadIdx.x; j < plane;
+         j += int64_t(gridDim.x) * blockDim.x * kPerThread) {
+      V v[kPerThread];
 #pragma unroll
-      for (int u = 0; u < kQuadsPerThread; ++u)
-        if (j + u * blockDim.x < quads) v[u] = yp[j + u * blockDim.x];
+      for (int u = 0; u < kPerThread; ++u)
+        if (j + u * blockDim.x < plane) v[u] = yp[j + u * blockDim.x];
 #pragma unroll
-      for (int u = 0; u < kQuadsPerThread; ++u)
-        if (j + u * blockDim.x < quads) {
-          v[u].x += bias, v[u].y += bias, v[u].z += bias, v[u].w += bias;
+      for (int u = 0; u < kPerThread; ++u)
+        if (j + u * blockDim.x < plane) {
+          add_to(v[u], bias);
           yp[j + u * blockDim.x] = v[u];
         }
     }
@@ -548,15 +543,14 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
     const unsigned plane_blocks = static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535));
     float* out = f32(y, op, "y");
-    if (plane % 4 == 0 && reinterpret_cast<uintptr_t>(out) % sizeof(float4) == 0) {
-      const int64_t quads = plane / 4;
-      const dim3 grid(detail::grid_for((quads + kQuadsPerThread - 1) / kQuadsPerThread), plane_blocks);
-      add_channel_bias4_kernel<<<grid, detail::kThreads, 0, st.stream>>>(reinterpret_cast<float4*>(out),
-                                                                          f32(*b, op, "b"), planes, quads, s.k);
-    } else {
-      const dim3 grid(detail::grid_for(plane), plane_blocks);
-      add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(out, f32(*b, op, "b"), planes, plane, s.k);
-    }
+    const bool quads = plane % 4 == 0 && reinterpret_cast<uintptr_t>(out) % sizeof(float4) == 0;
+    const int64_t values = quads ? plane / 4 : plane;  // a plane's values of V
+    const dim3 grid(detail::grid_for((values + kPerThread - 1) / kPerThread), plane_blocks);
+    if (quads)
+      add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(reinterpret_cast<float4*>(out),
+                                                                         f32(*b, op, "b"), planes, values, s.k);
+    else
+      add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(out, f32(*b, op, "b"), planes, values, s.k);
     check_launch();
   }
 }
