@@ -36,6 +36,11 @@ void Graph::begin_capture(const std::string& purpose) {
   DPX_CHECK(!capturing() && !ready(), "a CUDA graph is captured once");
   DeviceGuard guard(device_);
   gate_ = std::unique_lock<std::shared_mutex>(capture_gate(device_));
+  // The eager steps' cached blocks are no use to the capture, which allocates from the graph's own
+  // pool and cannot free them if it runs out: a cuDNN search's workspaces (as large as half the free
+  // memory, kernels/cuda/conv_plan.hpp) would otherwise stay cached through it. (No capture runs on
+  // the device while the gate is held, so the allocator's device-wide wait is safe here.)
+  empty_cache(device_);
   capture_scope_.emplace(purpose);
   pool_scope_.emplace(device_, pool_key(this));
   const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);

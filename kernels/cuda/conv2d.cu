@@ -110,15 +110,18 @@ AlgoKey make_key(ConvPass pass, const Shapes& s, const Conv2dParams& p, const Co
   return key;
 }
 
-// The most workspace any of cuDNN's `count` legacy algorithms of a pass needs in `math` (those it
-// cannot size are skipped): a search's workspace, as PyTorch sizes the one it gives cudnnFind.
-// `size` leaves the convolution descriptor in `math`: the base math the search then runs in.
+// The most workspace any of cuDNN's `count` legacy algorithms of a pass needs in `math`, of those
+// within search_workspace_limit() (those it cannot size, or that need more, are skipped): a
+// search's workspace, as PyTorch sizes the one it gives cudnnFind. `size` leaves the convolution
+// descriptor in `math`: the base math the search then runs in.
 template <typename Algo, typename Size>
 size_t largest_workspace(int count, cudnnMathType_t math, Size size) {
+  const size_t limit = search_workspace_limit();
   size_t most = 0;
   for (int a = 0; a < count; ++a) {
     try {
-      most = std::max(most, size(static_cast<Algo>(a), math));
+      const size_t bytes = size(static_cast<Algo>(a), math);
+      if (bytes <= limit) most = std::max(most, bytes);
     } catch (const Error&) {  // an algorithm this call does not support
     }
   }

@@ -44,10 +44,14 @@ std::vector<ConvCase> cases() {
       // and a ragged second block (the other cases' odd planes take its float path).
       {2, 3, 72, 72, 4, 3, 3, params(1, 1, 1, 1, 1, 1)},
       // Depthwise ones run dpx's kernels (kernels/conv_paths.hpp): EfficientNet's 5x5 stride 2,
-      // dilation with a multiplier of 2, and enough positions for the weight gradient's two chunks.
+      // dilation with a multiplier of 2, and enough positions for several of the weight gradient's
+      // chunks (3x3 and 5x5: every tap of a channel a block, loops unrolled); a 7x7 and a 3x5 take
+      // the kernels for any size (a tap a block).
       {3, 6, 17, 19, 6, 5, 5, params(2, 2, 2, 2, 1, 6)},
       {2, 4, 15, 13, 8, 3, 3, params(1, 1, 2, 2, 2, 4)},
       {8, 8, 64, 64, 8, 3, 3, params(1, 1, 1, 1, 1, 8)},
+      {2, 4, 12, 10, 4, 7, 7, params(1, 1, 3, 3, 1, 4)},
+      {3, 5, 11, 13, 10, 3, 5, params(2, 1, 1, 2, 1, 5)},
   };
 }
 
