@@ -3,6 +3,7 @@
 // Norm-wise errors (see gpu_test_util.hpp); a 1e-5 bound also proves that no TF32 was used.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <vector>
 
 #include "kernels/ref/ref_ops.hpp"
@@ -25,18 +26,25 @@ Tensor linear_reference(const Tensor& x, const Tensor& w, const Tensor* b) {
 
 TEST_CASE("cuda linear_forward matches float64 and the reference, with and without bias, no TF32") {
   Context c = reference(), g = gpu();
+  // The second shape: rows enough that the bias's broadcast gives each thread several rows.
+  using Shape3 = std::array<int64_t, 3>;  // rows, inputs, outputs
+  for (const Shape3& shape : {Shape3{7, 1031, 33}, Shape3{600, 64, 70}}) {
+    const int64_t rows = shape[0], inputs = shape[1], outputs = shape[2];
+    CAPTURE(rows);
+    Tensor xs = uniform({rows, inputs}, 1), ws = uniform({outputs, inputs}, 2), bs = uniform({outputs}, 3);
+    for (bool with_bias : {true, false}) {
+      CAPTURE(with_bias);
+      const Tensor* bp = with_bias ? &bs : nullptr;
+      Tensor gb = bs.to(dev());
+      Tensor y = Tensor::empty({rows, outputs}), gy = poisoned({rows, outputs}, dev());
+      ops::linear_forward(c, y, xs, ws, bp);
+      ops::linear_forward(g, gy, xs.to(dev()), ws.to(dev()), with_bias ? &gb : nullptr);
+      CHECK(norm_rel_diff(gy, linear_reference(xs, ws, bp)) <= 1e-5);
+      CHECK(norm_rel_diff(gy, y) <= 1e-5);
+    }
+  }
   const int64_t n = 7, in = 1031, out = 33;
   Tensor x = uniform({n, in}, 1), w = uniform({out, in}, 2), b = uniform({out}, 3);
-  for (bool with_bias : {true, false}) {
-    CAPTURE(with_bias);
-    const Tensor* bp = with_bias ? &b : nullptr;
-    Tensor gb = b.to(dev());
-    Tensor y = Tensor::empty({n, out}), gy = poisoned({n, out}, dev());
-    ops::linear_forward(c, y, x, w, bp);
-    ops::linear_forward(g, gy, x.to(dev()), w.to(dev()), with_bias ? &gb : nullptr);
-    CHECK(norm_rel_diff(gy, linear_reference(x, w, bp)) <= 1e-5);
-    CHECK(norm_rel_diff(gy, y) <= 1e-5);
-  }
   // With TF32 allowed the result is still close (about 1e-3 at worst), just not fp32-exact.
   Tensor gy = poisoned({n, out}, dev());
   Context tf32 = gpu(true);
