@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/fast_divide.hpp"
 
 namespace dpx::cuda {
 
@@ -27,12 +28,14 @@ Layout layout_of(const Tensor& y, const Tensor& x) {
   return l;
 }
 
-// x's index of y's element i (of plane i / s): itself when x has y's channels.
-template <typename Index>
-__device__ inline Index x_index(Index i, Index c_count, Index cx, Index s) {
-  if (cx == c_count) return i;
-  const Index plane = i / s;
-  return ((plane / c_count) * cx + plane % c_count) * s + (i - plane * s);
+// x's index of y's element i (of plane i / s): itself when x has y's channels. The elementwise
+// kernels divide by c_count and s through Div: FastDivide (a multiply-high) with 32-bit indices,
+// PlainDivide with 64-bit ones (kernels/cuda/fast_divide.hpp).
+template <typename Index, typename Div>
+__device__ inline Index x_index(Index i, const Div& c_count, Index cx, const Div& s) {
+  if (cx == c_count.divisor) return i;
+  const Index plane = s.div(i);
+  return (c_count.div(plane) * cx + c_count.mod(plane)) * s.divisor + (i - plane * s.divisor);
 }
 
 // Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
@@ -140,12 +143,12 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
 }
 
 // y = (x - mean) * invstd * gamma + beta, per channel; a missing gamma/beta means 1/0.
-template <typename Index>
+template <typename Index, typename Div>
 __global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
-                                 const float* gamma, const float* beta, Index total, Index c_count, Index cx,
-                                 Index s, bool relu) {
+                                 const float* gamma, const float* beta, Index total, Div c_count, Index cx, Div s,
+                                 bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
-    Index c = (i / s) % c_count;
+    Index c = c_count.mod(s.div(i));
     float v = (x[x_index(i, c_count, cx, s)] - mean[c]) * invstd[c];
     v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
     y[i] = relu && v < 0.f ? 0.f : v;  // Epilogue::relu lets NaN through, as relu_forward
@@ -153,12 +156,12 @@ __global__ void normalize_kernel(float* y, const float* x, const float* mean, co
 }
 
 // Eval: the same with running statistics; invstd as the training path computes it.
-template <typename Index>
+template <typename Index, typename Div>
 __global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
-                                      const float* gamma, const float* beta, float eps, Index total,
-                                      Index c_count, Index cx, Index s, bool relu) {
+                                      const float* gamma, const float* beta, float eps, Index total, Div c_count,
+                                      Index cx, Div s, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
-    Index c = (i / s) % c_count;
+    Index c = c_count.mod(s.div(i));
     float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
     float v = (x[x_index(i, c_count, cx, s)] - running_mean[c]) * invstd;
     v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
@@ -189,11 +192,11 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 }
 
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
-template <typename Index>
+template <typename Index, typename Div>
 __global__ void backward_dx_kernel(float* dx, const float* dy, const float* relu_out, const float* x, const float* mean,
-                                   const float* coef, Index total, Index c_count, Index cx, Index s, bool overwrite) {
+                                   const float* coef, Index total, Div c_count, Index cx, Div s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
-    Index c = (i / s) % c_count, xi = x_index(i, c_count, cx, s);
+    Index c = c_count.mod(s.div(i)), xi = x_index(i, c_count, cx, s);
     const float dyi = relu_out && !(relu_out[i] > 0.f) ? 0.f : dy[i];
     const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (x[xi] - mean[c]) * coef[3 * c + 2]);
     dx[xi] = overwrite ? g : dx[xi] + g;
@@ -242,16 +245,17 @@ float* optional_f32(const Tensor& t, const char* op, const char* name, int64_t c
 }
 
 // Launches an elementwise kernel over y's (N, C, S) with 32-bit indices where x's suffice too: the
-// per-element channel lookup divides, and 32-bit division is several times cheaper.
+// per-element channel lookup divides, and there by a multiply-high (FastDivide; a 32-bit hardware
+// division is about twenty instructions, a 64-bit one several times more).
 template <typename Launch>
 void per_element(const Layout& l, Launch launch) {
   int64_t total = l.n * l.c * l.s;
   if (l.n * l.cx * l.s < (int64_t(1) << 31))
-    launch(static_cast<uint32_t>(total), static_cast<uint32_t>(l.c), static_cast<uint32_t>(l.cx),
-           static_cast<uint32_t>(l.s));
+    launch(static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(l.c)), static_cast<uint32_t>(l.cx),
+           FastDivide(static_cast<uint32_t>(l.s)));
   else
-    launch(static_cast<uint64_t>(total), static_cast<uint64_t>(l.c), static_cast<uint64_t>(l.cx),
-           static_cast<uint64_t>(l.s));
+    launch(static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(l.c)), static_cast<uint64_t>(l.cx),
+           PlainDivide(static_cast<uint64_t>(l.s)));
 }
 
 }  // namespace
