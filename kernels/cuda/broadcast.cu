@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/fast_divide.hpp"
 #include "kernels/layout_plan.hpp"
 
 namespace dpx::cuda {
@@ -27,24 +28,42 @@ Layout make_layout(const Shape& out, std::initializer_list<const Shape*> operand
 }
 
 // A list of merged dimensions with the strides of dy (0) and of the other factor (1), compacted
-// so that kernels index it with unrolled, compile-time positions.
+// so that kernels index it with unrolled, compile-time positions; with each size's FastDivide
+// (kernels/cuda/fast_divide.hpp) for the 32-bit kernels, set by with_dividers().
 struct DimList {
   int count = 0;
   int64_t size[kMaxDims] = {};
   int64_t stride[2][kMaxDims] = {};
   int64_t numel = 1;
+  FastDivide div[kMaxDims];
 };
+
+// `list` with its sizes' dividers (a size past 2^31 only ever meets the 64-bit kernels).
+DimList with_dividers(DimList list) {
+  for (int c = 0; c < list.count; ++c)
+    if (list.size[c] <= (int64_t(1) << 31)) list.div[c] = FastDivide(static_cast<uint32_t>(list.size[c]));
+  return list;
+}
 
 using detail::fits_int32;  // of the full tensor's elements: the broadcast operands are no larger
 
-// Adds the strides of index i (row-major over `dims`) to off0 and off1.
+// Adds the strides of index i (row-major over `dims`) to off0 and off1. 32-bit indices divide by
+// a multiply-high (a hardware division per dimension and element was the kernel's largest cost).
 template <typename I>
 __device__ inline void offsets(const DimList& dims, I i, I& off0, I& off1) {
 #pragma unroll
   for (int c = kMaxDims - 1; c >= 0; --c) {
     if (c >= dims.count) continue;
-    const I size = I(dims.size[c]), coord = i % size;
-    i /= size;
+    const I size = I(dims.size[c]);
+    I coord;
+    if constexpr (sizeof(I) == 4) {
+      const I q = I(dims.div[c].div(static_cast<uint32_t>(i)));
+      coord = i - q * size;
+      i = q;
+    } else {
+      coord = i % size;
+      i /= size;
+    }
     off0 += coord * I(dims.stride[0][c]);
     off1 += coord * I(dims.stride[1][c]);
   }
@@ -154,6 +173,8 @@ void reduce_to(CudaState& st, Tensor& dt, const Tensor& dy, const Tensor* other)
     list.numel *= L.size[d];
     ++list.count;
   }
+  kept = with_dividers(kept);
+  reduced = with_dividers(reduced);
   float* pdt = static_cast<float*>(dt.raw());
   const float* pdy = static_cast<const float*>(dy.raw());
   const float* po = other ? static_cast<const float*>(other->raw()) : nullptr;
@@ -207,6 +228,7 @@ void broadcast_binary(Context& ctx, const char* op, Tensor& out, const Tensor& a
     dims.stride[0][d] = L.stride[1][d];
     dims.stride[1][d] = L.stride[2][d];
   }
+  dims = with_dividers(dims);
   const float *pa = f32(a, op, "a"), *pb = f32(b, op, "b");
   if (fits_int32(L.numel))
     binary_kernel<int32_t, kMul><<<detail::grid_for(L.numel), kThreads, 0, st.stream>>>(po, pa, pb, dims);
