@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
+#include "kernels/cuda/fast_divide.hpp"
 #include "kernels/layout_plan.hpp"
 
 namespace dpx::cuda {
@@ -24,13 +25,17 @@ using ops::plan::permute_plan;
 // A permutation's plan in the index type the kernel computes with: 32-bit unsigned for tensors of
 // under 2^31 elements (every Swin and DenseNet tensor), where a division and a modulo per dimension
 // cost a fraction of the 64-bit ones (a 64-bit division is a long emulated sequence on the GPU;
-// Swin's permutes took 13 ms a step against PyTorch's 6 ms of copies on the H100, 2026-11-26).
+// Swin's permutes took 13 ms a step against PyTorch's 6 ms of copies on the H100, 2026-11-26),
+// and there each size's FastDivide (kernels/cuda/fast_divide.hpp), a multiply-high for the
+// hardware division (Swin's permutes still took 5.2 ms a step against PyTorch's 4.2 of copies on
+// the H200, 2026-11-28).
 template <typename I>
 struct IndexPlan {
   int dims;
   I size[kMaxDims];
   I in_stride[kMaxDims];
   I numel;
+  FastDivide div[kMaxDims];  // of size[k], 32-bit plans only
 };
 
 template <typename I>
@@ -41,8 +46,16 @@ IndexPlan<I> index_plan(const PermutePlan& p) {
   for (int k = 0; k < kMaxDims; ++k) {
     q.size[k] = static_cast<I>(p.size[k]);
     q.in_stride[k] = static_cast<I>(p.in_stride[k]);
+    if (sizeof(I) == 4 && k < p.dims) q.div[k] = FastDivide(static_cast<uint32_t>(p.size[k]));
   }
   return q;
+}
+
+// n / d: by d's FastDivide with 32-bit indices (n < 2^31 there), by the hardware with 64-bit ones.
+template <typename I>
+__device__ inline I quotient(I n, I d, const FastDivide& f) {
+  if constexpr (sizeof(I) == 4) return I(f.div(n));
+  else return n / d;
 }
 
 // Tensors this small take the 32-bit kernels: i plus the grid's stride then stays below 2^32.
@@ -54,8 +67,9 @@ __device__ inline I in_offset(const IndexPlan<I>& p, I i) {
 #pragma unroll
   for (int k = kMaxDims - 1; k >= 0; --k) {
     if (k >= p.dims) continue;
-    off += (i % p.size[k]) * p.in_stride[k];
-    i /= p.size[k];
+    const I q = quotient(i, p.size[k], p.div[k]);
+    off += (i - q * p.size[k]) * p.in_stride[k];
+    i = q;
   }
   return off;
 }
@@ -120,6 +134,7 @@ __global__ void crop_add_kernel(float* din, const float* dout, Map small, Map bi
 template <typename I>
 struct WindowGeom {
   I B, H, W, U, nH, nW, wh, ww, pH, pW, sh, sw;  // sh, sw in [0, pH), [0, pW)
+  FastDivide dH, dW, dU, dnH, dnW, dwh, dww;    // of H, W, U, nH, nW, wh, ww: 32-bit geometries only
 };
 
 __device__ inline float zero_of(float) { return 0.f; }
@@ -132,16 +147,16 @@ template <typename I, typename V>
 __global__ void window_partition_kernel(V* windows, const V* x, WindowGeom<I> g) {
   const I n = g.B * g.nH * g.nW * g.wh * g.ww * g.U;
   for (I e = blockIdx.x * I(blockDim.x) + threadIdx.x; e < n; e += I(gridDim.x) * blockDim.x) {
-    I t = e;
-    const I unit = t % g.U;
-    t /= g.U;
-    const I v = t % g.ww;
-    t /= g.ww;
-    const I u = t % g.wh;
-    t /= g.wh;
-    const I j = t % g.nW;
-    t /= g.nW;
-    const I i = t % g.nH, b = t / g.nH;
+    I t = e, q = quotient(t, g.U, g.dU);
+    const I unit = t - q * g.U;
+    t = q, q = quotient(t, g.ww, g.dww);
+    const I v = t - q * g.ww;
+    t = q, q = quotient(t, g.wh, g.dwh);
+    const I u = t - q * g.wh;
+    t = q, q = quotient(t, g.nW, g.dnW);
+    const I j = t - q * g.nW;
+    t = q, q = quotient(t, g.nH, g.dnH);
+    const I i = t - q * g.nH, b = q;
     I hp = i * g.wh + u + g.sh, wp = j * g.ww + v + g.sw;
     if (hp >= g.pH) hp -= g.pH;
     if (wp >= g.pW) wp -= g.pW;
@@ -154,17 +169,18 @@ template <typename I, typename V, bool kOverwrite>
 __global__ void window_merge_kernel(V* y, const V* windows, WindowGeom<I> g) {
   const I n = g.B * g.H * g.W * g.U;
   for (I e = blockIdx.x * I(blockDim.x) + threadIdx.x; e < n; e += I(gridDim.x) * blockDim.x) {
-    I t = e;
-    const I unit = t % g.U;
-    t /= g.U;
-    const I w = t % g.W;
-    t /= g.W;
-    const I h = t % g.H, b = t / g.H;
+    I t = e, q = quotient(t, g.U, g.dU);
+    const I unit = t - q * g.U;
+    t = q, q = quotient(t, g.W, g.dW);
+    const I w = t - q * g.W;
+    t = q, q = quotient(t, g.H, g.dH);
+    const I h = t - q * g.H, b = q;
     I hr = h + g.pH - g.sh, wr = w + g.pW - g.sw;
     if (hr >= g.pH) hr -= g.pH;
     if (wr >= g.pW) wr -= g.pW;
-    const V value =
-        windows[((((b * g.nH + hr / g.wh) * g.nW + wr / g.ww) * g.wh + hr % g.wh) * g.ww + wr % g.ww) * g.U + unit];
+    const I hw = quotient(hr, g.wh, g.dwh), ww = quotient(wr, g.ww, g.dww);
+    const V value = windows[((((b * g.nH + hw) * g.nW + ww) * g.wh + (hr - hw * g.wh)) * g.ww + (wr - ww * g.ww)) *
+                                g.U + unit];
     if (kOverwrite) y[e] = value;
     else y[e] = plus(y[e], value);
   }
@@ -173,8 +189,13 @@ __global__ void window_merge_kernel(V* y, const V* windows, WindowGeom<I> g) {
 template <typename I>
 WindowGeom<I> window_geom(const Tensor& x, const Tensor& windows, int64_t shift_h, int64_t shift_w, int64_t vec) {
   const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
-  return {I(x.size(0)), I(x.size(1)), I(x.size(2)), I(x.size(3) / vec), I(nH), I(nW), I(wh), I(ww), I(nH * wh),
-          I(nW * ww), I(wrap(shift_h, nH * wh)), I(wrap(shift_w, nW * ww))};
+  WindowGeom<I> g{I(x.size(0)), I(x.size(1)), I(x.size(2)), I(x.size(3) / vec), I(nH), I(nW), I(wh), I(ww),
+                  I(nH * wh), I(nW * ww), I(wrap(shift_h, nH * wh)), I(wrap(shift_w, nW * ww))};
+  if constexpr (sizeof(I) == 4) {  // every size is at least 1 here (the tensors are not empty)
+    g.dH = FastDivide(g.H), g.dW = FastDivide(g.W), g.dU = FastDivide(g.U), g.dnH = FastDivide(g.nH);
+    g.dnW = FastDivide(g.nW), g.dwh = FastDivide(g.wh), g.dww = FastDivide(g.ww);
+  }
+  return g;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
