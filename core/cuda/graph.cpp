@@ -40,7 +40,12 @@ void Graph::begin_capture(const std::string& purpose) {
   // pool and cannot free them if it runs out: a cuDNN search's workspaces (as large as half the free
   // memory, kernels/cuda/conv_plan.hpp) would otherwise stay cached through it. (No capture runs on
   // the device while the gate is held, so the allocator's device-wide wait is safe here.)
-  empty_cache(device_);
+  try {
+    empty_cache(device_);
+  } catch (...) {  // the gate is not left held by a capture that never began
+    gate_ = {};
+    throw;
+  }
   capture_scope_.emplace(purpose);
   pool_scope_.emplace(device_, pool_key(this));
   const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);

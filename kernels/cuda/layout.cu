@@ -2,6 +2,7 @@
 // padding at the bottom and right of (A, H, W, B) maps, and Swin's window partition and merge.
 // Every map is one-to-one, so each backward is a plain gather per gradient element: no atomics,
 // deterministic.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -191,9 +192,12 @@ WindowGeom<I> window_geom(const Tensor& x, const Tensor& windows, int64_t shift_
   const int64_t nH = windows.size(1), nW = windows.size(2), wh = windows.size(3), ww = windows.size(4);
   WindowGeom<I> g{I(x.size(0)), I(x.size(1)), I(x.size(2)), I(x.size(3) / vec), I(nH), I(nW), I(wh), I(ww),
                   I(nH * wh), I(nW * ww), I(wrap(shift_h, nH * wh)), I(wrap(shift_w, nW * ww))};
-  if constexpr (sizeof(I) == 4) {  // every size is at least 1 here (the tensors are not empty)
-    g.dH = FastDivide(g.H), g.dW = FastDivide(g.W), g.dU = FastDivide(g.U), g.dnH = FastDivide(g.nH);
-    g.dnW = FastDivide(g.nW), g.dwh = FastDivide(g.wh), g.dww = FastDivide(g.ww);
+  if constexpr (sizeof(I) == 4) {
+    // The windows' sizes and U are at least 1 (the windows are not empty); the map's H or W may be
+    // 0 under windows that cover more than it (all zeros then), where only the merge, which then
+    // does not run, divides by them.
+    g.dH = FastDivide(std::max<I>(g.H, 1)), g.dW = FastDivide(std::max<I>(g.W, 1)), g.dU = FastDivide(g.U);
+    g.dnH = FastDivide(g.nH), g.dnW = FastDivide(g.nW), g.dwh = FastDivide(g.wh), g.dww = FastDivide(g.ww);
   }
   return g;
 }

@@ -254,4 +254,8 @@ TEST_CASE("window_partition and window_merge equal pad + roll + permute and back
                        doctest::Contains("window_partition: windows (1, 2, 2, 4, 4, 4) (B, nH, nW, wh, ww, C) must "
                                          "cover x (1, 9, 8, 4)"),
                        Error);
+  // An empty map under windows that cover more than it: every window is padding, zeros.
+  Tensor empty = Tensor::empty({1, 0, 5, 4}), cover = Tensor::from({1, 1, 1, 3, 5, 4}, std::vector<float>(60, 7.f));
+  ops::window_partition(ctx, cover, empty, 0, 0);
+  for (float v : cover.to_vector()) CHECK(v == 0.f);
 }
