@@ -25,12 +25,20 @@ struct EngineNotes {
   bool runtime_compiled = false;    // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (compiled at first use)
 };
 
-// Whether a graph-API engine may run a convolution: the legacy algorithms' rule above, and never
-// one that rounds its inputs to fp16, sums in less than fp32 (dpx accumulates in fp32 for every
-// data type) or compiles a kernel at first use (seconds of a first step, as PyTorch avoids too).
+// Why a graph-API engine may not run a convolution, or nullptr if it may: the legacy algorithms'
+// rule above, and never one that rounds its inputs to fp16, sums in less than fp32 (dpx
+// accumulates in fp32 for every data type) or compiles a kernel at first use (seconds of a first
+// step, as PyTorch avoids too). DPX_CUDNN_LOG=1 prints the reasons of the engines passed over.
+inline const char* conv_engine_refusal(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
+  if (e.down_convert) return "rounds its inputs to fp16";
+  if (e.reduced_reduction) return "sums in less than fp32";
+  if (e.runtime_compiled) return "compiled at first use";
+  if (want_deterministic && e.nondeterministic) return "not deterministic";
+  if (!allow_tensor_ops && e.tensor_core) return "tensor cores not allowed";
+  return nullptr;
+}
 inline bool conv_engine_usable(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
-  if (e.down_convert || e.reduced_reduction || e.runtime_compiled) return false;
-  return conv_algo_usable(want_deterministic, !e.nondeterministic, allow_tensor_ops, e.tensor_core);
+  return conv_engine_refusal(e, want_deterministic, allow_tensor_ops) == nullptr;
 }
 
 // index_select's backward: scan the index per table element (no atomics, the CPU's order) unless

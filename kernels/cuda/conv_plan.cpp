@@ -269,7 +269,11 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
     for (int64_t i = 0; i < got && candidates.size() < wanted; ++i) {
       int64_t index = -1;
       const std::optional<kernels::EngineNotes> notes = notes_of(handles[static_cast<size_t>(i)], &index);
-      if (!notes || !kernels::conv_engine_usable(*notes, r.deterministic, r.allow_tensor_ops)) continue;
+      if (!notes) continue;
+      if (const char* why = kernels::conv_engine_refusal(*notes, r.deterministic, r.allow_tensor_ops)) {
+        refused += " engine " + std::to_string(index) + " " + why + ";";
+        continue;
+      }
       bool seen = false;
       for (const Candidate& c : candidates) seen = seen || (index >= 0 && c.global_index == index);
       if (seen) continue;
@@ -349,7 +353,8 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
   say(r, what,
       "engine " + std::to_string(candidates[best].global_index) + ", workspace " +
           std::to_string(plan->workspace_bytes) + " bytes, by " + (r.search ? "search" : "heuristic") +
-          " (candidate " + std::to_string(best + 1) + " of " + std::to_string(candidates.size()) + timed_text + ")");
+          " (candidate " + std::to_string(best + 1) + " of " + std::to_string(candidates.size()) + timed_text + ")" +
+          (refused.empty() ? "" : "; passed over:" + refused));
   return plan;
 }
 

@@ -2,6 +2,8 @@
 // apply on a GPU: tested here as functions, without one.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "kernels/determinism.hpp"
 
 using namespace dpx::kernels;
@@ -37,6 +39,13 @@ TEST_CASE("cuDNN graph-API engines: the same rule, and never fp16 inputs, reduce
     CHECK_FALSE(conv_engine_usable(e, false, true));
     CHECK_FALSE(conv_engine_usable(e, false, false));
   }
+  // The reasons DPX_CUDNN_LOG=1 prints for the engines passed over.
+  EngineNotes rt;
+  rt.runtime_compiled = true;
+  CHECK(std::string(conv_engine_refusal(rt, false, true)) == "compiled at first use");
+  CHECK(std::string(conv_engine_refusal(tc, false, false)) == "tensor cores not allowed");
+  CHECK(std::string(conv_engine_refusal(nd, true, true)) == "not deterministic");
+  CHECK(conv_engine_refusal(tc, false, true) == nullptr);
 }
 
 TEST_CASE("--deterministic makes index_select's backward avoid float atomics (max-pool's never uses them)") {
