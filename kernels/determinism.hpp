@@ -28,7 +28,10 @@ struct EngineNotes {
 // Why a graph-API engine may not run a convolution, or nullptr if it may: the legacy algorithms'
 // rule above, and never one that rounds its inputs to fp16, sums in less than fp32 (dpx
 // accumulates in fp32 for every data type) or compiles a kernel at first use (seconds of a first
-// step, as PyTorch avoids too). DPX_CUDNN_LOG=1 prints the reasons of the engines passed over.
+// step per shape). PyTorch's filter (Conv_v8.cpp's filterEngineConfigs) refuses only the first,
+// and non-deterministic or TF32 engines where not allowed: the last two refusals are dpx's own,
+// and DPX_CUDNN_LOG=1 prints the reasons of the engines passed over, so that a GPU run shows
+// whether they cost speed (the H200 run of 2026-11-28 did not log them).
 inline const char* conv_engine_refusal(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
   if (e.down_convert) return "rounds its inputs to fp16";
   if (e.reduced_reduction) return "sums in less than fp32";
