@@ -54,16 +54,8 @@ __device__ inline void offsets(const DimList& dims, I i, I& off0, I& off1) {
 #pragma unroll
   for (int c = kMaxDims - 1; c >= 0; --c) {
     if (c >= dims.count) continue;
-    const I size = I(dims.size[c]);
-    I coord;
-    if constexpr (sizeof(I) == 4) {
-      const I q = I(dims.div[c].div(static_cast<uint32_t>(i)));
-      coord = i - q * size;
-      i = q;
-    } else {
-      coord = i % size;
-      i /= size;
-    }
+    const I size = I(dims.size[c]), q = quotient(i, size, dims.div[c]), coord = i - q * size;
+    i = q;
     off0 += coord * I(dims.stride[0][c]);
     off1 += coord * I(dims.stride[1][c]);
   }

@@ -2,8 +2,8 @@
 // Montgomery's method, as PyTorch's IntDivider), for the elementwise kernels' channel lookups: a
 // hardware 32-bit division is about twenty instructions, two per element cost more than the
 // element's memory traffic on an H100 or H200. Host and device code alike (the host form is
-// tested on the CPU: tests/kernels/test_fast_divide.cpp). PlainDivide is the same interface by the
-// hardware division, for 64-bit indices.
+// tested on the CPU: tests/kernels/test_fast_divide.cpp). quotient() picks it or the hardware by
+// index width; PlainDivide is FastDivide's interface by the hardware division, for 64-bit indices.
 #pragma once
 #include <cstdint>
 
@@ -34,6 +34,14 @@ struct FastDivide {
   }
   DPX_HOST_DEVICE uint32_t mod(uint32_t n) const { return n - div(n) * divisor; }
 };
+
+// n / d for a kernel's index type I: by d's FastDivide f where I is 32 bits wide (n < 2^31 there),
+// by the hardware where it is 64 (f unused).
+template <typename I>
+DPX_HOST_DEVICE inline I quotient(I n, I d, const FastDivide& f) {
+  if constexpr (sizeof(I) == 4) return I(f.div(static_cast<uint32_t>(n)));
+  else return n / d;
+}
 
 struct PlainDivide {
   uint64_t divisor = 1;

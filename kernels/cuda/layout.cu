@@ -52,13 +52,6 @@ IndexPlan<I> index_plan(const PermutePlan& p) {
   return q;
 }
 
-// n / d: by d's FastDivide with 32-bit indices (n < 2^31 there), by the hardware with 64-bit ones.
-template <typename I>
-__device__ inline I quotient(I n, I d, const FastDivide& f) {
-  if constexpr (sizeof(I) == 4) return I(f.div(n));
-  else return n / d;
-}
-
 // Tensors this small take the 32-bit kernels: i plus the grid's stride then stays below 2^32.
 constexpr int64_t kMax32 = (int64_t(1) << 31) - 1;
 

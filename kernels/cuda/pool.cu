@@ -37,17 +37,17 @@ template <bool kLast>
 __device__ inline int64_t step(int64_t C) {
   return kLast ? C : 1;
 }
-// The divisions that place an element (below): by a multiply-high where the tensor has under 2^31
-// elements (narrow; kernels/cuda/fast_divide.hpp), else by the hardware's 64-bit division, three
-// or four an element (a long emulated sequence each: vgg16's max-pool backward, 205 M elements a
-// step, took 4.2 ms against PyTorch's 3.7 on the H200, 2026-11-28).
+// The divisions that place an element (below): by a multiply-high where the tensor's indices fit
+// 32 bits (narrow, detail::fits_int32; kernels/cuda/fast_divide.hpp), else by the hardware's 64-bit
+// division, three or four an element (a long emulated sequence each: vgg16's max-pool backward,
+// 205 M elements a step, took 4.2 ms against PyTorch's 3.7 on the H200, 2026-11-28).
 struct Placer {
   bool narrow = false;
   FastDivide c, cols, rows;
 };
 Placer placer(int64_t total, int64_t C, int64_t rows, int64_t cols, bool last) {
   Placer d;
-  d.narrow = total < (int64_t(1) << 31);
+  d.narrow = detail::fits_int32(total);
   if (d.narrow) {  // every size is at least 1 (total > 0) and at most total
     if (last) d.c = FastDivide(static_cast<uint32_t>(C));
     d.cols = FastDivide(static_cast<uint32_t>(cols));

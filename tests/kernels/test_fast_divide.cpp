@@ -36,6 +36,11 @@ TEST_CASE("FastDivide's quotient and remainder equal the hardware's for every n 
     }
   }
   CHECK(wrong == 0);
+  // quotient() divides by the FastDivide with 32-bit indices, by the hardware with 64-bit ones.
+  const FastDivide seven(7);
+  CHECK(dpx::cuda::quotient<uint32_t>(2000000000u, 7u, seven) == 2000000000u / 7u);
+  CHECK(dpx::cuda::quotient<int32_t>(1999999999, 7, seven) == 1999999999 / 7);
+  CHECK(dpx::cuda::quotient<int64_t>(int64_t(1) << 40, 7, FastDivide()) == (int64_t(1) << 40) / 7);
   // The default is division by 1; a divisor outside [1, 2^31] is refused.
   const FastDivide one;
   CHECK(one.div(123456789u) == 123456789u);
