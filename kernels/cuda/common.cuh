@@ -37,6 +37,31 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 // grid-stride loop's last step past the end (grid_for's grids have at most 2^24 threads).
 inline bool fits_int32(int64_t n) { return n < int64_t(INT_MAX) - (int64_t(1) << 25); }
 
+// ---- rows of a (rows, cols) matrix -------------------------------------------------------------
+// Blocks of 32 columns (threadIdx.x: a warp touches 32 neighbouring floats of a row) by 8 row lanes
+// (threadIdx.y), each block row striding down the rows; row_tile_grid gives about
+// `rows_per_thread` rows to each thread (at most 65535 block rows).
+const dim3 kRowTile(32, 8);
+inline dim3 row_tile_grid(int64_t rows, int64_t cols, int64_t rows_per_thread) {
+  const int64_t block_rows = (rows + 8 * rows_per_thread - 1) / (8 * rows_per_thread);
+  return dim3(static_cast<unsigned>((cols + 31) / 32),
+              static_cast<unsigned>(std::clamp<int64_t>(block_rows, 1, 65535)));
+}
+
+// y[r, col] = b[col] (kAdd: +=) for every row r, on kRowTile blocks: a per-column value broadcast
+// down the rows (Linear's bias before its GEMM, a convolution's bias on channels-last maps) with
+// no division per element.
+template <bool kAdd>
+__global__ void broadcast_rows_kernel(float* y, const float* b, int64_t rows, int64_t cols) {
+  const int64_t col = blockIdx.x * int64_t(32) + threadIdx.x;
+  if (col >= cols) return;
+  const float v = b[col];
+  for (int64_t r = blockIdx.y * int64_t(8) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * 8) {
+    if (kAdd) y[r * cols + col] += v;
+    else y[r * cols + col] = v;
+  }
+}
+
 inline float* f32(const Tensor& t, const char* op, const char* name) {
   DPX_CHECK(t.defined(), op, ": ", name, " is not allocated");
   DPX_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", dtype_name(t.dtype()));

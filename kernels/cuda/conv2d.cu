@@ -345,17 +345,9 @@ __global__ void add_image_sums_kernel(float* db, const float* sums, int64_t imag
   }
 }
 
-// The same two on a channels-last output, rows (N*OH*OW) of K channels: blocks of 32 neighbouring
-// channels (threadIdx.x; a warp reads 32 consecutive floats) by 8 rows (threadIdx.y), striding
-// over the rows; no division per element.
-__global__ void add_row_bias_kernel(float* y, const float* b, int64_t rows, int64_t channels) {
-  const int64_t k = blockIdx.x * int64_t(32) + threadIdx.x;
-  if (k >= channels) return;
-  const float bias = b[k];
-  for (int64_t r = blockIdx.y * int64_t(8) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * 8)
-    y[r * channels + k] += bias;
-}
-
+// On a channels-last output, rows (N*OH*OW) of K channels: the bias by detail::broadcast_rows_kernel,
+// and db by the two passes below, on detail::kRowTile blocks of 32 channels by 8 rows (a warp reads
+// 32 consecutive floats), no division per element.
 // db's first pass on channels-last dy: sums[part, k] = dy[r, k] summed over the part's rows in
 // order, kRowsPerPart rows a part (a thread a part and channel); add_image_sums_kernel then adds
 // the parts in order (fixed, so every run gives the same bits).
@@ -370,14 +362,6 @@ __global__ void row_part_sum_kernel(float* sums, const float* dy, int64_t rows, 
     for (int64_t r = part * kRowsPerPart; r < end; ++r) s += dy[r * channels + k];
     sums[part * channels + k] = s;
   }
-}
-
-// The launch shape of the two over n rows (or parts): tiles of 32 channels by blocks of 8, at most
-// 65535 of those; the block is kRowBlock.
-const dim3 kRowBlock(32, 8);
-dim3 row_grid(int64_t n, int64_t channels) {
-  return dim3(static_cast<unsigned>((channels + 31) / 32),
-              static_cast<unsigned>(std::clamp<int64_t>((n + 7) / 8, 1, 65535)));
 }
 
 // The filter as cuDNN takes it beside channels-last maps, (K, kH, kW, C / groups): w permuted into
@@ -539,8 +523,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   hy.finish(0.f);
   if (b && s.channels_last) {
     const int64_t rows = s.n * s.oh * s.ow;
-    add_row_bias_kernel<<<row_grid(rows, s.k), kRowBlock, 0, st.stream>>>(f32(y, op, "y"), f32(*b, op, "b"),
-                                                                                  rows, s.k);
+    detail::broadcast_rows_kernel<true><<<detail::row_tile_grid(rows, s.k, 8), detail::kRowTile, 0, st.stream>>>(
+        f32(y, op, "y"), f32(*b, op, "b"), rows, s.k);
     check_launch();
   } else if (b) {
     const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
@@ -606,8 +590,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   if (db && s.channels_last) {
     const int64_t rows = s.n * s.oh * s.ow, parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
     const detail::Scratch sums(st, static_cast<size_t>(parts * s.k) * sizeof(float));
-    row_part_sum_kernel<<<row_grid(parts, s.k), kRowBlock, 0, st.stream>>>(sums.as<float>(), f32(dy, op, "dy"),
-                                                                                   rows, s.k);
+    row_part_sum_kernel<<<detail::row_tile_grid(parts, s.k, 1), detail::kRowTile, 0, st.stream>>>(
+        sums.as<float>(), f32(dy, op, "dy"), rows, s.k);
     check_launch();
     add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
                                                                                    sums.as<float>(), parts, s.k);

@@ -15,23 +15,6 @@ namespace {
 
 using detail::f32;
 
-// y (N, out) = broadcast of b (out) over the rows: the GEMM then adds x W^T with beta = 1. Blocks
-// of 32 columns by 8 row lanes (kRowsBlock), each thread a column down every (gridDim.y x 8)-th
-// row, about 8 rows a thread: a warp writes 32 neighbouring floats, and no element needs the 64-bit
-// division i % cols that one thread per element took (Swin's Linear layers run it on 19 M floats).
-const dim3 kRowsBlock(32, 8);
-__global__ void broadcast_rows_kernel(float* y, const float* b, int64_t rows, int64_t cols) {
-  const int64_t col = blockIdx.x * int64_t(32) + threadIdx.x;
-  if (col >= cols) return;
-  const float v = b[col];
-  for (int64_t r = blockIdx.y * int64_t(8) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * 8)
-    y[r * cols + col] = v;
-}
-dim3 broadcast_rows_grid(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>((cols + 31) / 32),
-              static_cast<unsigned>(std::clamp<int64_t>((rows + 63) / 64, 1, 65535)));
-}
-
 // db (cols) += column sums of dy (rows, cols). A 32 x 8 block owns 32 columns; its 8 row lanes
 // sum strided rows and are then added in a fixed order, so the result is reproducible.
 // The bias gradient, db[col] += sum over rows of dy[row, col], in two passes with a fixed order
@@ -139,8 +122,10 @@ void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   float* py = f32(y, op, "y");
   if (rows == 0 || out == 0) return;
   if (b) {
-    const float* pb = f32(*b, op, "b");
-    broadcast_rows_kernel<<<broadcast_rows_grid(rows, out), kRowsBlock, 0, st.stream>>>(py, pb, rows, out);
+    // y = b broadcast over the rows, which the GEMM then adds x W^T to (beta = 1): about 8 rows a
+    // thread, not a thread per element with a 64-bit i % cols (Swin's Linear layers: 19 M floats).
+    detail::broadcast_rows_kernel<false><<<detail::row_tile_grid(rows, out, 8), detail::kRowTile, 0, st.stream>>>(
+        py, f32(*b, op, "b"), rows, out);
     check_launch();
   }
   // y^T (out, N) = W (out, in) x^T (in, N): W is stored as column-major (in, out), hence op T.
