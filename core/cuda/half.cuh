@@ -23,4 +23,17 @@ struct BF16 {
   }
 };
 
+// Four consecutive half-precision values as one 8-byte word (the first in the low bits, as they
+// lie in memory), for kernels that move 4 values a thread.
+template <typename H>
+__device__ inline float4 load4(uint2 h) {
+  return make_float4(H::load(static_cast<uint16_t>(h.x)), H::load(static_cast<uint16_t>(h.x >> 16)),
+                     H::load(static_cast<uint16_t>(h.y)), H::load(static_cast<uint16_t>(h.y >> 16)));
+}
+template <typename H>
+__device__ inline uint2 store4(float4 v) {
+  return make_uint2(uint32_t(H::store(v.x)) | uint32_t(H::store(v.y)) << 16,
+                    uint32_t(H::store(v.z)) | uint32_t(H::store(v.w)) << 16);
+}
+
 }  // namespace dpx::cuda
