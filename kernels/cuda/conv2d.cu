@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/capture.hpp"
+#include "core/cuda/half.cuh"
 #include "kernels/conv_paths.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/conv_plan.hpp"
@@ -277,6 +278,8 @@ class Result {
   void finish(float beta) const {
     if (half_) detail::widen_into(out_, beta, p_, dtype_, n_, stream_);
   }
+  // The bf16/fp16 result for a kernel that widens it itself (instead of finish), or null in fp32.
+  const void* half_result() const { return half_ ? p_ : nullptr; }
 
  private:
   static constexpr float kZero = 0.f;
@@ -289,28 +292,38 @@ class Result {
 };
 
 // ---- the bias, by dpx's own kernels --------------------------------------------------------------
-// y[n, k, :, :] += b[k] in one pass (cudnnAddTensor did the same through the legacy API): a block
-// row per (n, k) plane (blockIdx.y, striding), so that no element needs a division to find its
-// channel (the 64-bit one per element cost a pass's worth again), its threads over the plane,
-// kPerThread values of V a thread, a block's width apart: V is float4 where every plane is whole
-// float4s and y is 16-byte aligned (a block moves 16 KB), float otherwise (4 KB). One float a
-// thread, a block per 256 floats, took 1.2 ms for vgg16's 64x64x224x224 output: 1.4 TB/s of the
-// H200's 4.8 (2026-11-28), all launch and no bandwidth.
+// y[n, k, :, :] = src[n, k, :, :] + b[k] in one pass (cudnnAddTensor did the same through the
+// legacy API), src being y itself (fp32) or cuDNN's bf16/fp16 result, which is widened on the way
+// (one pass where a widening and then the bias took two: 6 + 8 bytes an element down to 6). A
+// block row per (n, k) plane (blockIdx.y, striding), so that no element needs a division to find
+// its channel (the 64-bit one per element cost a pass's worth again), its threads over the plane,
+// kPerThread values of V a thread, a block's width apart: V is float4 (read from a float4 or from
+// four halves in 8 bytes) where every plane is whole float4s and both pointers are aligned to
+// that (a block moves 16 KB of y), float otherwise (4 KB). One float a thread, a block per 256
+// floats, took 1.2 ms for vgg16's 64x64x224x224 output: 1.4 TB/s of the H200's 4.8 (2026-11-28),
+// all launch and no bandwidth.
 constexpr int kPerThread = 4;
 __device__ inline void add_to(float& v, float b) { v += b; }
 __device__ inline void add_to(float4& v, float b) { v.x += b, v.y += b, v.z += b, v.w += b; }
+// A source value as fp32: itself, or H's halves widened (H is unused for an fp32 source).
+template <typename H> __device__ inline float value_of(float v) { return v; }
+template <typename H> __device__ inline float4 value_of(float4 v) { return v; }
+template <typename H> __device__ inline float value_of(uint16_t v) { return H::load(v); }
+template <typename H> __device__ inline float4 value_of(uint2 v) { return load4<H>(v); }
 
-template <typename V>
-__global__ void add_channel_bias_kernel(V* y, const float* b, int64_t planes, int64_t plane, int64_t channels) {
+template <typename H, typename V, typename S>
+__global__ void add_channel_bias_kernel(V* y, const S* src, const float* b, int64_t planes, int64_t plane,
+                                        int64_t channels) {
   for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
     const float bias = b[p % channels];
     V* yp = y + p * plane;
+    const S* sp = src + p * plane;
     for (int64_t j = blockIdx.x * int64_t(blockDim.x) * kPerThread + threadIdx.x; j < plane;
          j += int64_t(gridDim.x) * blockDim.x * kPerThread) {
       V v[kPerThread];
 #pragma unroll
       for (int u = 0; u < kPerThread; ++u)
-        if (j + u * blockDim.x < plane) v[u] = yp[j + u * blockDim.x];
+        if (j + u * blockDim.x < plane) v[u] = value_of<H>(sp[j + u * blockDim.x]);
 #pragma unroll
       for (int u = 0; u < kPerThread; ++u)
         if (j + u * blockDim.x < plane) {
@@ -319,6 +332,35 @@ __global__ void add_channel_bias_kernel(V* y, const float* b, int64_t planes, in
         }
     }
   }
+}
+
+// y (N, K, OH, OW, fp32) = `half` (cuDNN's result in `dtype`, bf16 or fp16) widened, or y itself
+// where `half` is null, plus b[k].
+void add_channel_bias(const CudaState& st, float* y, const void* half, DType dtype, const float* b, const Shapes& s) {
+  const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
+  const unsigned plane_blocks = static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535));
+  const bool quads = plane % 4 == 0 && detail::aligned16(y) &&
+                     reinterpret_cast<uintptr_t>(half) % sizeof(uint2) == 0;  // null is aligned
+  const int64_t values = quads ? plane / 4 : plane;  // a plane's values of V
+  const dim3 grid(detail::grid_for((values + kPerThread - 1) / kPerThread), plane_blocks);
+  const auto launch = [&](auto type, auto* out, const auto* src) {
+    add_channel_bias_kernel<decltype(type)><<<grid, detail::kThreads, 0, st.stream>>>(out, src, b, planes, values, s.k);
+  };
+  const auto from_half = [&](auto type) {
+    if (quads)
+      launch(type, reinterpret_cast<float4*>(y), static_cast<const uint2*>(half));
+    else
+      launch(type, y, static_cast<const uint16_t*>(half));
+  };
+  if (!half && quads)
+    launch(BF16{}, reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(y));  // BF16 unused: fp32
+  else if (!half)
+    launch(BF16{}, y, y);
+  else if (dtype == DType::f16)
+    from_half(F16{});
+  else
+    from_half(BF16{});
+  check_launch();
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
@@ -501,7 +543,8 @@ void legacy_backward_filter(const Context& ctx, CudaState& st, const AlgoKey& ke
 
 // With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
 // them on tensor cores with fp32 accumulation into a bf16/fp16 result, and that result is widened
-// into the fp32 output or added into the fp32 gradient; the bias stays fp32. Each convolution runs
+// into the fp32 output (on NCHW maps in the pass that adds the bias) or added into the fp32
+// gradient; the bias stays fp32. Each convolution runs
 // through its cached graph-API plan (conv_plan.hpp), or the legacy call where that declined it.
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
@@ -520,24 +563,15 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   const AlgoKey key = make_key(ConvPass::forward, s, p, ctx);
   if (!run_conv_plan(st, key, request(ctx, ConvPass::forward, s, p, 0.f), hx.get(), hw.get(), hy.get(), "forward"))
     legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
+  if (b && !s.channels_last) {
+    add_channel_bias(st, f32(y, op, "y"), hy.half_result(), ctx.compute, f32(*b, op, "b"), s);
+    return;
+  }
   hy.finish(0.f);
-  if (b && s.channels_last) {
+  if (b) {
     const int64_t rows = s.n * s.oh * s.ow;
     detail::broadcast_rows_kernel<true><<<detail::row_tile_grid(rows, s.k, 8), detail::kRowTile, 0, st.stream>>>(
         f32(y, op, "y"), f32(*b, op, "b"), rows, s.k);
-    check_launch();
-  } else if (b) {
-    const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
-    const unsigned plane_blocks = static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535));
-    float* out = f32(y, op, "y");
-    const bool quads = plane % 4 == 0 && reinterpret_cast<uintptr_t>(out) % sizeof(float4) == 0;
-    const int64_t values = quads ? plane / 4 : plane;  // a plane's values of V
-    const dim3 grid(detail::grid_for((values + kPerThread - 1) / kPerThread), plane_blocks);
-    if (quads)
-      add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(reinterpret_cast<float4*>(out),
-                                                                         f32(*b, op, "b"), planes, values, s.k);
-    else
-      add_channel_bias_kernel<<<grid, detail::kThreads, 0, st.stream>>>(out, f32(*b, op, "b"), planes, values, s.k);
     check_launch();
   }
 }
