@@ -183,10 +183,11 @@ TEST_CASE("cuda batch_norm on the first C channels of a wider x matches the refe
 }
 
 // Runs of S = 12 floats (four at a time) and of S = 7 (one at a time), shorter than a block
-// (strided over flat), and of S = 256 (a block layer per image), written over and added.
+// (strided over flat), and of S = 256 (float4s) and S = 135 (floats, four a thread, the last ones
+// short) a block layer per image, written over and added.
 TEST_CASE("cuda copy_channels matches the reference bit for bit") {
   Context c = reference(), g = gpu();
-  for (Shape rest : {Shape{3, 4}, Shape{7, 1}, Shape{16, 16}}) {
+  for (Shape rest : {Shape{3, 4}, Shape{7, 1}, Shape{16, 16}, Shape{9, 15}}) {
     CAPTURE(shape_str(rest));
     Tensor src = uniform({3, 6, rest[0], rest[1]}, 78);
     for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
