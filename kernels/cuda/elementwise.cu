@@ -59,9 +59,11 @@ __global__ void poison_if_nonfinite_kernel(float* x, const float* value, int64_t
 }
 
 // Half-precision casts (H: F16 or BF16 of core/cuda/half.cuh, the host's rounding). `quads`: 4
-// values a thread, one float4 and one 8-byte word of halves, where both pointers allow it; one
-// 2-byte value a thread moved a third of the bandwidth (bf16 convolutions widen and narrow every
-// operand and result). The tail past the last whole quad, or everything without quads, one a thread.
+// values a thread, one float4 and one 8-byte word of halves, where both pointers allow it. One
+// 2-byte value a thread moved an estimated 1.5-2.5 TB/s of the H200's 4.8 (resnet50's bf16
+// convolutions against its TF32 ones, 2026-11-28: the difference is the bytes of these casts), and
+// bf16 convolutions narrow and widen every operand and result. The tail past the last whole quad,
+// or everything without quads, one a thread.
 template <typename H, typename I>
 __global__ void narrow_kernel(uint16_t* dst, const float* src, float alpha, I n, bool quads) {
   const I stride = I(gridDim.x) * I(blockDim.x), first = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
