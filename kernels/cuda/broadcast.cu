@@ -27,6 +27,25 @@ Layout make_layout(const Shape& out, std::initializer_list<const Shape*> operand
   return ops::plan::broadcast_layout(out, operands);
 }
 
+// Whether L is a (planes, plane) map in which operand `full` spans both dimensions and operand
+// `one` holds one value per plane (a squeeze-excitation scale of an (N, C, H, W) map: (N, C, 1, 1);
+// a per-image factor: (N, 1, 1, 1)): detail::per_plane's case, where no element needs a division.
+bool one_per_plane(const Layout& L, int full, int one) {
+  return L.dims == 2 && L.full[full][0] && L.full[full][1] && L.stride[full][1] == 1 && L.full[one][0] &&
+         !L.full[one][1] && L.stride[one][0] == 1;
+}
+
+struct TimesPlane {
+  __device__ float operator()(float, float x, float s) const { return x * s; }
+};
+struct PlusPlane {
+  __device__ float operator()(float, float x, float s) const { return x + s; }
+};
+// da += dy * b (the product rounded before the sum, as the reference's: no fused multiply-add).
+struct AddTimesPlane {
+  __device__ float operator()(float old, float g, float s) const { return old + __fmul_rn(g, s); }
+};
+
 // A list of merged dimensions with the strides of dy (0) and of the other factor (1), compacted
 // so that kernels index it with unrolled, compile-time positions; with each size's FastDivide
 // (kernels/cuda/fast_divide.hpp) for the 32-bit kernels, set by with_dividers().
@@ -156,6 +175,13 @@ void reduce_to(CudaState& st, Tensor& dt, const Tensor& dy, const Tensor* other)
   if (dy.numel() == 0 || dt.numel() == 0) return;  // an empty sum adds nothing
   const Shape& out = dy.shape();
   Layout L = other ? make_layout(out, {&out, &dt.shape(), &other->shape()}) : make_layout(out, {&out, &dt.shape()});
+  // dt full and `other` one value per plane: a squeeze-excitation's input gradient, dy times the
+  // plane's scale, which needs no sum.
+  if (other && one_per_plane(L, 1, 2) &&
+      detail::per_plane_f32<true>(st.stream, static_cast<float*>(dt.raw()), static_cast<const float*>(dy.raw()),
+                                  static_cast<const float*>(other->raw()), L.size[0], L.size[1], L.size[0],
+                                  AddTimesPlane{}))
+    return;
   DimList kept, reduced;
   for (int d = 0; d < L.dims; ++d) {
     DimList& list = L.full[1][d] ? kept : reduced;
@@ -212,6 +238,15 @@ void broadcast_binary(Context& ctx, const char* op, Tensor& out, const Tensor& a
   float* po = f32(out, op, "out");
   Layout L = make_layout(out.shape(), {&out.shape(), &a.shape(), &b.shape()});
   if (L.numel == 0) return;
+  // One operand full, the other one value per plane (x * b or b * x: the same product).
+  const auto by_plane = [&](const Tensor& full, const Tensor& one) {
+    const auto with = [&](auto fn) {
+      return detail::per_plane_f32<false>(st.stream, po, f32(full, op, "an operand"), f32(one, op, "an operand"),
+                                          L.size[0], L.size[1], L.size[0], fn);
+    };
+    return kMul ? with(TimesPlane{}) : with(PlusPlane{});
+  };
+  if ((one_per_plane(L, 1, 2) && by_plane(a, b)) || (one_per_plane(L, 2, 1) && by_plane(b, a))) return;
   DimList dims;
   dims.count = L.dims;
   dims.numel = L.numel;

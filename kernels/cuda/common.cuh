@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "core/cuda/check.hpp"
@@ -60,6 +61,96 @@ __global__ void broadcast_rows_kernel(float* y, const float* b, int64_t rows, in
     if (kAdd) y[r * cols + col] += v;
     else y[r * cols + col] = v;
   }
+}
+
+// ---- one value per plane of a (planes, plane) map ----------------------------------------------
+// out[p, j] = f(out[p, j], in(p * plane + j), v[p % period]) for every plane p and j < plane (in
+// elements of V: float, or float4 where the plane is whole float4s and the pointers allow): a
+// convolution's bias per (image, channel) plane (period = channels), a squeeze-excitation scale
+// and its input gradient (period = planes), global average pooling's backward. A block row per
+// plane (blockIdx.y, striding), its threads over the plane, kPlanePerThread values a thread a
+// block's width apart, all loaded before any is stored; no division per element (the 64-bit one
+// cost a pass's worth again). `in` is a functor: Floats (an fp32 tensor, possibly out itself),
+// NoInput, or a widening of halves (kernels/cuda/conv2d.cu); f a functor on floats, applied to
+// each of a float4's values; with kReadsOut false f gets 0 for the old value. Worth it where a
+// plane holds at least a block's worth of V (kThreads): one of 7 x 7 floats leaves most of the
+// block idle, and callers take their flat kernels there.
+constexpr int kPlanePerThread = 4;
+
+template <typename V>
+struct Floats {
+  const V* p;
+  __device__ V operator()(int64_t i) const { return p[i]; }
+};
+template <typename V>
+struct NoInput {
+  __device__ V operator()(int64_t) const { return V{}; }
+};
+
+template <typename F>
+__device__ inline float apply_each(const F& f, float old, float x, float s) {
+  return f(old, x, s);
+}
+template <typename F>
+__device__ inline float4 apply_each(const F& f, float4 old, float4 x, float s) {
+  return make_float4(f(old.x, x.x, s), f(old.y, x.y, s), f(old.z, x.z, s), f(old.w, x.w, s));
+}
+
+template <bool kReadsOut, typename V, typename In, typename F>
+__global__ void per_plane_kernel(V* out, In in, const float* v, int64_t planes, int64_t plane, int64_t period, F f) {
+  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+    const float s = v[p % period];
+    V* op = out + p * plane;
+    for (int64_t j = blockIdx.x * int64_t(blockDim.x) * kPlanePerThread + threadIdx.x; j < plane;
+         j += int64_t(gridDim.x) * blockDim.x * kPlanePerThread) {
+      V x[kPlanePerThread], old[kPlanePerThread];
+#pragma unroll
+      for (int u = 0; u < kPlanePerThread; ++u)
+        if (j + u * blockDim.x < plane) {
+          x[u] = in(p * plane + j + u * blockDim.x);
+          old[u] = kReadsOut ? op[j + u * blockDim.x] : V{};
+        }
+#pragma unroll
+      for (int u = 0; u < kPlanePerThread; ++u)
+        if (j + u * blockDim.x < plane) op[j + u * blockDim.x] = apply_each(f, old[u], x[u], s);
+    }
+  }
+}
+
+// Launches per_plane_kernel on `stream` over `planes` planes of `plane` values of V each.
+template <bool kReadsOut, typename V, typename In, typename F>
+void per_plane(cudaStream_t stream, V* out, In in, const float* v, int64_t planes, int64_t plane, int64_t period,
+               F f) {
+  if (planes <= 0 || plane <= 0) return;
+  const dim3 grid(grid_for((plane + kPlanePerThread - 1) / kPlanePerThread),
+                  static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535)));
+  per_plane_kernel<kReadsOut><<<grid, kThreads, 0, stream>>>(out, in, v, planes, plane, period, f);
+  check_launch();
+}
+
+// per_plane over fp32 maps: float4s where a plane holds a block's worth of them and out and `in`
+// are 16-byte aligned, floats where it holds a block's worth of floats; false, launching nothing,
+// for smaller planes (the caller's flat kernel serves those better). `in`: a const float*, or
+// nullptr for none (NoInput).
+template <bool kReadsOut, typename InPtr, typename F>
+bool per_plane_f32(cudaStream_t stream, float* out, InPtr in, const float* v, int64_t planes, int64_t plane,
+                   int64_t period, F f) {
+  const auto input = [&](auto* typed_out) {  // `in` as the functor for out's element type
+    using V = std::remove_pointer_t<decltype(typed_out)>;
+    if constexpr (std::is_same_v<InPtr, std::nullptr_t>)
+      return NoInput<V>{};
+    else
+      return Floats<V>{reinterpret_cast<const V*>(in)};
+  };
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (plane % 4 == 0 && plane / 4 >= kThreads && aligned(out) && aligned(in)) {
+    auto* out4 = reinterpret_cast<float4*>(out);
+    per_plane<kReadsOut>(stream, out4, input(out4), v, planes, plane / 4, period, f);
+    return true;
+  }
+  if (plane < kThreads) return false;
+  per_plane<kReadsOut>(stream, out, input(out), v, planes, plane, period, f);
+  return true;
 }
 
 inline float* f32(const Tensor& t, const char* op, const char* name) {

@@ -293,74 +293,49 @@ class Result {
 
 // ---- the bias, by dpx's own kernels --------------------------------------------------------------
 // y[n, k, :, :] = src[n, k, :, :] + b[k] in one pass (cudnnAddTensor did the same through the
-// legacy API), src being y itself (fp32) or cuDNN's bf16/fp16 result, which is widened on the way
-// (one pass where a widening and then the bias took two: 6 + 8 bytes an element down to 6). A
-// block row per (n, k) plane (blockIdx.y, striding), so that no element needs a division to find
-// its channel (the 64-bit one per element cost a pass's worth again), its threads over the plane,
-// kPerThread values of V a thread, a block's width apart: V is float4 (read from a float4 or from
-// four halves in 8 bytes) where every plane is whole float4s and both pointers are aligned to
-// that (a block moves 16 KB of y), float otherwise (4 KB). One float a thread, a block per 256
-// floats, took 1.2 ms for vgg16's 64x64x224x224 output: 1.4 TB/s of the H200's 4.8 (2026-11-28),
-// all launch and no bandwidth.
-constexpr int kPerThread = 4;
-__device__ inline void add_to(float& v, float b) { v += b; }
-__device__ inline void add_to(float4& v, float b) { v.x += b, v.y += b, v.z += b, v.w += b; }
-// A source value as fp32: itself, or H's halves widened (H is unused for an fp32 source).
-template <typename H> __device__ inline float value_of(float v) { return v; }
-template <typename H> __device__ inline float4 value_of(float4 v) { return v; }
-template <typename H> __device__ inline float value_of(uint16_t v) { return H::load(v); }
-template <typename H> __device__ inline float4 value_of(uint2 v) { return load4<H>(v); }
-
-template <typename H, typename V, typename S>
-__global__ void add_channel_bias_kernel(V* y, const S* src, const float* b, int64_t planes, int64_t plane,
-                                        int64_t channels) {
-  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-    const float bias = b[p % channels];
-    V* yp = y + p * plane;
-    const S* sp = src + p * plane;
-    for (int64_t j = blockIdx.x * int64_t(blockDim.x) * kPerThread + threadIdx.x; j < plane;
-         j += int64_t(gridDim.x) * blockDim.x * kPerThread) {
-      V v[kPerThread];
-#pragma unroll
-      for (int u = 0; u < kPerThread; ++u)
-        if (j + u * blockDim.x < plane) v[u] = value_of<H>(sp[j + u * blockDim.x]);
-#pragma unroll
-      for (int u = 0; u < kPerThread; ++u)
-        if (j + u * blockDim.x < plane) {
-          add_to(v[u], bias);
-          yp[j + u * blockDim.x] = v[u];
-        }
-    }
-  }
-}
+// legacy API) by detail::per_plane, src being y itself (fp32) or cuDNN's bf16/fp16 result, which
+// is widened on the way (one pass where a widening and then the bias read and wrote 14 bytes an
+// element, now 6). A thread a value and a block per 256 floats took 1.2 ms for vgg16's
+// 64x64x224x224 output: 1.4 TB/s of the H200's 4.8 (2026-11-28), all launch and no bandwidth.
+struct AddBias {
+  __device__ float operator()(float, float x, float b) const { return x + b; }
+};
+template <typename H>
+struct Halves {  // a bf16/fp16 result, widened
+  const uint16_t* p;
+  __device__ float operator()(int64_t i) const { return H::load(p[i]); }
+};
+template <typename H>
+struct HalfQuads {  // the same four at a time (8 bytes)
+  const uint2* p;
+  __device__ float4 operator()(int64_t i) const { return load4<H>(p[i]); }
+};
 
 // y (N, K, OH, OW, fp32) = `half` (cuDNN's result in `dtype`, bf16 or fp16) widened, or y itself
-// where `half` is null, plus b[k].
+// where `half` is null, plus b[k]: float4s where every plane is whole float4s and y and the
+// result are aligned to them.
 void add_channel_bias(const CudaState& st, float* y, const void* half, DType dtype, const float* b, const Shapes& s) {
   const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
-  const unsigned plane_blocks = static_cast<unsigned>(std::clamp<int64_t>(planes, 1, 65535));
   const bool quads = plane % 4 == 0 && detail::aligned16(y) &&
                      reinterpret_cast<uintptr_t>(half) % sizeof(uint2) == 0;  // null is aligned
-  const int64_t values = quads ? plane / 4 : plane;  // a plane's values of V
-  const dim3 grid(detail::grid_for((values + kPerThread - 1) / kPerThread), plane_blocks);
-  const auto launch = [&](auto type, auto* out, const auto* src) {
-    add_channel_bias_kernel<decltype(type)><<<grid, detail::kThreads, 0, st.stream>>>(out, src, b, planes, values, s.k);
-  };
+  auto* y4 = reinterpret_cast<float4*>(y);
   const auto from_half = [&](auto type) {
+    using H = decltype(type);
     if (quads)
-      launch(type, reinterpret_cast<float4*>(y), static_cast<const uint2*>(half));
+      detail::per_plane<false>(st.stream, y4, HalfQuads<H>{static_cast<const uint2*>(half)}, b, planes, plane / 4, s.k,
+                               AddBias{});
     else
-      launch(type, y, static_cast<const uint16_t*>(half));
+      detail::per_plane<false>(st.stream, y, Halves<H>{static_cast<const uint16_t*>(half)}, b, planes, plane, s.k,
+                               AddBias{});
   };
   if (!half && quads)
-    launch(BF16{}, reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(y));  // BF16 unused: fp32
+    detail::per_plane<false>(st.stream, y4, detail::Floats<float4>{y4}, b, planes, plane / 4, s.k, AddBias{});
   else if (!half)
-    launch(BF16{}, y, y);
+    detail::per_plane<false>(st.stream, y, detail::Floats<float>{y}, b, planes, plane, s.k, AddBias{});
   else if (dtype == DType::f16)
     from_half(F16{});
   else
     from_half(BF16{});
-  check_launch();
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each

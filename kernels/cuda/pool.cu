@@ -268,6 +268,29 @@ __global__ void global_avg_backward_kernel(float* dx, const float* dy, I total, 
   DPX_CUDA_LOOP_AS(I, i, total) dx[i] += dy[plane_size.div(i)] / divisor;
 }
 
+// The same for maps of at least a block's worth of values (EfficientNet's 112 x 112 and 56 x 56
+// squeeze-excitation maps: most of its bytes) by detail::per_plane: no index arithmetic per
+// element, float4s where the maps allow.
+struct AddMeanGradient {
+  float divisor;
+  __device__ float operator()(float old, float, float g) const { return old + g / divisor; }
+};
+
+void global_avg_backward(const CudaState& st, float* dx, const float* dy, int64_t planes, int64_t plane) {
+  if (detail::per_plane_f32<true>(st.stream, dx, nullptr, dy, planes, plane, planes,
+                                  AddMeanGradient{static_cast<float>(plane)}))
+    return;
+  if (detail::fits_int32(planes * plane)) {
+    global_avg_backward_kernel<<<grid_for(planes * plane), kThreads, 0, st.stream>>>(
+        dx, dy, static_cast<uint32_t>(planes * plane), FastDivide(static_cast<uint32_t>(plane)));
+    check_launch();
+  } else {
+    global_avg_backward_kernel<<<grid_for(planes * plane), kThreads, 0, st.stream>>>(
+        dx, dy, static_cast<uint64_t>(planes * plane), PlainDivide(static_cast<uint64_t>(plane)));
+    check_launch();
+  }
+}
+
 Window window_of(const Pool2dParams& p) {
   return {p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w};
 }
@@ -362,15 +385,7 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   const ops::ImageDims in = ops::image_dims(dx.shape(), format), out = ops::image_dims(dy.shape(), format);
   const bool last = format == MemoryFormat::channels_last;
   if (!last && out.h == 1 && out.w == 1) {
-    float* pdx = f32(dx, op, "dx");
-    const float* pdy = f32(dy, op, "dy");
-    if (detail::fits_int32(total))
-      global_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-          pdx, pdy, static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(in.h * in.w)));
-    else
-      global_avg_backward_kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
-          pdx, pdy, static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(in.h * in.w)));
-    check_launch();
+    global_avg_backward(st, f32(dx, op, "dx"), f32(dy, op, "dy"), dy.numel(), in.h * in.w);
     return;
   }
   const auto kernel = last ? adaptive_avg_backward_kernel<true> : adaptive_avg_backward_kernel<false>;

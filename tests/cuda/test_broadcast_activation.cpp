@@ -39,8 +39,13 @@ TEST_CASE("cuda add_broadcast and mul_broadcast forward and backward match the r
   Context c = reference(), g = gpu();
   struct Case { Shape out, a, b; };
   uint64_t seed = 10;
+  // A value per plane takes a block row per plane where a plane holds a block's worth of values:
+  // floats (845 and 400 values), float4s (1,056), either operand the per-plane one.
   for (const Case& k : {Case{{3, 5, 13, 13}, {3, 5, 13, 13}, {3, 5, 1, 1}},    // squeeze-excitation
                         Case{{3, 5, 13, 13}, {3, 5, 13, 13}, {3, 1, 1, 1}},    // stochastic depth
+                        Case{{2, 3, 20, 20}, {2, 3, 20, 20}, {2, 3, 1, 1}},
+                        Case{{2, 3, 32, 33}, {2, 3, 32, 33}, {2, 3, 1, 1}},
+                        Case{{2, 3, 32, 33}, {2, 3, 1, 1}, {2, 3, 32, 33}},
                         Case{{4, 3, 7, 7}, {1, 3, 7, 7}, {4, 1, 7, 7}},        // Swin bias + mask
                         Case{{2, 3, 5, 7}, {2, 1, 5, 1}, {1, 3, 1, 7}},        // both broadcast
                         Case{{6, 4099}, {6, 4099}, {1, 4099}},                 // long reduced rows

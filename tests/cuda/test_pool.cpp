@@ -94,9 +94,11 @@ TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the reference") {
   Context c = reference(), g = gpu();
   struct Sizes { int64_t h, w, oh, ow; };
   uint64_t seed = 50;
-  // 1x1 outputs take the global-average kernels (a warp per map): maps of 1, 63 and 12,544 values.
+  // 1x1 outputs take the global-average kernels (a warp per map): maps of 1, 63, 169, 289 and
+  // 12,544 values; backward by a flat loop below a block's worth of values, a block row per map
+  // above it (289 a float at a time, 12,544 in float4s).
   for (Sizes s : {Sizes{13, 13, 5, 3}, Sizes{13, 13, 1, 1}, Sizes{7, 7, 7, 7}, Sizes{3, 3, 5, 5}, Sizes{13, 11, 6, 4},
-                  Sizes{1, 1, 1, 1}, Sizes{7, 9, 1, 1}, Sizes{112, 112, 1, 1}}) {
+                  Sizes{1, 1, 1, 1}, Sizes{7, 9, 1, 1}, Sizes{17, 17, 1, 1}, Sizes{112, 112, 1, 1}}) {
     CAPTURE(s.h);
     CAPTURE(s.oh);
     CAPTURE(s.ow);
