@@ -49,7 +49,8 @@ void check_devices(const char* op, const Context& ctx, const Args&... args) {
 // A call's shape for the op profiler's by-shape totals (`--profile-shapes`): its tensors' shapes
 // in argument order ("-" for an absent one, "{3 tensors}" for a list), then the convolution's or
 // pooling's parameters; other arguments are left out. For example conv2d_forward's
-// "64x64x56x56 64x3x224x224 64x3x7x7 - s2x2 p3x3 d1x1 g1" (y, x, w, no bias, parameters).
+// "64x64x56x56 64x3x224x224 64x3x7x7 - s2x2 p3x3 d1x1 g1" (y, x, w, no bias, parameters; " nhwc"
+// for channels-last maps, " relu" where the ReLU after it is folded in).
 void describe(std::string& out, const Tensor* t) {
   if (!out.empty()) out += ' ';
   if (!t || !t->defined()) {
@@ -71,7 +72,8 @@ void describe_arg(std::string& out, const T& arg) {
   } else if constexpr (std::is_same_v<T, Conv2dParams>) {
     out += " s" + pair(arg.stride_h, arg.stride_w) + " p" + pair(arg.pad_h, arg.pad_w) + " d" +
            pair(arg.dilation_h, arg.dilation_w) + " g" + std::to_string(arg.groups) +
-           (arg.format == MemoryFormat::channels_last ? " nhwc" : "");
+           (arg.format == MemoryFormat::channels_last ? " nhwc" : "") +
+           (arg.epilogue == Epilogue::relu ? " relu" : "");
   } else if constexpr (std::is_same_v<T, Pool2dParams>) {
     out += " k" + pair(arg.kernel_h, arg.kernel_w) + " s" + pair(arg.stride_h, arg.stride_w) + " p" +
            pair(arg.pad_h, arg.pad_w) + (arg.format == MemoryFormat::channels_last ? " nhwc" : "");

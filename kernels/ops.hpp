@@ -36,21 +36,23 @@ const char* format_name(MemoryFormat f);  // "contiguous", "channels_last"
 
 // x and y in `format`; the weight is (C_out, C_in / groups, kH, kW) in either (PyTorch's layout, so
 // that checkpoints and safetensors files do not depend on it).
+// What a forward op that offers the choice applies to its output before writing it: nothing, or
+// max(x, 0), so that a ReLU after it need not read and write the tensor again (batch norm, in
+// training and in eval; a convolution, through Conv2dParams). The ReLU layer then keeps that
+// output as its own (nn::forward_children).
+enum class Epilogue { none, relu };
+
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   int groups = 1;
   MemoryFormat format = MemoryFormat::contiguous;
+  Epilogue epilogue = Epilogue::none;  // conv2d_forward's output (the backward ignores it)
 };
 
 // How a backward op that offers the choice writes dx: added into it (ops.def's rule for every
 // gradient), or written over it, so that the caller need not zero a fresh dx first (conv2d,
 // batch norm and ReLU backward: most of a CNN's input gradients).
 enum class DxMode { add, overwrite };
-
-// What a forward op that offers the choice applies to its output before writing it: nothing, or
-// max(x, 0), so that a ReLU after it need not read and write the tensor again (batch norm, in
-// training and in eval). The ReLU layer then keeps that output as its own (nn::forward_children).
-enum class Epilogue { none, relu };
 
 struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_h = 0, pad_w = 0;

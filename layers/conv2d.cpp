@@ -62,8 +62,9 @@ std::string Conv2d::describe() const {
   return s + ")";
 }
 
-ops::Conv2dParams Conv2d::kernel_params() const {
+ops::Conv2dParams Conv2d::kernel_params(ops::Epilogue epilogue) const {
   ops::Conv2dParams p;
+  p.epilogue = epilogue;
   p.stride_h = opt_.stride_h;
   p.stride_w = opt_.stride_w;
   p.pad_h = opt_.pad_h;
@@ -88,11 +89,13 @@ Shape Conv2d::output_shape(const Shape& x_shape) const {
   return ops::image_shape({d.n, out_, oh, ow}, format_);
 }
 
-Tensor Conv2d::forward(Context& ctx, const Tensor& x) {
+Tensor Conv2d::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, ops::Epilogue::none); }
+
+Tensor Conv2d::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
   Tensor y = Tensor::empty(output_shape(x.shape()), DType::f32, ctx.device);
   x_ = x;
   last_flops_ = 2 * y.numel() * (in_ / opt_.groups) * opt_.kernel_h * opt_.kernel_w;
-  ops::conv2d_forward(ctx, y, x, weight().value, opt_.bias ? &bias()->value : nullptr, kernel_params());
+  ops::conv2d_forward(ctx, y, x, weight().value, opt_.bias ? &bias()->value : nullptr, kernel_params(epilogue));
   return y;
 }
 

@@ -26,6 +26,9 @@ class Conv2d : public Cloneable<Conv2d> {
          int padding = 0, int dilation = 1, int groups = 1, bool bias = true);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C_in, H, W) -> (N, C_out, OH, OW)
+  // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(conv(x), 0)
+  // in the pass that adds the bias (a ReLU after it then keeps that output: nn::forward_children).
+  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;
@@ -52,7 +55,7 @@ class Conv2d : public Cloneable<Conv2d> {
   Shape output_shape(const Shape& x_shape) const;
 
  private:
-  ops::Conv2dParams kernel_params() const;
+  ops::Conv2dParams kernel_params(ops::Epilogue epilogue = ops::Epilogue::none) const;
 
   int64_t in_, out_;
   Conv2dOptions opt_;

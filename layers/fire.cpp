@@ -5,6 +5,7 @@
 #include "kernels/ops.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/sequential.hpp"
 #include "layers/activation.hpp"
 
 namespace dpx::nn {
@@ -28,9 +29,10 @@ std::string Fire::describe() const {
 Tensor Fire::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != in_)
     fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
-  Tensor s = child(1).forward(ctx, child(0).forward(ctx, x));
-  Tensor a = child(3).forward(ctx, child(2).forward(ctx, s));
-  Tensor b = child(5).forward(ctx, child(4).forward(ctx, s));
+  // Each convolution with its ReLU applied in the same pass (nn::forward_children).
+  Tensor s = forward_children(ctx, *this, 0, 2, x);
+  Tensor a = forward_children(ctx, *this, 2, 4, s);
+  Tensor b = forward_children(ctx, *this, 4, 6, s);
   Tensor y = empty_on(ctx, maps_shape(a.shape(), e1_ + e3_, channels_last_));
   Tensor joined = channel_major(y, channels_last_);
   ops::concat_channels(ctx, joined, {channel_major(a, channels_last_), channel_major(b, channels_last_)});

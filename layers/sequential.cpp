@@ -1,5 +1,6 @@
 // Sequential: child naming, and forward/backward over the children in order and reverse;
-// forward_children and backward_children, which run a batch norm and the ReLU after it as one.
+// forward_children and backward_children, which run a batch norm or a convolution and the ReLU
+// after it as one.
 #include "layers/sequential.hpp"
 
 #include <optional>
@@ -7,6 +8,7 @@
 #include "kernels/ops.hpp"
 #include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
+#include "layers/conv2d.hpp"
 
 namespace dpx::nn {
 
@@ -67,16 +69,29 @@ std::optional<BnRelu> bn_relu(Module& first, Module& second) {
   if (!pair.bn2d && !pair.bn1d) return std::nullopt;
   return pair;
 }
+
+// Children i and i + 1 run forward as one where i is a batch norm or a convolution and i + 1 a
+// ReLU: the first applies the ReLU to its output (ops::Epilogue::relu) and the ReLU keeps that
+// output as its own. Returns whether they did (x then holds the ReLU's output).
+bool forward_pair(Context& ctx, Module& first, Module& second, Tensor& x) {
+  if (auto pair = bn_relu(first, second)) {
+    x = pair->forward(ctx, x);
+    return true;
+  }
+  auto* conv = dynamic_cast<Conv2d*>(&first);
+  auto* relu = dynamic_cast<ReLU*>(&second);
+  if (!conv || !relu) return false;
+  x = relu->forward_applied(conv->forward(ctx, x, ops::Epilogue::relu));
+  return true;
+}
 }  // namespace
 
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x) {
   for (size_t i = begin; i < end; ++i) {
-    if (auto pair = i + 1 < end ? bn_relu(parent.child(i), parent.child(i + 1)) : std::nullopt) {
-      x = pair->forward(ctx, x);
+    if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), x))
       ++i;
-    } else {
+    else
       x = parent.child(i).forward(ctx, x);
-    }
   }
   return x;
 }

@@ -182,6 +182,9 @@ void col2im_images(const ConvShape& s, const int32_t* at, const float* dcol, int
     }
 }
 
+// max(v, 0), NaN passing (Epilogue::relu, as relu_forward).
+inline float relu_of(float v) { return v < 0.f ? 0.f : v; }
+
 // rows (r, nb * P) = rows [k0, k0 + r) of channel planes (P floats) of images n0 ... n0 + nb - 1,
 // side by side; t (N, K, P) is y or dy. to_images does the reverse, adding bias[k] when given.
 void gather_images(const ConvShape& s, const float* t, int64_t k0, int64_t r, int64_t n0,
@@ -191,13 +194,16 @@ void gather_images(const ConvShape& s, const float* t, int64_t k0, int64_t r, in
       std::copy_n(t + ((n0 + j) * s.K + k0 + k) * s.P, s.P, rows + (k * nb + j) * s.P);
 }
 void to_images(const ConvShape& s, const float* rows, int64_t k0, int64_t r, int64_t n0,
-               int64_t nb, const float* bias, float* t) {
+               int64_t nb, const float* bias, bool relu, float* t) {
   for (int64_t k = 0; k < r; ++k)
     for (int64_t j = 0; j < nb; ++j) {
       const float* src = rows + (k * nb + j) * s.P;
       float* dst = t + ((n0 + j) * s.K + k0 + k) * s.P;
       const float add = bias ? bias[k0 + k] : 0.f;
-      for (int64_t i = 0; i < s.P; ++i) dst[i] = src[i] + add;
+      if (relu)
+        for (int64_t i = 0; i < s.P; ++i) dst[i] = relu_of(src[i] + add);
+      else
+        for (int64_t i = 0; i < s.P; ++i) dst[i] = src[i] + add;
     }
 }
 
@@ -222,8 +228,10 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
   }
   const float *xp = x.data<float>(), *wp = w.data<float>();
   float* yp = y.data<float>();
+  const bool relu = p.epilogue == Epilogue::relu;
   if (is_depthwise(s)) {
     depthwise_conv2d_forward(ctx, yp, xp, wp, bp, depthwise_shape(s));
+    apply_epilogue(ctx, y, p);
     return;
   }
   if (s.batch > 1) {
@@ -246,7 +254,7 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
       float* out = col + s.Kdim * L;
       im2col_images(s, at.data(), xp, g, n0, nb, col);
       gemm_one(false, false, kr, len, s.Kdim, 1.f, wp + k0 * s.Kdim, s.Kdim, col, len, 0.f, out, len);
-      to_images(s, out, k0, kr, n0, nb, bp, yp);
+      to_images(s, out, k0, kr, n0, nb, bp, relu, yp);
     }
     return;
   }
@@ -268,12 +276,25 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
       im2col_tile(s, xg, p0, len, col);
       gemm_one(false, false, s.Kg, len, s.Kdim, 1.f, wg, s.Kdim, col, len, 0.f, yt, s.P);
     }
-    if (bp)
-      for (int64_t k = 0; k < s.Kg; ++k) {
+    for (int64_t k = 0; k < s.Kg && (bp || relu); ++k) {  // the tile's rows, still in cache
+      float* row = yt + k * s.P;
+      if (bp) {
         const float bk = bp[g * s.Kg + k];
-        for (int64_t i = 0; i < len; ++i) yt[k * s.P + i] += bk;
+        for (int64_t i = 0; i < len; ++i) row[i] += bk;
       }
+      if (relu)
+        for (int64_t i = 0; i < len; ++i) row[i] = relu_of(row[i]);
+    }
   }
+}
+
+void apply_epilogue(const Context& ctx, Tensor& y, const Conv2dParams& p) {
+  if (p.epilogue != Epilogue::relu) return;
+  float* yp = y.data<float>();
+  const int64_t n = y.numel();
+  const int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) yp[i] = relu_of(yp[i]);
 }
 
 void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,

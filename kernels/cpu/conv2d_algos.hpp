@@ -66,12 +66,16 @@ struct ConvChoice {
 std::vector<ConvChoice> conv_choices();
 void clear_conv_choices();  // tests: forget every choice (the next call chooses again)
 
-// The algorithms themselves; same contract as ops::conv2d_forward / conv2d_backward.
+// The algorithms themselves; same contract as ops::conv2d_forward / conv2d_backward (the forward's
+// p.epilogue included: dpx's GEMM paths fold the ReLU into the pass that places each output and
+// adds its bias, the others run apply_epilogue after).
 void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
                         const Tensor* b, const ops::Conv2dParams& p);
 void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                          const Tensor& x, const Tensor& w, const ops::Conv2dParams& p,
                          ops::DxMode dx_mode);
+// y = max(y, 0) in place where p.epilogue is Epilogue::relu (NaN passes, as relu_forward).
+void apply_epilogue(const Context& ctx, Tensor& y, const ops::Conv2dParams& p);
 // False, with nothing written and the reason in *why, where oneDNN has no implementation for the
 // shape (or dpx was built without it). db is dpx's own sum (in double) on both paths.
 // winograd: oneDNN's Winograd convolution (3x3, stride 1) instead of its direct one.

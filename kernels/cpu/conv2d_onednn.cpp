@@ -282,6 +282,7 @@ bool conv2d_forward_onednn(const Context& ctx, Tensor& y, const Tensor& x, const
   e.fwd->execute(s, args);
   run(e.fwd_y, s, scratch, pd.dst_desc(), dst, e.y, y.raw());
   s.wait();
+  apply_epilogue(ctx, y, p);
   return true;
 }
 

@@ -41,9 +41,13 @@ struct TimesPlane {
 struct PlusPlane {
   __device__ float operator()(float, float x, float s) const { return x + s; }
 };
-// da += dy * b (the product rounded before the sum, as the reference's: no fused multiply-add).
+// da += dy * b as the reference and the general kernels add it: the product rounded before the
+// sum (no fused multiply-add), and a -0 product made +0 (there it was a double sum from 0.0).
 struct AddTimesPlane {
-  __device__ float operator()(float old, float g, float s) const { return old + __fmul_rn(g, s); }
+  __device__ float operator()(float old, float g, float s) const {
+    const float product = __fmul_rn(g, s);
+    return old + (product == 0.f ? 0.f : product);
+  }
 };
 
 // A list of merged dimensions with the strides of dy (0) and of the other factor (1), compacted

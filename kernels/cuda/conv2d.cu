@@ -300,6 +300,12 @@ class Result {
 struct AddBias {
   __device__ float operator()(float, float x, float b) const { return x + b; }
 };
+struct AddBiasRelu {  // Epilogue::relu folded in: max(x + b, 0), NaN passing as relu_forward
+  __device__ float operator()(float, float x, float b) const {
+    const float v = x + b;
+    return v < 0.f ? 0.f : v;
+  }
+};
 template <typename H>
 struct Halves {  // a bf16/fp16 result, widened
   const uint16_t* p;
@@ -312,30 +318,36 @@ struct HalfQuads {  // the same four at a time (8 bytes)
 };
 
 // y (N, K, OH, OW, fp32) = `half` (cuDNN's result in `dtype`, bf16 or fp16) widened, or y itself
-// where `half` is null, plus b[k]: float4s where every plane is whole float4s and y and the
-// result are aligned to them.
-void add_channel_bias(const CudaState& st, float* y, const void* half, DType dtype, const float* b, const Shapes& s) {
+// where `half` is null, plus b[k], then max(., 0) with `relu`: float4s where every plane is whole
+// float4s and y and the result are aligned to them.
+void add_channel_bias(const CudaState& st, float* y, const void* half, DType dtype, const float* b, const Shapes& s,
+                      bool relu) {
   const int64_t planes = s.n * s.k, plane = s.oh * s.ow;
   const bool quads = plane % 4 == 0 && detail::aligned16(y) &&
                      reinterpret_cast<uintptr_t>(half) % sizeof(uint2) == 0;  // null is aligned
   auto* y4 = reinterpret_cast<float4*>(y);
-  const auto from_half = [&](auto type) {
-    using H = decltype(type);
-    if (quads)
-      detail::per_plane<false>(st.stream, y4, HalfQuads<H>{static_cast<const uint2*>(half)}, b, planes, plane / 4, s.k,
-                               AddBias{});
+  const auto with = [&](auto f) {
+    const auto from_half = [&](auto type) {
+      using H = decltype(type);
+      if (quads)
+        detail::per_plane<false>(st.stream, y4, HalfQuads<H>{static_cast<const uint2*>(half)}, b, planes, plane / 4,
+                                 s.k, f);
+      else
+        detail::per_plane<false>(st.stream, y, Halves<H>{static_cast<const uint16_t*>(half)}, b, planes, plane, s.k, f);
+    };
+    if (!half && quads)
+      detail::per_plane<false>(st.stream, y4, detail::Floats<float4>{y4}, b, planes, plane / 4, s.k, f);
+    else if (!half)
+      detail::per_plane<false>(st.stream, y, detail::Floats<float>{y}, b, planes, plane, s.k, f);
+    else if (dtype == DType::f16)
+      from_half(F16{});
     else
-      detail::per_plane<false>(st.stream, y, Halves<H>{static_cast<const uint16_t*>(half)}, b, planes, plane, s.k,
-                               AddBias{});
+      from_half(BF16{});
   };
-  if (!half && quads)
-    detail::per_plane<false>(st.stream, y4, detail::Floats<float4>{y4}, b, planes, plane / 4, s.k, AddBias{});
-  else if (!half)
-    detail::per_plane<false>(st.stream, y, detail::Floats<float>{y}, b, planes, plane, s.k, AddBias{});
-  else if (dtype == DType::f16)
-    from_half(F16{});
+  if (relu)
+    with(AddBiasRelu{});
   else
-    from_half(BF16{});
+    with(AddBias{});
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
@@ -530,6 +542,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   if (const auto dw = depthwise(ctx, s, p)) {
     detail::depthwise_forward(st, f32(y, op, "y"), f32(x, op, "x"), f32(w, op, "w"), b ? f32(*b, op, "b") : nullptr,
                               *dw);
+    if (p.epilogue == Epilogue::relu) relu_forward(ctx, y, y);
     return;
   }
   const Tensor filter = s.channels_last ? filter_channels_last(ctx, w) : w;
@@ -538,8 +551,9 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   const AlgoKey key = make_key(ConvPass::forward, s, p, ctx);
   if (!run_conv_plan(st, key, request(ctx, ConvPass::forward, s, p, 0.f), hx.get(), hw.get(), hy.get(), "forward"))
     legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
-  if (b && !s.channels_last) {
-    add_channel_bias(st, f32(y, op, "y"), hy.half_result(), ctx.compute, f32(*b, op, "b"), s);
+  const bool relu = p.epilogue == Epilogue::relu;
+  if (b && !s.channels_last) {  // the bias pass widens a half result and applies the epilogue too
+    add_channel_bias(st, f32(y, op, "y"), hy.half_result(), ctx.compute, f32(*b, op, "b"), s, relu);
     return;
   }
   hy.finish(0.f);
@@ -549,6 +563,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
         f32(y, op, "y"), f32(*b, op, "b"), rows, s.k);
     check_launch();
   }
+  if (relu) relu_forward(ctx, y, y);  // in place
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy, const Tensor& x,

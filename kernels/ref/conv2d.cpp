@@ -65,7 +65,8 @@ void add_into(Tensor& dst, const std::vector<double>& acc, DxMode mode = DxMode:
 
 }  // namespace
 
-// y[n][k][oh][ow] = b[k] + sum over (ci, i, j) of x[n][c][ih][iw] * w[k][ci][i][j].
+// y[n][k][oh][ow] = b[k] + sum over (ci, i, j) of x[n][c][ih][iw] * w[k][ci][i][j], then
+// max(y, 0) with Epilogue::relu (NaN passes, as relu_forward).
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
   if (p.format == MemoryFormat::channels_last)
@@ -81,7 +82,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   float* yp = y.data<float>();
   for (int64_t yi = 0; yi < y.numel(); ++yi) {
     const int64_t k = yi / (s.OH * s.OW) % s.K;  // output channel of element yi
-    yp[yi] = static_cast<float>(acc[yi] + (bp ? bp[k] : 0.0));
+    const float v = static_cast<float>(acc[yi] + (bp ? bp[k] : 0.0));
+    yp[yi] = p.epilogue == Epilogue::relu && v < 0.f ? 0.f : v;
   }
 }
 

@@ -68,6 +68,12 @@ TEST_CASE("cuda conv2d channels_last: forward, bias, and every gradient match th
     Tensor gy = poisoned(to_channels_last(y).shape(), dev());
     ops::conv2d_forward(g, gy, gx, gw, &gb, q);
     CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-5);
+    ops::Conv2dParams relu = q;  // the ReLU epilogue: a pass in place after the bias's
+    relu.epilogue = ops::Epilogue::relu;
+    Tensor fused = poisoned(gy.shape(), dev()), clamped = poisoned(gy.shape(), dev());
+    ops::conv2d_forward(g, fused, gx, gw, &gb, relu);
+    ops::relu_forward(g, clamped, gy);
+    CHECK(bitwise_equal(fused, clamped));
     ops::conv2d_backward(g, &gdx, &gdw, &gdb, gdy, gx, gw, q, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-5);
     CHECK(norm_rel_diff(gdw, dw) <= 1e-5);  // the weight gradient keeps (K, C / groups, kH, kW)

@@ -1,6 +1,6 @@
 // GPU tests of the cuDNN convolution against the CPU op and a float64 loop: odd sizes, strides,
-// padding, dilation, groups (depthwise too), with and without bias; backward accumulating into
-// dx, dw and db. Norm-wise errors, as for every reduction (gpu_test_util.hpp).
+// padding, dilation, groups (depthwise too), with and without bias, with and without the ReLU
+// epilogue; backward accumulating into dx, dw and db. Norm-wise errors, as for every reduction (gpu_test_util.hpp).
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -95,6 +95,18 @@ void check_cases(Context g) {
     ops::conv2d_forward(c, y, x, w, nullptr, p);
     ops::conv2d_forward(g, gy, gx, gw, nullptr, p);
     CHECK(norm_rel_diff(gy, y) <= 1e-5);
+    // Epilogue::relu (folded into the bias pass, else a pass in place): relu_forward of the plain
+    // output, bit for bit, with the bias and without.
+    for (const Tensor* bias : {static_cast<const Tensor*>(&gb), static_cast<const Tensor*>(nullptr)}) {
+      CAPTURE(bias != nullptr);
+      ops::Conv2dParams relu = p;
+      relu.epilogue = ops::Epilogue::relu;
+      Tensor plain = poisoned(gy.shape(), dev()), fused = poisoned(gy.shape(), dev()), want = poisoned(gy.shape(), dev());
+      ops::conv2d_forward(g, plain, gx, gw, bias, p);
+      ops::conv2d_forward(g, fused, gx, gw, bias, relu);
+      ops::relu_forward(g, want, plain);
+      CHECK(bitwise_equal(fused, want));
+    }
 
     Tensor dx0 = uniform(x.shape(), ++seed), dw0 = uniform(w.shape(), ++seed), db0 = uniform({k.k}, ++seed);
     Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();

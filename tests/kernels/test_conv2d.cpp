@@ -12,6 +12,7 @@
 #include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
+#include "tests/common/channels_last.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/kernels/kernel_params.hpp"
 #include "tests/common/tensors.hpp"
@@ -21,6 +22,7 @@ using dpx::testing::bitwise_equal;
 using dpx::testing::check_close;
 using dpx::testing::conv_params;
 using dpx::testing::randn;
+using dpx::testing::to_channels_last;
 
 namespace {
 
@@ -99,6 +101,23 @@ Ref reference(const Case& c, const Tensor& x, const Tensor& w, const Tensor& b, 
   return {values(y), values(dx), values(dw), values(db)};
 }
 
+// Epilogue::relu: the same call writes max(y, 0), bit for bit relu_forward of its plain output y
+// (the GEMM paths fold it into the pass that places the outputs and adds the bias, the others run
+// it after), and it did clamp something.
+void check_relu_epilogue(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                         ops::Conv2dParams p) {
+  INFO("Epilogue::relu, bias ", b != nullptr);
+  p.epilogue = ops::Epilogue::relu;
+  Tensor fused = Tensor::empty(y.shape()), want = Tensor::empty(y.shape());
+  ops::fill(ctx, fused, std::numeric_limits<float>::quiet_NaN());
+  ops::conv2d_forward(ctx, fused, x, w, b, p);
+  ops::relu_forward(ctx, want, y);
+  CHECK(bitwise_equal(fused, want));
+  int64_t zeros = 0;
+  for (float v : fused.to_vector()) zeros += v == 0.f;
+  CHECK(zeros > 0);
+}
+
 // tol: relative to max(|a|, |b|, 1); float sums of a few hundred products stay well inside 1e-5,
 // the large cases (1800 or 4608 terms per dW element) get 1e-4.
 void check_against_reference(const Case& c, double tol = 1e-5) {
@@ -118,6 +137,10 @@ void check_against_reference(const Case& c, double tol = 1e-5) {
     ops::conv2d_forward(ctx, y, x, w, &b, c.p);
     INFO("y");
     check_close(y, r.y, tol_algo);
+    check_relu_epilogue(ctx, y, x, w, &b, c.p);
+    Tensor y_unbiased = Tensor::empty(y.shape());
+    ops::conv2d_forward(ctx, y_unbiased, x, w, nullptr, c.p);
+    check_relu_epilogue(ctx, y_unbiased, x, w, nullptr, c.p);
 
     Tensor dx = Tensor::zeros(x.shape()), dw = Tensor::zeros(w.shape()), db = Tensor::zeros({c.K});
     ops::conv2d_backward(ctx, &dx, &dw, &db, dy, x, w, c.p, ops::DxMode::add);
@@ -148,6 +171,33 @@ void check_against_reference(const Case& c, double tol = 1e-5) {
 }
 
 }  // namespace
+
+TEST_CASE("conv2d Epilogue::relu in the reference and the CPU kernels: max(y, 0), a NaN passing, channels-last too") {
+  Tensor x = randn({2, 3, 6, 5}, 21), w = randn({4, 3, 3, 3}, 22, 0.3f), b = randn({4}, 23);
+  b.data<float>()[1] = std::numeric_limits<float>::quiet_NaN();  // channel 1's outputs are NaN
+  for (bool reference : {true, false}) {
+    for (ops::MemoryFormat format : {ops::MemoryFormat::contiguous, ops::MemoryFormat::channels_last}) {
+      CAPTURE(reference);
+      CAPTURE(format == ops::MemoryFormat::channels_last);
+      Context ctx = reference ? Context::ref() : Context::cpu(2);
+      ops::Conv2dParams p = conv_params(1, 1, 1, 1);
+      p.format = format;
+      const bool last = format == ops::MemoryFormat::channels_last;
+      const Tensor in = last ? to_channels_last(x) : x;
+      const Shape out_shape = last ? Shape{2, 6, 5, 4} : Shape{2, 4, 6, 5};
+      Tensor plain = Tensor::empty(out_shape), want = Tensor::empty(out_shape), fused = Tensor::empty(out_shape);
+      ops::conv2d_forward(ctx, plain, in, w, &b, p);
+      ops::relu_forward(ctx, want, plain);
+      p.epilogue = ops::Epilogue::relu;
+      ops::conv2d_forward(ctx, fused, in, w, &b, p);
+      CHECK(bitwise_equal(fused, want));
+      int64_t nans = 0, zeros = 0;
+      for (float v : fused.to_vector()) nans += v != v, zeros += v == 0.f;
+      CHECK(nans == 2 * 6 * 5);
+      CHECK(zeros > 0);
+    }
+  }
+}
 
 TEST_CASE("conv2d: hand values, 2x2 kernel on a 3x3 image") {
   Context ctx = Context::cpu();

@@ -3,6 +3,7 @@
 // CrossEntropyLoss, with the gradient checker skipping ReLU and max-pool kinks.
 #include <doctest/doctest.h>
 
+#include "kernels/op_profile.hpp"
 #include "layers/layers.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/layers/layer_test_util.hpp"
@@ -120,10 +121,39 @@ TEST_CASE("Sequential: the same CNN in eval mode (running statistics, no dropout
   if (std::getenv("DPX_GRADCHECK_VERBOSE")) MESSAGE("small CNN + CrossEntropyLoss, eval: " << r.summary());
 }
 
-TEST_CASE("Sequential: batch norm + ReLU run as one pass give the layers' own values and gradients") {
+TEST_CASE("Sequential: a conv + ReLU pair is one conv2d_forward with the ReLU folded in, no relu_forward") {
+  namespace profile = dpx::ops::profile;
+  Rng rng(3);
+  nn::Sequential net;
+  net.emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1);
+  net.emplace<nn::ReLU>();
+  net.emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1);  // alone: no ReLU after it
+  Context ctx = Context::cpu(1);
+  profile::Counting counting(true);
+  profile::reset();
+  profile::set_enabled(true);
+  profile::set_by_shape(true);
+  net.forward(ctx, uniform({2, 2, 5, 5}, 4));
+  const std::vector<profile::OpStats> stats = profile::snapshot();
+  profile::set_by_shape(false);
+  profile::set_enabled(false);
+  profile::reset();
+  int convs = 0, fused = 0, relus = 0;
+  for (const auto& s : stats) {
+    convs += s.name == "conv2d_forward" ? static_cast<int>(s.calls) : 0;
+    fused += s.name == "conv2d_forward" && s.shape.ends_with(" relu") ? static_cast<int>(s.calls) : 0;
+    relus += s.name == "relu_forward" ? static_cast<int>(s.calls) : 0;
+  }
+  CHECK(convs == 2);
+  CHECK(fused == 1);
+  CHECK(relus == 0);
+}
+
+TEST_CASE("Sequential: batch norm or conv + ReLU run as one pass give the layers' own values and gradients") {
   // The same network run by Sequential's forward and backward (which fuse each BatchNorm2d/1d ->
-  // ReLU pair) and child by child, in training and in eval mode: outputs, every parameter
-  // gradient and dx bitwise equal, so the fusion changes only how many passes are made.
+  // ReLU and Conv2d -> ReLU pair) and child by child, in training and in eval mode: outputs,
+  // every parameter gradient and dx bitwise equal, so the fusion changes only how many passes
+  // are made. The convolutions before a ReLU: with a bias, without, and depthwise.
   Rng rng(7);
   auto fused_net = std::make_unique<nn::Sequential>();
   fused_net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1);
@@ -131,6 +161,13 @@ TEST_CASE("Sequential: batch norm + ReLU run as one pass give the layers' own va
   fused_net->emplace<nn::ReLU>();
   fused_net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1);
   fused_net->emplace<nn::BatchNorm2d>(4);
+  fused_net->emplace<nn::ReLU>();
+  fused_net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1);
+  fused_net->emplace<nn::ReLU>();
+  fused_net->emplace<nn::Conv2d>(4, 4, nn::Conv2dOptions{.kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1,
+                                                         .bias = false}, rng);
+  fused_net->emplace<nn::ReLU>();
+  fused_net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1, 1, /*groups=*/4);
   fused_net->emplace<nn::ReLU>();
   fused_net->emplace<nn::Flatten>();
   fused_net->emplace<nn::BatchNorm1d>(64);
