@@ -34,14 +34,14 @@ ImageDims image_dims(const Shape& s, MemoryFormat f);
 Shape image_shape(const ImageDims& d, MemoryFormat f);
 const char* format_name(MemoryFormat f);  // "contiguous", "channels_last"
 
-// x and y in `format`; the weight is (C_out, C_in / groups, kH, kW) in either (PyTorch's layout, so
-// that checkpoints and safetensors files do not depend on it).
 // What a forward op that offers the choice applies to its output before writing it: nothing, or
 // max(x, 0), so that a ReLU after it need not read and write the tensor again (batch norm, in
 // training and in eval; a convolution, through Conv2dParams). The ReLU layer then keeps that
 // output as its own (nn::forward_children).
 enum class Epilogue { none, relu };
 
+// x and y in `format`; the weight is (C_out, C_in / groups, kH, kW) in either (PyTorch's layout, so
+// that checkpoints and safetensors files do not depend on it).
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   int groups = 1;

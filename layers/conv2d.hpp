@@ -27,7 +27,8 @@ class Conv2d : public Cloneable<Conv2d> {
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C_in, H, W) -> (N, C_out, OH, OW)
   // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(conv(x), 0)
-  // in the pass that adds the bias (a ReLU after it then keeps that output: nn::forward_children).
+  // (in the pass that adds the bias where the kernel can, else in a pass in place after it; a
+  // ReLU after it then keeps that output: nn::forward_children).
   Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
   std::string type_name() const override { return "Conv2d"; }

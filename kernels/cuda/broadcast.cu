@@ -41,12 +41,13 @@ struct TimesPlane {
 struct PlusPlane {
   __device__ float operator()(float, float x, float s) const { return x + s; }
 };
-// da += dy * b as the reference and the general kernels add it: the product rounded before the
-// sum (no fused multiply-add), and a -0 product made +0 (there it was a double sum from 0.0).
+// da += dy * b as the reference and the general kernels add it, float(0.0 + double(dy) * b): the
+// product rounded once (no fused multiply-add), +0 where a factor is zero (0.0 + -0.0), and -0
+// where a product of non-zero factors underflows.
 struct AddTimesPlane {
   __device__ float operator()(float old, float g, float s) const {
     const float product = __fmul_rn(g, s);
-    return old + (product == 0.f ? 0.f : product);
+    return old + (product == 0.f && (g == 0.f || s == 0.f) ? 0.f : product);
   }
 };
 

@@ -149,13 +149,19 @@ TEST_CASE("cuda conv2d in bf16/fp16: cuDNN on rounded operands, the result round
       Tensor gy = poisoned({n, k, oh, ow}, dev()), gb = b.to(dev());
       ops::conv2d_forward(g, gy, x.to(dev()), wt.to(dev()), &gb, p);
       CHECK(norm_rel_diff(gy.to(Device::cpu()), want) <= unit);
-      // The ReLU epilogue, folded into the pass that widens the result and adds the bias.
+      // The ReLU epilogue: folded into the pass that widens the result and adds the bias; without
+      // a bias, a pass in place after the widening.
       ops::Conv2dParams relu = p;
       relu.epilogue = ops::Epilogue::relu;
-      Tensor fused = poisoned(gy.shape(), dev()), clamped = poisoned(gy.shape(), dev());
-      ops::conv2d_forward(g, fused, x.to(dev()), wt.to(dev()), &gb, relu);
-      ops::relu_forward(g, clamped, gy);
-      CHECK(bitwise_equal(fused, clamped));
+      for (const Tensor* bias : {static_cast<const Tensor*>(&gb), static_cast<const Tensor*>(nullptr)}) {
+        CAPTURE(bias != nullptr);
+        Tensor plain = poisoned(gy.shape(), dev()), fused = poisoned(gy.shape(), dev());
+        Tensor clamped = poisoned(gy.shape(), dev());
+        ops::conv2d_forward(g, plain, x.to(dev()), wt.to(dev()), bias, p);
+        ops::conv2d_forward(g, fused, x.to(dev()), wt.to(dev()), bias, relu);
+        ops::relu_forward(g, clamped, plain);
+        CHECK(bitwise_equal(fused, clamped));
+      }
       // Backward: dx overwritten, dw and db accumulated.
       Tensor dx = Tensor::zeros({n, c, h, w}), dw = uniform(wt.shape(), 15), db = uniform({k}, 16);
       Tensor gdx = poisoned({n, c, h, w}, dev()), gdw = dw.to(dev()), gdb = db.to(dev());
