@@ -176,6 +176,35 @@ TEST_CASE("cuda conv2d in bf16/fp16: cuDNN on rounded operands, the result round
   }
 }
 
+// A half-precision result added into fp32 gradients whose sizes are not whole quads: the widening
+// with beta 1 moves four values a thread and its tail (3 here) one at a time. 7 x 5 x 3 x 3 = 315
+// filter values, 2 x 5 x 9 x 7 = 630 input values.
+TEST_CASE("cuda conv2d in bf16/fp16: gradients of sizes past the last quad accumulate") {
+  Context ref = reference();
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  Tensor x = uniform({2, 5, 9, 7}, 31), wt = uniform({7, 5, 3, 3}, 32), dy = uniform({2, 7, 9, 7}, 33);
+  for (DType half : kHalves) {
+    CAPTURE(dtype_name(half));
+    Context g = gpu_in(half);
+    const double unit = half == DType::bf16 ? 4 * std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    Tensor dx0 = uniform(x.shape(), 34), dw0 = uniform(wt.shape(), 35);
+    Tensor dx = dx0.clone(), dw = dw0.clone(), gdx = dx0.to(dev()), gdw = dw0.to(dev());
+    ref::conv2d_backward(ref, &dx, &dw, nullptr, rounded(dy, half), rounded(x, half), rounded(wt, half), p,
+                         ops::DxMode::add);
+    ops::conv2d_backward(g, &gdx, &gdw, nullptr, dy.to(dev()), x.to(dev()), wt.to(dev()), p, ops::DxMode::add);
+    // dx0 and dw0 dominate the sums: compare the increments, where the rounding shows.
+    auto increment = [](const Tensor& t, const Tensor& t0) {
+      Tensor d = t.to(Device::cpu()).clone();
+      Context c = Context::cpu(1);
+      ops::axpy(c, d, -1.f, t0);
+      return d;
+    };
+    CHECK(norm_rel_diff(increment(gdx, dx0), increment(dx, dx0)) <= unit);
+    CHECK(norm_rel_diff(increment(gdw, dw0), increment(dw, dw0)) <= unit);
+  }
+}
+
 // The gradients are compared in eval mode, the loss in training mode. A training step of resnet18
 // at batch 8, 64x64 normalises its last stage over 32 values per channel, and there the gradients
 // are chaotic: on the CPU alone, an input moved by 2^-9 relative (bf16's rounding) moved them by
