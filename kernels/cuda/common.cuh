@@ -37,6 +37,8 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 // Whether indices below n may be 32-bit (as PyTorch's canUse32BitIndexMath), with room for a
 // grid-stride loop's last step past the end (grid_for's grids have at most 2^24 threads).
 inline bool fits_int32(int64_t n) { return n < int64_t(INT_MAX) - (int64_t(1) << 25); }
+// Whether p allows float4 (16-byte) accesses.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---- rows of a (rows, cols) matrix -------------------------------------------------------------
 // Blocks of 32 columns (threadIdx.x: a warp touches 32 neighbouring floats of a row) by 8 row lanes
@@ -142,8 +144,7 @@ bool per_plane_f32(cudaStream_t stream, float* out, InPtr in, const float* v, in
     else
       return Floats<V>{reinterpret_cast<const V*>(in)};
   };
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (plane % 4 == 0 && plane / 4 >= kThreads && aligned(out) && aligned(in)) {
+  if (plane % 4 == 0 && plane / 4 >= kThreads && aligned16(out) && aligned16(in)) {
     auto* out4 = reinterpret_cast<float4*>(out);
     per_plane<kReadsOut>(stream, out4, input(out4), v, planes, plane / 4, period, f);
     return true;
@@ -215,7 +216,6 @@ __global__ void map_kernel(float* out, MapInputs<N> in, I n, bool quads, F f) {
   }
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Launches map_kernel on `stream` (nothing when n is 0).
 template <typename F, int N>

@@ -167,10 +167,9 @@ void in_groups(size_t n, int64_t S, int64_t images, Data data, Channels channels
 // `data(i)` is null for an empty input (it is skipped).
 template <typename Data>
 bool aligned16(size_t n, int64_t S, const void* whole, Data data) {
-  auto on16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (S % 4 != 0 || !on16(whole)) return false;
+  if (S % 4 != 0 || !detail::aligned16(whole)) return false;
   for (size_t i = 0; i < n; ++i)
-    if (!on16(data(i))) return false;
+    if (!detail::aligned16(data(i))) return false;
   return true;
 }
 

@@ -195,12 +195,10 @@ WindowGeom<I> window_geom(const Tensor& x, const Tensor& windows, int64_t shift_
   return g;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Calls f(I{}, V{}) with the narrowest index type and the widest vector the tensors allow.
 template <class F>
 void window_dispatch(const Tensor& x, const Tensor& windows, F f) {
-  const bool by4 = x.size(3) % 4 == 0 && aligned16(x.raw()) && aligned16(windows.raw());
+  const bool by4 = x.size(3) % 4 == 0 && detail::aligned16(x.raw()) && detail::aligned16(windows.raw());
   const bool small = windows.numel() <= kMax32 && x.numel() <= kMax32;
   if (small && by4) f(uint32_t{}, float4{});
   else if (small) f(uint32_t{}, float{});
