@@ -10,13 +10,7 @@ namespace dpx::cpu {
 using namespace detail;
 
 void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
-  float* yp = y.data<float>();
-  const float* xp = x.data<float>();
-  const int64_t n = x.numel();
-  int nt = threads_for(ctx, n);
-  // `x < 0 ? 0 : x` lets NaN through, as torch.relu does.
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] < 0.f ? 0.f : xp[i];
+  relu_into(ctx, y.data<float>(), x.data<float>(), x.numel());  // NaN passes, as torch.relu
 }
 
 void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {

@@ -42,10 +42,7 @@ bool rows_layout(const BnShape& s) { return s.S == 1 && s.C == s.Cx; }
 // out = in * a + b over n values, then max(., 0) for Epilogue::relu (NaN passes, as relu_forward).
 void affine(float* out, const float* in, int64_t n, float a, float b, Epilogue epilogue) {
   if (epilogue == Epilogue::relu) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = in[i] * a + b;
-      out[i] = v < 0.f ? 0.f : v;
-    }
+    for (int64_t i = 0; i < n; ++i) out[i] = relu_of(in[i] * a + b);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = in[i] * a + b;
   }
@@ -91,7 +88,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
       for (int64_t r = 0; r < M; ++r)
         for (int64_t c = c0; c < c1; ++c) {
           const float v = xp[r * s.C + c] * a[c - c0] + b[c - c0];
-          yp[r * s.C + c] = epilogue == Epilogue::relu && v < 0.f ? 0.f : v;
+          yp[r * s.C + c] = epilogue == Epilogue::relu ? relu_of(v) : v;
         }
     }
     return;

@@ -182,9 +182,6 @@ void col2im_images(const ConvShape& s, const int32_t* at, const float* dcol, int
     }
 }
 
-// max(v, 0), NaN passing (Epilogue::relu, as relu_forward).
-inline float relu_of(float v) { return v < 0.f ? 0.f : v; }
-
 // rows (r, nb * P) = rows [k0, k0 + r) of channel planes (P floats) of images n0 ... n0 + nb - 1,
 // side by side; t (N, K, P) is y or dy. to_images does the reverse, adding bias[k] when given.
 void gather_images(const ConvShape& s, const float* t, int64_t k0, int64_t r, int64_t n0,
@@ -289,12 +286,7 @@ void conv2d_forward_dpx(const Context& ctx, Tensor& y, const Tensor& x, const Te
 }
 
 void apply_epilogue(const Context& ctx, Tensor& y, const Conv2dParams& p) {
-  if (p.epilogue != Epilogue::relu) return;
-  float* yp = y.data<float>();
-  const int64_t n = y.numel();
-  const int nt = threads_for(ctx, n);
-#pragma omp parallel for num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) yp[i] = relu_of(yp[i]);
+  if (p.epilogue == Epilogue::relu) relu_into(ctx, y.data<float>(), y.data<float>(), y.numel());
 }
 
 void conv2d_backward_dpx(const Context& ctx, Tensor* dx, Tensor* dw, Tensor* db,

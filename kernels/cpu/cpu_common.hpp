@@ -24,6 +24,17 @@ inline int threads_for(const Context& ctx, int64_t work) {
   return (ctx.threads > 1 && work >= kMinParallelWork) ? ctx.threads : 1;
 }
 
+// max(v, 0) with NaN passing, as torch.relu: relu_forward and the ReLU epilogues of batch norm and
+// convolution (ops::Epilogue::relu).
+inline float relu_of(float v) { return v < 0.f ? 0.f : v; }
+
+// out[i] = relu_of(in[i]) for i < n (out may be in), over threads_for(ctx, n) threads.
+inline void relu_into(const Context& ctx, float* out, const float* in, int64_t n) {
+  const int nt = threads_for(ctx, n);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) out[i] = relu_of(in[i]);
+}
+
 // A sum in double over kLanes partial sums: element i of a row goes into lane i % kLanes, and the
 // lanes are added in lane order at the end. One running sum is a chain of dependent adds (a
 // float->double add every 4 cycles); sixteen lanes are two AVX-512 registers of independent adds,
