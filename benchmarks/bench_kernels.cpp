@@ -210,7 +210,7 @@ void BM_BatchNorm(benchmark::State& state) {
     ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
                                   ops::Epilogue::none);
     ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, ops::DxMode::add,
-                             nullptr);
+                             nullptr, nullptr);
     benchmark::DoNotOptimize(dx.raw());
   }
   state.counters["GB/s"] = benchmark::Counter(5.0 * 4 * x.numel() * 1e-9,
@@ -219,10 +219,11 @@ void BM_BatchNorm(benchmark::State& state) {
 }
 BENCHMARK(BM_BatchNorm)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// Batch norm + ReLU, a training step's forward and backward as the layers run them: fused 0 is
-// four ops (batch norm, relu, relu backward, batch norm backward), fused 1 two (the batch norm's
-// Epilogue::relu and its backward with relu_out), as nn::forward_children/backward_children.
-void BM_BatchNormRelu(benchmark::State& state) {
+// Batch norm + ReLU (or SiLU), a training step's forward and backward as the layers run them:
+// fused 0 is four ops (batch norm, the activation, its backward, batch norm backward), fused 1 two
+// (the batch norm's Epilogue::relu or ::silu and its backward with relu_out or silu_beta), as
+// nn::forward_children/backward_children. Args: fused, threads.
+void batch_norm_activation(benchmark::State& state, bool silu) {
   Context ctx = Context::cpu(static_cast<int>(state.range(1)));
   const bool fused = state.range(0) != 0;
   const Shape shape{8, 256, 56, 56};
@@ -236,22 +237,36 @@ void BM_BatchNormRelu(benchmark::State& state) {
   for (auto _ : state) {
     if (fused) {
       ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
-                                    ops::Epilogue::relu);
-      ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, overwrite, &y);
+                                    silu ? ops::Epilogue::silu : ops::Epilogue::relu);
+      ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, overwrite,
+                               silu ? nullptr : &y, silu ? &beta : nullptr);
     } else {
       ops::batch_norm_forward_train(ctx, h, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
                                     ops::Epilogue::none);
-      ops::relu_forward(ctx, y, h);
-      ops::relu_backward(ctx, g, dy, y, overwrite);
+      if (silu) {
+        ops::silu_forward(ctx, y, h);
+        ops::silu_backward(ctx, g, dy, h, overwrite);
+      } else {
+        ops::relu_forward(ctx, y, h);
+        ops::relu_backward(ctx, g, dy, y, overwrite);
+      }
       ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, g, x, gamma, mean, invstd, overwrite,
-                               nullptr);
+                               nullptr, nullptr);
     }
     benchmark::DoNotOptimize(dx.raw());
   }
-  state.SetLabel(fused ? "N=8 C=256 56x56, BN+ReLU fused, forward (train) + backward"
-                       : "N=8 C=256 56x56, BN then ReLU, forward (train) + backward");
+  const std::string act = silu ? "SiLU" : "ReLU";
+  state.SetLabel(fused ? "N=8 C=256 56x56, BN+" + act + " fused, forward (train) + backward"
+                       : "N=8 C=256 56x56, BN then " + act + ", forward (train) + backward");
 }
+void BM_BatchNormRelu(benchmark::State& state) { batch_norm_activation(state, false); }
+void BM_BatchNormSilu(benchmark::State& state) { batch_norm_activation(state, true); }
 BENCHMARK(BM_BatchNormRelu)
+    ->ArgNames({"fused", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchNormSilu)
     ->ArgNames({"fused", "threads"})
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->UseRealTime()

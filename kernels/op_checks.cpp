@@ -386,6 +386,8 @@ void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const
   const Shape out = conv_output(op, x, w, p);
   require_f32_shape(op, "y", y, out);
   if (b && b->defined()) require_f32_shape(op, "b", *b, {w.size(0)});
+  if (p.epilogue != Epilogue::none && p.epilogue != Epilogue::relu)
+    fail(op, ": epilogue ", epilogue_name(p.epilogue), " is not offered (a convolution folds in a ReLU only)");
 }
 
 void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
@@ -478,7 +480,7 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, DxMode, const Tensor* relu_out) {
+                         const Tensor& save_invstd, DxMode, const Tensor* relu_out, const Tensor* silu_beta) {
   const char* op = "batch_norm_backward";
   const int64_t C = bn_prefix(op, "dy", dy, x);
   require_channels(op,
@@ -486,7 +488,9 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
                     {"dgamma", dgamma}, {"dbeta", dbeta}},
                    C);
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
+  if (relu_out && silu_beta) fail(op, ": relu_out and silu_beta given together (a forward applies one epilogue)");
   if (relu_out) require_f32_shape(op, "relu_out", *relu_out, dy.shape());
+  if (silu_beta) require_f32_shape(op, "silu_beta", *silu_beta, {C});
 }
 
 // ==== activations and regularisation

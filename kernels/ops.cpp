@@ -50,14 +50,18 @@ void check_devices(const char* op, const Context& ctx, const Args&... args) {
 // in argument order ("-" for an absent one, "{3 tensors}" for a list), then the convolution's or
 // pooling's parameters; other arguments are left out. For example conv2d_forward's
 // "64x64x56x56 64x3x224x224 64x3x7x7 - s2x2 p3x3 d1x1 g1" (y, x, w, no bias, parameters; " nhwc"
-// for channels-last maps, " relu" where the ReLU after it is folded in).
+// for channels-last maps, " relu" where the ReLU after it is folded in; a batch norm's forward
+// ends in " relu" or " silu" likewise).
 void describe(std::string& out, const Tensor* t) {
   if (!out.empty()) out += ' ';
   if (!t || !t->defined()) {
     out += '-';
     return;
   }
-  for (size_t i = 0; i < t->shape().size(); ++i) out += (i ? "x" : "") + std::to_string(t->shape()[i]);
+  for (size_t i = 0; i < t->shape().size(); ++i) {
+    if (i) out += 'x';
+    out += std::to_string(t->shape()[i]);
+  }
   if (t->shape().empty()) out += "scalar";
 }
 template <class T>
@@ -72,8 +76,10 @@ void describe_arg(std::string& out, const T& arg) {
   } else if constexpr (std::is_same_v<T, Conv2dParams>) {
     out += " s" + pair(arg.stride_h, arg.stride_w) + " p" + pair(arg.pad_h, arg.pad_w) + " d" +
            pair(arg.dilation_h, arg.dilation_w) + " g" + std::to_string(arg.groups) +
-           (arg.format == MemoryFormat::channels_last ? " nhwc" : "") +
-           (arg.epilogue == Epilogue::relu ? " relu" : "");
+           (arg.format == MemoryFormat::channels_last ? " nhwc" : "");
+    describe_arg(out, arg.epilogue);
+  } else if constexpr (std::is_same_v<T, Epilogue>) {
+    if (arg != Epilogue::none) out += std::string(" ") + epilogue_name(arg);
   } else if constexpr (std::is_same_v<T, Pool2dParams>) {
     out += " k" + pair(arg.kernel_h, arg.kernel_w) + " s" + pair(arg.stride_h, arg.stride_w) + " p" +
            pair(arg.pad_h, arg.pad_w) + (arg.format == MemoryFormat::channels_last ? " nhwc" : "");
@@ -188,6 +194,15 @@ Shape image_shape(const ImageDims& d, MemoryFormat f) {
 }
 
 const char* format_name(MemoryFormat f) { return f == MemoryFormat::channels_last ? "channels_last" : "contiguous"; }
+
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::relu: return "relu";
+    case Epilogue::silu: return "silu";
+    case Epilogue::none: break;
+  }
+  return "none";
+}
 
 int64_t conv_out_size(int64_t in, int kernel, int stride, int pad, int dilation, bool ceil_mode) {
   DPX_CHECK(stride > 0 && kernel > 0 && dilation > 0, "window kernel ", kernel, ", stride ", stride,

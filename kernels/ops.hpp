@@ -34,11 +34,14 @@ ImageDims image_dims(const Shape& s, MemoryFormat f);
 Shape image_shape(const ImageDims& d, MemoryFormat f);
 const char* format_name(MemoryFormat f);  // "contiguous", "channels_last"
 
-// What a forward op that offers the choice applies to its output before writing it: nothing, or
-// max(x, 0), so that a ReLU after it need not read and write the tensor again (batch norm, in
-// training and in eval; a convolution, through Conv2dParams). The ReLU layer then keeps that
-// output as its own (nn::forward_children).
-enum class Epilogue { none, relu };
+// What a forward op that offers the choice applies to its output before writing it: nothing,
+// max(x, 0), or x * sigmoid(x), so that the activation after it need not read and write the
+// tensor again. relu: batch norm (training and eval) and convolution (through Conv2dParams); the
+// ReLU layer then keeps that output as its own. silu: batch norm only; no tensor keeps the values
+// before the SiLU, and batch_norm_backward recomputes them (its silu_beta). See
+// nn::forward_children.
+enum class Epilogue { none, relu, silu };
+const char* epilogue_name(Epilogue e);  // "none", "relu", "silu"
 
 // x and y in `format`; the weight is (C_out, C_in / groups, kH, kW) in either (PyTorch's layout, so
 // that checkpoints and safetensors files do not depend on it).
@@ -46,7 +49,7 @@ struct Conv2dParams {
   int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   int groups = 1;
   MemoryFormat format = MemoryFormat::contiguous;
-  Epilogue epilogue = Epilogue::none;  // conv2d_forward's output (the backward ignores it)
+  Epilogue epilogue = Epilogue::none;  // conv2d_forward's output: none or relu (the backward ignores it)
 };
 
 // How a backward op that offers the choice writes dx: added into it (ops.def's rule for every

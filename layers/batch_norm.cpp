@@ -1,5 +1,6 @@
-// BatchNorm1d/2d: training and eval forward, the training backward through
-// ops::batch_norm_backward, and the eval backward composed from existing ops.
+// BatchNorm1d/2d: training and eval forward (with a ReLU or SiLU folded in on request), the
+// training backward through ops::batch_norm_backward, and the eval backward composed from
+// existing ops.
 #include "layers/batch_norm.hpp"
 
 #include <cstdio>
@@ -122,6 +123,7 @@ Tensor BatchNormBase<Self>::forward_checked(Context& ctx, const Tensor& x, ops::
                                  running_var(), eps_, epilogue);
   }
   x_ = x;
+  applied_ = epilogue;
   return y;
 }
 
@@ -131,8 +133,33 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy) {
 }
 
 template <class Self>
+void BatchNormBase<Self>::check_relu_out(const Tensor* relu_out) const {
+  if (relu_out && applied_ != ops::Epilogue::relu)
+    fail(describe(), ": backward given a ReLU's output, but the forward applied epilogue ",
+         ops::epilogue_name(applied_));
+  if (!relu_out && applied_ == ops::Epilogue::relu)
+    fail(describe(), ": the forward applied a ReLU (Epilogue::relu), so backward needs that ReLU's output");
+}
+
+template <class Self>
+Tensor BatchNormBase<Self>::through_activation_eval(Context& ctx, const Tensor& dy, const Tensor* relu_out) {
+  if (applied_ == ops::Epilogue::none) return dy;
+  Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);
+  if (applied_ == ops::Epilogue::relu) {
+    ops::relu_backward(ctx, g, dy, *relu_out, ops::DxMode::overwrite);
+    return g;
+  }
+  Tensor y = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the SiLU's input, as forward made it
+  ops::batch_norm_forward_eval(ctx, y, x_, weight().value, bias().value, running_mean(), running_var(), eps_,
+                               ops::Epilogue::none);
+  ops::silu_backward(ctx, g, dy, y, ops::DxMode::overwrite);
+  return g;
+}
+
+template <class Self>
 Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tensor* relu_out) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  check_relu_out(relu_out);
   if (channels_last_ && dy.dim() == 4) {  // forward kept x as rows (N*H*W, C)
     const Tensor rows_out = relu_out ? relu_out->view({-1, c_}) : Tensor();
     return backward(ctx, dy.view({-1, c_}), relu_out ? &rows_out : nullptr).view(dy.shape());
@@ -140,16 +167,11 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  if (!trained_forward_) {
-    if (!relu_out) return backward_eval(ctx, dy);
-    Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the ReLU's backward first
-    ops::relu_backward(ctx, g, dy, *relu_out, ops::DxMode::overwrite);
-    return backward_eval(ctx, g);
-  }
+  if (!trained_forward_) return backward_eval(ctx, through_activation_eval(ctx, dy, relu_out));
   Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
   ops::batch_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_,
                            weight().value, save_mean_, save_invstd_, ops::DxMode::overwrite,
-                           relu_out);
+                           relu_out, silu_beta());
   this->grad_ready(weight());
   this->grad_ready(bias());
   return dx;
@@ -158,6 +180,7 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
 template <class Self>
 void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  check_relu_out(relu_out);
   if (channels_last_ && dy.dim() == 4) {  // forward_prefix kept the buffer as rows (N*H*W, Cb)
     Tensor grad_rows = grad_buf.view({-1, grad_buf.size(3)});
     const Tensor rows_out = relu_out ? relu_out->view({-1, c_}) : Tensor();
@@ -179,7 +202,7 @@ void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const 
   }
   const FreeSaved free_saved(*this);
   ops::batch_norm_backward(ctx, &grad_buf, grad_target(weight()), grad_target(bias()), dy, x_, weight().value,
-                           save_mean_, save_invstd_, ops::DxMode::add, relu_out);
+                           save_mean_, save_invstd_, ops::DxMode::add, relu_out, silu_beta());
   this->grad_ready(weight());
   this->grad_ready(bias());
 }

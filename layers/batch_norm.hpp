@@ -18,13 +18,16 @@ class BatchNormBase : public Cloneable<Self> {
   explicit BatchNormBase(int64_t num_features, float eps = 1e-5f, float momentum = 0.1f);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, ...) -> (N, C, ...)
-  // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(BN(x), 0) in
-  // the same pass, for a ReLU that follows (nn::forward_children). backward is unchanged: it
-  // needs x and the statistics, never the output.
+  // forward, with the op's epilogue applied to the output, for the activation that follows
+  // (nn::forward_children): Epilogue::relu gives max(BN(x), 0), Epilogue::silu BN(x) *
+  // sigmoid(BN(x)), in the same pass. backward then takes dy of the activation's output: it
+  // needs x and the statistics (and beta), never the output.
   Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // in the mode forward ran in
-  // backward through a ReLU after this layer too: dy is the ReLU's, relu_out its forward output
-  // (nn::backward_children); in training one pass (batch_norm_backward's relu_out).
+  // backward through the activation the last forward applied too, dy being that activation's
+  // (nn::backward_children): relu_out is the ReLU's forward output (given exactly when that
+  // forward applied Epilogue::relu); a SiLU needs nothing, its input being recomputed. In
+  // training one op (batch_norm_backward's relu_out, silu_beta).
   Tensor backward(Context& ctx, const Tensor& dy, const Tensor* relu_out);
   // The same on the first C channels of a wider buffer, which is neither copied nor kept twice
   // (a DenseNet layer reads its block's buffer, layers/dense_block.hpp): forward of buf[:, :C]
@@ -34,6 +37,8 @@ class BatchNormBase : public Cloneable<Self> {
   void backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out);
   std::string describe() const override;
   void clear_cache() override;
+  // The epilogue the last forward applied (none before any forward).
+  ops::Epilogue applied() const { return applied_; }
 
   // weight 1, bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (torch's
   // reset_parameters). Deterministic: the Rng is taken only so every layer has this signature.
@@ -54,6 +59,12 @@ class BatchNormBase : public Cloneable<Self> {
   void check_input(const Tensor& x) const;
   Tensor forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue);  // x (N, >= C, ...)
   Tensor backward_eval(Context& ctx, const Tensor& dy);
+  // dy of the activation's output -> dy of this layer's, for the eval backward (the op runs the
+  // training one).
+  Tensor through_activation_eval(Context& ctx, const Tensor& dy, const Tensor* relu_out);
+  void check_relu_out(const Tensor* relu_out) const;
+  // batch_norm_backward's silu_beta: beta where the last forward applied Epilogue::silu, else null.
+  const Tensor* silu_beta() { return applied_ == ops::Epilogue::silu ? &bias().value : nullptr; }
 
  protected:
   // Channels-last maps (N, H, W, C) are normalised as the rows (N*H*W, C) they are (BatchNorm2d).
@@ -63,6 +74,7 @@ class BatchNormBase : public Cloneable<Self> {
   int64_t c_;
   float eps_, momentum_;
   bool trained_forward_ = false;  // the mode of the last forward, which backward must follow
+  ops::Epilogue applied_ = ops::Epilogue::none;  // the last forward's epilogue, which backward undoes
   Tensor x_;            // (N, C, ...): forward's input (shared, not copied); forward_prefix's buffer
   Tensor save_mean_;    // (C) batch mean of the last training forward
   Tensor save_invstd_;  // (C) 1 / sqrt(batch variance + eps) of the last training forward

@@ -1,6 +1,6 @@
 // Sequential: child naming, and forward/backward over the children in order and reverse;
-// forward_children and backward_children, which run a batch norm or a convolution and the ReLU
-// after it as one.
+// forward_children and backward_children, which run a batch norm and the ReLU or SiLU after it,
+// or a convolution and the ReLU after it, as one.
 #include "layers/sequential.hpp"
 
 #include <optional>
@@ -39,42 +39,50 @@ std::string Sequential::describe() const {
 }
 
 namespace {
-// A batch norm (2d or 1d: one of the two pointers) and the ReLU after it, run as one.
-struct BnRelu {
+// A batch norm (2d or 1d: one of the two pointers) and the ReLU or SiLU after it (one of the
+// two), run as one.
+struct BnActivation {
   BatchNorm2d* bn2d;
   BatchNorm1d* bn1d;
   ReLU* relu;
-  // Forward of both, the ReLU folded into the batch norm's pass.
-  Tensor forward(Context& ctx, const Tensor& x) {
-    return relu->forward_applied(
-        with_bn([&](auto& norm) { return norm.forward(ctx, x, ops::Epilogue::relu); }));
-  }
-  // Backward of both, the ReLU's folded into the batch norm's; the ReLU's kept output is freed
-  // after it, as its own backward would (nn::FreeSaved).
-  Tensor backward(Context& ctx, const Tensor& dy) {
-    Tensor dx = with_bn([&](auto& norm) { return norm.backward(ctx, dy, &relu->output()); });
-    relu->clear_cache();
-    return dx;
-  }
+  SiLU* silu;
+  ops::Epilogue epilogue() const { return relu ? ops::Epilogue::relu : ops::Epilogue::silu; }
   template <class F>
-  Tensor with_bn(F&& f) {
+  auto with_bn(F&& f) {
     return bn2d ? f(*bn2d) : f(*bn1d);
+  }
+  // Forward of both, the activation folded into the batch norm's pass. The ReLU keeps that output
+  // as its own (its backward reads it); the SiLU keeps nothing: its input is never written, and
+  // the batch norm's backward recomputes it.
+  Tensor forward(Context& ctx, const Tensor& x) {
+    Tensor y = with_bn([&](auto& norm) { return norm.forward(ctx, x, epilogue()); });
+    return relu ? relu->forward_applied(y) : y;
+  }
+  // Whether the last forward ran as one (the batch norm applied this activation).
+  bool ran_as_one() {
+    return with_bn([&](auto& norm) { return norm.applied(); }) == epilogue();
+  }
+  // Backward of both, the activation's folded into the batch norm's; the ReLU's kept output is
+  // freed after it, as its own backward would (nn::FreeSaved).
+  Tensor backward(Context& ctx, const Tensor& dy) {
+    Tensor dx = with_bn([&](auto& norm) { return norm.backward(ctx, dy, relu ? &relu->output() : nullptr); });
+    if (relu) relu->clear_cache();
+    return dx;
   }
 };
 
-std::optional<BnRelu> bn_relu(Module& first, Module& second) {
-  auto* relu = dynamic_cast<ReLU*>(&second);
-  if (!relu) return std::nullopt;
-  BnRelu pair{dynamic_cast<BatchNorm2d*>(&first), dynamic_cast<BatchNorm1d*>(&first), relu};
-  if (!pair.bn2d && !pair.bn1d) return std::nullopt;
+std::optional<BnActivation> bn_activation(Module& first, Module& second) {
+  BnActivation pair{dynamic_cast<BatchNorm2d*>(&first), dynamic_cast<BatchNorm1d*>(&first),
+                    dynamic_cast<ReLU*>(&second), dynamic_cast<SiLU*>(&second)};
+  if ((!pair.bn2d && !pair.bn1d) || (!pair.relu && !pair.silu)) return std::nullopt;
   return pair;
 }
 
-// Children i and i + 1 run forward as one where i is a batch norm or a convolution and i + 1 a
-// ReLU: the first applies the ReLU to its output (ops::Epilogue::relu) and the ReLU keeps that
-// output as its own. Returns whether they did (x then holds the ReLU's output).
+// Children i and i + 1 run forward as one where i is a batch norm and i + 1 a ReLU or SiLU, or i
+// a convolution and i + 1 a ReLU: the first applies the activation to its output (ops::Epilogue).
+// Returns whether they did (x then holds the activation's output).
 bool forward_pair(Context& ctx, Module& first, Module& second, Tensor& x) {
-  if (auto pair = bn_relu(first, second)) {
+  if (auto pair = bn_activation(first, second)) {
     x = pair->forward(ctx, x);
     return true;
   }
@@ -98,9 +106,9 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
 
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy) {
   for (size_t i = end; i-- > begin;) {
-    auto pair = i > begin ? bn_relu(parent.child(i - 1), parent.child(i)) : std::nullopt;
-    // A ReLU that has not run forward goes alone: its own backward says so.
-    if (pair && pair->relu->output().defined()) {
+    auto pair = i > begin ? bn_activation(parent.child(i - 1), parent.child(i)) : std::nullopt;
+    // An activation that did not run as one with its batch norm goes alone.
+    if (pair && pair->ran_as_one()) {
       dy = pair->backward(ctx, dy);
       --i;
     } else {

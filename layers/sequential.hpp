@@ -11,14 +11,15 @@
 namespace dpx::nn {
 
 // Runs parent's children [begin, end) in order on x and returns the last output, as a chain of
-// child(i).forward. A batch norm or a convolution followed by a ReLU runs as one pass (its
-// ops::Epilogue::relu; the ReLU keeps that output as its own, and no tensor holds the values
-// before the ReLU): the values, and every gradient backward computes from them, are those of the
-// two layers run one after the other.
+// child(i).forward. A batch norm followed by a ReLU or SiLU, and a convolution followed by a
+// ReLU, run as one pass (ops::Epilogue; no tensor holds the values before the activation, and a
+// ReLU keeps the output as its own): the values, and every gradient backward computes from
+// them, are those of the two layers run one after the other (bit for bit on the CPU; the SiLU's
+// backward recomputes its input as the forward formed it).
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x);
 // The reverse: children [begin, end) from the last, dy in and dx out, as a chain of
-// child(i).backward (input_grad_needed set by the caller). A ReLU's backward is folded into the
-// batch norm's before it (batch_norm_backward's relu_out), with the same values.
+// child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
+// into the batch norm's before it (batch_norm_backward's relu_out, silu_beta).
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy);
 
 class Sequential : public Cloneable<Sequential> {

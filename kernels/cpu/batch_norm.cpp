@@ -1,6 +1,8 @@
 // CPU batch normalisation over (N, spatial) for each channel of x (N, C, ...): training forward
 // (batch statistics; running stats with the unbiased variance, as PyTorch), eval forward, and
-// backward; x may have more channels than y, of which the first C are normalised. Channels are independent, and each one is summed in a fixed order, in double
+// backward; x may have more channels than y, of which the first C are normalised. A ReLU or SiLU
+// after it can be folded into the forward (ops::Epilogue) and into the backward (relu_out,
+// silu_beta). Channels are independent, and each one is summed in a fixed order, in double
 // (detail::LaneSum).
 #include <algorithm>
 #include <bit>
@@ -11,6 +13,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/libmvec.hpp"
 
 namespace dpx::cpu {
 
@@ -39,13 +42,31 @@ BnShape bn_shape(const Tensor& y, const Tensor& x) {
 constexpr int64_t kChannelBlock = 16;
 bool rows_layout(const BnShape& s) { return s.S == 1 && s.C == s.Cx; }
 
-// out = in * a + b over n values, then max(., 0) for Epilogue::relu (NaN passes, as relu_forward).
+// out = in * a + b over n values, then the epilogue: max(., 0) for Epilogue::relu (NaN passes, as
+// relu_forward), silu_of for Epilogue::silu.
 void affine(float* out, const float* in, int64_t n, float a, float b, Epilogue epilogue) {
   if (epilogue == Epilogue::relu) {
     for (int64_t i = 0; i < n; ++i) out[i] = relu_of(in[i] * a + b);
+  } else if (epilogue == Epilogue::silu) {
+    by_lanes(n, [&](int64_t i) { return in[i] * a + b; }, silu_lanes, [&](int64_t i, float r) { out[i] = r; });
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = in[i] * a + b;
   }
+}
+
+// p[i] = silu(p[i]) for i < n.
+void silu_in_place(float* p, int64_t n) {
+  by_lanes(n, [&](int64_t i) { return p[i]; }, silu_lanes, [&](int64_t i, float r) { p[i] = r; });
+}
+
+// The forward's y = x * a + b of a channel with mean m, 1/sqrt(var + eps) invstd, gamma g, beta b.
+// Training takes m and invstd as saved (floats), so that a backward, which has only those,
+// recomputes y bit for bit (batch_norm_backward's silu_beta).
+struct AffineCoef {
+  float a, b;
+};
+AffineCoef affine_coef(double m, double invstd, double g, double b) {
+  return {static_cast<float>(g * invstd), static_cast<float>(b - m * g * invstd)};
 }
 
 }  // namespace
@@ -82,14 +103,17 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
         invstd_p[c] = static_cast<float>(invstd);
         rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * m);
         rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * M / (M - 1));
-        a[c - c0] = static_cast<float>(gp[c] * invstd);
-        b[c - c0] = static_cast<float>(bp[c] - m * gp[c] * invstd);
+        const AffineCoef k = affine_coef(mean_p[c], invstd_p[c], gp[c], bp[c]);
+        a[c - c0] = k.a;
+        b[c - c0] = k.b;
       }
-      for (int64_t r = 0; r < M; ++r)
+      for (int64_t r = 0; r < M; ++r) {
         for (int64_t c = c0; c < c1; ++c) {
           const float v = xp[r * s.C + c] * a[c - c0] + b[c - c0];
           yp[r * s.C + c] = epilogue == Epilogue::relu ? relu_of(v) : v;
         }
+        if (epilogue == Epilogue::silu) silu_in_place(yp + r * s.C + c0, c1 - c0);
+      }
     }
     return;
   }
@@ -109,10 +133,9 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
     rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean);
     rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * M / (M - 1));
     // y = (x - mean) * invstd * gamma + beta = x * a + b
-    const float a = static_cast<float>(gp[c] * invstd);
-    const float b = static_cast<float>(bp[c] - mean * gp[c] * invstd);
+    const AffineCoef k = affine_coef(mean_p[c], invstd_p[c], gp[c], bp[c]);
     for (int64_t n = 0; n < s.N; ++n)
-      affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, a, b, epilogue);
+      affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, k.a, k.b, epilogue);
   }
 }
 
@@ -124,15 +147,31 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
   float* yp = y.data<float>();
   const float *gp = gamma.data<float>(), *bp = beta.data<float>();
   const float *rm = running_mean.data<float>(), *rv = running_var.data<float>();
+  auto coef = [&](int64_t c) {
+    return affine_coef(rm[c], 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps), gp[c], bp[c]);
+  };
+  const int nt = threads_for(ctx, x.numel());
+  if (rows_layout(s)) {  // a row at a time, with the channels' coefficients computed once
+    const Scratch<AffineCoef> k(s.C);
+    for (int64_t c = 0; c < s.C; ++c) k[c] = coef(c);
+#pragma omp parallel for num_threads(nt) if (nt > 1)
+    for (int64_t r = 0; r < s.N; ++r) {
+      const float* in = xp + r * s.C;
+      float* out = yp + r * s.C;
+      for (int64_t c = 0; c < s.C; ++c) {
+        const float v = in[c] * k[c].a + k[c].b;
+        out[c] = epilogue == Epilogue::relu ? relu_of(v) : v;
+      }
+      if (epilogue == Epilogue::silu) silu_in_place(out, s.C);
+    }
+    return;
+  }
   const int64_t planes = s.N * s.C;
-  int nt = threads_for(ctx, x.numel());
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const int64_t n = pl / s.C, c = pl % s.C;
-    const double invstd = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
-    const float a = static_cast<float>(gp[c] * invstd);
-    const float b = static_cast<float>(bp[c] - rm[c] * gp[c] * invstd);
-    affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, a, b, epilogue);
+    const AffineCoef k = coef(c);
+    affine(yp + s.y_at(n, c), xp + s.x_at(n, c), s.S, k.a, k.b, epilogue);
   }
 }
 
@@ -149,17 +188,17 @@ inline float masked(const float* g, const float* r, int64_t i) {
   return g[i];
 }
 
-// batch_norm_backward for one channel c; with kMasked, dy counts only where relu_out > 0 (a
-// ReLU's backward folded in: NaN outputs mask too, as relu_backward's test y > 0).
+// batch_norm_backward for one channel c, its dy of image n at g0 + n * stride; with kMasked, dy
+// counts only where relu_out (r0, the same offsets) is > 0 (a ReLU's backward folded in: NaN
+// outputs mask too, as relu_backward's test y > 0).
 template <bool kMasked>
-void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float* dbp,
-                      const float* dyp, const float* rp, const float* xp, const float* gp,
-                      double mean, double invstd, DxMode dx_mode) {
+void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float* dbp, const float* g0,
+                      const float* r0, int64_t stride, const float* xp, const float* gp, double mean, double invstd,
+                      DxMode dx_mode) {
   const int64_t M = s.N * s.S;
   LaneSum dy_sum, dy_xc_sum;  // sum(dy), sum(dy * (x - mean))
   for (int64_t n = 0; n < s.N; ++n) {
-    const int64_t at = s.y_at(n, c);
-    const float *in = xp + s.x_at(n, c), *g = dyp + at, *r = kMasked ? rp + at : nullptr;
+    const float *in = xp + s.x_at(n, c), *g = g0 + n * stride, *r = kMasked ? r0 + n * stride : nullptr;
     dy_sum.add(s.S, [g, r](int64_t i) { return static_cast<double>(masked<kMasked>(g, r, i)); });
     dy_xc_sum.add(s.S,
                   [g, r, in, mean](int64_t i) { return masked<kMasked>(g, r, i) * (in[i] - mean); });
@@ -174,8 +213,7 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
   const float xhat_scale = static_cast<float>(invstd * sum_dy_xhat / M);
   const float mean_f = static_cast<float>(mean);
   for (int64_t n = 0; n < s.N; ++n) {
-    const int64_t at = s.y_at(n, c);
-    const float *in = xp + s.x_at(n, c), *g = dyp + at, *r = kMasked ? rp + at : nullptr;
+    const float *in = xp + s.x_at(n, c), *g = g0 + n * stride, *r = kMasked ? r0 + n * stride : nullptr;
     float* d = dxp + s.x_at(n, c);
     auto value = [&](int64_t i) {
       return k * (masked<kMasked>(g, r, i) - mean_dy - (in[i] - mean_f) * xhat_scale);
@@ -186,19 +224,54 @@ void backward_channel(int64_t c, const BnShape& s, float* dxp, float* dgp, float
       for (int64_t i = 0; i < s.S; ++i) d[i] += value(i);
   }
 }
-// backward_channel's arithmetic for channels [c0, c1) of rows (M, C), the rows walked together.
-template <bool kMasked>
+
+// Channel c's dy * silu'(y) into out (image n's S values at out + n * S), y recomputed as the
+// forward wrote it before the SiLU: x * k.a + k.b. One exp an element, as silu_backward.
+void silu_through(float* out, int64_t c, const BnShape& s, const float* dyp, const float* xp, AffineCoef k) {
+  for (int64_t n = 0; n < s.N; ++n) {
+    const float *in = xp + s.x_at(n, c), *d = dyp + s.y_at(n, c);
+    float* o = out + n * s.S;
+    by_lanes(s.S, [&](int64_t i) { return in[i] * k.a + k.b; }, silu_grad_lanes,
+             [&](int64_t i, float r) { o[i] = d[i] * r; });
+  }
+}
+
+// What dy passes through before the batch norm's own backward (batch_norm_backward's relu_out
+// and silu_beta).
+enum class Through { plain, relu, silu };
+
+// backward_channel's arithmetic for channels [c0, c1) of rows (M, C), the rows walked together;
+// dy through the activation as kThrough says (for the SiLU, y recomputed in both walks: there is
+// no room for a block's products).
+template <Through kThrough>
 void backward_rows(int64_t c0, int64_t c1, const BnShape& s, float* dxp, float* dgp, float* dbp, const float* dyp,
-                   const float* rp, const float* xp, const float* gp, const float* mean_p, const float* invstd_p,
-                   DxMode dx_mode) {
+                   const float* rp, const float* bp, const float* xp, const float* gp, const float* mean_p,
+                   const float* invstd_p, DxMode dx_mode) {
   const int64_t M = s.N, C = s.C;
-  double sum_dy[kChannelBlock] = {}, sum_dy_xc[kChannelBlock] = {};
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t c = c0; c < c1; ++c) {
-      const float g = masked<kMasked>(dyp + r * C, kMasked ? rp + r * C : nullptr, c);
-      sum_dy[c - c0] += static_cast<double>(g);
-      sum_dy_xc[c - c0] += g * (xp[r * C + c] - static_cast<double>(mean_p[c]));
+  AffineCoef y_of[kChannelBlock] = {};  // the SiLU's input, x * a + b
+  if constexpr (kThrough == Through::silu)
+    for (int64_t c = c0; c < c1; ++c) y_of[c - c0] = affine_coef(mean_p[c], invstd_p[c], gp[c], bp[c]);
+  // Row r's dy of channels [c0, c1), through the activation, into g.
+  auto row_grads = [&](int64_t r, float* g) {
+    const float* d = dyp + r * C;
+    if constexpr (kThrough == Through::silu) {
+      const float* in = xp + r * C + c0;
+      by_lanes(c1 - c0, [&](int64_t j) { return in[j] * y_of[j].a + y_of[j].b; }, silu_grad_lanes,
+               [&](int64_t j, float v) { g[j] = d[c0 + j] * v; });
+    } else {
+      constexpr bool kMasked = kThrough == Through::relu;
+      for (int64_t c = c0; c < c1; ++c) g[c - c0] = masked<kMasked>(d, kMasked ? rp + r * C : nullptr, c);
     }
+  };
+  float g[kChannelBlock];
+  double sum_dy[kChannelBlock] = {}, sum_dy_xc[kChannelBlock] = {};
+  for (int64_t r = 0; r < M; ++r) {
+    row_grads(r, g);
+    for (int64_t c = c0; c < c1; ++c) {
+      sum_dy[c - c0] += static_cast<double>(g[c - c0]);
+      sum_dy_xc[c - c0] += g[c - c0] * (xp[r * C + c] - static_cast<double>(mean_p[c]));
+    }
+  }
   float k[kChannelBlock], mean_dy[kChannelBlock], xhat_scale[kChannelBlock], mean_f[kChannelBlock];
   for (int64_t c = c0; c < c1; ++c) {
     const double invstd = invstd_p[c], sum_dy_xhat = sum_dy_xc[c - c0] * invstd;
@@ -210,47 +283,61 @@ void backward_rows(int64_t c0, int64_t c1, const BnShape& s, float* dxp, float* 
     mean_f[c - c0] = static_cast<float>(static_cast<double>(mean_p[c]));
   }
   if (!dxp) return;
-  for (int64_t r = 0; r < M; ++r)
+  for (int64_t r = 0; r < M; ++r) {
+    row_grads(r, g);
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t j = c - c0;
-      const float g = masked<kMasked>(dyp + r * C, kMasked ? rp + r * C : nullptr, c);
-      const float v = k[j] * (g - mean_dy[j] - (xp[r * C + c] - mean_f[j]) * xhat_scale[j]);
+      const float v = k[j] * (g[j] - mean_dy[j] - (xp[r * C + c] - mean_f[j]) * xhat_scale[j]);
       dxp[r * C + c] = dx_mode == DxMode::overwrite ? v : dxp[r * C + c] + v;
     }
+  }
 }
 }  // namespace
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out) {
+                         const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out,
+                         const Tensor* silu_beta) {
   const BnShape s = bn_shape(dy, x);
   if (s.N * s.S == 0) return;
   const float *xp = x.data<float>(), *dyp = dy.data<float>(), *gp = gamma.data<float>();
   const float* rp = relu_out ? relu_out->data<float>() : nullptr;
+  const float* bp = silu_beta ? silu_beta->data<float>() : nullptr;
   const float *mean_p = save_mean.data<float>(), *invstd_p = save_invstd.data<float>();
   float* dxp = dx ? dx->data<float>() : nullptr;
   float* dgp = dgamma ? dgamma->data<float>() : nullptr;
   float* dbp = dbeta ? dbeta->data<float>() : nullptr;
-  int nt = threads_for(ctx, x.numel());
+  const int nt = threads_for(ctx, x.numel());
   if (rows_layout(s)) {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
     for (int64_t c0 = 0; c0 < s.C; c0 += kChannelBlock) {
+      const int64_t c1 = std::min(s.C, c0 + kChannelBlock);
       if (rp)
-        backward_rows<true>(c0, std::min(s.C, c0 + kChannelBlock), s, dxp, dgp, dbp, dyp, rp, xp, gp, mean_p, invstd_p,
-                            dx_mode);
+        backward_rows<Through::relu>(c0, c1, s, dxp, dgp, dbp, dyp, rp, bp, xp, gp, mean_p, invstd_p, dx_mode);
+      else if (bp)
+        backward_rows<Through::silu>(c0, c1, s, dxp, dgp, dbp, dyp, rp, bp, xp, gp, mean_p, invstd_p, dx_mode);
       else
-        backward_rows<false>(c0, std::min(s.C, c0 + kChannelBlock), s, dxp, dgp, dbp, dyp, rp, xp, gp, mean_p, invstd_p,
-                             dx_mode);
+        backward_rows<Through::plain>(c0, c1, s, dxp, dgp, dbp, dyp, rp, bp, xp, gp, mean_p, invstd_p, dx_mode);
     }
     return;
   }
+  // Under a SiLU each thread first writes its channel's dy * silu'(y) into a scratch row of M
+  // values and reads dy from there (a channel of a batch is a few MB at most).
+  const int64_t M = s.N * s.S;
+  const Scratch<float> through(bp ? nt * M : 0);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t c = 0; c < s.C; ++c) {
     const double mean = mean_p[c], invstd = invstd_p[c];
-    if (rp)
-      backward_channel<true>(c, s, dxp, dgp, dbp, dyp, rp, xp, gp, mean, invstd, dx_mode);
-    else
-      backward_channel<false>(c, s, dxp, dgp, dbp, dyp, rp, xp, gp, mean, invstd, dx_mode);
+    const int64_t dy_at = s.y_at(0, c), dy_stride = s.C * s.S;
+    if (rp) {
+      backward_channel<true>(c, s, dxp, dgp, dbp, dyp + dy_at, rp + dy_at, dy_stride, xp, gp, mean, invstd, dx_mode);
+    } else if (bp) {
+      float* g = through.data() + omp_get_thread_num() * M;
+      silu_through(g, c, s, dyp, xp, affine_coef(mean, invstd, gp[c], bp[c]));
+      backward_channel<false>(c, s, dxp, dgp, dbp, g, nullptr, s.S, xp, gp, mean, invstd, dx_mode);
+    } else {
+      backward_channel<false>(c, s, dxp, dgp, dbp, dyp + dy_at, nullptr, dy_stride, xp, gp, mean, invstd, dx_mode);
+    }
   }
 }
 

@@ -38,13 +38,45 @@ __device__ inline Index x_index(Index i, const Div& c_count, Index cx, const Div
   return (c_count.div(plane) * cx + c_count.mod(plane)) * s.divisor + (i - plane * s.divisor);
 }
 
+// The forward's value before its epilogue: (x - mean) * invstd * gamma + beta, in this order in
+// the training forward and in the backward that recomputes it (the same bits in both).
+__device__ inline float bn_value(float x, float mean, float invstd, float gamma, float beta) {
+  const float v = (x - mean) * invstd;
+  return v * gamma + beta;
+}
+
+// v after the epilogue: max(v, 0) letting NaN through (relu_forward's rule), or silu_of(v).
+__device__ inline float apply_epilogue(Epilogue epilogue, float v) {
+  if (epilogue == Epilogue::relu) return v < 0.f ? 0.f : v;
+  if (epilogue == Epilogue::silu) return detail::silu_of(v);
+  return v;
+}
+
+// dy as the gradient of the batch norm's own output, from the gradient of what follows it: dy
+// itself; 0 where a folded ReLU's output is not > 0 (relu_out, relu_backward's rule); or
+// dy * silu'(y) for a folded SiLU, y recomputed from x as the forward computed it (silu_beta).
+struct DyThrough {
+  const float* relu_out;   // null unless a ReLU's backward is folded in
+  const float* silu_beta;  // null unless a SiLU's is
+  const float* gamma;      // null: 1
+  const float* mean;
+  const float* invstd;
+  template <typename Index>
+  __device__ float operator()(float dy, Index at, float x, Index c) const {
+    if (relu_out) return relu_out[at] > 0.f ? dy : 0.f;
+    if (silu_beta)
+      return dy * detail::silu_grad(bn_value(x, mean[c], invstd[c], gamma ? gamma[c] : 1.f, silu_beta[c]));
+    return dy;
+  }
+};
+
 // Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
 // shift = the channel's first element so that the variance does not cancel catastrophically.
-// Backward: a = sum(dy), b = sum(dy * (x - mean)), dy counting only where relu_out > 0 when
-// relu_out is given (a ReLU's backward folded in). grid = (C, chunks).
+// Backward: a = sum(dy), b = sum(dy * (x - mean)), dy through the folded activation if any
+// (DyThrough). grid = (C, chunks).
 template <bool kBackward>
 __global__ void partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
-                                    const float* relu_out, const float* mean, Layout l, int64_t chunk) {
+                                    DyThrough through, const float* mean, Layout l, int64_t chunk) {
   __shared__ double shared[33];
   int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
   int64_t begin = p * chunk, end = min(l.m, begin + chunk);
@@ -55,9 +87,10 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
   double a = 0.0, b = 0.0;
   for (; j < end; j += step) {
     int64_t at = (n * l.c + c) * l.s + s;
-    double d = static_cast<double>(x[(n * l.cx + c) * l.s + s]) - center;
+    const float xv = x[(n * l.cx + c) * l.s + s];
+    double d = static_cast<double>(xv) - center;
     if (kBackward) {
-      double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
+      double g = through(dy[at], at, xv, c);
       a += g;
       b += g * d;
     } else {
@@ -85,7 +118,7 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
 // channel's first element, as above. grid = (channel tiles of 32, chunks).
 template <bool kBackward>
 __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
-                                        const float* relu_out, const float* mean, Layout l, int64_t chunk) {
+                                        DyThrough through, const float* mean, Layout l, int64_t chunk) {
   __shared__ double lane_a[8][32], lane_b[8][32];
   const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
   const int64_t p = blockIdx.y, chunks = gridDim.y;
@@ -95,9 +128,10 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const fl
     const float center = kBackward ? mean[c] : x[c];
     for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
       const int64_t at = r * l.c + c;
-      const double d = static_cast<double>(x[r * l.cx + c]) - center;
+      const float xv = x[r * l.cx + c];
+      const double d = static_cast<double>(xv) - center;
       if (kBackward) {
-        const double g = relu_out && !(relu_out[at] > 0.f) ? 0.0 : dy[at];
+        const double g = through(dy[at], at, xv, c);
         a += g;
         b += g * d;
       } else {
@@ -142,16 +176,16 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
   if (running_var) running_var[c] = static_cast<float>((1.0 - mom) * running_var[c] + mom * var * m / (m - 1.0));
 }
 
-// y = (x - mean) * invstd * gamma + beta, per channel; a missing gamma/beta means 1/0.
+// y = epilogue((x - mean) * invstd * gamma + beta), per channel; a missing gamma/beta means 1/0.
 template <typename Index, typename Div>
 __global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
                                  const float* gamma, const float* beta, Index total, Div c_count, Index cx, Div s,
-                                 bool relu) {
+                                 Epilogue epilogue) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i));
-    float v = (x[x_index(i, c_count, cx, s)] - mean[c]) * invstd[c];
-    v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
-    y[i] = relu && v < 0.f ? 0.f : v;  // Epilogue::relu lets NaN through, as relu_forward
+    const float v = bn_value(x[x_index(i, c_count, cx, s)], mean[c], invstd[c], gamma ? gamma[c] : 1.f,
+                             beta ? beta[c] : 0.f);
+    y[i] = apply_epilogue(epilogue, v);
   }
 }
 
@@ -159,13 +193,13 @@ __global__ void normalize_kernel(float* y, const float* x, const float* mean, co
 template <typename Index, typename Div>
 __global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
                                       const float* gamma, const float* beta, float eps, Index total, Div c_count,
-                                      Index cx, Div s, bool relu) {
+                                      Index cx, Div s, Epilogue epilogue) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i));
     float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
-    float v = (x[x_index(i, c_count, cx, s)] - running_mean[c]) * invstd;
-    v = v * (gamma ? gamma[c] : 1.f) + (beta ? beta[c] : 0.f);
-    y[i] = relu && v < 0.f ? 0.f : v;
+    const float v = bn_value(x[x_index(i, c_count, cx, s)], running_mean[c], invstd, gamma ? gamma[c] : 1.f,
+                             beta ? beta[c] : 0.f);
+    y[i] = apply_epilogue(epilogue, v);
   }
 }
 
@@ -193,12 +227,13 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
 template <typename Index, typename Div>
-__global__ void backward_dx_kernel(float* dx, const float* dy, const float* relu_out, const float* x, const float* mean,
+__global__ void backward_dx_kernel(float* dx, const float* dy, DyThrough through, const float* x, const float* mean,
                                    const float* coef, Index total, Div c_count, Index cx, Div s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i)), xi = x_index(i, c_count, cx, s);
-    const float dyi = relu_out && !(relu_out[i] > 0.f) ? 0.f : dy[i];
-    const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (x[xi] - mean[c]) * coef[3 * c + 2]);
+    const float xv = x[xi];
+    const float dyi = through(dy[i], i, xv, c);
+    const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (xv - mean[c]) * coef[3 * c + 2]);
     dx[xi] = overwrite ? g : dx[xi] + g;
   }
 }
@@ -228,13 +263,13 @@ int row_chunks_for(const CudaState& st, const Layout& l) {
 // The partial sums' launch: per channel, or per tile of 32 channels for rows.
 template <bool kBackward>
 void launch_partial_sums(const CudaState& st, double* pa, double* pb, const float* x, const float* dy,
-                         const float* relu_out, const float* mean, const Layout& l, int chunks, int64_t chunk) {
+                         const DyThrough& through, const float* mean, const Layout& l, int chunks, int64_t chunk) {
   if (as_rows(l))
     row_partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
-                                         st.stream>>>(pa, pb, x, dy, relu_out, mean, l, chunk);
+                                         st.stream>>>(pa, pb, x, dy, through, mean, l, chunk);
   else
     partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
-        pa, pb, x, dy, relu_out, mean, l, chunk);
+        pa, pb, x, dy, through, mean, l, chunk);
   check_launch();
 }
 
@@ -279,14 +314,14 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks);
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
-  launch_partial_sums<false>(st, pa, pb, px, nullptr, nullptr, nullptr, l, chunks, chunk);
+  launch_partial_sums<false>(st, pa, pb, px, nullptr, DyThrough{}, nullptr, l, chunks, chunk);
   finish_stats_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
   check_launch();
   float* py = f32(y, op, "y");
   per_element(l, [&](auto total, auto c, auto cx, auto s) {
     normalize_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, pmean, pinv, g, b, total, c, cx, s, epilogue == Epilogue::relu);
+        py, px, pmean, pinv, g, b, total, c, cx, s, epilogue);
     check_launch();
   });
 }
@@ -306,14 +341,14 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
   const float* rv = f32(running_var, op, "running_var");
   per_element(l, [&](auto total, auto c, auto cx, auto s) {
     normalize_eval_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, rm, rv, g, b, eps, total, c, cx, s, epilogue == Epilogue::relu);
+        py, px, rm, rv, g, b, eps, total, c, cx, s, epilogue);
     check_launch();
   });
 }
 
 void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                         DxMode dx_mode, const Tensor* relu_out) {
+                         DxMode dx_mode, const Tensor* relu_out, const Tensor* silu_beta) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_backward";
   Layout l = layout_of(dy, x);
@@ -321,16 +356,17 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* px = f32(x, op, "x");
   const float* pdy = f32(dy, op, "dy");
-  const float* prelu = relu_out ? f32(*relu_out, op, "relu_out") : nullptr;
   const float* pmean = f32(save_mean, op, "save_mean");
   const float* pinv = f32(save_invstd, op, "save_invstd");
+  const DyThrough through{relu_out ? f32(*relu_out, op, "relu_out") : nullptr,
+                          silu_beta ? f32(*silu_beta, op, "silu_beta") : nullptr, g, pmean, pinv};
   int chunks = as_rows(l) ? row_chunks_for(st, l) : chunks_for(st, l);
   int64_t chunk = (l.m + chunks - 1) / chunks;
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks + (dx ? 3 * sizeof(float) * l.c : 0));
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
   float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
-  launch_partial_sums<true>(st, pa, pb, px, pdy, prelu, pmean, l, chunks, chunk);
+  launch_partial_sums<true>(st, pa, pb, px, pdy, through, pmean, l, chunks, chunk);
   finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
       dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb, g,
       pinv, l, chunks);
@@ -339,7 +375,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   float* pdx = f32(*dx, op, "dx");
   per_element(l, [&](auto total, auto c, auto cx, auto s) {
     backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        pdx, pdy, prelu, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
+        pdx, pdy, through, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
     check_launch();
   });
 }

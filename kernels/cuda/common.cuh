@@ -250,6 +250,16 @@ class HalfCopy {
   Scratch buf_;
 };
 
+// ---- activations folded into other ops ---------------------------------------------------------
+// x * sigmoid(x), written x / (1 + e^-x) (no 0 * inf for very negative x), and its derivative
+// s (1 + x (1 - s)) with s = sigmoid(x): silu_forward/silu_backward and batch norm's SiLU
+// epilogue and folded backward (ops::Epilogue::silu), one formula for both.
+__device__ inline float silu_of(float v) { return v / (1.f + expf(-v)); }
+__device__ inline float silu_grad(float v) {
+  const float s = 1.f / (1.f + expf(-v));
+  return s * (1.f + v * (1.f - s));
+}
+
 // ---- deterministic reductions (device) -----------------------------------------------------
 template <typename T>
 __device__ inline T warp_sum(T v) {

@@ -17,7 +17,7 @@ enum class Fn { sigmoid, silu, gelu };
 template <Fn F>
 __device__ inline float forward(float v) {
   if constexpr (F == Fn::sigmoid) return 1.f / (1.f + expf(-v));
-  if constexpr (F == Fn::silu) return v / (1.f + expf(-v));  // no 0 * inf for very negative v
+  if constexpr (F == Fn::silu) return detail::silu_of(v);
   return 0.5f * v * (1.f + erff(v * kInvSqrt2));
 }
 
@@ -25,10 +25,7 @@ __device__ inline float forward(float v) {
 template <Fn F>
 __device__ inline float derivative(float saved) {
   if constexpr (F == Fn::sigmoid) return saved * (1.f - saved);
-  if constexpr (F == Fn::silu) {
-    float s = 1.f / (1.f + expf(-saved));
-    return s * (1.f + saved * (1.f - s));
-  }
+  if constexpr (F == Fn::silu) return detail::silu_grad(saved);
   float cdf = 0.5f * (1.f + erff(saved * kInvSqrt2));
   float pdf = kInvSqrt2Pi * expf(-0.5f * saved * saved);
   return cdf + saved * pdf;

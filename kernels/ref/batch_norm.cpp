@@ -21,9 +21,11 @@ BnSizes sizes(const Tensor& y, const Tensor& x) {
   for (int d = 2; d < x.dim(); ++d) b.S *= x.size(d);
   return b;
 }
-// max(v, 0) for Epilogue::relu (NaN passes, as relu_forward), else v.
+// max(v, 0) for Epilogue::relu (NaN passes, as relu_forward), v * sigmoid(v) for Epilogue::silu
+// (silu_forward's formula on the float v), else v.
 float apply(Epilogue epilogue, double v) {
   const float f = static_cast<float>(v);
+  if (epilogue == Epilogue::silu) return static_cast<float>(f / (1.0 + std::exp(-static_cast<double>(f))));
   return epilogue == Epilogue::relu && f < 0.f ? 0.f : f;
 }
 
@@ -67,7 +69,7 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
   }
 }
 
-// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta (then max(y, 0) for relu)
+// y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta (then the epilogue)
 void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, Epilogue epilogue) {
@@ -89,23 +91,39 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 
 // With xhat = (x - mean) * invstd, per channel over its M values:
 //   dbeta += sum dy,  dgamma += sum dy * xhat,
-//   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)).
+//   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)),
+// dy first passed back through the activation the forward applied (relu_out or silu_beta).
 void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out) {
+                         const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out,
+                         const Tensor* silu_beta) {
   const BnSizes b = sizes(dy, x);
   const int64_t M = b.N * b.S;
   if (M == 0) return;
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
-  // relu_out: dy counts only where the ReLU's output is > 0, as relu_backward's mask.
-  std::vector<float> masked;
+  std::vector<float> through;  // dy through the activation
   const float* dyp = dy.data<float>();
-  if (relu_out) {
-    masked.assign(dyp, dyp + dy.numel());
+  if (relu_out) {  // dy counts only where the ReLU's output is > 0, as relu_backward's mask
+    through.assign(dyp, dyp + dy.numel());
     for (int64_t i = 0; i < dy.numel(); ++i)
-      if (!(relu_out->data<float>()[i] > 0.f)) masked[i] = 0.f;
-    dyp = masked.data();
+      if (!(relu_out->data<float>()[i] > 0.f)) through[i] = 0.f;
+    dyp = through.data();
+  }
+  if (silu_beta) {  // dy * silu'(y), y as the forward computed it (silu_backward's formula)
+    through.assign(dyp, dyp + dy.numel());
+    for (int64_t c = 0; c < b.C; ++c) {
+      const double mean = save_mean.data<float>()[c], invstd = save_invstd.data<float>()[c];
+      for (int64_t n = 0; n < b.N; ++n)
+        for (int64_t s = 0; s < b.S; ++s) {
+          const double v = apply(Epilogue::none, (xp[b.x_at(n, c, s)] - mean) * invstd * gp[c] +
+                                                     silu_beta->data<float>()[c]);
+          const double sig = 1.0 / (1.0 + std::exp(-v));
+          float& g = through[b.at(n, c, s)];
+          g = static_cast<float>(g * sig * (1.0 + v * (1.0 - sig)));
+        }
+    }
+    dyp = through.data();
   }
   for (int64_t c = 0; c < b.C; ++c) {
     const double mean = save_mean.data<float>()[c], invstd = save_invstd.data<float>()[c];

@@ -43,21 +43,21 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     Tensor dy = uniform(xs, ++seed), dx0 = uniform(xs, ++seed), dg0 = uniform({C}, ++seed), db0 = uniform({C}, ++seed);
     Tensor dx = dx0.clone(), dg = dg0.clone(), db = db0.clone();
     Tensor gdx = dx0.to(dev()), gdg = dg0.to(dev()), gdb = db0.to(dev()), gdy = dy.to(dev());
-    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
-    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(c, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
+    ops::batch_norm_backward(g, &gdx, &gdg, &gdb, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr, nullptr);
     // dx subtracts two per-channel means from dy: a long reduction, compared norm-wise.
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     CHECK(norm_rel_diff(gdb, db) <= 1e-5);
-    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
-    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(c, &dx, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
+    ops::batch_norm_backward(g, &gdx, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr, nullptr);
     CHECK(norm_rel_diff(gdx, dx) <= 1e-5);
-    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
-    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(c, nullptr, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
+    ops::batch_norm_backward(g, nullptr, &gdg, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::add, nullptr, nullptr);
     CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
     Tensor over = Tensor::zeros(xs), gover = poisoned(xs, dev());  // written over: NaN gone
-    ops::batch_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr);
-    ops::batch_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite, nullptr);
+    ops::batch_norm_backward(c, &over, nullptr, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr, nullptr);
+    ops::batch_norm_backward(g, &gover, nullptr, nullptr, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite, nullptr, nullptr);
     CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
   Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());
@@ -145,11 +145,63 @@ TEST_CASE("cuda batch_norm_backward with relu_out equals relu_backward then the 
   Tensor dg_want = Tensor::zeros({C}).to(dev()), dg = Tensor::zeros({C}).to(dev());
   Tensor db_want = Tensor::zeros({C}).to(dev()), db = Tensor::zeros({C}).to(dev());
   ops::batch_norm_backward(g, &dx_want, &dg_want, &db_want, masked, x, gamma, mean, invstd, ops::DxMode::overwrite,
-                           nullptr);
-  ops::batch_norm_backward(g, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, &y);
+                           nullptr, nullptr);
+  ops::batch_norm_backward(g, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, &y, nullptr);
   check_close(dx, dx_want, 0);
   check_close(dg, dg_want, 0);
   check_close(db, db_want, 0);
+}
+
+// A SiLU folded in: Epilogue::silu writes silu(BN(x)) and batch_norm_backward with silu_beta
+// recomputes BN(x) from x and the saved statistics, in the same order as the forward (bn_value):
+// against silu_forward / silu_backward around the plain ops on the GPU (one formula, so to
+// rounding at most), and against the reference on the host. Planes, and rows (the row kernels:
+// three tiles of 32 channels).
+TEST_CASE("cuda batch_norm with a SiLU folded in (Epilogue::silu, silu_beta) equals the ops one after the other") {
+  Context c = reference(), g = gpu();
+  uint64_t seed = 80;
+  for (Shape xs : {Shape{4, 6, 9, 9}, Shape{3000, 70}}) {
+    CAPTURE(shape_str(xs));
+    const int64_t C = xs[1];
+    Tensor x = uniform(xs, ++seed, -3.f, 3.f), dy = uniform(xs, ++seed), gamma = uniform({C}, ++seed, 0.5f, 1.5f);
+    Tensor beta = uniform({C}, ++seed), rm = Tensor::zeros({C}), rv = uniform({C}, ++seed, 0.5f, 2.f);
+    Tensor gx = x.to(dev()), gdy = dy.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
+    Tensor grm = rm.to(dev()), grv = rv.to(dev()), grm2 = rm.to(dev()), grv2 = rv.to(dev());
+    Tensor gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
+    Tensor plain = poisoned(xs, dev()), want = poisoned(xs, dev()), fused = poisoned(xs, dev());
+    ops::batch_norm_forward_train(g, plain, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f,
+                                  ops::Epilogue::none);
+    ops::silu_forward(g, want, plain);
+    ops::batch_norm_forward_train(g, fused, gmean, ginvstd, grm2, grv2, gx, ggamma, gbeta, 0.1f, 1e-5f,
+                                  ops::Epilogue::silu);
+    check_close(fused, want, 1e-6);
+    Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::silu);
+    check_close(fused, y, 1e-5);
+    Tensor eval_plain = poisoned(xs, dev()), eval_want = poisoned(xs, dev()), eval_fused = poisoned(xs, dev());
+    ops::batch_norm_forward_eval(g, eval_plain, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::none);
+    ops::silu_forward(g, eval_want, eval_plain);
+    ops::batch_norm_forward_eval(g, eval_fused, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::silu);
+    check_close(eval_fused, eval_want, 1e-6);
+
+    Tensor through = poisoned(xs, dev());
+    ops::silu_backward(g, through, gdy, plain, ops::DxMode::overwrite);
+    Tensor dx_want = poisoned(xs, dev()), dx = poisoned(xs, dev());
+    Tensor dg_want = Tensor::zeros({C}).to(dev()), dg = Tensor::zeros({C}).to(dev());
+    Tensor db_want = Tensor::zeros({C}).to(dev()), db = Tensor::zeros({C}).to(dev());
+    ops::batch_norm_backward(g, &dx_want, &dg_want, &db_want, through, gx, ggamma, gmean, ginvstd,
+                             ops::DxMode::overwrite, nullptr, nullptr);
+    ops::batch_norm_backward(g, &dx, &dg, &db, gdy, gx, ggamma, gmean, ginvstd, ops::DxMode::overwrite, nullptr,
+                             &gbeta);
+    CHECK(scaled_error(dx, dx_want) <= 1e-6);
+    CHECK(scaled_error(dg, dg_want) <= 1e-6);
+    CHECK(scaled_error(db, db_want) <= 1e-6);
+    Tensor rdx = Tensor::empty(xs), rdg = Tensor::zeros({C}), rdb = Tensor::zeros({C});
+    ops::batch_norm_backward(c, &rdx, &rdg, &rdb, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr, &beta);
+    CHECK(norm_rel_diff(dx, rdx) <= 1e-5);
+    CHECK(norm_rel_diff(dg, rdg) <= 1e-5);
+    CHECK(norm_rel_diff(db, rdb) <= 1e-5);
+  }
 }
 
 // DenseNet's layers normalise the first C channels of their block's buffer in place: on the GPU as
@@ -176,8 +228,9 @@ TEST_CASE("cuda batch_norm on the first C channels of a wider x matches the refe
   check_close(gye, ye, 1e-5);
   Tensor dy = uniform({N, C, H, W}, 76), dx = uniform({N, Cx, H, W}, 77), dg = Tensor::zeros({C});
   Tensor gdx = dx.to(dev()), gdg = dg.to(dev());
-  ops::batch_norm_backward(c, &dx, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, &y);
-  ops::batch_norm_backward(g, &gdx, &gdg, nullptr, dy.to(dev()), gx, ggamma, gmean, ginvstd, ops::DxMode::add, &gy);
+  ops::batch_norm_backward(c, &dx, &dg, nullptr, dy, x, gamma, mean, invstd, ops::DxMode::add, &y, nullptr);
+  ops::batch_norm_backward(g, &gdx, &gdg, nullptr, dy.to(dev()), gx, ggamma, gmean, ginvstd, ops::DxMode::add, &gy,
+                           nullptr);
   CHECK(norm_rel_diff(gdx, dx) <= 1e-5);  // the channels past C: both untouched, so equal
   CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
 }

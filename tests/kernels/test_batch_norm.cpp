@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "kernels/ops.hpp"
 #include "kernels/ref/ref_ops.hpp"
@@ -84,7 +85,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   };
   loss();
   Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+  ops::batch_norm_backward(ctx, &dx, &dg, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
   auto numeric = [&](Tensor& t) {
     std::vector<double> g(t.numel());
     for (int64_t i = 0; i < t.numel(); ++i) {
@@ -105,7 +106,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
 
   // Null gradients are skipped; the others add up.
   loss();
-  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+  ops::batch_norm_backward(ctx, &dx, nullptr, &db, r, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
   auto twice = [](std::vector<double> v) {
     for (double& e : v) e *= 2;
     return v;
@@ -117,7 +118,7 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   // DxMode::overwrite: dx's old contents (NaN) are written over.
   Tensor dx_over = Tensor::empty(x.shape());
   ops::fill(ctx, dx_over, std::numeric_limits<float>::quiet_NaN());
-  ops::batch_norm_backward(ctx, &dx_over, nullptr, nullptr, r, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr);
+  ops::batch_norm_backward(ctx, &dx_over, nullptr, nullptr, r, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr, nullptr);
   check_close(dx_over, ndx, 2e-3);
 }
 
@@ -133,7 +134,7 @@ TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
     ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
     ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
     Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
-    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr);
+    ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
     return std::vector<Tensor>{y, ye, rm, rv, dx, dg, db};
   };
   auto one = run(1), two = run(2);
@@ -188,13 +189,90 @@ TEST_CASE("batch_norm Epilogue::relu: bitwise relu_forward of the plain output, 
       Tensor dx_want = randn(x.shape(), 17), dx = dx_want.clone();
       Tensor dg_want = randn({C}, 18), dg = dg_want.clone(), db_want = randn({C}, 19), db = db_want.clone();
       ops::batch_norm_backward(ctx, &dx_want, &dg_want, &db_want, g, x, gamma, mean, invstd, mode,
-                               nullptr);
-      ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, mode, &fused);
+                               nullptr, nullptr);
+      ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, mode, &fused, nullptr);
       CHECK(bitwise_equal(dx, dx_want));
       CHECK(bitwise_equal(dg, dg_want));
       CHECK(bitwise_equal(db, db_want));
     }
   }
+}
+
+// Epilogue::silu writes silu(BN(x)), and batch_norm_backward with silu_beta takes the SiLU's
+// output gradient, recomputing BN(x): against silu_forward / silu_backward around the plain ops,
+// bit for bit on the CPU (y formed from the saved statistics both ways, every exp the same vector
+// one), to within the rounding of the recomputed input in the reference (whose forward uses its
+// statistics in double). Planes (N, C, H, W) with a tail of 42 % 16 values, rows (N, C) over two
+// channel blocks, and the first C channels of a wider x.
+TEST_CASE("batch_norm Epilogue::silu and silu_beta: a SiLU's forward and backward folded in") {
+  struct Case {
+    const char* name;
+    Shape x;
+    int64_t c;
+  };
+  for (const Case& k : {Case{"planes", {3, 5, 7, 6}, 5}, Case{"rows", {40, 20}, 20}, Case{"prefix", {3, 7, 5, 3}, 4}})
+    for (bool reference : {false, true}) {
+      const std::string layout = k.name;
+      CAPTURE(layout);
+      CAPTURE(reference);
+      Context ctx = reference ? Context::ref() : Context::cpu(2);
+      const int64_t C = k.c;
+      Shape ys = k.x;
+      ys[1] = C;
+      Tensor x = randn(k.x, 31, 2.f), gamma = randn({C}, 32), beta = randn({C}, 33);
+      Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C}), rm2 = rm.clone(), rv2 = rv.clone();
+      Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+      Tensor plain = Tensor::empty(ys), want = Tensor::empty(ys), fused = Tensor::empty(ys);
+      ops::batch_norm_forward_train(ctx, plain, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                    ops::Epilogue::none);
+      ops::silu_forward(ctx, want, plain);
+      ops::batch_norm_forward_train(ctx, fused, mean, invstd, rm2, rv2, x, gamma, beta, 0.1f, 1e-5f,
+                                    ops::Epilogue::silu);
+      CHECK(bitwise_equal(fused, want));
+      CHECK(bitwise_equal(rv2, rv));  // the statistics are the plain op's
+      Tensor plain_eval = Tensor::empty(ys), want_eval = Tensor::empty(ys), fused_eval = Tensor::empty(ys);
+      ops::batch_norm_forward_eval(ctx, plain_eval, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
+      ops::silu_forward(ctx, want_eval, plain_eval);
+      ops::batch_norm_forward_eval(ctx, fused_eval, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::silu);
+      CHECK(bitwise_equal(fused_eval, want_eval));
+
+      Tensor dy = randn(ys, 34), g = Tensor::empty(ys);
+      ops::silu_backward(ctx, g, dy, plain, ops::DxMode::overwrite);
+      for (ops::DxMode mode : {ops::DxMode::overwrite, ops::DxMode::add}) {
+        Tensor dx_want = randn(k.x, 35), dx = dx_want.clone();
+        Tensor dg_want = randn({C}, 36), dg = dg_want.clone(), db_want = randn({C}, 37), db = db_want.clone();
+        ops::batch_norm_backward(ctx, &dx_want, &dg_want, &db_want, g, x, gamma, mean, invstd, mode, nullptr,
+                                 nullptr);
+        ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, mode, nullptr, &beta);
+        if (reference) {
+          CHECK(dpx::testing::scaled_error(dx, dx_want) <= 1e-5);  // the channels past C: both untouched
+          CHECK(dpx::testing::scaled_error(dg, dg_want) <= 1e-5);
+          CHECK(dpx::testing::scaled_error(db, db_want) <= 1e-5);
+        } else {
+          CHECK(bitwise_equal(dx, dx_want));
+          CHECK(bitwise_equal(dg, dg_want));
+          CHECK(bitwise_equal(db, db_want));
+        }
+      }
+    }
+}
+
+TEST_CASE("batch_norm epilogues: a convolution offers no SiLU; relu_out and silu_beta exclude each other") {
+  Context ctx = Context::cpu();
+  Tensor x = randn({2, 3, 4, 4}, 41), dy = randn({2, 3, 4, 4}, 42), c3 = Tensor::from({3}, {1, 1, 1});
+  Tensor c2 = Tensor::from({2}, {1, 1});
+  Tensor dx = Tensor::empty(x.shape());
+  CHECK_THROWS_WITH_AS(
+      ops::batch_norm_backward(ctx, &dx, nullptr, nullptr, dy, x, c3, c3, c3, ops::DxMode::overwrite, &dy, &c3),
+      doctest::Contains("relu_out and silu_beta given together"), Error);
+  CHECK_THROWS_WITH_AS(
+      ops::batch_norm_backward(ctx, &dx, nullptr, nullptr, dy, x, c3, c3, c3, ops::DxMode::overwrite, nullptr, &c2),
+      doctest::Contains("silu_beta has shape (2), expected (3)"), Error);
+  ops::Conv2dParams p;
+  p.epilogue = ops::Epilogue::silu;
+  Tensor w = randn({3, 3, 1, 1}, 43), y = Tensor::empty({2, 3, 4, 4});
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, y, x, w, nullptr, p),
+                       doctest::Contains("conv2d_forward: epilogue silu is not offered"), Error);
 }
 
 // DenseNet's layers normalise the first C channels of their block's buffer in place: the ops on
@@ -230,8 +308,8 @@ TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them
       ops::copy_channels(ctx, dx_want, 0, dbuf, 0, C, ops::DxMode::overwrite);
       const Tensor dbuf_before = dbuf.clone();
       Tensor dg_want = Tensor::zeros({C}), dg = Tensor::zeros({C});
-      ops::batch_norm_backward(ctx, &dx_want, &dg_want, nullptr, dy, x, gamma, mean, invstd, mode, &relu_out);
-      ops::batch_norm_backward(ctx, &dbuf, &dg, nullptr, dy, buf, gamma, mean, invstd, mode, &relu_out);
+      ops::batch_norm_backward(ctx, &dx_want, &dg_want, nullptr, dy, x, gamma, mean, invstd, mode, &relu_out, nullptr);
+      ops::batch_norm_backward(ctx, &dbuf, &dg, nullptr, dy, buf, gamma, mean, invstd, mode, &relu_out, nullptr);
       CHECK(bitwise_equal(dg, dg_want));
       Tensor dx_got = Tensor::empty({N, C, H, W}), rest_got = Tensor::empty({N, Cx - C, H, W});
       Tensor rest_want = rest_got.clone();

@@ -205,7 +205,7 @@ TEST_CASE("batch norm on rows (M, C), as a channels-last map is normalised: the 
         for (int64_t r = 0; r < M; ++r)
           for (int64_t c = 0; c < C; ++c) d.data<float>()[r * wide + c] = dx_start.data<float>()[r * C + c];
       ops::batch_norm_backward(ctx, &d, &dg[i], &db[i], dy, in, gamma, mean[i], invstd[i], ops::DxMode::add,
-                               epilogue == ops::Epilogue::relu ? &y[i] : nullptr);
+                               epilogue == ops::Epilogue::relu ? &y[i] : nullptr, nullptr);
       dx[i] = Tensor::empty({M, C});
       for (int64_t r = 0; r < M; ++r)
         for (int64_t c = 0; c < C; ++c) dx[i].data<float>()[r * C + c] = d.data<float>()[r * in.size(1) + c];

@@ -287,17 +287,29 @@ void batch_norm(const Case& k, size_t, double tol) {
   const Tensor& s = invstd.ref;
   Out dx = grad(xs, 7), dg = grad({C}, 8), db = grad({C}, 9);
   const Tensor* no_relu = nullptr;
-  both(ops::batch_norm_backward, ref::batch_norm_backward, &dx, &dg, &db, dy, x, gamma, m, s, ops::DxMode::add, no_relu);
+  both(ops::batch_norm_backward, ref::batch_norm_backward, &dx, &dg, &db, dy, x, gamma, m, s, ops::DxMode::add, no_relu,
+       no_relu);
   close("bn dx", dx, tol), close("bn dgamma", dg, tol), close("bn dbeta", db, tol);
   both(ops::batch_norm_backward, ref::batch_norm_backward, nullptr, &dg, nullptr, dy, x, gamma, m, s, ops::DxMode::add,
-       no_relu);
+       no_relu, no_relu);
   both(ops::batch_norm_backward, ref::batch_norm_backward, &dx, nullptr, nullptr, dy, x, gamma, m, s, ops::DxMode::add,
-       no_relu);
+       no_relu, no_relu);
   close("bn dx alone", dx, tol), close("bn dgamma alone", dg, tol), close("bn dbeta untouched", db, tol);
   Out dxo = poisoned_out(xs);
   both(ops::batch_norm_backward, ref::batch_norm_backward, &dxo, nullptr, nullptr, dy, x, gamma, m, s,
-       ops::DxMode::overwrite, no_relu);
+       ops::DxMode::overwrite, no_relu, no_relu);
   close("bn dx written over", dxo, tol);
+  // A SiLU folded in: Epilogue::silu forward, silu_beta backward (y recomputed from x).
+  both(ops::batch_norm_forward_train, ref::batch_norm_forward_train, y, mean, invstd, running_mean, running_var, x,
+       gamma, beta, 0.1f, 1e-5f, ops::Epilogue::silu);
+  close("bn silu y", y, tol);
+  both(ops::batch_norm_forward_eval, ref::batch_norm_forward_eval, y, x, gamma, beta, rm, rv, 1e-5f,
+       ops::Epilogue::silu);
+  close("bn eval silu y", y, tol);
+  const Tensor* silu_beta = &beta;
+  both(ops::batch_norm_backward, ref::batch_norm_backward, &dxo, &dg, &db, dy, x, gamma, m, s, ops::DxMode::overwrite,
+       no_relu, silu_beta);
+  close("bn silu dx", dxo, tol), close("bn silu dgamma", dg, tol), close("bn silu dbeta", db, tol);
 }
 
 void activations(const Case& k, size_t, double tol) {

@@ -4,8 +4,10 @@
 
 #include <cmath>
 
+#include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
 #include "layers/model.hpp"
+#include "layers/sequential.hpp"
 #include "tests/layers/layer_test_util.hpp"
 
 using namespace dpx;
@@ -51,6 +53,35 @@ TEST_CASE("BatchNorm2d: gradients in eval mode (running statistics), trainable a
   bn.weight().requires_grad = false;
   bn.bias().requires_grad = false;
   CHECK_GRADIENTS(ctx, bn, uniform({2, 3, 2, 2}, 13));
+}
+
+TEST_CASE("BatchNorm2d/1d + SiLU run as one (Sequential, Epilogue::silu): gradients in training and eval mode") {
+  Context ctx = Context::cpu();
+  auto bn_silu = [](auto bn) {
+    randomise_affine(*bn, 14);
+    auto seq = std::make_unique<nn::Sequential>();
+    seq->add(std::move(bn));
+    seq->add(std::make_unique<nn::SiLU>());
+    return seq;
+  };
+  auto planes = bn_silu(std::make_unique<nn::BatchNorm2d>(3));
+  auto rows = bn_silu(std::make_unique<nn::BatchNorm1d>(3));
+  CHECK_GRADIENTS(ctx, *planes, uniform({2, 3, 2, 2}, 15, -2.f, 2.f));
+  CHECK_GRADIENTS(ctx, *rows, uniform({5, 3}, 16, -2.f, 2.f));
+  planes->eval();
+  CHECK_GRADIENTS(ctx, *planes, uniform({2, 3, 2, 3}, 17, -2.f, 2.f));
+}
+
+TEST_CASE("BatchNorm: backward must match the epilogue its forward applied") {
+  Context ctx = Context::cpu();
+  nn::BatchNorm2d bn(3);
+  const Tensor x = uniform({2, 3, 2, 2}, 18), dy = uniform({2, 3, 2, 2}, 19);
+  const Tensor y = bn.forward(ctx, x, ops::Epilogue::relu);
+  CHECK_THROWS_WITH_AS(bn.backward(ctx, dy), doctest::Contains("backward needs that ReLU's output"), dpx::Error);
+  bn.forward(ctx, x);
+  CHECK_THROWS_WITH_AS(bn.backward(ctx, dy, &y), doctest::Contains("given a ReLU's output, but the forward applied "
+                                                                   "epilogue none"),
+                       dpx::Error);
 }
 
 TEST_CASE("BatchNorm2d: output and running statistics after steps equal hand-computed values") {

@@ -203,3 +203,75 @@ TEST_CASE("Sequential: batch norm or conv + ReLU run as one pass give the layers
     for (size_t i = 0; i < bf.size(); ++i) CHECK(bitwise_equal(*bf[i].second, *bp[i].second));
   }
 }
+
+TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and gradients, one map fewer kept") {
+  // Each BatchNorm2d/1d -> SiLU pair is one batch_norm_forward_train marked silu (no silu_forward)
+  // and one batch_norm_backward (no silu_backward), and no tensor keeps the values before the
+  // SiLU: Sequential's forward holds one map per pair less than the children run one by one. The
+  // values and gradients are theirs bit for bit (the backward recomputes the SiLU's input as the
+  // forward formed it), in training and in eval mode.
+  namespace profile = dpx::ops::profile;
+  Rng rng(11);
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1);
+  net->emplace<nn::BatchNorm2d>(4);
+  net->emplace<nn::SiLU>();
+  net->emplace<nn::Conv2d>(4, 4, 1, rng);
+  net->emplace<nn::BatchNorm2d>(4);
+  net->emplace<nn::SiLU>();
+  net->emplace<nn::Flatten>();
+  net->emplace<nn::BatchNorm1d>(64);
+  net->emplace<nn::SiLU>();
+  net->emplace<nn::Linear>(64, 3, rng);
+  const int64_t kept_less = 3 * 5 * 64 * int64_t(sizeof(float));  // three (5, 64)-value maps
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    nn::Model fused(net->clone()), plain(net->clone());
+    fused.root().train(training);
+    plain.root().train(training);
+    fused.root().set_input_grad_needed(true);
+    plain.root().set_input_grad_needed(true);
+    Context ctx = Context::cpu(2);
+    Tensor x = uniform({5, 2, 4, 4}, 12, -1.f, 1.f), dy = uniform({5, 3}, 13);
+
+    profile::Counting counting(true);
+    profile::reset();
+    profile::set_enabled(true);
+    profile::set_by_shape(true);
+    const size_t before_fused = host_bytes_in_use();
+    Tensor y_fused = fused.forward(ctx, x);
+    const auto fused_bytes = static_cast<int64_t>(host_bytes_in_use() - before_fused);
+    fused.zero_grad(ctx);
+    Tensor dx_fused = fused.backward(ctx, dy);
+    const std::vector<profile::OpStats> stats = profile::snapshot();
+    profile::set_by_shape(false);
+    profile::set_enabled(false);
+    profile::reset();
+    int silu_ops = 0, bn_silu = 0;
+    for (const auto& s : stats) {
+      silu_ops += s.name == "silu_forward" || s.name == "silu_backward" ? static_cast<int>(s.calls) : 0;
+      bn_silu += s.name.starts_with("batch_norm_forward") && s.shape.ends_with(" silu") ? static_cast<int>(s.calls) : 0;
+    }
+    CHECK(silu_ops == (training ? 0 : 3));  // eval's backward is composed: silu_backward, then the affine map's
+    CHECK(bn_silu == 3);
+
+    const size_t before_plain = host_bytes_in_use();
+    Tensor y_plain = x;
+    for (size_t i = 0; i < plain.root().num_children(); ++i) y_plain = plain.root().child(i).forward(ctx, y_plain);
+    const auto plain_bytes = static_cast<int64_t>(host_bytes_in_use() - before_plain);
+    CHECK(plain_bytes - fused_bytes == kept_less);
+    CHECK(bitwise_equal(y_fused, y_plain));
+    plain.zero_grad(ctx);
+    Tensor dx_plain = dy;
+    for (size_t i = plain.root().num_children(); i-- > 0;) dx_plain = plain.root().child(i).backward(ctx, dx_plain);
+    CHECK(bitwise_equal(dx_fused, dx_plain));
+    auto pf = fused.root().named_parameters(), pp = plain.root().named_parameters();
+    REQUIRE(pf.size() == pp.size());
+    for (size_t i = 0; i < pf.size(); ++i) {
+      CAPTURE(pf[i].first);
+      CHECK(bitwise_equal(pf[i].second->grad, pp[i].second->grad));
+    }
+    auto bf = fused.root().named_buffers(), bp = plain.root().named_buffers();
+    for (size_t i = 0; i < bf.size(); ++i) CHECK(bitwise_equal(*bf[i].second, *bp[i].second));
+  }
+}
