@@ -48,7 +48,7 @@ void affine(float* out, const float* in, int64_t n, float a, float b, Epilogue e
   if (epilogue == Epilogue::relu) {
     for (int64_t i = 0; i < n; ++i) out[i] = relu_of(in[i] * a + b);
   } else if (epilogue == Epilogue::silu) {
-    by_lanes(n, [&](int64_t i) { return in[i] * a + b; }, silu_lanes, [&](int64_t i, float r) { out[i] = r; });
+    by_lanes(n, [&](int64_t i) { return in[i] * a + b; }, Silu{}, [&](int64_t i, float r) { out[i] = r; });
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = in[i] * a + b;
   }
@@ -56,7 +56,7 @@ void affine(float* out, const float* in, int64_t n, float a, float b, Epilogue e
 
 // p[i] = silu(p[i]) for i < n.
 void silu_in_place(float* p, int64_t n) {
-  by_lanes(n, [&](int64_t i) { return p[i]; }, silu_lanes, [&](int64_t i, float r) { p[i] = r; });
+  by_lanes(n, [&](int64_t i) { return p[i]; }, Silu{}, [&](int64_t i, float r) { p[i] = r; });
 }
 
 // The forward's y = x * a + b of a channel with mean m, 1/sqrt(var + eps) invstd, gamma g, beta b.
@@ -231,7 +231,7 @@ void silu_through(float* out, int64_t c, const BnShape& s, const float* dyp, con
   for (int64_t n = 0; n < s.N; ++n) {
     const float *in = xp + s.x_at(n, c), *d = dyp + s.y_at(n, c);
     float* o = out + n * s.S;
-    by_lanes(s.S, [&](int64_t i) { return in[i] * k.a + k.b; }, silu_grad_lanes,
+    by_lanes(s.S, [&](int64_t i) { return in[i] * k.a + k.b; }, SiluGrad{},
              [&](int64_t i, float r) { o[i] = d[i] * r; });
   }
 }
@@ -256,7 +256,7 @@ void backward_rows(int64_t c0, int64_t c1, const BnShape& s, float* dxp, float* 
     const float* d = dyp + r * C;
     if constexpr (kThrough == Through::silu) {
       const float* in = xp + r * C + c0;
-      by_lanes(c1 - c0, [&](int64_t j) { return in[j] * y_of[j].a + y_of[j].b; }, silu_grad_lanes,
+      by_lanes(c1 - c0, [&](int64_t j) { return in[j] * y_of[j].a + y_of[j].b; }, SiluGrad{},
                [&](int64_t j, float v) { g[j] = d[c0 + j] * v; });
     } else {
       constexpr bool kMasked = kThrough == Through::relu;

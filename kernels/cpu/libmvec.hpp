@@ -24,34 +24,41 @@ inline float silu_grad(float v) {
   return s * (1.f + v * (1.f - s));
 }
 
-// The SiLU's values go through one `omp simd` loop of exactly kExpLanes iterations, the last few
-// of a span padded to a whole one: every value meets the same vector exp, so its SiLU depends on
-// the value alone, not on where it lies (a plane's tail, a channels-last row, an eval batch
-// norm's single-value planes) or on which op computes it. silu_forward and silu_backward, and
-// batch norm's SiLU epilogue and folded backward (ops::Epilogue::silu), use these; the bits then
-// agree across layouts and between the folded and the unfolded ops.
+// The SiLU's values go through `omp simd` loops of exactly kExpLanes iterations (simdlen: the
+// same vector exp for every one of them), a span's last few padded to a whole one: a value's SiLU
+// then depends on the value alone, not on where it lies (a plane's tail, a channels-last row, an
+// eval batch norm's single-value planes) or on which op computes it. silu_forward and
+// silu_backward, and batch norm's SiLU epilogue and folded backward (ops::Epilogue::silu), run
+// through by_lanes; the bits then agree across layouts and between the folded and unfolded ops.
 inline constexpr int64_t kExpLanes = 16;
 
-inline void silu_lanes(float* out, const float* v) {
-#pragma omp simd
-  for (int64_t j = 0; j < kExpLanes; ++j) out[j] = silu_of(v[j]);
-}
-inline void silu_grad_lanes(float* out, const float* v) {
-#pragma omp simd
-  for (int64_t j = 0; j < kExpLanes; ++j) out[j] = silu_grad(v[j]);
-}
+struct Silu {
+  float operator()(float v) const { return silu_of(v); }
+};
+struct SiluGrad {
+  float operator()(float v) const { return silu_grad(v); }
+};
 
-// For i < n, kExpLanes at a time: v[i] = arg(i), then put(i, r[i]) with r = lanes(v) (silu_lanes
-// or silu_grad_lanes); a last partial chunk is padded with zeros, whose results are dropped.
-template <class Arg, class Lanes, class Put>
-inline void by_lanes(int64_t n, Arg arg, Lanes lanes, Put put) {
-  for (int64_t i = 0; i < n; i += kExpLanes) {
-    const int64_t m = n - i < kExpLanes ? n - i : kExpLanes;
-    alignas(64) float v[kExpLanes] = {}, r[kExpLanes];
-    for (int64_t j = 0; j < m; ++j) v[j] = arg(i + j);
-    lanes(r, v);
-    for (int64_t j = 0; j < m; ++j) put(i + j, r[j]);
+// put(i, f(arg(i))) for i < n (f: Silu or SiluGrad), kExpLanes at a time; a last partial chunk
+// is computed padded with zeros, whose results are dropped. The simd loops hold only arg, f and a
+// store to r: with put inside (a select, an accumulation) the compiler has split a loop and left
+// a copy of it scalar, whose expf is not the vector one.
+template <class Arg, class F, class Put>
+inline void by_lanes(int64_t n, Arg arg, F f, Put put) {
+  alignas(64) float r[kExpLanes];
+  int64_t i = 0;
+  for (; i + kExpLanes <= n; i += kExpLanes) {
+#pragma omp simd simdlen(16)
+    for (int64_t j = 0; j < kExpLanes; ++j) r[j] = f(arg(i + j));
+    for (int64_t j = 0; j < kExpLanes; ++j) put(i + j, r[j]);
   }
+  if (i == n) return;
+  alignas(64) float v[kExpLanes] = {};
+  for (int64_t j = 0; i + j < n; ++j) v[j] = arg(i + j);
+#pragma omp simd simdlen(16)
+  for (int64_t j = 0; j < kExpLanes; ++j) r[j] = f(v[j]);
+  for (int64_t j = 0; i + j < n; ++j) put(i + j, r[j]);
 }
+static_assert(kExpLanes == 16, "the loops' simdlen");
 
 }  // namespace dpx::cpu::detail

@@ -82,7 +82,7 @@ void silu_forward(Context& ctx, Tensor& y, const Tensor& x) {
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t at = b * kBlock;
-    by_lanes(std::min(kBlock, n - at), [&](int64_t i) { return xp[at + i]; }, silu_lanes,
+    by_lanes(std::min(kBlock, n - at), [&](int64_t i) { return xp[at + i]; }, Silu{},
              [&](int64_t i, float r) { yp[at + i] = r; });
   }
 }
@@ -96,7 +96,7 @@ void silu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& x, 
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t at = b * kBlock;
-    by_lanes(std::min(kBlock, n - at), [&](int64_t i) { return xp[at + i]; }, silu_grad_lanes,
+    by_lanes(std::min(kBlock, n - at), [&](int64_t i) { return xp[at + i]; }, SiluGrad{},
              [&](int64_t i, float r) {
                const float g = dyp[at + i] * r;
                dxp[at + i] = overwrite ? g : dxp[at + i] + g;

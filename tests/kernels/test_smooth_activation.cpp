@@ -57,6 +57,34 @@ TEST_CASE("silu: values and derivative as torch") {
                     1.0907842487848955});
 }
 
+// Every SiLU value goes through the same vector exp (by_lanes, kernels/cpu/libmvec.hpp): a value's
+// SiLU and derivative are the same bits alone, in a tensor's body, or in its last partial chunk,
+// which batch norm's folded SiLU (and channels-last maps) rely on. A scalar exp at some
+// positions (a loop the compiler split) differed from the vector one by an ulp on this data.
+TEST_CASE("silu: a value's result does not depend on its position") {
+  Context ctx = Context::cpu();
+  const int64_t n = 4099;  // 256 whole chunks of 16 and a tail of 3
+  Tensor x = randn({n}, 61, 4.f), dy = randn({n}, 62), y = Tensor::empty({n}), dx = Tensor::empty({n});
+  ops::silu_forward(ctx, y, x);
+  ops::silu_backward(ctx, dx, dy, x, ops::DxMode::overwrite);
+  Tensor shifted_y = Tensor::empty({n - 5}), shifted_dx = Tensor::empty({n - 5});
+  const Tensor shifted_x = Tensor::from({n - 5}, std::vector<float>(x.data<float>() + 5, x.data<float>() + n));
+  const Tensor shifted_dy = Tensor::from({n - 5}, std::vector<float>(dy.data<float>() + 5, dy.data<float>() + n));
+  ops::silu_forward(ctx, shifted_y, shifted_x);
+  ops::silu_backward(ctx, shifted_dx, shifted_dy, shifted_x, ops::DxMode::overwrite);
+  int64_t differ = 0;
+  for (int64_t i = 5; i < n; ++i)
+    differ += y.data<float>()[i] != shifted_y.data<float>()[i - 5] || dx.data<float>()[i] != shifted_dx.data<float>()[i - 5];
+  for (int64_t i = 0; i < 64; ++i) {  // each value alone: a chunk of one, padded
+    Tensor one_x = Tensor::from({1}, {x.data<float>()[i]}), one_dy = Tensor::from({1}, {dy.data<float>()[i]});
+    Tensor one_y = Tensor::empty({1}), one_dx = Tensor::empty({1});
+    ops::silu_forward(ctx, one_y, one_x);
+    ops::silu_backward(ctx, one_dx, one_dy, one_x, ops::DxMode::overwrite);
+    differ += one_y.data<float>()[0] != y.data<float>()[i] || one_dx.data<float>()[0] != dx.data<float>()[i];
+  }
+  CHECK(differ == 0);
+}
+
 TEST_CASE("gelu: exact erf form, values and derivative as torch") {
   // The tanh approximation differs from these by ~1e-4 at x = 2: the tolerance tells them apart.
   check_activation(ops::gelu_forward, ops::gelu_backward, false,
