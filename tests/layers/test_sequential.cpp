@@ -60,6 +60,36 @@ GradCheckOptions cnn_options() {
   opt.skip_kinks = true;
   return opt;
 }
+// A copy of net in the given mode, computing dx too.
+nn::Model prepared(const nn::Module& net, bool training) {
+  nn::Model m(net.clone());
+  m.root().train(training);
+  m.root().set_input_grad_needed(true);
+  return m;
+}
+
+// Forward and backward through m's children one by one, none folded into another.
+Tensor forward_alone(Context& ctx, nn::Model& m, Tensor x) {
+  for (size_t i = 0; i < m.root().num_children(); ++i) x = m.root().child(i).forward(ctx, x);
+  return x;
+}
+Tensor backward_alone(Context& ctx, nn::Model& m, Tensor dy) {
+  for (size_t i = m.root().num_children(); i-- > 0;) dy = m.root().child(i).backward(ctx, dy);
+  return dy;
+}
+
+// Every parameter gradient and buffer of a and b, bit for bit.
+void check_same_grads_and_buffers(nn::Model& a, nn::Model& b) {
+  auto pa = a.root().named_parameters(), pb = b.root().named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CAPTURE(pa[i].first);
+    CHECK(bitwise_equal(pa[i].second->grad, pb[i].second->grad));
+  }
+  auto ba = a.root().named_buffers(), bb = b.root().named_buffers();
+  REQUIRE(ba.size() == bb.size());
+  for (size_t i = 0; i < ba.size(); ++i) CHECK(bitwise_equal(*ba[i].second, *bb[i].second));
+}
 }  // namespace
 
 TEST_CASE("Sequential: children named by position or by name, as torchvision") {
@@ -175,32 +205,14 @@ TEST_CASE("Sequential: batch norm or conv + ReLU run as one pass give the layers
   fused_net->emplace<nn::Linear>(64, 3, rng);
   for (bool training : {true, false}) {
     CAPTURE(training);
-    nn::Model fused(fused_net->clone()), plain(fused_net->clone());
-    fused.root().train(training);
-    plain.root().train(training);
-    fused.root().set_input_grad_needed(true);
-    plain.root().set_input_grad_needed(true);
+    nn::Model fused = prepared(*fused_net, training), plain = prepared(*fused_net, training);
     Context ctx = Context::cpu(2);
     Tensor x = uniform({5, 2, 4, 4}, 8, -1.f, 1.f), dy = uniform({5, 3}, 9);
-    Tensor y_fused = fused.forward(ctx, x);
-    Tensor y_plain = x;
-    for (size_t i = 0; i < plain.root().num_children(); ++i)
-      y_plain = plain.root().child(i).forward(ctx, y_plain);
-    CHECK(bitwise_equal(y_fused, y_plain));
+    CHECK(bitwise_equal(fused.forward(ctx, x), forward_alone(ctx, plain, x)));
     fused.zero_grad(ctx);
     plain.zero_grad(ctx);
-    Tensor dx_plain = dy;
-    for (size_t i = plain.root().num_children(); i-- > 0;)
-      dx_plain = plain.root().child(i).backward(ctx, dx_plain);
-    CHECK(bitwise_equal(fused.backward(ctx, dy), dx_plain));
-    auto pf = fused.root().named_parameters(), pp = plain.root().named_parameters();
-    REQUIRE(pf.size() == pp.size());
-    for (size_t i = 0; i < pf.size(); ++i) {
-      CAPTURE(pf[i].first);
-      CHECK(bitwise_equal(pf[i].second->grad, pp[i].second->grad));
-    }
-    auto bf = fused.root().named_buffers(), bp = plain.root().named_buffers();
-    for (size_t i = 0; i < bf.size(); ++i) CHECK(bitwise_equal(*bf[i].second, *bp[i].second));
+    CHECK(bitwise_equal(fused.backward(ctx, dy), backward_alone(ctx, plain, dy)));
+    check_same_grads_and_buffers(fused, plain);
   }
 }
 
@@ -226,11 +238,7 @@ TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and
   const int64_t kept_less = 3 * 5 * 64 * int64_t(sizeof(float));  // three (5, 64)-value maps
   for (bool training : {true, false}) {
     CAPTURE(training);
-    nn::Model fused(net->clone()), plain(net->clone());
-    fused.root().train(training);
-    plain.root().train(training);
-    fused.root().set_input_grad_needed(true);
-    plain.root().set_input_grad_needed(true);
+    nn::Model fused = prepared(*net, training), plain = prepared(*net, training);
     Context ctx = Context::cpu(2);
     Tensor x = uniform({5, 2, 4, 4}, 12, -1.f, 1.f), dy = uniform({5, 3}, 13);
 
@@ -256,22 +264,12 @@ TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and
     CHECK(bn_silu == 3);
 
     const size_t before_plain = host_bytes_in_use();
-    Tensor y_plain = x;
-    for (size_t i = 0; i < plain.root().num_children(); ++i) y_plain = plain.root().child(i).forward(ctx, y_plain);
+    const Tensor y_plain = forward_alone(ctx, plain, x);
     const auto plain_bytes = static_cast<int64_t>(host_bytes_in_use() - before_plain);
     CHECK(plain_bytes - fused_bytes == kept_less);
     CHECK(bitwise_equal(y_fused, y_plain));
     plain.zero_grad(ctx);
-    Tensor dx_plain = dy;
-    for (size_t i = plain.root().num_children(); i-- > 0;) dx_plain = plain.root().child(i).backward(ctx, dx_plain);
-    CHECK(bitwise_equal(dx_fused, dx_plain));
-    auto pf = fused.root().named_parameters(), pp = plain.root().named_parameters();
-    REQUIRE(pf.size() == pp.size());
-    for (size_t i = 0; i < pf.size(); ++i) {
-      CAPTURE(pf[i].first);
-      CHECK(bitwise_equal(pf[i].second->grad, pp[i].second->grad));
-    }
-    auto bf = fused.root().named_buffers(), bp = plain.root().named_buffers();
-    for (size_t i = 0; i < bf.size(); ++i) CHECK(bitwise_equal(*bf[i].second, *bp[i].second));
+    CHECK(bitwise_equal(dx_fused, backward_alone(ctx, plain, dy)));
+    check_same_grads_and_buffers(fused, plain);
   }
 }
