@@ -62,6 +62,7 @@ std::string BatchNormBase<Self>::describe() const {
 template <class Self>
 void BatchNormBase<Self>::clear_cache() {
   x_ = save_mean_ = save_invstd_ = Tensor();
+  applied_ = ops::Epilogue::none;  // nothing left for a backward to undo
 }
 
 template <class Self>

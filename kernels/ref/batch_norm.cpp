@@ -110,7 +110,8 @@ void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, co
       if (!(relu_out->data<float>()[i] > 0.f)) through[i] = 0.f;
     dyp = through.data();
   }
-  if (silu_beta) {  // dy * silu'(y), y as the forward computed it (silu_backward's formula)
+  if (silu_beta) {  // dy * silu'(y), y recomputed from the saved (float) statistics: the forward's
+                    // y to rounding, as the forward used its statistics in double
     through.assign(dyp, dyp + dy.numel());
     for (int64_t c = 0; c < b.C; ++c) {
       const double mean = save_mean.data<float>()[c], invstd = save_invstd.data<float>()[c];

@@ -155,38 +155,47 @@ TEST_CASE("cuda batch_norm_backward with relu_out equals relu_backward then the 
 // A SiLU folded in: Epilogue::silu writes silu(BN(x)) and batch_norm_backward with silu_beta
 // recomputes BN(x) from x and the saved statistics, in the same order as the forward (bn_value):
 // against silu_forward / silu_backward around the plain ops on the GPU (one formula, so to
-// rounding at most), and against the reference on the host. Planes, and rows (the row kernels:
-// three tiles of 32 channels).
+// rounding at most), and against the reference on the host. Planes and rows (the row kernels:
+// three tiles of 32 channels), each on all of x and on its first C channels (a wider x).
 TEST_CASE("cuda batch_norm with a SiLU folded in (Epilogue::silu, silu_beta) equals the ops one after the other") {
   Context c = reference(), g = gpu();
   uint64_t seed = 80;
-  for (Shape xs : {Shape{4, 6, 9, 9}, Shape{3000, 70}}) {
-    CAPTURE(shape_str(xs));
-    const int64_t C = xs[1];
-    Tensor x = uniform(xs, ++seed, -3.f, 3.f), dy = uniform(xs, ++seed), gamma = uniform({C}, ++seed, 0.5f, 1.5f);
+  struct Case {
+    Shape x;
+    int64_t c;
+  };
+  for (const Case& k : {Case{{4, 6, 9, 9}, 6}, Case{{3000, 70}, 70}, Case{{4, 9, 9, 9}, 6}, Case{{3000, 70}, 40}}) {
+    CAPTURE(shape_str(k.x));
+    CAPTURE(k.c);
+    const Shape& xs = k.x;
+    const int64_t C = k.c;
+    Shape ys = xs;
+    ys[1] = C;
+    Tensor x = uniform(xs, ++seed, -3.f, 3.f), dy = uniform(ys, ++seed), gamma = uniform({C}, ++seed, 0.5f, 1.5f);
     Tensor beta = uniform({C}, ++seed), rm = Tensor::zeros({C}), rv = uniform({C}, ++seed, 0.5f, 2.f);
     Tensor gx = x.to(dev()), gdy = dy.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev());
     Tensor grm = rm.to(dev()), grv = rv.to(dev()), grm2 = rm.to(dev()), grv2 = rv.to(dev());
     Tensor gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
-    Tensor plain = poisoned(xs, dev()), want = poisoned(xs, dev()), fused = poisoned(xs, dev());
+    Tensor plain = poisoned(ys, dev()), want = poisoned(ys, dev()), fused = poisoned(ys, dev());
     ops::batch_norm_forward_train(g, plain, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f,
                                   ops::Epilogue::none);
     ops::silu_forward(g, want, plain);
     ops::batch_norm_forward_train(g, fused, gmean, ginvstd, grm2, grv2, gx, ggamma, gbeta, 0.1f, 1e-5f,
                                   ops::Epilogue::silu);
     check_close(fused, want, 1e-6);
-    Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
+    Tensor y = Tensor::empty(ys), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
     ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::silu);
     check_close(fused, y, 1e-5);
-    Tensor eval_plain = poisoned(xs, dev()), eval_want = poisoned(xs, dev()), eval_fused = poisoned(xs, dev());
+    Tensor eval_plain = poisoned(ys, dev()), eval_want = poisoned(ys, dev()), eval_fused = poisoned(ys, dev());
     ops::batch_norm_forward_eval(g, eval_plain, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::none);
     ops::silu_forward(g, eval_want, eval_plain);
     ops::batch_norm_forward_eval(g, eval_fused, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::silu);
     check_close(eval_fused, eval_want, 1e-6);
 
-    Tensor through = poisoned(xs, dev());
+    // dx starts at zero everywhere, so that the channels past C (untouched) agree too.
+    Tensor through = poisoned(ys, dev());
     ops::silu_backward(g, through, gdy, plain, ops::DxMode::overwrite);
-    Tensor dx_want = poisoned(xs, dev()), dx = poisoned(xs, dev());
+    Tensor dx_want = Tensor::zeros(xs).to(dev()), dx = Tensor::zeros(xs).to(dev());
     Tensor dg_want = Tensor::zeros({C}).to(dev()), dg = Tensor::zeros({C}).to(dev());
     Tensor db_want = Tensor::zeros({C}).to(dev()), db = Tensor::zeros({C}).to(dev());
     ops::batch_norm_backward(g, &dx_want, &dg_want, &db_want, through, gx, ggamma, gmean, ginvstd,
@@ -196,7 +205,7 @@ TEST_CASE("cuda batch_norm with a SiLU folded in (Epilogue::silu, silu_beta) equ
     CHECK(scaled_error(dx, dx_want) <= 1e-6);
     CHECK(scaled_error(dg, dg_want) <= 1e-6);
     CHECK(scaled_error(db, db_want) <= 1e-6);
-    Tensor rdx = Tensor::empty(xs), rdg = Tensor::zeros({C}), rdb = Tensor::zeros({C});
+    Tensor rdx = Tensor::zeros(xs), rdg = Tensor::zeros({C}), rdb = Tensor::zeros({C});
     ops::batch_norm_backward(c, &rdx, &rdg, &rdb, dy, x, gamma, mean, invstd, ops::DxMode::overwrite, nullptr, &beta);
     CHECK(norm_rel_diff(dx, rdx) <= 1e-5);
     CHECK(norm_rel_diff(dg, rdg) <= 1e-5);
