@@ -82,11 +82,22 @@ void require_unary_backward(const char* op, const Tensor& dx, const Tensor& dy,
   require_f32_pair(op, "dy", dy, saved_name, saved);
 }
 
+// A map a convolution, a batch norm or a ReLU hands the next layer (ops.def, "half-precision
+// maps"): f32, or ctx.compute where that is bf16 or fp16 (--precision).
+void require_map_dtype(const char* op, const char* name, const Tensor& t, const Context& ctx) {
+  require_defined(op, name, t);
+  if (t.dtype() == DType::f32 || (ctx.compute != DType::f32 && t.dtype() == ctx.compute)) return;
+  fail(op, ": ", name, " ", shape_str(t.shape()), " must be f32",
+       ctx.compute != DType::f32 ? detail::concat(" or ", dtype_name(ctx.compute), " (the compute's precision)")
+                                 : std::string(" (half-precision maps need --precision bf16 or fp16)"),
+       ", got ", dtype_name(t.dtype()));
+}
+
 // ---- convolution and pooling windows ------------------------------------------------------
 // The output (N, C_out, OH, OW) of a convolution of x by w, after checking that they fit, in
 // p.format's layout.
-Shape conv_output(const char* op, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  require_f32(op, "x", x);
+Shape conv_output(const char* op, const Tensor& x, const Tensor& w, const Conv2dParams& p, const Context& ctx) {
+  require_map_dtype(op, "x", x, ctx);
   require_f32(op, "w", w);
   require_dim(op, "x", x, 4);
   require_dim(op, "w", w, 4);
@@ -144,18 +155,18 @@ void check_adaptive(const char* op, const char* in_name, const Tensor& in, const
 }
 
 // ---- normalisation ------------------------------------------------------------------------
-// x (N, C, ...) f32; returns C.
-int64_t bn_channels(const char* op, const Tensor& x) {
-  require_f32(op, "x", x);
+// x (N, C, ...), f32 or in the compute's half type (require_map_dtype); returns C.
+int64_t bn_channels(const char* op, const Tensor& x, const Context& ctx) {
+  require_map_dtype(op, "x", x, ctx);
   if (x.dim() < 2) fail(op, ": x must be (N, C) or (N, C, ...), got shape ", shape_str(x.shape()));
   return x.size(1);
 }
 
 // y (N, C, ...) against x (N, Cx, ...): every dimension alike but C <= Cx (y's channels are x's
-// first C, the batch norm ops' prefix); returns C.
-int64_t bn_prefix(const char* op, const char* y_name, const Tensor& y, const Tensor& x) {
-  const int64_t Cx = bn_channels(op, x);
-  require_f32(op, y_name, y);
+// first C, the batch norm ops' prefix), each f32 or in the compute's half type; returns C.
+int64_t bn_prefix(const char* op, const char* y_name, const Tensor& y, const Tensor& x, const Context& ctx) {
+  const int64_t Cx = bn_channels(op, x, ctx);
+  require_map_dtype(op, y_name, y, ctx);
   Shape want = x.shape();
   if (y.dim() == x.dim() && y.size(1) <= Cx) want[1] = y.size(1);
   if (y.shape() != want)
@@ -380,21 +391,26 @@ void matmul(Context&, Tensor& c, const Tensor& a, const Tensor& b, bool trans_a,
 }
 
 // ==== convolution
-void conv2d_forward(Context&, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
   const char* op = "conv2d_forward";
-  const Shape out = conv_output(op, x, w, p);
-  require_f32_shape(op, "y", y, out);
+  const Shape out = conv_output(op, x, w, p, ctx);
+  require_map_dtype(op, "y", y, ctx);
+  require_shape(op, "y", y, out);
   if (b && b->defined()) require_f32_shape(op, "b", *b, {w.size(0)});
   if (p.epilogue != Epilogue::none && p.epilogue != Epilogue::relu)
     fail(op, ": epilogue ", epilogue_name(p.epilogue), " is not offered (a convolution folds in a ReLU only)");
 }
 
-void conv2d_backward(Context&, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
+void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                      const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode) {
   const char* op = "conv2d_backward";
-  const Shape out = conv_output(op, x, w, p);
-  require_f32_shape(op, "dy", dy, out);
+  const Shape out = conv_output(op, x, w, p, ctx);
+  require_map_dtype(op, "dy", dy, ctx);
+  require_shape(op, "dy", dy, out);
+  if (dy.dtype() != DType::f32 && db)
+    fail(op, ": a ", dtype_name(dy.dtype()),
+         " dy comes from a batch norm after a convolution without bias: db must be null");
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
   if (dw) require_f32_shape(op, "dw", *dw, w.shape());
   if (db) require_f32_shape(op, "db", *db, {w.size(0)});
@@ -450,11 +466,11 @@ void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, Memory
 }
 
 // ==== batch normalisation
-void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float, float, Epilogue) {
   const char* op = "batch_norm_forward_train";
-  const int64_t C = bn_prefix(op, "y", y, x);
+  const int64_t C = bn_prefix(op, "y", y, x, ctx);
   require_channels(op,
                    {{"save_mean", &save_mean}, {"save_invstd", &save_invstd},
                     {"running_mean", &running_mean}, {"running_var", &running_var},
@@ -467,37 +483,47 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
          shape_str(x.shape()));
 }
 
-void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
+void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float, Epilogue) {
   const char* op = "batch_norm_forward_eval";
-  const int64_t C = bn_prefix(op, "y", y, x);
+  const int64_t C = bn_prefix(op, "y", y, x, ctx);
   require_channels(op,
                    {{"gamma", &gamma}, {"beta", &beta}, {"running_mean", &running_mean},
                     {"running_var", &running_var}},
                    C);
 }
 
-void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode, const Tensor* relu_out, const Tensor* silu_beta) {
   const char* op = "batch_norm_backward";
-  const int64_t C = bn_prefix(op, "dy", dy, x);
+  require_f32(op, "dy", dy);
+  const int64_t C = bn_prefix(op, "dy", dy, x, ctx);
   require_channels(op,
                    {{"gamma", &gamma}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},
                     {"dgamma", dgamma}, {"dbeta", dbeta}},
                    C);
-  if (dx) require_f32_shape(op, "dx", *dx, x.shape());
+  if (dx) {  // x's dtype: a half-precision x has its gradient rounded to the same
+    require_dtype(op, "dx", *dx, x.dtype());
+    require_shape(op, "dx", *dx, x.shape());
+  }
   if (relu_out && silu_beta) fail(op, ": relu_out and silu_beta given together (a forward applies one epilogue)");
-  if (relu_out) require_f32_shape(op, "relu_out", *relu_out, dy.shape());
+  if (relu_out) {  // the ReLU's output, f32 or (before a convolution) in the compute's half type
+    require_map_dtype(op, "relu_out", *relu_out, ctx);
+    require_shape(op, "relu_out", *relu_out, dy.shape());
+  }
   if (silu_beta) require_f32_shape(op, "silu_beta", *silu_beta, {C});
 }
 
 // ==== activations and regularisation
 void relu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("relu_forward", "y", y, "x", x); }
 
-void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
-  require_unary_backward("relu_backward", dx, dy, "y", y);
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
+  const char* op = "relu_backward";
+  require_f32_pair(op, "dx", dx, "dy", dy);
+  require_map_dtype(op, "y", y, ctx);  // in half precision where a convolution read it next
+  require_same_numel(op, "dy", dy, "y", y);
 }
 
 namespace {

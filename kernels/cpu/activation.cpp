@@ -3,6 +3,7 @@
 // number of threads (and the same as the CUDA kernel draws).
 #include "core/rng.hpp"
 #include "kernels/cpu/cpu_common.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
 namespace dpx::cpu {
@@ -14,6 +15,7 @@ void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
 }
 
 void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+  if (kernels::is_half(y)) return kernels::relu_backward_widened(relu_backward, ctx, dx, dy, y, dx_mode);
   float* dxp = dx.data<float>();
   const float *dyp = dy.data<float>(), *yp = y.data<float>();
   const int64_t n = y.numel();

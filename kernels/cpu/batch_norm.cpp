@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "kernels/host_half.hpp"
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/libmvec.hpp"
@@ -75,6 +76,10 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
                               Epilogue epilogue) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::batch_norm_forward_train_widened(batch_norm_forward_train, ctx, y, save_mean, save_invstd,
+                                                     running_mean, running_var, x, gamma, beta, momentum, eps,
+                                                     epilogue);
   const BnShape s = bn_shape(y, x);
   const int64_t M = s.N * s.S;  // values per channel (> 1: checked by the op layer)
   const float* xp = x.data<float>();
@@ -142,6 +147,9 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
 void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, Epilogue epilogue) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::batch_norm_forward_eval_widened(batch_norm_forward_eval, ctx, y, x, gamma, beta, running_mean,
+                                                    running_var, eps, epilogue);
   const BnShape s = bn_shape(y, x);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
@@ -305,6 +313,9 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out,
                          const Tensor* silu_beta) {
+  if (kernels::is_half(x) || kernels::is_half(relu_out))
+    return kernels::batch_norm_backward_widened(batch_norm_backward, ctx, dx, dgamma, dbeta, dy, x, gamma, save_mean,
+                                                save_invstd, dx_mode, relu_out, silu_beta);
   const BnShape s = bn_shape(dy, x);
   if (s.N * s.S == 0) return;
   const float *xp = x.data<float>(), *dyp = dy.data<float>(), *gp = gamma.data<float>();

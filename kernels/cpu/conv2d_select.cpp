@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kernels/channels_last_host.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/cpu/conv2d_algos.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
@@ -284,6 +285,8 @@ std::pair<Impl, std::string> decide(ConvAlgo algo, const std::vector<Impl>& impl
 
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
+  if (kernels::is_half(y) || kernels::is_half(x))
+    return kernels::conv2d_forward_widened(conv2d_forward, ctx, y, x, w, b, p);
   if (p.format == MemoryFormat::channels_last)
     return kernels::conv2d_forward_via_nchw(conv2d_forward, ctx, y, x, w, b, p);
   const ConvAlgo algo = g_algo;
@@ -310,6 +313,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                      const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
+  if (kernels::is_half(dy) || kernels::is_half(x))
+    return kernels::conv2d_backward_widened(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   if (p.format == MemoryFormat::channels_last)
     return kernels::conv2d_backward_via_nchw(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   const ConvAlgo algo = g_algo;

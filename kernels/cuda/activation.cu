@@ -1,6 +1,7 @@
 // ReLU and dropout on CUDA. ReLU runs four elements a thread where aligned (detail::map). Dropout
 // draws element i's keep bit from Philox counter i of Rng(seed, stream) (kernels/cuda/philox.cuh),
 // so the mask equals the CPU's bit for bit.
+#include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/philox.cuh"
@@ -24,6 +25,16 @@ struct ReluGrad {
 struct ReluGradAdd {
   __device__ float operator()(float dx, float dy, float y) const { return dx + ReluGrad{}(dy, y); }
 };
+
+// The same where the ReLU kept its output in bf16/fp16 (H; the map a convolution reads next, ops.def's
+// half-precision maps): that output read widened.
+template <typename H>
+__global__ void relu_grad_half_kernel(float* dx, const float* dy, const uint16_t* y, int64_t n, bool add) {
+  DPX_CUDA_LOOP(i, n) {
+    const float g = ReluGrad{}(dy[i], H::load(y[i]));
+    dx[i] = add ? dx[i] + g : g;
+  }
+}
 
 // `offset` (nullable): a CUDA graph's replay count on the device, added to the stream.
 __device__ inline uint64_t offset_stream(uint64_t stream, const int64_t* offset) {
@@ -72,6 +83,17 @@ void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, 
   int64_t n = dx.numel();
   if (n == 0) return;
   float* pdx = f32(dx, "relu_backward", "dx");
+  if (y.dtype() != DType::f32) {
+    const float* pdy = f32(dy, "relu_backward", "dy");
+    const auto* py = static_cast<const uint16_t*>(y.raw());
+    const bool add = dx_mode == DxMode::add;
+    if (y.dtype() == DType::bf16)
+      relu_grad_half_kernel<BF16><<<grid_for(n), kThreads, 0, st.stream>>>(pdx, pdy, py, n, add);
+    else
+      relu_grad_half_kernel<F16><<<grid_for(n), kThreads, 0, st.stream>>>(pdx, pdy, py, n, add);
+    check_launch();
+    return;
+  }
   const float *pdy = f32(dy, "relu_backward", "dy"), *py = f32(y, "relu_backward", "y");
   if (dx_mode == DxMode::overwrite)
     detail::map(st.stream, pdx, detail::MapInputs<2>{{pdy, py}}, n, ReluGrad{});

@@ -1,9 +1,14 @@
 // Batch normalisation on CUDA with dpx's own kernels rather than cuDNN's (deprecated in cuDNN 9):
 // the ops.hpp contract (saved mean and 1/sqrt(var+eps), unbiased running variance, gradients
 // that accumulate or are null, any eps) is then explicit. Statistics are summed in double, in a
-// fixed order (per-chunk partials, then per channel), so results repeat bit for bit.
+// fixed order (per-chunk partials, then per channel), so results repeat bit for bit. Under
+// --precision bf16|fp16 x (and dx) may be in that type, a convolution's output, and y (and a
+// folded ReLU's relu_out) too, the input of a convolution (ops.def's half-precision maps): the
+// kernels read x through its element type X, widened on load, and round dx and y at their stores.
 #include <cmath>
+#include <type_traits>
 
+#include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/fast_divide.hpp"
@@ -20,6 +25,41 @@ using detail::kThreads;
 struct Layout {
   int64_t n, c, cx, s, m;
 };
+
+// x's element as the kernels read it (and dx's, or y's, as they write it): fp32 itself, or
+// bf16/fp16 bits widened on load (exact) and rounded at the store (core/cuda/half.cuh), so that a
+// half x gives the bits its widened copy would, and a half y the fp32 y's rounded.
+struct XF32 {
+  using T = float;
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <typename H>
+struct XHalf {
+  using T = uint16_t;
+  __device__ static float load(uint16_t v) { return H::load(v); }
+  __device__ static uint16_t store(float v) { return H::store(v); }
+};
+
+// Calls f with the element type of a map's dtype (the op layer allows f32, bf16 and fp16).
+template <typename F>
+void with_x_type(DType dtype, F&& f) {
+  if (dtype == DType::bf16)
+    f(XHalf<BF16>{});
+  else if (dtype == DType::f16)
+    f(XHalf<F16>{});
+  else
+    f(XF32{});
+}
+
+// The data of a map (x, dx, y) as X's elements (f32 checked as every op's).
+template <typename X>
+typename X::T* x_data(const Tensor& t, const char* op, const char* name) {
+  if constexpr (std::is_same_v<X, XF32>)
+    return f32(t, op, name);
+  else
+    return static_cast<uint16_t*>(t.raw());
+}
 
 Layout layout_of(const Tensor& y, const Tensor& x) {
   Layout l{x.size(0), y.size(1), x.size(1), 1, 0};
@@ -56,14 +96,17 @@ __device__ inline float apply_epilogue(Epilogue epilogue, float v) {
 // itself; 0 where a folded ReLU's output is not > 0 (relu_out, relu_backward's rule); or
 // dy * silu'(y) for a folded SiLU, y recomputed from x as the forward computed it (silu_beta).
 struct DyThrough {
-  const float* relu_out;   // null unless a ReLU's backward is folded in
+  const float* relu_out;   // null unless a ReLU's backward is folded in (an fp32 output)
   const float* silu_beta;  // null unless a SiLU's is
   const float* gamma;      // null: 1
   const float* mean;
   const float* invstd;
+  const uint16_t* relu_half = nullptr;  // a folded ReLU's bf16/fp16 output (before a convolution)
+  bool relu_bf16 = false;               // relu_half's type: bf16, else fp16
   template <typename Index>
   __device__ float operator()(float dy, Index at, float x, Index c) const {
     if (relu_out) return relu_out[at] > 0.f ? dy : 0.f;
+    if (relu_half) return (relu_bf16 ? BF16::load(relu_half[at]) : F16::load(relu_half[at])) > 0.f ? dy : 0.f;
     if (silu_beta)
       return dy * detail::silu_grad(bn_value(x, mean[c], invstd[c], gamma ? gamma[c] : 1.f, silu_beta[c]));
     return dy;
@@ -74,20 +117,20 @@ struct DyThrough {
 // shift = the channel's first element so that the variance does not cancel catastrophically.
 // Backward: a = sum(dy), b = sum(dy * (x - mean)), dy through the folded activation if any
 // (DyThrough). grid = (C, chunks).
-template <bool kBackward>
-__global__ void partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
+template <bool kBackward, typename X>
+__global__ void partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x, const float* dy,
                                     DyThrough through, const float* mean, Layout l, int64_t chunk) {
   __shared__ double shared[33];
   int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
   int64_t begin = p * chunk, end = min(l.m, begin + chunk);
-  float center = kBackward ? mean[c] : x[c * l.s];  // image 0's first element of the channel
+  float center = kBackward ? mean[c] : X::load(x[c * l.s]);  // image 0's first element of the channel
   // Walk (n, s) incrementally: one division per thread instead of one per element.
   int64_t j = begin + threadIdx.x, step = blockDim.x;
   int64_t n = j / l.s, s = j % l.s, step_n = step / l.s, step_s = step % l.s;
   double a = 0.0, b = 0.0;
   for (; j < end; j += step) {
     int64_t at = (n * l.c + c) * l.s + s;
-    const float xv = x[(n * l.cx + c) * l.s + s];
+    const float xv = X::load(x[(n * l.cx + c) * l.s + s]);
     double d = static_cast<double>(xv) - center;
     if (kBackward) {
       double g = through(dy[at], at, xv, c);
@@ -116,8 +159,8 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const float*
 // (threadIdx.x) over 8 row lanes (threadIdx.y), so a warp reads 32 consecutive floats, and the
 // lanes' sums are added in lane order (a fixed order: the same bits every run). The shift is the
 // channel's first element, as above. grid = (channel tiles of 32, chunks).
-template <bool kBackward>
-__global__ void row_partial_sums_kernel(double* part_a, double* part_b, const float* x, const float* dy,
+template <bool kBackward, typename X>
+__global__ void row_partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x, const float* dy,
                                         DyThrough through, const float* mean, Layout l, int64_t chunk) {
   __shared__ double lane_a[8][32], lane_b[8][32];
   const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
@@ -125,10 +168,10 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const fl
   const int64_t begin = p * chunk, end = min(l.m, begin + chunk);
   double a = 0.0, b = 0.0;
   if (c < l.c) {
-    const float center = kBackward ? mean[c] : x[c];
+    const float center = kBackward ? mean[c] : X::load(x[c]);
     for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
       const int64_t at = r * l.c + c;
-      const float xv = x[r * l.cx + c];
+      const float xv = X::load(x[r * l.cx + c]);
       const double d = static_cast<double>(xv) - center;
       if (kBackward) {
         const double g = through(dy[at], at, xv, c);
@@ -153,8 +196,9 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const fl
   }
 }
 
+template <typename X>
 __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                                    const double* part_a, const double* part_b, const float* x, Layout l,
+                                    const double* part_a, const double* part_b, const typename X::T* x, Layout l,
                                     int chunks, float momentum, float eps) {
   int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= l.c) return;
@@ -167,7 +211,7 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
   double shifted_mean = a / m;
   double var = b / m - shifted_mean * shifted_mean;  // biased: what normalisation uses
   if (var < 0.0) var = 0.0;
-  double mean = static_cast<double>(x[c * l.s]) + shifted_mean;
+  double mean = static_cast<double>(X::load(x[c * l.s])) + shifted_mean;
   save_mean[c] = static_cast<float>(mean);
   save_invstd[c] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
   // PyTorch: running stats blend with the unbiased variance var * M / (M - 1).
@@ -177,29 +221,30 @@ __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float*
 }
 
 // y = epilogue((x - mean) * invstd * gamma + beta), per channel; a missing gamma/beta means 1/0.
-template <typename Index, typename Div>
-__global__ void normalize_kernel(float* y, const float* x, const float* mean, const float* invstd,
+template <typename X, typename Y, typename Index, typename Div>
+__global__ void normalize_kernel(typename Y::T* y, const typename X::T* x, const float* mean, const float* invstd,
                                  const float* gamma, const float* beta, Index total, Div c_count, Index cx, Div s,
                                  Epilogue epilogue) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i));
-    const float v = bn_value(x[x_index(i, c_count, cx, s)], mean[c], invstd[c], gamma ? gamma[c] : 1.f,
+    const float v = bn_value(X::load(x[x_index(i, c_count, cx, s)]), mean[c], invstd[c], gamma ? gamma[c] : 1.f,
                              beta ? beta[c] : 0.f);
-    y[i] = apply_epilogue(epilogue, v);
+    y[i] = Y::store(apply_epilogue(epilogue, v));
   }
 }
 
 // Eval: the same with running statistics; invstd as the training path computes it.
-template <typename Index, typename Div>
-__global__ void normalize_eval_kernel(float* y, const float* x, const float* running_mean, const float* running_var,
+template <typename X, typename Y, typename Index, typename Div>
+__global__ void normalize_eval_kernel(typename Y::T* y, const typename X::T* x, const float* running_mean,
+                                      const float* running_var,
                                       const float* gamma, const float* beta, float eps, Index total, Div c_count,
                                       Index cx, Div s, Epilogue epilogue) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i));
     float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
-    const float v = bn_value(x[x_index(i, c_count, cx, s)], running_mean[c], invstd, gamma ? gamma[c] : 1.f,
+    const float v = bn_value(X::load(x[x_index(i, c_count, cx, s)]), running_mean[c], invstd, gamma ? gamma[c] : 1.f,
                              beta ? beta[c] : 0.f);
-    y[i] = apply_epilogue(epilogue, v);
+    y[i] = Y::store(apply_epilogue(epilogue, v));
   }
 }
 
@@ -226,15 +271,17 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 }
 
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
-template <typename Index, typename Div>
-__global__ void backward_dx_kernel(float* dx, const float* dy, DyThrough through, const float* x, const float* mean,
-                                   const float* coef, Index total, Div c_count, Index cx, Div s, bool overwrite) {
+// dx has x's element type: rounded at the store where it is bf16/fp16.
+template <typename X, typename Index, typename Div>
+__global__ void backward_dx_kernel(typename X::T* dx, const float* dy, DyThrough through, const typename X::T* x,
+                                   const float* mean, const float* coef, Index total, Div c_count, Index cx, Div s,
+                                   bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i)), xi = x_index(i, c_count, cx, s);
-    const float xv = x[xi];
+    const float xv = X::load(x[xi]);
     const float dyi = through(dy[i], i, xv, c);
     const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (xv - mean[c]) * coef[3 * c + 2]);
-    dx[xi] = overwrite ? g : dx[xi] + g;
+    dx[xi] = X::store(overwrite ? g : X::load(dx[xi]) + g);
   }
 }
 
@@ -261,14 +308,14 @@ int row_chunks_for(const CudaState& st, const Layout& l) {
 }
 
 // The partial sums' launch: per channel, or per tile of 32 channels for rows.
-template <bool kBackward>
-void launch_partial_sums(const CudaState& st, double* pa, double* pb, const float* x, const float* dy,
+template <bool kBackward, typename X>
+void launch_partial_sums(const CudaState& st, double* pa, double* pb, const typename X::T* x, const float* dy,
                          const DyThrough& through, const float* mean, const Layout& l, int chunks, int64_t chunk) {
   if (as_rows(l))
-    row_partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
+    row_partial_sums_kernel<kBackward, X><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
                                          st.stream>>>(pa, pb, x, dy, through, mean, l, chunk);
   else
-    partial_sums_kernel<kBackward><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
+    partial_sums_kernel<kBackward, X><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
         pa, pb, x, dy, through, mean, l, chunk);
   check_launch();
 }
@@ -306,7 +353,6 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   const float* b = optional_f32(beta, op, "beta", l.c);
   float* rm = optional_f32(running_mean, op, "running_mean", l.c);
   float* rv = optional_f32(running_var, op, "running_var", l.c);
-  const float* px = f32(x, op, "x");
   float* pmean = f32(save_mean, op, "save_mean");
   float* pinv = f32(save_invstd, op, "save_invstd");
   int chunks = as_rows(l) ? row_chunks_for(st, l) : chunks_for(st, l);
@@ -314,15 +360,22 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks);
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
-  launch_partial_sums<false>(st, pa, pb, px, nullptr, DyThrough{}, nullptr, l, chunks, chunk);
-  finish_stats_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
-      pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
-  check_launch();
-  float* py = f32(y, op, "y");
-  per_element(l, [&](auto total, auto c, auto cx, auto s) {
-    normalize_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, pmean, pinv, g, b, total, c, cx, s, epilogue);
+  with_x_type(x.dtype(), [&](auto type) {
+    using X = decltype(type);
+    const typename X::T* px = x_data<X>(x, op, "x");
+    launch_partial_sums<false, X>(st, pa, pb, px, nullptr, DyThrough{}, nullptr, l, chunks, chunk);
+    finish_stats_kernel<X><<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
+        pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
     check_launch();
+    with_x_type(y.dtype(), [&](auto y_type) {
+      using Y = decltype(y_type);
+      typename Y::T* py = x_data<Y>(y, op, "y");
+      per_element(l, [&](auto total, auto c, auto cx, auto s) {
+        normalize_kernel<X, Y><<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+            py, px, pmean, pinv, g, b, total, c, cx, s, epilogue);
+        check_launch();
+      });
+    });
   });
 }
 
@@ -335,14 +388,20 @@ void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Ten
   if (y.numel() == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* b = optional_f32(beta, op, "beta", l.c);
-  float* py = f32(y, op, "y");
-  const float* px = f32(x, op, "x");
   const float* rm = f32(running_mean, op, "running_mean");
   const float* rv = f32(running_var, op, "running_var");
-  per_element(l, [&](auto total, auto c, auto cx, auto s) {
-    normalize_eval_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        py, px, rm, rv, g, b, eps, total, c, cx, s, epilogue);
-    check_launch();
+  with_x_type(x.dtype(), [&](auto type) {
+    using X = decltype(type);
+    const typename X::T* px = x_data<X>(x, op, "x");
+    with_x_type(y.dtype(), [&](auto y_type) {
+      using Y = decltype(y_type);
+      typename Y::T* py = x_data<Y>(y, op, "y");
+      per_element(l, [&](auto total, auto c, auto cx, auto s) {
+        normalize_eval_kernel<X, Y><<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+            py, px, rm, rv, g, b, eps, total, c, cx, s, epilogue);
+        check_launch();
+      });
+    });
   });
 }
 
@@ -354,29 +413,38 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   Layout l = layout_of(dy, x);
   if ((!dx && !dgamma && !dbeta) || l.c == 0 || l.m == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
-  const float* px = f32(x, op, "x");
   const float* pdy = f32(dy, op, "dy");
   const float* pmean = f32(save_mean, op, "save_mean");
   const float* pinv = f32(save_invstd, op, "save_invstd");
-  const DyThrough through{relu_out ? f32(*relu_out, op, "relu_out") : nullptr,
-                          silu_beta ? f32(*silu_beta, op, "silu_beta") : nullptr, g, pmean, pinv};
+  const bool relu_half = relu_out && relu_out->dtype() != DType::f32;  // before a convolution
+  const DyThrough through{relu_out && !relu_half ? f32(*relu_out, op, "relu_out") : nullptr,
+                          silu_beta ? f32(*silu_beta, op, "silu_beta") : nullptr,
+                          g,
+                          pmean,
+                          pinv,
+                          relu_half ? static_cast<const uint16_t*>(relu_out->raw()) : nullptr,
+                          relu_half && relu_out->dtype() == DType::bf16};
   int chunks = as_rows(l) ? row_chunks_for(st, l) : chunks_for(st, l);
   int64_t chunk = (l.m + chunks - 1) / chunks;
   detail::Scratch part(st, 2 * sizeof(double) * l.c * chunks + (dx ? 3 * sizeof(float) * l.c : 0));
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
   float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
-  launch_partial_sums<true>(st, pa, pb, px, pdy, through, pmean, l, chunks, chunk);
-  finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
-      dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb, g,
-      pinv, l, chunks);
-  check_launch();
-  if (!dx) return;
-  float* pdx = f32(*dx, op, "dx");
-  per_element(l, [&](auto total, auto c, auto cx, auto s) {
-    backward_dx_kernel<<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-        pdx, pdy, through, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
+  with_x_type(x.dtype(), [&](auto type) {
+    using X = decltype(type);
+    const typename X::T* px = x_data<X>(x, op, "x");
+    launch_partial_sums<true, X>(st, pa, pb, px, pdy, through, pmean, l, chunks, chunk);
+    finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
+        dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb,
+        g, pinv, l, chunks);
     check_launch();
+    if (!dx) return;
+    typename X::T* pdx = x_data<X>(*dx, op, "dx");  // x's dtype (the op checks)
+    per_element(l, [&](auto total, auto c, auto cx, auto s) {
+      backward_dx_kernel<X><<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+          pdx, pdy, through, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
+      check_launch();
+    });
   });
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/cuda/conv_plan.hpp"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/depthwise_conv.cuh"
+#include "kernels/cuda/fast_divide.hpp"
 #include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
@@ -249,27 +250,41 @@ std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes
                                 p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, int(s.k / s.c)};
 }
 
-// An input of a cuDNN call in the compute dtype: the fp32 tensor itself, or its copy rounded to
-// bf16/fp16 (--precision).
+// An input of a cuDNN call in the compute dtype: the fp32 tensor itself, its copy rounded to
+// bf16/fp16 (--precision), or a tensor already in that dtype (ops.def's half-precision maps: the
+// activated output of the batch norm before this convolution, or the gradient from the one after
+// it), itself.
 class Operand {
  public:
-  Operand(const Context& ctx, const CudaState& st, const Tensor& t, const char* op, const char* name)
-      : p_(f32(t, op, name)) {
-    if (half_compute(ctx)) p_ = copy_.emplace(st, f32(t, op, name), t.numel(), ctx.compute).get();
+  Operand(const Context& ctx, const CudaState& st, const Tensor& t, const char* op, const char* name) {
+    if (half_compute(ctx) && t.dtype() == ctx.compute)
+      p_ = t.raw();
+    else if (half_compute(ctx))
+      p_ = copy_.emplace(st, f32(t, op, name), t.numel(), ctx.compute).get();
+    else
+      p_ = f32(t, op, name);
   }
   const void* get() const { return p_; }
 
  private:
   std::optional<detail::HalfCopy> copy_;
-  const void* p_;
+  const void* p_ = nullptr;
 };
 
 // The output of a cuDNN call: in fp32, the tensor itself, cuDNN applying beta; in bf16/fp16,
-// scratch of that type that cuDNN writes (beta 0) and finish() widens into the tensor with beta.
+// scratch of that type that cuDNN writes (beta 0) and finish() widens into the tensor with beta;
+// a tensor already in that dtype (a map for the batch norm after this convolution), itself, cuDNN
+// writing it (beta 0: the forward's; its bias and epilogue then follow in place, half_bias_relu).
 class Result {
  public:
   Result(const Context& ctx, const CudaState& st, Tensor& t, const char* op, const char* name)
-      : out_(f32(t, op, name)), p_(out_), n_(t.numel()), dtype_(ctx.compute), stream_(st.stream) {
+      : n_(t.numel()), dtype_(ctx.compute), stream_(st.stream) {
+    if (half_compute(ctx) && t.dtype() == ctx.compute) {
+      p_ = t.raw();
+      return;
+    }
+    out_ = f32(t, op, name);
+    p_ = out_;
     if (half_compute(ctx)) p_ = half_.emplace(st, static_cast<size_t>(n_) * dtype_size(dtype_)).as<void>();
   }
   void* get() const { return p_; }
@@ -283,8 +298,8 @@ class Result {
 
  private:
   static constexpr float kZero = 0.f;
-  float* out_;
-  void* p_;
+  float* out_ = nullptr;  // null where cuDNN writes the tensor in its own half dtype
+  void* p_ = nullptr;
   int64_t n_;
   DType dtype_;
   cudaStream_t stream_;
@@ -348,6 +363,41 @@ void add_channel_bias(const CudaState& st, float* y, const void* half, DType dty
     with(AddBiasRelu{});
   else
     with(AddBias{});
+}
+
+// A bf16/fp16 output (H) in place, cuDNN having written it (ops.def's half-precision maps: the map
+// the next convolution reads): y = epilogue(y + b[channel]) rounded once, the fp32 path's
+// arithmetic (its widened result plus the bias, then the ReLU) before the next convolution's
+// rounding. Element i's channel is (i / plane) % k, plane 1 on channels-last maps.
+template <typename H, typename Index, typename Div>
+__global__ void half_bias_relu_kernel(uint16_t* y, const float* b, Index total, Div plane, Div k, bool relu) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
+    float v = H::load(y[i]);
+    if (b) v = v + b[k.mod(plane.div(i))];
+    if (relu) v = v < 0.f ? 0.f : v;  // NaN passes, as relu_forward
+    y[i] = H::store(v);
+  }
+}
+
+void half_bias_relu(const CudaState& st, void* y, DType dtype, const float* b, const Shapes& s, bool relu) {
+  const int64_t total = s.n * s.k * s.oh * s.ow, plane = s.channels_last ? 1 : s.oh * s.ow;
+  const auto launch = [&](auto type) {
+    using H = decltype(type);
+    auto* p = static_cast<uint16_t*>(y);
+    if (detail::fits_int32(total))
+      half_bias_relu_kernel<H><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+          p, b, static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(plane)),
+          FastDivide(static_cast<uint32_t>(s.k)), relu);
+    else
+      half_bias_relu_kernel<H><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+          p, b, static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(plane)),
+          PlainDivide(static_cast<uint64_t>(s.k)), relu);
+    check_launch();
+  };
+  if (dtype == DType::f16)
+    launch(F16{});
+  else
+    launch(BF16{});
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
@@ -531,7 +581,8 @@ void legacy_backward_filter(const Context& ctx, CudaState& st, const AlgoKey& ke
 // With ctx.compute bf16 or fp16 (--precision), x, w and dy are rounded to it, cuDNN convolves
 // them on tensor cores with fp32 accumulation into a bf16/fp16 result, and that result is widened
 // into the fp32 output (on NCHW maps in the pass that adds the bias) or added into the fp32
-// gradient; the bias stays fp32. Each convolution runs
+// gradient; the bias stays fp32. An x, y or dy already in bf16/fp16 (ops.def, "half-precision
+// maps") is cuDNN's operand or output as it is. Each convolution runs
 // through its cached graph-API plan (conv_plan.hpp), or the legacy call where that declined it.
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
@@ -552,6 +603,10 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   if (!run_conv_plan(st, key, request(ctx, ConvPass::forward, s, p, 0.f), hx.get(), hw.get(), hy.get(), "forward"))
     legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
   const bool relu = p.epilogue == Epilogue::relu;
+  if (y.dtype() != DType::f32) {  // cuDNN wrote y itself (ops.def's half-precision maps)
+    if (b || relu) half_bias_relu(st, y.raw(), y.dtype(), b ? f32(*b, op, "b") : nullptr, s, relu);
+    return;
+  }
   if (b && !s.channels_last) {  // the bias pass widens a half result and applies the epilogue too
     add_channel_bias(st, f32(y, op, "y"), hy.half_result(), ctx.compute, f32(*b, op, "b"), s, relu);
     return;

@@ -1,6 +1,7 @@
 // Reference ReLU and dropout, forward and backward. Dropout's keep bit for element i is drawn
 // from Rng(seed, stream) counter i, exactly as the CPU and CUDA kernels draw it.
 #include "core/rng.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -13,7 +14,8 @@ void relu_forward(Context&, Tensor& y, const Tensor& x) {
 }
 
 // dx += dy where the output was positive (the slope of ReLU is 1 there, 0 elsewhere).
-void relu_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
+  if (kernels::is_half(y)) return kernels::relu_backward_widened(relu_backward, ctx, dx, dy, y, dx_mode);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
   const float* yp = y.data<float>();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/host_half.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -36,10 +37,14 @@ float apply(Epilogue epilogue, double v) {
 //   y = (x - mean) * invstd * gamma + beta;
 //   running_mean = (1 - momentum) running_mean + momentum mean,
 //   running_var  = (1 - momentum) running_var  + momentum var * M / (M - 1) (unbiased).
-void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
                               Epilogue epilogue) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::batch_norm_forward_train_widened(batch_norm_forward_train, ctx, y, save_mean, save_invstd,
+                                                     running_mean, running_var, x, gamma, beta, momentum, eps,
+                                                     epilogue);
   const BnSizes b = sizes(y, x);
   const int64_t M = b.N * b.S;
   const float* xp = x.data<float>();
@@ -70,9 +75,12 @@ void batch_norm_forward_train(Context&, Tensor& y, Tensor& save_mean, Tensor& sa
 }
 
 // y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta (then the epilogue)
-void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor& gamma,
+void batch_norm_forward_eval(Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
                              const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, Epilogue epilogue) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::batch_norm_forward_eval_widened(batch_norm_forward_eval, ctx, y, x, gamma, beta, running_mean,
+                                                    running_var, eps, epilogue);
   const BnSizes b = sizes(y, x);
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
@@ -93,10 +101,13 @@ void batch_norm_forward_eval(Context&, Tensor& y, const Tensor& x, const Tensor&
 //   dbeta += sum dy,  dgamma += sum dy * xhat,
 //   dx += gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)),
 // dy first passed back through the activation the forward applied (relu_out or silu_beta).
-void batch_norm_backward(Context&, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
+void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta, const Tensor& dy,
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out,
                          const Tensor* silu_beta) {
+  if (kernels::is_half(x) || kernels::is_half(relu_out))
+    return kernels::batch_norm_backward_widened(batch_norm_backward, ctx, dx, dgamma, dbeta, dy, x, gamma, save_mean,
+                                                save_invstd, dx_mode, relu_out, silu_beta);
   const BnSizes b = sizes(dy, x);
   const int64_t M = b.N * b.S;
   if (M == 0) return;

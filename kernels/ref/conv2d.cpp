@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/channels_last_host.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -69,6 +70,8 @@ void add_into(Tensor& dst, const std::vector<double>& acc, DxMode mode = DxMode:
 // max(y, 0) with Epilogue::relu (NaN passes, as relu_forward).
 void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                     const Conv2dParams& p) {
+  if (kernels::is_half(y) || kernels::is_half(x))
+    return kernels::conv2d_forward_widened(conv2d_forward, ctx, y, x, w, b, p);
   if (p.format == MemoryFormat::channels_last)
     return kernels::conv2d_forward_via_nchw(conv2d_forward, ctx, y, x, w, b, p);
   const ConvSizes s = sizes(x, w, p);
@@ -92,6 +95,8 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 // and db[k] += dy summed over (n, oh, ow).
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                      const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
+  if (kernels::is_half(dy) || kernels::is_half(x))
+    return kernels::conv2d_backward_widened(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   if (p.format == MemoryFormat::channels_last)
     return kernels::conv2d_backward_via_nchw(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   const ConvSizes s = sizes(x, w, p);

@@ -4,12 +4,14 @@
 // rounded operands (what the GPU should compute, up to summation order) and must be closer to it
 // than the fp32 result on the unrounded operands is: so a path that forgot to round, or rounded
 // something else, fails. A resnet18 step in bf16 and fp16 stays near its fp32 step (its loss in
-// training mode, its gradients in eval mode: see the last test).
+// training mode, its gradients in eval mode). A convolution's half-precision output handed to a
+// batch norm, and its gradient handed back, give the fp32 maps' bits (the last test).
 // Written without a GPU at hand: run by scripts/gpu.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -258,4 +260,117 @@ TEST_CASE("a resnet18 step in bf16 and fp16 stays near the fp32 step on the GPU"
     CHECK(diff > 0);
     CHECK(sensitivity < 0.1);  // eval mode is well conditioned: the bound stays meaningful
   }
+}
+
+// What a convolution and the batch norms around it hand each other under --precision (ops.def,
+// "half-precision maps"): cuDNN's result kept in the half type instead of widened; the batch norm
+// reading it widened and rounding its dx at the store; the convolution's backward taking that dx
+// as its operand; a batch norm's activated output rounded at its store and taken by the next
+// convolution as its operand, and read widened as a folded ReLU's mask; a convolution's output
+// with its bias and ReLU applied in place, for the next convolution. Each step equals, bit for
+// bit, the path through fp32 maps (the result widened; the fp32 dx or x, which the convolution
+// rounds itself), in NCHW and channels-last.
+TEST_CASE("cuda half-precision maps around a convolution (its input, output, gradients): bit for bit the fp32 maps'") {
+  for (DType half : kHalves)
+    for (bool channels_last : {false, true}) {
+      CAPTURE(dtype_name(half));
+      CAPTURE(channels_last);
+      Context g = gpu_in(half);
+      g.deterministic = true;  // the same engine's two runs must give the same bits
+      ops::Conv2dParams p;
+      p.pad_h = p.pad_w = 1;
+      p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+      const int64_t k = 12;
+      const Shape x_shape = channels_last ? Shape{3, 15, 13, 8} : Shape{3, 8, 15, 13};
+      const Shape y_shape = channels_last ? Shape{3, 15, 13, k} : Shape{3, k, 15, 13};
+      const Tensor x = uniform(x_shape, 41).to(dev()), w = uniform({k, 8, 3, 3}, 42).to(dev());
+      Tensor y32 = poisoned(y_shape, dev()), yh = Tensor::empty(y_shape, half, dev());
+      ops::conv2d_forward(g, y32, x, w, nullptr, p);
+      ops::conv2d_forward(g, yh, x, w, nullptr, p);
+      CHECK(bitwise_equal(yh.to(Device::cpu()).cast(DType::f32), y32.to(Device::cpu())));
+
+      // The batch norm on the half map and on its widened copy (as rows where channels-last).
+      const Shape bn_shape = channels_last ? Shape{3 * 15 * 13, k} : y_shape;
+      const Tensor xh = yh.view(bn_shape), x32 = y32.view(bn_shape);
+      const Tensor gamma = uniform({k}, 43, 0.5f, 1.5f).to(dev()), beta = uniform({k}, 44).to(dev());
+      Tensor m_a = poisoned({k}, dev()), s_a = poisoned({k}, dev()), m_b = poisoned({k}, dev()), s_b = poisoned({k}, dev());
+      Tensor rm_a = Tensor::zeros({k}).to(dev()), rv_a = Tensor::zeros({k}).to(dev());
+      Tensor rm_b = Tensor::zeros({k}).to(dev()), rv_b = Tensor::zeros({k}).to(dev());
+      Tensor out_a = poisoned(bn_shape, dev()), out_b = poisoned(bn_shape, dev());
+      ops::batch_norm_forward_train(g, out_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+      ops::batch_norm_forward_train(g, out_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+      for (auto [a, b] : std::initializer_list<std::pair<Tensor*, Tensor*>>{
+               {&out_a, &out_b}, {&m_a, &m_b}, {&s_a, &s_b}, {&rm_a, &rm_b}, {&rv_a, &rv_b}})
+        CHECK(bitwise_equal(a->to(Device::cpu()), b->to(Device::cpu())));
+      Tensor eval_a = poisoned(bn_shape, dev()), eval_b = poisoned(bn_shape, dev());
+      ops::batch_norm_forward_eval(g, eval_a, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::silu);
+      ops::batch_norm_forward_eval(g, eval_b, x32, gamma, beta, rm_b, rv_b, 1e-5f, ops::Epilogue::silu);
+      CHECK(bitwise_equal(eval_a.to(Device::cpu()), eval_b.to(Device::cpu())));
+      // Its activated output in half (for a convolution after it): the fp32 output rounded.
+      Tensor out_h = Tensor::empty(bn_shape, half, dev());
+      ops::batch_norm_forward_train(g, out_h, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, ops::Epilogue::relu);
+      CHECK(bitwise_equal(out_h.to(Device::cpu()), out_b.to(Device::cpu()).cast(half)));
+      Tensor eval_h = Tensor::empty(bn_shape, half, dev());
+      ops::batch_norm_forward_eval(g, eval_h, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::silu);
+      CHECK(bitwise_equal(eval_h.to(Device::cpu()), eval_b.to(Device::cpu()).cast(half)));
+
+      const Tensor dy = uniform(bn_shape, 45).to(dev());
+      Tensor dxh = Tensor::empty(bn_shape, half, dev()), dx32 = poisoned(bn_shape, dev());
+      Tensor dg_a = Tensor::zeros({k}).to(dev()), db_a = Tensor::zeros({k}).to(dev());
+      Tensor dg_b = Tensor::zeros({k}).to(dev()), db_b = Tensor::zeros({k}).to(dev());
+      // A folded ReLU's output in half on one side: the same mask.
+      ops::batch_norm_backward(g, &dxh, &dg_a, &db_a, dy, xh, gamma, m_a, s_a, ops::DxMode::overwrite, &out_h, nullptr);
+      ops::batch_norm_backward(g, &dx32, &dg_b, &db_b, dy, x32, gamma, m_b, s_b, ops::DxMode::overwrite, &out_b,
+                               nullptr);
+      CHECK(bitwise_equal(dxh.to(Device::cpu()), dx32.to(Device::cpu()).cast(half)));
+      CHECK(bitwise_equal(dg_a.to(Device::cpu()), dg_b.to(Device::cpu())));
+      CHECK(bitwise_equal(db_a.to(Device::cpu()), db_b.to(Device::cpu())));
+
+      // The convolution's backward from the half dx, and from the fp32 one, which it rounds.
+      Tensor gx_a = poisoned(x_shape, dev()), gw_a = Tensor::zeros(w.shape()).to(dev());
+      Tensor gx_b = poisoned(x_shape, dev()), gw_b = Tensor::zeros(w.shape()).to(dev());
+      ops::conv2d_backward(g, &gx_a, &gw_a, nullptr, dxh.view(y_shape), x, w, p, ops::DxMode::overwrite);
+      ops::conv2d_backward(g, &gx_b, &gw_b, nullptr, dx32.view(y_shape), x, w, p, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(gx_a.to(Device::cpu()), gx_b.to(Device::cpu())));
+      CHECK(bitwise_equal(gw_a.to(Device::cpu()), gw_b.to(Device::cpu())));
+
+      // A half x (a batch norm's activated output before the convolution) is cuDNN's operand as it
+      // is, its widened copy rounded by the convolution: the same forward (with a bias, into fp32)
+      // and backward.
+      Tensor xq = Tensor::empty(x_shape, half, dev()), xw = poisoned(x_shape, dev());
+      ops::cast(g, xq, x, 1.f);
+      ops::cast(g, xw, xq, 1.f);
+      const Tensor b = uniform({k}, 46).to(dev());
+      Tensor yq = poisoned(y_shape, dev()), yw = poisoned(y_shape, dev());
+      ops::conv2d_forward(g, yq, xq, w, &b, p);
+      ops::conv2d_forward(g, yw, xw, w, &b, p);
+      CHECK(bitwise_equal(yq.to(Device::cpu()), yw.to(Device::cpu())));
+      const Tensor dyq = uniform(y_shape, 47).to(dev());
+      Tensor qx_a = poisoned(x_shape, dev()), qx_b = poisoned(x_shape, dev());
+      Tensor qw_a = Tensor::zeros(w.shape()).to(dev()), qw_b = Tensor::zeros(w.shape()).to(dev());
+      Tensor qb_a = Tensor::zeros({k}).to(dev()), qb_b = Tensor::zeros({k}).to(dev());
+      ops::conv2d_backward(g, &qx_a, &qw_a, &qb_a, dyq, xq, w, p, ops::DxMode::overwrite);
+      ops::conv2d_backward(g, &qx_b, &qw_b, &qb_b, dyq, xw, w, p, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(qx_a.to(Device::cpu()), qx_b.to(Device::cpu())));
+      CHECK(bitwise_equal(qw_a.to(Device::cpu()), qw_b.to(Device::cpu())));
+      CHECK(bitwise_equal(qb_a.to(Device::cpu()), qb_b.to(Device::cpu())));
+
+      // A half y with the bias and the ReLU applied in place (a map the next convolution reads):
+      // the fp32 y (bias added as it is widened, then the ReLU) rounded; without the bias too. The
+      // ReLU's backward reads that output widened.
+      ops::Conv2dParams relu = p;
+      relu.epilogue = ops::Epilogue::relu;
+      for (const Tensor* bias : {&b, static_cast<const Tensor*>(nullptr)}) {
+        CAPTURE(bias != nullptr);
+        Tensor r32 = poisoned(y_shape, dev()), rh = Tensor::empty(y_shape, half, dev());
+        ops::conv2d_forward(g, r32, x, w, bias, relu);
+        ops::conv2d_forward(g, rh, x, w, bias, relu);
+        CHECK(bitwise_equal(rh.to(Device::cpu()), r32.to(Device::cpu()).cast(half)));
+        Tensor rw = poisoned(y_shape, dev()), gr_a = poisoned(y_shape, dev()), gr_b = poisoned(y_shape, dev());
+        ops::cast(g, rw, rh, 1.f);
+        ops::relu_backward(g, gr_a, dyq, rh, ops::DxMode::overwrite);
+        ops::relu_backward(g, gr_b, dyq, rw, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(gr_a.to(Device::cpu()), gr_b.to(Device::cpu())));
+      }
+    }
 }

@@ -335,3 +335,142 @@ TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them
                                          "channels"),
                        Error);
 }
+
+// Under --precision bf16|fp16 a convolution hands the batch norm after it a map in that
+// precision (ops.def, "half-precision maps"). On the host the ops run on the map widened and
+// round what they write (kernels/host_half.hpp): the contract the CUDA kernels are tested
+// against (tests/cuda/test_norm_loss.cpp). Each result is the fp32 ops' on the widened values,
+// bit for bit, and a half output is the fp32 one rounded; for both host backends and both
+// half types, in NCHW and channels-last, on the first C channels of a wider x for batch norm.
+TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a batch norm's bf16/fp16 input") {
+  const auto rounded = [](const Tensor& t, DType dtype) { return t.cast(dtype); };
+  for (DType half : {DType::bf16, DType::f16})
+    for (bool reference : {false, true})
+      for (bool channels_last : {false, true}) {
+        CAPTURE(dtype_name(half));
+        CAPTURE(reference);
+        CAPTURE(channels_last);
+        Context ctx = reference ? Context::ref() : Context::cpu(2);
+        ctx.compute = half;
+        ops::Conv2dParams p;
+        p.pad_h = p.pad_w = 1;
+        p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+        const Shape x_shape = channels_last ? Shape{2, 5, 6, 3} : Shape{2, 3, 5, 6};
+        const Shape y_shape = channels_last ? Shape{2, 5, 6, 4} : Shape{2, 4, 5, 6};
+        Tensor x = randn(x_shape, 51), w = randn({4, 3, 3, 3}, 52);
+        // The forward: y in half is the fp32 y rounded.
+        Tensor y32 = Tensor::empty(y_shape), yh = Tensor::empty(y_shape, half);
+        ops::conv2d_forward(ctx, y32, x, w, nullptr, p);
+        ops::conv2d_forward(ctx, yh, x, w, nullptr, p);
+        CHECK(bitwise_equal(yh, rounded(y32, half)));
+        // With a bias and the ReLU (a map the next convolution reads): the same, rounded once.
+        ops::Conv2dParams relu = p;
+        relu.epilogue = ops::Epilogue::relu;
+        const Tensor bias = randn({4}, 55);
+        ops::conv2d_forward(ctx, y32, x, w, &bias, relu);
+        ops::conv2d_forward(ctx, yh, x, w, &bias, relu);
+        CHECK(bitwise_equal(yh, rounded(y32, half)));
+        // The ReLU's backward reads its half output widened.
+        const Tensor g = randn(y_shape, 56);
+        Tensor gx_a = Tensor::empty(y_shape), gx_b = Tensor::empty(y_shape);
+        ops::relu_backward(ctx, gx_a, g, yh, ops::DxMode::overwrite);
+        ops::relu_backward(ctx, gx_b, g, yh.cast(DType::f32), ops::DxMode::overwrite);
+        CHECK(bitwise_equal(gx_a, gx_b));
+        // The backward from a half dy: the fp32 backward of its widened values.
+        const Tensor dyh = rounded(randn(y_shape, 53), half), dy32 = dyh.cast(DType::f32);
+        Tensor dx_a = Tensor::zeros(x_shape), dw_a = Tensor::zeros(w.shape());
+        Tensor dx_b = Tensor::zeros(x_shape), dw_b = Tensor::zeros(w.shape());
+        ops::conv2d_backward(ctx, &dx_a, &dw_a, nullptr, dyh, x, w, p, ops::DxMode::overwrite);
+        ops::conv2d_backward(ctx, &dx_b, &dw_b, nullptr, dy32, x, w, p, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(dx_a, dx_b));
+        CHECK(bitwise_equal(dw_a, dw_b));
+        // A half x (a batch norm's activated output before the convolution), forward with a bias
+        // into fp32 and backward: the fp32 ops on its widened values.
+        const Tensor xh = rounded(x, half), xw = xh.cast(DType::f32), b = randn({4}, 54);
+        Tensor yb_a = Tensor::empty(y_shape), yb_b = Tensor::empty(y_shape);
+        ops::conv2d_forward(ctx, yb_a, xh, w, &b, p);
+        ops::conv2d_forward(ctx, yb_b, xw, w, &b, p);
+        CHECK(bitwise_equal(yb_a, yb_b));
+        Tensor gb_a = Tensor::zeros({4}), gb_b = Tensor::zeros({4});
+        ops::conv2d_backward(ctx, &dx_a, &dw_a, &gb_a, dy32, xh, w, p, ops::DxMode::overwrite);
+        ops::conv2d_backward(ctx, &dx_b, &dw_b, &gb_b, dy32, xw, w, p, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(dx_a, dx_b));
+        CHECK(bitwise_equal(dw_a, dw_b));
+        CHECK(bitwise_equal(gb_a, gb_b));
+      }
+
+  for (DType half : {DType::bf16, DType::f16})
+    for (bool reference : {false, true})
+      for (int64_t C : {4, 3}) {  // every channel of x, and its first 3 of 4
+        CAPTURE(dtype_name(half));
+        CAPTURE(reference);
+        CAPTURE(C);
+        Context ctx = reference ? Context::ref() : Context::cpu(2);
+        ctx.compute = half;
+        const Tensor xh = rounded(randn({3, 4, 5, 6}, 61, 2.f, 0.5f), half), x32 = xh.cast(DType::f32);
+        Tensor gamma = randn({C}, 62), beta = randn({C}, 63);
+        Tensor y_a = Tensor::empty({3, C, 5, 6}), y_b = Tensor::empty({3, C, 5, 6});
+        Tensor m_a = Tensor::empty({C}), s_a = Tensor::empty({C}), m_b = Tensor::empty({C}), s_b = Tensor::empty({C});
+        Tensor rm_a = Tensor::zeros({C}), rv_a = Tensor::zeros({C}), rm_b = Tensor::zeros({C}), rv_b = Tensor::zeros({C});
+        ops::batch_norm_forward_train(ctx, y_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+        ops::batch_norm_forward_train(ctx, y_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+        CHECK(bitwise_equal(y_a, y_b));
+        CHECK(bitwise_equal(m_a, m_b));
+        CHECK(bitwise_equal(s_a, s_b));
+        CHECK(bitwise_equal(rm_a, rm_b));
+        CHECK(bitwise_equal(rv_a, rv_b));
+        // A half y (the activated output a convolution reads next): the fp32 y rounded.
+        Tensor yh = Tensor::empty({3, C, 5, 6}, half);
+        ops::batch_norm_forward_train(ctx, yh, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, ops::Epilogue::relu);
+        CHECK(bitwise_equal(yh, rounded(y_b, half)));
+        ops::batch_norm_forward_eval(ctx, y_a, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::none);
+        ops::batch_norm_forward_eval(ctx, y_b, x32, gamma, beta, rm_b, rv_b, 1e-5f, ops::Epilogue::none);
+        CHECK(bitwise_equal(y_a, y_b));
+        Tensor yh_eval = Tensor::empty({3, C, 5, 6}, half);
+        ops::batch_norm_forward_eval(ctx, yh_eval, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::none);
+        CHECK(bitwise_equal(yh_eval, rounded(y_b, half)));
+        // dx in x's half dtype is the fp32 dx rounded; the gradients of gamma and beta alike. The
+        // channels past C keep their values (here: what dx held). A folded ReLU's output may be
+        // half too (before a convolution): read widened.
+        const Tensor dy = randn({3, C, 5, 6}, 64);
+        Tensor dxh = rounded(randn({3, 4, 5, 6}, 65), half), dx32 = Tensor::empty({3, 4, 5, 6});
+        dx32.copy_from(dxh.cast(DType::f32));
+        Tensor dg_a = Tensor::zeros({C}), db_a = Tensor::zeros({C}), dg_b = Tensor::zeros({C}), db_b = Tensor::zeros({C});
+        ops::batch_norm_backward(ctx, &dxh, &dg_a, &db_a, dy, xh, gamma, m_a, s_a, ops::DxMode::overwrite, &yh, nullptr);
+        const Tensor relu32 = yh.cast(DType::f32);
+        ops::batch_norm_backward(ctx, &dx32, &dg_b, &db_b, dy, x32, gamma, m_b, s_b, ops::DxMode::overwrite, &relu32,
+                                 nullptr);
+        CHECK(bitwise_equal(dxh, rounded(dx32, half)));
+        CHECK(bitwise_equal(dg_a, dg_b));
+        CHECK(bitwise_equal(db_a, db_b));
+      }
+}
+
+TEST_CASE("half-precision maps: refused without half compute, in another dtype, or with a bias gradient") {
+  Context ctx = Context::cpu();
+  Tensor x = randn({2, 3, 4, 4}, 71), w = randn({4, 3, 1, 1}, 72);
+  Tensor yh = Tensor::empty({2, 4, 4, 4}, DType::bf16);
+  ops::Conv2dParams p;
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, yh, x, w, nullptr, p),
+                       doctest::Contains("y (2, 4, 4, 4) must be f32 (half-precision maps need --precision bf16 or "
+                                         "fp16), got bf16"),
+                       Error);
+  ctx.compute = DType::f16;
+  CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, yh, x, w, nullptr, p),
+                       doctest::Contains("must be f32 or f16 (the compute's precision), got bf16"), Error);
+  ctx.compute = DType::bf16;
+  Tensor dx = Tensor::zeros(x.shape()), db = Tensor::zeros({4});
+  CHECK_THROWS_WITH_AS(ops::conv2d_backward(ctx, &dx, nullptr, &db, yh, x, w, p, ops::DxMode::overwrite),
+                       doctest::Contains("a bf16 dy comes from a batch norm after a convolution without bias: db must "
+                                         "be null"),
+                       Error);
+  // A batch norm's dx has its x's dtype.
+  Tensor c4 = Tensor::from({4}, {1, 1, 1, 1}), dy = randn({2, 4, 4, 4}, 74), dx32 = Tensor::empty({2, 4, 4, 4});
+  CHECK_THROWS_WITH_AS(
+      ops::batch_norm_backward(ctx, &dx32, nullptr, nullptr, dy, yh, c4, c4, c4, ops::DxMode::overwrite, nullptr,
+                               nullptr),
+      doctest::Contains("batch_norm_backward: dx (2, 4, 4, 4) must be bf16, got f32"), Error);
+  Tensor rdx = Tensor::empty({2, 4, 4, 4}, DType::bf16);
+  CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, rdx, dy, yh, ops::DxMode::overwrite),
+                       doctest::Contains("relu_backward: dx (2, 4, 4, 4) must be f32, got bf16"), Error);
+}
