@@ -78,14 +78,14 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x) {
 }
 
 template <class Self>
-Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
+Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype) {
   if (channels_last_) {
     if (x.dim() != 4 || x.size(3) != c_)
       fail(describe(), " given input ", shape_str(x.shape()), ": expected channels-last (N, H, W, ", c_, ")");
-    return forward_checked(ctx, x.view({-1, c_}), epilogue).view(x.shape());
+    return forward_checked(ctx, x.view({-1, c_}), epilogue, y_dtype).view(x.shape());
   }
   check_input(x);
-  return forward_checked(ctx, x, epilogue);
+  return forward_checked(ctx, x, epilogue, y_dtype);
 }
 
 template <class Self>
@@ -105,10 +105,10 @@ Tensor BatchNormBase<Self>::forward_prefix(Context& ctx, const Tensor& buf, ops:
 }
 
 template <class Self>
-Tensor BatchNormBase<Self>::forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
+Tensor BatchNormBase<Self>::forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype) {
   Shape y_shape = x.shape();
   y_shape[1] = c_;  // x's first c_ channels (all of them but under forward_prefix)
-  Tensor y = Tensor::empty(y_shape, DType::f32, ctx.device);
+  Tensor y = Tensor::empty(y_shape, y_dtype, ctx.device);
   trained_forward_ = this->training();
   if (trained_forward_) {
     if (y.numel() / c_ <= 1)
@@ -147,7 +147,12 @@ Tensor BatchNormBase<Self>::through_activation_eval(Context& ctx, const Tensor& 
   if (applied_ == ops::Epilogue::none) return dy;
   Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);
   if (applied_ == ops::Epilogue::relu) {
-    ops::relu_backward(ctx, g, dy, *relu_out, ops::DxMode::overwrite);
+    Tensor out = *relu_out;
+    if (out.dtype() != DType::f32) {  // a half-precision output (before a convolution), widened
+      out = Tensor::empty(relu_out->shape(), DType::f32, ctx.device);
+      ops::cast(ctx, out, *relu_out, 1.f);
+    }
+    ops::relu_backward(ctx, g, dy, out, ops::DxMode::overwrite);
     return g;
   }
   Tensor y = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the SiLU's input, as forward made it
@@ -169,7 +174,9 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
   if (!trained_forward_) return backward_eval(ctx, through_activation_eval(ctx, dy, relu_out));
-  Tensor dx = Tensor::empty(x_.shape(), DType::f32, ctx.device);  // written over, not added into
+  // Written over, not added into; in x's dtype (a convolution's bf16/fp16 output gets its
+  // gradient in that precision: Conv2d::forward_to_norm).
+  Tensor dx = Tensor::empty(x_.shape(), x_.dtype(), ctx.device);
   ops::batch_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_,
                            weight().value, save_mean_, save_invstd_, ops::DxMode::overwrite,
                            relu_out, silu_beta());
@@ -215,6 +222,11 @@ void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const 
 // and the eval op itself computes s (on a row of ones, mean 0, beta 0) and xhat (gamma 1).
 template <class Self>
 Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
+  if (x_.dtype() != DType::f32) {  // a convolution's half-precision output: the composed ops take fp32
+    Tensor x = Tensor::empty(x_.shape(), DType::f32, ctx.device);
+    ops::cast(ctx, x, x_, 1.f);
+    x_ = x;
+  }
   const int64_t n = x_.size(0), spatial = x_.numel() / (n * c_);
   const Shape as_image = {n, c_, spatial, 1};
   ops::Conv2dParams depthwise;

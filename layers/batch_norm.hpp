@@ -21,8 +21,9 @@ class BatchNormBase : public Cloneable<Self> {
   // forward, with the op's epilogue applied to the output, for the activation that follows
   // (nn::forward_children): Epilogue::relu gives max(BN(x), 0), Epilogue::silu BN(x) *
   // sigmoid(BN(x)), in the same pass. backward then takes dy of the activation's output: it
-  // needs x and the statistics (and beta), never the output.
-  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
+  // needs x and the statistics (and beta), never the output. `y_dtype`: the output's, f32 or,
+  // for a convolution that reads it next, ctx.compute's bf16/fp16 (ops.def, "half-precision maps").
+  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype = DType::f32);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // in the mode forward ran in
   // backward through the activation the last forward applied too, dy being that activation's
   // (nn::backward_children): relu_out is the ReLU's forward output (given exactly when that
@@ -57,7 +58,8 @@ class BatchNormBase : public Cloneable<Self> {
 
  private:
   void check_input(const Tensor& x) const;
-  Tensor forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue);  // x (N, >= C, ...)
+  Tensor forward_checked(Context& ctx, const Tensor& x, ops::Epilogue epilogue,
+                         DType y_dtype = DType::f32);  // x (N, >= C, ...)
   Tensor backward_eval(Context& ctx, const Tensor& dy);
   // dy of the activation's output -> dy of this layer's, for the eval backward (the op runs the
   // training one).
@@ -75,7 +77,8 @@ class BatchNormBase : public Cloneable<Self> {
   float eps_, momentum_;
   bool trained_forward_ = false;  // the mode of the last forward, which backward must follow
   ops::Epilogue applied_ = ops::Epilogue::none;  // the last forward's epilogue, which backward undoes
-  Tensor x_;            // (N, C, ...): forward's input (shared, not copied); forward_prefix's buffer
+  Tensor x_;            // (N, C, ...): forward's input (shared, not copied; f32, or a convolution's bf16/fp16
+                        // output: Conv2d::forward_to_norm); forward_prefix's buffer
   Tensor save_mean_;    // (C) batch mean of the last training forward
   Tensor save_invstd_;  // (C) 1 / sqrt(batch variance + eps) of the last training forward
 };

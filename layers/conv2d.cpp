@@ -91,8 +91,13 @@ Shape Conv2d::output_shape(const Shape& x_shape) const {
 
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, ops::Epilogue::none); }
 
-Tensor Conv2d::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue) {
-  Tensor y = Tensor::empty(output_shape(x.shape()), DType::f32, ctx.device);
+Tensor Conv2d::forward_to_norm(Context& ctx, const Tensor& x) {
+  const bool half = ctx.compute != DType::f32 && !opt_.bias;
+  return forward(ctx, x, ops::Epilogue::none, half ? ctx.compute : DType::f32);
+}
+
+Tensor Conv2d::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype) {
+  Tensor y = Tensor::empty(output_shape(x.shape()), y_dtype, ctx.device);
   x_ = x;
   last_flops_ = 2 * y.numel() * (in_ / opt_.groups) * opt_.kernel_h * opt_.kernel_w;
   ops::conv2d_forward(ctx, y, x, weight().value, opt_.bias ? &bias()->value : nullptr, kernel_params(epilogue));

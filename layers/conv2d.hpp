@@ -29,7 +29,14 @@ class Conv2d : public Cloneable<Conv2d> {
   // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(conv(x), 0)
   // (in the pass that adds the bias where the kernel can, else in a pass in place after it; a
   // ReLU after it then keeps that output: nn::forward_children).
-  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue);
+  // `y_dtype`: the output's, f32 or, for a convolution that reads it next, ctx.compute's bf16/fp16
+  // (ops.def, "half-precision maps"; nn::forward_children decides).
+  Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype = DType::f32);
+  // forward, for a batch norm that reads the output next and nothing else: under --precision
+  // bf16|fp16 (ctx.compute) and without bias the output is in that precision, as cuDNN computes
+  // it, rather than widened to fp32 (ops.def, "half-precision maps"); the batch norm's backward
+  // then hands back a gradient in the same precision, which backward takes as it is.
+  Tensor forward_to_norm(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;

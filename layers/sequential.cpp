@@ -1,6 +1,8 @@
 // Sequential: child naming, and forward/backward over the children in order and reverse;
 // forward_children and backward_children, which run a batch norm and the ReLU or SiLU after it,
-// or a convolution and the ReLU after it, as one.
+// or a convolution and the ReLU after it, as one, and under --precision bf16|fp16 hand a
+// convolution's output to the batch norm after it, and an activated output to the convolution
+// after it, in the compute's half precision.
 #include "layers/sequential.hpp"
 
 #include <optional>
@@ -53,9 +55,9 @@ struct BnActivation {
   }
   // Forward of both, the activation folded into the batch norm's pass. The ReLU keeps that output
   // as its own (its backward reads it); the SiLU keeps nothing: its input is never written, and
-  // the batch norm's backward recomputes it.
-  Tensor forward(Context& ctx, const Tensor& x) {
-    Tensor y = with_bn([&](auto& norm) { return norm.forward(ctx, x, epilogue()); });
+  // the batch norm's backward recomputes it. y_dtype: the output's (half before a convolution).
+  Tensor forward(Context& ctx, const Tensor& x, DType y_dtype) {
+    Tensor y = with_bn([&](auto& norm) { return norm.forward(ctx, x, epilogue(), y_dtype); });
     return relu ? relu->forward_applied(y) : y;
   }
   // Whether the last forward ran as one (the batch norm applied this activation).
@@ -80,24 +82,37 @@ std::optional<BnActivation> bn_activation(Module& first, Module& second) {
 
 // Children i and i + 1 run forward as one where i is a batch norm and i + 1 a ReLU or SiLU, or i
 // a convolution and i + 1 a ReLU: the first applies the activation to its output (ops::Epilogue).
-// Returns whether they did (x then holds the activation's output).
-bool forward_pair(Context& ctx, Module& first, Module& second, Tensor& x) {
+// Returns whether they did (x then holds the activation's output). `next`, the child after the
+// pair or null: where it is a convolution, under --precision bf16|fp16, the first writes the
+// activation's output in that precision, the convolution's operand (ops.def, "half-precision maps").
+bool forward_pair(Context& ctx, Module& first, Module& second, Module* next, Tensor& x) {
+  const DType y_dtype = ctx.compute != DType::f32 && dynamic_cast<Conv2d*>(next) ? ctx.compute : DType::f32;
   if (auto pair = bn_activation(first, second)) {
-    x = pair->forward(ctx, x);
+    x = pair->forward(ctx, x, y_dtype);
     return true;
   }
   auto* conv = dynamic_cast<Conv2d*>(&first);
   auto* relu = dynamic_cast<ReLU*>(&second);
   if (!conv || !relu) return false;
-  x = relu->forward_applied(conv->forward(ctx, x, ops::Epilogue::relu));
+  x = relu->forward_applied(conv->forward(ctx, x, ops::Epilogue::relu, y_dtype));
   return true;
+}
+
+// A convolution whose output only the batch norm after it reads (Conv2d::forward_to_norm): under
+// --precision bf16|fp16 that map stays in half precision.
+Conv2d* conv_before_norm(Module& first, Module& second) {
+  auto* conv = dynamic_cast<Conv2d*>(&first);
+  return conv && dynamic_cast<BatchNorm2d*>(&second) ? conv : nullptr;
 }
 }  // namespace
 
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x) {
   for (size_t i = begin; i < end; ++i) {
-    if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), x))
+    Module* next = i + 2 < end ? &parent.child(i + 2) : nullptr;
+    if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), next, x))
       ++i;
+    else if (Conv2d* conv = i + 1 < end ? conv_before_norm(parent.child(i), parent.child(i + 1)) : nullptr)
+      x = conv->forward_to_norm(ctx, x);
     else
       x = parent.child(i).forward(ctx, x);
   }

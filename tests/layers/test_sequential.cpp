@@ -273,3 +273,61 @@ TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and
     check_same_grads_and_buffers(fused, plain);
   }
 }
+
+TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLUs hand each other bf16 maps") {
+  // Conv2d without bias -> BatchNorm2d: the convolution's output is bf16 (ops.def, "half-precision
+  // maps"), which the batch norm keeps (half the bytes of an fp32 map), and in training its
+  // gradient comes back to the convolution in bf16. BatchNorm2d + ReLU -> Conv2d: the ReLU's
+  // output is bf16, kept once for the ReLU's backward and the convolution's; so is the output of
+  // a Conv2d + ReLU (one pass) -> Conv2d, its bias and ReLU applied in place. The values and
+  // gradients are the layers' run one by one with those maps rounded to bf16 and, in training,
+  // the first one's gradient too, bit for bit (the host computes in fp32 otherwise). A
+  // convolution with a bias, or one before something else, keeps an fp32 output.
+  Rng rng(21);
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1, 1, 1, /*bias=*/false);  // 0: bf16 output
+  net->emplace<nn::BatchNorm2d>(4);
+  net->emplace<nn::ReLU>();                                            // 2: bf16 output
+  net->emplace<nn::Conv2d>(4, 4, 1, rng);                              // biased: fp32 output
+  net->emplace<nn::BatchNorm2d>(4);
+  net->emplace<nn::ReLU>();                                            // 5: bf16 output
+  net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1);                        // 6 + 7, one pass:
+  net->emplace<nn::ReLU>();                                            // 7: bf16 output
+  net->emplace<nn::Conv2d>(4, 3, 1, rng, 1, 0, 1, 1, /*bias=*/false);  // before a pool: fp32
+  net->emplace<nn::AdaptiveAvgPool2d>(1, 1);
+  net->emplace<nn::Flatten>();
+  const auto rounded = [](const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); };
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    nn::Model half = prepared(*net, training), f32 = prepared(*net, training), plain = prepared(*net, training);
+    Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
+    ctx.compute = DType::bf16;
+    const Tensor x = uniform({5, 2, 4, 4}, 22, -1.f, 1.f), dy = uniform({5, 3}, 23);
+
+    const size_t before_half = host_bytes_in_use();
+    const Tensor y_half = half.forward(ctx, x);
+    const auto half_bytes = static_cast<int64_t>(host_bytes_in_use() - before_half);
+    const size_t before_f32 = host_bytes_in_use();
+    const Tensor y_f32 = f32.forward(ctx32, x);
+    const auto f32_bytes = static_cast<int64_t>(host_bytes_in_use() - before_f32);
+    CHECK(f32_bytes - half_bytes == 4 * 5 * 4 * 4 * 4 * 2);  // four (5, 4, 4, 4) maps in 2 bytes a value, not 4
+
+    // The children one by one, the bf16 maps rounded (and in training the first one's gradient).
+    auto& kids = plain.root();
+    Tensor h = x;
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      h = kids.child(i).forward(ctx32, h);
+      if (i == 0 || i == 2 || i == 5 || i == 7) h = rounded(h);
+    }
+    CHECK(bitwise_equal(y_half, h));
+    half.zero_grad(ctx);
+    plain.zero_grad(ctx32);
+    const Tensor dx_half = half.backward(ctx, dy);
+    Tensor g = dy;
+    for (size_t i = kids.num_children(); i-- > 1;) g = kids.child(i).backward(ctx32, g);
+    CHECK(g.dtype() == DType::f32);
+    if (training) g = rounded(g);  // eval's composed backward hands back fp32
+    CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx32, g)));
+    check_same_grads_and_buffers(half, plain);
+  }
+}

@@ -8,11 +8,13 @@
 // computation is refused by name and left as it was.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "layers/layers.hpp"
 #include "layers/loss.hpp"
 #include "layers/model.hpp"
+#include "tests/common/compare.hpp"
 #include "tests/common/tensors.hpp"
 #include "zoo/cnn.hpp"
 #include "zoo/efficientnet.hpp"
@@ -37,8 +39,8 @@ nn::Model small_model(const std::string& family, int64_t size) {
     if (family == "resnet50") c.layers = {1, 2, 1, 1};
     return nn::Model(zoo::build_resnet(c, o));
   }
-  if (family == "vgg11_bn") {
-    zoo::VggConfig c = zoo::vgg_config(11, true);
+  if (family == "vgg11_bn" || family == "vgg11") {
+    zoo::VggConfig c = zoo::vgg_config(11, family == "vgg11_bn");
     for (int& v : c.layers) v /= 16;  // 4 .. 32 channels, the max-poolings (0) where they were
     c.hidden = 24;
     return nn::Model(zoo::build_vgg(c, o));
@@ -117,6 +119,56 @@ TEST_CASE("channels_last models train and evaluate as contiguous ones, bit for b
     // And back: contiguous again.
     last.set_memory_format(ops::MemoryFormat::contiguous);
     CHECK(bitwise_equal(last.forward(ctx, b.x), want.eval_logits));
+  }
+}
+
+// Under --precision bf16 convolutions, batch norms and ReLUs hand each other bf16 maps (ops.def,
+// "half-precision maps"; on the host through widened copies): every family that has them runs so, a
+// training step and an eval forward in both memory formats with the same bits, and its eval-mode
+// gradients stay near the fp32 ones: within what moving the input by half a bf16 unit (2^-9)
+// moves fp32's, times 10, or 2 %. (A training step's gradients are no yardstick at batch 2: a
+// batch norm over a few values per channel amplifies any rounding; tests/cuda/test_precision.cpp
+// bounds the GPU's the same way.)
+TEST_CASE("the families with bf16 maps between their layers: both memory formats alike, near fp32") {
+  // Eval-mode gradients of one forward and backward.
+  const auto eval_grads = [](Context& ctx, nn::Model& m, const testing::Batch& b, const Tensor& x) {
+    m.eval();
+    m.zero_grad(ctx);
+    nn::CrossEntropyLoss loss;
+    (void)loss.forward(ctx, m.forward(ctx, x), b.labels);
+    m.backward(ctx, loss.backward(ctx));
+    return m.flat_grads().clone();  // the model's own buffer is the next call's
+  };
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int64_t>>{
+           {"resnet18", 32},
+           {"resnet50", 32},
+           {"vgg11_bn", 32},
+           {"vgg11", 32},
+           {"alexnet", 63},
+           {"efficientnet_b0", 32},
+           {"densenet121", 32}}) {
+    CAPTURE(name);
+    const testing::Batch b = testing::two_class_batch(2, 3, size, 12);
+    Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
+    ctx.compute = DType::bf16;
+    nn::Model contiguous = small_model(name, size), last = small_model(name, size);
+    last.set_memory_format(ops::MemoryFormat::channels_last);
+    const Step want = run(ctx, contiguous, b, false), got = run(ctx, last, b, false);
+    CHECK(bitwise_equal(got.logits, want.logits));
+    CHECK(bitwise_equal(last.flat_grads(), contiguous.flat_grads()));
+    CHECK(bitwise_equal(got.eval_logits, want.eval_logits));
+
+    nn::Model half = small_model(name, size), f32 = small_model(name, size);
+    const Tensor grads = eval_grads(ctx, half, b, b.x), grads32 = eval_grads(ctx32, f32, b, b.x);
+    double sensitivity = 0;
+    for (uint64_t seed : {31, 32})
+      sensitivity = std::max(sensitivity, testing::norm_rel_diff(eval_grads(ctx32, f32, b, testing::moved_by(b.x, 0x1p-9, seed)),
+                                                                 grads32));
+    const double diff = testing::norm_rel_diff(grads, grads32);
+    CAPTURE(diff);
+    CAPTURE(sensitivity);
+    CHECK(diff > 0);  // the maps were rounded
+    CHECK(diff <= std::max(0.02, 10 * sensitivity));
   }
 }
 
