@@ -58,3 +58,35 @@ TEST_CASE("a second backward after one forward is refused: backward freed what i
   model.backward(ctx, dlogits);
   CHECK_THROWS_WITH(model.backward(ctx, dlogits), doctest::Contains("backward called before forward"));
 }
+
+// Under --precision bf16 the maps convolutions, batch norms and ReLUs hand each other are bf16
+// (ops.def, "half-precision maps"), and so is what a training forward keeps of them for
+// backward. Measured on the host (whose ops keep the same tensors as the GPU's): full-width
+// models at 64x64, batch 2 (vgg16, whose 138 M weights take seconds to make twice, keeps 0.783), the bytes alive after a training forward, bf16 maps against fp32 maps.
+TEST_CASE("under --precision bf16 a training forward keeps a third less of resnet50, a fifth less of efficientnet_b0") {
+  for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{
+           {"resnet50", 0.67}, {"resnet18", 0.70}, {"efficientnet_b0", 0.80}, {"densenet121", 0.77}}) {
+    CAPTURE(name);
+    zoo::ModelOptions o;
+    o.num_classes = 10;
+    o.in_channels = 3;
+    o.image_size = 64;
+    o.seed = 3;
+    const testing::Batch b = testing::two_class_batch(2, 3, 64, 3);
+    size_t kept[2] = {0, 0};
+    for (int half = 0; half < 2; ++half) {
+      Context ctx = Context::cpu(2);
+      if (half) ctx.compute = DType::bf16;
+      nn::Model model(zoo::build_model(name, o));
+      model.train();
+      const size_t before = host_bytes_in_use();
+      const Tensor logits = model.forward(ctx, b.x);
+      kept[half] = host_bytes_in_use() - before;
+    }
+    const double ratio = double(kept[1]) / double(kept[0]);
+    CAPTURE(kept[0]);
+    CAPTURE(kept[1]);
+    CAPTURE(ratio);
+    CHECK(ratio <= most);
+  }
+}
