@@ -339,7 +339,7 @@ TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them
 // Under --precision bf16|fp16 a convolution hands the batch norm after it a map in that
 // precision (ops.def, "half-precision maps"). On the host the ops run on the map widened and
 // round what they write (kernels/host_half.hpp): the contract the CUDA kernels are tested
-// against (tests/cuda/test_norm_loss.cpp). Each result is the fp32 ops' on the widened values,
+// against (tests/cuda/test_precision.cpp, its last case). Each result is the fp32 ops' on the widened values,
 // bit for bit, and a half output is the fp32 one rounded; for both host backends and both
 // half types, in NCHW and channels-last, on the first C channels of a wider x for batch norm.
 TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a batch norm's bf16/fp16 input") {
