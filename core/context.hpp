@@ -25,6 +25,10 @@ struct Context {
   // fp16: tensor-core math, fp32 accumulation into fp32 outputs); f32 = no rounding. Every other op
   // computes in fp32, and the weights stay fp32 (PyTorch's autocast lists the same ops).
   DType compute = DType::f32;
+  // With compute bf16 or fp16: whether the maps convolutions, batch norms and ReLUs hand each other
+  // are kept in that dtype (kernels/ops.def, "half-precision maps"; nn::forward_children decides).
+  // DPX_HALF_MAPS=0 keeps them fp32, as before 2026-11-29: a diagnostic, to compare the two.
+  bool half_maps = true;
   // A CUDA graph's replay count, an i64 scalar on `device` that the graph itself increments
   // (parallel/train/graph_step.hpp): the random ops (dropout_forward, bernoulli_scale) add it
   // to their stream, so each replay of a captured step draws its own step's masks. Null (every

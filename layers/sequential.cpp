@@ -41,6 +41,9 @@ std::string Sequential::describe() const {
 }
 
 namespace {
+// Whether maps are handed on in ctx.compute's half precision (Context::half_maps).
+bool half_maps(const Context& ctx) { return ctx.compute != DType::f32 && ctx.half_maps; }
+
 // A batch norm (2d or 1d: one of the two pointers) and the ReLU or SiLU after it (one of the
 // two), run as one.
 struct BnActivation {
@@ -86,7 +89,7 @@ std::optional<BnActivation> bn_activation(Module& first, Module& second) {
 // pair or null: where it is a convolution, under --precision bf16|fp16, the first writes the
 // activation's output in that precision, the convolution's operand (ops.def, "half-precision maps").
 bool forward_pair(Context& ctx, Module& first, Module& second, Module* next, Tensor& x) {
-  const DType y_dtype = ctx.compute != DType::f32 && dynamic_cast<Conv2d*>(next) ? ctx.compute : DType::f32;
+  const DType y_dtype = half_maps(ctx) && dynamic_cast<Conv2d*>(next) ? ctx.compute : DType::f32;
   if (auto pair = bn_activation(first, second)) {
     x = pair->forward(ctx, x, y_dtype);
     return true;

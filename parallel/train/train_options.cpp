@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -320,6 +321,13 @@ const Refusal kRefused[] = {
 
 }  // namespace
 
+bool half_maps_from_env(const char* value) {
+  if (!value || !*value || std::string(value) == "1") return true;
+  if (std::string(value) == "0") return false;
+  usage_fail("DPX_HALF_MAPS='", value, "': use 1 (the default: under --precision bf16|fp16 the maps between "
+             "convolutions, batch norms and ReLUs are kept in that precision) or 0 (kept fp32)");
+}
+
 DType TrainOptions::compute_dtype() const {
   if (precision == Precision::bf16) return DType::bf16;
   if (precision == Precision::fp16) return DType::f16;
@@ -332,6 +340,7 @@ void apply_math(Context& ctx, const TrainOptions& o) {
   ctx.allow_tf32 = o.allow_tf32;
   ctx.conv_search = o.cudnn_algo == "search";
   ctx.compute = o.compute_dtype();
+  ctx.half_maps = half_maps_from_env(std::getenv("DPX_HALF_MAPS"));
   if (ctx.compute == DType::f32) return;  // fp32 and TF32 run on any GPU
   const std::string why = precision_unsupported_reason(choice_name(kPrecisions, o.precision),
                                                        cuda::compute_capability(ctx.device.index), ctx.device.index);

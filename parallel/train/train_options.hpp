@@ -162,5 +162,8 @@ struct TrainOptions {
 // and --precision's compute dtype. Refuses (UsageError) a precision the GPU lacks (bf16 before
 // Ampere).
 void apply_math(Context& ctx, const TrainOptions& o);
+// DPX_HALF_MAPS's value (null where unset) as Context::half_maps: unset, empty or 1 true, 0 false;
+// anything else a usage error naming the variable.
+bool half_maps_from_env(const char* value);
 
 }  // namespace dpx::parallel

@@ -311,6 +311,14 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     const Tensor y_f32 = f32.forward(ctx32, x);
     const auto f32_bytes = static_cast<int64_t>(host_bytes_in_use() - before_f32);
     CHECK(f32_bytes - half_bytes == 4 * 5 * 4 * 4 * 4 * 2);  // four (5, 4, 4, 4) maps in 2 bytes a value, not 4
+    // Context::half_maps off (DPX_HALF_MAPS=0): every map fp32 again, the host's values fp32's.
+    nn::Model off = prepared(*net, training);
+    Context ctx_off = ctx;
+    ctx_off.half_maps = false;
+    const size_t before_off = host_bytes_in_use();
+    const Tensor y_off = off.forward(ctx_off, x);
+    CHECK(static_cast<int64_t>(host_bytes_in_use() - before_off) == f32_bytes);
+    CHECK(bitwise_equal(y_off, y_f32));
 
     // The children one by one, the bf16 maps rounded (and in training the first one's gradient).
     auto& kids = plain.root();

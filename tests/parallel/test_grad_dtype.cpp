@@ -12,6 +12,7 @@
 #include "parallel/train/reducer.hpp"
 #include "parallel/train/job.hpp"
 #include "parallel/comm/threads/threads_backend.hpp"
+#include "parallel/train/train_options.hpp"
 #include "parallel/train/trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/parallel/small_job.hpp"
@@ -166,4 +167,13 @@ TEST_CASE("a constant loss scale is taken off before the optimizer: fp16 DDP wit
   const double diff = update_rel_diff(scaled.final_params(), single.final_params(), initial_weights(one));
   MESSAGE("fp16 with --loss-scale 1024: ", diff / std::ldexp(1.0, -11), " u");
   CHECK(diff <= 2 * std::ldexp(1.0, -11));
+}
+
+TEST_CASE("DPX_HALF_MAPS: unset, empty or 1 keeps half-precision maps, 0 keeps fp32 maps, anything else is refused") {
+  CHECK(half_maps_from_env(nullptr));
+  CHECK(half_maps_from_env(""));
+  CHECK(half_maps_from_env("1"));
+  CHECK_FALSE(half_maps_from_env("0"));
+  CHECK_THROWS_WITH_AS(half_maps_from_env("off"), doctest::Contains("DPX_HALF_MAPS='off': use 1 (the default"),
+                       UsageError);
 }
