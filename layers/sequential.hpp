@@ -15,7 +15,10 @@ namespace dpx::nn {
 // ReLU, run as one pass (ops::Epilogue; no tensor holds the values before the activation, and a
 // ReLU keeps the output as its own): the values, and every gradient backward computes from
 // them, are those of the two layers run one after the other (bit for bit on the CPU; the SiLU's
-// backward recomputes its input as the forward formed it).
+// backward recomputes its input as the forward formed it). Under --precision bf16|fp16
+// (ctx.compute, ctx.half_maps) a bias-free convolution followed by a BatchNorm2d, and such a pair
+// followed by a convolution, hand on their output in that precision (kernels/ops.def,
+// "half-precision maps"): a map's dtype is chosen here, where its writer and its reader are known.
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x);
 // The reverse: children [begin, end) from the last, dy in and dx out, as a chain of
 // child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
