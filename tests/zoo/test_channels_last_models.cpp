@@ -5,9 +5,11 @@
 // block's buffer, batch norms on its prefix, average-pooling transitions) give the contiguous
 // model's logits, loss, every parameter gradient and every batch-norm statistic bit for bit, in
 // training and in eval; a copy keeps the format; a model with a layer that has no channels-last
-// computation is refused by name and left as it was.
+// computation is refused by name and left as it was. Under --precision bf16 (the host's emulation
+// of the half-precision maps) the families also agree across formats and stay near fp32.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
