@@ -34,10 +34,10 @@ class F32Out {
   Tensor f32_;
 };
 
-// The six ops, each through `op`, its host kernel (which then sees f32 tensors only). The
+// The seven ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
 // x (the ReLU's output before it), y and dy; a batch norm's x, y (before a convolution), dx and
-// relu_out; relu_backward's y.
+// relu_out; relu_backward's y; add_relu's out and b.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -82,6 +82,13 @@ void batch_norm_backward_widened(Op op, Context& ctx, Tensor* dx, Tensor* dgamma
   op(ctx, out.get(), dgamma, dbeta, dy, widened(x), gamma, save_mean, save_invstd, dx_mode,
      relu_out ? &relu32 : nullptr, silu_beta);
   out.finish();
+}
+
+template <class Op>
+void add_relu_widened(Op op, Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  F32Out o(&out);
+  op(ctx, *o.get(), a, widened(b));
+  o.finish();
 }
 
 template <class Op>

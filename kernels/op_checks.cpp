@@ -319,6 +319,15 @@ void add(Context&, Tensor& out, const Tensor& a, const Tensor& b) {
   require_f32_pair("add", "out", out, "b", b);
 }
 
+void add_relu(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "add_relu";
+  require_map_dtype(op, "out", out, ctx);
+  require_f32(op, "a", a);
+  require_map_dtype(op, "b", b, ctx);
+  require_same_numel(op, "out", out, "a", a);
+  require_same_numel(op, "out", out, "b", b);
+}
+
 void axpy(Context&, Tensor& y, float, const Tensor& x) { require_f32_pair("axpy", "y", y, "x", x); }
 
 void scale(Context&, Tensor& x, float) { require_f32("scale", "x", x); }

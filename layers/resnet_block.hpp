@@ -11,7 +11,8 @@ namespace dpx::nn {
 
 // The forward and backward both blocks share. Children: the residual branch (run in order),
 // then "downsample" (a Sequential, only when stride != 1 or C_in != C_out), then the ReLU
-// after the join: y = relu(branch(x) + downsample(x) or x). torchvision applies one ReLU
+// after the join: y = relu(branch(x) + downsample(x) or x), the join and the ReLU in one pass
+// (ops::add_relu; the ReLU keeps y for its backward). torchvision applies one ReLU
 // module at every place; here each application is a module of its own (a ReLU keeps its own
 // output for backward). ReLUs have no parameters, so the state_dict is torchvision's.
 template <class Self>
@@ -27,6 +28,13 @@ class ResNetBlock : public Cloneable<Self> {
     channels_last_ = on;
     return true;
   }
+
+  // Whether another block reads this block's output next (zoo/resnet.cpp sets it for every block
+  // but the model's last): under --precision bf16|fp16 (Context::half_maps) the output is then in
+  // that precision, the next block's convolutions' operand and its identity (kernels/ops.def,
+  // "half-precision maps").
+  void set_output_read_by_block(bool on) { output_read_by_block_ = on; }
+  bool output_read_by_block() const { return output_read_by_block_; }
 
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
@@ -46,6 +54,7 @@ class ResNetBlock : public Cloneable<Self> {
   int stride_;
   size_t branch_ = 0;  // children [0, branch_) are the residual branch
   bool channels_last_ = false;
+  bool output_read_by_block_ = false;
 };
 
 // torchvision's BasicBlock (expansion 1): conv1 3x3 (stride), bn1, relu1, conv2 3x3, bn2.

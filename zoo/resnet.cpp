@@ -1,6 +1,8 @@
 // ResNet-18/34/50/101/152 after torchvision 0.14's resnet.py: a 7x7 stem, four stages of
 // BasicBlock or Bottleneck blocks, global average pooling and one Linear; convolutions drawn
 // from kaiming_normal(fan_out), batch norms 1 and 0, the Linear at PyTorch's default.
+#include <vector>
+
 #include "layers/layers.hpp"
 #include "zoo/cnn.hpp"
 #include "zoo/families.hpp"
@@ -53,6 +55,15 @@ std::unique_ptr<nn::Module> build_resnet(const ResNetConfig& c, const ModelOptio
   // torchvision's pass over every module; batch norms are already 1 and 0, fc keeps its default.
   for (auto& [name, mod] : m->named_modules())
     if (auto* conv = dynamic_cast<nn::Conv2d*>(mod)) nn::init_kaiming_normal_fan_out(conv->weight().value, rng);
+  // Every block's output but the last one's is read by the next block (half-precision maps under
+  // --precision bf16|fp16: nn::ResNetBlock::set_output_read_by_block).
+  std::vector<nn::Module*> blocks;  // in forward order
+  for (auto& [name, mod] : m->named_modules())
+    if (dynamic_cast<nn::BasicBlock*>(mod) || dynamic_cast<nn::Bottleneck*>(mod)) blocks.push_back(mod);
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+    if (auto* b = dynamic_cast<nn::BasicBlock*>(blocks[i])) b->set_output_read_by_block(true);
+    if (auto* b = dynamic_cast<nn::Bottleneck*>(blocks[i])) b->set_output_read_by_block(true);
+  }
   return m;
 }
 

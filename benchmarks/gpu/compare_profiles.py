@@ -70,7 +70,7 @@ CATEGORIES = [
       "aten::_softmax_backward_data", "aten::native_dropout", "aten::native_dropout_backward", "aten::bernoulli_",
       "aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
       "aten::nll_loss_backward", "aten::masked_fill_"}),
-    ("elementwise and sums", {"add", "axpy", "mul_broadcast", "mul_broadcast_backward", "add_broadcast",
+    ("elementwise and sums", {"add", "add_relu", "axpy", "mul_broadcast", "mul_broadcast_backward", "add_broadcast",
                               "add_broadcast_backward", "fill"},
      {"aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::div", "aten::div_", "aten::sub", "aten::fill_",
       "aten::zero_", "aten::sum", "aten::remainder", "aten::ne", "aten::eq", "aten::arange", "aten::where"}),

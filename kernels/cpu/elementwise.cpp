@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/host_half.hpp"
 
 namespace dpx::cpu {
 
@@ -84,6 +85,19 @@ void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
   int nt = threads_for(ctx, n);
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < n; ++i) o[i] = ap[i] + bp[i];
+}
+
+void add_relu(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  if (kernels::is_half(out) || kernels::is_half(b)) return kernels::add_relu_widened(add_relu, ctx, out, a, b);
+  float* o = out.data<float>();
+  const float *ap = a.data<float>(), *bp = b.data<float>();
+  const int64_t n = out.numel();
+  int nt = threads_for(ctx, n);
+#pragma omp parallel for simd num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = ap[i] + bp[i];
+    o[i] = v < 0.f ? 0.f : v;  // NaN passes, as relu_forward
+  }
 }
 
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {

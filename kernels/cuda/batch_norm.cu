@@ -6,9 +6,7 @@
 // folded ReLU's relu_out) too, the input of a convolution (ops.def's half-precision maps): the
 // kernels read x through its element type X, widened on load, and round dx and y at their stores.
 #include <cmath>
-#include <type_traits>
 
-#include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/fast_divide.hpp"
@@ -19,47 +17,16 @@ namespace {
 
 using detail::f32;
 using detail::kThreads;
+using detail::with_x_type;
+using detail::x_data;
+using detail::XF32;
+using detail::XHalf;
 
 // y (and dy) viewed as (N, C, S), x (and dx) as (N, Cx, S) with C <= Cx (the ops normalise x's
 // first C channels): channel c's M = N*S elements are y[(n*C + c)*S + s] and x[(n*Cx + c)*S + s].
 struct Layout {
   int64_t n, c, cx, s, m;
 };
-
-// x's element as the kernels read it (and dx's, or y's, as they write it): fp32 itself, or
-// bf16/fp16 bits widened on load (exact) and rounded at the store (core/cuda/half.cuh), so that a
-// half x gives the bits its widened copy would, and a half y the fp32 y's rounded.
-struct XF32 {
-  using T = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <typename H>
-struct XHalf {
-  using T = uint16_t;
-  __device__ static float load(uint16_t v) { return H::load(v); }
-  __device__ static uint16_t store(float v) { return H::store(v); }
-};
-
-// Calls f with the element type of a map's dtype (the op layer allows f32, bf16 and fp16).
-template <typename F>
-void with_x_type(DType dtype, F&& f) {
-  if (dtype == DType::bf16)
-    f(XHalf<BF16>{});
-  else if (dtype == DType::f16)
-    f(XHalf<F16>{});
-  else
-    f(XF32{});
-}
-
-// The data of a map (x, dx, y) as X's elements (f32 checked as every op's).
-template <typename X>
-typename X::T* x_data(const Tensor& t, const char* op, const char* name) {
-  if constexpr (std::is_same_v<X, XF32>)
-    return f32(t, op, name);
-  else
-    return static_cast<uint16_t*>(t.raw());
-}
 
 Layout layout_of(const Tensor& y, const Tensor& x) {
   Layout l{x.size(0), y.size(1), x.size(1), 1, 0};

@@ -11,6 +11,7 @@
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/context.hpp"
+#include "core/cuda/half.cuh"
 #include "core/cuda/memory.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
@@ -158,6 +159,42 @@ inline float* f32(const Tensor& t, const char* op, const char* name) {
   DPX_CHECK(t.defined(), op, ": ", name, " is not allocated");
   DPX_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", dtype_name(t.dtype()));
   return static_cast<float*>(t.raw());
+}
+
+// ---- maps in fp32 or in half precision (kernels/ops.def, "half-precision maps") ----------------
+// A map's element as a kernel reads and writes it: fp32 itself, or bf16/fp16 bits widened on load
+// (exact) and rounded at the store (core/cuda/half.cuh), so that a half input gives the bits its
+// widened copy would, and a half output the fp32 one's rounded.
+struct XF32 {
+  using T = float;
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <typename H>
+struct XHalf {
+  using T = uint16_t;
+  __device__ static float load(uint16_t v) { return H::load(v); }
+  __device__ static uint16_t store(float v) { return H::store(v); }
+};
+
+// Calls f with the element type of a map's dtype (the op layer allows f32, bf16 and fp16).
+template <typename F>
+void with_x_type(DType dtype, F&& f) {
+  if (dtype == DType::bf16)
+    f(XHalf<BF16>{});
+  else if (dtype == DType::f16)
+    f(XHalf<F16>{});
+  else
+    f(XF32{});
+}
+
+// The data of a map (x, dx, y) as X's elements (f32 checked as every op's).
+template <typename X>
+typename X::T* x_data(const Tensor& t, const char* op, const char* name) {
+  if constexpr (std::is_same_v<X, XF32>)
+    return f32(t, op, name);
+  else
+    return static_cast<uint16_t*>(t.raw());
 }
 
 inline void check_numel(const Tensor& a, const Tensor& b, const char* op, const char* na,

@@ -27,6 +27,19 @@ __global__ void fill_kernel(float* out, float value, int64_t n, bool quads) {
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
+struct AddRelu {  // max(a + b, 0), NaN passing as relu_forward
+  __device__ float operator()(float a, float b) const {
+    const float v = a + b;
+    return v < 0.f ? 0.f : v;
+  }
+};
+
+// add_relu where out or b is a bf16/fp16 map (B, Y: detail::XF32 or XHalf): b widened on load,
+// out rounded at the store.
+template <typename B, typename Y>
+__global__ void add_relu_kernel(typename Y::T* out, const float* a, const typename B::T* b, int64_t n) {
+  DPX_CUDA_LOOP(i, n) out[i] = Y::store(AddRelu{}(a[i], B::load(b[i])));
+}
 struct Axpy {  // y + alpha * x
   float alpha;
   __device__ float operator()(float y, float x) const { return y + alpha * x; }
@@ -209,6 +222,27 @@ void add(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
   if (n == 0) return;
   detail::map(st.stream, f32(out, "add", "out"), detail::MapInputs<2>{{f32(a, "add", "a"), f32(b, "add", "b")}}, n,
               Add{});
+}
+
+void add_relu(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  CudaState& st = state_of(ctx);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const char* op = "add_relu";
+  if (out.dtype() == DType::f32 && b.dtype() == DType::f32) {
+    detail::map(st.stream, f32(out, op, "out"), detail::MapInputs<2>{{f32(a, op, "a"), f32(b, op, "b")}}, n,
+                AddRelu{});
+    return;
+  }
+  detail::with_x_type(b.dtype(), [&](auto b_type) {
+    using B = decltype(b_type);
+    detail::with_x_type(out.dtype(), [&](auto out_type) {
+      using Y = decltype(out_type);
+      add_relu_kernel<B, Y><<<detail::grid_for(n), detail::kThreads, 0, st.stream>>>(
+          detail::x_data<Y>(out, op, "out"), f32(a, op, "a"), detail::x_data<B>(b, op, "b"), n);
+      check_launch();
+    });
+  });
 }
 
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {

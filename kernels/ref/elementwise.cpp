@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/host_half.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -32,6 +33,18 @@ void add(Context&, Tensor& out, const Tensor& a, const Tensor& b) {
   const float* x = a.data<float>();
   const float* y = b.data<float>();
   for (int64_t i = 0; i < out.numel(); ++i) o[i] = x[i] + y[i];
+}
+
+// out = max(a + b, 0), written `v < 0 ? 0 : v` so that NaN passes (relu_forward's rule).
+void add_relu(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
+  if (kernels::is_half(out) || kernels::is_half(b)) return kernels::add_relu_widened(add_relu, ctx, out, a, b);
+  float* o = out.data<float>();
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const float v = x[i] + y[i];
+    o[i] = v < 0.f ? 0.f : v;
+  }
 }
 
 // y += alpha * x

@@ -44,6 +44,25 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the reference") {
   Tensor gcopy = poisoned({n}, dev());
   ops::copy(g, gcopy, gout);
   CHECK(bitwise_equal(gcopy, gout));
+  // add_relu: the reference's bits (one add, then the ReLU); under --precision bf16 and fp16 with
+  // out or b in that type, the fp32 op's on b widened, out rounded.
+  Tensor s = uniform({n}, 5, -1.f, 1.f), gs = s.to(dev());
+  ops::add_relu(c, out, a, s);
+  ops::add_relu(g, gout, ga, gs);
+  CHECK(bitwise_equal(gout, out));
+  for (DType half : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(half));
+    Context gh = gpu();
+    gh.compute = half;
+    const Tensor sh = s.cast(half), sw = sh.cast(DType::f32);
+    Tensor out_h = Tensor::empty({n}, half, dev()), out_w = poisoned({n}, dev());
+    ops::add_relu(gh, out_h, ga, sh.to(dev()));
+    ops::add_relu(g, out_w, ga, sw.to(dev()));
+    CHECK(bitwise_equal(out_h.to(Device::cpu()), out_w.to(Device::cpu()).cast(half)));
+    Tensor out_f = poisoned({n}, dev());  // fp32 out from a half b
+    ops::add_relu(gh, out_f, ga, sh.to(dev()));
+    CHECK(bitwise_equal(out_f.to(Device::cpu()), out_w.to(Device::cpu())));
+  }
 
   Tensor lab = random_labels(37, 1000, 3), glab = lab.to(dev()), gl2 = Tensor::empty({37}, DType::i64, dev());
   ops::copy(g, gl2, glab);  // any dtype is a byte copy

@@ -81,6 +81,44 @@ TEST_CASE("relu: forward keeps positives, backward uses the output and accumulat
   check_close(dx, {0, 0, 3, 4, 0});
 }
 
+TEST_CASE("add_relu: relu_forward of add's output bit for bit, NaN passing; any threads; half maps; its errors") {
+  // A residual join and its ReLU in one pass (ResNet's blocks): the two ops' bits, on an odd size
+  // whose thread chunks end inside vectors, with NaN, infinities, -0 and values that cancel.
+  const int64_t n = 100003;
+  Tensor a = randn({n}, 3), b = randn({n}, 4);
+  float* ap = a.data<float>();
+  float* bp = b.data<float>();
+  ap[5] = std::numeric_limits<float>::quiet_NaN();
+  ap[6] = std::numeric_limits<float>::infinity();
+  bp[7] = -std::numeric_limits<float>::infinity();
+  ap[8] = -0.f, bp[8] = -0.f;
+  bp[9] = -ap[9];
+  Context one = Context::cpu(1);
+  Tensor sum = Tensor::empty({n}), want = Tensor::empty({n});
+  ops::add(one, sum, a, b);
+  ops::relu_forward(one, want, sum);
+  for (int threads : {1, 2}) {
+    Context ctx = Context::cpu(threads);
+    Tensor out = Tensor::empty({n});
+    ops::add_relu(ctx, out, a, b);
+    CHECK(bitwise_equal(out, want));
+  }
+  CHECK(std::isnan(want.data<float>()[5]));
+  // Under --precision bf16 out and b may be bf16: the fp32 op on b widened, out rounded.
+  Context half = Context::cpu(2);
+  half.compute = DType::bf16;
+  Tensor bh = b.cast(DType::bf16), out_h = Tensor::empty({n}, DType::bf16), out32 = Tensor::empty({n});
+  ops::add_relu(half, out_h, a, bh);
+  ops::add_relu(one, out32, a, bh.cast(DType::f32));
+  CHECK(bitwise_equal(out_h, out32.cast(DType::bf16)));
+  // Sizes, and a half map without half compute.
+  Tensor short_b = Tensor::zeros({3}), out3 = Tensor::zeros({4}), a4 = Tensor::zeros({4});
+  CHECK_THROWS_WITH_AS(ops::add_relu(one, out3, a4, short_b), doctest::Contains("add_relu: out (4) and b (3)"), Error);
+  Tensor b4h = Tensor::zeros({4}, DType::bf16);
+  CHECK_THROWS_WITH_AS(ops::add_relu(one, out3, a4, b4h),
+                       doctest::Contains("add_relu: b (4) must be f32 (half-precision maps need --precision"), Error);
+}
+
 TEST_CASE("dropout: mask from Rng(seed, stream) counter i, scaled by 1/(1-p), any threads") {
   const int64_t n = 200000;
   const float p = 0.3f;

@@ -112,6 +112,8 @@ void elementwise(const Case& k, size_t, double tol) {
   CHECK(bitwise_equal(l.cpu, l.ref));
   both(ops::add, ref::add, o, a, b);
   close("add", o, tol);
+  both(ops::add_relu, ref::add_relu, o, a, b);
+  close("add_relu", o, tol);
   both(ops::axpy, ref::axpy, o, -0.75f, b);
   close("axpy", o, tol);
   both(ops::scale, ref::scale, o, 3.f);

@@ -93,6 +93,58 @@ TEST_CASE("Bottleneck: 4x expansion, stride on the 3x3, downsample; gradients") 
                        "Bottleneck(8 -> 8, stride 1) given input (1, 4, 3, 3): expected (N, 8, H, W)", Error);
 }
 
+TEST_CASE("ResNet blocks under --precision bf16: a block read by the next hands it a bf16 output") {
+  // The join and the final ReLU are one add_relu; with set_output_read_by_block (zoo/resnet.cpp
+  // sets it on every block but the last) its output is bf16 under --precision bf16, the next
+  // block's input and identity. The values and gradients are those of the same blocks with that
+  // output rounded by hand, bit for bit, in training and eval; one map's 2 bytes a value less is
+  // kept than without the setting (the host computes in fp32 otherwise: kernels/host_half.hpp).
+  Rng rng(13);
+  nn::Sequential chain;
+  chain.emplace<nn::BasicBlock>(4, 4, 1, rng);
+  chain.emplace<nn::Bottleneck>(4, 1, 1, rng);  // 4 -> 4 channels: the identity path
+  const Tensor x = uniform({3, 4, 5, 5}, 14), dy = uniform({3, 4, 5, 5}, 15);
+  const auto rounded = [](const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); };
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    auto model = [&](bool read_by_block) {
+      nn::Model m(chain.clone());
+      m.root().train(training);
+      m.root().set_input_grad_needed(true);
+      dynamic_cast<nn::BasicBlock&>(m.root().child(0)).set_output_read_by_block(read_by_block);
+      return m;
+    };
+    nn::Model half = model(true), unset = model(false), plain = model(false);
+    Context ctx = Context::cpu(2);
+    ctx.compute = DType::bf16;
+    const size_t before_half = host_bytes_in_use();
+    const Tensor y_half = half.forward(ctx, x);
+    const auto half_bytes = static_cast<int64_t>(host_bytes_in_use() - before_half);
+    const size_t before_unset = host_bytes_in_use();
+    const Tensor y_unset = unset.forward(ctx, x);
+    const auto unset_bytes = static_cast<int64_t>(host_bytes_in_use() - before_unset);
+    CHECK(unset_bytes - half_bytes == 3 * 4 * 5 * 5 * 2);
+    CHECK(bitwise_equal(y_half.cast(DType::f32), y_unset.cast(DType::f32)) == false);  // rounded inside
+    nn::Model probe = model(true), probe_unset = model(false);
+    CHECK(probe.root().child(0).forward(ctx, x).dtype() == DType::bf16);
+    CHECK(probe_unset.root().child(0).forward(ctx, x).dtype() == DType::f32);
+
+    const Tensor h = rounded(plain.root().child(0).forward(ctx, x));
+    CHECK(bitwise_equal(y_half, plain.root().child(1).forward(ctx, h)));
+    half.zero_grad(ctx);
+    plain.zero_grad(ctx);
+    const Tensor dx_half = half.backward(ctx, dy);
+    const Tensor dx_plain = plain.root().child(0).backward(ctx, plain.root().child(1).backward(ctx, dy));
+    CHECK(bitwise_equal(dx_half, dx_plain));
+    auto pa = half.root().named_parameters(), pb = plain.root().named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(pa[i].first);
+      CHECK(bitwise_equal(pa[i].second->grad, pb[i].second->grad));
+    }
+  }
+}
+
 TEST_CASE("dense layer, dense block + transition: torchvision's names, concatenation, gradients") {
   Context ctx = Context::cpu(1);
   Rng rng(13);
