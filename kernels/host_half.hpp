@@ -17,12 +17,13 @@ inline bool is_half(const Tensor* t) { return t && is_half(*t); }
 // t widened to f32 (a new host tensor), or t itself when it is not half.
 inline Tensor widened(const Tensor& t) { return is_half(t) ? t.cast(DType::f32) : t; }
 
-// An f32 stand-in for an output `out`: out itself, or its widened copy (its values matter where
-// the kernel adds into them), which finish() rounds back into out.
+// An f32 stand-in for an output `out`: out itself, or an f32 tensor of its shape, which finish()
+// rounds back into out: out's values widened where the kernel adds into them (`reads_out`), else
+// left unset.
 class F32Out {
  public:
-  explicit F32Out(Tensor* out) : out_(out) {
-    if (is_half(out)) f32_ = widened(*out);
+  explicit F32Out(Tensor* out, bool reads_out = true) : out_(out) {
+    if (is_half(out)) f32_ = reads_out ? widened(*out) : Tensor::empty(out->shape());
   }
   Tensor* get() { return f32_.defined() ? &f32_ : out_; }
   void finish() {
@@ -41,7 +42,7 @@ class F32Out {
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
-  F32Out out(&y);
+  F32Out out(&y, /*reads_out=*/false);
   op(ctx, *out.get(), widened(x), w, b, p);
   out.finish();
 }
@@ -57,7 +58,7 @@ void batch_norm_forward_train_widened(Op op, Context& ctx, Tensor& y, Tensor& sa
                                       Tensor& running_mean, Tensor& running_var, const Tensor& x,
                                       const Tensor& gamma, const Tensor& beta, float momentum, float eps,
                                       ops::Epilogue epilogue) {
-  F32Out out(&y);
+  F32Out out(&y, /*reads_out=*/false);
   op(ctx, *out.get(), save_mean, save_invstd, running_mean, running_var, widened(x), gamma, beta, momentum, eps,
      epilogue);
   out.finish();
@@ -67,7 +68,7 @@ template <class Op>
 void batch_norm_forward_eval_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& gamma,
                                      const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
                                      float eps, ops::Epilogue epilogue) {
-  F32Out out(&y);
+  F32Out out(&y, /*reads_out=*/false);
   op(ctx, *out.get(), widened(x), gamma, beta, running_mean, running_var, eps, epilogue);
   out.finish();
 }
@@ -86,7 +87,7 @@ void batch_norm_backward_widened(Op op, Context& ctx, Tensor* dx, Tensor* dgamma
 
 template <class Op>
 void add_relu_widened(Op op, Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
-  F32Out o(&out);
+  F32Out o(&out, /*reads_out=*/false);
   op(ctx, *o.get(), a, widened(b));
   o.finish();
 }

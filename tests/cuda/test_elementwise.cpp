@@ -46,7 +46,13 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the reference") {
   CHECK(bitwise_equal(gcopy, gout));
   // add_relu: the reference's bits (one add, then the ReLU); under --precision bf16 and fp16 with
   // out or b in that type, the fp32 op's on b widened, out rounded.
-  Tensor s = uniform({n}, 5, -1.f, 1.f), gs = s.to(dev());
+  Tensor s = uniform({n}, 5, -1.f, 1.f);
+  float* sp = s.data<float>();
+  sp[4] = std::numeric_limits<float>::infinity();  // (no NaN: the GPU's add makes its own NaN bits)
+  sp[5] = -std::numeric_limits<float>::infinity();
+  sp[6] = -0.f;
+  sp[7] = -a.data<float>()[7];  // cancels to 0
+  const Tensor gs = s.to(dev());
   ops::add_relu(c, out, a, s);
   ops::add_relu(g, gout, ga, gs);
   CHECK(bitwise_equal(gout, out));
@@ -62,6 +68,9 @@ TEST_CASE("cuda fill, copy, add, axpy, scale match the reference") {
     Tensor out_f = poisoned({n}, dev());  // fp32 out from a half b
     ops::add_relu(gh, out_f, ga, sh.to(dev()));
     CHECK(bitwise_equal(out_f.to(Device::cpu()), out_w.to(Device::cpu())));
+    Tensor out_hf = Tensor::empty({n}, half, dev());  // a half out from an fp32 b (a stage's first block)
+    ops::add_relu(gh, out_hf, ga, gs);
+    CHECK(bitwise_equal(out_hf.to(Device::cpu()), out.cast(half)));
   }
 
   Tensor lab = random_labels(37, 1000, 3), glab = lab.to(dev()), gl2 = Tensor::empty({37}, DType::i64, dev());

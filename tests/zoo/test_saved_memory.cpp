@@ -65,7 +65,7 @@ TEST_CASE("a second backward after one forward is refused: backward freed what i
 // models at 64x64, batch 2 (vgg16, whose 138 M weights take seconds to make twice, keeps 0.783), the bytes alive after a training forward, bf16 maps against fp32 maps.
 TEST_CASE("under --precision bf16 a training forward keeps nearly half less of resnet50, a fifth less of efficientnet_b0") {
   for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{
-           {"resnet50", 0.54}, {"resnet18", 0.63}, {"efficientnet_b0", 0.80}, {"densenet121", 0.77}}) {
+           {"resnet50", 0.55}, {"resnet18", 0.63}, {"efficientnet_b0", 0.80}, {"densenet121", 0.77}}) {
     CAPTURE(name);
     zoo::ModelOptions o;
     o.num_classes = 10;
