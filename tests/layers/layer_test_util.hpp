@@ -50,6 +50,20 @@ void check_toy_mlp_learns(MakeOptimizer&& make_optimizer) {
   CHECK(nn::accuracy(ctx, model.forward(ctx, x), labels) == 1.0);
 }
 
+// A forward's output and the host bytes it left alive (host_bytes_in_use before and after): what
+// the model keeps for backward, the output included.
+struct KeptForward {
+  Tensor y;
+  int64_t bytes = 0;
+};
+inline KeptForward forward_keeping(Context& ctx, nn::Model& model, const Tensor& x) {
+  const size_t before = host_bytes_in_use();
+  KeptForward k;
+  k.y = model.forward(ctx, x);
+  k.bytes = static_cast<int64_t>(host_bytes_in_use() - before);
+  return k;
+}
+
 }  // namespace dpx::testing
 
 // Runs a gradient check and asserts it passed, saying where the largest error was when it did

@@ -117,14 +117,10 @@ TEST_CASE("ResNet blocks under --precision bf16: a block read by the next hands 
     nn::Model half = model(true), unset = model(false), plain = model(false);
     Context ctx = Context::cpu(2);
     ctx.compute = DType::bf16;
-    const size_t before_half = host_bytes_in_use();
-    const Tensor y_half = half.forward(ctx, x);
-    const auto half_bytes = static_cast<int64_t>(host_bytes_in_use() - before_half);
-    const size_t before_unset = host_bytes_in_use();
-    const Tensor y_unset = unset.forward(ctx, x);
-    const auto unset_bytes = static_cast<int64_t>(host_bytes_in_use() - before_unset);
-    CHECK(unset_bytes - half_bytes == 3 * 4 * 5 * 5 * 2);
-    CHECK(bitwise_equal(y_half.cast(DType::f32), y_unset.cast(DType::f32)) == false);  // rounded inside
+    const KeptForward with = forward_keeping(ctx, half, x), without = forward_keeping(ctx, unset, x);
+    const Tensor& y_half = with.y;
+    CHECK(without.bytes - with.bytes == 3 * 4 * 5 * 5 * 2);
+    CHECK(bitwise_equal(with.y, without.y) == false);  // rounded inside
     nn::Model probe = model(true), probe_unset = model(false);
     CHECK(probe.root().child(0).forward(ctx, x).dtype() == DType::bf16);
     CHECK(probe_unset.root().child(0).forward(ctx, x).dtype() == DType::f32);

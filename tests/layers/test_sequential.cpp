@@ -246,9 +246,8 @@ TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and
     profile::reset();
     profile::set_enabled(true);
     profile::set_by_shape(true);
-    const size_t before_fused = host_bytes_in_use();
-    Tensor y_fused = fused.forward(ctx, x);
-    const auto fused_bytes = static_cast<int64_t>(host_bytes_in_use() - before_fused);
+    const KeptForward kept_fused = forward_keeping(ctx, fused, x);
+    const Tensor& y_fused = kept_fused.y;
     fused.zero_grad(ctx);
     Tensor dx_fused = fused.backward(ctx, dy);
     const std::vector<profile::OpStats> stats = profile::snapshot();
@@ -266,7 +265,7 @@ TEST_CASE("Sequential: batch norm + SiLU run as one pass: the layers' values and
     const size_t before_plain = host_bytes_in_use();
     const Tensor y_plain = forward_alone(ctx, plain, x);
     const auto plain_bytes = static_cast<int64_t>(host_bytes_in_use() - before_plain);
-    CHECK(plain_bytes - fused_bytes == kept_less);
+    CHECK(plain_bytes - kept_fused.bytes == kept_less);
     CHECK(bitwise_equal(y_fused, y_plain));
     plain.zero_grad(ctx);
     CHECK(bitwise_equal(dx_fused, backward_alone(ctx, plain, dy)));
@@ -304,21 +303,16 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     ctx.compute = DType::bf16;
     const Tensor x = uniform({5, 2, 4, 4}, 22, -1.f, 1.f), dy = uniform({5, 3}, 23);
 
-    const size_t before_half = host_bytes_in_use();
-    const Tensor y_half = half.forward(ctx, x);
-    const auto half_bytes = static_cast<int64_t>(host_bytes_in_use() - before_half);
-    const size_t before_f32 = host_bytes_in_use();
-    const Tensor y_f32 = f32.forward(ctx32, x);
-    const auto f32_bytes = static_cast<int64_t>(host_bytes_in_use() - before_f32);
-    CHECK(f32_bytes - half_bytes == 4 * 5 * 4 * 4 * 4 * 2);  // four (5, 4, 4, 4) maps in 2 bytes a value, not 4
+    const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
+    const Tensor& y_half = with_half.y;
+    CHECK(with_f32.bytes - with_half.bytes == 4 * 5 * 4 * 4 * 4 * 2);  // four (5, 4, 4, 4) maps in 2 bytes, not 4
     // Context::half_maps off (DPX_HALF_MAPS=0): every map fp32 again, the host's values fp32's.
     nn::Model off = prepared(*net, training);
     Context ctx_off = ctx;
     ctx_off.half_maps = false;
-    const size_t before_off = host_bytes_in_use();
-    const Tensor y_off = off.forward(ctx_off, x);
-    CHECK(static_cast<int64_t>(host_bytes_in_use() - before_off) == f32_bytes);
-    CHECK(bitwise_equal(y_off, y_f32));
+    const KeptForward with_off = forward_keeping(ctx_off, off, x);
+    CHECK(with_off.bytes == with_f32.bytes);
+    CHECK(bitwise_equal(with_off.y, with_f32.y));
 
     // The children one by one, the bf16 maps rounded (and in training the first one's gradient).
     auto& kids = plain.root();
