@@ -94,10 +94,7 @@ void add_relu(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t n = out.numel();
   int nt = threads_for(ctx, n);
 #pragma omp parallel for simd num_threads(nt) if (nt > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = ap[i] + bp[i];
-    o[i] = v < 0.f ? 0.f : v;  // NaN passes, as relu_forward
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = relu_of(ap[i] + bp[i]);  // NaN passes, as relu_forward
 }
 
 void axpy(Context& ctx, Tensor& y, float alpha, const Tensor& x) {

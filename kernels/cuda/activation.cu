@@ -1,7 +1,6 @@
 // ReLU and dropout on CUDA. ReLU runs four elements a thread where aligned (detail::map). Dropout
 // draws element i's keep bit from Philox counter i of Rng(seed, stream) (kernels/cuda/philox.cuh),
 // so the mask equals the CPU's bit for bit.
-#include "core/cuda/half.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.hpp"
 #include "kernels/cuda/philox.cuh"
@@ -16,7 +15,7 @@ using detail::kThreads;
 
 // ReLU and its gradient: detail::map's four-at-a-time loops (common.cuh).
 struct Relu {
-  __device__ float operator()(float v) const { return v < 0.f ? 0.f : v; }  // lets NaN through, as torch.relu
+  __device__ float operator()(float v) const { return detail::relu_of(v); }
 };
 // The gradient passes where the output is positive (the output is what the layer keeps).
 struct ReluGrad {
@@ -26,12 +25,12 @@ struct ReluGradAdd {
   __device__ float operator()(float dx, float dy, float y) const { return dx + ReluGrad{}(dy, y); }
 };
 
-// The same where the ReLU kept its output in bf16/fp16 (H; the map a convolution reads next, ops.def's
-// half-precision maps): that output read widened.
-template <typename H>
-__global__ void relu_grad_half_kernel(float* dx, const float* dy, const uint16_t* y, int64_t n, bool add) {
+// The same where the ReLU kept its output in bf16/fp16 (Y: detail::XHalf; the map a convolution
+// reads next, ops.def's half-precision maps): that output read widened.
+template <typename Y>
+__global__ void relu_grad_half_kernel(float* dx, const float* dy, const typename Y::T* y, int64_t n, bool add) {
   DPX_CUDA_LOOP(i, n) {
-    const float g = ReluGrad{}(dy[i], H::load(y[i]));
+    const float g = ReluGrad{}(dy[i], Y::load(y[i]));
     dx[i] = add ? dx[i] + g : g;
   }
 }
@@ -85,13 +84,12 @@ void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, 
   float* pdx = f32(dx, "relu_backward", "dx");
   if (y.dtype() != DType::f32) {
     const float* pdy = f32(dy, "relu_backward", "dy");
-    const auto* py = static_cast<const uint16_t*>(y.raw());
-    const bool add = dx_mode == DxMode::add;
-    if (y.dtype() == DType::bf16)
-      relu_grad_half_kernel<BF16><<<grid_for(n), kThreads, 0, st.stream>>>(pdx, pdy, py, n, add);
-    else
-      relu_grad_half_kernel<F16><<<grid_for(n), kThreads, 0, st.stream>>>(pdx, pdy, py, n, add);
-    check_launch();
+    detail::with_x_type(y.dtype(), [&](auto type) {
+      using Y = decltype(type);
+      relu_grad_half_kernel<Y><<<grid_for(n), kThreads, 0, st.stream>>>(
+          pdx, pdy, detail::x_data<Y>(y, "relu_backward", "y"), n, dx_mode == DxMode::add);
+      check_launch();
+    });
     return;
   }
   const float *pdy = f32(dy, "relu_backward", "dy"), *py = f32(y, "relu_backward", "y");

@@ -54,7 +54,7 @@ __device__ inline float bn_value(float x, float mean, float invstd, float gamma,
 
 // v after the epilogue: max(v, 0) letting NaN through (relu_forward's rule), or silu_of(v).
 __device__ inline float apply_epilogue(Epilogue epilogue, float v) {
-  if (epilogue == Epilogue::relu) return v < 0.f ? 0.f : v;
+  if (epilogue == Epilogue::relu) return detail::relu_of(v);
   if (epilogue == Epilogue::silu) return detail::silu_of(v);
   return v;
 }

@@ -288,6 +288,10 @@ class HalfCopy {
 };
 
 // ---- activations folded into other ops ---------------------------------------------------------
+// max(v, 0), written so that NaN passes (torch.relu's rule): relu_forward and every op that folds
+// a ReLU in (a convolution's bias pass, batch norm's epilogue, add_relu).
+__device__ inline float relu_of(float v) { return v < 0.f ? 0.f : v; }
+
 // x * sigmoid(x), written x / (1 + e^-x) (no 0 * inf for very negative x), and its derivative
 // s (1 + x (1 - s)) with s = sigmoid(x): silu_forward/silu_backward and batch norm's SiLU
 // epilogue and folded backward (ops::Epilogue::silu), one formula for both.

@@ -316,10 +316,7 @@ struct AddBias {
   __device__ float operator()(float, float x, float b) const { return x + b; }
 };
 struct AddBiasRelu {  // Epilogue::relu folded in: max(x + b, 0), NaN passing as relu_forward
-  __device__ float operator()(float, float x, float b) const {
-    const float v = x + b;
-    return v < 0.f ? 0.f : v;
-  }
+  __device__ float operator()(float, float x, float b) const { return detail::relu_of(x + b); }
 };
 template <typename H>
 struct Halves {  // a bf16/fp16 result, widened
@@ -365,39 +362,35 @@ void add_channel_bias(const CudaState& st, float* y, const void* half, DType dty
     with(AddBias{});
 }
 
-// A bf16/fp16 output (H) in place, cuDNN having written it (ops.def's half-precision maps: the map
-// the next convolution reads): y = epilogue(y + b[channel]) rounded once, the fp32 path's
-// arithmetic (its widened result plus the bias, then the ReLU) before the next convolution's
-// rounding. Element i's channel is (i / plane) % k, plane 1 on channels-last maps.
-template <typename H, typename Index, typename Div>
-__global__ void half_bias_relu_kernel(uint16_t* y, const float* b, Index total, Div plane, Div k, bool relu) {
+// A bf16/fp16 output (Y: detail::XHalf) in place, cuDNN having written it (ops.def's half-precision
+// maps: the map the next convolution reads): y = epilogue(y + b[channel]) rounded once, the fp32
+// path's arithmetic (its widened result plus the bias, then the ReLU) before the next
+// convolution's rounding. Element i's channel is (i / plane) % k, plane 1 on channels-last maps.
+template <typename Y, typename Index, typename Div>
+__global__ void half_bias_relu_kernel(typename Y::T* y, const float* b, Index total, Div plane, Div k, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
-    float v = H::load(y[i]);
+    float v = Y::load(y[i]);
     if (b) v = v + b[k.mod(plane.div(i))];
-    if (relu) v = v < 0.f ? 0.f : v;  // NaN passes, as relu_forward
-    y[i] = H::store(v);
+    if (relu) v = detail::relu_of(v);
+    y[i] = Y::store(v);
   }
 }
 
-void half_bias_relu(const CudaState& st, void* y, DType dtype, const float* b, const Shapes& s, bool relu) {
+void half_bias_relu(const CudaState& st, Tensor& y, const float* b, const Shapes& s, bool relu) {
   const int64_t total = s.n * s.k * s.oh * s.ow, plane = s.channels_last ? 1 : s.oh * s.ow;
-  const auto launch = [&](auto type) {
-    using H = decltype(type);
-    auto* p = static_cast<uint16_t*>(y);
+  detail::with_x_type(y.dtype(), [&](auto type) {
+    using Y = decltype(type);
+    typename Y::T* p = detail::x_data<Y>(y, "conv2d_forward", "y");
     if (detail::fits_int32(total))
-      half_bias_relu_kernel<H><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+      half_bias_relu_kernel<Y><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
           p, b, static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(plane)),
           FastDivide(static_cast<uint32_t>(s.k)), relu);
     else
-      half_bias_relu_kernel<H><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
+      half_bias_relu_kernel<Y><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
           p, b, static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(plane)),
           PlainDivide(static_cast<uint64_t>(s.k)), relu);
     check_launch();
-  };
-  if (dtype == DType::f16)
-    launch(F16{});
-  else
-    launch(BF16{});
+  });
 }
 
 // db[k] += the sum of dy[n, k, :, :] over n and the plane, in a fixed order: a warp sums each
@@ -604,7 +597,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
     legacy_forward(ctx, st, key, s, p, hx, hw, hy, y.numel());
   const bool relu = p.epilogue == Epilogue::relu;
   if (y.dtype() != DType::f32) {  // cuDNN wrote y itself (ops.def's half-precision maps)
-    if (b || relu) half_bias_relu(st, y.raw(), y.dtype(), b ? f32(*b, op, "b") : nullptr, s, relu);
+    if (b || relu) half_bias_relu(st, y, b ? f32(*b, op, "b") : nullptr, s, relu);
     return;
   }
   if (b && !s.channels_last) {  // the bias pass widens a half result and applies the epilogue too

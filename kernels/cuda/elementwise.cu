@@ -28,10 +28,7 @@ struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 struct AddRelu {  // max(a + b, 0), NaN passing as relu_forward
-  __device__ float operator()(float a, float b) const {
-    const float v = a + b;
-    return v < 0.f ? 0.f : v;
-  }
+  __device__ float operator()(float a, float b) const { return detail::relu_of(a + b); }
 };
 
 // add_relu where out or b is a bf16/fp16 map (B, Y: detail::XF32 or XHalf): b widened on load,
