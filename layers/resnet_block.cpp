@@ -53,14 +53,10 @@ Tensor ResNetBlock<Self>::forward(Context& ctx, const Tensor& x) {
     fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
   Tensor h = forward_children(ctx, *this, 0, branch_, x);  // bn + relu pairs in one pass
   Tensor identity = has_downsample() ? this->child(branch_).forward(ctx, x) : x;
-  if (h.shape() != identity.shape())
-    fail(describe(), ": the residual branch gives ", shape_str(h.shape()), " for input ", shape_str(identity.shape()),
-         "; both must have the same shape");
   // The join and the final ReLU in one pass, which the ReLU keeps as its output (its backward
   // reads it); in half precision where the next block reads it.
   const bool half = output_read_by_block_ && ctx.compute != DType::f32 && ctx.half_maps;
-  Tensor y = Tensor::empty(h.shape(), half ? ctx.compute : DType::f32, ctx.device);
-  ops::add_relu(ctx, y, h, identity);
+  const Tensor y = residual_add_relu(ctx, identity, h, describe(), half ? ctx.compute : DType::f32);
   return static_cast<ReLU&>(final_relu()).forward_applied(y);
 }
 
