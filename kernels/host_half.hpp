@@ -35,10 +35,10 @@ class F32Out {
   Tensor f32_;
 };
 
-// The seven ops, each through `op`, its host kernel (which then sees f32 tensors only). The
+// The eight ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
 // x (the ReLU's output before it), y and dy; a batch norm's x, y (before a convolution), dx and
-// relu_out; relu_backward's y; add_relu's out and b.
+// relu_out; relu_backward's y; add_relu's out and b; max_pool2d_forward's x and y.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -90,6 +90,14 @@ void add_relu_widened(Op op, Context& ctx, Tensor& out, const Tensor& a, const T
   F32Out o(&out, /*reads_out=*/false);
   op(ctx, *o.get(), a, widened(b));
   o.finish();
+}
+
+template <class Op>
+void max_pool2d_forward_widened(Op op, Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
+                                const ops::Pool2dParams& p) {
+  F32Out out(&y, /*reads_out=*/false);
+  op(ctx, *out.get(), argmax, widened(x), p);
+  out.finish();
 }
 
 template <class Op>

@@ -26,6 +26,7 @@ class Conv2d : public Cloneable<Conv2d> {
          int padding = 0, int dilation = 1, int groups = 1, bool bias = true);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C_in, H, W) -> (N, C_out, OH, OW)
+  bool takes_half_maps() const override { return true; }  // x is its operand
   // forward, with the op's epilogue applied to the output: Epilogue::relu gives max(conv(x), 0)
   // (in the pass that adds the bias where the kernel can, else in a pass in place after it; a
   // ReLU after it then keeps that output: nn::forward_children).

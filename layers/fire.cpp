@@ -29,8 +29,9 @@ std::string Fire::describe() const {
 Tensor Fire::forward(Context& ctx, const Tensor& x) {
   if (x.dim() != 4 || x.size(channels_last_ ? 3 : 1) != in_)
     fail(describe(), " given input ", shape_str(x.shape()), ": expected ", expected_maps(in_, channels_last_));
-  // Each convolution with its ReLU applied in the same pass (nn::forward_children).
-  Tensor s = forward_children(ctx, *this, 0, 2, x);
+  // Each convolution with its ReLU applied in the same pass (nn::forward_children); s, which
+  // only the expand convolutions read, in half precision under --precision bf16|fp16.
+  Tensor s = forward_children(ctx, *this, 0, 2, x, /*then_half=*/true);
   Tensor a = forward_children(ctx, *this, 2, 4, s);
   Tensor b = forward_children(ctx, *this, 4, 6, s);
   Tensor y = empty_on(ctx, maps_shape(a.shape(), e1_ + e3_, channels_last_));

@@ -19,6 +19,7 @@ class Fire : public Cloneable<Fire> {
   // Splits dy between the two expand branches and joins their gradients at s.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "Fire"; }
+  bool takes_half_maps() const override { return true; }  // x is the squeeze convolution's operand
   std::string describe() const override;
   // Its convolutions compute; it checks the input's channels and joins the branches where the
   // channels lie (channels-last: along the last dimension).

@@ -51,6 +51,11 @@ class Module {
   // kernels or shape checks know only (N, C, H, W) refuses, and with it the model. Layers that do
   // not care where the channels lie (elementwise, or composites of other modules) say so.
   virtual bool set_channels_last(bool on) { return !on; }
+  // Whether forward takes its input as a half-precision map (kernels/ops.def) as it is, so that
+  // under --precision bf16|fp16 the module before it may hand its output on in that precision
+  // (nn::forward_children decides): a convolution (its cuDNN operand), a ResNet block, Fire, and a
+  // Sequential whose first child does. By default a module takes fp32.
+  virtual bool takes_half_maps() const { return false; }
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -65,9 +65,11 @@ std::string MaxPool2d::describe() const {
   return dpx::detail::concat("MaxPool2d(", window_str(p_), ", dilation=1, ceil_mode=", py_bool(p_.ceil_mode), ")");
 }
 
-Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) {
+Tensor MaxPool2d::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, DType::f32); }
+
+Tensor MaxPool2d::forward(Context& ctx, const Tensor& x, DType y_dtype) {
   Shape y_shape = pooled_shape(describe(), x.shape(), p_);
-  Tensor y = Tensor::empty(y_shape, DType::f32, ctx.device);
+  Tensor y = Tensor::empty(y_shape, y_dtype, ctx.device);
   Tensor argmax = Tensor::empty(y_shape, DType::i32, ctx.device);
   ops::max_pool2d_forward(ctx, y, argmax, x, p_);
   x_shape_ = x.shape();

@@ -13,6 +13,10 @@ class MaxPool2d : public Cloneable<MaxPool2d> {
   explicit MaxPool2d(const ops::Pool2dParams& p);  // rectangular windows
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, H, W) -> (N, C, OH, OW)
+  // forward, y in `y_dtype`: f32, or ctx.compute's bf16/fp16 for a module that takes
+  // half-precision maps next (nn::forward_children decides). x may be in it too; backward needs
+  // only the argmax, so dx and dy stay fp32.
+  Tensor forward(Context& ctx, const Tensor& x, DType y_dtype);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // routes dy to each window's max
   std::string type_name() const override { return "MaxPool2d"; }
   std::string describe() const override;

@@ -23,6 +23,8 @@ class ResNetBlock : public Cloneable<Self> {
   // false) only parameter gradients are computed and dx is undefined.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string describe() const override;
+  // x is its convolutions' operand and, without a downsample, add_relu's b.
+  bool takes_half_maps() const override { return true; }
   // Its children compute; the block adds and checks the input's channels where they lie.
   bool set_channels_last(bool on) override {
     channels_last_ = on;

@@ -1,8 +1,9 @@
 // Sequential: child naming, and forward/backward over the children in order and reverse;
 // forward_children and backward_children, which run a batch norm and the ReLU or SiLU after it,
 // or a convolution and the ReLU after it, as one, and under --precision bf16|fp16 hand a
-// convolution's output to the batch norm after it, and an activated output to the convolution
-// after it, in the compute's half precision.
+// convolution's output to the batch norm after it, and an activated output to a module that takes
+// half-precision maps (a convolution, a ResNet block, Fire), directly or through a max pool, in
+// the compute's half precision.
 #include "layers/sequential.hpp"
 
 #include <optional>
@@ -11,6 +12,7 @@
 #include "layers/activation.hpp"
 #include "layers/batch_norm.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/pooling.hpp"
 
 namespace dpx::nn {
 
@@ -83,13 +85,23 @@ std::optional<BnActivation> bn_activation(Module& first, Module& second) {
   return pair;
 }
 
+// Whether child j of parent's children [.., end) takes its input in ctx.compute's half precision
+// (ops.def, "half-precision maps"): a module that takes such maps (Module::takes_half_maps), or a
+// max pool followed by one, which then pools the half map into a half map. At `end`, what the
+// caller says of the reader after the range (`then_half`).
+bool takes_half(const Context& ctx, Module& parent, size_t j, size_t end, bool then_half) {
+  if (!half_maps(ctx)) return false;
+  if (j >= end) return then_half;
+  Module& m = parent.child(j);
+  if (dynamic_cast<MaxPool2d*>(&m)) return takes_half(ctx, parent, j + 1, end, then_half);
+  return m.takes_half_maps();
+}
+
 // Children i and i + 1 run forward as one where i is a batch norm and i + 1 a ReLU or SiLU, or i
-// a convolution and i + 1 a ReLU: the first applies the activation to its output (ops::Epilogue).
-// Returns whether they did (x then holds the activation's output). `next`, the child after the
-// pair or null: where it is a convolution, under --precision bf16|fp16, the first writes the
-// activation's output in that precision, the convolution's operand (ops.def, "half-precision maps").
-bool forward_pair(Context& ctx, Module& first, Module& second, Module* next, Tensor& x) {
-  const DType y_dtype = half_maps(ctx) && dynamic_cast<Conv2d*>(next) ? ctx.compute : DType::f32;
+// a convolution and i + 1 a ReLU: the first applies the activation to its output (ops::Epilogue),
+// in y_dtype (half where the child after the pair takes it: map_dtype). Returns whether they did
+// (x then holds the activation's output).
+bool forward_pair(Context& ctx, Module& first, Module& second, DType y_dtype, Tensor& x) {
   if (auto pair = bn_activation(first, second)) {
     x = pair->forward(ctx, x, y_dtype);
     return true;
@@ -109,13 +121,16 @@ Conv2d* conv_before_norm(Module& first, Module& second) {
 }
 }  // namespace
 
-Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x) {
+Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x, bool then_half) {
+  // The dtype of the map child j - 1 hands to child j.
+  auto map_dtype = [&](size_t j) { return takes_half(ctx, parent, j, end, then_half) ? ctx.compute : DType::f32; };
   for (size_t i = begin; i < end; ++i) {
-    Module* next = i + 2 < end ? &parent.child(i + 2) : nullptr;
-    if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), next, x))
+    if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), map_dtype(i + 2), x))
       ++i;
     else if (Conv2d* conv = i + 1 < end ? conv_before_norm(parent.child(i), parent.child(i + 1)) : nullptr)
       x = conv->forward_to_norm(ctx, x);
+    else if (auto* pool = dynamic_cast<MaxPool2d*>(&parent.child(i)))
+      x = pool->forward(ctx, x, map_dtype(i + 1));
     else
       x = parent.child(i).forward(ctx, x);
   }
@@ -134,6 +149,11 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
     }
   }
   return dy;
+}
+
+bool Sequential::takes_half_maps() const {
+  auto& self = const_cast<Sequential&>(*this);  // child() has no const overload in Module
+  return num_children() > 0 && self.child(0).takes_half_maps();
 }
 
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {

@@ -17,9 +17,13 @@ namespace dpx::nn {
 // them, are those of the two layers run one after the other (bit for bit on the CPU; the SiLU's
 // backward recomputes its input as the forward formed it). Under --precision bf16|fp16
 // (ctx.compute, ctx.half_maps) a bias-free convolution followed by a BatchNorm2d, and such a pair
-// followed by a convolution, hand on their output in that precision (kernels/ops.def,
-// "half-precision maps"): a map's dtype is chosen here, where its writer and its reader are known.
-Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x);
+// followed by a module that takes half-precision maps (Module::takes_half_maps), or by a max pool
+// and then such a module, hand on their output in that precision, and so does that max pool
+// (kernels/ops.def, "half-precision maps"): a map's dtype is chosen here, where its writer and its
+// reader are known. `then_half`: whether what reads the range's output takes such maps (Fire's
+// squeeze output, read by its two expand convolutions); only the range's last pair or max pool
+// then writes it in half precision.
+Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x, bool then_half = false);
 // The reverse: children [begin, end) from the last, dy in and dx out, as a chain of
 // child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
 // into the batch norm's before it (batch_norm_backward's relu_out, silu_beta).
@@ -53,6 +57,7 @@ class Sequential : public Cloneable<Sequential> {
   // and returns an undefined Tensor: children before it have nothing to learn.
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::string type_name() const override { return "Sequential"; }
+  bool takes_half_maps() const override;  // its first child's answer
   bool set_channels_last(bool) override { return true; }  // its children decide
   // "Sequential(0: Conv2d, 1: ReLU, 2: MaxPool2d)": one line; children describe their settings.
   std::string describe() const override;

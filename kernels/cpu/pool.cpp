@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/channels_last_host.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
@@ -50,6 +51,8 @@ Window bin(int64_t i, int64_t O, int64_t L) {
 
 void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                         const Pool2dParams& p) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::max_pool2d_forward_widened(max_pool2d_forward, ctx, y, argmax, x, p);
   if (p.format == MemoryFormat::channels_last)
     return kernels::max_pool2d_forward_via_nchw(max_pool2d_forward, ctx, y, argmax, x, p);
   const PoolShape s = pool_shape(x, p);

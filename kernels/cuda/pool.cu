@@ -80,29 +80,31 @@ __device__ inline Element<kLast> element(int64_t i, int64_t C, int rows, int col
   return {i / (static_cast<int64_t>(cols) * rows), c, y, x};
 }
 
-template <bool kLast>
-__global__ void max_pool_forward_kernel(float* y, int32_t* argmax, const float* x, int64_t total, int64_t C, int H,
-                                        int W, int OH, int OW, Window k, Placer d) {
+// X, Y: x's and y's element types (detail::XF32, or XHalf for a half-precision map, read
+// widened and rounded at the store: the rounded fp32 maximum, as rounding is monotone).
+template <bool kLast, typename X, typename Y>
+__global__ void max_pool_forward_kernel(typename Y::T* y, int32_t* argmax, const typename X::T* x, int64_t total,
+                                        int64_t C, int H, int W, int OH, int OW, Window k, Placer d) {
   DPX_CUDA_LOOP(i, total) {
     const Element<kLast> e = element<kLast>(i, C, OH, OW, d);
     int hs = e.y * k.sh - k.ph, ws = e.x * k.sw - k.pw;
     int he = min(hs + k.kh, H), we = min(ws + k.kw, W);
     hs = max(hs, 0);
     ws = max(ws, 0);
-    const float* xp = x + e.map(H, W, C);
+    const typename X::T* xp = x + e.map(H, W, C);
     float best = -INFINITY;
     int best_at = hs * W + ws;
     // Strictly greater: the first maximum in row-major order wins; NaN propagates (the last
     // NaN's index, as PyTorch and the CPU op).
     for (int h = hs; h < he; ++h)
       for (int w = ws; w < we; ++w) {
-        float v = xp[(h * W + w) * step<kLast>(C)];
+        const float v = X::load(xp[(h * W + w) * step<kLast>(C)]);
         if (v > best || isnan(v)) {
           best = v;
           best_at = h * W + w;
         }
       }
-    y[i] = best;
+    y[i] = Y::store(best);
     argmax[i] = best_at;
   }
 }
@@ -304,12 +306,17 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   if (total == 0) return;
   const ops::ImageDims in = ops::image_dims(x.shape(), p.format), out = ops::image_dims(y.shape(), p.format);
   const bool last = p.format == MemoryFormat::channels_last;
-  const auto kernel = last ? max_pool_forward_kernel<true> : max_pool_forward_kernel<false>;
-  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(y, op, "y"), static_cast<int32_t*>(argmax.raw()),
-                                                      f32(x, op, "x"), total, in.c, int(in.h), int(in.w), int(out.h),
-                                                      int(out.w), window_of(p),
-                                                      placer(total, in.c, out.h, out.w, last));
-  check_launch();
+  detail::with_x_type(x.dtype(), [&](auto x_type) {
+    detail::with_x_type(y.dtype(), [&](auto y_type) {
+      using X = decltype(x_type);
+      using Y = decltype(y_type);
+      const auto kernel = last ? max_pool_forward_kernel<true, X, Y> : max_pool_forward_kernel<false, X, Y>;
+      kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+          detail::x_data<Y>(y, op, "y"), static_cast<int32_t*>(argmax.raw()), detail::x_data<X>(x, op, "x"), total,
+          in.c, int(in.h), int(in.w), int(out.h), int(out.w), window_of(p), placer(total, in.c, out.h, out.w, last));
+      check_launch();
+    });
+  });
 }
 
 void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {

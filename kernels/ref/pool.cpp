@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/channels_last_host.hpp"
+#include "kernels/host_half.hpp"
 #include "kernels/ref/ref_ops.hpp"
 
 namespace dpx::ref {
@@ -38,6 +39,8 @@ Window adaptive_bin(int64_t i, int64_t O, int64_t L) {
 // the (n, c) plane. The first maximum in row-major order wins (strictly greater), and a NaN
 // wins over any number (PyTorch propagates NaN).
 void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x, const Pool2dParams& p) {
+  if (kernels::is_half(x) || kernels::is_half(y))
+    return kernels::max_pool2d_forward_widened(max_pool2d_forward, ctx, y, argmax, x, p);
   if (p.format == MemoryFormat::channels_last)
     return kernels::max_pool2d_forward_via_nchw(max_pool2d_forward, ctx, y, argmax, x, p);
   const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3);

@@ -375,5 +375,38 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
         ops::relu_backward(g, gr_b, dyq, rw, ops::DxMode::overwrite);
         CHECK(bitwise_equal(gr_a.to(Device::cpu()), gr_b.to(Device::cpu())));
       }
+
+      // A max pool of a half map (between an activated output and the next convolution): the
+      // maximum of the widened values, rounded, with their argmax, as the host's path (widened
+      // copies) computes them; from an fp32 map into a half one, the fp32 maximum rounded at the
+      // same argmax (ops.def, "half-precision maps").
+      ops::Pool2dParams pool;
+      pool.kernel_h = pool.kernel_w = 3;
+      pool.stride_h = pool.stride_w = 2;
+      pool.pad_h = pool.pad_w = 1;
+      pool.ceil_mode = true;
+      pool.format = p.format;
+      const Shape pooled = channels_last ? Shape{3, 8, 7, k} : Shape{3, k, 8, 7};
+      const Tensor m32 = uniform(y_shape, 48).to(dev());
+      Tensor mh = Tensor::empty(y_shape, half, dev());
+      ops::cast(g, mh, m32, 1.f);
+      Tensor py32 = poisoned(pooled, dev()), pa32 = Tensor::empty(pooled, DType::i32, dev());
+      Tensor pyh = Tensor::empty(pooled, half, dev()), pah = Tensor::empty(pooled, DType::i32, dev());
+      ops::max_pool2d_forward(g, py32, pa32, m32, pool);
+      ops::max_pool2d_forward(g, pyh, pah, m32, pool);
+      CHECK(bitwise_equal(pyh.to(Device::cpu()), py32.to(Device::cpu()).cast(half)));
+      CHECK(bitwise_equal(pah.to(Device::cpu()), pa32.to(Device::cpu())));
+      Context host = Context::cpu();
+      host.compute = half;
+      const Tensor mh_host = mh.to(Device::cpu());
+      Tensor want_y = Tensor::empty(pooled, half), want_a = Tensor::empty(pooled, DType::i32);
+      ops::max_pool2d_forward(host, want_y, want_a, mh_host, pool);
+      ops::max_pool2d_forward(g, pyh, pah, mh, pool);
+      CHECK(bitwise_equal(pyh.to(Device::cpu()), want_y));
+      CHECK(bitwise_equal(pah.to(Device::cpu()), want_a));
+      Tensor pyw = poisoned(pooled, dev()), want_w = Tensor::empty(pooled);
+      ops::max_pool2d_forward(g, pyw, pah, mh, pool);
+      ops::max_pool2d_forward(host, want_w, want_a, mh_host, pool);
+      CHECK(bitwise_equal(pyw.to(Device::cpu()), want_w));
     }
 }

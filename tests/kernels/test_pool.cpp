@@ -12,6 +12,7 @@
 #include "tests/common/tensors.hpp"
 
 using namespace dpx;
+using dpx::testing::bitwise_equal;
 using dpx::testing::check_close;
 using dpx::testing::pool_params;
 using dpx::testing::randn;
@@ -119,6 +120,65 @@ TEST_CASE("max_pool2d: forward and backward against plain loops, with padding an
     check_close(am, want_am, 0);
     check_close(dx, want_dx);
   }
+}
+
+// Under --precision bf16|fp16 a max pool between an activated map and a convolution takes and
+// gives half-precision maps (ops.def, "half-precision maps"; on the host through widened copies,
+// the contract tests/cuda/test_precision.cpp holds the CUDA kernel to). Rounding is monotone, so
+// pooling the rounded map gives the rounded fp32 maximum bit for bit, whichever of x and y is
+// half; only the argmax may move, to the first of values that round alike.
+TEST_CASE("half-precision maps: a max pool of a bf16/fp16 map is the fp32 maximum rounded") {
+  for (DType half : {DType::bf16, DType::f16})
+    for (bool reference : {false, true})
+      for (bool channels_last : {false, true}) {
+        CAPTURE(dtype_name(half));
+        CAPTURE(reference);
+        CAPTURE(channels_last);
+        Context ctx = reference ? Context::ref() : Context::cpu(2);
+        ctx.compute = half;
+        ops::Pool2dParams p = pool_params(3, 2, 1, /*ceil_mode=*/true);
+        p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+        const Shape x_shape = channels_last ? Shape{2, 9, 8, 3} : Shape{2, 3, 9, 8};
+        const Shape y_shape = channels_last ? Shape{2, 5, 5, 3} : Shape{2, 3, 5, 5};
+        const Tensor x = randn(x_shape, 81), xh = x.cast(half);
+        Tensor y32 = Tensor::empty(y_shape), am32 = Tensor::empty(y_shape, DType::i32);
+        ops::max_pool2d_forward(ctx, y32, am32, x, p);
+        // fp32 in, half out: the fp32 maximum rounded, at the same place.
+        Tensor yh = Tensor::empty(y_shape, half), am = Tensor::empty(y_shape, DType::i32);
+        ops::max_pool2d_forward(ctx, yh, am, x, p);
+        CHECK(bitwise_equal(yh, y32.cast(half)));
+        CHECK(bitwise_equal(am, am32));
+        // Half in, half out: the same bits again; the argmax is the fp32 pool's of the widened map.
+        Tensor yhh = Tensor::empty(y_shape, half), amh = Tensor::empty(y_shape, DType::i32);
+        ops::max_pool2d_forward(ctx, yhh, amh, xh, p);
+        CHECK(bitwise_equal(yhh, y32.cast(half)));
+        Tensor yw = Tensor::empty(y_shape), amw = Tensor::empty(y_shape, DType::i32);
+        ops::max_pool2d_forward(ctx, yw, amw, xh.cast(DType::f32), p);
+        CHECK(bitwise_equal(amh, amw));
+        // Half in, fp32 out: the widened maximum.
+        Tensor yf = Tensor::empty(y_shape), amf = Tensor::empty(y_shape, DType::i32);
+        ops::max_pool2d_forward(ctx, yf, amf, xh, p);
+        CHECK(bitwise_equal(yf, yw));
+      }
+  // Two values that round alike tie: the first wins, where fp32's larger second one did.
+  Context ctx = Context::cpu();
+  ctx.compute = DType::bf16;
+  const Tensor x = Tensor::from({1, 1, 2, 2}, {1.f, 1.f + 0x1p-12f, 0.f, 0.f});
+  Tensor y = Tensor::empty({1, 1, 1, 1}, DType::bf16), am = Tensor::empty({1, 1, 1, 1}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, x.cast(DType::bf16), pool_params(2, 2, 0));
+  check_close(y.cast(DType::f32), {1});
+  check_close(am, {0});
+  ops::max_pool2d_forward(ctx, y, am, x, pool_params(2, 2, 0));
+  check_close(am, {1});
+  // A half map needs half compute, and that compute's type.
+  Context plain = Context::cpu();
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(plain, y, am, x, pool_params(2, 2, 0)),
+                       doctest::Contains("max_pool2d_forward: y (1, 1, 1, 1) must be f32 (half-precision maps need "
+                                         "--precision bf16 or fp16), got bf16"),
+                       Error);
+  ctx.compute = DType::f16;
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y, am, x.cast(DType::bf16), pool_params(2, 2, 0)),
+                       doctest::Contains("max_pool2d_forward: x (1, 1, 2, 2) must be f32 or f16"), Error);
 }
 
 TEST_CASE("avg_pool2d: hand values with padding, count_include_pad on and off") {

@@ -333,3 +333,97 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     check_same_grads_and_buffers(half, plain);
   }
 }
+
+TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps and a convolution pools bf16 maps") {
+  // Conv2d + ReLU -> MaxPool2d -> Conv2d (VGG, AlexNet), BatchNorm2d + ReLU -> MaxPool2d -> a
+  // ResNet block (ResNet's stem): the activated output and the pooled one are bf16 (ops.def,
+  // "half-precision maps"), the pool rounding nothing more (rounding is monotone), and its
+  // gradient fp32. A pool before something that takes fp32 (here the average pool) leaves its
+  // maps fp32. The values and gradients are the layers' run one by one with those maps rounded.
+  Rng rng(31);
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1);                        // 0 + 1, one pass:
+  net->emplace<nn::ReLU>();                                            // 1: bf16 output
+  net->emplace<nn::MaxPool2d>(2, 2);                                   // 2: bf16 output
+  net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1, 1, 1, /*bias=*/false);  // 3: bf16 output
+  net->emplace<nn::BatchNorm2d>(4);
+  net->emplace<nn::ReLU>();                                            // 5: bf16 output
+  net->emplace<nn::MaxPool2d>(3, 1, 1);                                // 6: bf16 output
+  net->emplace<nn::BasicBlock>(4, 4, 1, rng);                          // 7: takes it
+  net->emplace<nn::Conv2d>(4, 3, 3, rng, 1, 1);                        // 8 + 9, one pass:
+  net->emplace<nn::ReLU>();                                            // 9: fp32 output
+  net->emplace<nn::MaxPool2d>(2, 2);                                   // 10: fp32, fp32
+  net->emplace<nn::AdaptiveAvgPool2d>(1, 1);
+  net->emplace<nn::Flatten>();
+  const auto rounded = [](const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); };
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    nn::Model half = prepared(*net, training), f32 = prepared(*net, training), plain = prepared(*net, training);
+    Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
+    ctx.compute = DType::bf16;
+    const Tensor x = uniform({5, 2, 8, 8}, 32, -1.f, 1.f), dy = uniform({5, 3}, 33);
+
+    const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
+    // Kept in 2 bytes, not 4: the first ReLU's (5, 4, 8, 8) output; the pooled (5, 4, 4, 4) map
+    // the convolution keeps, its output the batch norm keeps, and the second ReLU's output; the
+    // second pool's output, the block's input; and the block's own three (its convolutions'
+    // outputs and the map between them).
+    CHECK(with_f32.bytes - with_half.bytes == 2 * (5 * 4 * 8 * 8 + 4 * 5 * 4 * 4 * 4) + 2 * 3 * 5 * 4 * 4 * 4);
+
+    // The block runs under bf16 both ways: its own maps are rounded alike (what it is given,
+    // bf16 or the same values in fp32, makes no difference on the host).
+    auto& kids = plain.root();
+    const auto ctx_of = [&](size_t i) -> Context& { return i == 7 ? ctx : ctx32; };
+    Tensor h = x;
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      h = kids.child(i).forward(ctx_of(i), h);
+      if (i == 1 || i == 3 || i == 5) h = rounded(h);
+    }
+    CHECK(bitwise_equal(with_half.y, h));
+    half.zero_grad(ctx);
+    plain.zero_grad(ctx32);
+    const Tensor dx_half = half.backward(ctx, dy);
+    Tensor g = dy;
+    for (size_t i = kids.num_children(); i-- > 4;) g = kids.child(i).backward(ctx_of(i), g);
+    if (training) g = rounded(g);  // the batch norm's dx, bf16 for the convolution before it
+    for (size_t i = 4; i-- > 0;) g = kids.child(i).backward(ctx32, g);
+    CHECK(bitwise_equal(dx_half, g));
+    check_same_grads_and_buffers(half, plain);
+  }
+}
+
+TEST_CASE("Fire under --precision bf16: the squeeze output its two expand convolutions read is bf16") {
+  Rng rng(41);
+  auto fire = std::make_unique<nn::Fire>(4, 3, 2, 5, rng);
+  const Tensor x = uniform({2, 4, 5, 5}, 42, -1.f, 1.f);
+  nn::Model half = prepared(*fire, true), f32 = prepared(*fire, true), plain = prepared(*fire, true);
+  Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
+  ctx.compute = DType::bf16;
+  const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
+  CHECK(with_f32.bytes - with_half.bytes == 2 * 2 * 3 * 5 * 5);  // the (2, 3, 5, 5) squeeze map
+  // By hand: the squeeze and its ReLU, rounded, then each expand convolution and its ReLU.
+  auto& kids = plain.root();
+  const Tensor s = kids.child(1).forward(ctx32, kids.child(0).forward(ctx32, x)).cast(DType::bf16).cast(DType::f32);
+  const Tensor a = kids.child(3).forward(ctx32, kids.child(2).forward(ctx32, s));
+  const Tensor b = kids.child(5).forward(ctx32, kids.child(4).forward(ctx32, s));
+  const Tensor& y = with_half.y;
+  REQUIRE(y.shape() == Shape{2, 7, 5, 5});
+  int64_t mismatched = 0;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 7; ++c)
+      for (int64_t i = 0; i < 25; ++i) {
+        const float want = c < 2 ? a.data<float>()[(n * 2 + c) * 25 + i] : b.data<float>()[(n * 5 + c - 2) * 25 + i];
+        mismatched += y.data<float>()[(n * 7 + c) * 25 + i] != want;
+      }
+  CHECK(mismatched == 0);
+  // And its gradients: dx as fp32's (the rounded squeeze map only masks it, alike), the expand
+  // convolutions' weight gradients from the bf16 map (read widened) near fp32's.
+  const Tensor dy = uniform(y.shape(), 43);
+  half.zero_grad(ctx);
+  f32.zero_grad(ctx32);
+  const Tensor dx_half = half.backward(ctx, dy), dx32 = f32.backward(ctx32, dy);
+  CHECK(bitwise_equal(dx_half, dx32));
+  const Tensor dw_half = half.flat_grads().clone(), dw32 = f32.flat_grads().clone();
+  CHECK(norm_rel_diff(dw_half, dw32) > 0);
+  CHECK(norm_rel_diff(dw_half, dw32) < 0.01);
+}

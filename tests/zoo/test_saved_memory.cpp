@@ -59,13 +59,21 @@ TEST_CASE("a second backward after one forward is refused: backward freed what i
   CHECK_THROWS_WITH(model.backward(ctx, dlogits), doctest::Contains("backward called before forward"));
 }
 
-// Under --precision bf16 the maps convolutions, batch norms and ReLUs hand each other are bf16
-// (ops.def, "half-precision maps"), and so is what a training forward keeps of them for
+// Under --precision bf16 the maps convolutions, batch norms, ReLUs and max pools hand each other
+// are bf16 (ops.def, "half-precision maps"), and so is what a training forward keeps of them for
 // backward. Measured on the host (whose ops keep the same tensors as the GPU's): full-width
-// models at 64x64, batch 2 (vgg16, whose 138 M weights take seconds to make twice, keeps 0.783), the bytes alive after a training forward, bf16 maps against fp32 maps.
+// models at 64x64, batch 2, the bytes alive after a training forward, bf16 maps against fp32
+// maps. With the max pools' maps in fp32 (before 2026-11-29's twenty-third session) the ratios
+// were resnet50 0.539, resnet18 0.623, squeezenet1_1 1.000 and alexnet 0.920; now 0.515, 0.528,
+// 0.825 and 0.742. (vgg11 and vgg16, whose 133 M weights take seconds to make twice: 0.872 and
+// 0.739 then, 0.598 and 0.563 now.)
 TEST_CASE("under --precision bf16 a training forward keeps nearly half less of resnet50, a fifth less of efficientnet_b0") {
-  for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{
-           {"resnet50", 0.55}, {"resnet18", 0.63}, {"efficientnet_b0", 0.80}, {"densenet121", 0.77}}) {
+  for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{{"resnet50", 0.53},
+                                                                              {"resnet18", 0.55},
+                                                                              {"efficientnet_b0", 0.80},
+                                                                              {"densenet121", 0.77},
+                                                                              {"squeezenet1_1", 0.85},
+                                                                              {"alexnet", 0.77}}) {
     CAPTURE(name);
     zoo::ModelOptions o;
     o.num_classes = 10;
