@@ -64,9 +64,9 @@ TEST_CASE("a second backward after one forward is refused: backward freed what i
 // backward. Measured on the host (whose ops keep the same tensors as the GPU's): full-width
 // models at 64x64, batch 2, the bytes alive after a training forward, bf16 maps against fp32
 // maps. With the max pools' maps in fp32 (before 2026-11-29's twenty-third session) the ratios
-// were resnet50 0.539, resnet18 0.623, squeezenet1_1 1.000 and alexnet 0.920; now 0.515, 0.528,
-// 0.825 and 0.742. (vgg11 and vgg16, whose 133 M weights take seconds to make twice: 0.872 and
-// 0.739 then, 0.598 and 0.563 now.)
+// were resnet50 0.539, resnet18 0.623, squeezenet1_1 1.000 and alexnet 0.957; now 0.515, 0.528,
+// 0.825 and 0.742. (vgg11 and vgg16, whose 133 M weights take seconds to make twice: 0.941 and
+// 0.783 then, 0.598 and 0.563 now.)
 TEST_CASE("under --precision bf16 a training forward keeps nearly half less of resnet50, a fifth less of efficientnet_b0") {
   for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{{"resnet50", 0.53},
                                                                               {"resnet18", 0.55},
