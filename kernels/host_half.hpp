@@ -38,7 +38,7 @@ class F32Out {
 // The eight ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
 // x (the ReLU's output before it), y and dy; a batch norm's x, y (before a convolution), dx and
-// relu_out; relu_backward's y; add_relu's out and b; max_pool2d_forward's x and y.
+// relu_out; relu_backward's y and dx; add_relu's out and b; max_pool2d_forward's x and y.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -102,7 +102,9 @@ void max_pool2d_forward_widened(Op op, Context& ctx, Tensor& y, Tensor& argmax, 
 
 template <class Op>
 void relu_backward_widened(Op op, Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, ops::DxMode dx_mode) {
-  op(ctx, dx, dy, widened(y), dx_mode);
+  F32Out out(&dx, /*reads_out=*/dx_mode == ops::DxMode::add);
+  op(ctx, *out.get(), dy, widened(y), dx_mode);
+  out.finish();
 }
 
 }  // namespace dpx::kernels

@@ -421,9 +421,6 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   const Shape out = conv_output(op, x, w, p, ctx);
   require_map_dtype(op, "dy", dy, ctx);
   require_shape(op, "dy", dy, out);
-  if (dy.dtype() != DType::f32 && db)
-    fail(op, ": a ", dtype_name(dy.dtype()),
-         " dy comes from a batch norm after a convolution without bias: db must be null");
   if (dx) require_f32_shape(op, "dx", *dx, x.shape());
   if (dw) require_f32_shape(op, "dw", *dw, w.shape());
   if (db) require_f32_shape(op, "db", *db, {w.size(0)});
@@ -533,9 +530,13 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
 // ==== activations and regularisation
 void relu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("relu_forward", "y", y, "x", x); }
 
-void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode) {
+void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   const char* op = "relu_backward";
-  require_f32_pair(op, "dx", dx, "dy", dy);
+  require_f32(op, "dy", dy);
+  require_map_dtype(op, "dx", dx, ctx);  // in half precision where the convolution before takes it
+  if (dx.dtype() != DType::f32 && dx_mode != DxMode::overwrite)
+    fail(op, ": a ", dtype_name(dx.dtype()), " dx is written over (DxMode::overwrite), never added to");
+  require_same_numel(op, "dx", dx, "dy", dy);
   require_map_dtype(op, "y", y, ctx);  // in half precision where a convolution read it next
   require_same_numel(op, "dy", dy, "y", y);
 }

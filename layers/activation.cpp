@@ -34,12 +34,24 @@ Tensor Activation<Ops>::forward(Context& ctx, const Tensor& x) {
 
 template <class Ops>
 Tensor Activation<Ops>::backward(Context& ctx, const Tensor& dy) {
+  return backward_in(ctx, dy, DType::f32);
+}
+
+template <class Ops>
+Tensor Activation<Ops>::backward(Context& ctx, const Tensor& dy, DType dx_dtype)
+  requires std::is_same_v<Ops, ReluOps>
+{
+  return backward_in(ctx, dy, dx_dtype);
+}
+
+template <class Ops>
+Tensor Activation<Ops>::backward_in(Context& ctx, const Tensor& dy, DType dx_dtype) {
   const std::string layer = this->describe();
   DPX_CHECK(kept_.defined(), layer, ": backward called before forward");
   if (dy.shape() != kept_.shape())
     fail(layer, ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(kept_.shape()));
   const FreeSaved free_saved(*this);
-  Tensor dx = Ops::overwrites_dx ? Tensor::empty(kept_.shape(), DType::f32, ctx.device)
+  Tensor dx = Ops::overwrites_dx ? Tensor::empty(kept_.shape(), dx_dtype, ctx.device)
                                  : zeros_on(ctx, kept_.shape());
   Ops::backward(ctx, dx, dy, kept_);
   return dx;

@@ -5,6 +5,7 @@
 // fresh dx: written over by ReLU's op (DxMode::overwrite), zeroed and added into by the others'.
 #pragma once
 #include <string>
+#include <type_traits>
 
 #include "layers/module.hpp"
 
@@ -50,6 +51,11 @@ class Activation : public Cloneable<Activation<Ops>> {
   Activation() = default;
   Tensor forward(Context& ctx, const Tensor& x) override;    // any shape -> same shape
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dx (a fresh tensor) += dy * f'
+  // ReLU's backward with dx in `dx_dtype`: f32, or under --precision bf16|fp16 the compute's half
+  // type for the convolution before it, which takes it as its operand (ops.def, "half-precision
+  // maps"; nn::backward_children decides).
+  Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype)
+    requires std::is_same_v<Ops, ReluOps>;
   // In place of forward when the op before already applied this activation to its output y
   // (ops::Epilogue::relu): keeps y for backward and returns it, as forward would return its own.
   Tensor forward_applied(const Tensor& y)
@@ -70,6 +76,7 @@ class Activation : public Cloneable<Activation<Ops>> {
   bool set_channels_last(bool) override { return true; }  // elementwise
 
  private:
+  Tensor backward_in(Context& ctx, const Tensor& dy, DType dx_dtype);  // both backwards
   Tensor kept_;  // like x: forward's input or output (shared with the neighbours, not copied)
 };
 

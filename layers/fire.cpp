@@ -53,9 +53,11 @@ Tensor Fire::backward(Context& ctx, const Tensor& dy) {
   ops::copy_channels(ctx, da_c, 0, dy_c, 0, e1_, ops::DxMode::overwrite);
   ops::copy_channels(ctx, db_c, 0, dy_c, e1_, e3_, ops::DxMode::overwrite);
   // expand3x3 first: its parameters were registered last (reverse order, as DDP's buckets fill).
-  Tensor ds = child(4).backward(ctx, child(5).backward(ctx, db));
-  ops::axpy(ctx, ds, 1.f, child(2).backward(ctx, child(3).backward(ctx, da)));
-  return child(0).backward(ctx, child(1).backward(ctx, ds));
+  // Each branch through nn::backward_children (a ReLU's gradient in half precision for its
+  // convolution under --precision bf16|fp16).
+  Tensor ds = backward_children(ctx, *this, 4, 6, db);
+  ops::axpy(ctx, ds, 1.f, backward_children(ctx, *this, 2, 4, da));
+  return backward_children(ctx, *this, 0, 2, ds);
 }
 
 }  // namespace dpx::nn

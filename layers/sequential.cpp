@@ -113,6 +113,14 @@ bool forward_pair(Context& ctx, Module& first, Module& second, DType y_dtype, Te
   return true;
 }
 
+// The ReLU at child i when a convolution comes before it (i > begin), under --precision bf16|fp16:
+// its gradient is that convolution's dy, which cuDNN takes in the half type, so the ReLU's
+// backward writes it so (ops.def, "half-precision maps").
+ReLU* relu_before_conv_backward(const Context& ctx, Module& parent, size_t begin, size_t i) {
+  if (!half_maps(ctx) || i == begin || !dynamic_cast<Conv2d*>(&parent.child(i - 1))) return nullptr;
+  return dynamic_cast<ReLU*>(&parent.child(i));
+}
+
 // A convolution whose output only the batch norm after it reads (Conv2d::forward_to_norm): under
 // --precision bf16|fp16 that map stays in half precision.
 Conv2d* conv_before_norm(Module& first, Module& second) {
@@ -144,6 +152,8 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
     if (pair && pair->ran_as_one()) {
       dy = pair->backward(ctx, dy);
       --i;
+    } else if (ReLU* relu = relu_before_conv_backward(ctx, parent, begin, i)) {
+      dy = relu->backward(ctx, dy, ctx.compute);
     } else {
       dy = parent.child(i).backward(ctx, dy);
     }

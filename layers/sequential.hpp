@@ -26,7 +26,9 @@ namespace dpx::nn {
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x, bool then_half = false);
 // The reverse: children [begin, end) from the last, dy in and dx out, as a chain of
 // child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
-// into the batch norm's before it (batch_norm_backward's relu_out, silu_beta).
+// into the batch norm's before it (batch_norm_backward's relu_out, silu_beta). Under --precision
+// bf16|fp16 a ReLU's gradient for the convolution before it is in that precision, the
+// convolution's operand (ops.def, "half-precision maps").
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy);
 
 class Sequential : public Cloneable<Sequential> {

@@ -26,12 +26,14 @@ struct ReluGradAdd {
 };
 
 // The same where the ReLU kept its output in bf16/fp16 (Y: detail::XHalf; the map a convolution
-// reads next, ops.def's half-precision maps): that output read widened.
-template <typename Y>
-__global__ void relu_grad_half_kernel(float* dx, const float* dy, const typename Y::T* y, int64_t n, bool add) {
+// reads next, ops.def's half-precision maps), read widened, or writes dx in it (D: the dy of the
+// convolution before, rounded at the store; written over, never added to).
+template <typename Y, typename D>
+__global__ void relu_grad_half_kernel(typename D::T* dx, const float* dy, const typename Y::T* y, int64_t n,
+                                      bool add) {
   DPX_CUDA_LOOP(i, n) {
     const float g = ReluGrad{}(dy[i], Y::load(y[i]));
-    dx[i] = add ? dx[i] + g : g;
+    dx[i] = D::store(add ? D::load(dx[i]) + g : g);
   }
 }
 
@@ -81,17 +83,21 @@ void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, 
   CudaState& st = state_of(ctx);
   int64_t n = dx.numel();
   if (n == 0) return;
-  float* pdx = f32(dx, "relu_backward", "dx");
-  if (y.dtype() != DType::f32) {
+  if (y.dtype() != DType::f32 || dx.dtype() != DType::f32) {
     const float* pdy = f32(dy, "relu_backward", "dy");
-    detail::with_x_type(y.dtype(), [&](auto type) {
-      using Y = decltype(type);
-      relu_grad_half_kernel<Y><<<grid_for(n), kThreads, 0, st.stream>>>(
-          pdx, pdy, detail::x_data<Y>(y, "relu_backward", "y"), n, dx_mode == DxMode::add);
-      check_launch();
+    detail::with_x_type(y.dtype(), [&](auto y_type) {
+      detail::with_x_type(dx.dtype(), [&](auto dx_type) {
+        using Y = decltype(y_type);
+        using D = decltype(dx_type);
+        relu_grad_half_kernel<Y, D><<<grid_for(n), kThreads, 0, st.stream>>>(
+            detail::x_data<D>(dx, "relu_backward", "dx"), pdy, detail::x_data<Y>(y, "relu_backward", "y"), n,
+            dx_mode == DxMode::add);
+        check_launch();
+      });
     });
     return;
   }
+  float* pdx = f32(dx, "relu_backward", "dx");
   const float *pdy = f32(dy, "relu_backward", "dy"), *py = f32(y, "relu_backward", "y");
   if (dx_mode == DxMode::overwrite)
     detail::map(st.stream, pdx, detail::MapInputs<2>{{pdy, py}}, n, ReluGrad{});

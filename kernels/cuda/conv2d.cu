@@ -397,13 +397,15 @@ void half_bias_relu(const CudaState& st, Tensor& y, const float* b, const Shapes
 // (n, k) plane (lanes strided, then a tree), then one thread per channel adds the images' sums in
 // order. cuDNN's legacy cudnnConvolutionBackwardBias was the suspect of squeezenet1_1's backward,
 // 2.3x PyTorch's with 26 biased convolutions (H100, 2026-11-26); PyTorch sums grad_output itself.
-__global__ void plane_sum_kernel(float* sums, const float* dy, int64_t planes, int64_t plane) {
+// D: dy's element type (detail::XF32, or XHalf where dy is a half-precision map: its values widened).
+template <typename D>
+__global__ void plane_sum_kernel(float* sums, const typename D::T* dy, int64_t planes, int64_t plane) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
   for (int64_t p = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; p < planes; p += warps) {
-    const float* d = dy + p * plane;
+    const typename D::T* d = dy + p * plane;
     float s = 0.f;
-    for (int64_t j = lane; j < plane; j += 32) s += d[j];
+    for (int64_t j = lane; j < plane; j += 32) s += D::load(d[j]);
     for (int offset = 16; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
     if (lane == 0) sums[p] = s;
   }
@@ -424,14 +426,15 @@ __global__ void add_image_sums_kernel(float* db, const float* sums, int64_t imag
 // order, kRowsPerPart rows a part (a thread a part and channel); add_image_sums_kernel then adds
 // the parts in order (fixed, so every run gives the same bits).
 constexpr int64_t kRowsPerPart = 256;
-__global__ void row_part_sum_kernel(float* sums, const float* dy, int64_t rows, int64_t channels) {
+template <typename D>
+__global__ void row_part_sum_kernel(float* sums, const typename D::T* dy, int64_t rows, int64_t channels) {
   const int64_t k = blockIdx.x * int64_t(32) + threadIdx.x;
   if (k >= channels) return;
   const int64_t parts_stride = int64_t(gridDim.y) * 8;
   for (int64_t part = blockIdx.y * int64_t(8) + threadIdx.y; part * kRowsPerPart < rows; part += parts_stride) {
     const int64_t end = min(rows, (part + 1) * kRowsPerPart);
     float s = 0.f;
-    for (int64_t r = part * kRowsPerPart; r < end; ++r) s += dy[r * channels + k];
+    for (int64_t r = part * kRowsPerPart; r < end; ++r) s += D::load(dy[r * channels + k]);
     sums[part * channels + k] = s;
   }
 }
@@ -659,24 +662,31 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdw.finish(*accumulate);
     if (s.channels_last) cuda::permute_backward(ctx, *dw, filter_grad, {0, 2, 3, 1}, DxMode::add);
   }
-  if (db && s.channels_last) {
-    const int64_t rows = s.n * s.oh * s.ow, parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
-    const detail::Scratch sums(st, static_cast<size_t>(parts * s.k) * sizeof(float));
-    row_part_sum_kernel<<<detail::row_tile_grid(parts, s.k, 1), detail::kRowTile, 0, st.stream>>>(
-        sums.as<float>(), f32(dy, op, "dy"), rows, s.k);
-    check_launch();
-    add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
-                                                                                   sums.as<float>(), parts, s.k);
-    check_launch();
-  } else if (db) {
-    const int64_t planes = s.n * s.k;
-    const detail::Scratch sums(st, static_cast<size_t>(planes) * sizeof(float));
-    plane_sum_kernel<<<detail::grid_for(planes * 32), detail::kThreads, 0, st.stream>>>(
-        sums.as<float>(), f32(dy, op, "dy"), planes, s.oh * s.ow);
-    check_launch();
-    add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
-                                                                                   sums.as<float>(), s.n, s.k);
-    check_launch();
+  // db sums dy's values, widened where dy is a half-precision map (the ReLU's gradient after the
+  // convolution, ops.def), in a fixed order.
+  if (db) {
+    detail::with_x_type(dy.dtype(), [&](auto dy_type) {
+      using D = decltype(dy_type);
+      const auto* pdy = detail::x_data<D>(dy, op, "dy");
+      if (s.channels_last) {
+        const int64_t rows = s.n * s.oh * s.ow, parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
+        const detail::Scratch sums(st, static_cast<size_t>(parts * s.k) * sizeof(float));
+        row_part_sum_kernel<D><<<detail::row_tile_grid(parts, s.k, 1), detail::kRowTile, 0, st.stream>>>(
+            sums.as<float>(), pdy, rows, s.k);
+        check_launch();
+        add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
+                                                                                       sums.as<float>(), parts, s.k);
+      } else {
+        const int64_t planes = s.n * s.k;
+        const detail::Scratch sums(st, static_cast<size_t>(planes) * sizeof(float));
+        plane_sum_kernel<D><<<detail::grid_for(planes * 32), detail::kThreads, 0, st.stream>>>(
+            sums.as<float>(), pdy, planes, s.oh * s.ow);
+        check_launch();
+        add_image_sums_kernel<<<detail::grid_for(s.k), detail::kThreads, 0, st.stream>>>(f32(*db, op, "db"),
+                                                                                       sums.as<float>(), s.n, s.k);
+      }
+      check_launch();
+    });
   }
 }
 

@@ -374,6 +374,20 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
         ops::relu_backward(g, gr_a, dyq, rh, ops::DxMode::overwrite);
         ops::relu_backward(g, gr_b, dyq, rw, ops::DxMode::overwrite);
         CHECK(bitwise_equal(gr_a.to(Device::cpu()), gr_b.to(Device::cpu())));
+        // Its dx in half (the convolution's dy): the fp32 dx rounded. The convolution's backward
+        // from it, the bias gradient included, is the backward from its widened copy.
+        Tensor gr_h = Tensor::empty(y_shape, half, dev()), gr_w = poisoned(y_shape, dev());
+        ops::relu_backward(g, gr_h, dyq, rh, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(gr_h.to(Device::cpu()), gr_a.to(Device::cpu()).cast(half)));
+        ops::cast(g, gr_w, gr_h, 1.f);
+        const Tensor w0 = Tensor::zeros(w.shape()).to(dev()), b0 = uniform({k}, 49).to(dev());
+        Tensor hx = poisoned(x_shape, dev()), hw = w0.clone(), hb = b0.clone();
+        Tensor wx = poisoned(x_shape, dev()), ww = w0.clone(), wb = b0.clone();
+        ops::conv2d_backward(g, &hx, &hw, &hb, gr_h, x, w, p, ops::DxMode::overwrite);
+        ops::conv2d_backward(g, &wx, &ww, &wb, gr_w, x, w, p, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(hx.to(Device::cpu()), wx.to(Device::cpu())));
+        CHECK(bitwise_equal(hw.to(Device::cpu()), ww.to(Device::cpu())));
+        CHECK(bitwise_equal(hb.to(Device::cpu()), wb.to(Device::cpu())));
       }
 
       // A max pool of a half map (between an activated output and the next convolution): the

@@ -376,14 +376,20 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
         ops::relu_backward(ctx, gx_a, g, yh, ops::DxMode::overwrite);
         ops::relu_backward(ctx, gx_b, g, yh.cast(DType::f32), ops::DxMode::overwrite);
         CHECK(bitwise_equal(gx_a, gx_b));
-        // The backward from a half dy: the fp32 backward of its widened values.
+        // And writes its dx in half for the convolution before it: the fp32 dx rounded.
+        Tensor gx_h = Tensor::empty(y_shape, half);
+        ops::relu_backward(ctx, gx_h, g, yh, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(gx_h, rounded(gx_b, half)));
+        // The backward from a half dy: the fp32 backward of its widened values, the bias gradient
+        // (a ReLU's half gradient) their sum.
         const Tensor dyh = rounded(randn(y_shape, 53), half), dy32 = dyh.cast(DType::f32);
-        Tensor dx_a = Tensor::zeros(x_shape), dw_a = Tensor::zeros(w.shape());
-        Tensor dx_b = Tensor::zeros(x_shape), dw_b = Tensor::zeros(w.shape());
-        ops::conv2d_backward(ctx, &dx_a, &dw_a, nullptr, dyh, x, w, p, ops::DxMode::overwrite);
-        ops::conv2d_backward(ctx, &dx_b, &dw_b, nullptr, dy32, x, w, p, ops::DxMode::overwrite);
+        Tensor dx_a = Tensor::zeros(x_shape), dw_a = Tensor::zeros(w.shape()), db_h = randn({4}, 57);
+        Tensor dx_b = Tensor::zeros(x_shape), dw_b = Tensor::zeros(w.shape()), db_w = db_h.clone();
+        ops::conv2d_backward(ctx, &dx_a, &dw_a, &db_h, dyh, x, w, p, ops::DxMode::overwrite);
+        ops::conv2d_backward(ctx, &dx_b, &dw_b, &db_w, dy32, x, w, p, ops::DxMode::overwrite);
         CHECK(bitwise_equal(dx_a, dx_b));
         CHECK(bitwise_equal(dw_a, dw_b));
+        CHECK(bitwise_equal(db_h, db_w));
         // A half x (a batch norm's activated output before the convolution), forward with a bias
         // into fp32 and backward: the fp32 ops on its widened values.
         const Tensor xh = rounded(x, half), xw = xh.cast(DType::f32), b = randn({4}, 54);
@@ -446,7 +452,7 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
       }
 }
 
-TEST_CASE("half-precision maps: refused without half compute, in another dtype, or with a bias gradient") {
+TEST_CASE("half-precision maps: refused without half compute, in another dtype, or added to") {
   Context ctx = Context::cpu();
   Tensor x = randn({2, 3, 4, 4}, 71), w = randn({4, 3, 1, 1}, 72);
   Tensor yh = Tensor::empty({2, 4, 4, 4}, DType::bf16);
@@ -459,18 +465,19 @@ TEST_CASE("half-precision maps: refused without half compute, in another dtype, 
   CHECK_THROWS_WITH_AS(ops::conv2d_forward(ctx, yh, x, w, nullptr, p),
                        doctest::Contains("must be f32 or f16 (the compute's precision), got bf16"), Error);
   ctx.compute = DType::bf16;
-  Tensor dx = Tensor::zeros(x.shape()), db = Tensor::zeros({4});
-  CHECK_THROWS_WITH_AS(ops::conv2d_backward(ctx, &dx, nullptr, &db, yh, x, w, p, ops::DxMode::overwrite),
-                       doctest::Contains("a bf16 dy comes from a batch norm after a convolution without bias: db must "
-                                         "be null"),
-                       Error);
   // A batch norm's dx has its x's dtype.
   Tensor c4 = Tensor::from({4}, {1, 1, 1, 1}), dy = randn({2, 4, 4, 4}, 74), dx32 = Tensor::empty({2, 4, 4, 4});
   CHECK_THROWS_WITH_AS(
       ops::batch_norm_backward(ctx, &dx32, nullptr, nullptr, dy, yh, c4, c4, c4, ops::DxMode::overwrite, nullptr,
                                nullptr),
       doctest::Contains("batch_norm_backward: dx (2, 4, 4, 4) must be bf16, got f32"), Error);
+  // A ReLU's half dx (the dy of the convolution before it) is written over, never added to, and
+  // in the compute's half type.
   Tensor rdx = Tensor::empty({2, 4, 4, 4}, DType::bf16);
-  CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, rdx, dy, yh, ops::DxMode::overwrite),
-                       doctest::Contains("relu_backward: dx (2, 4, 4, 4) must be f32, got bf16"), Error);
+  CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, rdx, dy, yh, ops::DxMode::add),
+                       doctest::Contains("relu_backward: a bf16 dx is written over (DxMode::overwrite), never added to"),
+                       Error);
+  Tensor rdx16 = Tensor::empty({2, 4, 4, 4}, DType::f16);
+  CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, rdx16, dy, yh, ops::DxMode::overwrite),
+                       doctest::Contains("relu_backward: dx (2, 4, 4, 4) must be f32 or bf16"), Error);
 }
