@@ -92,7 +92,7 @@ Shape Conv2d::output_shape(const Shape& x_shape) const {
 Tensor Conv2d::forward(Context& ctx, const Tensor& x) { return forward(ctx, x, ops::Epilogue::none); }
 
 Tensor Conv2d::forward_to_norm(Context& ctx, const Tensor& x) {
-  const bool half = ctx.compute != DType::f32 && ctx.half_maps && !opt_.bias;
+  const bool half = ctx.compute != DType::f32 && ctx.half_maps;
   return forward(ctx, x, ops::Epilogue::none, half ? ctx.compute : DType::f32);
 }
 

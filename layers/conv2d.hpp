@@ -34,9 +34,10 @@ class Conv2d : public Cloneable<Conv2d> {
   // (ops.def, "half-precision maps"; nn::forward_children decides).
   Tensor forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DType y_dtype = DType::f32);
   // forward, for a batch norm that reads the output next and nothing else: under --precision
-  // bf16|fp16 (ctx.compute, with ctx.half_maps) and without bias the output is in that precision, as cuDNN computes
-  // it, rather than widened to fp32 (ops.def, "half-precision maps"); the batch norm's backward
-  // then hands back a gradient in the same precision, which backward takes as it is.
+  // bf16|fp16 (ctx.compute, with ctx.half_maps) the output is in that precision, as cuDNN computes
+  // it (a bias added to it in place), rather than widened to fp32 (ops.def, "half-precision maps");
+  // the batch norm's backward then hands back a gradient in the same precision, which backward
+  // takes as it is (the bias gradient summing its values).
   Tensor forward_to_norm(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
   std::string type_name() const override { return "Conv2d"; }

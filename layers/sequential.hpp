@@ -16,7 +16,7 @@ namespace dpx::nn {
 // ReLU keeps the output as its own): the values, and every gradient backward computes from
 // them, are those of the two layers run one after the other (bit for bit on the CPU; the SiLU's
 // backward recomputes its input as the forward formed it). Under --precision bf16|fp16
-// (ctx.compute, ctx.half_maps) a bias-free convolution followed by a BatchNorm2d, and such a pair
+// (ctx.compute, ctx.half_maps) a convolution followed by a BatchNorm2d, and such a pair
 // followed by a module that takes half-precision maps (Module::takes_half_maps), or by a max pool
 // and then such a module, hand on their output in that precision, and so does that max pool
 // (kernels/ops.def, "half-precision maps"): a map's dtype is chosen here, where its writer and its

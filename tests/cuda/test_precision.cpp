@@ -361,6 +361,12 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
       // A half y with the bias and the ReLU applied in place (a map the next convolution reads):
       // the fp32 y (bias added as it is widened, then the ReLU) rounded; without the bias too. The
       // ReLU's backward reads that output widened.
+      // A biased convolution's half y for a batch norm (VGG-BN's): the bias added in place, the
+      // fp32 output rounded.
+      Tensor nb32 = poisoned(y_shape, dev()), nbh = Tensor::empty(y_shape, half, dev());
+      ops::conv2d_forward(g, nb32, x, w, &b, p);
+      ops::conv2d_forward(g, nbh, x, w, &b, p);
+      CHECK(bitwise_equal(nbh.to(Device::cpu()), nb32.to(Device::cpu()).cast(half)));
       ops::Conv2dParams relu = p;
       relu.epilogue = ops::Epilogue::relu;
       for (const Tensor* bias : {&b, static_cast<const Tensor*>(nullptr)}) {
