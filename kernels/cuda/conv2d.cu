@@ -252,8 +252,8 @@ std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes
 
 // An input of a cuDNN call in the compute dtype: the fp32 tensor itself, its copy rounded to
 // bf16/fp16 (--precision), or a tensor already in that dtype (ops.def's half-precision maps: the
-// activated output of the batch norm before this convolution, or the gradient from the one after
-// it), itself.
+// activated output of the batch norm before this convolution, or the gradient from the batch norm
+// or the ReLU after it), itself.
 class Operand {
  public:
   Operand(const Context& ctx, const CudaState& st, const Tensor& t, const char* op, const char* name) {
@@ -363,9 +363,10 @@ void add_channel_bias(const CudaState& st, float* y, const void* half, DType dty
 }
 
 // A bf16/fp16 output (Y: detail::XHalf) in place, cuDNN having written it (ops.def's half-precision
-// maps: the map the next convolution reads): y = epilogue(y + b[channel]) rounded once, the fp32
-// path's arithmetic (its widened result plus the bias, then the ReLU) before the next
-// convolution's rounding. Element i's channel is (i / plane) % k, plane 1 on channels-last maps.
+// maps: the map the next convolution or a batch norm reads): y = epilogue(y + b[channel]) rounded
+// once, the fp32 path's arithmetic (its widened result plus the bias, then the ReLU), rounded
+// where the next convolution rounded it too, or, before a batch norm (VGG-BN), where the batch
+// norm read fp32. Element i's channel is (i / plane) % k, plane 1 on channels-last maps.
 template <typename Y, typename Index, typename Div>
 __global__ void half_bias_relu_kernel(typename Y::T* y, const float* b, Index total, Div plane, Div k, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
@@ -662,8 +663,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdw.finish(*accumulate);
     if (s.channels_last) cuda::permute_backward(ctx, *dw, filter_grad, {0, 2, 3, 1}, DxMode::add);
   }
-  // db sums dy's values, widened where dy is a half-precision map (the ReLU's gradient after the
-  // convolution, ops.def), in a fixed order.
+  // db sums dy's values, widened where dy is a half-precision map (the gradient from the ReLU or
+  // the batch norm after the convolution, ops.def), in a fixed order.
   if (db) {
     detail::with_x_type(dy.dtype(), [&](auto dy_type) {
       using D = decltype(dy_type);
