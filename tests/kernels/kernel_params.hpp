@@ -1,6 +1,8 @@
 // The kernel tests' shorthand for window parameters: square kernels, strides, paddings and
 // dilations, as most test cases need them.
 #pragma once
+#include <doctest/doctest.h>
+
 #include "kernels/ops.hpp"
 
 namespace dpx::testing {
@@ -23,6 +25,23 @@ inline ops::Pool2dParams pool_params(int kernel, int stride, int pad, bool ceil_
   p.ceil_mode = ceil_mode;
   p.count_include_pad = count_include_pad;
   return p;
+}
+
+// Calls f(ctx, half, channels_last) for each half type (bf16, fp16), host backend (the CPU
+// kernels on 2 threads, then the reference ones; ctx.compute the half type) and layout (NCHW, then
+// channels-last): the half-precision maps' host cases, each CAPTUREd.
+template <class F>
+void for_each_half_host_case(F&& f) {
+  for (DType half : {DType::bf16, DType::f16})
+    for (bool reference : {false, true})
+      for (bool channels_last : {false, true}) {
+        CAPTURE(dtype_name(half));
+        CAPTURE(reference);
+        CAPTURE(channels_last);
+        Context ctx = reference ? Context::ref() : Context::cpu(2);
+        ctx.compute = half;
+        f(ctx, half, channels_last);
+      }
 }
 
 }  // namespace dpx::testing

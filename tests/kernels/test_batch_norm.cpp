@@ -11,9 +11,11 @@
 #include "kernels/ref/ref_ops.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/tensors.hpp"
+#include "tests/kernels/kernel_params.hpp"
 
 using namespace dpx;
 using dpx::testing::bitwise_equal;
+using dpx::testing::for_each_half_host_case;
 using dpx::testing::check_close;
 using dpx::testing::randn;
 
@@ -344,66 +346,59 @@ TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them
 // half types, in NCHW and channels-last, on the first C channels of a wider x for batch norm.
 TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a batch norm's bf16/fp16 input") {
   const auto rounded = [](const Tensor& t, DType dtype) { return t.cast(dtype); };
-  for (DType half : {DType::bf16, DType::f16})
-    for (bool reference : {false, true})
-      for (bool channels_last : {false, true}) {
-        CAPTURE(dtype_name(half));
-        CAPTURE(reference);
-        CAPTURE(channels_last);
-        Context ctx = reference ? Context::ref() : Context::cpu(2);
-        ctx.compute = half;
-        ops::Conv2dParams p;
-        p.pad_h = p.pad_w = 1;
-        p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
-        const Shape x_shape = channels_last ? Shape{2, 5, 6, 3} : Shape{2, 3, 5, 6};
-        const Shape y_shape = channels_last ? Shape{2, 5, 6, 4} : Shape{2, 4, 5, 6};
-        Tensor x = randn(x_shape, 51), w = randn({4, 3, 3, 3}, 52);
-        // The forward: y in half is the fp32 y rounded.
-        Tensor y32 = Tensor::empty(y_shape), yh = Tensor::empty(y_shape, half);
-        ops::conv2d_forward(ctx, y32, x, w, nullptr, p);
-        ops::conv2d_forward(ctx, yh, x, w, nullptr, p);
-        CHECK(bitwise_equal(yh, rounded(y32, half)));
-        // With a bias and the ReLU (a map the next convolution reads): the same, rounded once.
-        ops::Conv2dParams relu = p;
-        relu.epilogue = ops::Epilogue::relu;
-        const Tensor bias = randn({4}, 55);
-        ops::conv2d_forward(ctx, y32, x, w, &bias, relu);
-        ops::conv2d_forward(ctx, yh, x, w, &bias, relu);
-        CHECK(bitwise_equal(yh, rounded(y32, half)));
-        // The ReLU's backward reads its half output widened.
-        const Tensor g = randn(y_shape, 56);
-        Tensor gx_a = Tensor::empty(y_shape), gx_b = Tensor::empty(y_shape);
-        ops::relu_backward(ctx, gx_a, g, yh, ops::DxMode::overwrite);
-        ops::relu_backward(ctx, gx_b, g, yh.cast(DType::f32), ops::DxMode::overwrite);
-        CHECK(bitwise_equal(gx_a, gx_b));
-        // And writes its dx in half for the convolution before it: the fp32 dx rounded.
-        Tensor gx_h = Tensor::empty(y_shape, half);
-        ops::relu_backward(ctx, gx_h, g, yh, ops::DxMode::overwrite);
-        CHECK(bitwise_equal(gx_h, rounded(gx_b, half)));
-        // The backward from a half dy: the fp32 backward of its widened values, the bias gradient
-        // (a ReLU's half gradient) their sum.
-        const Tensor dyh = rounded(randn(y_shape, 53), half), dy32 = dyh.cast(DType::f32);
-        Tensor dx_a = Tensor::zeros(x_shape), dw_a = Tensor::zeros(w.shape()), db_h = randn({4}, 57);
-        Tensor dx_b = Tensor::zeros(x_shape), dw_b = Tensor::zeros(w.shape()), db_w = db_h.clone();
-        ops::conv2d_backward(ctx, &dx_a, &dw_a, &db_h, dyh, x, w, p, ops::DxMode::overwrite);
-        ops::conv2d_backward(ctx, &dx_b, &dw_b, &db_w, dy32, x, w, p, ops::DxMode::overwrite);
-        CHECK(bitwise_equal(dx_a, dx_b));
-        CHECK(bitwise_equal(dw_a, dw_b));
-        CHECK(bitwise_equal(db_h, db_w));
-        // A half x (a batch norm's activated output before the convolution), forward with a bias
-        // into fp32 and backward: the fp32 ops on its widened values.
-        const Tensor xh = rounded(x, half), xw = xh.cast(DType::f32), b = randn({4}, 54);
-        Tensor yb_a = Tensor::empty(y_shape), yb_b = Tensor::empty(y_shape);
-        ops::conv2d_forward(ctx, yb_a, xh, w, &b, p);
-        ops::conv2d_forward(ctx, yb_b, xw, w, &b, p);
-        CHECK(bitwise_equal(yb_a, yb_b));
-        Tensor gb_a = Tensor::zeros({4}), gb_b = Tensor::zeros({4});
-        ops::conv2d_backward(ctx, &dx_a, &dw_a, &gb_a, dy32, xh, w, p, ops::DxMode::overwrite);
-        ops::conv2d_backward(ctx, &dx_b, &dw_b, &gb_b, dy32, xw, w, p, ops::DxMode::overwrite);
-        CHECK(bitwise_equal(dx_a, dx_b));
-        CHECK(bitwise_equal(dw_a, dw_b));
-        CHECK(bitwise_equal(gb_a, gb_b));
-      }
+  for_each_half_host_case([&](Context& ctx, DType half, bool channels_last) {
+    ops::Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    const Shape x_shape = channels_last ? Shape{2, 5, 6, 3} : Shape{2, 3, 5, 6};
+    const Shape y_shape = channels_last ? Shape{2, 5, 6, 4} : Shape{2, 4, 5, 6};
+    Tensor x = randn(x_shape, 51), w = randn({4, 3, 3, 3}, 52);
+    // The forward: y in half is the fp32 y rounded.
+    Tensor y32 = Tensor::empty(y_shape), yh = Tensor::empty(y_shape, half);
+    ops::conv2d_forward(ctx, y32, x, w, nullptr, p);
+    ops::conv2d_forward(ctx, yh, x, w, nullptr, p);
+    CHECK(bitwise_equal(yh, rounded(y32, half)));
+    // With a bias and the ReLU (a map the next convolution reads): the same, rounded once.
+    ops::Conv2dParams relu = p;
+    relu.epilogue = ops::Epilogue::relu;
+    const Tensor bias = randn({4}, 55);
+    ops::conv2d_forward(ctx, y32, x, w, &bias, relu);
+    ops::conv2d_forward(ctx, yh, x, w, &bias, relu);
+    CHECK(bitwise_equal(yh, rounded(y32, half)));
+    // The ReLU's backward reads its half output widened.
+    const Tensor g = randn(y_shape, 56);
+    Tensor gx_a = Tensor::empty(y_shape), gx_b = Tensor::empty(y_shape);
+    ops::relu_backward(ctx, gx_a, g, yh, ops::DxMode::overwrite);
+    ops::relu_backward(ctx, gx_b, g, yh.cast(DType::f32), ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gx_a, gx_b));
+    // And writes its dx in half for the convolution before it: the fp32 dx rounded.
+    Tensor gx_h = Tensor::empty(y_shape, half);
+    ops::relu_backward(ctx, gx_h, g, yh, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gx_h, rounded(gx_b, half)));
+    // The backward from a half dy: the fp32 backward of its widened values, the bias gradient
+    // (a ReLU's half gradient) their sum.
+    const Tensor dyh = rounded(randn(y_shape, 53), half), dy32 = dyh.cast(DType::f32);
+    Tensor dx_a = Tensor::zeros(x_shape), dw_a = Tensor::zeros(w.shape()), db_h = randn({4}, 57);
+    Tensor dx_b = Tensor::zeros(x_shape), dw_b = Tensor::zeros(w.shape()), db_w = db_h.clone();
+    ops::conv2d_backward(ctx, &dx_a, &dw_a, &db_h, dyh, x, w, p, ops::DxMode::overwrite);
+    ops::conv2d_backward(ctx, &dx_b, &dw_b, &db_w, dy32, x, w, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(dx_a, dx_b));
+    CHECK(bitwise_equal(dw_a, dw_b));
+    CHECK(bitwise_equal(db_h, db_w));
+    // A half x (a batch norm's activated output before the convolution), forward with a bias
+    // into fp32 and backward: the fp32 ops on its widened values.
+    const Tensor xh = rounded(x, half), xw = xh.cast(DType::f32), b = randn({4}, 54);
+    Tensor yb_a = Tensor::empty(y_shape), yb_b = Tensor::empty(y_shape);
+    ops::conv2d_forward(ctx, yb_a, xh, w, &b, p);
+    ops::conv2d_forward(ctx, yb_b, xw, w, &b, p);
+    CHECK(bitwise_equal(yb_a, yb_b));
+    Tensor gb_a = Tensor::zeros({4}), gb_b = Tensor::zeros({4});
+    ops::conv2d_backward(ctx, &dx_a, &dw_a, &gb_a, dy32, xh, w, p, ops::DxMode::overwrite);
+    ops::conv2d_backward(ctx, &dx_b, &dw_b, &gb_b, dy32, xw, w, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(dx_a, dx_b));
+    CHECK(bitwise_equal(dw_a, dw_b));
+    CHECK(bitwise_equal(gb_a, gb_b));
+  });
 
   for (DType half : {DType::bf16, DType::f16})
     for (bool reference : {false, true})

@@ -14,6 +14,7 @@
 using namespace dpx;
 using dpx::testing::bitwise_equal;
 using dpx::testing::check_close;
+using dpx::testing::for_each_half_host_case;
 using dpx::testing::pool_params;
 using dpx::testing::randn;
 
@@ -128,38 +129,31 @@ TEST_CASE("max_pool2d: forward and backward against plain loops, with padding an
 // pooling the rounded map gives the rounded fp32 maximum bit for bit, whichever of x and y is
 // half; only the argmax may move, to the first of values that round alike.
 TEST_CASE("half-precision maps: a max pool of a bf16/fp16 map is the fp32 maximum rounded") {
-  for (DType half : {DType::bf16, DType::f16})
-    for (bool reference : {false, true})
-      for (bool channels_last : {false, true}) {
-        CAPTURE(dtype_name(half));
-        CAPTURE(reference);
-        CAPTURE(channels_last);
-        Context ctx = reference ? Context::ref() : Context::cpu(2);
-        ctx.compute = half;
-        ops::Pool2dParams p = pool_params(3, 2, 1, /*ceil_mode=*/true);
-        p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
-        const Shape x_shape = channels_last ? Shape{2, 9, 8, 3} : Shape{2, 3, 9, 8};
-        const Shape y_shape = channels_last ? Shape{2, 5, 5, 3} : Shape{2, 3, 5, 5};
-        const Tensor x = randn(x_shape, 81), xh = x.cast(half);
-        Tensor y32 = Tensor::empty(y_shape), am32 = Tensor::empty(y_shape, DType::i32);
-        ops::max_pool2d_forward(ctx, y32, am32, x, p);
-        // fp32 in, half out: the fp32 maximum rounded, at the same place.
-        Tensor yh = Tensor::empty(y_shape, half), am = Tensor::empty(y_shape, DType::i32);
-        ops::max_pool2d_forward(ctx, yh, am, x, p);
-        CHECK(bitwise_equal(yh, y32.cast(half)));
-        CHECK(bitwise_equal(am, am32));
-        // Half in, half out: the same bits again; the argmax is the fp32 pool's of the widened map.
-        Tensor yhh = Tensor::empty(y_shape, half), amh = Tensor::empty(y_shape, DType::i32);
-        ops::max_pool2d_forward(ctx, yhh, amh, xh, p);
-        CHECK(bitwise_equal(yhh, y32.cast(half)));
-        Tensor yw = Tensor::empty(y_shape), amw = Tensor::empty(y_shape, DType::i32);
-        ops::max_pool2d_forward(ctx, yw, amw, xh.cast(DType::f32), p);
-        CHECK(bitwise_equal(amh, amw));
-        // Half in, fp32 out: the widened maximum.
-        Tensor yf = Tensor::empty(y_shape), amf = Tensor::empty(y_shape, DType::i32);
-        ops::max_pool2d_forward(ctx, yf, amf, xh, p);
-        CHECK(bitwise_equal(yf, yw));
-      }
+  for_each_half_host_case([&](Context& ctx, DType half, bool channels_last) {
+    ops::Pool2dParams p = pool_params(3, 2, 1, /*ceil_mode=*/true);
+    p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    const Shape x_shape = channels_last ? Shape{2, 9, 8, 3} : Shape{2, 3, 9, 8};
+    const Shape y_shape = channels_last ? Shape{2, 5, 5, 3} : Shape{2, 3, 5, 5};
+    const Tensor x = randn(x_shape, 81), xh = x.cast(half);
+    Tensor y32 = Tensor::empty(y_shape), am32 = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, y32, am32, x, p);
+    // fp32 in, half out: the fp32 maximum rounded, at the same place.
+    Tensor yh = Tensor::empty(y_shape, half), am = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, yh, am, x, p);
+    CHECK(bitwise_equal(yh, y32.cast(half)));
+    CHECK(bitwise_equal(am, am32));
+    // Half in, half out: the same bits again; the argmax is the fp32 pool's of the widened map.
+    Tensor yhh = Tensor::empty(y_shape, half), amh = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, yhh, amh, xh, p);
+    CHECK(bitwise_equal(yhh, y32.cast(half)));
+    Tensor yw = Tensor::empty(y_shape), amw = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, yw, amw, xh.cast(DType::f32), p);
+    CHECK(bitwise_equal(amh, amw));
+    // Half in, fp32 out: the widened maximum.
+    Tensor yf = Tensor::empty(y_shape), amf = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, yf, amf, xh, p);
+    CHECK(bitwise_equal(yf, yw));
+  });
   // Two values that round alike tie: the first wins, where fp32's larger second one did.
   Context ctx = Context::cpu();
   ctx.compute = DType::bf16;

@@ -90,6 +90,19 @@ void check_same_grads_and_buffers(nn::Model& a, nn::Model& b) {
   REQUIRE(ba.size() == bb.size());
   for (size_t i = 0; i < ba.size(); ++i) CHECK(bitwise_equal(*ba[i].second, *bb[i].second));
 }
+
+// A network three times over for the half-precision maps' tests: run with bf16 maps (`half`, under
+// `ctx`), with fp32 ones (`f32`, under `ctx32`), and child by child (`plain`), in one mode.
+struct HalfMapsRun {
+  nn::Model half, f32, plain;
+  Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
+  HalfMapsRun(const nn::Module& net, bool training)
+      : half(prepared(net, training)), f32(prepared(net, training)), plain(prepared(net, training)) {
+    ctx.compute = DType::bf16;
+  }
+};
+// t rounded to bf16, in fp32: a half map's values.
+Tensor bf16_rounded(const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); }
 }  // namespace
 
 TEST_CASE("Sequential: children named by position or by name, as torchvision") {
@@ -297,12 +310,10 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
   net->emplace<nn::Conv2d>(4, 3, 1, rng, 1, 0, 1, 1, /*bias=*/false);  // before a pool: fp32
   net->emplace<nn::AdaptiveAvgPool2d>(1, 1);
   net->emplace<nn::Flatten>();
-  const auto rounded = [](const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); };
   for (bool training : {true, false}) {
     CAPTURE(training);
-    nn::Model half = prepared(*net, training), f32 = prepared(*net, training), plain = prepared(*net, training);
-    Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
-    ctx.compute = DType::bf16;
+    HalfMapsRun run(*net, training);
+    auto& [half, f32, plain, ctx, ctx32] = run;
     const Tensor x = uniform({5, 2, 4, 4}, 22, -1.f, 1.f), dy = uniform({5, 3}, 23);
 
     const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
@@ -321,7 +332,7 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     Tensor h = x;
     for (size_t i = 0; i < kids.num_children(); ++i) {
       h = kids.child(i).forward(ctx32, h);
-      if (i == 0 || i == 2 || i == 3 || i == 5 || i == 7) h = rounded(h);
+      if (i == 0 || i == 2 || i == 3 || i == 5 || i == 7) h = bf16_rounded(h);
     }
     CHECK(bitwise_equal(y_half, h));
     half.zero_grad(ctx);
@@ -331,10 +342,10 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     for (size_t i = kids.num_children(); i-- > 1;) {
       g = kids.child(i).backward(ctx32, g);
       // The ReLU's gradient, and in training the batch norm's, bf16 for the convolution before it.
-      if (i == 7 || (i == 4 && training)) g = rounded(g);
+      if (i == 7 || (i == 4 && training)) g = bf16_rounded(g);
     }
     CHECK(g.dtype() == DType::f32);
-    if (training) g = rounded(g);  // eval's composed backward hands back fp32
+    if (training) g = bf16_rounded(g);  // eval's composed backward hands back fp32
     CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx32, g)));
     check_same_grads_and_buffers(half, plain);
   }
@@ -361,12 +372,10 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
   net->emplace<nn::MaxPool2d>(2, 2);                                   // 10: fp32, fp32
   net->emplace<nn::AdaptiveAvgPool2d>(1, 1);
   net->emplace<nn::Flatten>();
-  const auto rounded = [](const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); };
   for (bool training : {true, false}) {
     CAPTURE(training);
-    nn::Model half = prepared(*net, training), f32 = prepared(*net, training), plain = prepared(*net, training);
-    Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
-    ctx.compute = DType::bf16;
+    HalfMapsRun run(*net, training);
+    auto& [half, f32, plain, ctx, ctx32] = run;
     const Tensor x = uniform({5, 2, 8, 8}, 32, -1.f, 1.f), dy = uniform({5, 3}, 33);
 
     const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
@@ -383,7 +392,7 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
     Tensor h = x;
     for (size_t i = 0; i < kids.num_children(); ++i) {
       h = kids.child(i).forward(ctx_of(i), h);
-      if (i == 1 || i == 3 || i == 5) h = rounded(h);
+      if (i == 1 || i == 3 || i == 5) h = bf16_rounded(h);
     }
     CHECK(bitwise_equal(with_half.y, h));
     half.zero_grad(ctx);
@@ -394,7 +403,7 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
     // the batch norm's dx (child 4) too.
     for (size_t i = kids.num_children(); i-- > 0;) {
       g = kids.child(i).backward(ctx_of(i), g);
-      if (i == 9 || i == 1 || (i == 4 && training)) g = rounded(g);
+      if (i == 9 || i == 1 || (i == 4 && training)) g = bf16_rounded(g);
     }
     CHECK(bitwise_equal(dx_half, g));
     check_same_grads_and_buffers(half, plain);
@@ -405,14 +414,13 @@ TEST_CASE("Fire under --precision bf16: the squeeze output its two expand convol
   Rng rng(41);
   auto fire = std::make_unique<nn::Fire>(4, 3, 2, 5, rng);
   const Tensor x = uniform({2, 4, 5, 5}, 42, -1.f, 1.f);
-  nn::Model half = prepared(*fire, true), f32 = prepared(*fire, true), plain = prepared(*fire, true);
-  Context ctx = Context::cpu(2), ctx32 = Context::cpu(2);
-  ctx.compute = DType::bf16;
+  HalfMapsRun run(*fire, true);
+  auto& [half, f32, plain, ctx, ctx32] = run;
   const KeptForward with_half = forward_keeping(ctx, half, x), with_f32 = forward_keeping(ctx32, f32, x);
   CHECK(with_f32.bytes - with_half.bytes == 2 * 2 * 3 * 5 * 5);  // the (2, 3, 5, 5) squeeze map
   // By hand: the squeeze and its ReLU, rounded, then each expand convolution and its ReLU.
   auto& kids = plain.root();
-  const Tensor s = kids.child(1).forward(ctx32, kids.child(0).forward(ctx32, x)).cast(DType::bf16).cast(DType::f32);
+  const Tensor s = bf16_rounded(kids.child(1).forward(ctx32, kids.child(0).forward(ctx32, x)));
   const Tensor a = kids.child(3).forward(ctx32, kids.child(2).forward(ctx32, s));
   const Tensor b = kids.child(5).forward(ctx32, kids.child(4).forward(ctx32, s));
   const Tensor& y = with_half.y;
