@@ -3,7 +3,7 @@
 // or a convolution and the ReLU after it, as one, and under --precision bf16|fp16 hand a
 // convolution's output to the batch norm after it, and an activated output to a module that takes
 // half-precision maps (a convolution, a ResNet block, Fire), directly or through a max pool, in
-// the compute's half precision.
+// the compute's half precision, as a ReLU's gradient to the convolution before it.
 #include "layers/sequential.hpp"
 
 #include <optional>
