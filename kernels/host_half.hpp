@@ -1,8 +1,7 @@
 // Half-precision maps on the host (kernels/cpu/ and kernels/ref/): the ops that take a bf16/fp16
-// map (ops.def, "half-precision maps": a convolution's output that a batch norm reads, and that
-// map's gradient; a batch norm's or a convolution's activated output that a convolution reads) run
-// their fp32 kernel on the maps widened, which is exact, and round what they write to the map's
-// dtype, as the CUDA kernels round at their stores. Host runs compute in fp32
+// map (ops.def, "half-precision maps"; the eight below) run their fp32 kernel on the maps widened,
+// which is exact, and round what they write to the map's dtype, as the CUDA kernels round at
+// their stores. Host runs compute in fp32
 // (--precision bf16|fp16 is refused on CPU ranks): this path is the contract the CUDA kernels are
 // tested against, and it lets the CPU tests run the layers that hand such maps on.
 #pragma once

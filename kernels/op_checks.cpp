@@ -121,13 +121,8 @@ Shape conv_output(const char* op, const Tensor& x, const Tensor& w, const Conv2d
 }
 
 // The output (N, C, OH, OW) of pooling x, after checking the window against PyTorch's rules, in
-// p.format's layout.
-// x f32, or (ctx given: max pooling's x) f32 or in ctx's half type (require_map_dtype).
-Shape pool_output(const char* op, const Tensor& x, const Pool2dParams& p, const Context* ctx = nullptr) {
-  if (ctx)
-    require_map_dtype(op, "x", x, *ctx);
-  else
-    require_f32(op, "x", x);
+// p.format's layout. x's dtype is the caller's to check (max pooling takes half-precision maps).
+Shape pool_output(const char* op, const Tensor& x, const Pool2dParams& p) {
   require_dim(op, "x", x, 4);
   if (p.kernel_h < 1 || p.kernel_w < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_h < 0 ||
       p.pad_w < 0)
@@ -430,7 +425,8 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
 void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                         const Pool2dParams& p) {
   const char* op = "max_pool2d_forward";
-  const Shape out = pool_output(op, x, p, &ctx);
+  require_map_dtype(op, "x", x, ctx);
+  const Shape out = pool_output(op, x, p);
   require_map_dtype(op, "y", y, ctx);
   require_shape(op, "y", y, out);
   require_dtype(op, "argmax", argmax, DType::i32);
@@ -455,6 +451,7 @@ void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& a
 
 void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams& p) {
   const char* op = "avg_pool2d_forward";
+  require_f32(op, "x", x);
   require_f32_shape(op, "y", y, pool_output(op, x, p));
 }
 
