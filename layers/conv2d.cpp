@@ -106,21 +106,32 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DT
 
 Tensor Conv2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
-  Shape y_shape = output_shape(x_.shape());
-  if (dy.shape() != y_shape)
-    fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
-  const FreeSaved free_saved(*this);
   // Without a caller for dx (the model's first layer, or the first trainable one after a
   // frozen backbone) only the weight gradients are computed.
   // dx is written over by the op (DxMode::overwrite): no zero-fill first.
   Tensor dx = input_grad_needed() ? Tensor::empty(x_.shape(), DType::f32, ctx.device) : Tensor();
+  backward_into(ctx, dy, dx.defined() ? &dx : nullptr, ops::DxMode::overwrite);
+  return dx;
+}
+
+void Conv2d::backward_add(Context& ctx, const Tensor& dy, Tensor& into) {
+  DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (into.shape() != x_.shape() || into.dtype() != DType::f32)
+    fail(describe(), ": backward_add given ", dtype_name(into.dtype()), " ", shape_str(into.shape()),
+         " to add dx into, expected f32 ", shape_str(x_.shape()));
+  backward_into(ctx, dy, &into, ops::DxMode::add);
+}
+
+void Conv2d::backward_into(Context& ctx, const Tensor& dy, Tensor* dx, ops::DxMode dx_mode) {
+  Shape y_shape = output_shape(x_.shape());
+  if (dy.shape() != y_shape)
+    fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(y_shape));
+  const FreeSaved free_saved(*this);
   Tensor* dw = grad_target(weight());
   Tensor* db = opt_.bias ? grad_target(*bias()) : nullptr;
-  ops::conv2d_backward(ctx, dx.defined() ? &dx : nullptr, dw, db, dy, x_, weight().value, kernel_params(),
-                       ops::DxMode::overwrite);
+  ops::conv2d_backward(ctx, dx, dw, db, dy, x_, weight().value, kernel_params(), dx_mode);
   grad_ready(weight());
   if (opt_.bias) grad_ready(*bias());
-  return dx;
 }
 
 }  // namespace dpx::nn

@@ -40,6 +40,9 @@ class Conv2d : public Cloneable<Conv2d> {
   // takes as it is (the bias gradient summing its values).
   Tensor forward_to_norm(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
+  // dx added into `into` by the op itself (DxMode::add): cuDNN's beta 1, or the pass that widens
+  // a half-precision result; a ResNet block's join of its two paths' gradients.
+  void backward_add(Context& ctx, const Tensor& dy, Tensor& into) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;
   void clear_cache() override { x_ = Tensor(); }
@@ -66,6 +69,8 @@ class Conv2d : public Cloneable<Conv2d> {
 
  private:
   ops::Conv2dParams kernel_params(ops::Epilogue epilogue = ops::Epilogue::none) const;
+  // backward's and backward_add's work: dx (if given) written over or added into.
+  void backward_into(Context& ctx, const Tensor& dy, Tensor* dx, ops::DxMode dx_mode);
 
   int64_t in_, out_;
   Conv2dOptions opt_;

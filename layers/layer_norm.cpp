@@ -44,15 +44,27 @@ Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
 
 Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  Tensor dx = empty_on(ctx, x_.shape());  // written over, not added into
+  backward_into(ctx, dy, dx, ops::DxMode::overwrite);
+  return dx;
+}
+
+void LayerNorm::backward_add(Context& ctx, const Tensor& dy, Tensor& into) {
+  DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
+  if (into.shape() != x_.shape() || into.dtype() != DType::f32)
+    fail(describe(), ": backward_add given ", dtype_name(into.dtype()), " ", shape_str(into.shape()),
+         " to add dx into, expected f32 ", shape_str(x_.shape()));
+  backward_into(ctx, dy, into, ops::DxMode::add);
+}
+
+void LayerNorm::backward_into(Context& ctx, const Tensor& dy, Tensor& dx, ops::DxMode dx_mode) {
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  Tensor dx = empty_on(ctx, x_.shape());  // written over, not added into
   ops::layer_norm_backward(ctx, &dx, grad_target(weight()), grad_target(bias()), dy, x_, weight().value,
-                           mean_, rstd_, ops::DxMode::overwrite);
+                           mean_, rstd_, dx_mode);
   grad_ready(weight());
   grad_ready(bias());
-  return dx;
 }
 
 }  // namespace dpx::nn

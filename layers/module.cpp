@@ -1,6 +1,8 @@
 // Module (see module.hpp): registration of parameters, buffers and children under their
-// torchvision names, the gradient-ready hook, and moving to a device.
+// torchvision names, the gradient-ready hook, moving to a device, and backward_add's default.
 #include "layers/module.hpp"
+
+#include "kernels/ops.hpp"
 
 namespace dpx::nn {
 
@@ -16,6 +18,10 @@ Module::Module(const Module& other) : training_(other.training_) {
         b->first, b->second.defined() ? b->second.clone() : Tensor()));
   for (const auto& [name, c] : other.children_) children_.emplace_back(name, c->clone());
   // The hook is not copied: a replica belongs to whoever sets its hook.
+}
+
+void Module::backward_add(Context& ctx, const Tensor& dy, Tensor& into) {
+  ops::axpy(ctx, into, 1.f, backward(ctx, dy));
 }
 
 void Module::train(bool on) {

@@ -41,6 +41,12 @@ class Module {
 
   virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
   virtual Tensor backward(Context& ctx, const Tensor& dy) = 0;
+  // backward with dx added into `into` (the input's shape, fp32, a tensor of the caller's own that
+  // nothing else reads afterwards) instead of returned: where the input also took another path (a
+  // residual join), the two gradients meet in the op that makes this one, through its
+  // DxMode::add (Conv2d, LayerNorm), rather than in a pass of their own. By default, backward and
+  // then into += its dx. Only called where input_grad_needed() is true.
+  virtual void backward_add(Context& ctx, const Tensor& dy, Tensor& into);
   virtual std::unique_ptr<Module> clone() const = 0;
   virtual std::string type_name() const = 0;
   // One line describing the configuration, e.g. "Conv2d(3, 64, kernel=7, stride=2, pad=3)".

@@ -72,9 +72,14 @@ Tensor ResNetBlock<Self>::backward(Context& ctx, const Tensor& dy) {
     d_identity = this->child(branch_).backward(ctx, g);
   }
   this->child(0).set_input_grad_needed(need_dx);  // conv1: dx only if wanted
-  Tensor dx = backward_children(ctx, *this, 0, branch_, g);  // relu + bn pairs as one
-  if (!need_dx) return Tensor();
-  return residual_backward(ctx, dx, d_identity);
+  if (!need_dx) {
+    backward_children(ctx, *this, 0, branch_, g);  // relu + bn pairs as one
+    return Tensor();
+  }
+  // The join's backward: conv1 adds its dx into the identity path's gradient (a tensor of the
+  // block's own: the final ReLU's or the downsample's fresh dx, which bn3's backward has read by
+  // then), the op's DxMode::add in place of a pass of its own.
+  return backward_children(ctx, *this, 0, branch_, g, &d_identity);
 }
 
 BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, Rng& rng)

@@ -145,7 +145,7 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
   return x;
 }
 
-Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy) {
+Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into) {
   for (size_t i = end; i-- > begin;) {
     auto pair = i > begin ? bn_activation(parent.child(i - 1), parent.child(i)) : std::nullopt;
     // An activation that did not run as one with its batch norm goes alone.
@@ -154,11 +154,16 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
       --i;
     } else if (ReLU* relu = relu_before_conv_backward(ctx, parent, begin, i)) {
       dy = relu->backward(ctx, dy, ctx.compute);
+    } else if (add_into && i == begin) {
+      parent.child(i).backward_add(ctx, dy, *add_into);
+      return *add_into;
     } else {
       dy = parent.child(i).backward(ctx, dy);
     }
   }
-  return dy;
+  if (!add_into) return dy;
+  ops::axpy(ctx, *add_into, 1.f, dy);  // the first child went as one with the second
+  return *add_into;
 }
 
 bool Sequential::takes_half_maps() const {

@@ -72,7 +72,9 @@ Tensor SwinTransformerBlock::backward(Context& ctx, const Tensor& dy) {
   Tensor dm = depth.apply_backward(ctx, dy, mlp_noise_);
   Tensor dx1 = residual_backward(ctx, child(kNorm2).backward(ctx, child(kMlp).backward(ctx, dm)), dy);
   Tensor da = depth.apply_backward(ctx, dx1, attn_noise_);
-  return residual_backward(ctx, child(kNorm1).backward(ctx, child(kAttn).backward(ctx, da)), dx1);
+  // The second join: norm1's dx added into dx1 (a tensor of the block's own) by the op itself.
+  child(kNorm1).backward_add(ctx, child(kAttn).backward(ctx, da), dx1);
+  return dx1;
 }
 
 }  // namespace dpx::nn

@@ -1,14 +1,18 @@
 // Helpers of the layers suite: a doctest assertion that prints a gradient check's summary when
-// it fails, and a toy problem every optimiser must learn (inputs: tests/common/tensors.hpp).
+// it fails, a toy problem every optimiser must learn (inputs: tests/common/tensors.hpp), the bytes
+// a forward keeps, and the ops a piece of code calls.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/rng.hpp"
+#include "kernels/op_profile.hpp"
 #include "layers/layers.hpp"
 #include "tests/common/tensors.hpp"
 #include "tests/layers/gradcheck.hpp"
@@ -62,6 +66,22 @@ inline KeptForward forward_keeping(Context& ctx, nn::Model& model, const Tensor&
   k.y = model.forward(ctx, x);
   k.bytes = static_cast<int64_t>(host_bytes_in_use() - before);
   return k;
+}
+
+// The ops `run` called, by name, and how many times each (the op profiler, counting only).
+template <class F>
+std::map<std::string, int64_t> op_calls(F&& run) {
+  ops::profile::reset();
+  ops::profile::set_enabled(true);
+  {
+    ops::profile::Counting counting(true);
+    run();
+  }
+  ops::profile::set_enabled(false);
+  std::map<std::string, int64_t> calls;
+  for (const auto& op : ops::profile::snapshot()) calls[op.name] = op.calls;
+  ops::profile::reset();
+  return calls;
 }
 
 }  // namespace dpx::testing

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <map>
 
-#include "kernels/op_profile.hpp"
 #include "layers/layers.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/layers/layer_test_util.hpp"
@@ -91,6 +90,51 @@ TEST_CASE("Bottleneck: 4x expansion, stride on the 3x3, downsample; gradients") 
   Context c1 = Context::cpu(1);
   CHECK_THROWS_WITH_AS(same.clone()->forward(c1, uniform({1, 4, 3, 3}, 6)),
                        "Bottleneck(8 -> 8, stride 1) given input (1, 4, 3, 3): expected (N, 8, H, W)", Error);
+}
+
+TEST_CASE("ResNet blocks: conv1 adds its dx into the identity path's gradient, no join pass of its own") {
+  // The join's backward is conv2d_backward's DxMode::add (Module::backward_add): no axpy. The
+  // values are the gradient checks' above; here, that the same gradients come out as the blocks
+  // run child by child with the two paths' gradients summed apart.
+  Context ctx = Context::cpu(2);
+  Rng rng(17);
+  nn::BasicBlock same(4, 4, 1, rng), down(3, 4, 2, rng);
+  nn::Bottleneck deep(4, 2, 2, rng);
+  for (nn::Module* block : std::initializer_list<nn::Module*>{&same, &down, &deep}) {
+    CAPTURE(block->describe());
+    const Tensor x = uniform({2, block == &same || block == &deep ? 4 : 3, 6, 6}, 18);
+    auto m = block->clone();
+    const Tensor y = m->forward(ctx, x), dy = uniform(y.shape(), 19);
+    Tensor dx;
+    const auto calls = op_calls([&] { dx = m->backward(ctx, dy); });
+    CHECK(calls.count("axpy") == 0);
+    CHECK(calls.at("conv2d_backward") == (block == &deep ? 4 : block == &down ? 3 : 2));
+    CHECK(dx.shape() == x.shape());
+    // The same block's children one by one (no pair run as one), the join apart: each path's
+    // gradient on its own, then summed.
+    auto apart = block->clone();
+    const size_t n = apart->num_children(), branch = block == &same ? n - 1 : n - 2;
+    Tensor h = x;
+    for (size_t i = 0; i < branch; ++i) h = apart->child(i).forward(ctx, h);
+    const Tensor identity = branch == n - 1 ? x : apart->child(branch).forward(ctx, x);
+    std::vector<float> sum = h.to_vector();
+    for (size_t i = 0; const float v : identity.to_vector()) sum[i++] += v;
+    check_close(apart->child(n - 1).forward(ctx, Tensor::from(h.shape(), sum)).to_vector(), y.to_vector(),
+                1e-6);
+    Tensor g = apart->child(n - 1).backward(ctx, dy);  // the final ReLU
+    Tensor d_identity = branch == n - 1 ? g : apart->child(branch).backward(ctx, g);
+    Tensor d_branch = g;
+    for (size_t i = branch; i-- > 0;) d_branch = apart->child(i).backward(ctx, d_branch);
+    std::vector<float> want = d_branch.to_vector();
+    const std::vector<float> id = d_identity.to_vector();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += id[i];
+    dpx::testing::check_close(dx.to_vector(), want, 1e-5);
+    auto pa = m->named_parameters(), pb = apart->named_parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(pa[i].first);
+      dpx::testing::check_close(pa[i].second->grad.to_vector(), pb[i].second->grad.to_vector(), 1e-5);
+    }
+  }
 }
 
 TEST_CASE("ResNet blocks under --precision bf16: a block read by the next hands it a bf16 output") {
@@ -228,17 +272,11 @@ TEST_CASE("dense block: torchvision's concatenating loop bit for bit, without a 
       CAPTURE(train);
       auto mine = block->clone(), theirs = block->clone();
       mine->train(train), theirs->train(train);
-      ops::profile::reset();
-      ops::profile::set_enabled(true);
       Tensor y, dx;
-      {
-        ops::profile::Counting counting(true);
+      auto calls = op_calls([&] {
         y = mine->forward(ctx, x);
         dx = mine->backward(ctx, dy);
-      }
-      ops::profile::set_enabled(false);
-      std::map<std::string, int64_t> calls;
-      for (const auto& op : ops::profile::snapshot()) calls[op.name] = op.calls;
+      });
       const auto [y_want, dx_want] = dense_block_by_concatenation(ctx, static_cast<nn::DenseBlock&>(*theirs), x, dy);
       CHECK(dpx::testing::bitwise_equal(y, y_want));
       if (train) {  // the batch norm adds dx into the buffer in its own pass: a multiply-add may fuse
@@ -272,15 +310,7 @@ TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
   check_block(ctx, fire, uniform({2, 3, 4, 4}, 10), /*train=*/false);
   // Backward hands each branch its channels of dy without zero-filling them first.
   Tensor y = fire.forward(ctx, uniform({2, 3, 4, 4}, 11));
-  ops::profile::reset();
-  ops::profile::set_enabled(true);
-  {
-    ops::profile::Counting counting(true);
-    fire.backward(ctx, uniform(y.shape(), 12));
-  }
-  ops::profile::set_enabled(false);
-  std::map<std::string, int64_t> calls;
-  for (const auto& op : ops::profile::snapshot()) calls[op.name] = op.calls;
+  auto calls = op_calls([&] { fire.backward(ctx, uniform(y.shape(), 12)); });
   CHECK(calls["copy_channels"] == 2);
   CHECK(calls["fill"] == 0);
   CHECK(calls["split_channels_backward"] == 0);

@@ -1,6 +1,7 @@
 // Backward without an input gradient (Module::set_input_grad_needed): Conv2d and Linear skip
 // dx, Sequential stops at its first trainable child, a Model asks nothing of its first layer;
-// Sequential::replace; and the FLOPs Conv2d and Linear count for `dpx models`.
+// backward with dx added into the caller's tensor (Module::backward_add); Sequential::replace;
+// and the FLOPs Conv2d and Linear count for `dpx models`.
 #include <doctest/doctest.h>
 
 #include "layers/layers.hpp"
@@ -54,6 +55,43 @@ TEST_CASE("Conv2d and Linear without a caller for dx: the same weight gradients,
   Tensor xc = uniform({2, 3, 5, 5}, 2), xl = uniform({2, 3, 6}, 3);
   CHECK(run(conv, xc, true) == run(conv, xc, false));
   CHECK(run(fc, xl, true) == run(fc, xl, false));
+}
+
+TEST_CASE("backward_add: dx added into the caller's tensor, by the op where it can add (Conv2d, LayerNorm)") {
+  Context ctx = Context::cpu(1);
+  Rng rng(4);
+  nn::Conv2d conv(3, 4, 3, rng, 2, 1);
+  nn::LayerNorm norm(6);
+  nn::ReLU relu;  // Module's own: backward, then an axpy
+  struct Case {
+    nn::Module* proto;
+    Tensor x;
+    const char* op;  // the op that must add dx itself
+  };
+  for (const Case& c : {Case{&conv, uniform({2, 3, 5, 5}, 5), "conv2d_backward"},
+                        Case{&norm, uniform({2, 3, 6}, 6), "layer_norm_backward"},
+                        Case{&relu, uniform({2, 3, 6}, 7), nullptr}}) {
+    CAPTURE(c.proto->describe());
+    auto a = c.proto->clone(), b = c.proto->clone();
+    const Tensor y = a->forward(ctx, c.x);
+    b->forward(ctx, c.x);
+    const Tensor dy = uniform(y.shape(), 8), before = uniform(c.x.shape(), 9);
+    Tensor into = before.clone();
+    const auto calls = op_calls([&] { a->backward_add(ctx, dy, into); });
+    CHECK(calls.count("axpy") == (c.op ? 0u : 1u));
+    std::vector<float> want = b->backward(ctx, dy).to_vector();
+    const std::vector<float> old = before.to_vector();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += old[i];
+    check_close(into.to_vector(), want, 1e-6);
+    CHECK(all_grads(*a) == all_grads(*b));
+    if (!c.op) continue;
+    Tensor wrong = uniform({2, 3, 5, 6}, 10);
+    const std::string what = c.proto->describe() + ": backward_add given f32 (2, 3, 5, 6) to add dx into, expected f32 " +
+                             shape_str(c.x.shape());
+    auto again = c.proto->clone();
+    again->forward(ctx, c.x);
+    CHECK_THROWS_WITH_AS(again->backward_add(ctx, dy, wrong), what.c_str(), Error);
+  }
 }
 
 TEST_CASE("Sequential without a caller for dx stops at its first trainable child") {

@@ -132,4 +132,10 @@ TEST_CASE("SwinTransformerBlock: gradients with shifted windows, padding and sto
   CHECK_GRADIENTS(ctx, block, x, fine);
   block.eval();
   CHECK_GRADIENTS(ctx, block, x);
+  // The second join's backward is norm1's own DxMode::add: one axpy, for the first join.
+  auto m = block.clone();
+  const Tensor y = m->forward(ctx, x);
+  const auto calls = op_calls([&] { m->backward(ctx, uniform(y.shape(), 41)); });
+  CHECK(calls.at("axpy") == 1);
+  CHECK(calls.at("layer_norm_backward") == 2);
 }
