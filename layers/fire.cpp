@@ -1,5 +1,6 @@
 // Fire: forward through the squeeze and both expand branches, concatenated; backward splits
-// the gradient, runs each branch back and adds the two at the squeeze output.
+// the gradient, runs each branch back and adds the two at the squeeze output (the second
+// branch's convolution adding into the first's gradient).
 #include "layers/fire.hpp"
 
 #include "kernels/ops.hpp"
@@ -54,9 +55,10 @@ Tensor Fire::backward(Context& ctx, const Tensor& dy) {
   ops::copy_channels(ctx, db_c, 0, dy_c, e1_, e3_, ops::DxMode::overwrite);
   // expand3x3 first: its parameters were registered last (reverse order, as DDP's buckets fill).
   // Each branch through nn::backward_children (a ReLU's gradient in half precision for its
-  // convolution under --precision bf16|fp16).
+  // convolution under --precision bf16|fp16); expand1x1 adds its dx into expand3x3's
+  // (Module::backward_add), the two branches' gradients at s joined without a pass of their own.
   Tensor ds = backward_children(ctx, *this, 4, 6, db);
-  ops::axpy(ctx, ds, 1.f, backward_children(ctx, *this, 2, 4, da));
+  backward_children(ctx, *this, 2, 4, da, &ds);
   return backward_children(ctx, *this, 0, 2, ds);
 }
 

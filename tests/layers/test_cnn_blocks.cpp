@@ -308,11 +308,13 @@ TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
   CHECK(keys == std::vector<std::string>{"squeeze.weight", "squeeze.bias", "expand1x1.weight", "expand1x1.bias",
                                          "expand3x3.weight", "expand3x3.bias"});
   check_block(ctx, fire, uniform({2, 3, 4, 4}, 10), /*train=*/false);
-  // Backward hands each branch its channels of dy without zero-filling them first.
+  // Backward hands each branch its channels of dy without zero-filling them first, and joins the
+  // branches' gradients in expand1x1's backward (DxMode::add), not in an axpy.
   Tensor y = fire.forward(ctx, uniform({2, 3, 4, 4}, 11));
   auto calls = op_calls([&] { fire.backward(ctx, uniform(y.shape(), 12)); });
   CHECK(calls["copy_channels"] == 2);
   CHECK(calls["fill"] == 0);
+  CHECK(calls["axpy"] == 0);
   CHECK(calls["split_channels_backward"] == 0);
 }
 
