@@ -36,8 +36,8 @@ class F32Out {
 
 // The eight ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
-// x (the ReLU's output before it), y and dy; a batch norm's x, y (before a convolution), dx and
-// relu_out; relu_backward's y and dx; add_relu's out and b; max_pool2d_forward's x and y.
+// x (the ReLU's output before it), y, dy and dx; a batch norm's x, y (before a convolution), dx
+// and relu_out; relu_backward's y, dx and dy; add_relu's out and b; max_pool2d_forward's x and y.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -49,7 +49,9 @@ void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, con
 template <class Op>
 void conv2d_backward_widened(Op op, Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                              const Tensor& x, const Tensor& w, const ops::Conv2dParams& p, ops::DxMode dx_mode) {
-  op(ctx, dx, dw, db, widened(dy), widened(x), w, p, dx_mode);
+  F32Out out(dx, /*reads_out=*/dx_mode == ops::DxMode::add);
+  op(ctx, out.get(), dw, db, widened(dy), widened(x), w, p, dx_mode);
+  out.finish();
 }
 
 template <class Op>
@@ -102,7 +104,7 @@ void max_pool2d_forward_widened(Op op, Context& ctx, Tensor& y, Tensor& argmax, 
 template <class Op>
 void relu_backward_widened(Op op, Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, ops::DxMode dx_mode) {
   F32Out out(&dx, /*reads_out=*/dx_mode == ops::DxMode::add);
-  op(ctx, *out.get(), dy, widened(y), dx_mode);
+  op(ctx, *out.get(), widened(dy), widened(y), dx_mode);
   out.finish();
 }
 

@@ -411,12 +411,17 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 }
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
-                     const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode) {
+                     const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
   const char* op = "conv2d_backward";
   const Shape out = conv_output(op, x, w, p, ctx);
   require_map_dtype(op, "dy", dy, ctx);
   require_shape(op, "dy", dy, out);
-  if (dx) require_f32_shape(op, "dx", *dx, x.shape());
+  if (dx) {  // in half precision for a ReLU before the convolution, written over
+    require_map_dtype(op, "dx", *dx, ctx);
+    require_shape(op, "dx", *dx, x.shape());
+    if (dx->dtype() != DType::f32 && dx_mode != DxMode::overwrite)
+      fail(op, ": a ", dtype_name(dx->dtype()), " dx is written over (DxMode::overwrite), never added to");
+  }
   if (dw) require_f32_shape(op, "dw", *dw, w.shape());
   if (db) require_f32_shape(op, "db", *db, {w.size(0)});
 }
@@ -529,7 +534,7 @@ void relu_forward(Context&, Tensor& y, const Tensor& x) { require_f32_pair("relu
 
 void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
   const char* op = "relu_backward";
-  require_f32(op, "dy", dy);
+  require_map_dtype(op, "dy", dy, ctx);  // in half precision where the convolution after gives it
   require_map_dtype(op, "dx", dx, ctx);  // in half precision where the convolution before takes it
   if (dx.dtype() != DType::f32 && dx_mode != DxMode::overwrite)
     fail(op, ": a ", dtype_name(dx.dtype()), " dx is written over (DxMode::overwrite), never added to");

@@ -104,12 +104,14 @@ Tensor Conv2d::forward(Context& ctx, const Tensor& x, ops::Epilogue epilogue, DT
   return y;
 }
 
-Tensor Conv2d::backward(Context& ctx, const Tensor& dy) {
+Tensor Conv2d::backward(Context& ctx, const Tensor& dy) { return backward(ctx, dy, DType::f32); }
+
+Tensor Conv2d::backward(Context& ctx, const Tensor& dy, DType dx_dtype) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
   // Without a caller for dx (the model's first layer, or the first trainable one after a
   // frozen backbone) only the weight gradients are computed.
   // dx is written over by the op (DxMode::overwrite): no zero-fill first.
-  Tensor dx = input_grad_needed() ? Tensor::empty(x_.shape(), DType::f32, ctx.device) : Tensor();
+  Tensor dx = input_grad_needed() ? Tensor::empty(x_.shape(), dx_dtype, ctx.device) : Tensor();
   backward_into(ctx, dy, dx.defined() ? &dx : nullptr, ops::DxMode::overwrite);
   return dx;
 }

@@ -40,6 +40,10 @@ class Conv2d : public Cloneable<Conv2d> {
   // takes as it is (the bias gradient summing its values).
   Tensor forward_to_norm(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
+  // backward with dx in `dx_dtype`: f32, or under --precision bf16|fp16 the compute's half type
+  // (cuDNN's result as it is) for a ReLU before the convolution that reads it next (ops.def,
+  // "half-precision maps"; nn::backward_children decides).
+  Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype);
   // dx added into `into` by the op itself (DxMode::add): cuDNN's beta 1, or the pass that widens
   // a half-precision result; a ResNet block's join of its two paths' gradients.
   void backward_add(Context& ctx, const Tensor& dy, Tensor& into) override;

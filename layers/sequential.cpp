@@ -121,6 +121,17 @@ ReLU* relu_before_conv_backward(const Context& ctx, Module& parent, size_t begin
   return dynamic_cast<ReLU*>(&parent.child(i));
 }
 
+// The convolution at child i when the ReLU before it (i - 1 >= begin) runs its backward alone, not
+// folded into a batch norm's, under --precision bf16|fp16: the convolution's dx, that ReLU's dy,
+// is cuDNN's half result as it is, not widened to fp32 (ops.def, "half-precision maps").
+Conv2d* conv_before_relu_backward(const Context& ctx, Module& parent, size_t begin, size_t i) {
+  if (!half_maps(ctx) || i == begin || !dynamic_cast<ReLU*>(&parent.child(i - 1))) return nullptr;
+  if (i - 1 > begin)
+    if (auto pair = bn_activation(parent.child(i - 2), parent.child(i - 1)); pair && pair->ran_as_one())
+      return nullptr;
+  return dynamic_cast<Conv2d*>(&parent.child(i));
+}
+
 // A convolution whose output only the batch norm after it reads (Conv2d::forward_to_norm): under
 // --precision bf16|fp16 that map stays in half precision.
 Conv2d* conv_before_norm(Module& first, Module& second) {
@@ -154,6 +165,8 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
       --i;
     } else if (ReLU* relu = relu_before_conv_backward(ctx, parent, begin, i)) {
       dy = relu->backward(ctx, dy, ctx.compute);
+    } else if (Conv2d* conv = conv_before_relu_backward(ctx, parent, begin, i)) {
+      dy = conv->backward(ctx, dy, ctx.compute);
     } else if (add_into && i == begin) {
       parent.child(i).backward_add(ctx, dy, *add_into);
       return *add_into;

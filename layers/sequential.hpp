@@ -28,7 +28,8 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
 // child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
 // into the batch norm's before it (batch_norm_backward's relu_out, silu_beta). Under --precision
 // bf16|fp16 a ReLU's gradient for the convolution before it is in that precision, the
-// convolution's operand (ops.def, "half-precision maps"). With `add_into`, the first child's dx is
+// convolution's operand, and so is a convolution's gradient for a ReLU before it whose backward
+// runs alone, cuDNN's result (ops.def, "half-precision maps"). With `add_into`, the first child's dx is
 // added into that tensor (Module::backward_add), which is returned.
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy,
                          Tensor* add_into = nullptr);

@@ -15,7 +15,7 @@ void relu_forward(Context& ctx, Tensor& y, const Tensor& x) {
 }
 
 void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, DxMode dx_mode) {
-  if (kernels::is_half(y) || kernels::is_half(dx))
+  if (kernels::is_half(y) || kernels::is_half(dx) || kernels::is_half(dy))
     return kernels::relu_backward_widened(relu_backward, ctx, dx, dy, y, dx_mode);
   float* dxp = dx.data<float>();
   const float *dyp = dy.data<float>(), *yp = y.data<float>();

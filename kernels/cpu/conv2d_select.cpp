@@ -313,7 +313,7 @@ void conv2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
 
 void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
                      const Tensor& x, const Tensor& w, const Conv2dParams& p, DxMode dx_mode) {
-  if (kernels::is_half(dy) || kernels::is_half(x))
+  if (kernels::is_half(dy) || kernels::is_half(x) || kernels::is_half(dx))
     return kernels::conv2d_backward_widened(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);
   if (p.format == MemoryFormat::channels_last)
     return kernels::conv2d_backward_via_nchw(conv2d_backward, ctx, dx, dw, db, dy, x, w, p, dx_mode);

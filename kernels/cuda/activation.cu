@@ -26,13 +26,14 @@ struct ReluGradAdd {
 };
 
 // The same where the ReLU kept its output in bf16/fp16 (Y: detail::XHalf; the map a convolution
-// reads next, ops.def's half-precision maps), read widened, or writes dx in it (D: the dy of the
-// convolution before, rounded at the store; written over, never added to).
-template <typename Y, typename D>
-__global__ void relu_grad_half_kernel(typename D::T* dx, const float* dy, const typename Y::T* y, int64_t n,
-                                      bool add) {
+// reads next, ops.def's half-precision maps), read widened, where dy is in it (G: the dx of the
+// convolution after), read widened, or where it writes dx in it (D: the dy of the convolution
+// before, rounded at the store; written over, never added to).
+template <typename Y, typename G, typename D>
+__global__ void relu_grad_half_kernel(typename D::T* dx, const typename G::T* dy, const typename Y::T* y,
+                                      int64_t n, bool add) {
   DPX_CUDA_LOOP(i, n) {
-    const float g = ReluGrad{}(dy[i], Y::load(y[i]));
+    const float g = ReluGrad{}(G::load(dy[i]), Y::load(y[i]));
     dx[i] = D::store(add ? D::load(dx[i]) + g : g);
   }
 }
@@ -83,16 +84,18 @@ void relu_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& y, 
   CudaState& st = state_of(ctx);
   int64_t n = dx.numel();
   if (n == 0) return;
-  if (y.dtype() != DType::f32 || dx.dtype() != DType::f32) {
-    const float* pdy = f32(dy, "relu_backward", "dy");
+  if (y.dtype() != DType::f32 || dx.dtype() != DType::f32 || dy.dtype() != DType::f32) {
     detail::with_x_type(y.dtype(), [&](auto y_type) {
-      detail::with_x_type(dx.dtype(), [&](auto dx_type) {
-        using Y = decltype(y_type);
-        using D = decltype(dx_type);
-        relu_grad_half_kernel<Y, D><<<grid_for(n), kThreads, 0, st.stream>>>(
-            detail::x_data<D>(dx, "relu_backward", "dx"), pdy, detail::x_data<Y>(y, "relu_backward", "y"), n,
-            dx_mode == DxMode::add);
-        check_launch();
+      detail::with_x_type(dy.dtype(), [&](auto dy_type) {
+        detail::with_x_type(dx.dtype(), [&](auto dx_type) {
+          using Y = decltype(y_type);
+          using G = decltype(dy_type);
+          using D = decltype(dx_type);
+          relu_grad_half_kernel<Y, G, D><<<grid_for(n), kThreads, 0, st.stream>>>(
+              detail::x_data<D>(dx, "relu_backward", "dx"), detail::x_data<G>(dy, "relu_backward", "dy"),
+              detail::x_data<Y>(y, "relu_backward", "y"), n, dx_mode == DxMode::add);
+          check_launch();
+        });
       });
     });
     return;

@@ -267,7 +267,8 @@ TEST_CASE("a resnet18 step in bf16 and fp16 stays near the fp32 step on the GPU"
 // reading it widened and rounding its dx at the store; the convolution's backward taking that dx
 // as its operand; a batch norm's activated output rounded at its store and taken by the next
 // convolution as its operand, and read widened as a folded ReLU's mask; a convolution's output
-// with its bias and ReLU applied in place, for the next convolution. Each step equals, bit for
+// with its bias and ReLU applied in place, for the next convolution; the ReLU's gradient for the
+// convolution before it, and a convolution's for the ReLU before it. Each step equals, bit for
 // bit, the path through fp32 maps (the result widened; the fp32 dx or x, which the convolution
 // rounds itself), in NCHW and channels-last.
 TEST_CASE("cuda half-precision maps around a convolution (its input, output, gradients): bit for bit the fp32 maps'") {
@@ -394,6 +395,19 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
         CHECK(bitwise_equal(hx.to(Device::cpu()), wx.to(Device::cpu())));
         CHECK(bitwise_equal(hw.to(Device::cpu()), ww.to(Device::cpu())));
         CHECK(bitwise_equal(hb.to(Device::cpu()), wb.to(Device::cpu())));
+        // The convolution's dx in half (the dy of a ReLU before it): cuDNN's result as it is, which
+        // the fp32 dx above was widened from; the ReLU's backward reads it widened, and writes its
+        // own dx in half (for a convolution before it) as the fp32 one rounded.
+        Tensor hxh = Tensor::empty(x_shape, half, dev()), hw2 = w0.clone();
+        ops::conv2d_backward(g, &hxh, &hw2, nullptr, gr_h, x, w, p, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(hxh.to(Device::cpu()).cast(DType::f32), hx.to(Device::cpu())));
+        CHECK(bitwise_equal(hw2.to(Device::cpu()), hw.to(Device::cpu())));
+        Tensor ra = poisoned(x_shape, dev()), rb = poisoned(x_shape, dev()), rah = Tensor::empty(x_shape, half, dev());
+        ops::relu_backward(g, ra, hxh, xq, ops::DxMode::overwrite);
+        ops::relu_backward(g, rb, hx, xq, ops::DxMode::overwrite);
+        ops::relu_backward(g, rah, hxh, xq, ops::DxMode::overwrite);
+        CHECK(bitwise_equal(ra.to(Device::cpu()), rb.to(Device::cpu())));
+        CHECK(bitwise_equal(rah.to(Device::cpu()), rb.to(Device::cpu()).cast(half)));
       }
 
       // A max pool of a half map (between an activated output and the next convolution): the

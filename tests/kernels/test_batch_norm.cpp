@@ -385,6 +385,20 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
     CHECK(bitwise_equal(dx_a, dx_b));
     CHECK(bitwise_equal(dw_a, dw_b));
     CHECK(bitwise_equal(db_h, db_w));
+    // A half dx (the dy of a ReLU before the convolution): the fp32 dx rounded, the other
+    // gradients as before; that ReLU's backward reads it widened.
+    Tensor dx_h = Tensor::empty(x_shape, half), dw_h = Tensor::zeros(w.shape()), dw_f = Tensor::zeros(w.shape());
+    ops::conv2d_backward(ctx, &dx_h, &dw_h, nullptr, dyh, x, w, p, ops::DxMode::overwrite);
+    ops::conv2d_backward(ctx, &dx_b, &dw_f, nullptr, dyh, x, w, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(dx_h, rounded(dx_b, half)));
+    CHECK(bitwise_equal(dw_h, dw_f));
+    const Tensor x_relu = rounded(randn(x_shape, 58), half);
+    Tensor rdx_a = Tensor::empty(x_shape), rdx_b = Tensor::empty(x_shape), rdx_h = Tensor::empty(x_shape, half);
+    ops::relu_backward(ctx, rdx_a, dx_h, x_relu, ops::DxMode::overwrite);
+    ops::relu_backward(ctx, rdx_b, dx_h.cast(DType::f32), x_relu, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(rdx_a, rdx_b));
+    ops::relu_backward(ctx, rdx_h, dx_h, x_relu, ops::DxMode::overwrite);  // all three half
+    CHECK(bitwise_equal(rdx_h, rounded(rdx_b, half)));
     // A half x (a batch norm's activated output before the convolution), forward with a bias
     // into fp32 and backward: the fp32 ops on its widened values.
     const Tensor xh = rounded(x, half), xw = xh.cast(DType::f32), b = randn({4}, 54);
@@ -475,4 +489,14 @@ TEST_CASE("half-precision maps: refused without half compute, in another dtype, 
   Tensor rdx16 = Tensor::empty({2, 4, 4, 4}, DType::f16);
   CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, rdx16, dy, yh, ops::DxMode::overwrite),
                        doctest::Contains("relu_backward: dx (2, 4, 4, 4) must be f32 or bf16"), Error);
+  CHECK_THROWS_WITH_AS(ops::relu_backward(ctx, dx32, rdx16, yh, ops::DxMode::overwrite),
+                       doctest::Contains("relu_backward: dy (2, 4, 4, 4) must be f32 or bf16"), Error);
+  // So is a convolution's half dx (the dy of a ReLU before it).
+  Tensor cdx = Tensor::empty({2, 3, 4, 4}, DType::bf16), cdy = randn({2, 4, 4, 4}, 75);
+  CHECK_THROWS_WITH_AS(ops::conv2d_backward(ctx, &cdx, nullptr, nullptr, cdy, x, w, p, ops::DxMode::add),
+                       doctest::Contains("conv2d_backward: a bf16 dx is written over (DxMode::overwrite), never added to"),
+                       Error);
+  Tensor cdx16 = Tensor::empty({2, 3, 4, 4}, DType::f16);
+  CHECK_THROWS_WITH_AS(ops::conv2d_backward(ctx, &cdx16, nullptr, nullptr, cdy, x, w, p, ops::DxMode::overwrite),
+                       doctest::Contains("conv2d_backward: dx (2, 3, 4, 4) must be f32 or bf16"), Error);
 }

@@ -351,6 +351,60 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
   }
 }
 
+namespace {
+// A ReLU that notes the dtype of the dy its backward is given (nn::backward_children calls this
+// backward for a ReLU first in its range, which no convolution comes before).
+class DyProbeReLU : public nn::ReLU {
+ public:
+  explicit DyProbeReLU(DType* seen) : seen_(seen) {}
+  Tensor backward(Context& ctx, const Tensor& dy) override {
+    *seen_ = dy.dtype();
+    return nn::ReLU::backward(ctx, dy);
+  }
+  std::unique_ptr<nn::Module> clone() const override { return std::make_unique<DyProbeReLU>(*this); }
+
+ private:
+  DType* seen_;
+};
+}  // namespace
+
+TEST_CASE("Sequential: under --precision bf16 a convolution hands the ReLU before it a bf16 gradient") {
+  // ReLU -> Conv2d: the convolution's dx, the ReLU's dy, is bf16 (cuDNN's result as it is, which
+  // the fp32 path widened: ops.def, "half-precision maps"); with Context::half_maps off, or in
+  // fp32, it is fp32. The values are the layers' one by one with that gradient rounded. (In a
+  // chain conv -> ReLU -> conv the ReLU's dx was rounded already, and rounding commutes with its
+  // mask: the values there are the same as before, only the map is half the bytes.)
+  Rng rng(41);
+  DType seen = DType::i32;
+  auto net = std::make_unique<nn::Sequential>();
+  net->add(std::make_unique<DyProbeReLU>(&seen));
+  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  const Tensor x = uniform({2, 3, 5, 5}, 42, -1.f, 1.f), dy = uniform({2, 4, 5, 5}, 43);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    HalfMapsRun run(*net, training);
+    auto& [half, f32, plain, ctx, ctx32] = run;
+    half.forward(ctx, x);
+    const Tensor dx_half = half.backward(ctx, dy);
+    CHECK(seen == DType::bf16);
+    CHECK(dx_half.dtype() == DType::f32);
+    forward_alone(ctx32, plain, x);
+    Tensor g = bf16_rounded(plain.root().child(1).backward(ctx32, dy));
+    CHECK(bitwise_equal(dx_half, plain.root().child(0).backward(ctx32, g)));
+    check_same_grads_and_buffers(half, plain);
+
+    Context off = ctx;
+    off.half_maps = false;
+    for (Context* c : {&off, &ctx32}) {
+      seen = DType::i32;
+      nn::Model m = prepared(*net, training);
+      m.forward(*c, x);
+      m.backward(*c, dy);
+      CHECK(seen == DType::f32);
+    }
+  }
+}
+
 TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps and a convolution pools bf16 maps") {
   // Conv2d + ReLU -> MaxPool2d -> Conv2d (VGG, AlexNet), BatchNorm2d + ReLU -> MaxPool2d -> a
   // ResNet block (ResNet's stem): the activated output and the pooled one are bf16 (ops.def,
