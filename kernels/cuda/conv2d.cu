@@ -649,10 +649,21 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     hdx.finish(dx_beta);
   }
   if (dw) {
+    // cuDNN writes the filter gradient with beta 0, as PyTorch asks for it (its grad_weight is a
+    // fresh tensor), and it is then added into dw: in fp32 and TF32 into a new tensor (the add is
+    // a pass of 12 bytes a weight), so that the search and the heuristics choose among the engines
+    // PyTorch's call gets. On the H200 (2026-11-28) the backward of efficientnet_b0's 1x1
+    // convolutions, small filters summed over 200,704 positions, took 8-16x PyTorch's time at
+    // TF32, where cuDNN accumulated into dw with beta 1, and not at bf16, where it wrote half
+    // scratch with beta 0; beta is the likely difference (not yet run). In bf16/fp16 Result's half
+    // scratch is that fresh output, widened into dw with beta 1.
     // Channels-last: cuDNN writes the (K, kH, kW, C / groups) gradient into a new tensor, which is
     // then added into dw permuted back.
-    Tensor filter_grad = s.channels_last ? Tensor::empty({s.k, s.kh, s.kw, w.size(1)}, DType::f32, w.device()) : *dw;
-    const float* accumulate = s.channels_last ? &kZeroBeta : &one;
+    const bool fresh = s.channels_last || !half_compute(ctx);
+    Tensor filter_grad =
+        fresh ? Tensor::empty(s.channels_last ? Shape{s.k, s.kh, s.kw, w.size(1)} : w.shape(), DType::f32, w.device())
+              : *dw;
+    const float* accumulate = fresh ? &kZeroBeta : &one;
     const Operand hx(ctx, st, x, op, "x");
     const Result hdw(ctx, st, filter_grad, op, "dw");
     const float* beta = hdw.cudnn_beta(accumulate);
@@ -661,7 +672,10 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
                        "backward-filter"))
       legacy_backward_filter(ctx, st, key, s, p, hx, *hdy, hdw, beta, w.numel());
     hdw.finish(*accumulate);
-    if (s.channels_last) cuda::permute_backward(ctx, *dw, filter_grad, {0, 2, 3, 1}, DxMode::add);
+    if (s.channels_last)
+      cuda::permute_backward(ctx, *dw, filter_grad, {0, 2, 3, 1}, DxMode::add);
+    else if (fresh)
+      cuda::axpy(ctx, *dw, 1.f, filter_grad);
   }
   // db sums dy's values, widened where dy is a half-precision map (the gradient from the ReLU or
   // the batch norm after the convolution, ops.def), in a fixed order.
