@@ -102,9 +102,10 @@ void max_pool2d_forward_via_nchw(MaxPoolForward contiguous, Context& ctx, Tensor
 }
 
 void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
-                                  const Tensor& argmax, const ops::Pool2dParams& p) {
-  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
-  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), nchw_copy(argmax, ctx.threads), contiguous_params(p));
+                                  const Tensor& argmax, const ops::Pool2dParams& p, ops::DxMode dx_mode) {
+  // The op adds into dx, or writes it over.
+  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), nchw_copy(argmax, ctx.threads), contiguous_params(p), dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }
 

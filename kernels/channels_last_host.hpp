@@ -24,7 +24,8 @@ using ConvForward = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, co
 using ConvBackward = void (*)(Context&, Tensor*, Tensor*, Tensor*, const Tensor&, const Tensor&, const Tensor&,
                               const ops::Conv2dParams&, ops::DxMode);
 using MaxPoolForward = void (*)(Context&, Tensor&, Tensor&, const Tensor&, const ops::Pool2dParams&);
-using MaxPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, const ops::Pool2dParams&);
+using MaxPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, const ops::Pool2dParams&,
+                                 ops::DxMode);
 using AvgPoolForward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
 using AvgPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
 using AdaptiveForward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat);
@@ -38,7 +39,7 @@ void conv2d_backward_via_nchw(ConvBackward contiguous, Context& ctx, Tensor* dx,
 void max_pool2d_forward_via_nchw(MaxPoolForward contiguous, Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x,
                                  const ops::Pool2dParams& p);
 void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
-                                  const Tensor& argmax, const ops::Pool2dParams& p);
+                                  const Tensor& argmax, const ops::Pool2dParams& p, ops::DxMode dx_mode);
 void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor& y, const Tensor& x,
                                  const ops::Pool2dParams& p);
 void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,

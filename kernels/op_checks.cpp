@@ -438,7 +438,8 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   require_shape(op, "argmax", argmax, out);
 }
 
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
+                         DxMode) {
   const char* op = "max_pool2d_backward";
   require_f32(op, "dx", dx);
   require_f32(op, "dy", dy);

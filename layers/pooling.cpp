@@ -81,8 +81,8 @@ Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(argmax_.defined(), describe(), ": backward called before forward");
   check_dy(describe(), dy, argmax_.shape());
   const FreeSaved free_saved(*this);
-  Tensor dx = zeros_on(ctx, x_shape_);
-  ops::max_pool2d_backward(ctx, dx, dy, argmax_, p_);
+  Tensor dx = Tensor::empty(x_shape_, DType::f32, ctx.device);  // written over: no zero-fill first
+  ops::max_pool2d_backward(ctx, dx, dy, argmax_, p_, ops::DxMode::overwrite);
   return dx;
 }
 

@@ -116,9 +116,10 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   }
 }
 
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
+                         DxMode dx_mode) {
   if (p.format == MemoryFormat::channels_last)
-    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p);
+    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p, dx_mode);
   const char* op = "max_pool2d_backward";
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
@@ -134,6 +135,7 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
 #pragma omp parallel for num_threads(nt) if (nt > 1)
   for (int64_t pl = 0; pl < planes; ++pl) {
     float* d = dxp + pl * HW;
+    if (dx_mode == DxMode::overwrite) std::fill(d, d + HW, 0.f);  // the plane, while in cache
     for (int64_t o = 0; o < OHW; ++o) d[ap[pl * OHW + o]] += dyp[pl * OHW + o];
   }
 }

@@ -116,7 +116,7 @@ __global__ void max_pool_forward_kernel(typename Y::T* y, int32_t* argmax, const
 // outside the plane (not from max_pool2d_forward) matches no element and is ignored.
 template <bool kLast>
 __global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t total, int64_t C,
-                                         int H, int W, int OH, int OW, Window k, Placer d) {
+                                         int H, int W, int OH, int OW, Window k, Placer d, bool overwrite) {
   DPX_CUDA_LOOP(i, total) {
     const Element<kLast> e = element<kLast>(i, C, H, W, d);
     const int h = e.y, w = e.x;
@@ -128,7 +128,7 @@ __global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32
     const float* dyp = dy + out_map;
     const int32_t* ap = argmax + out_map;
     const int32_t me = h * W + w;
-    float v = dx[i];
+    float v = overwrite ? 0.f : dx[i];  // written over: no zero-fill before, no read
     for (int oh = oh0; oh < oh1; ++oh)
       for (int ow = ow0; ow < ow1; ++ow) {
         const int64_t o = (oh * OW + ow) * step<kLast>(C);
@@ -319,7 +319,8 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   });
 }
 
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
+                         DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "max_pool2d_backward";
   const int64_t total = dx.numel();
@@ -330,7 +331,8 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
   kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"),
                                                       static_cast<const int32_t*>(argmax.raw()), total, in.c,
                                                       int(in.h), int(in.w), int(out.h), int(out.w), window_of(p),
-                                                      placer(total, in.c, in.h, in.w, last));
+                                                      placer(total, in.c, in.h, in.w, last),
+                                                      dx_mode == DxMode::overwrite);
   check_launch();
 }
 

@@ -69,13 +69,15 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
 }
 
 // Each output's gradient goes to the input element that was its maximum (the window parameters
-// are not needed to scatter).
-void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p) {
+// are not needed to scatter); written over, dx starts from zeros.
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
+                         DxMode dx_mode) {
   if (p.format == MemoryFormat::channels_last)
-    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p);
+    return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p, dx_mode);
   const int64_t planes = dy.size(0) * dy.size(1), HW = dx.size(2) * dx.size(3);
   const int64_t OHW = dy.size(2) * dy.size(3);
   float* dxp = dx.data<float>();
+  if (dx_mode == DxMode::overwrite) std::fill(dxp, dxp + dx.numel(), 0.f);
   const float* dyp = dy.data<float>();
   const int32_t* ap = argmax.data<int32_t>();
   for (int64_t pl = 0; pl < planes; ++pl)

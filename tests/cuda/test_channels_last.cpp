@@ -102,14 +102,14 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     const Tensor dy = uniform(ys, 401);
     Tensor dx = uniform(xs, 402);
     Tensor gdx = to_channels_last(dx).to(dev());
-    ops::max_pool2d_backward(c, dx, dy, am, p);
+    ops::max_pool2d_backward(c, dx, dy, am, p, ops::DxMode::add);
     p.format = kLast;
     Tensor gy = poisoned(to_channels_last(y).shape(), dev());
     Tensor gam = Tensor::empty(gy.shape(), DType::i32, dev());
     ops::max_pool2d_forward(g, gy, gam, to_channels_last(x).to(dev()), p);
     CHECK(bitwise_equal(gy, to_channels_last(y)));
     CHECK(bitwise_equal(gam, to_channels_last(am)));
-    ops::max_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), gam, p);
+    ops::max_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), gam, p, ops::DxMode::add);
     CHECK(bitwise_equal(gdx, to_channels_last(dx)));
   }
   for (ops::Pool2dParams p : {pool_params(2, 2, 0), pool_params(3, 2, 1, true), pool_params(3, 2, 1, true, false)}) {

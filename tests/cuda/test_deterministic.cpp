@@ -40,8 +40,8 @@ TEST_CASE("max-pool backward over overlapping windows equals the reference bit f
     REQUIRE(bitwise_equal(gam, am));
     Tensor dy = uniform(ys, 71), dx0 = uniform(xs, 72);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    ops::max_pool2d_backward(c, dx, dy, am, p);
-    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam, p);
+    ops::max_pool2d_backward(c, dx, dy, am, p, ops::DxMode::add);
+    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam, p, ops::DxMode::add);
     CHECK(bitwise_equal(gdx, dx));
   }
 }

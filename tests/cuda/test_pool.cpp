@@ -38,7 +38,7 @@ Shape pooled(const Shape& x, const ops::Pool2dParams& p) {
 
 }  // namespace
 
-TEST_CASE("cuda max_pool2d: values, arg-max and the accumulated backward equal the reference's bit for bit") {
+TEST_CASE("cuda max_pool2d: values, arg-max and the accumulated or written-over backward equal the reference's bit for bit") {
   Context c = reference(), g = gpu();
   const Shape xs{3, 5, 13, 13};
   // Values on a coarse grid produce many ties: the first maximum must win on both devices.
@@ -59,10 +59,15 @@ TEST_CASE("cuda max_pool2d: values, arg-max and the accumulated backward equal t
     CHECK(bitwise_equal(gam, am));
     Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    ops::max_pool2d_backward(c, dx, dy, am, p);
-    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam, p);
+    ops::max_pool2d_backward(c, dx, dy, am, p, ops::DxMode::add);
+    ops::max_pool2d_backward(g, gdx, dy.to(dev()), gam, p, ops::DxMode::add);
     // The GPU gathers each input's outputs in the reference's order, from dx: the same bits.
     CHECK(bitwise_equal(gdx, dx));
+    // Written over (DxMode::overwrite): from 0, never reading what dx held.
+    Tensor over = poisoned(xs), gover = poisoned(xs, dev());
+    ops::max_pool2d_backward(c, over, dy, am, p, ops::DxMode::overwrite);
+    ops::max_pool2d_backward(g, gover, dy.to(dev()), gam, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, over));
   }
 }
 

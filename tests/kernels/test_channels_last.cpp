@@ -91,7 +91,7 @@ TEST_CASE("max_pool2d channels_last: values, argmax and dx are the contiguous op
       const Tensor dy = randn(y_shape, 12);
       Tensor dx = randn(x.shape(), 13);
       const Tensor dx_last_in = to_channels_last(dx);
-      ops::max_pool2d_backward(ctx, dx, dy, am, p);
+      ops::max_pool2d_backward(ctx, dx, dy, am, p, ops::DxMode::add);
 
       const ops::Pool2dParams q = channels_last(p);
       Tensor y_last = poisoned(to_channels_last(y).shape());
@@ -100,8 +100,17 @@ TEST_CASE("max_pool2d channels_last: values, argmax and dx are the contiguous op
       CHECK(bitwise_equal(y_last, to_channels_last(y)));
       CHECK(bitwise_equal(am_last, to_channels_last(am)));  // still h * W + w within the map
       Tensor dx_last = dx_last_in.clone();
-      ops::max_pool2d_backward(ctx, dx_last, to_channels_last(dy), am_last, q);
+      ops::max_pool2d_backward(ctx, dx_last, to_channels_last(dy), am_last, q, ops::DxMode::add);
       CHECK(bitwise_equal(dx_last, to_channels_last(dx)));
+      // Written over (DxMode::overwrite), in either layout: what adding into zeros gives, whatever
+      // dx held (overlapping windows included).
+      Tensor from_zeros = Tensor::zeros(x.shape());
+      ops::max_pool2d_backward(ctx, from_zeros, dy, am, p, ops::DxMode::add);
+      Tensor over = poisoned(x.shape()), over_last = poisoned(dx_last.shape());
+      ops::max_pool2d_backward(ctx, over, dy, am, p, ops::DxMode::overwrite);
+      ops::max_pool2d_backward(ctx, over_last, to_channels_last(dy), am_last, q, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(over, from_zeros));
+      CHECK(bitwise_equal(over_last, to_channels_last(from_zeros)));
     }
   }
 }

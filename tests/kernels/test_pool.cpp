@@ -84,17 +84,17 @@ TEST_CASE("max_pool2d_backward: gradient goes to the arg-max, accumulating") {
   ops::max_pool2d_forward(ctx, y, am, x, pool_params(3, 1, 0));
   check_close(am, {10, 11, 14, 15});
   Tensor dy = Tensor::from({1, 1, 2, 2}, {1, 2, 3, 4}), dx = Tensor::zeros({1, 1, 4, 4});
-  ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(3, 1, 0));
-  ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(3, 1, 0));
+  ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(3, 1, 0), ops::DxMode::add);
+  ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(3, 1, 0), ops::DxMode::add);
   std::vector<double> want(16, 0);
   want[10] = 2, want[11] = 4, want[14] = 6, want[15] = 8;
   check_close(dx, want);
   Tensor bad = Tensor::empty({1, 1, 2, 2}, DType::i32);
   std::fill(bad.data<int32_t>(), bad.data<int32_t>() + 4, 16);
-  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dx, dy, bad, pool_params(3, 1, 0)),
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dx, dy, bad, pool_params(3, 1, 0), ops::DxMode::add),
                        doctest::Contains("argmax 16 at element 0 is outside a 4x4 plane"), Error);
   // dy must be dx pooled with the forward's parameters: other parameters are refused by name.
-  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(4, 1, 0)),
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dx, dy, am, pool_params(4, 1, 0), ops::DxMode::add),
                        doctest::Contains("max_pool2d_backward: dy"), Error);
 }
 
@@ -111,12 +111,12 @@ TEST_CASE("max_pool2d: forward and backward against plain loops, with padding an
     Tensor y = Tensor::empty({2, 3, OH, OW}), am = Tensor::empty({2, 3, OH, OW}, DType::i32);
     ops::max_pool2d_forward(ctx, y, am, x, p);
     Tensor dy = randn(y.shape(), 6), dx = Tensor::zeros(x.shape());
-    ops::max_pool2d_backward(ctx, dx, dy, am, p);
+    ops::max_pool2d_backward(ctx, dx, dy, am, p, ops::DxMode::add);
     Context rctx = Context::cpu();
     Tensor want_y = Tensor::empty(y.shape()), want_am = Tensor::empty(y.shape(), DType::i32);
     Tensor want_dx = Tensor::zeros(x.shape());
     ref::max_pool2d_forward(rctx, want_y, want_am, x, p);
-    ref::max_pool2d_backward(rctx, want_dx, dy, want_am, p);
+    ref::max_pool2d_backward(rctx, want_dx, dy, want_am, p, ops::DxMode::add);
     check_close(y, want_y, 0);
     check_close(am, want_am, 0);
     check_close(dx, want_dx);

@@ -246,7 +246,8 @@ void pool2d(const Case& k, size_t i, double tol) {
     CHECK(bitwise_equal(arg.cpu, arg.ref));
     Out dx = grad(xs, 3);
     Context c = Context::cpu(2), r = Context::cpu(1);  // each side's own argmax
-    ops::max_pool2d_backward(c, dx.cpu, dy, arg.cpu, p), ref::max_pool2d_backward(r, dx.ref, dy, arg.ref, p);
+    ops::max_pool2d_backward(c, dx.cpu, dy, arg.cpu, p, ops::DxMode::add),
+        ref::max_pool2d_backward(r, dx.ref, dy, arg.ref, p, ops::DxMode::add);
     close("max dx", dx, tol);
     Tensor xf = randn(xs, 4);  // average pooling without the NaN
     both(ops::avg_pool2d_forward, ref::avg_pool2d_forward, y, xf, p);

@@ -31,6 +31,11 @@ TEST_CASE("MaxPool2d: gradients, with padding and ceil_mode") {
   nn::MaxPool2d rect(ops::Pool2dParams{.kernel_h = 2, .kernel_w = 3, .stride_h = 1, .stride_w = 2,
                                        .pad_h = 1, .pad_w = 1, .ceil_mode = true});
   CHECK_GRADIENTS(ctx, rect, distinct_values({1, 1, 4, 6}, 3));
+  // Its backward writes dx over (DxMode::overwrite): no zero-fill before it.
+  const Tensor y = padded_ceil.forward(ctx, distinct_values({1, 2, 6, 5}, 2));
+  const auto calls = op_calls([&] { padded_ceil.backward(ctx, distinct_values(y.shape(), 4)); });
+  CHECK(calls.count("fill") == 0);
+  CHECK(calls.at("max_pool2d_backward") == 1);
 }
 
 TEST_CASE("MaxPool2d: the caller skips tied windows") {
