@@ -44,8 +44,9 @@ class Conv2d : public Cloneable<Conv2d> {
   // (cuDNN's result as it is) for a ReLU before the convolution that reads it next (ops.def,
   // "half-precision maps"; nn::backward_children decides).
   Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype);
-  // dx added into `into` by the op itself (DxMode::add): cuDNN's beta 1, or the pass that widens
-  // a half-precision result; a ResNet block's join of its two paths' gradients.
+  // dx added into `into` by the op itself (DxMode::add: the CPU's GEMM beta; on CUDA the pass that
+  // widens a half-precision result, or in fp32 an add of cuDNN's fresh result, kernels/cuda/conv2d.cu):
+  // a ResNet block's join of its two paths' gradients, Fire's of its two branches'.
   void backward_add(Context& ctx, const Tensor& dy, Tensor& into) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;

@@ -638,15 +638,23 @@ void conv2d_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   std::optional<Operand> hdy;
   if (dx || dw) hdy.emplace(ctx, st, dy, op, "dy");
   if (dx) {
+    // Added into dx (DxMode::add: a residual join, Module::backward_add): in bf16/fp16 by the pass
+    // that widens cuDNN's half result (beta 0); in fp32 and TF32 cuDNN writes a new tensor with
+    // beta 0 too, which is then added, as for dw below, until a GPU run has compared the engines
+    // offered for beta 1 with those for beta 0 (not yet run).
+    const bool fresh = dx_mode == DxMode::add && !half_compute(ctx);
+    Tensor fresh_dx = fresh ? Tensor::empty(dx->shape(), DType::f32, dx->device()) : Tensor();
+    const float written_beta = fresh ? 0.f : dx_beta;
     const Tensor filter = s.channels_last ? filter_channels_last(ctx, w) : w;
     const Operand hw(ctx, st, filter, op, "w");
-    const Result hdx(ctx, st, *dx, op, "dx");
-    const float* beta = hdx.cudnn_beta(&dx_beta);
+    const Result hdx(ctx, st, fresh ? fresh_dx : *dx, op, "dx");
+    const float* beta = hdx.cudnn_beta(&written_beta);
     const AlgoKey key = make_key(ConvPass::backward_data, s, p, ctx);
     if (!run_conv_plan(st, key, request(ctx, ConvPass::backward_data, s, p, *beta), hdx.get(), hw.get(), hdy->get(),
                        "backward-data"))
       legacy_backward_data(ctx, st, key, s, p, hw, *hdy, hdx, beta, x.numel());
-    hdx.finish(dx_beta);
+    hdx.finish(written_beta);
+    if (fresh) cuda::axpy(ctx, *dx, 1.f, fresh_dx);
   }
   if (dw) {
     // cuDNN writes the filter gradient with beta 0, as PyTorch asks for it (its grad_weight is a
