@@ -395,6 +395,13 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
         CHECK(bitwise_equal(hx.to(Device::cpu()), wx.to(Device::cpu())));
         CHECK(bitwise_equal(hw.to(Device::cpu()), ww.to(Device::cpu())));
         CHECK(bitwise_equal(hb.to(Device::cpu()), wb.to(Device::cpu())));
+        // Added into (DxMode::add: a residual join's Module::backward_add) from the same half dy: what
+        // dx held plus the written-over dx, bit for bit (the widening pass adds).
+        const Tensor held = uniform(x_shape, 50).to(dev());
+        Tensor added = held.clone(), sum_want = held.clone(), aw = w0.clone();
+        ops::axpy(g, sum_want, 1.f, hx);
+        ops::conv2d_backward(g, &added, &aw, nullptr, gr_h, x, w, p, ops::DxMode::add);
+        CHECK(bitwise_equal(added.to(Device::cpu()), sum_want.to(Device::cpu())));
         // The convolution's dx in half (the dy of a ReLU before it): cuDNN's result as it is, which
         // the fp32 dx above was widened from; the ReLU's backward reads it widened, and writes its
         // own dx in half (for a convolution before it) as the fp32 one rounded.
