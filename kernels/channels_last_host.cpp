@@ -117,9 +117,10 @@ void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor
 }
 
 void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
-                                  const ops::Pool2dParams& p) {
-  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
-  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), contiguous_params(p));
+                                  const ops::Pool2dParams& p, ops::DxMode dx_mode) {
+  // The op adds into dx, or writes it over.
+  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), contiguous_params(p), dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }
 
@@ -129,9 +130,11 @@ void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& c
   nhwc_from(y, yc, ctx.threads);
 }
 
-void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy) {
-  Tensor dxc = nchw_copy(dx, ctx.threads);  // the op adds into dx
-  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), ops::MemoryFormat::contiguous);
+void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
+                                           ops::DxMode dx_mode) {
+  // The op adds into dx, or writes it over.
+  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), ops::MemoryFormat::contiguous, dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }
 

@@ -27,9 +27,9 @@ using MaxPoolForward = void (*)(Context&, Tensor&, Tensor&, const Tensor&, const
 using MaxPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const Tensor&, const ops::Pool2dParams&,
                                  ops::DxMode);
 using AvgPoolForward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
-using AvgPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&);
+using AvgPoolBackward = void (*)(Context&, Tensor&, const Tensor&, const ops::Pool2dParams&, ops::DxMode);
 using AdaptiveForward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat);
-using AdaptiveBackward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat);
+using AdaptiveBackward = void (*)(Context&, Tensor&, const Tensor&, ops::MemoryFormat, ops::DxMode);
 
 void conv2d_forward_via_nchw(ConvForward contiguous, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w,
                              const Tensor* b, const ops::Conv2dParams& p);
@@ -43,8 +43,9 @@ void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tens
 void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor& y, const Tensor& x,
                                  const ops::Pool2dParams& p);
 void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
-                                  const ops::Pool2dParams& p);
+                                  const ops::Pool2dParams& p, ops::DxMode dx_mode);
 void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& ctx, Tensor& y, const Tensor& x);
-void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy);
+void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
+                                           ops::DxMode dx_mode);
 
 }  // namespace dpx::kernels

@@ -461,7 +461,7 @@ void avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, const Pool2dParams
   require_f32_shape(op, "y", y, pool_output(op, x, p));
 }
 
-void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+void avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Pool2dParams& p, DxMode) {
   const char* op = "avg_pool2d_backward";
   require_f32(op, "dx", dx);
   require_f32_shape(op, "dy", dy, pool_output(op, dx, p));
@@ -475,7 +475,7 @@ void adaptive_avg_pool2d_forward(Context&, Tensor& y, const Tensor& x, MemoryFor
     fail(op, ": empty input ", shape_str(x.shape()), ": every output bin needs at least one pixel");
 }
 
-void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, MemoryFormat format, DxMode) {
   check_adaptive("adaptive_avg_pool2d_backward", "dx", dx, "dy", dy, format);
 }
 

@@ -86,8 +86,8 @@ inline void matmul(Context& ctx, Tensor& c, const Tensor& a, const Tensor& b, bo
 inline void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x) {
   adaptive_avg_pool2d_forward(ctx, y, x, MemoryFormat::contiguous);
 }
-inline void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy) {
-  adaptive_avg_pool2d_backward(ctx, dx, dy, MemoryFormat::contiguous);
+inline void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, DxMode dx_mode) {
+  adaptive_avg_pool2d_backward(ctx, dx, dy, MemoryFormat::contiguous, dx_mode);
 }
 inline void cross_entropy_forward(Context& ctx, Tensor& loss, Tensor& probs, const Tensor& logits,
                                   const Tensor& labels) {

@@ -1,5 +1,6 @@
 // SqueezeExcitation: the gate path (pool, fc1, activation, fc2, sigmoid) runs through child
-// modules; the product with x is a broadcasting multiply whose backward feeds both paths.
+// modules; the product with x is a broadcasting multiply whose backward feeds both paths, the
+// direct one added into the gradient the gate path's pool writes.
 #include "layers/squeeze_excitation.hpp"
 
 #include "kernels/ops.hpp"
@@ -51,12 +52,15 @@ Tensor SqueezeExcitation::backward(Context& ctx, const Tensor& dy) {
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  Tensor dx = zeros_on(ctx, x_.shape());
+  // The gates' gradient first (summed from dy and x), back through them to the average pool,
+  // whose backward writes a fresh dx (its gradient spread over each map); then x's direct path,
+  // dy * scale, added into that dx: x reaches y both ways, and the two meet without a zero-filled
+  // dx or a pass of their own.
   Tensor dscale = zeros_on(ctx, scale_.shape());
-  ops::mul_broadcast_backward(ctx, &dx, &dscale, dy, x_, scale_);
-  Tensor g = dscale;
-  for (size_t i : {kScaleActivation, kFc2, kActivation, kFc1, kAvgPool}) g = child(i).backward(ctx, g);
-  ops::axpy(ctx, dx, 1.f, g);  // x reaches y directly and through the gates
+  ops::mul_broadcast_backward(ctx, nullptr, &dscale, dy, x_, scale_);
+  Tensor dx = dscale;
+  for (size_t i : {kScaleActivation, kFc2, kActivation, kFc1, kAvgPool}) dx = child(i).backward(ctx, dx);
+  ops::mul_broadcast_backward(ctx, &dx, nullptr, dy, x_, scale_);
   return dx;
 }
 

@@ -166,9 +166,9 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
   }
 }
 
-void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p, DxMode dx_mode) {
   if (p.format == MemoryFormat::channels_last)
-    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p);
+    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p, dx_mode);
   const PoolShape s = pool_shape(dx, p);
   float* dxp = dx.data<float>();
   const float* dyp = dy.data<float>();
@@ -177,6 +177,7 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   for (int64_t pl = 0; pl < s.planes; ++pl) {
     float* d = dxp + pl * s.H * s.W;
     const float* g = dyp + pl * s.OH * s.OW;
+    if (dx_mode == DxMode::overwrite) std::fill(d, d + s.H * s.W, 0.f);  // the plane, while in cache
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       const Window wh = window(oh, p.kernel_h, p.stride_h, p.pad_h, s.H);
       for (int64_t ow = 0; ow < s.OW; ++ow) {
@@ -221,9 +222,9 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, Memor
   }
 }
 
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format, DxMode dx_mode) {
   if (format == MemoryFormat::channels_last)
-    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy);
+    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy, dx_mode);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   float* dxp = dx.data<float>();
@@ -233,6 +234,7 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   for (int64_t pl = 0; pl < planes; ++pl) {
     float* d = dxp + pl * H * W;
     const float* g = dyp + pl * OH * OW;
+    if (dx_mode == DxMode::overwrite) std::fill(d, d + H * W, 0.f);  // the plane, while in cache
     for (int64_t oh = 0; oh < OH; ++oh) {
       const Window bh = bin(oh, OH, H);
       for (int64_t ow = 0; ow < OW; ++ow) {

@@ -176,7 +176,7 @@ __global__ void avg_pool_forward_kernel(float* y, const float* x, int64_t total,
 // so the result is deterministic.
 template <bool kLast>
 __global__ void avg_pool_backward_kernel(float* dx, const float* dy, int64_t total, int64_t C, int H, int W, int OH,
-                                         int OW, Window k, bool include_pad, Placer d) {
+                                         int OW, Window k, bool include_pad, Placer d, bool overwrite) {
   DPX_CUDA_LOOP(i, total) {
     const Element<kLast> e = element<kLast>(i, C, H, W, d);
     int w = e.x + k.pw;  // coordinates in the padded input
@@ -191,7 +191,7 @@ __global__ void avg_pool_backward_kernel(float* dx, const float* dy, int64_t tot
         if (a.hs >= a.he || a.ws >= a.we) continue;
         g += dyp[(oh * OW + ow) * step<kLast>(C)] / static_cast<float>(a.divisor);
       }
-    dx[i] += g;
+    dx[i] = (overwrite ? 0.f : dx[i]) + g;  // written over: from 0, as added into zeros
   }
 }
 
@@ -220,7 +220,7 @@ __global__ void adaptive_avg_forward_kernel(float* y, const float* x, int64_t to
 // checked exactly. Gathering keeps the backward deterministic.
 template <bool kLast>
 __global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t total, int64_t C, int H, int W,
-                                             int OH, int OW, Placer d) {
+                                             int OH, int OW, Placer d, bool overwrite) {
   DPX_CUDA_LOOP(i, total) {
     const Element<kLast> e = element<kLast>(i, C, H, W, d);
     const int h = e.y, w = e.x;
@@ -239,7 +239,7 @@ __global__ void adaptive_avg_backward_kernel(float* dx, const float* dy, int64_t
         g += dyp[(oh * OW + ow) * step<kLast>(C)] / static_cast<float>((he - hs) * (we - ws));
       }
     }
-    dx[i] += g;
+    dx[i] = (overwrite ? 0.f : dx[i]) + g;  // written over: from 0, as added into zeros
   }
 }
 
@@ -265,9 +265,9 @@ __global__ void global_avg_forward_kernel(float* y, const float* x, int64_t plan
 // FastDivide where dx's elements fit 31 bits, so that the map of an element costs a multiply-high,
 // not a division; else uint64_t and PlainDivide.
 template <typename I, typename Div>
-__global__ void global_avg_backward_kernel(float* dx, const float* dy, I total, Div plane_size) {
+__global__ void global_avg_backward_kernel(float* dx, const float* dy, I total, Div plane_size, bool overwrite) {
   const float divisor = static_cast<float>(plane_size.divisor);
-  DPX_CUDA_LOOP_AS(I, i, total) dx[i] += dy[plane_size.div(i)] / divisor;
+  DPX_CUDA_LOOP_AS(I, i, total) dx[i] = (overwrite ? 0.f : dx[i]) + dy[plane_size.div(i)] / divisor;
 }
 
 // The same for maps of at least a block's worth of values (EfficientNet's 112 x 112 and 56 x 56
@@ -278,17 +278,21 @@ struct AddMeanGradient {
   __device__ float operator()(float old, float, float g) const { return old + g / divisor; }
 };
 
-void global_avg_backward(const CudaState& st, float* dx, const float* dy, int64_t planes, int64_t plane) {
-  if (detail::per_plane_f32<true>(st.stream, dx, nullptr, dy, planes, plane, planes,
-                                  AddMeanGradient{static_cast<float>(plane)}))
+// Written over (`overwrite`): `old` is 0 (per_plane's V{} where it does not read out), so the
+// values are those added into zeros, bit for bit.
+void global_avg_backward(const CudaState& st, float* dx, const float* dy, int64_t planes, int64_t plane,
+                         bool overwrite) {
+  const AddMeanGradient f{static_cast<float>(plane)};
+  if (overwrite ? detail::per_plane_f32<false>(st.stream, dx, nullptr, dy, planes, plane, planes, f)
+                : detail::per_plane_f32<true>(st.stream, dx, nullptr, dy, planes, plane, planes, f))
     return;
   if (detail::fits_int32(planes * plane)) {
     global_avg_backward_kernel<<<grid_for(planes * plane), kThreads, 0, st.stream>>>(
-        dx, dy, static_cast<uint32_t>(planes * plane), FastDivide(static_cast<uint32_t>(plane)));
+        dx, dy, static_cast<uint32_t>(planes * plane), FastDivide(static_cast<uint32_t>(plane)), overwrite);
     check_launch();
   } else {
     global_avg_backward_kernel<<<grid_for(planes * plane), kThreads, 0, st.stream>>>(
-        dx, dy, static_cast<uint64_t>(planes * plane), PlainDivide(static_cast<uint64_t>(plane)));
+        dx, dy, static_cast<uint64_t>(planes * plane), PlainDivide(static_cast<uint64_t>(plane)), overwrite);
     check_launch();
   }
 }
@@ -350,7 +354,7 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
   check_launch();
 }
 
-void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "avg_pool2d_backward";
   int64_t total = dx.numel();
@@ -360,7 +364,8 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
   const auto kernel = last ? avg_pool_backward_kernel<true> : avg_pool_backward_kernel<false>;
   kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"), total, in.c, int(in.h),
                                                       int(in.w), int(out.h), int(out.w), window_of(p),
-                                                      p.count_include_pad, placer(total, in.c, in.h, in.w, last));
+                                                      p.count_include_pad, placer(total, in.c, in.h, in.w, last),
+                                                      dx_mode == DxMode::overwrite);
   check_launch();
 }
 
@@ -386,7 +391,7 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, Memor
   check_launch();
 }
 
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format, DxMode dx_mode) {
   CudaState& st = state_of(ctx);
   const char* op = "adaptive_avg_pool2d_backward";
   int64_t total = dx.numel();
@@ -394,13 +399,14 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   const ops::ImageDims in = ops::image_dims(dx.shape(), format), out = ops::image_dims(dy.shape(), format);
   const bool last = format == MemoryFormat::channels_last;
   if (!last && out.h == 1 && out.w == 1) {
-    global_avg_backward(st, f32(dx, op, "dx"), f32(dy, op, "dy"), dy.numel(), in.h * in.w);
+    global_avg_backward(st, f32(dx, op, "dx"), f32(dy, op, "dy"), dy.numel(), in.h * in.w,
+                        dx_mode == DxMode::overwrite);
     return;
   }
   const auto kernel = last ? adaptive_avg_backward_kernel<true> : adaptive_avg_backward_kernel<false>;
   kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"), total, in.c, int(in.h),
                                                       int(in.w), int(out.h), int(out.w),
-                                                      placer(total, in.c, in.h, in.w, last));
+                                                      placer(total, in.c, in.h, in.w, last), dx_mode == DxMode::overwrite);
   check_launch();
 }
 

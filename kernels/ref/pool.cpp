@@ -113,9 +113,9 @@ void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dPa
 }
 
 // Every input in a window gets dy / divisor of that window (windows may overlap: they add up).
-void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p) {
+void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2dParams& p, DxMode dx_mode) {
   if (p.format == MemoryFormat::channels_last)
-    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p);
+    return kernels::avg_pool2d_backward_via_nchw(avg_pool2d_backward, ctx, dx, dy, p, dx_mode);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   const float* dyp = dy.data<float>();
@@ -130,7 +130,8 @@ void avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Pool2
           for (int64_t iw = ww.start; iw < ww.end; ++iw) acc[pl * H * W + ih * W + iw] += g;
       }
   float* dxp = dx.data<float>();
-  for (int64_t i = 0; i < dx.numel(); ++i) dxp[i] += static_cast<float>(acc[i]);
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    dxp[i] = (dx_mode == DxMode::overwrite ? 0.f : dxp[i]) + static_cast<float>(acc[i]);
 }
 
 // y (N, C, OH, OW): the mean of x over each adaptive bin (bins may overlap when OH > H or the
@@ -155,9 +156,9 @@ void adaptive_avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, Memor
 }
 
 // Every input in a bin gets dy / (the bin's area).
-void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format) {
+void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, MemoryFormat format, DxMode dx_mode) {
   if (format == MemoryFormat::channels_last)
-    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy);
+    return kernels::adaptive_avg_pool2d_backward_via_nchw(adaptive_avg_pool2d_backward, ctx, dx, dy, dx_mode);
   const int64_t planes = dx.size(0) * dx.size(1), H = dx.size(2), W = dx.size(3);
   const int64_t OH = dy.size(2), OW = dy.size(3);
   const float* dyp = dy.data<float>();
@@ -173,7 +174,8 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
           for (int64_t iw = bw.start; iw < bw.end; ++iw) acc[pl * H * W + ih * W + iw] += g;
       }
   float* dxp = dx.data<float>();
-  for (int64_t i = 0; i < dx.numel(); ++i) dxp[i] += static_cast<float>(acc[i]);
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    dxp[i] = (dx_mode == DxMode::overwrite ? 0.f : dxp[i]) + static_cast<float>(acc[i]);
 }
 
 }  // namespace dpx::ref

@@ -121,12 +121,12 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     const Tensor dy = uniform(ys, 405);
     Tensor dx = uniform(xs, 406);
     Tensor gdx = to_channels_last(dx).to(dev());
-    ops::avg_pool2d_backward(c, dx, dy, p);
+    ops::avg_pool2d_backward(c, dx, dy, p, ops::DxMode::add);
     p.format = kLast;
     Tensor gy = poisoned(to_channels_last(y).shape(), dev());
     ops::avg_pool2d_forward(g, gy, to_channels_last(x).to(dev()), p);
     CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-6);
-    ops::avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), p);
+    ops::avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), p, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-6);
   }
   for (const Shape& out : {Shape{1, 1}, Shape{4, 3}, Shape{7, 7}}) {
@@ -136,11 +136,11 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     const Tensor dy = uniform(y.shape(), 403);
     Tensor dx = uniform(xs, 404);
     Tensor gdx = to_channels_last(dx).to(dev());
-    ops::adaptive_avg_pool2d_backward(c, dx, dy, ops::MemoryFormat::contiguous);
+    ops::adaptive_avg_pool2d_backward(c, dx, dy, ops::MemoryFormat::contiguous, ops::DxMode::add);
     Tensor gy = poisoned(to_channels_last(y).shape(), dev());
     ops::adaptive_avg_pool2d_forward(g, gy, to_channels_last(x).to(dev()), kLast);
     CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-6);  // sums in double: the order hardly shows
-    ops::adaptive_avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), kLast);
+    ops::adaptive_avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), kLast, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-6);
   }
 }

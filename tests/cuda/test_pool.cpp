@@ -89,9 +89,14 @@ TEST_CASE("cuda avg_pool2d forward and backward match the reference") {
     check_close(gy, y, 1e-5);
     Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    ops::avg_pool2d_backward(c, dx, dy, p);
-    ops::avg_pool2d_backward(g, gdx, dy.to(dev()), p);
+    ops::avg_pool2d_backward(c, dx, dy, p, ops::DxMode::add);
+    ops::avg_pool2d_backward(g, gdx, dy.to(dev()), p, ops::DxMode::add);
     check_close(gdx, dx, 1e-5);
+    // Written over (DxMode::overwrite): what adding into zeros gives on the GPU, bit for bit.
+    Tensor gzero = Tensor::zeros(xs).to(dev()), gover = poisoned(xs, dev());
+    ops::avg_pool2d_backward(g, gzero, dy.to(dev()), p, ops::DxMode::add);
+    ops::avg_pool2d_backward(g, gover, dy.to(dev()), p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, gzero));
   }
 }
 
@@ -115,8 +120,14 @@ TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the reference") {
     check_close(gy, y, 1e-5);
     Tensor dy = uniform(ys, ++seed), dx0 = uniform(xs, ++seed);
     Tensor dx = dx0.clone(), gdx = dx0.to(dev());
-    ops::adaptive_avg_pool2d_backward(c, dx, dy);
-    ops::adaptive_avg_pool2d_backward(g, gdx, dy.to(dev()));
+    ops::adaptive_avg_pool2d_backward(c, dx, dy, ops::DxMode::add);
+    ops::adaptive_avg_pool2d_backward(g, gdx, dy.to(dev()), ops::DxMode::add);
     check_close(gdx, dx, 1e-5);
+    // Written over (DxMode::overwrite; the global kernels' flat and per-plane paths too): what
+    // adding into zeros gives on the GPU, bit for bit.
+    Tensor gzero = Tensor::zeros(xs).to(dev()), gover = poisoned(xs, dev());
+    ops::adaptive_avg_pool2d_backward(g, gzero, dy.to(dev()), ops::DxMode::add);
+    ops::adaptive_avg_pool2d_backward(g, gover, dy.to(dev()), ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, gzero));
   }
 }

@@ -128,15 +128,23 @@ TEST_CASE("avg_pool2d channels_last: padding, ceil_mode and count_include_pad as
       const Tensor dy = randn(y_shape, 52);
       Tensor dx = randn(x.shape(), 53);
       const Tensor dx_last_in = to_channels_last(dx);
-      ops::avg_pool2d_backward(ctx, dx, dy, p);
+      ops::avg_pool2d_backward(ctx, dx, dy, p, ops::DxMode::add);
 
       const ops::Pool2dParams q = channels_last(p);
       Tensor y_last = poisoned(to_channels_last(y).shape());
       ops::avg_pool2d_forward(ctx, y_last, to_channels_last(x), q);
       CHECK(bitwise_equal(y_last, to_channels_last(y)));
       Tensor dx_last = dx_last_in.clone();
-      ops::avg_pool2d_backward(ctx, dx_last, to_channels_last(dy), q);
+      ops::avg_pool2d_backward(ctx, dx_last, to_channels_last(dy), q, ops::DxMode::add);
       CHECK(bitwise_equal(dx_last, to_channels_last(dx)));
+      // Written over (DxMode::overwrite), in either layout: what adding into zeros gives.
+      Tensor from_zeros = Tensor::zeros(x.shape());
+      ops::avg_pool2d_backward(ctx, from_zeros, dy, p, ops::DxMode::add);
+      Tensor over = poisoned(x.shape()), over_last = poisoned(dx_last.shape());
+      ops::avg_pool2d_backward(ctx, over, dy, p, ops::DxMode::overwrite);
+      ops::avg_pool2d_backward(ctx, over_last, to_channels_last(dy), q, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(over, from_zeros));
+      CHECK(bitwise_equal(over_last, to_channels_last(from_zeros)));
     }
   }
 }
@@ -151,14 +159,22 @@ TEST_CASE("adaptive_avg_pool2d channels_last: uneven bins and the global pool, f
       const Tensor dy = randn(y.shape(), 22);
       Tensor dx = randn(x.shape(), 23);
       const Tensor dx_last_in = to_channels_last(dx);
-      ops::adaptive_avg_pool2d_backward(ctx, dx, dy, ops::MemoryFormat::contiguous);
+      ops::adaptive_avg_pool2d_backward(ctx, dx, dy, ops::MemoryFormat::contiguous, ops::DxMode::add);
 
       Tensor y_last = poisoned(to_channels_last(y).shape());
       ops::adaptive_avg_pool2d_forward(ctx, y_last, to_channels_last(x), kLast);
       CHECK(bitwise_equal(y_last, to_channels_last(y)));
       Tensor dx_last = dx_last_in.clone();
-      ops::adaptive_avg_pool2d_backward(ctx, dx_last, to_channels_last(dy), kLast);
+      ops::adaptive_avg_pool2d_backward(ctx, dx_last, to_channels_last(dy), kLast, ops::DxMode::add);
       CHECK(bitwise_equal(dx_last, to_channels_last(dx)));
+      // Written over (DxMode::overwrite), in either layout: what adding into zeros gives.
+      Tensor from_zeros = Tensor::zeros(x.shape());
+      ops::adaptive_avg_pool2d_backward(ctx, from_zeros, dy, ops::MemoryFormat::contiguous, ops::DxMode::add);
+      Tensor over = poisoned(x.shape()), over_last = poisoned(dx_last.shape());
+      ops::adaptive_avg_pool2d_backward(ctx, over, dy, ops::MemoryFormat::contiguous, ops::DxMode::overwrite);
+      ops::adaptive_avg_pool2d_backward(ctx, over_last, to_channels_last(dy), kLast, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(over, from_zeros));
+      CHECK(bitwise_equal(over_last, to_channels_last(from_zeros)));
     }
   }
 }

@@ -32,7 +32,7 @@ void avg_reference(const Tensor& x, const Tensor& dy, const ops::Pool2dParams& p
   Context ctx = Context::cpu();
   Tensor ry = Tensor::empty(dy.shape()), rdx = Tensor::zeros(x.shape());
   ref::avg_pool2d_forward(ctx, ry, x, p);
-  ref::avg_pool2d_backward(ctx, rdx, dy, p);
+  ref::avg_pool2d_backward(ctx, rdx, dy, p, ops::DxMode::add);
   const auto yv = ry.to_vector(), dxv = rdx.to_vector();
   y.assign(yv.begin(), yv.end());
   dx.assign(dxv.begin(), dxv.end());
@@ -212,9 +212,9 @@ TEST_CASE("avg_pool2d: forward and backward against plain loops, accumulating") 
     ops::avg_pool2d_forward(ctx, y, x, p);
     check_close(y, ry);
     Tensor dx = Tensor::zeros(x.shape());
-    ops::avg_pool2d_backward(ctx, dx, dy, p);
+    ops::avg_pool2d_backward(ctx, dx, dy, p, ops::DxMode::add);
     check_close(dx, rdx);
-    ops::avg_pool2d_backward(ctx, dx, dy, p);
+    ops::avg_pool2d_backward(ctx, dx, dy, p, ops::DxMode::add);
     for (double& v : rdx) v *= 2;
     check_close(dx, rdx);
   }
@@ -236,7 +236,7 @@ TEST_CASE("adaptive_avg_pool2d: 5x7 to 3x4 with PyTorch bins floor(iH/OH) to cei
   Tensor dy = Tensor::empty({1, 1, 3, 4});
   ops::fill(ctx, dy, 1.f);
   Tensor dx = Tensor::zeros({1, 1, 5, 7});
-  ops::adaptive_avg_pool2d_backward(ctx, dx, dy);
+  ops::adaptive_avg_pool2d_backward(ctx, dx, dy, ops::DxMode::add);
   const int64_t rb[3][2] = {{0, 2}, {1, 4}, {3, 5}}, cb[4][2] = {{0, 2}, {1, 4}, {3, 6}, {5, 7}};
   std::vector<double> want_dx(35, 0);
   for (auto& r : rb)

@@ -252,7 +252,7 @@ void pool2d(const Case& k, size_t i, double tol) {
     Tensor xf = randn(xs, 4);  // average pooling without the NaN
     both(ops::avg_pool2d_forward, ref::avg_pool2d_forward, y, xf, p);
     close("avg y", y, tol);
-    both(ops::avg_pool2d_backward, ref::avg_pool2d_backward, dx, dy, p);
+    both(ops::avg_pool2d_backward, ref::avg_pool2d_backward, dx, dy, p, ops::DxMode::add);
     close("avg dx", dx, tol);
   }
 }
@@ -264,7 +264,8 @@ void adaptive_avg_pool2d(const Case& k, size_t, double tol) {
   both(ops::adaptive_avg_pool2d_forward, ref::adaptive_avg_pool2d_forward, y, x, ops::MemoryFormat::contiguous);
   close("adaptive y", y, tol);
   Out dx = grad(xs, 3);
-  both(ops::adaptive_avg_pool2d_backward, ref::adaptive_avg_pool2d_backward, dx, dy, ops::MemoryFormat::contiguous);
+  both(ops::adaptive_avg_pool2d_backward, ref::adaptive_avg_pool2d_backward, dx, dy, ops::MemoryFormat::contiguous,
+       ops::DxMode::add);
   close("adaptive dx", dx, tol);
 }
 

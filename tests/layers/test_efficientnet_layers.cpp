@@ -40,6 +40,15 @@ TEST_CASE("SqueezeExcitation: gradients; gates scale each channel of each sample
   CHECK(r.skipped < r.checked / 10);
   CHECK_THROWS_WITH_AS(se.forward(ctx, Tensor::zeros({2, 3, 3, 3})),
                        doctest::Contains("SqueezeExcitation(4, 2) given input (2, 3, 3, 3)"), Error);
+  // Backward: x's two paths meet in the second mul_broadcast_backward, adding into the gradient the
+  // average pool wrote over a fresh tensor: no map-sized zero-fill, no axpy.
+  const Tensor y = se.forward(ctx, x);
+  Tensor dx;
+  const auto calls = op_calls([&] { dx = se.backward(ctx, uniform(y.shape(), 11)); });
+  CHECK(calls.count("axpy") == 0);
+  CHECK(calls.at("fill") == 1);  // the gates' (2, 4, 1, 1) gradient
+  CHECK(calls.at("mul_broadcast_backward") == 2);
+  CHECK(dx.shape() == x.shape());
 }
 
 TEST_CASE("make_divisible and conv_norm_activation follow torchvision") {

@@ -36,6 +36,15 @@ TEST_CASE("MaxPool2d: gradients, with padding and ceil_mode") {
   const auto calls = op_calls([&] { padded_ceil.backward(ctx, distinct_values(y.shape(), 4)); });
   CHECK(calls.count("fill") == 0);
   CHECK(calls.at("max_pool2d_backward") == 1);
+  // So do the average pools.
+  nn::AvgPool2d avg(3, 2, 1, /*ceil_mode=*/true);
+  nn::AdaptiveAvgPool2d adaptive(2, 3);
+  for (nn::Module* m : std::initializer_list<nn::Module*>{&avg, &adaptive}) {
+    CAPTURE(m->describe());
+    const Tensor ym = m->forward(ctx, distinct_values({1, 2, 6, 5}, 5));
+    const auto avg_calls = op_calls([&] { m->backward(ctx, distinct_values(ym.shape(), 6)); });
+    CHECK(avg_calls.count("fill") == 0);
+  }
 }
 
 TEST_CASE("MaxPool2d: the caller skips tied windows") {
