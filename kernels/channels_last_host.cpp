@@ -103,8 +103,7 @@ void max_pool2d_forward_via_nchw(MaxPoolForward contiguous, Context& ctx, Tensor
 
 void max_pool2d_backward_via_nchw(MaxPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
                                   const Tensor& argmax, const ops::Pool2dParams& p, ops::DxMode dx_mode) {
-  // The op adds into dx, or writes it over.
-  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  Tensor dxc = gradient_in(dx, dx_mode, ctx.threads);
   contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), nchw_copy(argmax, ctx.threads), contiguous_params(p), dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }
@@ -118,8 +117,7 @@ void avg_pool2d_forward_via_nchw(AvgPoolForward contiguous, Context& ctx, Tensor
 
 void avg_pool2d_backward_via_nchw(AvgPoolBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
                                   const ops::Pool2dParams& p, ops::DxMode dx_mode) {
-  // The op adds into dx, or writes it over.
-  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  Tensor dxc = gradient_in(dx, dx_mode, ctx.threads);
   contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), contiguous_params(p), dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }
@@ -132,8 +130,7 @@ void adaptive_avg_pool2d_forward_via_nchw(AdaptiveForward contiguous, Context& c
 
 void adaptive_avg_pool2d_backward_via_nchw(AdaptiveBackward contiguous, Context& ctx, Tensor& dx, const Tensor& dy,
                                            ops::DxMode dx_mode) {
-  // The op adds into dx, or writes it over.
-  Tensor dxc = dx_mode == ops::DxMode::add ? nchw_copy(dx, ctx.threads) : nchw_like(dx);
+  Tensor dxc = gradient_in(dx, dx_mode, ctx.threads);
   contiguous(ctx, dxc, nchw_copy(dy, ctx.threads), ops::MemoryFormat::contiguous, dx_mode);
   nhwc_from(dx, dxc, ctx.threads);
 }

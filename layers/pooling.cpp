@@ -81,7 +81,7 @@ Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(argmax_.defined(), describe(), ": backward called before forward");
   check_dy(describe(), dy, argmax_.shape());
   const FreeSaved free_saved(*this);
-  Tensor dx = Tensor::empty(x_shape_, DType::f32, ctx.device);  // written over: no zero-fill first
+  Tensor dx = empty_on(ctx, x_shape_);  // written over: no zero-fill first
   ops::max_pool2d_backward(ctx, dx, dy, argmax_, p_, ops::DxMode::overwrite);
   return dx;
 }
@@ -111,7 +111,7 @@ Tensor AvgPool2d::forward(Context& ctx, const Tensor& x) {
 Tensor AvgPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
   check_dy(describe(), dy, pooled_shape(describe(), x_shape_, p_));
-  Tensor dx = Tensor::empty(x_shape_, DType::f32, ctx.device);  // written over: no zero-fill first
+  Tensor dx = empty_on(ctx, x_shape_);  // written over: no zero-fill first
   ops::avg_pool2d_backward(ctx, dx, dy, p_, ops::DxMode::overwrite);
   return dx;
 }
@@ -142,7 +142,7 @@ Tensor AdaptiveAvgPool2d::backward(Context& ctx, const Tensor& dy) {
   DPX_CHECK(!x_shape_.empty(), describe(), ": backward called before forward");
   const ops::ImageDims d = ops::image_dims(x_shape_, format_);
   check_dy(describe(), dy, ops::image_shape({d.n, d.c, out_h_, out_w_}, format_));
-  Tensor dx = Tensor::empty(x_shape_, DType::f32, ctx.device);  // written over: no zero-fill first
+  Tensor dx = empty_on(ctx, x_shape_);  // written over: no zero-fill first
   ops::adaptive_avg_pool2d_backward(ctx, dx, dy, format_, ops::DxMode::overwrite);
   return dx;
 }

@@ -111,6 +111,11 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     CHECK(bitwise_equal(gam, to_channels_last(am)));
     ops::max_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), gam, p, ops::DxMode::add);
     CHECK(bitwise_equal(gdx, to_channels_last(dx)));
+    // Written over (DxMode::overwrite) from NaN-poisoned memory: what adding into zeros gives.
+    Tensor gzero = Tensor::zeros(gdx.shape()).to(dev()), gover = poisoned(gdx.shape(), dev());
+    ops::max_pool2d_backward(g, gzero, to_channels_last(dy).to(dev()), gam, p, ops::DxMode::add);
+    ops::max_pool2d_backward(g, gover, to_channels_last(dy).to(dev()), gam, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, gzero));
   }
   for (ops::Pool2dParams p : {pool_params(2, 2, 0), pool_params(3, 2, 1, true), pool_params(3, 2, 1, true, false)}) {
     CAPTURE(p.kernel_h);
@@ -128,6 +133,10 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-6);
     ops::avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), p, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-6);
+    Tensor gzero = Tensor::zeros(gdx.shape()).to(dev()), gover = poisoned(gdx.shape(), dev());
+    ops::avg_pool2d_backward(g, gzero, to_channels_last(dy).to(dev()), p, ops::DxMode::add);
+    ops::avg_pool2d_backward(g, gover, to_channels_last(dy).to(dev()), p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, gzero));
   }
   for (const Shape& out : {Shape{1, 1}, Shape{4, 3}, Shape{7, 7}}) {
     CAPTURE(out[0]);
@@ -142,6 +151,10 @@ TEST_CASE("cuda max, average and adaptive average pooling on channels_last maps 
     CHECK(norm_rel_diff(gy, to_channels_last(y)) <= 1e-6);  // sums in double: the order hardly shows
     ops::adaptive_avg_pool2d_backward(g, gdx, to_channels_last(dy).to(dev()), kLast, ops::DxMode::add);
     CHECK(norm_rel_diff(gdx, to_channels_last(dx)) <= 1e-6);
+    Tensor gzero = Tensor::zeros(gdx.shape()).to(dev()), gover = poisoned(gdx.shape(), dev());
+    ops::adaptive_avg_pool2d_backward(g, gzero, to_channels_last(dy).to(dev()), kLast, ops::DxMode::add);
+    ops::adaptive_avg_pool2d_backward(g, gover, to_channels_last(dy).to(dev()), kLast, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(gover, gzero));
   }
 }
 
