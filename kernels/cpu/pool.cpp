@@ -234,6 +234,11 @@ void adaptive_avg_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, Me
   for (int64_t pl = 0; pl < planes; ++pl) {
     float* d = dxp + pl * H * W;
     const float* g = dyp + pl * OH * OW;
+    if (dx_mode == DxMode::overwrite && OH == 1 && OW == 1) {
+      // A global pool written over: one value for the whole plane (0 + v, as added into zeros).
+      std::fill(d, d + H * W, 0.f + g[0] / static_cast<float>(H * W));
+      continue;
+    }
     if (dx_mode == DxMode::overwrite) std::fill(d, d + H * W, 0.f);  // the plane, while in cache
     for (int64_t oh = 0; oh < OH; ++oh) {
       const Window bh = bin(oh, OH, H);
