@@ -51,9 +51,7 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
 
 void LayerNorm::backward_add(Context& ctx, const Tensor& dy, Tensor& into) {
   DPX_CHECK(x_.defined(), describe(), ": backward called before forward");
-  if (into.shape() != x_.shape() || into.dtype() != DType::f32)
-    fail(describe(), ": backward_add given ", dtype_name(into.dtype()), " ", shape_str(into.shape()),
-         " to add dx into, expected f32 ", shape_str(x_.shape()));
+  check_add_target(describe(), into, x_.shape());
   backward_into(ctx, dy, into, ops::DxMode::add);
 }
 

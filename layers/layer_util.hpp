@@ -23,6 +23,13 @@ inline Tensor zeros_on(Context& ctx, const Shape& shape) {
 // (DxMode::overwrite): no fill kernel before it.
 inline Tensor empty_on(Context& ctx, const Shape& shape) { return Tensor::empty(shape, DType::f32, ctx.device); }
 
+// Module::backward_add's target: an f32 tensor of the input's shape, else an error naming the layer.
+inline void check_add_target(const std::string& layer, const Tensor& into, const Shape& x_shape) {
+  if (into.shape() != x_shape || into.dtype() != DType::f32)
+    fail(layer, ": backward_add given ", dtype_name(into.dtype()), " ", shape_str(into.shape()),
+         " to add dx into, expected f32 ", shape_str(x_shape));
+}
+
 // The tensor a backward op accumulates this parameter's gradient into, or nullptr when the
 // parameter is frozen (the kernel then skips that gradient entirely). A module outside a
 // Model has no flat gradient buffer, so its gradient is allocated (zeros) on first use,
