@@ -1,5 +1,5 @@
 // Half-precision maps on the host (kernels/cpu/ and kernels/ref/): the ops that take a bf16/fp16
-// map (ops.def, "half-precision maps"; the eight below) run their fp32 kernel on the maps widened,
+// map (ops.def, "half-precision maps"; the nine below) run their fp32 kernel on the maps widened,
 // which is exact, and round what they write to the map's dtype, as the CUDA kernels round at
 // their stores. Host runs compute in fp32
 // (--precision bf16|fp16 is refused on CPU ranks): this path is the contract the CUDA kernels are
@@ -34,10 +34,11 @@ class F32Out {
   Tensor f32_;
 };
 
-// The eight ops, each through `op`, its host kernel (which then sees f32 tensors only). The
+// The nine ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
 // x (the ReLU's output before it), y, dy and dx; a batch norm's x, y (before a convolution), dx
-// and relu_out; relu_backward's y, dx and dy; add_relu's out and b; max_pool2d_forward's x and y.
+// and relu_out; relu_backward's y, dx and dy; add_relu's out and b; max_pool2d_forward's x and y;
+// max_pool2d_backward's dy and dx.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -98,6 +99,14 @@ void max_pool2d_forward_widened(Op op, Context& ctx, Tensor& y, Tensor& argmax, 
                                 const ops::Pool2dParams& p) {
   F32Out out(&y, /*reads_out=*/false);
   op(ctx, *out.get(), argmax, widened(x), p);
+  out.finish();
+}
+
+template <class Op>
+void max_pool2d_backward_widened(Op op, Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax,
+                                 const ops::Pool2dParams& p, ops::DxMode dx_mode) {
+  F32Out out(&dx, /*reads_out=*/dx_mode == ops::DxMode::add);
+  op(ctx, *out.get(), widened(dy), argmax, p, dx_mode);
   out.finish();
 }
 

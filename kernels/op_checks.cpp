@@ -438,11 +438,13 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
   require_shape(op, "argmax", argmax, out);
 }
 
-void max_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
-                         DxMode) {
+void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
+                         DxMode dx_mode) {
   const char* op = "max_pool2d_backward";
-  require_f32(op, "dx", dx);
-  require_f32(op, "dy", dy);
+  require_map_dtype(op, "dx", dx, ctx);  // in half precision where a ReLU after a convolution reads it
+  if (dx.dtype() != DType::f32 && dx_mode != DxMode::overwrite)
+    fail(op, ": a ", dtype_name(dx.dtype()), " dx is written over (DxMode::overwrite), never added to");
+  require_map_dtype(op, "dy", dy, ctx);  // in half precision where the convolution after gives it
   require_dim(op, "dx", dx, 4);
   require_dim(op, "dy", dy, 4);
   require_dtype(op, "argmax", argmax, DType::i32);

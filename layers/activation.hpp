@@ -53,7 +53,7 @@ class Activation : public Cloneable<Activation<Ops>> {
   Tensor backward(Context& ctx, const Tensor& dy) override;  // dx (a fresh tensor) += dy * f'
   // ReLU's backward with dx in `dx_dtype`: f32, or under --precision bf16|fp16 the compute's half
   // type for the convolution before it, which takes it as its operand (ops.def, "half-precision
-  // maps"; nn::backward_children decides).
+  // maps"; nn::backward_dx_dtype decides).
   Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype)
     requires std::is_same_v<Ops, ReluOps>;
   // In place of forward when the op before already applied this activation to its output y

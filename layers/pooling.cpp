@@ -77,11 +77,13 @@ Tensor MaxPool2d::forward(Context& ctx, const Tensor& x, DType y_dtype) {
   return y;
 }
 
-Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) {
+Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy) { return backward(ctx, dy, DType::f32); }
+
+Tensor MaxPool2d::backward(Context& ctx, const Tensor& dy, DType dx_dtype) {
   DPX_CHECK(argmax_.defined(), describe(), ": backward called before forward");
   check_dy(describe(), dy, argmax_.shape());
   const FreeSaved free_saved(*this);
-  Tensor dx = empty_on(ctx, x_shape_);  // written over: no zero-fill first
+  Tensor dx = Tensor::empty(x_shape_, dx_dtype, ctx.device);  // written over: no zero-fill first
   ops::max_pool2d_backward(ctx, dx, dy, argmax_, p_, ops::DxMode::overwrite);
   return dx;
 }

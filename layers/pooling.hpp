@@ -15,9 +15,13 @@ class MaxPool2d : public Cloneable<MaxPool2d> {
   Tensor forward(Context& ctx, const Tensor& x) override;    // (N, C, H, W) -> (N, C, OH, OW)
   // forward, y in `y_dtype`: f32, or ctx.compute's bf16/fp16 for a module that takes
   // half-precision maps next (nn::forward_children decides). x may be in it too; backward needs
-  // only the argmax, so dx and dy stay fp32.
+  // only the argmax.
   Tensor forward(Context& ctx, const Tensor& x, DType y_dtype);
-  Tensor backward(Context& ctx, const Tensor& dy) override;  // routes dy to each window's max
+  // Routes dy to each window's max; dy may be in ctx.compute's bf16/fp16 (the gradient of a
+  // convolution after the pool), and the second form writes dx in `dx_dtype` (the gradient of a
+  // ReLU after a convolution before it, in half precision: nn::backward_dx_dtype decides).
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype);
   std::string type_name() const override { return "MaxPool2d"; }
   std::string describe() const override;
   void clear_cache() override { argmax_ = Tensor(); }

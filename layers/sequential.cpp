@@ -3,7 +3,8 @@
 // or a convolution and the ReLU after it, as one, and under --precision bf16|fp16 hand a
 // convolution's output to the batch norm after it, and an activated output to a module that takes
 // half-precision maps (a convolution, a ResNet block, Fire), directly or through a max pool, in
-// the compute's half precision, as a ReLU's gradient to the convolution before it.
+// the compute's half precision, and in backward the gradients between a convolution, a ReLU and
+// a max pool (backward_dx_dtype).
 #include "layers/sequential.hpp"
 
 #include <optional>
@@ -113,23 +114,19 @@ bool forward_pair(Context& ctx, Module& first, Module& second, DType y_dtype, Te
   return true;
 }
 
-// The ReLU at child i when a convolution comes before it (i > begin), under --precision bf16|fp16:
-// its gradient is that convolution's dy, which cuDNN takes in the half type, so the ReLU's
-// backward writes it so (ops.def, "half-precision maps").
-ReLU* relu_before_conv_backward(const Context& ctx, Module& parent, size_t begin, size_t i) {
-  if (!half_maps(ctx) || i == begin || !dynamic_cast<Conv2d*>(&parent.child(i - 1))) return nullptr;
-  return dynamic_cast<ReLU*>(&parent.child(i));
+// Whether the ReLU at child i runs its backward alone: not folded into a batch norm's before it.
+bool relu_alone(Module& parent, size_t begin, size_t i) {
+  if (!dynamic_cast<ReLU*>(&parent.child(i))) return false;
+  if (i == begin) return true;
+  auto pair = bn_activation(parent.child(i - 1), parent.child(i));
+  return !pair || !pair->ran_as_one();
 }
 
-// The convolution at child i when the ReLU before it (i - 1 >= begin) runs its backward alone, not
-// folded into a batch norm's, under --precision bf16|fp16: the convolution's dx, that ReLU's dy,
-// is cuDNN's half result as it is, not widened to fp32 (ops.def, "half-precision maps").
-Conv2d* conv_before_relu_backward(const Context& ctx, Module& parent, size_t begin, size_t i) {
-  if (!half_maps(ctx) || i == begin || !dynamic_cast<ReLU*>(&parent.child(i - 1))) return nullptr;
-  if (i - 1 > begin)
-    if (auto pair = bn_activation(parent.child(i - 2), parent.child(i - 1)); pair && pair->ran_as_one())
-      return nullptr;
-  return dynamic_cast<Conv2d*>(&parent.child(i));
+// Child i's backward under backward_dx_dtype's half precision (a ReLU, a convolution or a max pool).
+Tensor backward_half(Context& ctx, Module& m, const Tensor& dy) {
+  if (auto* relu = dynamic_cast<ReLU*>(&m)) return relu->backward(ctx, dy, ctx.compute);
+  if (auto* pool = dynamic_cast<MaxPool2d*>(&m)) return pool->backward(ctx, dy, ctx.compute);
+  return dynamic_cast<Conv2d&>(m).backward(ctx, dy, ctx.compute);
 }
 
 // A convolution whose output only the batch norm after it reads (Conv2d::forward_to_norm): under
@@ -156,6 +153,20 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
   return x;
 }
 
+DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i) {
+  if (!half_maps(ctx) || i == begin) return DType::f32;
+  Module& m = parent.child(i);
+  Module& before = parent.child(i - 1);
+  bool half = false;
+  if (dynamic_cast<ReLU*>(&m))  // the convolution's dy, which cuDNN takes rounded anyway
+    half = dynamic_cast<Conv2d*>(&before) != nullptr;
+  else if (dynamic_cast<Conv2d*>(&m))  // cuDNN's half result as it is, which the fp32 path widened
+    half = dynamic_cast<MaxPool2d*>(&before) || relu_alone(parent, begin, i - 1);
+  else if (dynamic_cast<MaxPool2d*>(&m))  // what that ReLU's dx would round
+    half = dynamic_cast<ReLU*>(&before) && backward_dx_dtype(ctx, parent, begin, i - 1) != DType::f32;
+  return half ? ctx.compute : DType::f32;
+}
+
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into) {
   for (size_t i = end; i-- > begin;) {
     auto pair = i > begin ? bn_activation(parent.child(i - 1), parent.child(i)) : std::nullopt;
@@ -163,10 +174,8 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
     if (pair && pair->ran_as_one()) {
       dy = pair->backward(ctx, dy);
       --i;
-    } else if (ReLU* relu = relu_before_conv_backward(ctx, parent, begin, i)) {
-      dy = relu->backward(ctx, dy, ctx.compute);
-    } else if (Conv2d* conv = conv_before_relu_backward(ctx, parent, begin, i)) {
-      dy = conv->backward(ctx, dy, ctx.compute);
+    } else if (backward_dx_dtype(ctx, parent, begin, i) != DType::f32) {
+      dy = backward_half(ctx, parent.child(i), dy);
     } else if (add_into && i == begin) {
       parent.child(i).backward_add(ctx, dy, *add_into);
       return *add_into;

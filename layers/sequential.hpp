@@ -27,12 +27,19 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
 // The reverse: children [begin, end) from the last, dy in and dx out, as a chain of
 // child(i).backward (input_grad_needed set by the caller). A ReLU's or SiLU's backward is folded
 // into the batch norm's before it (batch_norm_backward's relu_out, silu_beta). Under --precision
-// bf16|fp16 a ReLU's gradient for the convolution before it is in that precision, the
-// convolution's operand, and so is a convolution's gradient for a ReLU before it whose backward
-// runs alone, cuDNN's result (ops.def, "half-precision maps"). With `add_into`, the first child's dx is
-// added into that tensor (Module::backward_add), which is returned.
+// bf16|fp16 some gradients between children are in that precision (backward_dx_dtype). With
+// `add_into`, the first child's dx is added into that tensor (Module::backward_add), which is
+// returned.
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy,
                          Tensor* add_into = nullptr);
+// The dtype of the gradient child i's backward hands to child i - 1 in backward_children over
+// [begin, ..): under --precision bf16|fp16 (ctx.half_maps) the compute's half type for a ReLU
+// after a convolution (that convolution's dy, which cuDNN takes rounded anyway), a convolution
+// after a max pool or after a ReLU whose backward runs alone (cuDNN's half result as it is, which
+// the fp32 path widened unchanged), and a max pool after such a ReLU after a convolution (the
+// fp32 sum rounded once, where the ReLU's dx rounded it: rounding commutes with its mask), so
+// that no value differs from the fp32 maps' (ops.def, "half-precision maps"); else f32.
+DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
 
 class Sequential : public Cloneable<Sequential> {
  public:

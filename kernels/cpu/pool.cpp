@@ -118,6 +118,8 @@ void max_pool2d_forward(Context& ctx, Tensor& y, Tensor& argmax, const Tensor& x
 
 void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tensor& argmax, const Pool2dParams& p,
                          DxMode dx_mode) {
+  if (kernels::is_half(dy) || kernels::is_half(dx))
+    return kernels::max_pool2d_backward_widened(max_pool2d_backward, ctx, dx, dy, argmax, p, dx_mode);
   if (p.format == MemoryFormat::channels_last)
     return kernels::max_pool2d_backward_via_nchw(max_pool2d_backward, ctx, dx, dy, argmax, p, dx_mode);
   const char* op = "max_pool2d_backward";

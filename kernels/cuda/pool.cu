@@ -114,9 +114,12 @@ __global__ void max_pool_forward_kernel(typename Y::T* y, int32_t* argmax, const
 // from the value dx held, so the sums are the CPU's bit for bit), with no float atomics: the same
 // bits every run, also where windows overlap (PyTorch's max_pool2d backward gathers too). An argmax
 // outside the plane (not from max_pool2d_forward) matches no element and is ignored.
-template <bool kLast>
-__global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32_t* argmax, int64_t total, int64_t C,
-                                         int H, int W, int OH, int OW, Window k, Placer d, bool overwrite) {
+// G, D: dy's and dx's element types (detail::XF32, or XHalf for a half-precision map: dy read
+// widened, the fp32 sum rounded once at dx's store; a half dx is always written over, ops.def).
+template <bool kLast, typename G, typename D>
+__global__ void max_pool_backward_kernel(typename D::T* dx, const typename G::T* dy, const int32_t* argmax,
+                                         int64_t total, int64_t C, int H, int W, int OH, int OW, Window k, Placer d,
+                                         bool overwrite) {
   DPX_CUDA_LOOP(i, total) {
     const Element<kLast> e = element<kLast>(i, C, H, W, d);
     const int h = e.y, w = e.x;
@@ -125,16 +128,16 @@ __global__ void max_pool_backward_kernel(float* dx, const float* dy, const int32
     const int oh0 = lo_h <= 0 ? 0 : (lo_h + k.sh - 1) / k.sh, oh1 = min((h + k.ph) / k.sh + 1, OH);
     const int ow0 = lo_w <= 0 ? 0 : (lo_w + k.sw - 1) / k.sw, ow1 = min((w + k.pw) / k.sw + 1, OW);
     const int64_t out_map = e.map(OH, OW, C);
-    const float* dyp = dy + out_map;
+    const typename G::T* dyp = dy + out_map;
     const int32_t* ap = argmax + out_map;
     const int32_t me = h * W + w;
-    float v = overwrite ? 0.f : dx[i];  // written over: no zero-fill before, no read
+    float v = overwrite ? 0.f : D::load(dx[i]);  // written over: no zero-fill before, no read
     for (int oh = oh0; oh < oh1; ++oh)
       for (int ow = ow0; ow < ow1; ++ow) {
         const int64_t o = (oh * OW + ow) * step<kLast>(C);
-        if (ap[o] == me) v += dyp[o];
+        if (ap[o] == me) v += G::load(dyp[o]);
       }
-    dx[i] = v;
+    dx[i] = D::store(v);
   }
 }
 
@@ -331,13 +334,18 @@ void max_pool2d_backward(Context& ctx, Tensor& dx, const Tensor& dy, const Tenso
   if (total == 0 || dy.numel() == 0) return;
   const ops::ImageDims in = ops::image_dims(dx.shape(), p.format), out = ops::image_dims(dy.shape(), p.format);
   const bool last = p.format == MemoryFormat::channels_last;
-  const auto kernel = last ? max_pool_backward_kernel<true> : max_pool_backward_kernel<false>;
-  kernel<<<grid_for(total), kThreads, 0, st.stream>>>(f32(dx, op, "dx"), f32(dy, op, "dy"),
-                                                      static_cast<const int32_t*>(argmax.raw()), total, in.c,
-                                                      int(in.h), int(in.w), int(out.h), int(out.w), window_of(p),
-                                                      placer(total, in.c, in.h, in.w, last),
-                                                      dx_mode == DxMode::overwrite);
-  check_launch();
+  detail::with_x_type(dy.dtype(), [&](auto dy_type) {
+    detail::with_x_type(dx.dtype(), [&](auto dx_type) {
+      using G = decltype(dy_type);
+      using D = decltype(dx_type);
+      const auto kernel = last ? max_pool_backward_kernel<true, G, D> : max_pool_backward_kernel<false, G, D>;
+      kernel<<<grid_for(total), kThreads, 0, st.stream>>>(
+          detail::x_data<D>(dx, op, "dx"), detail::x_data<G>(dy, op, "dy"), static_cast<const int32_t*>(argmax.raw()),
+          total, in.c, int(in.h), int(in.w), int(out.h), int(out.w), window_of(p),
+          placer(total, in.c, in.h, in.w, last), dx_mode == DxMode::overwrite);
+      check_launch();
+    });
+  });
 }
 
 void avg_pool2d_forward(Context& ctx, Tensor& y, const Tensor& x, const Pool2dParams& p) {

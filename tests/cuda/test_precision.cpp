@@ -449,5 +449,22 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
       ops::max_pool2d_forward(g, pyw, pah, mh, pool);
       ops::max_pool2d_forward(host, want_w, want_a, mh_host, pool);
       CHECK(bitwise_equal(pyw.to(Device::cpu()), want_w));
+      // Its backward between a ReLU after a convolution and the next convolution: a half dy (that
+      // convolution's dx) read widened, a half dx (the ReLU's dy) the fp32 sums rounded once, as
+      // the host's path gives them; overlapping windows sum up to four gradients.
+      const Tensor pdy32 = uniform(pooled, 49).to(dev());
+      Tensor pdyh = Tensor::empty(pooled, half, dev());
+      ops::cast(g, pdyh, pdy32, 1.f);
+      const Tensor* const dys[] = {&pdy32, &pdyh};
+      for (const Tensor* pdy : dys)
+        for (bool half_dx : {false, true}) {
+          CAPTURE(dtype_name(pdy->dtype()));
+          CAPTURE(half_dx);
+          Tensor pdx = (half_dx ? poisoned(y_shape).cast(half) : poisoned(y_shape)).to(dev());
+          Tensor want_dx = Tensor::empty(y_shape, half_dx ? half : DType::f32);
+          ops::max_pool2d_backward(g, pdx, *pdy, pah, pool, ops::DxMode::overwrite);
+          ops::max_pool2d_backward(host, want_dx, pdy->to(Device::cpu()), want_a, pool, ops::DxMode::overwrite);
+          CHECK(bitwise_equal(pdx.to(Device::cpu()), want_dx));
+        }
     }
 }

@@ -15,6 +15,7 @@ using namespace dpx;
 using dpx::testing::bitwise_equal;
 using dpx::testing::check_close;
 using dpx::testing::for_each_half_host_case;
+using dpx::testing::poisoned;
 using dpx::testing::pool_params;
 using dpx::testing::randn;
 
@@ -173,6 +174,59 @@ TEST_CASE("half-precision maps: a max pool of a bf16/fp16 map is the fp32 maximu
   ctx.compute = DType::f16;
   CHECK_THROWS_WITH_AS(ops::max_pool2d_forward(ctx, y, am, x.cast(DType::bf16), pool_params(2, 2, 0)),
                        doctest::Contains("max_pool2d_forward: x (1, 1, 2, 2) must be f32 or f16"), Error);
+}
+
+// Its backward may take a half dy (the gradient of the convolution after the pool, cuDNN's half
+// result) and write a half dx, written over (the gradient of a ReLU after a convolution before
+// the pool): the fp32 op on the widened dy, its sums rounded once at the store. Overlapping
+// windows (3x3, stride 2) make some elements sums of two or four gradients.
+TEST_CASE("half-precision maps: a max pool's backward from a bf16/fp16 dy into a bf16/fp16 dx") {
+  for_each_half_host_case([&](Context& ctx, DType half, bool channels_last) {
+    ops::Pool2dParams p = pool_params(3, 2, 1, /*ceil_mode=*/true);
+    p.format = channels_last ? ops::MemoryFormat::channels_last : ops::MemoryFormat::contiguous;
+    const Shape x_shape = channels_last ? Shape{2, 9, 8, 3} : Shape{2, 3, 9, 8};
+    const Shape y_shape = channels_last ? Shape{2, 5, 5, 3} : Shape{2, 3, 5, 5};
+    Tensor y = Tensor::empty(y_shape), am = Tensor::empty(y_shape, DType::i32);
+    ops::max_pool2d_forward(ctx, y, am, randn(x_shape, 82), p);
+    const Tensor dyh = randn(y_shape, 83).cast(half), dyw = dyh.cast(DType::f32);
+    Tensor want = Tensor::empty(x_shape);
+    ops::max_pool2d_backward(ctx, want, dyw, am, p, ops::DxMode::overwrite);
+    // Half dy, fp32 dx (written over and added into): the widened dy's.
+    Tensor dx = Tensor::empty(x_shape);
+    ops::max_pool2d_backward(ctx, dx, dyh, am, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(dx, want));
+    const Tensor held = randn(x_shape, 84);
+    Tensor sum = held.clone(), sum_w = held.clone();
+    ops::max_pool2d_backward(ctx, sum, dyh, am, p, ops::DxMode::add);
+    ops::max_pool2d_backward(ctx, sum_w, dyw, am, p, ops::DxMode::add);
+    CHECK(bitwise_equal(sum, sum_w));
+    // Half dx from a half or an fp32 dy: the fp32 dx rounded (NaN-poisoned first: all written).
+    for (const Tensor* g : {&dyh, &dyw}) {
+      Tensor dxh = poisoned(x_shape).cast(half);
+      ops::max_pool2d_backward(ctx, dxh, *g, am, p, ops::DxMode::overwrite);
+      CHECK(bitwise_equal(dxh, want.cast(half)));
+    }
+  });
+  Context ctx = Context::cpu();
+  ctx.compute = DType::bf16;
+  const ops::Pool2dParams p = pool_params(2, 2, 0);
+  Tensor y = Tensor::empty({1, 1, 1, 1}), am = Tensor::empty({1, 1, 1, 1}, DType::i32);
+  ops::max_pool2d_forward(ctx, y, am, randn({1, 1, 2, 2}, 85), p);
+  // A half dx is written over, never added to; a half map needs half compute, and its type.
+  Tensor dxh = Tensor::empty({1, 1, 2, 2}, DType::bf16), dx = Tensor::empty({1, 1, 2, 2});
+  const Tensor dy = randn({1, 1, 1, 1}, 86);
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dxh, dy, am, p, ops::DxMode::add),
+                       doctest::Contains("max_pool2d_backward: a bf16 dx is written over (DxMode::overwrite), never "
+                                         "added to"),
+                       Error);
+  Context plain = Context::cpu();
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(plain, dx, dy.cast(DType::bf16), am, p, ops::DxMode::overwrite),
+                       doctest::Contains("max_pool2d_backward: dy (1, 1, 1, 1) must be f32 (half-precision maps need "
+                                         "--precision bf16 or fp16), got bf16"),
+                       Error);
+  ctx.compute = DType::f16;
+  CHECK_THROWS_WITH_AS(ops::max_pool2d_backward(ctx, dxh, dy, am, p, ops::DxMode::overwrite),
+                       doctest::Contains("max_pool2d_backward: dx (1, 1, 2, 2) must be f32 or f16"), Error);
 }
 
 TEST_CASE("avg_pool2d: hand values with padding, count_include_pad on and off") {

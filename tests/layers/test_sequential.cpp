@@ -3,6 +3,8 @@
 // CrossEntropyLoss, with the gradient checker skipping ReLU and max-pool kinks.
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "kernels/op_profile.hpp"
 #include "layers/layers.hpp"
 #include "tests/common/compare.hpp"
@@ -405,6 +407,63 @@ TEST_CASE("Sequential: under --precision bf16 a convolution hands the ReLU befor
   }
 }
 
+namespace {
+// A max pool that notes the dtype of the dy its backward is given (nn::backward_children calls
+// this backward for a pool whose dx stays fp32).
+class DyProbeMaxPool : public nn::MaxPool2d {
+ public:
+  DyProbeMaxPool(DType* seen, int kernel, int stride, int padding) : nn::MaxPool2d(kernel, stride, padding), seen_(seen) {}
+  using nn::MaxPool2d::backward;
+  Tensor backward(Context& ctx, const Tensor& dy) override {
+    *seen_ = dy.dtype();
+    return nn::MaxPool2d::backward(ctx, dy);
+  }
+  std::unique_ptr<nn::Module> clone() const override { return std::make_unique<DyProbeMaxPool>(*this); }
+
+ private:
+  DType* seen_;
+};
+}  // namespace
+
+TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool before it a bf16 gradient") {
+  // MaxPool2d -> Conv2d: the convolution's dx, the pool's dy, is bf16 (cuDNN's result as it is);
+  // the pool reads it widened. Its overlapping windows (3x3, stride 2) sum two or four of those
+  // rounded values at some elements: the values are the layers' one by one with the
+  // convolution's gradient rounded, which fails where the pool summed the fp32 gradient.
+  Rng rng(51);
+  DType seen = DType::i32;
+  auto net = std::make_unique<nn::Sequential>();
+  net->add(std::make_unique<DyProbeMaxPool>(&seen, 3, 2, 1));
+  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  const Tensor x = uniform({2, 3, 9, 9}, 52, -1.f, 1.f), dy = uniform({2, 4, 5, 5}, 53);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    HalfMapsRun run(*net, training);
+    auto& [half, f32, plain, ctx, ctx32] = run;
+    half.forward(ctx, x);
+    CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, 1) == DType::bf16);
+    const Tensor dx_half = half.backward(ctx, dy);
+    CHECK(seen == DType::bf16);
+    CHECK(dx_half.dtype() == DType::f32);
+    // The pool's output, the convolution's operand, is bf16 too (forward_children).
+    plain.root().child(1).forward(ctx32, bf16_rounded(plain.root().child(0).forward(ctx32, x)));
+    Tensor g = bf16_rounded(plain.root().child(1).backward(ctx32, dy));
+    CHECK(bitwise_equal(dx_half, plain.root().child(0).backward(ctx32, g)));
+    check_same_grads_and_buffers(half, plain);
+
+    Context off = ctx;
+    off.half_maps = false;
+    for (Context* c : {&off, &ctx32}) {
+      seen = DType::i32;
+      nn::Model m = prepared(*net, training);
+      m.forward(*c, x);
+      CHECK(nn::backward_dx_dtype(*c, m.root(), 0, 1) == DType::f32);
+      m.backward(*c, dy);
+      CHECK(seen == DType::f32);
+    }
+  }
+}
+
 TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps and a convolution pools bf16 maps") {
   // Conv2d + ReLU -> MaxPool2d -> Conv2d (VGG, AlexNet), BatchNorm2d + ReLU -> MaxPool2d -> a
   // ResNet block (ResNet's stem): the activated output and the pooled one are bf16 (ops.def,
@@ -449,15 +508,24 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
       if (i == 1 || i == 3 || i == 5) h = bf16_rounded(h);
     }
     CHECK(bitwise_equal(with_half.y, h));
+    // In backward, bf16: the ReLUs' gradients for the convolution before each (children 9 and 1),
+    // the pools' before those ReLUs (10 and 2), and the gradient of the convolution after a pool
+    // (3); not the pool after the batch norm's ReLU (6: that ReLU runs in the batch norm's
+    // backward, which reads an fp32 dy), nor the convolution after a block (8).
+    const std::set<size_t> half_dx = {1, 2, 3, 9, 10};
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      CAPTURE(i);
+      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
+      CHECK(nn::backward_dx_dtype(ctx32, f32.root(), 0, i) == DType::f32);
+    }
     half.zero_grad(ctx);
     plain.zero_grad(ctx32);
     const Tensor dx_half = half.backward(ctx, dy);
     Tensor g = dy;
-    // The ReLUs' gradients (children 9 and 1) bf16 for the convolution before each, and in training
-    // the batch norm's dx (child 4) too.
+    // Those gradients rounded, and in training the batch norm's dx (child 4) too.
     for (size_t i = kids.num_children(); i-- > 0;) {
       g = kids.child(i).backward(ctx_of(i), g);
-      if (i == 9 || i == 1 || (i == 4 && training)) g = bf16_rounded(g);
+      if (half_dx.count(i) || (i == 4 && training)) g = bf16_rounded(g);
     }
     CHECK(bitwise_equal(dx_half, g));
     check_same_grads_and_buffers(half, plain);
