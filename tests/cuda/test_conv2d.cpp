@@ -40,6 +40,9 @@ std::vector<ConvCase> cases() {
       {2, 4, 15, 13, 3, 3, 3, params(1, 1, 2, 2, 2, 1)},   // dilation
       {3, 8, 13, 13, 5, 1, 1, params(2, 2, 0, 0, 1, 1)},   // 1x1 projection, stride 2
       {1, 3, 29, 27, 16, 7, 7, params(2, 2, 3, 3, 1, 1)},  // a ResNet stem, shrunk
+      // Squeeze-excitation's 1x1 maps: the bias a thread a value, db summed as rows (the other
+      // cases' planes under 256 values take the same flat bias kernel).
+      {70, 6, 1, 1, 9, 1, 1, params(1, 1, 0, 0, 1, 1)},
       // Planes of whole float4s (the bias kernel's float4 path), 1,296 of them: a block's 1,024
       // and a ragged second block (the other cases' odd planes take its float path).
       {2, 3, 72, 72, 4, 3, 3, params(1, 1, 1, 1, 1, 1)},
