@@ -246,8 +246,9 @@ ConvRequest request(const Context& ctx, ConvPass pass, const Shapes& s, const Co
 // dpx's depthwise kernels read contiguous maps: channels-last ones go to cuDNN.
 std::optional<detail::DepthwiseShape> depthwise(const Context& ctx, const Shapes& s, const Conv2dParams& p) {
   if (s.channels_last || !kernels::depthwise_by_dpx(s.c, s.k, p.groups, half_compute(ctx))) return std::nullopt;
-  return detail::DepthwiseShape{s.n, s.c, s.h, s.w, s.k, s.oh, s.ow, int(s.kh), int(s.kw), p.stride_h, p.stride_w,
-                                p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, int(s.k / s.c)};
+  return detail::with_dividers(detail::DepthwiseShape{s.n, s.c, s.h, s.w, s.k, s.oh, s.ow, int(s.kh), int(s.kw),
+                                                      p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                                                      p.dilation_w, int(s.k / s.c)});
 }
 
 // An input of a cuDNN call in the compute dtype: the fp32 tensor itself, its copy rounded to

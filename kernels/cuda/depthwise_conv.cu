@@ -5,9 +5,10 @@
 // of the images' positions, the chunks then added in order.
 // Indices are 32-bit where the tensors allow (as PyTorch's canUse32BitIndexMath), and forward and
 // input gradient run a block row per (image, channel) plane, so an element's place costs one
-// 32-bit division by the row length, not four 64-bit ones: on the H100 (2026-11-27) the 64-bit
+// division by the row length, not four 64-bit ones: on the H100 (2026-11-27) the 64-bit
 // version left EfficientNet-B0's convolutions at 14.6 ms forward and 36.3 ms backward a step
-// against PyTorch's 4.9 and 19.0.
+// against PyTorch's 4.9 and 19.0. With 32-bit indices that division, and the input gradient's by
+// the strides at every tap, are multiply-highs (DepthwiseShape's dividers).
 #include <algorithm>
 #include <type_traits>
 
@@ -35,7 +36,7 @@ __global__ void depthwise_forward_kernel(float* y, const float* x, const float* 
     const float* wp = w + k * I(kh * kw);
     float* yp = y + plane * positions;
     DPX_CUDA_LOOP_AS(I, r, positions) {
-      const int oh = static_cast<int>(r / I(s.ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
+      const int oh = static_cast<int>(quotient(r, I(s.ow), s.by_ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
       float acc = 0.f;
 #pragma unroll
       for (int a = 0; a < kh; ++a) {
@@ -64,7 +65,7 @@ __global__ void depthwise_backward_data_kernel(float* dx, const float* dy, const
     const I c = plane % I(s.c), n = plane / I(s.c);
     float* dxp = dx + plane * positions;
     DPX_CUDA_LOOP_AS(I, r, positions) {
-      const int ih = static_cast<int>(r / I(s.w)), iw = static_cast<int>(r - I(ih) * I(s.w));
+      const int ih = static_cast<int>(quotient(r, I(s.w), s.by_w)), iw = static_cast<int>(r - I(ih) * I(s.w));
       float acc = 0.f;
       for (int m = 0; m < s.multiplier; ++m) {
         const I k = c * s.multiplier + m;
@@ -72,16 +73,18 @@ __global__ void depthwise_backward_data_kernel(float* dx, const float* dy, const
         const float* wp = w + k * I(kh * kw);
 #pragma unroll
         for (int a = 0; a < kh; ++a) {
+          // The output row oh with oh * sh = th, if any: th a coordinate in [0, 2^31), so the
+          // multiply-high divides exactly (two hardware divisions a tap were most of the work).
           const int th = ih + s.ph - a * s.dh;
-          if (th < 0 || th % s.sh != 0) continue;
-          const int oh = th / s.sh;
-          if (oh >= s.oh) continue;
+          if (th < 0) continue;
+          const int oh = static_cast<int>(s.by_sh.div(static_cast<uint32_t>(th)));
+          if (oh * s.sh != th || oh >= s.oh) continue;
 #pragma unroll
           for (int q = 0; q < kw; ++q) {
             const int tw = iw + s.pw - q * s.dw;
-            if (tw < 0 || tw % s.sw != 0) continue;
-            const int ow = tw / s.sw;
-            if (ow >= s.ow) continue;
+            if (tw < 0) continue;
+            const int ow = static_cast<int>(s.by_sw.div(static_cast<uint32_t>(tw)));
+            if (ow * s.sw != tw || ow >= s.ow) continue;
             acc += dyp[I(oh) * I(s.ow) + ow] * wp[a * kw + q];
           }
         }
@@ -105,7 +108,7 @@ __global__ void depthwise_filter_partial_kernel(float* partial, const float* dy,
   float acc = 0.f;
   for (I j = first + I(threadIdx.x); j < last; j += I(blockDim.x)) {
     const I n = j / per_image, r = j - n * per_image;
-    const int oh = static_cast<int>(r / I(s.ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
+    const int oh = static_cast<int>(quotient(r, I(s.ow), s.by_ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
     const int ih = oh * s.sh - s.ph + a * s.dh, iw = ow * s.sw - s.pw + q * s.dw;
     if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
     acc += dy[(n * I(s.k) + k) * per_image + r] * x[(n * I(s.c) + c) * image + I(ih) * I(s.w) + iw];
@@ -134,7 +137,7 @@ __global__ void depthwise_filter_taps_kernel(float* partial, const float* dy, co
   for (int t = 0; t < KH * KW; ++t) acc[t] = 0.f;
   for (I j = first + I(threadIdx.x); j < last; j += I(blockDim.x)) {
     const I n = j / per_image, r = j - n * per_image;
-    const int oh = static_cast<int>(r / I(s.ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
+    const int oh = static_cast<int>(quotient(r, I(s.ow), s.by_ow)), ow = static_cast<int>(r - I(oh) * I(s.ow));
     const float g = dy[(n * I(s.k) + k) * per_image + r];
     const float* xp = x + (n * I(s.c) + c) * image;
 #pragma unroll
