@@ -121,17 +121,24 @@ void linear_forward(Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, c
   int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   float* py = f32(y, op, "y");
   if (rows == 0 || out == 0) return;
+  // y^T (out, N) = W (out, in) x^T (in, N): W is stored as column-major (in, out), hence op T.
+  // Every product here is asked for with beta 0, as PyTorch asks for it (addmm's bias in cuBLASLt's
+  // epilogue, mm with beta 0), the bias then added by a pass over the rows: the same bytes as the
+  // bias broadcast first and a GEMM adding into it with beta 1, which is how this ran on the H200
+  // (2026-11-28), where Swin's Linear layers reached 59 TFLOP/s forward against addmm's 302 at
+  // TF32, and their backward (the weight gradient added into with beta 1) half of PyTorch's, while
+  // the attention's batched products, with beta 0, matched PyTorch's. Beta is the likely
+  // difference (kernels/cuda/conv2d.cu found the same in cuDNN's filter gradient); not yet run.
+  gemm(ctx, st, CUBLAS_OP_T, CUBLAS_OP_N, as_int(out, op, "out"), as_int(rows, op, "N"),
+       as_int(in, op, "in"), 1.f, f32(w, op, "w"), as_int(in, op, "in"), 0, f32(x, op, "x"),
+       as_int(in, op, "in"), 0, 0.f, py, as_int(out, op, "out"), 0, 1);
   if (b) {
-    // y = b broadcast over the rows, which the GEMM then adds x W^T to (beta = 1): about 8 rows a
-    // thread, not a thread per element with a 64-bit i % cols (Swin's Linear layers: 19 M floats).
-    detail::broadcast_rows_kernel<false><<<detail::row_tile_grid(rows, out, 8), detail::kRowTile, 0, st.stream>>>(
+    // y += b down the rows: about 8 rows a thread, not a thread per element with a 64-bit i % cols
+    // (Swin's Linear layers: 19 M floats).
+    detail::broadcast_rows_kernel<true><<<detail::row_tile_grid(rows, out, 8), detail::kRowTile, 0, st.stream>>>(
         py, f32(*b, op, "b"), rows, out);
     check_launch();
   }
-  // y^T (out, N) = W (out, in) x^T (in, N): W is stored as column-major (in, out), hence op T.
-  gemm(ctx, st, CUBLAS_OP_T, CUBLAS_OP_N, as_int(out, op, "out"), as_int(rows, op, "N"),
-       as_int(in, op, "in"), 1.f, f32(w, op, "w"), as_int(in, op, "in"), 0, f32(x, op, "x"),
-       as_int(in, op, "in"), 0, b ? 1.f : 0.f, py, as_int(out, op, "out"), 0, 1);
 }
 
 void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dy,
@@ -141,15 +148,31 @@ void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
   int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   int irows = as_int(rows, op, "N"), iin = as_int(in, op, "in"), iout = as_int(out, op, "out");
   const float* pdy = f32(dy, op, "dy");
+  // Both products with beta 0 (linear_forward says why): into dx itself when it is written over,
+  // else into a new tensor then added (12 bytes a value), as the weight gradient always is (12 bytes
+  // a weight). fl(old + product) either way: the same bits as beta 1 from the same kernel.
+  const auto added = [&](Tensor& into, auto product) {
+    Tensor fresh = Tensor::empty(into.shape(), DType::f32, into.device());
+    product(f32(fresh, op, "a gradient"));
+    cuda::axpy(ctx, into, 1.f, fresh);
+  };
   if (dx) {
     // dx^T (in, N) (+)= W^T (in, out) dy^T (out, N): with beta 0 cuBLAS reads nothing of dx.
-    gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_N, iin, irows, iout, 1.f, f32(w, op, "w"), iin, 0, pdy,
-         iout, 0, dx_mode == DxMode::overwrite ? 0.f : 1.f, f32(*dx, op, "dx"), iin, 0, 1);
+    const auto product = [&](float* c) {
+      gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_N, iin, irows, iout, 1.f, f32(w, op, "w"), iin, 0, pdy, iout, 0, 0.f, c,
+           iin, 0, 1);
+    };
+    if (dx_mode == DxMode::overwrite)
+      product(f32(*dx, op, "dx"));
+    else
+      added(*dx, product);
   }
   if (dw) {
     // dw^T (in, out) += x^T (in, N) dy (N, out).
-    gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_T, iin, iout, irows, 1.f, f32(x, op, "x"), iin, 0, pdy,
-         iout, 0, 1.f, f32(*dw, op, "dw"), iin, 0, 1);
+    added(*dw, [&](float* c) {
+      gemm(ctx, st, CUBLAS_OP_N, CUBLAS_OP_T, iin, iout, irows, 1.f, f32(x, op, "x"), iin, 0, pdy, iout, 0, 0.f, c,
+           iin, 0, 1);
+    });
   }
   if (db && out > 0) {
     const int64_t chunks = std::max<int64_t>(1, (rows + kSumRowsPerChunk - 1) / kSumRowsPerChunk);
