@@ -42,6 +42,15 @@ TEST_CASE("scripts/gpu without a GPU exits 3 saying so; an unknown stage exits 2
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("scripts/gpu --help prints its whole header comment, every variable included") {
+  const DpxResult r = run_command(kSource + "/scripts/gpu --help");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* name : {"Usage: scripts/gpu", "MORE_PROFILE", "NVIDIA_SMI", "can go in separate calls"})
+    CHECK(r.output.find(name) != std::string::npos);
+  CHECK(r.output.find("set -uo") == std::string::npos);  // not the code after it
+}
+
 TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a bad option, budget scale or zoo list exits 2") {
   const DpxResult r = run_command("NVIDIA_SMI=false " + kSource + "/scripts/gpu --dry-run");
   CAPTURE(r.output);
