@@ -8,6 +8,7 @@
 #include "layers/sequential.hpp"
 
 #include <optional>
+#include <typeinfo>
 
 #include "kernels/ops.hpp"
 #include "layers/activation.hpp"
@@ -157,12 +158,15 @@ DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t
   if (!half_maps(ctx) || i == begin) return DType::f32;
   Module& m = parent.child(i);
   Module& before = parent.child(i - 1);
+  // Only the classes themselves: backward_half calls their non-virtual backward with a dtype, which
+  // would pass over a subclass's override of backward(ctx, dy).
+  const std::type_info& type = typeid(m);
   bool half = false;
-  if (dynamic_cast<ReLU*>(&m))  // the convolution's dy, which cuDNN takes rounded anyway
+  if (type == typeid(ReLU))  // the convolution's dy, which cuDNN takes rounded anyway
     half = dynamic_cast<Conv2d*>(&before) != nullptr;
-  else if (dynamic_cast<Conv2d*>(&m))  // cuDNN's half result as it is, which the fp32 path widened
+  else if (type == typeid(Conv2d))  // cuDNN's half result as it is, which the fp32 path widened
     half = dynamic_cast<MaxPool2d*>(&before) || relu_alone(parent, begin, i - 1);
-  else if (dynamic_cast<MaxPool2d*>(&m))  // what that ReLU's dx would round
+  else if (type == typeid(MaxPool2d))  // what that ReLU's dx would round
     half = dynamic_cast<ReLU*>(&before) && backward_dx_dtype(ctx, parent, begin, i - 1) != DType::f32;
   return half ? ctx.compute : DType::f32;
 }

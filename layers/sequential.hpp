@@ -38,7 +38,9 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // after a max pool or after a ReLU whose backward runs alone (cuDNN's half result as it is, which
 // the fp32 path widened unchanged), and a max pool after such a ReLU after a convolution (the
 // fp32 sum rounded once, where the ReLU's dx rounded it: rounding commutes with its mask), so
-// that no value differs from the fp32 maps' (ops.def, "half-precision maps"); else f32.
+// that no value differs from the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i
+// must be a ReLU, Conv2d or MaxPool2d itself, not a subclass (whose backward override the half
+// form would pass over).
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
 
 class Sequential : public Cloneable<Sequential> {

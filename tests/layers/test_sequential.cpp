@@ -462,14 +462,30 @@ TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool b
       CHECK(seen == DType::f32);
     }
   }
+  // After a convolution and its ReLU a pool's dx would be bf16 too, but not a subclass's: its
+  // backward(ctx, dy) override still runs (given the next convolution's bf16 dy), and its dx is fp32.
+  auto chain = std::make_unique<nn::Sequential>();
+  chain->emplace<nn::Conv2d>(3, 3, 3, rng, 1, 1);
+  chain->emplace<nn::ReLU>();
+  chain->add(std::make_unique<DyProbeMaxPool>(&seen, 3, 2, 1));
+  chain->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  HalfMapsRun run(*chain, true);
+  auto& [half, f32, plain, ctx, ctx32] = run;
+  half.forward(ctx, x);
+  CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, 2) == DType::f32);
+  CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, 3) == DType::bf16);
+  seen = DType::i32;
+  half.backward(ctx, dy);
+  CHECK(seen == DType::bf16);
 }
 
 TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps and a convolution pools bf16 maps") {
   // Conv2d + ReLU -> MaxPool2d -> Conv2d (VGG, AlexNet), BatchNorm2d + ReLU -> MaxPool2d -> a
   // ResNet block (ResNet's stem): the activated output and the pooled one are bf16 (ops.def,
-  // "half-precision maps"), the pool rounding nothing more (rounding is monotone), and its
-  // gradient fp32. A pool before something that takes fp32 (here the average pool) leaves its
-  // maps fp32. The values and gradients are the layers' run one by one with those maps rounded.
+  // "half-precision maps"), the pool rounding nothing more (rounding is monotone). A pool before
+  // something that takes fp32 (here the average pool) leaves its maps fp32. In backward the
+  // gradients named by backward_dx_dtype are bf16 (below). The values and gradients are the
+  // layers' run one by one with those maps rounded.
   Rng rng(31);
   auto net = std::make_unique<nn::Sequential>();
   net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1);                        // 0 + 1, one pass:
