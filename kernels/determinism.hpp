@@ -4,6 +4,9 @@
 // float atomics (whose sums depend on timing in the last bit); it costs some speed.
 #pragma once
 #include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
 
 namespace dpx::kernels {
 
@@ -25,23 +28,38 @@ struct EngineNotes {
   bool runtime_compiled = false;    // CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (compiled at first use)
 };
 
+// Which graph-API engines a convolution may run on (DPX_CUDNN_ENGINES): dpx's rule (the default)
+// or PyTorch's, which admits the two kinds dpx's refuses beside it (below).
+enum class EngineRule { dpx, pytorch };
+
+// DPX_CUDNN_ENGINES's value: unset, empty or "dpx", or "pytorch"; anything else is an error.
+inline EngineRule parse_engine_rule(const char* value) {
+  if (!value || !*value || std::string(value) == "dpx") return EngineRule::dpx;
+  if (std::string(value) == "pytorch") return EngineRule::pytorch;
+  usage_fail("DPX_CUDNN_ENGINES='", value, "': use dpx (the default: no engine that sums in less than fp32 or ",
+             "compiles at first use) or pytorch (PyTorch's rule, which admits both)");
+}
+
 // Why a graph-API engine may not run a convolution, or nullptr if it may: the legacy algorithms'
-// rule above, and never one that rounds its inputs to fp16, sums in less than fp32 (dpx
-// accumulates in fp32 for every data type) or compiles a kernel at first use (seconds of a first
-// step per shape). PyTorch's filter (Conv_v8.cpp's filterEngineConfigs) refuses only the first,
-// and non-deterministic or TF32 engines where not allowed: the last two refusals are dpx's own,
-// and DPX_CUDNN_LOG=1 prints the reasons of the engines passed over, so that a GPU run shows
-// whether they cost speed (the H200 run of 2026-11-28 did not log them).
-inline const char* conv_engine_refusal(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
+// rule above, and never one that rounds its inputs to fp16; under dpx's rule also never one that
+// sums in less than fp32 (dpx accumulates in fp32 for every data type) or compiles a kernel at
+// first use (seconds of a first step per shape). PyTorch's filter (Conv_v8.cpp's
+// filterEngineConfigs) refuses only the first, and non-deterministic or TF32 engines where not
+// allowed: EngineRule::pytorch is that filter, so that a GPU run can time whether dpx's two
+// refusals cost speed (scripts/gpu's graph stage), and DPX_CUDNN_LOG=1 prints the reasons of the
+// engines passed over (the H200 run of 2026-11-28 did not log them).
+inline const char* conv_engine_refusal(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops,
+                                       EngineRule rule = EngineRule::dpx) {
   if (e.down_convert) return "rounds its inputs to fp16";
-  if (e.reduced_reduction) return "sums in less than fp32";
-  if (e.runtime_compiled) return "compiled at first use";
+  if (rule == EngineRule::dpx && e.reduced_reduction) return "sums in less than fp32";
+  if (rule == EngineRule::dpx && e.runtime_compiled) return "compiled at first use";
   if (want_deterministic && e.nondeterministic) return "not deterministic";
   if (!allow_tensor_ops && e.tensor_core) return "tensor cores not allowed";
   return nullptr;
 }
-inline bool conv_engine_usable(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops) {
-  return conv_engine_refusal(e, want_deterministic, allow_tensor_ops) == nullptr;
+inline bool conv_engine_usable(const EngineNotes& e, bool want_deterministic, bool allow_tensor_ops,
+                               EngineRule rule = EngineRule::dpx) {
+  return conv_engine_refusal(e, want_deterministic, allow_tensor_ops, rule) == nullptr;
 }
 
 // index_select's backward: scan the index per table element (no atomics, the CPU's order) unless

@@ -270,7 +270,7 @@ std::shared_ptr<ConvPlan> build(CudaState& st, const ConvRequest& r, void* const
       int64_t index = -1;
       const std::optional<kernels::EngineNotes> notes = notes_of(handles[static_cast<size_t>(i)], &index);
       if (!notes) continue;
-      if (const char* why = kernels::conv_engine_refusal(*notes, r.deterministic, r.allow_tensor_ops)) {
+      if (const char* why = kernels::conv_engine_refusal(*notes, r.deterministic, r.allow_tensor_ops, engine_rule())) {
         refused += " engine " + std::to_string(index) + " " + why + ";";
         continue;
       }
@@ -373,6 +373,11 @@ size_t search_workspace_limit() {
     free_bytes = 0;
   }
   return free_bytes / 2;
+}
+
+kernels::EngineRule engine_rule() {
+  static const kernels::EngineRule rule = kernels::parse_engine_rule(std::getenv("DPX_CUDNN_ENGINES"));
+  return rule;
 }
 
 bool cudnn_log() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/cuda/context.hpp"
+#include "kernels/determinism.hpp"
 
 namespace dpx::cuda {
 
@@ -58,6 +59,9 @@ struct ConvPlan {
 // search ran 12 ms a step slower than its heuristics: H200, 2026-11-28.)
 size_t search_workspace_limit();
 
+// The rule that admits the graph API's engines (DPX_CUDNN_ENGINES: dpx's, the default, or
+// pytorch's; kernels/determinism.hpp; read once).
+kernels::EngineRule engine_rule();
 // Whether convolutions try the graph API first (DPX_CUDNN_API unset or "graph"; "legacy": never).
 bool conv_graph_api_enabled();
 // Whether each convolution's choice (plan or legacy algorithm) is said on stderr as it is made

@@ -13,6 +13,7 @@
 #include "core/data/datasets.hpp"
 #include "core/error.hpp"
 #include "core/gpu_status.hpp"
+#include "kernels/determinism.hpp"
 #include "kernels/ops.hpp"
 #include "parallel/comm/nccl/nccl_backend.hpp"
 #include "parallel/comm/net_sim.hpp"
@@ -341,6 +342,7 @@ void apply_math(Context& ctx, const TrainOptions& o) {
   ctx.conv_search = o.cudnn_algo == "search";
   ctx.compute = o.compute_dtype();
   ctx.half_maps = half_maps_from_env(std::getenv("DPX_HALF_MAPS"));
+  kernels::parse_engine_rule(std::getenv("DPX_CUDNN_ENGINES"));  // a bad value refused here, not at a first convolution
   if (ctx.compute == DType::f32) return;  // fp32 and TF32 run on any GPU
   const std::string why = precision_unsupported_reason(choice_name(kPrecisions, o.precision),
                                                        cuda::compute_capability(ctx.device.index), ctx.device.index);

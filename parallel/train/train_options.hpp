@@ -160,7 +160,7 @@ struct TrainOptions {
 
 // The math `o` asks of a rank's device, set on its Context: --deterministic, and on GPUs --tf32
 // and --precision's compute dtype. Refuses (UsageError) a precision the GPU lacks (bf16 before
-// Ampere).
+// Ampere), and on GPUs a bad DPX_HALF_MAPS or DPX_CUDNN_ENGINES.
 void apply_math(Context& ctx, const TrainOptions& o);
 // DPX_HALF_MAPS's value (null where unset) as Context::half_maps: unset, empty or 1 true, 0 false;
 // anything else a usage error naming the variable.

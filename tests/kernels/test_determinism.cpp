@@ -20,7 +20,7 @@ TEST_CASE("--deterministic keeps cuDNN's deterministic convolution algorithms on
   CHECK(conv_algo_usable(true, true, true, true));
 }
 
-TEST_CASE("cuDNN graph-API engines: the same rule, and never fp16 inputs, reduced sums or compiling at first use") {
+TEST_CASE("cuDNN graph-API engines: the same rule, and never fp16 inputs, reduced sums or compiling at first use; PyTorch's rule admits the last two") {
   const EngineNotes plain;
   CHECK(conv_engine_usable(plain, false, false));
   CHECK(conv_engine_usable(plain, true, false));
@@ -46,6 +46,25 @@ TEST_CASE("cuDNN graph-API engines: the same rule, and never fp16 inputs, reduce
   CHECK(std::string(conv_engine_refusal(tc, false, false)) == "tensor cores not allowed");
   CHECK(std::string(conv_engine_refusal(nd, true, true)) == "not deterministic");
   CHECK(conv_engine_refusal(tc, false, true) == nullptr);
+  // PyTorch's rule (DPX_CUDNN_ENGINES=pytorch) admits the engines that sum in less than fp32 or
+  // compile at first use, and refuses the rest as dpx's does.
+  for (bool EngineNotes::*note : {&EngineNotes::reduced_reduction, &EngineNotes::runtime_compiled}) {
+    EngineNotes e;
+    e.*note = true;
+    CHECK(conv_engine_usable(e, false, true, EngineRule::pytorch));
+    CHECK_FALSE(conv_engine_usable(e, false, true, EngineRule::dpx));
+  }
+  EngineNotes dc;
+  dc.down_convert = true;
+  CHECK_FALSE(conv_engine_usable(dc, false, true, EngineRule::pytorch));
+  CHECK_FALSE(conv_engine_usable(nd, true, true, EngineRule::pytorch));
+  CHECK_FALSE(conv_engine_usable(tc, false, false, EngineRule::pytorch));
+  CHECK(parse_engine_rule(nullptr) == EngineRule::dpx);
+  CHECK(parse_engine_rule("") == EngineRule::dpx);
+  CHECK(parse_engine_rule("dpx") == EngineRule::dpx);
+  CHECK(parse_engine_rule("pytorch") == EngineRule::pytorch);
+  CHECK_THROWS_WITH_AS(parse_engine_rule("PyTorch"),
+                       doctest::Contains("DPX_CUDNN_ENGINES='PyTorch': use dpx (the default"), dpx::UsageError);
 }
 
 TEST_CASE("--deterministic makes index_select's backward avoid float atomics (max-pool's never uses them)") {
