@@ -207,7 +207,7 @@ void BM_BatchNorm(benchmark::State& state) {
          rv = Tensor::zeros({C}), dx = Tensor::zeros(shape), dgamma = Tensor::zeros({C}),
          dbeta = Tensor::zeros({C});
   for (auto _ : state) {
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
                                   ops::Epilogue::none);
     ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, ops::DxMode::add,
                              nullptr, nullptr);
@@ -236,12 +236,12 @@ void batch_norm_activation(benchmark::State& state, bool silu) {
   const auto overwrite = ops::DxMode::overwrite;
   for (auto _ : state) {
     if (fused) {
-      ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+      ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
                                     silu ? ops::Epilogue::silu : ops::Epilogue::relu);
       ops::batch_norm_backward(ctx, &dx, &dgamma, &dbeta, dy, x, gamma, mean, invstd, overwrite,
                                silu ? nullptr : &y, silu ? &beta : nullptr);
     } else {
-      ops::batch_norm_forward_train(ctx, h, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+      ops::batch_norm_forward_train(ctx, h, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
                                     ops::Epilogue::none);
       if (silu) {
         ops::silu_forward(ctx, y, h);

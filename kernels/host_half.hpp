@@ -59,10 +59,10 @@ template <class Op>
 void batch_norm_forward_train_widened(Op op, Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                                       Tensor& running_mean, Tensor& running_var, const Tensor& x,
                                       const Tensor& gamma, const Tensor& beta, float momentum, float eps,
-                                      ops::Epilogue epilogue) {
+                                      Tensor* batches_tracked, ops::Epilogue epilogue) {
   F32Out out(&y, /*reads_out=*/false);
   op(ctx, *out.get(), save_mean, save_invstd, running_mean, running_var, widened(x), gamma, beta, momentum, eps,
-     epilogue);
+     batches_tracked, epilogue);
   out.finish();
 }
 

@@ -484,8 +484,10 @@ void adaptive_avg_pool2d_backward(Context&, Tensor& dx, const Tensor& dy, Memory
 // ==== batch normalisation
 void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
-                              const Tensor& gamma, const Tensor& beta, float, float, Epilogue) {
+                              const Tensor& gamma, const Tensor& beta, float, float, Tensor* batches_tracked,
+                              Epilogue) {
   const char* op = "batch_norm_forward_train";
+  if (batches_tracked) require_elements(op, "batches_tracked", *batches_tracked, DType::i64, 1);
   const int64_t C = bn_prefix(op, "y", y, x, ctx);
   require_channels(op,
                    {{"save_mean", &save_mean}, {"save_invstd", &save_invstd},

@@ -116,9 +116,9 @@ Tensor BatchNormBase<Self>::forward_checked(Context& ctx, const Tensor& x, ops::
            ": training needs more than one value per channel (use a larger batch or eval mode)");
     save_mean_ = Tensor::empty({c_}, DType::f32, ctx.device);
     save_invstd_ = Tensor::empty({c_}, DType::f32, ctx.device);
-    ops::batch_norm_forward_train(ctx, y, save_mean_, save_invstd_, running_mean(), running_var(),
-                                  x, weight().value, bias().value, momentum_, eps_, epilogue);
-    ops::increment_i64(ctx, num_batches_tracked());  // on the device: no host round trip
+    // num_batches_tracked counted by the op, on the device: no host round trip, no launch of its own.
+    ops::batch_norm_forward_train(ctx, y, save_mean_, save_invstd_, running_mean(), running_var(), x, weight().value,
+                                  bias().value, momentum_, eps_, &num_batches_tracked(), epilogue);
   } else {
     ops::batch_norm_forward_eval(ctx, y, x, weight().value, bias().value, running_mean(),
                                  running_var(), eps_, epilogue);

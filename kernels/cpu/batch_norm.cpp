@@ -75,11 +75,12 @@ AffineCoef affine_coef(double m, double invstd, double g, double b) {
 void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
-                              Epilogue epilogue) {
+                              Tensor* batches_tracked, Epilogue epilogue) {
   if (kernels::is_half(x) || kernels::is_half(y))
     return kernels::batch_norm_forward_train_widened(batch_norm_forward_train, ctx, y, save_mean, save_invstd,
                                                      running_mean, running_var, x, gamma, beta, momentum, eps,
-                                                     epilogue);
+                                                     batches_tracked, epilogue);
+  if (batches_tracked) ++batches_tracked->data<int64_t>()[0];
   const BnShape s = bn_shape(y, x);
   const int64_t M = s.N * s.S;  // values per channel (> 1: checked by the op layer)
   const float* xp = x.data<float>();

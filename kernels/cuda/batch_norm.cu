@@ -165,9 +165,10 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const ty
 
 template <typename X>
 __global__ void finish_stats_kernel(float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                                    const double* part_a, const double* part_b, const typename X::T* x, Layout l,
-                                    int chunks, float momentum, float eps) {
+                                    long long* batches_tracked, const double* part_a, const double* part_b,
+                                    const typename X::T* x, Layout l, int chunks, float momentum, float eps) {
   int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c == 0 && batches_tracked) *batches_tracked += 1;  // the module's count, in this launch
   if (c >= l.c) return;
   double a = 0.0, b = 0.0;
   for (int p = 0; p < chunks; ++p) {
@@ -311,11 +312,16 @@ void per_element(const Layout& l, Launch launch) {
 
 void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x, const Tensor& gamma,
-                              const Tensor& beta, float momentum, float eps, Epilogue epilogue) {
+                              const Tensor& beta, float momentum, float eps, Tensor* batches_tracked,
+                              Epilogue epilogue) {
   CudaState& st = state_of(ctx);
   const char* op = "batch_norm_forward_train";
   Layout l = layout_of(y, x);
-  if (l.c == 0) return;
+  if (l.c == 0) {  // no statistics to finish: the count alone
+    if (batches_tracked) increment_i64(ctx, *batches_tracked);
+    return;
+  }
+  auto* counter = batches_tracked ? static_cast<long long*>(batches_tracked->raw()) : nullptr;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
   const float* b = optional_f32(beta, op, "beta", l.c);
   float* rm = optional_f32(running_mean, op, "running_mean", l.c);
@@ -332,7 +338,7 @@ void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor
     const typename X::T* px = x_data<X>(x, op, "x");
     launch_partial_sums<false, X>(st, pa, pb, px, nullptr, DyThrough{}, nullptr, l, chunks, chunk);
     finish_stats_kernel<X><<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
-        pmean, pinv, rm, rv, pa, pb, px, l, chunks, momentum, eps);
+        pmean, pinv, rm, rv, counter, pa, pb, px, l, chunks, momentum, eps);
     check_launch();
     with_x_type(y.dtype(), [&](auto y_type) {
       using Y = decltype(y_type);

@@ -40,11 +40,12 @@ float apply(Epilogue epilogue, double v) {
 void batch_norm_forward_train(Context& ctx, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                               Tensor& running_mean, Tensor& running_var, const Tensor& x,
                               const Tensor& gamma, const Tensor& beta, float momentum, float eps,
-                              Epilogue epilogue) {
+                              Tensor* batches_tracked, Epilogue epilogue) {
   if (kernels::is_half(x) || kernels::is_half(y))
     return kernels::batch_norm_forward_train_widened(batch_norm_forward_train, ctx, y, save_mean, save_invstd,
                                                      running_mean, running_var, x, gamma, beta, momentum, eps,
-                                                     epilogue);
+                                                     batches_tracked, epilogue);
+  if (batches_tracked) ++batches_tracked->data<int64_t>()[0];
   const BnSizes b = sizes(y, x);
   const int64_t M = b.N * b.S;
   const float* xp = x.data<float>();

@@ -27,8 +27,15 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     Tensor grm = rm.to(dev()), grv = rv.to(dev());
     Tensor y = Tensor::empty(xs), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
     Tensor gy = poisoned(xs, dev()), gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
-    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
-    ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::none);
+    // batches_tracked counted by the statistics' kernel, once a call (41 -> 42).
+    Tensor count = Tensor::zeros({1}, DType::i64);
+    count.data<int64_t>()[0] = 41;
+    Tensor gcount = count.to(dev());
+    ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, &gcount,
+                                  ops::Epilogue::none);
+    CHECK(gcount.to(Device::cpu()).data<int64_t>()[0] == 42);
     check_close(gmean, mean, 1e-5);
     check_close(ginvstd, invstd, 1e-5);
     check_close(grm, rm, 1e-5);
@@ -61,7 +68,8 @@ TEST_CASE("cuda batch_norm training forward, eval forward and backward match the
     CHECK(norm_rel_diff(gover, over) <= 1e-5);
   }
   Tensor one = Tensor::empty({1, 4}, DType::f32, dev()), four = Tensor::empty({4}, DType::f32, dev());
-  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f, ops::Epilogue::none),
+  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(g, one, four, four, four, four, one, four, four, 0.1f, 1e-5f,
+                                                     nullptr, ops::Epilogue::none),
                        doctest::Contains("more than 1 value per channel"), Error);
 }
 
@@ -118,10 +126,10 @@ TEST_CASE("cuda batch_norm Epilogue::relu equals relu_forward of the plain outpu
   Tensor mean = poisoned({C}, dev()), invstd = poisoned({C}, dev());
   Tensor plain = poisoned(x.shape(), dev()), want = poisoned(x.shape(), dev());
   Tensor fused = poisoned(x.shape(), dev());
-  ops::batch_norm_forward_train(g, plain, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f,
+  ops::batch_norm_forward_train(g, plain, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f, nullptr,
                                 ops::Epilogue::none);
   ops::relu_forward(g, want, plain);
-  ops::batch_norm_forward_train(g, fused, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f,
+  ops::batch_norm_forward_train(g, fused, mean, invstd, rm, rv, x, gamma, beta, 0.f, 1e-5f, nullptr,
                                 ops::Epilogue::relu);
   check_close(fused, want, 0);
   ops::batch_norm_forward_eval(g, plain, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
@@ -138,7 +146,7 @@ TEST_CASE("cuda batch_norm_backward with relu_out equals relu_backward then the 
   Tensor gamma = uniform({C}, 53).to(dev()), beta = uniform({C}, 54).to(dev());
   Tensor rm = uniform({C}, 55).to(dev()), rv = uniform({C}, 56, 0.5f, 2.f).to(dev());
   Tensor mean = poisoned({C}, dev()), invstd = poisoned({C}, dev()), y = poisoned(xs, dev());
-  ops::batch_norm_forward_train(g, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+  ops::batch_norm_forward_train(g, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr, ops::Epilogue::relu);
   Tensor masked = poisoned(xs, dev());
   ops::relu_backward(g, masked, dy, y, ops::DxMode::overwrite);
   Tensor dx_want = poisoned(xs, dev()), dx = poisoned(xs, dev());
@@ -177,14 +185,15 @@ TEST_CASE("cuda batch_norm with a SiLU folded in (Epilogue::silu, silu_beta) equ
     Tensor grm = rm.to(dev()), grv = rv.to(dev()), grm2 = rm.to(dev()), grv2 = rv.to(dev());
     Tensor gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
     Tensor plain = poisoned(ys, dev()), want = poisoned(ys, dev()), fused = poisoned(ys, dev());
-    ops::batch_norm_forward_train(g, plain, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f,
+    ops::batch_norm_forward_train(g, plain, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, nullptr,
                                   ops::Epilogue::none);
     ops::silu_forward(g, want, plain);
-    ops::batch_norm_forward_train(g, fused, gmean, ginvstd, grm2, grv2, gx, ggamma, gbeta, 0.1f, 1e-5f,
+    ops::batch_norm_forward_train(g, fused, gmean, ginvstd, grm2, grv2, gx, ggamma, gbeta, 0.1f, 1e-5f, nullptr,
                                   ops::Epilogue::silu);
     check_close(fused, want, 1e-6);
     Tensor y = Tensor::empty(ys), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
-    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::silu);
+    ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::silu);
     check_close(fused, y, 1e-5);
     Tensor eval_plain = poisoned(ys, dev()), eval_want = poisoned(ys, dev()), eval_fused = poisoned(ys, dev());
     ops::batch_norm_forward_eval(g, eval_plain, gx, ggamma, gbeta, grm, grv, 1e-5f, ops::Epilogue::none);
@@ -226,8 +235,9 @@ TEST_CASE("cuda batch_norm on the first C channels of a wider x matches the refe
   Tensor gx = x.to(dev()), ggamma = gamma.to(dev()), gbeta = beta.to(dev()), grm = rm.to(dev()), grv = rv.to(dev());
   Tensor y = Tensor::empty({N, C, H, W}), mean = Tensor::empty({C}), invstd = Tensor::empty({C});
   Tensor gy = poisoned({N, C, H, W}, dev()), gmean = poisoned({C}, dev()), ginvstd = poisoned({C}, dev());
-  ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
-  ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, ops::Epilogue::relu);
+  ops::batch_norm_forward_train(c, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr, ops::Epilogue::relu);
+  ops::batch_norm_forward_train(g, gy, gmean, ginvstd, grm, grv, gx, ggamma, gbeta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::relu);
   check_close(gmean, mean, 1e-5);
   check_close(ginvstd, invstd, 1e-5);
   check_close(gy, y, 1e-5);

@@ -298,8 +298,10 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
       Tensor rm_a = Tensor::zeros({k}).to(dev()), rv_a = Tensor::zeros({k}).to(dev());
       Tensor rm_b = Tensor::zeros({k}).to(dev()), rv_b = Tensor::zeros({k}).to(dev());
       Tensor out_a = poisoned(bn_shape, dev()), out_b = poisoned(bn_shape, dev());
-      ops::batch_norm_forward_train(g, out_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
-      ops::batch_norm_forward_train(g, out_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+      ops::batch_norm_forward_train(g, out_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                    ops::Epilogue::relu);
+      ops::batch_norm_forward_train(g, out_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                    ops::Epilogue::relu);
       for (auto [a, b] : std::initializer_list<std::pair<Tensor*, Tensor*>>{
                {&out_a, &out_b}, {&m_a, &m_b}, {&s_a, &s_b}, {&rm_a, &rm_b}, {&rv_a, &rv_b}})
         CHECK(bitwise_equal(a->to(Device::cpu()), b->to(Device::cpu())));
@@ -309,7 +311,8 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
       CHECK(bitwise_equal(eval_a.to(Device::cpu()), eval_b.to(Device::cpu())));
       // Its activated output in half (for a convolution after it): the fp32 output rounded.
       Tensor out_h = Tensor::empty(bn_shape, half, dev());
-      ops::batch_norm_forward_train(g, out_h, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, ops::Epilogue::relu);
+      ops::batch_norm_forward_train(g, out_h, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, nullptr,
+                                    ops::Epilogue::relu);
       CHECK(bitwise_equal(out_h.to(Device::cpu()), out_b.to(Device::cpu()).cast(half)));
       Tensor eval_h = Tensor::empty(bn_shape, half, dev());
       ops::batch_norm_forward_eval(g, eval_h, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::silu);

@@ -26,7 +26,8 @@ TEST_CASE("batch_norm train (N, C): hand values and running stats after two step
   Tensor gamma = Tensor::from({2}, {1, 2}), beta = Tensor::from({2}, {0, 1});
   Tensor rm = Tensor::from({2}, {0, 0}), rv = Tensor::from({2}, {1, 1});
   Tensor mean = Tensor::empty({2}), invstd = Tensor::empty({2}), y = Tensor::empty({4, 2});
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::none);
   const double z[4] = {-1.3416354200, -0.4472118067, 0.4472118067, 1.3416354200};   // ch 0
   const double z1[4] = {-1.3416407328, -0.4472135776, 0.4472135776, 1.3416407328};  // ch 1
   std::vector<double> want;
@@ -40,7 +41,8 @@ TEST_CASE("batch_norm train (N, C): hand values and running stats after two step
 
   // Second step with 2x: mean 5 and 50, unbiased variance 20/3 and 2000/3.
   Tensor x2 = Tensor::from({4, 2}, {2, 20, 4, 40, 6, 60, 8, 80});
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x2, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x2, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::none);
   check_close(rm, {0.9 * 0.25 + 0.5, 0.9 * 2.5 + 5});
   check_close(rv, {0.9 * (0.9 + 0.5 / 3) + 2 / 3., 0.9 * (0.9 + 50 / 3.) + 200 / 3.});
 }
@@ -52,14 +54,15 @@ TEST_CASE("batch_norm train (N, C, H, W) against plain loops, then eval with the
   Tensor rm = randn({C}, 4), rv = Tensor::from({C}, {1, 2, 0.5f, 4});
   const auto rm0 = rm.to_vector(), rv0 = rv.to_vector();
   Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
-  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.2f, 1e-3f, ops::Epilogue::none);
+  ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.2f, 1e-3f, nullptr,
+                                ops::Epilogue::none);
 
   // The reference kernel (kernels/ref/batch_norm.cpp), from the same running stats.
   Context rctx = Context::cpu();
   Tensor want_rm = Tensor::from({C}, rm0), want_rv = Tensor::from({C}, rv0);
   Tensor want_y = Tensor::empty(x.shape()), want_mean = Tensor::empty({C}), want_invstd = Tensor::empty({C});
-  ref::batch_norm_forward_train(rctx, want_y, want_mean, want_invstd, want_rm, want_rv, x, gamma, beta,
-                                0.2f, 1e-3f, ops::Epilogue::none);
+  ref::batch_norm_forward_train(rctx, want_y, want_mean, want_invstd, want_rm, want_rv, x, gamma, beta, 0.2f, 1e-3f,
+                                nullptr, ops::Epilogue::none);
   check_close(y, want_y);
   check_close(mean, want_mean);
   check_close(invstd, want_invstd);
@@ -71,6 +74,31 @@ TEST_CASE("batch_norm train (N, C, H, W) against plain loops, then eval with the
   check_close(y, want_y);
 }
 
+TEST_CASE("batch_norm train counts the batch in batches_tracked, once a call, on either host backend") {
+  const Tensor x = randn({3, 2, 2, 2}, 11), gamma = randn({2}, 12), beta = randn({2}, 13);
+  for (bool reference : {false, true}) {
+    CAPTURE(reference);
+    Context ctx = reference ? Context::ref() : Context::cpu(2);
+    ctx.compute = DType::bf16;  // a bf16 x below: the widened path counts once too
+    Tensor rm = Tensor::zeros({2}), rv = Tensor::zeros({2}), mean = Tensor::empty({2}), invstd = Tensor::empty({2});
+    Tensor y = Tensor::empty(x.shape()), count = Tensor::zeros({1}, DType::i64);
+    count.data<int64_t>()[0] = 41;
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, &count,
+                                  ops::Epilogue::none);
+    CHECK(count.data<int64_t>()[0] == 42);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x.cast(DType::bf16), gamma, beta, 0.1f, 1e-5f, &count,
+                                  ops::Epilogue::relu);
+    CHECK(count.data<int64_t>()[0] == 43);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::none);
+    CHECK(count.data<int64_t>()[0] == 43);
+    Tensor wrong = Tensor::zeros({1});
+    CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f,
+                                                       &wrong, ops::Epilogue::none),
+                         doctest::Contains("batch_norm_forward_train: batches_tracked"), Error);
+  }
+}
+
 TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulation") {
   Context ctx = Context::cpu();
   const int64_t N = 3, C = 2;
@@ -79,7 +107,8 @@ TEST_CASE("batch_norm backward: centred differences of sum(r * y), and accumulat
   Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
   Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
   auto loss = [&]() {
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::none);
     double l = 0;
     for (int64_t i = 0; i < y.numel(); ++i)
       l += static_cast<double>(y.data<float>()[i]) * r.data<float>()[i];
@@ -133,7 +162,8 @@ TEST_CASE("batch_norm: bitwise identical for 1 and 2 threads") {
     Tensor rm = Tensor::zeros({C}), rv = Tensor::zeros({C});
     Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), y = Tensor::empty(x.shape());
     Tensor ye = Tensor::empty(x.shape());
-    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+    ops::batch_norm_forward_train(ctx, y, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::none);
     ops::batch_norm_forward_eval(ctx, ye, x, gamma, beta, rm, rv, 1e-5f, ops::Epilogue::none);
     Tensor dx = Tensor::zeros(x.shape()), dg = Tensor::zeros({C}), db = Tensor::zeros({C});
     ops::batch_norm_backward(ctx, &dx, &dg, &db, dy, x, gamma, mean, invstd, ops::DxMode::add, nullptr, nullptr);
@@ -148,8 +178,9 @@ TEST_CASE("batch_norm: one value per channel cannot train, channel counts must m
   Tensor x = Tensor::zeros({1, 3}), y = Tensor::empty({1, 3}), c3 = Tensor::zeros({3});
   Tensor m = Tensor::empty({3}), s = Tensor::empty({3}), rm = Tensor::zeros({3}),
          rv = Tensor::zeros({3});
-  CHECK_THROWS_WITH_AS(ops::batch_norm_forward_train(ctx, y, m, s, rm, rv, x, c3, c3, 0.1f, 1e-5f, ops::Epilogue::none),
-                       doctest::Contains("expected more than 1 value per channel"), Error);
+  CHECK_THROWS_WITH_AS(
+      ops::batch_norm_forward_train(ctx, y, m, s, rm, rv, x, c3, c3, 0.1f, 1e-5f, nullptr, ops::Epilogue::none),
+      doctest::Contains("expected more than 1 value per channel"), Error);
   Tensor x2 = Tensor::zeros({2, 4}), y2 = Tensor::empty({2, 4});
   CHECK_THROWS_WITH_AS(ops::batch_norm_forward_eval(ctx, y2, x2, c3, c3, rm, rv, 1e-5f, ops::Epilogue::none),
                        doctest::Contains("gamma has shape (3), expected (4)"), Error);
@@ -174,9 +205,10 @@ FoldedForward check_folded_forward(Context& ctx, const Tensor& x, int64_t C, con
   ys[1] = C;
   FoldedForward f{Tensor::empty(ys), Tensor::empty(ys), Tensor::empty(ys)};
   Tensor rm2 = rm.clone(), rv2 = rv.clone(), want = Tensor::empty(ys), plain_eval = Tensor::empty(ys);
-  ops::batch_norm_forward_train(ctx, f.plain, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+  ops::batch_norm_forward_train(ctx, f.plain, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::none);
   activation(ctx, want, f.plain);
-  ops::batch_norm_forward_train(ctx, f.fused, mean, invstd, rm2, rv2, x, gamma, beta, 0.1f, 1e-5f, epilogue);
+  ops::batch_norm_forward_train(ctx, f.fused, mean, invstd, rm2, rv2, x, gamma, beta, 0.1f, 1e-5f, nullptr, epilogue);
   CHECK(bitwise_equal(f.fused, want));
   CHECK(bitwise_equal(rm2, rm));  // the statistics are the plain op's
   CHECK(bitwise_equal(rv2, rv));
@@ -302,8 +334,9 @@ TEST_CASE("batch_norm on the first C channels of a wider x: as on a copy of them
     Tensor rm = Tensor::zeros({C}), rv = Tensor::from({C}, {1, 2, 0.5f, 4}), rm2 = rm.clone(), rv2 = rv.clone();
     Tensor mean = Tensor::empty({C}), invstd = Tensor::empty({C}), mean2 = mean.clone(), invstd2 = invstd.clone();
     Tensor want = Tensor::empty({N, C, H, W}), got = Tensor::empty({N, C, H, W});
-    ops::batch_norm_forward_train(ctx, want, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
-    ops::batch_norm_forward_train(ctx, got, mean2, invstd2, rm2, rv2, buf, gamma, beta, 0.1f, 1e-5f,
+    ops::batch_norm_forward_train(ctx, want, mean, invstd, rm, rv, x, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                  ops::Epilogue::relu);
+    ops::batch_norm_forward_train(ctx, got, mean2, invstd2, rm2, rv2, buf, gamma, beta, 0.1f, 1e-5f, nullptr,
                                   ops::Epilogue::relu);
     CHECK(bitwise_equal(got, want));
     CHECK(bitwise_equal(mean2, mean));
@@ -427,8 +460,10 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
         Tensor y_a = Tensor::empty({3, C, 5, 6}), y_b = Tensor::empty({3, C, 5, 6});
         Tensor m_a = Tensor::empty({C}), s_a = Tensor::empty({C}), m_b = Tensor::empty({C}), s_b = Tensor::empty({C});
         Tensor rm_a = Tensor::zeros({C}), rv_a = Tensor::zeros({C}), rm_b = Tensor::zeros({C}), rv_b = Tensor::zeros({C});
-        ops::batch_norm_forward_train(ctx, y_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
-        ops::batch_norm_forward_train(ctx, y_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, ops::Epilogue::relu);
+        ops::batch_norm_forward_train(ctx, y_a, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                      ops::Epilogue::relu);
+        ops::batch_norm_forward_train(ctx, y_b, m_b, s_b, rm_b, rv_b, x32, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                      ops::Epilogue::relu);
         CHECK(bitwise_equal(y_a, y_b));
         CHECK(bitwise_equal(m_a, m_b));
         CHECK(bitwise_equal(s_a, s_b));
@@ -436,7 +471,8 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
         CHECK(bitwise_equal(rv_a, rv_b));
         // A half y (the activated output a convolution reads next): the fp32 y rounded.
         Tensor yh = Tensor::empty({3, C, 5, 6}, half);
-        ops::batch_norm_forward_train(ctx, yh, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, ops::Epilogue::relu);
+        ops::batch_norm_forward_train(ctx, yh, m_a, s_a, rm_a, rv_a, xh, gamma, beta, 0.f, 1e-5f, nullptr,
+                                      ops::Epilogue::relu);
         CHECK(bitwise_equal(yh, rounded(y_b, half)));
         ops::batch_norm_forward_eval(ctx, y_a, xh, gamma, beta, rm_a, rv_a, 1e-5f, ops::Epilogue::none);
         ops::batch_norm_forward_eval(ctx, y_b, x32, gamma, beta, rm_b, rv_b, 1e-5f, ops::Epilogue::none);

@@ -221,7 +221,7 @@ TEST_CASE("batch norm on rows (M, C), as a channels-last map is normalised: the 
       invstd[i] = Tensor::empty({C});
       rm[i] = randn({C}, 45);
       rv[i] = randn({C}, 46, 0.1f, 1.f);
-      ops::batch_norm_forward_train(ctx, y[i], mean[i], invstd[i], rm[i], rv[i], in, gamma, beta, 0.1f, 1e-5f,
+      ops::batch_norm_forward_train(ctx, y[i], mean[i], invstd[i], rm[i], rv[i], in, gamma, beta, 0.1f, 1e-5f, nullptr,
                                     epilogue);
       dg[i] = randn({C}, 47);
       db[i] = randn({C}, 48);

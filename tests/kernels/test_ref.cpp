@@ -280,8 +280,11 @@ void batch_norm(const Case& k, size_t, double tol) {
   for (int64_t i = 0; i < C; ++i) rv.data<float>()[i] = 0.5f + std::fabs(rv.data<float>()[i]);
   Out running_mean{rm.clone(), rm.clone()}, running_var{rv.clone(), rv.clone()};
   Out y = poisoned_out(ys), mean = poisoned_out({C}), invstd = poisoned_out({C});
+  Out count{Tensor::zeros({1}, DType::i64), Tensor::zeros({1}, DType::i64)};  // batches_tracked
   both(ops::batch_norm_forward_train, ref::batch_norm_forward_train, y, mean, invstd, running_mean, running_var, x,
-       gamma, beta, 0.1f, 1e-5f, ops::Epilogue::none);
+       gamma, beta, 0.1f, 1e-5f, &count, ops::Epilogue::none);
+  CHECK(count.cpu.data<int64_t>()[0] == 1);
+  CHECK(count.ref.data<int64_t>()[0] == 1);
   close("bn y", y, tol), close("bn mean", mean, tol), close("bn invstd", invstd, tol);
   close("bn running_mean", running_mean, tol), close("bn running_var", running_var, tol);
   both(ops::batch_norm_forward_eval, ref::batch_norm_forward_eval, y, x, gamma, beta, rm, rv, 1e-5f,
@@ -305,7 +308,7 @@ void batch_norm(const Case& k, size_t, double tol) {
   close("bn dx written over", dxo, tol);
   // A SiLU folded in: Epilogue::silu forward, silu_beta backward (y recomputed from x).
   both(ops::batch_norm_forward_train, ref::batch_norm_forward_train, y, mean, invstd, running_mean, running_var, x,
-       gamma, beta, 0.1f, 1e-5f, ops::Epilogue::silu);
+       gamma, beta, 0.1f, 1e-5f, static_cast<Tensor*>(nullptr), ops::Epilogue::silu);
   close("bn silu y", y, tol);
   both(ops::batch_norm_forward_eval, ref::batch_norm_forward_eval, y, x, gamma, beta, rm, rv, 1e-5f,
        ops::Epilogue::silu);

@@ -101,7 +101,11 @@ TEST_CASE("BatchNorm2d: output and running statistics after steps equal hand-com
   CHECK(rv[1] == doctest::Approx(0.9 + 0.1 * 8.0 / 3));
   CHECK(bn.num_batches_tracked().data<int64_t>()[0] == 1);
 
-  bn.forward(ctx, x);
+  // The count is the op's own (batch_norm_forward_train's batches_tracked): no increment_i64 of
+  // its own, which was a kernel launch a batch norm a step on a GPU.
+  const auto calls = dpx::testing::op_calls([&] { bn.forward(ctx, x); });
+  CHECK(calls.count("increment_i64") == 0);
+  CHECK(calls.at("batch_norm_forward_train") == 1);
   rm = bn.running_mean().to_vector();
   rv = bn.running_var().to_vector();
   CHECK(rm[0] == doctest::Approx(0.9 * 0.3 + 0.1 * 3));
