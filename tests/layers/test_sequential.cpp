@@ -354,99 +354,42 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
 }
 
 namespace {
-// A ReLU that notes the dtype of the dy its backward is given (nn::backward_children calls this
-// backward for a ReLU first in its range, which no convolution comes before).
-class DyProbeReLU : public nn::ReLU {
+// A module of class Base that notes the dtype of the dy its backward(ctx, dy) is given
+// (nn::backward_children calls it for a ReLU or pool first in its range, or one that is not the
+// class itself: nn::backward_dx_dtype).
+template <class Base>
+class DyProbe : public Base {
  public:
-  explicit DyProbeReLU(DType* seen) : seen_(seen) {}
+  template <class... A>
+  explicit DyProbe(DType* seen, A&&... args) : Base(std::forward<A>(args)...), seen_(seen) {}
+  using Base::backward;
   Tensor backward(Context& ctx, const Tensor& dy) override {
     *seen_ = dy.dtype();
-    return nn::ReLU::backward(ctx, dy);
+    return Base::backward(ctx, dy);
   }
-  std::unique_ptr<nn::Module> clone() const override { return std::make_unique<DyProbeReLU>(*this); }
+  std::unique_ptr<nn::Module> clone() const override { return std::make_unique<DyProbe>(*this); }
 
  private:
   DType* seen_;
 };
-}  // namespace
 
-TEST_CASE("Sequential: under --precision bf16 a convolution hands the ReLU before it a bf16 gradient") {
-  // ReLU -> Conv2d: the convolution's dx, the ReLU's dy, is bf16 (cuDNN's result as it is, which
-  // the fp32 path widened: ops.def, "half-precision maps"); with Context::half_maps off, or in
-  // fp32, it is fp32. The values are the layers' one by one with that gradient rounded. (In a
-  // chain conv -> ReLU -> conv the ReLU's dx was rounded already, and rounding commutes with its
-  // mask: the values there are the same as before, only the map is half the bytes.)
-  Rng rng(41);
-  DType seen = DType::i32;
-  auto net = std::make_unique<nn::Sequential>();
-  net->add(std::make_unique<DyProbeReLU>(&seen));
-  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
-  const Tensor x = uniform({2, 3, 5, 5}, 42, -1.f, 1.f), dy = uniform({2, 4, 5, 5}, 43);
+// `net`, a probe (child 0) and then a Conv2d, under bf16 half maps: the convolution's dx, the
+// probe's dy, is bf16 (cuDNN's result as it is, which the fp32 path widened: ops.def,
+// "half-precision maps"), and the values are the layers' one by one with that gradient rounded
+// (and the probe's output too where it is the convolution's bf16 operand: `output_half`); with
+// Context::half_maps off, or in fp32, the probe sees fp32.
+void check_probe_sees_half_dy(nn::Module& net, DType& seen, const Tensor& x, const Tensor& dy, bool output_half) {
   for (bool training : {true, false}) {
     CAPTURE(training);
-    HalfMapsRun run(*net, training);
-    auto& [half, f32, plain, ctx, ctx32] = run;
-    half.forward(ctx, x);
-    const Tensor dx_half = half.backward(ctx, dy);
-    CHECK(seen == DType::bf16);
-    CHECK(dx_half.dtype() == DType::f32);
-    forward_alone(ctx32, plain, x);
-    Tensor g = bf16_rounded(plain.root().child(1).backward(ctx32, dy));
-    CHECK(bitwise_equal(dx_half, plain.root().child(0).backward(ctx32, g)));
-    check_same_grads_and_buffers(half, plain);
-
-    Context off = ctx;
-    off.half_maps = false;
-    for (Context* c : {&off, &ctx32}) {
-      seen = DType::i32;
-      nn::Model m = prepared(*net, training);
-      m.forward(*c, x);
-      m.backward(*c, dy);
-      CHECK(seen == DType::f32);
-    }
-  }
-}
-
-namespace {
-// A max pool that notes the dtype of the dy its backward is given (nn::backward_children calls
-// this backward for a pool whose dx stays fp32).
-class DyProbeMaxPool : public nn::MaxPool2d {
- public:
-  DyProbeMaxPool(DType* seen, int kernel, int stride, int padding) : nn::MaxPool2d(kernel, stride, padding), seen_(seen) {}
-  using nn::MaxPool2d::backward;
-  Tensor backward(Context& ctx, const Tensor& dy) override {
-    *seen_ = dy.dtype();
-    return nn::MaxPool2d::backward(ctx, dy);
-  }
-  std::unique_ptr<nn::Module> clone() const override { return std::make_unique<DyProbeMaxPool>(*this); }
-
- private:
-  DType* seen_;
-};
-}  // namespace
-
-TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool before it a bf16 gradient") {
-  // MaxPool2d -> Conv2d: the convolution's dx, the pool's dy, is bf16 (cuDNN's result as it is);
-  // the pool reads it widened. Its overlapping windows (3x3, stride 2) sum two or four of those
-  // rounded values at some elements: the values are the layers' one by one with the
-  // convolution's gradient rounded, which fails where the pool summed the fp32 gradient.
-  Rng rng(51);
-  DType seen = DType::i32;
-  auto net = std::make_unique<nn::Sequential>();
-  net->add(std::make_unique<DyProbeMaxPool>(&seen, 3, 2, 1));
-  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
-  const Tensor x = uniform({2, 3, 9, 9}, 52, -1.f, 1.f), dy = uniform({2, 4, 5, 5}, 53);
-  for (bool training : {true, false}) {
-    CAPTURE(training);
-    HalfMapsRun run(*net, training);
+    HalfMapsRun run(net, training);
     auto& [half, f32, plain, ctx, ctx32] = run;
     half.forward(ctx, x);
     CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, 1) == DType::bf16);
     const Tensor dx_half = half.backward(ctx, dy);
     CHECK(seen == DType::bf16);
     CHECK(dx_half.dtype() == DType::f32);
-    // The pool's output, the convolution's operand, is bf16 too (forward_children).
-    plain.root().child(1).forward(ctx32, bf16_rounded(plain.root().child(0).forward(ctx32, x)));
+    const Tensor h = plain.root().child(0).forward(ctx32, x);
+    plain.root().child(1).forward(ctx32, output_half ? bf16_rounded(h) : h);
     Tensor g = bf16_rounded(plain.root().child(1).backward(ctx32, dy));
     CHECK(bitwise_equal(dx_half, plain.root().child(0).backward(ctx32, g)));
     check_same_grads_and_buffers(half, plain);
@@ -455,19 +398,45 @@ TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool b
     off.half_maps = false;
     for (Context* c : {&off, &ctx32}) {
       seen = DType::i32;
-      nn::Model m = prepared(*net, training);
+      nn::Model m = prepared(net, training);
       m.forward(*c, x);
       CHECK(nn::backward_dx_dtype(*c, m.root(), 0, 1) == DType::f32);
       m.backward(*c, dy);
       CHECK(seen == DType::f32);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("Sequential: under --precision bf16 a convolution hands the ReLU before it a bf16 gradient") {
+  // ReLU -> Conv2d. (In a chain conv -> ReLU -> conv the ReLU's dx was rounded already, and
+  // rounding commutes with its mask: the values there are the same as before, only the map is half
+  // the bytes.)
+  Rng rng(41);
+  DType seen = DType::i32;
+  auto net = std::make_unique<nn::Sequential>();
+  net->add(std::make_unique<DyProbe<nn::ReLU>>(&seen));
+  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  check_probe_sees_half_dy(*net, seen, uniform({2, 3, 5, 5}, 42, -1.f, 1.f), uniform({2, 4, 5, 5}, 43), false);
+}
+
+TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool before it a bf16 gradient") {
+  // MaxPool2d -> Conv2d: the pool's overlapping windows (3x3, stride 2) sum two or four of the
+  // rounded values at some elements, which fails where the pool summed the fp32 gradient; its
+  // output, the convolution's operand, is bf16 too (forward_children).
+  Rng rng(51);
+  DType seen = DType::i32;
+  auto net = std::make_unique<nn::Sequential>();
+  net->add(std::make_unique<DyProbe<nn::MaxPool2d>>(&seen, 3, 2, 1));
+  net->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
+  const Tensor x = uniform({2, 3, 9, 9}, 52, -1.f, 1.f), dy = uniform({2, 4, 5, 5}, 53);
+  check_probe_sees_half_dy(*net, seen, x, dy, true);
   // After a convolution and its ReLU a pool's dx would be bf16 too, but not a subclass's: its
   // backward(ctx, dy) override still runs (given the next convolution's bf16 dy), and its dx is fp32.
   auto chain = std::make_unique<nn::Sequential>();
   chain->emplace<nn::Conv2d>(3, 3, 3, rng, 1, 1);
   chain->emplace<nn::ReLU>();
-  chain->add(std::make_unique<DyProbeMaxPool>(&seen, 3, 2, 1));
+  chain->add(std::make_unique<DyProbe<nn::MaxPool2d>>(&seen, 3, 2, 1));
   chain->emplace<nn::Conv2d>(3, 4, 3, rng, 1, 1);
   HalfMapsRun run(*chain, true);
   auto& [half, f32, plain, ctx, ctx32] = run;
