@@ -42,6 +42,8 @@ CATEGORIES = [
     ("convolution backward", {"conv2d_backward"},
      {"aten::convolution_backward", "aten::_conv_depthwise2d_backward", "aten::_slow_conv2d_backward",
       "aten::mkldnn_convolution_backward"}),
+    # increment_i64 was batch norm's num_batches_tracked before 2026-11-29 (profiles of 11-26 to
+    # 11-28); since, batch_norm_forward_train counts it, and increment_i64 is a CUDA graph's step count.
     ("batch norm", {"batch_norm_forward_train", "batch_norm_backward", "increment_i64"},
      {"aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward", "aten::native_batch_norm",
       "aten::native_batch_norm_backward", "aten::_batch_norm_impl_index"}),

@@ -75,6 +75,17 @@ TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a
   const DpxResult zoo = run_command("NVIDIA_SMI=false ZOO_MODELS='vgg11;true' " + kSource + "/scripts/gpu --dry-run");
   CHECK(zoo.code == 2);
   CHECK(zoo.output.find("ZOO_MODELS") != std::string::npos);
+  // So does the more stage's profile list: PRECISION=MODELS entries only.
+  for (const char* entry : {"bf16", "int8=resnet50", "bf16=resnet50;true"}) {
+    CAPTURE(entry);
+    const DpxResult more =
+        run_command("NVIDIA_SMI=false MORE_PROFILE='" + std::string(entry) + "' " + kSource + "/scripts/gpu --dry-run");
+    CHECK(more.code == 2);
+    CHECK(more.output.find("MORE_PROFILE entry") != std::string::npos);
+  }
+  CHECK(run_command("NVIDIA_SMI=false MORE_PROFILE='bf16=resnet50 tf32=vgg16,vgg11' " + kSource +
+                    "/scripts/gpu --dry-run")
+            .code == 0);
 }
 
 TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py ranks the committed H100 profile") {
