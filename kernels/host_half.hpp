@@ -36,9 +36,9 @@ class F32Out {
 
 // The nine ops, each through `op`, its host kernel (which then sees f32 tensors only). The
 // callers test is_half first, of every map the op may take in half precision: a convolution's
-// x (the ReLU's output before it), y, dy and dx; a batch norm's x, y (before a convolution), dx
-// and relu_out; relu_backward's y, dx and dy; add_relu's out and b; max_pool2d_forward's x and y;
-// max_pool2d_backward's dy and dx.
+// x (the ReLU's output before it), y, dy and dx; a batch norm's x, y (before a convolution), dx,
+// dy (the convolution after it's dx) and relu_out; relu_backward's y, dx and dy; add_relu's out
+// and b; max_pool2d_forward's x and y; max_pool2d_backward's dy and dx.
 template <class Op>
 void conv2d_forward_widened(Op op, Context& ctx, Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
                             const ops::Conv2dParams& p) {
@@ -82,7 +82,7 @@ void batch_norm_backward_widened(Op op, Context& ctx, Tensor* dx, Tensor* dgamma
                                  const Tensor* silu_beta) {
   F32Out out(dx);
   const Tensor relu32 = relu_out ? widened(*relu_out) : Tensor();
-  op(ctx, out.get(), dgamma, dbeta, dy, widened(x), gamma, save_mean, save_invstd, dx_mode,
+  op(ctx, out.get(), dgamma, dbeta, widened(dy), widened(x), gamma, save_mean, save_invstd, dx_mode,
      relu_out ? &relu32 : nullptr, silu_beta);
   out.finish();
 }

@@ -516,7 +516,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode, const Tensor* relu_out, const Tensor* silu_beta) {
   const char* op = "batch_norm_backward";
-  require_f32(op, "dy", dy);
+  // dy f32 or in half precision where the convolution after gives it (bn_prefix's map dtype).
   const int64_t C = bn_prefix(op, "dy", dy, x, ctx);
   require_channels(op,
                    {{"gamma", &gamma}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},

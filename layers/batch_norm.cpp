@@ -173,7 +173,14 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  if (!trained_forward_) return backward_eval(ctx, through_activation_eval(ctx, dy, relu_out));
+  if (!trained_forward_) {  // composed of ops that take an fp32 dy: a half one (a convolution's dx) widened
+    Tensor dy32 = dy;
+    if (dy.dtype() != DType::f32) {
+      dy32 = Tensor::empty(dy.shape(), DType::f32, ctx.device);
+      ops::cast(ctx, dy32, dy, 1.f);
+    }
+    return backward_eval(ctx, through_activation_eval(ctx, dy32, relu_out));
+  }
   // Written over, not added into; in x's dtype (a convolution's bf16/fp16 output gets its
   // gradient in that precision: Conv2d::forward_to_norm).
   Tensor dx = Tensor::empty(x_.shape(), x_.dtype(), ctx.device);

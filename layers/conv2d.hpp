@@ -41,8 +41,8 @@ class Conv2d : public Cloneable<Conv2d> {
   Tensor forward_to_norm(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy) override;  // (N, C_out, OH, OW) -> (N, C_in, H, W)
   // backward with dx in `dx_dtype`: f32, or under --precision bf16|fp16 the compute's half type
-  // (cuDNN's result as it is) for a ReLU or a max pool before the convolution that reads it next
-  // (ops.def, "half-precision maps"; nn::backward_dx_dtype decides).
+  // (cuDNN's result as it is) for a ReLU, a max pool or a batch norm before the convolution that
+  // reads it next (ops.def, "half-precision maps"; nn::backward_dx_dtype decides).
   Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype);
   // dx added into `into` by the op itself (DxMode::add: the CPU's GEMM beta; on CUDA the pass that
   // widens a half-precision result, or in fp32 an add of cuDNN's fresh result, kernels/cuda/conv2d.cu):

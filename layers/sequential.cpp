@@ -123,6 +123,16 @@ bool relu_alone(Module& parent, size_t begin, size_t i) {
   return !pair || !pair->ran_as_one();
 }
 
+// Whether child i's backward reads a half-precision dy as it is: a batch norm, alone or with the
+// ReLU or SiLU after it run as one (batch_norm_backward's dy), or a ReLU run alone (relu_backward's).
+bool reads_half_dy(Module& parent, size_t begin, size_t i) {
+  Module& m = parent.child(i);
+  if (dynamic_cast<BatchNorm2d*>(&m) || dynamic_cast<BatchNorm1d*>(&m)) return true;
+  if (i > begin)
+    if (auto pair = bn_activation(parent.child(i - 1), m); pair && pair->ran_as_one()) return true;
+  return relu_alone(parent, begin, i);
+}
+
 // Child i's backward under backward_dx_dtype's half precision (a ReLU, a convolution or a max pool).
 Tensor backward_half(Context& ctx, Module& m, const Tensor& dy) {
   if (auto* relu = dynamic_cast<ReLU*>(&m)) return relu->backward(ctx, dy, ctx.compute);
@@ -165,7 +175,7 @@ DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t
   if (type == typeid(ReLU))  // the convolution's dy, which cuDNN takes rounded anyway
     half = dynamic_cast<Conv2d*>(&before) != nullptr;
   else if (type == typeid(Conv2d))  // cuDNN's half result as it is, which the fp32 path widened
-    half = dynamic_cast<MaxPool2d*>(&before) || relu_alone(parent, begin, i - 1);
+    half = dynamic_cast<MaxPool2d*>(&before) || reads_half_dy(parent, begin, i - 1);
   else if (type == typeid(MaxPool2d))  // what that ReLU's dx would round
     half = dynamic_cast<ReLU*>(&before) && backward_dx_dtype(ctx, parent, begin, i - 1) != DType::f32;
   return half ? ctx.compute : DType::f32;

@@ -35,12 +35,13 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // The dtype of the gradient child i's backward hands to child i - 1 in backward_children over
 // [begin, ..): under --precision bf16|fp16 (ctx.half_maps) the compute's half type for a ReLU
 // after a convolution (that convolution's dy, which cuDNN takes rounded anyway), a convolution
-// after a max pool or after a ReLU whose backward runs alone (cuDNN's half result as it is, which
-// the fp32 path widened unchanged), and a max pool after such a ReLU after a convolution (the
-// fp32 sum rounded once, where the ReLU's dx rounded it: rounding commutes with its mask), so
-// that no value differs from the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i
-// must be a ReLU, Conv2d or MaxPool2d itself, not a subclass (whose backward override the half
-// form would pass over).
+// after a max pool, a batch norm (alone or with the ReLU or SiLU after it run as one) or a ReLU
+// whose backward runs alone (cuDNN's half result as it is, which the fp32 path widened
+// unchanged), and a max pool after such a ReLU after a convolution (the fp32 sum rounded once,
+// where the ReLU's dx rounded it: rounding commutes with its mask), so that no value differs from
+// the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i must be a ReLU, Conv2d or
+// MaxPool2d itself, not a subclass (whose backward override the half form would pass over). (A
+// batch norm's own dx has its x's dtype, half where a convolution's output was: not named here.)
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
 
 class Sequential : public Cloneable<Sequential> {

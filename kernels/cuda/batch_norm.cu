@@ -83,9 +83,10 @@ struct DyThrough {
 // Per (channel, chunk) partial sums. Forward: a = sum(x - shift), b = sum((x - shift)^2), with
 // shift = the channel's first element so that the variance does not cancel catastrophically.
 // Backward: a = sum(dy), b = sum(dy * (x - mean)), dy through the folded activation if any
-// (DyThrough). grid = (C, chunks).
-template <bool kBackward, typename X>
-__global__ void partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x, const float* dy,
+// (DyThrough). grid = (C, chunks). G: dy's element type (XF32, or XHalf where dy is the
+// convolution after it's bf16/fp16 dx, read widened: "half-precision maps" in ops.def).
+template <bool kBackward, typename X, typename G = XF32>
+__global__ void partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x, const typename G::T* dy,
                                     DyThrough through, const float* mean, Layout l, int64_t chunk) {
   __shared__ double shared[33];
   int64_t c = blockIdx.x, p = blockIdx.y, chunks = gridDim.y;
@@ -100,7 +101,7 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const typena
     const float xv = X::load(x[(n * l.cx + c) * l.s + s]);
     double d = static_cast<double>(xv) - center;
     if (kBackward) {
-      double g = through(dy[at], at, xv, c);
+      double g = through(G::load(dy[at]), at, xv, c);
       a += g;
       b += g * d;
     } else {
@@ -126,9 +127,10 @@ __global__ void partial_sums_kernel(double* part_a, double* part_b, const typena
 // (threadIdx.x) over 8 row lanes (threadIdx.y), so a warp reads 32 consecutive floats, and the
 // lanes' sums are added in lane order (a fixed order: the same bits every run). The shift is the
 // channel's first element, as above. grid = (channel tiles of 32, chunks).
-template <bool kBackward, typename X>
-__global__ void row_partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x, const float* dy,
-                                        DyThrough through, const float* mean, Layout l, int64_t chunk) {
+template <bool kBackward, typename X, typename G = XF32>
+__global__ void row_partial_sums_kernel(double* part_a, double* part_b, const typename X::T* x,
+                                        const typename G::T* dy, DyThrough through, const float* mean, Layout l,
+                                        int64_t chunk) {
   __shared__ double lane_a[8][32], lane_b[8][32];
   const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
   const int64_t p = blockIdx.y, chunks = gridDim.y;
@@ -141,7 +143,7 @@ __global__ void row_partial_sums_kernel(double* part_a, double* part_b, const ty
       const float xv = X::load(x[r * l.cx + c]);
       const double d = static_cast<double>(xv) - center;
       if (kBackward) {
-        const double g = through(dy[at], at, xv, c);
+        const double g = through(G::load(dy[at]), at, xv, c);
         a += g;
         b += g * d;
       } else {
@@ -240,14 +242,14 @@ __global__ void finish_backward_kernel(float* dgamma, float* dbeta, float* coef,
 
 // dx (+)= gamma * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy (x - mean))).
 // dx has x's element type: rounded at the store where it is bf16/fp16.
-template <typename X, typename Index, typename Div>
-__global__ void backward_dx_kernel(typename X::T* dx, const float* dy, DyThrough through, const typename X::T* x,
-                                   const float* mean, const float* coef, Index total, Div c_count, Index cx, Div s,
-                                   bool overwrite) {
+template <typename X, typename G, typename Index, typename Div>
+__global__ void backward_dx_kernel(typename X::T* dx, const typename G::T* dy, DyThrough through,
+                                   const typename X::T* x, const float* mean, const float* coef, Index total,
+                                   Div c_count, Index cx, Div s, bool overwrite) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < total; i += Index(gridDim.x) * blockDim.x) {
     Index c = c_count.mod(s.div(i)), xi = x_index(i, c_count, cx, s);
     const float xv = X::load(x[xi]);
-    const float dyi = through(dy[i], i, xv, c);
+    const float dyi = through(G::load(dy[i]), i, xv, c);
     const float g = coef[3 * c] * (dyi - coef[3 * c + 1] - (xv - mean[c]) * coef[3 * c + 2]);
     dx[xi] = X::store(overwrite ? g : X::load(dx[xi]) + g);
   }
@@ -276,14 +278,15 @@ int row_chunks_for(const CudaState& st, const Layout& l) {
 }
 
 // The partial sums' launch: per channel, or per tile of 32 channels for rows.
-template <bool kBackward, typename X>
-void launch_partial_sums(const CudaState& st, double* pa, double* pb, const typename X::T* x, const float* dy,
-                         const DyThrough& through, const float* mean, const Layout& l, int chunks, int64_t chunk) {
+template <bool kBackward, typename X, typename G = XF32>
+void launch_partial_sums(const CudaState& st, double* pa, double* pb, const typename X::T* x,
+                         const typename G::T* dy, const DyThrough& through, const float* mean, const Layout& l,
+                         int chunks, int64_t chunk) {
   if (as_rows(l))
-    row_partial_sums_kernel<kBackward, X><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
-                                         st.stream>>>(pa, pb, x, dy, through, mean, l, chunk);
+    row_partial_sums_kernel<kBackward, X, G><<<dim3(static_cast<unsigned>((l.c + 31) / 32), chunks), dim3(32, 8), 0,
+                                            st.stream>>>(pa, pb, x, dy, through, mean, l, chunk);
   else
-    partial_sums_kernel<kBackward, X><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
+    partial_sums_kernel<kBackward, X, G><<<dim3(static_cast<unsigned>(l.c), chunks), kThreads, 0, st.stream>>>(
         pa, pb, x, dy, through, mean, l, chunk);
   check_launch();
 }
@@ -386,7 +389,6 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   Layout l = layout_of(dy, x);
   if ((!dx && !dgamma && !dbeta) || l.c == 0 || l.m == 0) return;
   const float* g = optional_f32(gamma, op, "gamma", l.c);
-  const float* pdy = f32(dy, op, "dy");
   const float* pmean = f32(save_mean, op, "save_mean");
   const float* pinv = f32(save_invstd, op, "save_invstd");
   const bool relu_half = relu_out && relu_out->dtype() != DType::f32;  // before a convolution
@@ -403,20 +405,26 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
   double* pa = part.as<double>();
   double* pb = pa + l.c * chunks;
   float* coef = dx ? reinterpret_cast<float*>(pb + l.c * chunks) : nullptr;
+  // x and dy each f32 or the compute's half type (a convolution's output, and its gradient from the
+  // convolution after the batch norm: ops.def).
   with_x_type(x.dtype(), [&](auto type) {
-    using X = decltype(type);
-    const typename X::T* px = x_data<X>(x, op, "x");
-    launch_partial_sums<true, X>(st, pa, pb, px, pdy, through, pmean, l, chunks, chunk);
-    finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
-        dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb,
-        g, pinv, l, chunks);
-    check_launch();
-    if (!dx) return;
-    typename X::T* pdx = x_data<X>(*dx, op, "dx");  // x's dtype (the op checks)
-    per_element(l, [&](auto total, auto c, auto cx, auto s) {
-      backward_dx_kernel<X><<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
-          pdx, pdy, through, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
+    with_x_type(dy.dtype(), [&](auto dy_type) {
+      using X = decltype(type);
+      using G = decltype(dy_type);
+      const typename X::T* px = x_data<X>(x, op, "x");
+      const typename G::T* pdy = x_data<G>(dy, op, "dy");
+      launch_partial_sums<true, X, G>(st, pa, pb, px, pdy, through, pmean, l, chunks, chunk);
+      finish_backward_kernel<<<static_cast<unsigned>((l.c + 127) / 128), 128, 0, st.stream>>>(
+          dgamma ? f32(*dgamma, op, "dgamma") : nullptr, dbeta ? f32(*dbeta, op, "dbeta") : nullptr, coef, pa, pb,
+          g, pinv, l, chunks);
       check_launch();
+      if (!dx) return;
+      typename X::T* pdx = x_data<X>(*dx, op, "dx");  // x's dtype (the op checks)
+      per_element(l, [&](auto total, auto c, auto cx, auto s) {
+        backward_dx_kernel<X, G><<<detail::grid_for(static_cast<int64_t>(total)), kThreads, 0, st.stream>>>(
+            pdx, pdy, through, px, pmean, coef, total, c, cx, s, dx_mode == DxMode::overwrite);
+        check_launch();
+      });
     });
   });
 }

@@ -106,7 +106,7 @@ void batch_norm_backward(Context& ctx, Tensor* dx, Tensor* dgamma, Tensor* dbeta
                          const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, DxMode dx_mode, const Tensor* relu_out,
                          const Tensor* silu_beta) {
-  if (kernels::is_half(x) || kernels::is_half(relu_out))
+  if (kernels::is_half(x) || kernels::is_half(dy) || kernels::is_half(relu_out))
     return kernels::batch_norm_backward_widened(batch_norm_backward, ctx, dx, dgamma, dbeta, dy, x, gamma, save_mean,
                                                 save_invstd, dx_mode, relu_out, silu_beta);
   const BnSizes b = sizes(dy, x);

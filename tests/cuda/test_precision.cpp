@@ -332,6 +332,21 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
       CHECK(bitwise_equal(dxh.to(Device::cpu()), dx32.to(Device::cpu()).cast(half)));
       CHECK(bitwise_equal(dg_a.to(Device::cpu()), dg_b.to(Device::cpu())));
       CHECK(bitwise_equal(db_a.to(Device::cpu()), db_b.to(Device::cpu())));
+      // A half dy (the dx of the convolution after the batch norm, cuDNN's result as it is), read
+      // widened: every gradient the same as from its widened copy, planes and rows alike.
+      Tensor dyh = Tensor::empty(bn_shape, half, dev()), dyw = poisoned(bn_shape, dev());
+      ops::cast(g, dyh, dy, 1.f);
+      ops::cast(g, dyw, dyh, 1.f);
+      Tensor dxh2 = Tensor::empty(bn_shape, half, dev()), dxh3 = Tensor::empty(bn_shape, half, dev());
+      Tensor dg_c = Tensor::zeros({k}).to(dev()), db_c = Tensor::zeros({k}).to(dev());
+      Tensor dg_d = Tensor::zeros({k}).to(dev()), db_d = Tensor::zeros({k}).to(dev());
+      ops::batch_norm_backward(g, &dxh2, &dg_c, &db_c, dyh, xh, gamma, m_a, s_a, ops::DxMode::overwrite, &out_h,
+                               nullptr);
+      ops::batch_norm_backward(g, &dxh3, &dg_d, &db_d, dyw, xh, gamma, m_a, s_a, ops::DxMode::overwrite, &out_h,
+                               nullptr);
+      CHECK(bitwise_equal(dxh2.to(Device::cpu()), dxh3.to(Device::cpu())));
+      CHECK(bitwise_equal(dg_c.to(Device::cpu()), dg_d.to(Device::cpu())));
+      CHECK(bitwise_equal(db_c.to(Device::cpu()), db_d.to(Device::cpu())));
 
       // The convolution's backward from the half dx, and from the fp32 one, which it rounds.
       Tensor gx_a = poisoned(x_shape, dev()), gw_a = Tensor::zeros(w.shape()).to(dev());

@@ -17,6 +17,7 @@ using namespace dpx;
 using dpx::testing::bitwise_equal;
 using dpx::testing::for_each_half_host_case;
 using dpx::testing::check_close;
+using dpx::testing::poisoned;
 using dpx::testing::randn;
 
 TEST_CASE("batch_norm train (N, C): hand values and running stats after two steps") {
@@ -494,6 +495,25 @@ TEST_CASE("half-precision maps: a convolution's bf16/fp16 output and gradient, a
         CHECK(bitwise_equal(dxh, rounded(dx32, half)));
         CHECK(bitwise_equal(dg_a, dg_b));
         CHECK(bitwise_equal(db_a, db_b));
+        // A half dy (the dx of the convolution after it, cuDNN's result as it is): every gradient
+        // that of its widened values, with the ReLU's mask and with none, added into dx too.
+        const Tensor dyh = rounded(dy, half), dyw = dyh.cast(DType::f32);
+        for (const Tensor* out : {static_cast<const Tensor*>(&yh), static_cast<const Tensor*>(nullptr)}) {
+          CAPTURE(out != nullptr);
+          Tensor da = poisoned({3, 4, 5, 6}), dw = poisoned({3, 4, 5, 6});
+          Tensor ga = Tensor::zeros({C}), ba = Tensor::zeros({C}), gw = Tensor::zeros({C}), bw = Tensor::zeros({C});
+          ops::batch_norm_backward(ctx, &da, &ga, &ba, dyh, x32, gamma, m_b, s_b, ops::DxMode::overwrite, out, nullptr);
+          ops::batch_norm_backward(ctx, &dw, &gw, &bw, dyw, x32, gamma, m_b, s_b, ops::DxMode::overwrite, out, nullptr);
+          CHECK(bitwise_equal(da, dw));
+          CHECK(bitwise_equal(ga, gw));
+          CHECK(bitwise_equal(ba, bw));
+          Tensor held_a = randn({3, 4, 5, 6}, 66), held_w = held_a.clone();
+          ops::batch_norm_backward(ctx, &held_a, nullptr, nullptr, dyh, x32, gamma, m_b, s_b, ops::DxMode::add, out,
+                                   nullptr);
+          ops::batch_norm_backward(ctx, &held_w, nullptr, nullptr, dyw, x32, gamma, m_b, s_b, ops::DxMode::add, out,
+                                   nullptr);
+          CHECK(bitwise_equal(held_a, held_w));
+        }
       }
 }
 
@@ -516,6 +536,12 @@ TEST_CASE("half-precision maps: refused without half compute, in another dtype, 
       ops::batch_norm_backward(ctx, &dx32, nullptr, nullptr, dy, yh, c4, c4, c4, ops::DxMode::overwrite, nullptr,
                                nullptr),
       doctest::Contains("batch_norm_backward: dx (2, 4, 4, 4) must be bf16, got f32"), Error);
+  // Its dy may be in the compute's half type, not another.
+  Tensor dy16 = dy.cast(DType::f16), dxh = Tensor::empty({2, 4, 4, 4}, DType::bf16);
+  CHECK_THROWS_WITH_AS(
+      ops::batch_norm_backward(ctx, &dxh, nullptr, nullptr, dy16, yh, c4, c4, c4, ops::DxMode::overwrite, nullptr,
+                               nullptr),
+      doctest::Contains("batch_norm_backward: dy (2, 4, 4, 4) must be f32 or bf16"), Error);
   // A ReLU's half dx (the dy of the convolution before it) is written over, never added to, and
   // in the compute's half type.
   Tensor rdx = Tensor::empty({2, 4, 4, 4}, DType::bf16);

@@ -294,7 +294,8 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
   // gradient comes back to the convolution in bf16. BatchNorm2d + ReLU -> Conv2d: the ReLU's
   // output is bf16, kept once for the ReLU's backward and the convolution's; so is the output of
   // a Conv2d + ReLU (one pass) -> Conv2d, its bias and ReLU applied in place, and that ReLU's
-  // gradient for the convolution before it (whose bias gradient then sums the rounded values).
+  // gradient for the convolution before it (whose bias gradient then sums the rounded values), and
+  // a convolution's gradient for the batch norm + ReLU before it (read widened by their backward).
   // The values and gradients are the layers' run one by one with those maps rounded to bf16 and,
   // in training, the batch norms' gradients too, bit for bit (the host computes in fp32 otherwise).
   // A convolution with a bias before a batch norm adds it to the bf16 output (rounded once on the
@@ -337,14 +338,21 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
       if (i == 0 || i == 2 || i == 3 || i == 5 || i == 7) h = bf16_rounded(h);
     }
     CHECK(bitwise_equal(y_half, h));
+    // Handed back in bf16 (nn::backward_dx_dtype): the gradients of the convolutions after a batch
+    // norm + ReLU (3, 6) or a ReLU (8), and of the ReLU after a convolution (7).
+    const std::set<size_t> half_dx = {3, 6, 7, 8};
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      CAPTURE(i);
+      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
+    }
     half.zero_grad(ctx);
     plain.zero_grad(ctx32);
     const Tensor dx_half = half.backward(ctx, dy);
     Tensor g = dy;
     for (size_t i = kids.num_children(); i-- > 1;) {
       g = kids.child(i).backward(ctx32, g);
-      // The ReLU's gradient, and in training the batch norm's, bf16 for the convolution before it.
-      if (i == 7 || (i == 4 && training)) g = bf16_rounded(g);
+      // Those gradients rounded, and in training the batch norm's (its x's dtype) too.
+      if (half_dx.count(i) || (i == 4 && training)) g = bf16_rounded(g);
     }
     CHECK(g.dtype() == DType::f32);
     if (training) g = bf16_rounded(g);  // eval's composed backward hands back fp32
