@@ -3,8 +3,9 @@
 // that accumulate or are null, any eps) is then explicit. Statistics are summed in double, in a
 // fixed order (per-chunk partials, then per channel), so results repeat bit for bit. Under
 // --precision bf16|fp16 x (and dx) may be in that type, a convolution's output, and y (and a
-// folded ReLU's relu_out) too, the input of a convolution (ops.def's half-precision maps): the
-// kernels read x through its element type X, widened on load, and round dx and y at their stores.
+// folded ReLU's relu_out) too, the input of a convolution, and dy, the gradient of the convolution
+// after it (ops.def's half-precision maps): the kernels read x and dy through their element types
+// X and G, widened on load, and round dx and y at their stores.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"

@@ -456,6 +456,55 @@ TEST_CASE("Sequential: under --precision bf16 a convolution hands the max pool b
   CHECK(seen == DType::bf16);
 }
 
+TEST_CASE("Sequential: under --precision bf16 a convolution hands a batch norm before it, alone or with its SiLU, a bf16 gradient") {
+  // Conv2d -> BatchNorm2d -> Conv2d -> BatchNorm2d + SiLU (one pass) -> Conv2d: the gradients of
+  // the convolutions after a batch norm (2) and after the pair (5) are bf16 (cuDNN's result as it
+  // is), read widened by the batch norm's backward. The values are the layers' one by one with
+  // the maps and gradients rounded where the half-precision maps are (the batch norms' outputs
+  // alone stay fp32; their dx has their x's dtype, bf16 after a convolution, in training).
+  Rng rng(61);
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Conv2d>(2, 4, 3, rng, 1, 1, 1, 1, /*bias=*/false);  // 0: bf16 output
+  net->emplace<nn::BatchNorm2d>(4);                                    // 1: fp32 output
+  net->emplace<nn::Conv2d>(4, 4, 3, rng, 1, 1, 1, 1, /*bias=*/false);  // 2: bf16 output, bf16 dx
+  net->emplace<nn::BatchNorm2d>(4);                                    // 3 + 4, one pass:
+  net->emplace<nn::SiLU>();                                            // 4: bf16 output
+  net->emplace<nn::Conv2d>(4, 3, 1, rng);                              // 5: fp32 output, bf16 dx
+  net->emplace<nn::AdaptiveAvgPool2d>(1, 1);
+  net->emplace<nn::Flatten>();
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    HalfMapsRun run(*net, training);
+    auto& [half, f32, plain, ctx, ctx32] = run;
+    const Tensor x = uniform({5, 2, 4, 4}, 62, -1.f, 1.f), dy = uniform({5, 3}, 63);
+    const Tensor y_half = half.forward(ctx, x);
+    auto& kids = plain.root();
+    Tensor h = x;
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      h = kids.child(i).forward(ctx32, h);
+      if (i == 0 || i == 2 || i == 4) h = bf16_rounded(h);
+    }
+    CHECK(bitwise_equal(y_half, h));
+    const std::set<size_t> half_dx = {2, 5};
+    for (size_t i = 0; i < kids.num_children(); ++i) {
+      CAPTURE(i);
+      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
+    }
+    half.zero_grad(ctx);
+    plain.zero_grad(ctx32);
+    const Tensor dx_half = half.backward(ctx, dy);
+    Tensor g = dy;
+    for (size_t i = kids.num_children(); i-- > 1;) {
+      g = kids.child(i).backward(ctx32, g);
+      // Those gradients rounded, and in training the batch norms' dx (their x's dtype; eval's
+      // composed backward hands back fp32).
+      if (half_dx.count(i) || ((i == 1 || i == 3) && training)) g = bf16_rounded(g);
+    }
+    CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx32, g)));
+    check_same_grads_and_buffers(half, plain);
+  }
+}
+
 TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps and a convolution pools bf16 maps") {
   // Conv2d + ReLU -> MaxPool2d -> Conv2d (VGG, AlexNet), BatchNorm2d + ReLU -> MaxPool2d -> a
   // ResNet block (ResNet's stem): the activated output and the pooled one are bf16 (ops.def,
@@ -503,8 +552,9 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
     CHECK(bitwise_equal(with_half.y, h));
     // In backward, bf16: the ReLUs' gradients for the convolution before each (children 9 and 1),
     // the pools' before those ReLUs (10 and 2), and the gradient of the convolution after a pool
-    // (3); not the pool after the batch norm's ReLU (6: that ReLU runs in the batch norm's
-    // backward, which reads an fp32 dy), nor the convolution after a block (8).
+    // (3); not the pool after the batch norm's ReLU (6: the batch norm's backward writes that
+    // ReLU's dx in fp32, so rounding the pool's sums would change values), nor the convolution
+    // after a block (8).
     const std::set<size_t> half_dx = {1, 2, 3, 9, 10};
     for (size_t i = 0; i < kids.num_children(); ++i) {
       CAPTURE(i);
