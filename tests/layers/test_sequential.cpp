@@ -105,6 +105,26 @@ struct HalfMapsRun {
 };
 // t rounded to bf16, in fp32: a half map's values.
 Tensor bf16_rounded(const Tensor& t) { return t.cast(DType::bf16).cast(DType::f32); }
+
+// The gradient dtypes nn::backward_dx_dtype names for m's children: bf16 for those in `half_dx`.
+void check_half_dx(const Context& ctx, nn::Model& m, const std::set<size_t>& half_dx) {
+  for (size_t i = 0; i < m.root().num_children(); ++i) {
+    CAPTURE(i);
+    CHECK(nn::backward_dx_dtype(ctx, m.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
+  }
+}
+
+// The children of `plain` backward one by one from dy down to child 1 (child i in ctx_of(i)), the
+// gradients of those in `rounded` rounded to bf16: the reference for a half-precision run.
+template <class CtxOf>
+Tensor backward_rounded(nn::Model& plain, Tensor g, const std::set<size_t>& rounded, CtxOf ctx_of) {
+  auto& kids = plain.root();
+  for (size_t i = kids.num_children(); i-- > 1;) {
+    g = kids.child(i).backward(ctx_of(i), g);
+    if (rounded.count(i)) g = bf16_rounded(g);
+  }
+  return g;
+}
 }  // namespace
 
 TEST_CASE("Sequential: children named by position or by name, as torchvision") {
@@ -341,19 +361,14 @@ TEST_CASE("Sequential: under --precision bf16 convolutions, batch norms and ReLU
     // Handed back in bf16 (nn::backward_dx_dtype): the gradients of the convolutions after a batch
     // norm + ReLU (3, 6) or a ReLU (8), and of the ReLU after a convolution (7).
     const std::set<size_t> half_dx = {3, 6, 7, 8};
-    for (size_t i = 0; i < kids.num_children(); ++i) {
-      CAPTURE(i);
-      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
-    }
+    check_half_dx(ctx, half, half_dx);
     half.zero_grad(ctx);
     plain.zero_grad(ctx32);
     const Tensor dx_half = half.backward(ctx, dy);
-    Tensor g = dy;
-    for (size_t i = kids.num_children(); i-- > 1;) {
-      g = kids.child(i).backward(ctx32, g);
-      // Those gradients rounded, and in training the batch norm's (its x's dtype) too.
-      if (half_dx.count(i) || (i == 4 && training)) g = bf16_rounded(g);
-    }
+    // Those gradients rounded, and in training the batch norm's (its x's dtype) too.
+    std::set<size_t> rounded = half_dx;
+    if (training) rounded.insert(4);
+    Tensor g = backward_rounded(plain, dy, rounded, [&](size_t) -> Context& { return ctx32; });
     CHECK(g.dtype() == DType::f32);
     if (training) g = bf16_rounded(g);  // eval's composed backward hands back fp32
     CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx32, g)));
@@ -486,20 +501,15 @@ TEST_CASE("Sequential: under --precision bf16 a convolution hands a batch norm b
     }
     CHECK(bitwise_equal(y_half, h));
     const std::set<size_t> half_dx = {2, 5};
-    for (size_t i = 0; i < kids.num_children(); ++i) {
-      CAPTURE(i);
-      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
-    }
+    check_half_dx(ctx, half, half_dx);
     half.zero_grad(ctx);
     plain.zero_grad(ctx32);
     const Tensor dx_half = half.backward(ctx, dy);
-    Tensor g = dy;
-    for (size_t i = kids.num_children(); i-- > 1;) {
-      g = kids.child(i).backward(ctx32, g);
-      // Those gradients rounded, and in training the batch norms' dx (their x's dtype; eval's
-      // composed backward hands back fp32).
-      if (half_dx.count(i) || ((i == 1 || i == 3) && training)) g = bf16_rounded(g);
-    }
+    // Those gradients rounded, and in training the batch norms' dx (their x's dtype; eval's
+    // composed backward hands back fp32).
+    std::set<size_t> rounded = half_dx;
+    if (training) rounded.insert({1, 3});
+    Tensor g = backward_rounded(plain, dy, rounded, [&](size_t) -> Context& { return ctx32; });
     CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx32, g)));
     check_same_grads_and_buffers(half, plain);
   }
@@ -556,21 +566,16 @@ TEST_CASE("Sequential: under --precision bf16 a max pool between activated maps 
     // ReLU's dx in fp32, so rounding the pool's sums would change values), nor the convolution
     // after a block (8).
     const std::set<size_t> half_dx = {1, 2, 3, 9, 10};
-    for (size_t i = 0; i < kids.num_children(); ++i) {
-      CAPTURE(i);
-      CHECK(nn::backward_dx_dtype(ctx, half.root(), 0, i) == (half_dx.count(i) ? DType::bf16 : DType::f32));
-      CHECK(nn::backward_dx_dtype(ctx32, f32.root(), 0, i) == DType::f32);
-    }
+    check_half_dx(ctx, half, half_dx);
+    check_half_dx(ctx32, f32, {});
     half.zero_grad(ctx);
     plain.zero_grad(ctx32);
     const Tensor dx_half = half.backward(ctx, dy);
-    Tensor g = dy;
     // Those gradients rounded, and in training the batch norm's dx (child 4) too.
-    for (size_t i = kids.num_children(); i-- > 0;) {
-      g = kids.child(i).backward(ctx_of(i), g);
-      if (half_dx.count(i) || (i == 4 && training)) g = bf16_rounded(g);
-    }
-    CHECK(bitwise_equal(dx_half, g));
+    std::set<size_t> rounded = half_dx;
+    if (training) rounded.insert(4);
+    const Tensor g = backward_rounded(plain, dy, rounded, ctx_of);
+    CHECK(bitwise_equal(dx_half, kids.child(0).backward(ctx_of(0), g)));
     check_same_grads_and_buffers(half, plain);
   }
 }
