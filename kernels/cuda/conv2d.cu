@@ -330,6 +330,19 @@ struct HalfQuads {  // the same four at a time (8 bytes)
   __device__ float4 operator()(int64_t i) const { return load4<H>(p[i]); }
 };
 
+// Calls launch(total, plane, k) for a flat kernel whose element i has channel (i / plane) % k: with
+// 32-bit indices and multiply-high dividers where the map's indices fit (detail::fits_int32), else
+// 64-bit ones and the hardware's division.
+template <typename Launch>
+void with_channel_index(int64_t total, int64_t plane, int64_t k, Launch launch) {
+  if (detail::fits_int32(total))
+    launch(static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(plane)), FastDivide(static_cast<uint32_t>(k)));
+  else
+    launch(static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(plane)),
+           PlainDivide(static_cast<uint64_t>(k)));
+  check_launch();
+}
+
 // The same over planes smaller than a block, a thread a value, its channel (i / plane) % k by
 // multiply-highs: a block a plane left most of its threads idle there, 255 of 256 on
 // squeeze-excitation's 1x1 maps, and took 0.13 ms for efficientnet_b0's 64x1152x1x1 expand
@@ -354,17 +367,11 @@ void add_channel_bias(const CudaState& st, float* y, const void* half, DType dty
   const auto floats = [&](auto in, auto f) {  // a float at a time
     if (!flat) {
       detail::per_plane<false>(st.stream, y, in, b, planes, plane, s.k, f);
-    } else if (detail::fits_int32(total)) {
-      bias_flat_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
-          y, in, b, static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(plane)),
-          FastDivide(static_cast<uint32_t>(s.k)), f);
-      check_launch();
-    } else {
-      bias_flat_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
-          y, in, b, static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(plane)),
-          PlainDivide(static_cast<uint64_t>(s.k)), f);
-      check_launch();
+      return;
     }
+    with_channel_index(total, plane, s.k, [&](auto count, auto by_plane, auto by_k) {
+      bias_flat_kernel<<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(y, in, b, count, by_plane, by_k, f);
+    });
   };
   const auto with = [&](auto f) {
     const auto from_half = [&](auto type) {
@@ -410,15 +417,10 @@ void half_bias_relu(const CudaState& st, Tensor& y, const float* b, const Shapes
   detail::with_x_type(y.dtype(), [&](auto type) {
     using Y = decltype(type);
     typename Y::T* p = detail::x_data<Y>(y, "conv2d_forward", "y");
-    if (detail::fits_int32(total))
-      half_bias_relu_kernel<Y><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
-          p, b, static_cast<uint32_t>(total), FastDivide(static_cast<uint32_t>(plane)),
-          FastDivide(static_cast<uint32_t>(s.k)), relu);
-    else
-      half_bias_relu_kernel<Y><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(
-          p, b, static_cast<uint64_t>(total), PlainDivide(static_cast<uint64_t>(plane)),
-          PlainDivide(static_cast<uint64_t>(s.k)), relu);
-    check_launch();
+    with_channel_index(total, plane, s.k, [&](auto count, auto by_plane, auto by_k) {
+      half_bias_relu_kernel<Y><<<detail::grid_for(total), detail::kThreads, 0, st.stream>>>(p, b, count, by_plane,
+                                                                                            by_k, relu);
+    });
   });
 }
 
