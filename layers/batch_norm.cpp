@@ -147,12 +147,8 @@ Tensor BatchNormBase<Self>::through_activation_eval(Context& ctx, const Tensor& 
   if (applied_ == ops::Epilogue::none) return dy;
   Tensor g = Tensor::empty(dy.shape(), DType::f32, ctx.device);
   if (applied_ == ops::Epilogue::relu) {
-    Tensor out = *relu_out;
-    if (out.dtype() != DType::f32) {  // a half-precision output (before a convolution), widened
-      out = Tensor::empty(relu_out->shape(), DType::f32, ctx.device);
-      ops::cast(ctx, out, *relu_out, 1.f);
-    }
-    ops::relu_backward(ctx, g, dy, out, ops::DxMode::overwrite);
+    // A half-precision output (before a convolution) widened.
+    ops::relu_backward(ctx, g, dy, as_f32(ctx, *relu_out), ops::DxMode::overwrite);
     return g;
   }
   Tensor y = Tensor::empty(dy.shape(), DType::f32, ctx.device);  // the SiLU's input, as forward made it
@@ -173,14 +169,8 @@ Tensor BatchNormBase<Self>::backward(Context& ctx, const Tensor& dy, const Tenso
   if (dy.shape() != x_.shape())
     fail(describe(), ": backward given dy ", shape_str(dy.shape()), ", expected ", shape_str(x_.shape()));
   const FreeSaved free_saved(*this);
-  if (!trained_forward_) {  // composed of ops that take an fp32 dy: a half one (a convolution's dx) widened
-    Tensor dy32 = dy;
-    if (dy.dtype() != DType::f32) {
-      dy32 = Tensor::empty(dy.shape(), DType::f32, ctx.device);
-      ops::cast(ctx, dy32, dy, 1.f);
-    }
-    return backward_eval(ctx, through_activation_eval(ctx, dy32, relu_out));
-  }
+  // Eval's backward is composed of ops that take an fp32 dy: a half one (a convolution's dx) widened.
+  if (!trained_forward_) return backward_eval(ctx, through_activation_eval(ctx, as_f32(ctx, dy), relu_out));
   // Written over, not added into; in x's dtype (a convolution's bf16/fp16 output gets its
   // gradient in that precision: Conv2d::forward_to_norm).
   Tensor dx = Tensor::empty(x_.shape(), x_.dtype(), ctx.device);
@@ -229,11 +219,7 @@ void BatchNormBase<Self>::backward_prefix(Context& ctx, Tensor& grad_buf, const 
 // and the eval op itself computes s (on a row of ones, mean 0, beta 0) and xhat (gamma 1).
 template <class Self>
 Tensor BatchNormBase<Self>::backward_eval(Context& ctx, const Tensor& dy) {
-  if (x_.dtype() != DType::f32) {  // a convolution's half-precision output: the composed ops take fp32
-    Tensor x = Tensor::empty(x_.shape(), DType::f32, ctx.device);
-    ops::cast(ctx, x, x_, 1.f);
-    x_ = x;
-  }
+  x_ = as_f32(ctx, x_);  // a convolution's half-precision output: the composed ops take fp32
   const int64_t n = x_.size(0), spatial = x_.numel() / (n * c_);
   const Shape as_image = {n, c_, spatial, 1};
   ops::Conv2dParams depthwise;

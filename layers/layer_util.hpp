@@ -23,6 +23,15 @@ inline Tensor zeros_on(Context& ctx, const Shape& shape) {
 // (DxMode::overwrite): no fill kernel before it.
 inline Tensor empty_on(Context& ctx, const Shape& shape) { return Tensor::empty(shape, DType::f32, ctx.device); }
 
+// t itself where it is f32, else a new f32 tensor on ctx.device holding its values widened (a
+// half-precision map for ops that take fp32).
+inline Tensor as_f32(Context& ctx, const Tensor& t) {
+  if (t.dtype() == DType::f32) return t;
+  Tensor w = Tensor::empty(t.shape(), DType::f32, ctx.device);
+  ops::cast(ctx, w, t, 1.f);
+  return w;
+}
+
 // Module::backward_add's target: an f32 tensor of the input's shape, else an error naming the layer.
 inline void check_add_target(const std::string& layer, const Tensor& into, const Shape& x_shape) {
   if (into.shape() != x_shape || into.dtype() != DType::f32)
