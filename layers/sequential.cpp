@@ -3,8 +3,8 @@
 // or a convolution and the ReLU after it, as one, and under --precision bf16|fp16 hand a
 // convolution's output to the batch norm after it, and an activated output to a module that takes
 // half-precision maps (a convolution, a ResNet block, Fire), directly or through a max pool, in
-// the compute's half precision, and in backward the gradients between a convolution, a ReLU and
-// a max pool (backward_dx_dtype).
+// the compute's half precision, and in backward the gradients between a convolution and the ReLU,
+// max pool or batch norm beside it (backward_dx_dtype).
 #include "layers/sequential.hpp"
 
 #include <optional>
