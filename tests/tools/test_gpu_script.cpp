@@ -88,6 +88,92 @@ TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a
             .code == 0);
 }
 
+namespace {
+// A stand-in for dpx in benchmarks/gpu-bench: `models` writes a model's forward GFLOPs; `bench`
+// writes results.csv after each model, as dpx does, and exits 1 at a model of FAIL while it runs
+// with others (a fault that leaves the CUDA context unusable for the models after it), or at one of
+// FAIL_ALONE even alone, unless DPX_HALF_MAPS=0.
+constexpr const char* kFakeDpx = R"(#!/usr/bin/env bash
+cmd=$1; shift
+case $cmd in
+  models) m=$1; shift
+    while [[ $# -gt 0 ]]; do [[ $1 == --csv ]] && printf 'model,forward_gflops\n%s,1.5\n' "$m" >"$2"; shift; done ;;
+  bench) models='' out=''
+    while [[ $# -gt 0 ]]; do
+      case $1 in --models) models=$2; shift ;; --out) out=$2; shift ;; esac
+      shift
+    done
+    mkdir -p "$out"
+    IFS=, read -r -a list <<<"$models"
+    csv=model,mean_forward_s,mean_backward_s,mean_optimizer_s,batch_size,images_per_s,peak_device_allocated_bytes,peak_device_reserved_bytes
+    for m in "${list[@]}"; do
+      if [[ ,${FAIL:-}, == *,$m,* && ${#list[@]} -gt 1 ]] ||
+         [[ ,${FAIL_ALONE:-}, == *,$m,* && ${DPX_HALF_MAPS:-1} != 0 ]]; then
+        echo "dpx: error: $m: an illegal memory access"; exit 1
+      fi
+      csv+=$'\n'"$m,0.010,0.020,0.001,64,3200,1000000000,2000000000"
+      echo "$csv" >"$out/results.csv"
+    done ;;
+esac
+)";
+}  // namespace
+
+// gpu-bench on a GPU machine where one model's kernels fail: the models the shared dpx process
+// measured keep their rows, the rest run again a process each, and in bf16 a model that fails
+// alone too is measured with fp32 maps (DPX_HALF_MAPS=0), its row saying so. A failure is counted
+// in the exit status; what it cost is said on stderr.
+TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs the others a process each") {
+  dpx::testing::TempDir dir("gpu_bench");
+  const std::string fake = dir.file("dpx");
+  {
+    std::ofstream f(fake);
+    f << kFakeDpx;
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  auto bench = [&](const std::string& env) {
+    return run_command("DPX=" + fake + " PYTHON=false MODELS=a,b,c " + env + " " + kSource + "/benchmarks/gpu-bench");
+  };
+  // Each model's row: 10 + 20 + 1 ms of compute, a step of 64 / 3200 s, 1000 MB allocated.
+  auto measured = [](const std::string& out, const std::string& model, const std::string& label) {
+    return out.find("| " + model + " | " + label + " | 10.0 / 20.0 / 1.0 | 31.0 | 20.0 | - | - | - |") !=
+           std::string::npos;
+  };
+
+  const DpxResult fine = bench("POINTS=bf16:search");
+  CAPTURE(fine.output);
+  CHECK(fine.code == 0);
+  for (const char* m : {"a", "b", "c"}) CHECK(measured(fine.output, m, "bf16 | search"));
+  CHECK(fine.output.find("process of its own") == std::string::npos);
+
+  // b poisons the shared process: a keeps its row, b and c are measured alone.
+  const DpxResult shared = bench("POINTS=tf32:search FAIL=b");
+  CAPTURE(shared.output);
+  CHECK(shared.code == 1);
+  CHECK(shared.output.find("gpu-bench: dpx bench failed at tf32:search") != std::string::npos);
+  CHECK(shared.output.find("b: an illegal memory access") != std::string::npos);
+  for (const char* m : {"a", "b", "c"}) CHECK(measured(shared.output, m, "tf32 | search"));
+  CHECK(shared.output.find("gpu-bench: a at") == std::string::npos);
+  CHECK(shared.output.find("gpu-bench: b at tf32:search measured in a dpx process of its own") != std::string::npos);
+  CHECK(shared.output.find("gpu-bench: c at tf32:search measured in a dpx process of its own") != std::string::npos);
+  CHECK(shared.output.find("1000 | 2000 | - | - | - |") != std::string::npos);  // the memory table too
+
+  // b fails alone too: in TF32 its row is empty, in bf16 it is measured with fp32 maps.
+  const DpxResult alone = bench("POINTS='tf32:search bf16:search' FAIL=b FAIL_ALONE=b");
+  CAPTURE(alone.output);
+  CHECK(alone.code == 1);
+  CHECK(alone.output.find("| b | tf32 | search | - | - | - |") != std::string::npos);
+  CHECK(alone.output.find("gpu-bench: b at tf32:search failed in a dpx process of its own too") != std::string::npos);
+  const std::string f32maps = "bf16 | search, dpx with fp32 maps (DPX_HALF_MAPS=0: it failed with half-precision maps)";
+  CHECK(measured(alone.output, "b", f32maps));
+  CHECK(alone.output.find("| b | " + f32maps + " | 1000 | 2000 |") != std::string::npos);
+  CHECK(alone.output.find("gpu-bench: b at bf16:search measured with fp32 maps (DPX_HALF_MAPS=0)") !=
+        std::string::npos);
+  for (const char* m : {"a", "c"}) {
+    CHECK(measured(alone.output, m, "tf32 | search"));
+    CHECK(measured(alone.output, m, "bf16 | search"));
+  }
+}
+
 TEST_CASE("the PyTorch peers of the GPU scripts parse, and compare_profiles.py ranks the committed H100 profile") {
   if (run_command("command -v python3").code != 0) {
     MESSAGE("no python3 on this machine: the Python peers are not checked (they run where PyTorch is)");
