@@ -388,8 +388,11 @@ void run_bench(parallel::TrainOptions base, const TrainFlags& tf, const BenchFla
       } else {
         report = parallel::train(c.o, quiet);
       }
-      // The run's tensors are freed: its cached host blocks, sized for this configuration, would
-      // only sit beside the next one's (core/tensor.hpp, the host block cache).
+      // The run's tensors are freed: its trained model (kept for dpx train's --save; the report,
+      // kept for the tables, would hold it to the sweep's end, and every later configuration's
+      // memory peaks would count it), then its cached host blocks, sized for this configuration,
+      // which would only sit beside the next one's (core/tensor.hpp, the host block cache).
+      report.final_model.reset();
       empty_host_cache();
       if (report.stopped_by) {  // the configuration in progress is not kept: its steps are cut short
         std::cout << "stopped by " << stop::signal_name(report.stopped_by) << " during run " << i << " of " << total

@@ -187,6 +187,32 @@ TEST_CASE("bench and train report each run's peak memory: live tensors and what 
   CHECK(train.output.find(" MB reserved (held by dpx's allocator)") != std::string::npos);
 }
 
+// A configuration's peaks are its own: the models of the configurations before it are gone by then
+// (the reports dpx bench keeps for its tables held each trained model to the sweep's end, and a
+// GPU sweep's later models were charged every earlier one's weights and gradients).
+TEST_CASE("bench: a configuration after another peaks as it does alone, without the earlier model") {
+  dpx::testing::TempDir dir("bench_memory_alone");
+  auto lenet5_peaks = [&](const std::string& models) {
+    const std::string out = dir.file(models);
+    DpxResult r = run_dpx("bench --models " + models + " --batch-sizes 8 --devices cpu:1 --dataset synthetic " +
+                          "--image-size 28 --steps 2 --warmup 1 --threads 1 --out " + out);
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    const CsvTable t = CsvTable::read(out + "/results.csv", "--out");
+    const size_t row = t.rows() - 1;
+    REQUIRE(t.text(row, t.column("model")) == "lenet5");
+    return std::pair{t.number(row, t.column("peak_host_allocated_bytes")),
+                     t.number(row, t.column("peak_host_reserved_bytes"))};
+  };
+  const auto alone = lenet5_peaks("lenet5");
+  const auto after = lenet5_peaks("mlp,lenet5");  // mlp: 362,856 parameters, 1.45 MB of weights
+  // The same bytes in every run seen (2026-11-29); a margin of a few of the loader's batches (25 KB
+  // each) in case their timing differs, far below mlp's weights and gradients (2.9 MB).
+  const double margin = 256 * 1024;
+  CHECK(after.first <= alone.first + margin);
+  CHECK(after.second <= alone.second + margin);
+}
+
 TEST_CASE("a sweep into a folder that holds an earlier run is refused; --force moves that run aside") {
   dpx::testing::TempDir dir("bench_again");
   const std::string common = "bench --models lenet5 --devices cpu:1 --dataset synthetic --image-size 28 --steps 2 "
