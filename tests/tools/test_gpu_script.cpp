@@ -89,23 +89,26 @@ TEST_CASE("scripts/gpu --dry-run prints the plan within 9 minutes, GPU or not; a
 }
 
 namespace {
-// A stand-in for dpx in benchmarks/gpu-bench: `models` writes a model's forward GFLOPs; `bench`
-// writes results.csv after each model, as dpx does, and exits 1 at a model of FAIL while it runs
-// with others (a fault that leaves the CUDA context unusable for the models after it), or at one of
-// FAIL_ALONE even alone, unless DPX_HALF_MAPS=0.
-constexpr const char* kFakeDpx = R"(#!/usr/bin/env bash
+// A stand-in for dpx in benchmarks/gpu-bench and scripts/gpu: `models` writes a model's forward
+// GFLOPs; `bench` writes results.csv (and with --profile-shapes ops.csv) after each model, as dpx
+// does, and exits 1 at a model of FAIL while it runs with others (a fault that leaves the CUDA
+// context unusable for the models after it), or at one of FAIL_ALONE even alone, unless
+// DPX_HALF_MAPS=0. Each call's arguments are appended to CALLS.
+constexpr const char* kFakeDpx = R"SH(#!/usr/bin/env bash
+[[ -n ${CALLS:-} ]] && echo "$*" >>"$CALLS"
 cmd=$1; shift
 case $cmd in
   models) m=$1; shift
     while [[ $# -gt 0 ]]; do [[ $1 == --csv ]] && printf 'model,forward_gflops\n%s,1.5\n' "$m" >"$2"; shift; done ;;
-  bench) models='' out=''
+  bench) models='' out='' profile=0
     while [[ $# -gt 0 ]]; do
-      case $1 in --models) models=$2; shift ;; --out) out=$2; shift ;; esac
+      case $1 in --models) models=$2; shift ;; --out) out=$2; shift ;; --profile-shapes) profile=1 ;; esac
       shift
     done
     mkdir -p "$out"
     IFS=, read -r -a list <<<"$models"
     csv=model,mean_forward_s,mean_backward_s,mean_optimizer_s,batch_size,images_per_s,peak_device_allocated_bytes,peak_device_reserved_bytes
+    ops=configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step,shape
     for m in "${list[@]}"; do
       if [[ ,${FAIL:-}, == *,$m,* && ${#list[@]} -gt 1 ]] ||
          [[ ,${FAIL_ALONE:-}, == *,$m,* && ${DPX_HALF_MAPS:-1} != 0 ]]; then
@@ -113,9 +116,18 @@ case $cmd in
       fi
       csv+=$'\n'"$m,0.010,0.020,0.001,64,3200,1000000000,2000000000"
       echo "$csv" >"$out/results.csv"
+      ops+=$'\n'"${m}_b64_none_cuda1,1,conv2d_forward,30,3.0,1.0,50.0,0,0.1,1,(64x3x224x224)"
+      [[ $profile == 1 ]] && echo "$ops" >"$out/ops.csv"
     done ;;
 esac
-)";
+)SH";
+
+// Writes kFakeDpx to `path`, executable.
+void write_fake_dpx(const std::string& path) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << kFakeDpx;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
 }  // namespace
 
 // gpu-bench on a GPU machine where one model's kernels fail: the models the shared dpx process
@@ -125,11 +137,7 @@ esac
 TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs the others a process each") {
   dpx::testing::TempDir dir("gpu_bench");
   const std::string fake = dir.file("dpx");
-  {
-    std::ofstream f(fake);
-    f << kFakeDpx;
-  }
-  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  write_fake_dpx(fake);
   auto bench = [&](const std::string& env) {
     return run_command("DPX=" + fake + " PYTHON=false MODELS=a,b,c " + env + " " + kSource + "/benchmarks/gpu-bench");
   };
@@ -171,6 +179,74 @@ TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs th
   for (const char* m : {"a", "c"}) {
     CHECK(measured(alone.output, m, "tf32 | search"));
     CHECK(measured(alone.output, m, "bf16 | search"));
+  }
+}
+
+// scripts/gpu's profile and sanitize stages on a stand-in GPU machine: nvidia-smi, nvcc and
+// compute-sanitizer are scripts that say what a one-GPU machine says, dpx is the stand-in above.
+// The profile keeps what a failing dpx process profiled and profiles the rest a process each; the
+// sanitize stage runs memcheck over a step of SANITIZE_MODELS in bf16 and then fp32, each said.
+TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failing model costs only itself") {
+  dpx::testing::TempDir dir("gpu_stages");
+  const std::string bin = dir.file("bin"), build = dir.file("build"), logs = dir.file("logs");
+  write_fake_dpx(build + "/bin/dpx");
+  std::ofstream(build + "/CMakeCache.txt") << "# configured\n";  // no configure stage
+  auto tool = [&](const std::string& name, const std::string& body) {
+    const std::string path = bin + "/" + name;
+    std::ofstream(path) << "#!/usr/bin/env bash\n" << body;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  };
+  std::filesystem::create_directories(bin);
+  tool("nvidia-smi",
+       "if [[ $1 == -L ]]; then echo 'GPU 0: NVIDIA Stand-in (UUID: GPU-0)'; else echo 'NVIDIA Stand-in, 1 MiB, 0, 1 "
+       "MHz'; fi\n");
+  tool("nvcc", "echo 'Cuda compilation tools, release 13.0, V13.0.88'; echo 'Build cuda_13.0'\n");
+  // memcheck's options come in pairs (--tool memcheck --error-exitcode 3), then the command.
+  tool("compute-sanitizer",
+       "while [[ $1 == --* ]]; do shift 2; done\n\"$@\"; rc=$?\necho '========= ERROR SUMMARY: 0 errors'\nexit $rc\n");
+  const std::string env = "PATH=" + bin + ":$PATH NVIDIA_SMI=" + bin +
+                          "/nvidia-smi PYTHON=false DPX_BUILD_DIR=" + build + " OUT=" + logs +
+                          " CALLS=" + dir.file("calls") + " GPU_DEADLINE_S=0 PROFILE_MODELS=a,b,c ";
+
+  const DpxResult r = run_command(env + "FAIL=b SANITIZE_MODELS=a,c " + kSource + "/scripts/gpu profile sanitize");
+  CAPTURE(r.output);
+  const std::string gpu_log = dpx::testing::file_text(logs + "/gpu.log");
+  CAPTURE(gpu_log);
+  CHECK(r.code == 1);  // the failure is counted
+  for (const char* precision : {"tf32", "bf16", "fp32"}) {
+    CAPTURE(precision);
+    CHECK(gpu_log.find(std::string("profile: dpx bench failed in ") + precision + " (exit 1") != std::string::npos);
+    CHECK(gpu_log.find(std::string("profile: b (") + precision + ") profiled in a dpx process of its own") !=
+          std::string::npos);
+    CHECK(gpu_log.find(std::string("profile: c (") + precision + ") profiled in a dpx process of its own") !=
+          std::string::npos);
+    CHECK(gpu_log.find(std::string("profile: a (") + precision + ")") == std::string::npos);  // a was profiled
+  }
+  // Every model's rows, once each, under the precision and the cuDNN mode.
+  const std::string profile = dpx::testing::file_text(logs + "/profile-dpx.csv");
+  CAPTURE(profile);
+  for (const char* precision : {"tf32", "bf16", "fp32"})
+    for (const char* m : {"a", "b", "c"}) {
+      const std::string row = std::string(precision) + ",search," + m + "_b64_none_cuda1,1,conv2d_forward,";
+      const auto at = profile.find(row);
+      CHECK(at != std::string::npos);
+      CHECK(profile.find(row, at + 1) == std::string::npos);
+    }
+  // memcheck over both precisions, each said with its summary.
+  CHECK(gpu_log.find("compute-sanitizer memcheck: bf16 step 0 errors; fp32 step 0 errors") != std::string::npos);
+  const std::string calls = dpx::testing::file_text(dir.file("calls"));
+  CAPTURE(calls);
+  for (const char* precision : {"bf16", "fp32"})
+    CHECK(calls.find(std::string("bench --models a,c --devices cuda:0 --parallel none --batch-sizes 4 --image-size 64 "
+                                 "--channels 3 --steps 1 --warmup 0 --dataset synthetic --precision ") +
+                     precision) != std::string::npos);
+
+  // A list that would reach a command line as something else is refused before anything runs.
+  for (const char* var : {"PROFILE_MODELS='a;true'", "SANITIZE_MODELS='a b'"}) {
+    CAPTURE(var);
+    const DpxResult bad = run_command(env + var + " " + kSource + "/scripts/gpu --dry-run");
+    CHECK(bad.code == 2);
+    CHECK(bad.output.find(std::string(var).substr(0, std::string(var).find('='))) != std::string::npos);
   }
 }
 
