@@ -117,9 +117,10 @@ case $cmd in
       csv+=$'\n'"$m,0.010,0.020,0.001,64,3200,1000000000,2000000000"
       echo "$csv" >"$out/results.csv"
       ops+=$'\n'"${m}_b64_none_cuda1,1,conv2d_forward,30,3.0,1.0,50.0,0,0.1,1,(64x3x224x224)"
-      [[ $profile == 1 ]] && echo "$ops" >"$out/ops.csv"
+      if [[ $profile == 1 ]]; then echo "$ops" >"$out/ops.csv"; fi
     done ;;
 esac
+exit 0
 )SH";
 
 // Writes kFakeDpx to `path`, executable.
