@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,94 @@ Tensor without(const Tensor& flat, const std::vector<const nn::ParamSlot*>& slot
   return t;
 }
 
+// One model: the eval forward, then the training step, on both devices.
+void check_model(const zoo::ModelInfo& info, Context& c, Context& g) {
+  CAPTURE(info.name);
+  zoo::ModelOptions o;
+  o.num_classes = 10;
+  o.in_channels = info.default_in_channels;
+  o.image_size = std::max(info.min_image_size, 32);
+  o.seed = 11;
+  nn::Model host(zoo::build_model(info.name, o));
+  nn::Model device = host.clone(dev());
+  Tensor x = uniform({2, o.in_channels, o.image_size, o.image_size}, 3);
+  Tensor y = random_labels(2, o.num_classes, 4);
+  Tensor gx = x.to(dev()), gy = y.to(dev());
+
+  host.eval();
+  device.eval();
+  const double logits = norm_rel_diff(device.forward(g, gx).to(Device::cpu()), host.forward(c, x));
+  CHECK(logits <= kLogitsTol);
+
+  // The training step: at 32x32 with 2 samples for models without batch norm, else with 8
+  // samples at 64x64 (a 2x2 last stage: 32 values per channel).
+  bool has_bn = false;
+  for (const auto& [name, m] : host.root().named_modules()) has_bn = has_bn || m->type_name().starts_with("BatchNorm");
+  const int64_t batch = has_bn ? 8 : 2, size = has_bn ? std::max<int64_t>(64, o.image_size) : o.image_size;
+  Tensor tx = uniform({batch, o.in_channels, size, size}, 5);
+  Tensor ty = random_labels(batch, o.num_classes, 7);
+  zoo::ModelOptions to = o;
+  to.image_size = size;
+  nn::Model th(zoo::build_model(info.name, to)), th2 = th.clone(Device::cpu()), td = th.clone(dev());
+  const StepResult rc = train_step(c, th, tx, ty);
+  const StepResult rp = train_step(c, th2, moved_by(tx, kPerturbation, 6), ty);
+  const StepResult rg = train_step(g, td, tx.to(dev()), ty.to(dev()));
+  const auto zero = zero_gradient_slots(th);
+  double share_c = 0, share_g = 0;
+  const Tensor cg = without(rc.grads, zero, &share_c), gg = without(rg.grads, zero, &share_g);
+  const Tensor cp = without(rc.params, zero), gp = without(rg.params, zero);
+  double s_loss = rel_diff(rp.loss, rc.loss), s_grads = norm_rel_diff(without(rp.grads, zero), cg),
+         s_params = norm_rel_diff(without(rp.params, zero), cp);
+  const double loss = rel_diff(rg.loss, rc.loss), grads = norm_rel_diff(gg, cg), params = norm_rel_diff(gp, cp);
+  auto past_the_probes = [&] {
+    return grads > std::max(kGradTol, kSensitivityFactor * s_grads) ||
+           params > std::max(kParamTol, kSensitivityFactor * s_params);
+  };
+  // Those gradients are rounding-sized on both devices: a small share of the whole.
+  CHECK(share_c <= 1e-2);
+  CHECK(share_g <= 1e-2);
+  MESSAGE(info.name << ": eval logits at " << o.image_size << " " << logits << "; training step at batch " << batch
+                    << ", " << size << "x" << size << ": loss " << loss << ", gradients " << grads << ", parameters "
+                    << params << " (the CPU's own sensitivity: " << s_loss << ", " << s_grads << ", " << s_params << ")"
+                    << (zero.empty() ? std::string() : std::string("; biases before batch norm excluded")));
+  if (past_the_probes()) {
+    for (uint64_t seed : kMoreProbes) {
+      nn::Model tq(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
+      const StepResult rq = train_step(c, tq, moved_by(tx, kPerturbation, seed), ty);
+      s_loss = std::max(s_loss, rel_diff(rq.loss, rc.loss));
+      s_grads = std::max(s_grads, norm_rel_diff(without(rq.grads, zero), cg));
+      s_params = std::max(s_params, norm_rel_diff(without(rq.params, zero), cp));
+    }
+    MESSAGE(info.name << ": the CPU's sensitivity, the largest of " << 1 + std::size(kMoreProbes)
+                      << " probes: " << s_loss << ", " << s_grads << ", " << s_params);
+  }
+  double order_grads = 0, order_params = 0;  // the reference loops against dpx's CPU kernels
+  if (past_the_probes()) {
+    Context r = reference();
+    nn::Model tr(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
+    const StepResult rr = train_step(r, tr, tx, ty);
+    order_grads = norm_rel_diff(without(rr.grads, zero), cg);
+    order_params = norm_rel_diff(without(rr.params, zero), cp);
+    MESSAGE(info.name << ": the reference loops against dpx's CPU kernels on the same step: gradients " << order_grads
+                      << ", parameters " << order_params);
+  }
+  if (grads > std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads})) {
+    // name the parameters that differ most
+    std::vector<std::pair<double, std::string>> worst;
+    for (const nn::ParamSlot& slot : th.slots()) {
+      Tensor a = gg.slice(slot.offset, slot.offset + slot.numel);
+      Tensor b = cg.slice(slot.offset, slot.offset + slot.numel);
+      worst.emplace_back(norm_rel_diff(a, b), slot.name);
+    }
+    std::sort(worst.rbegin(), worst.rend());
+    for (size_t i = 0; i < std::min<size_t>(4, worst.size()); ++i)
+      MESSAGE("  gradient of " << worst[i].second << ": " << worst[i].first);
+  }
+  CHECK(loss <= std::max(kLossTol, kSensitivityFactor * s_loss));
+  CHECK(grads <= std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads}));
+  CHECK(params <= std::max({kParamTol, kSensitivityFactor * s_params, kSensitivityFactor * order_params}));
+}
+
 }  // namespace
 
 TEST_CASE("every zoo model: an eval forward and one training step on the GPU match the CPU") {
@@ -114,89 +203,12 @@ TEST_CASE("every zoo model: an eval forward and one training step on the GPU mat
     if (only && std::string(",").append(only).append(",").find(std::string(",").append(info.name).append(",")) ==
                     std::string::npos)
       continue;
-    CAPTURE(info.name);
-    zoo::ModelOptions o;
-    o.num_classes = 10;
-    o.in_channels = info.default_in_channels;
-    o.image_size = std::max(info.min_image_size, 32);
-    o.seed = 11;
-    nn::Model host(zoo::build_model(info.name, o));
-    nn::Model device = host.clone(dev());
-    Tensor x = uniform({2, o.in_channels, o.image_size, o.image_size}, 3);
-    Tensor y = random_labels(2, o.num_classes, 4);
-    Tensor gx = x.to(dev()), gy = y.to(dev());
-
-    host.eval();
-    device.eval();
-    const double logits = norm_rel_diff(device.forward(g, gx).to(Device::cpu()), host.forward(c, x));
-    CHECK(logits <= kLogitsTol);
-
-    // The training step: at 32x32 with 2 samples for models without batch norm, else with 8
-    // samples at 64x64 (a 2x2 last stage: 32 values per channel).
-    bool has_bn = false;
-    for (const auto& [name, m] : host.root().named_modules()) has_bn = has_bn || m->type_name().starts_with("BatchNorm");
-    const int64_t batch = has_bn ? 8 : 2, size = has_bn ? std::max<int64_t>(64, o.image_size) : o.image_size;
-    Tensor tx = uniform({batch, o.in_channels, size, size}, 5);
-    Tensor ty = random_labels(batch, o.num_classes, 7);
-    zoo::ModelOptions to = o;
-    to.image_size = size;
-    nn::Model th(zoo::build_model(info.name, to)), th2 = th.clone(Device::cpu()), td = th.clone(dev());
-    const StepResult rc = train_step(c, th, tx, ty);
-    const StepResult rp = train_step(c, th2, moved_by(tx, kPerturbation, 6), ty);
-    const StepResult rg = train_step(g, td, tx.to(dev()), ty.to(dev()));
-    const auto zero = zero_gradient_slots(th);
-    double share_c = 0, share_g = 0;
-    const Tensor cg = without(rc.grads, zero, &share_c), gg = without(rg.grads, zero, &share_g);
-    const Tensor cp = without(rc.params, zero), gp = without(rg.params, zero);
-    double s_loss = rel_diff(rp.loss, rc.loss), s_grads = norm_rel_diff(without(rp.grads, zero), cg),
-           s_params = norm_rel_diff(without(rp.params, zero), cp);
-    const double loss = rel_diff(rg.loss, rc.loss), grads = norm_rel_diff(gg, cg), params = norm_rel_diff(gp, cp);
-    auto past_the_probes = [&] {
-      return grads > std::max(kGradTol, kSensitivityFactor * s_grads) ||
-             params > std::max(kParamTol, kSensitivityFactor * s_params);
-    };
-    // Those gradients are rounding-sized on both devices: a small share of the whole.
-    CHECK(share_c <= 1e-2);
-    CHECK(share_g <= 1e-2);
-    MESSAGE(info.name << ": eval logits at " << o.image_size << " " << logits << "; training step at batch " << batch
-                      << ", " << size << "x" << size << ": loss " << loss << ", gradients " << grads
-                      << ", parameters " << params << " (the CPU's own sensitivity: " << s_loss << ", " << s_grads
-                      << ", " << s_params << ")" << (zero.empty() ? std::string() : std::string("; biases before batch norm excluded")));
-    if (past_the_probes()) {
-      for (uint64_t seed : kMoreProbes) {
-        nn::Model tq(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
-        const StepResult rq = train_step(c, tq, moved_by(tx, kPerturbation, seed), ty);
-        s_loss = std::max(s_loss, rel_diff(rq.loss, rc.loss));
-        s_grads = std::max(s_grads, norm_rel_diff(without(rq.grads, zero), cg));
-        s_params = std::max(s_params, norm_rel_diff(without(rq.params, zero), cp));
-      }
-      MESSAGE(info.name << ": the CPU's sensitivity, the largest of " << 1 + std::size(kMoreProbes)
-                        << " probes: " << s_loss << ", " << s_grads << ", " << s_params);
+    // A model that throws fails alone: the models after it are still compared (unless its fault
+    // left the CUDA context unusable, which their own failures then say).
+    try {
+      check_model(info, c, g);
+    } catch (const std::exception& e) {
+      FAIL_CHECK(info.name << " threw: " << e.what());
     }
-    double order_grads = 0, order_params = 0;  // the reference loops against dpx's CPU kernels
-    if (past_the_probes()) {
-      Context r = reference();
-      nn::Model tr(zoo::build_model(info.name, to));  // the same initial weights (the same seed)
-      const StepResult rr = train_step(r, tr, tx, ty);
-      order_grads = norm_rel_diff(without(rr.grads, zero), cg);
-      order_params = norm_rel_diff(without(rr.params, zero), cp);
-      MESSAGE(info.name << ": the reference loops against dpx's CPU kernels on the same step: gradients "
-                        << order_grads << ", parameters " << order_params);
-    }
-    if (grads > std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads})) {
-      // name the parameters that differ most
-      std::vector<std::pair<double, std::string>> worst;
-      for (const nn::ParamSlot& slot : th.slots()) {
-        Tensor a = gg.slice(slot.offset, slot.offset + slot.numel);
-        Tensor b = cg.slice(slot.offset, slot.offset + slot.numel);
-        worst.emplace_back(norm_rel_diff(a, b), slot.name);
-      }
-      std::sort(worst.rbegin(), worst.rend());
-      for (size_t i = 0; i < std::min<size_t>(4, worst.size()); ++i)
-        MESSAGE("  gradient of " << worst[i].second << ": " << worst[i].first);
-    }
-    CHECK(loss <= std::max(kLossTol, kSensitivityFactor * s_loss));
-    CHECK(grads <= std::max({kGradTol, kSensitivityFactor * s_grads, kSensitivityFactor * order_grads}));
-    CHECK(params <= std::max({kParamTol, kSensitivityFactor * s_params, kSensitivityFactor * order_params}));
   }
 }
