@@ -148,6 +148,15 @@ TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs th
            std::string::npos;
   };
 
+  // Model names reach file names and command lines.
+  for (const std::string bad : {"'a,../b'", "'a b'", "a,,b", "a,"}) {
+    CAPTURE(bad);
+    const DpxResult r =
+        run_command("DPX=" + fake + " PYTHON=false MODELS=" + bad + " " + kSource + "/benchmarks/gpu-bench");
+    CHECK(r.code == 2);
+    CHECK(r.output.find("gpu-bench: MODELS must be comma-separated model names") != std::string::npos);
+  }
+
   const DpxResult fine = bench("POINTS=bf16:search");
   CAPTURE(fine.output);
   CHECK(fine.code == 0);
