@@ -195,7 +195,9 @@ TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs th
 // scripts/gpu's profile and sanitize stages on a stand-in GPU machine: nvidia-smi, nvcc and
 // compute-sanitizer are scripts that say what a one-GPU machine says, dpx is the stand-in above.
 // The profile keeps what a failing dpx process profiled and profiles the rest a process each; the
-// sanitize stage runs memcheck over a step of SANITIZE_MODELS in bf16 and then fp32, each said.
+// sanitize stage runs memcheck over a step of SANITIZE_MODELS in bf16 and then fp32, each said; and
+// every stage after the build runs through to the report (a bash slip in a stage that only a lent
+// GPU reaches would cost that run).
 TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failing model costs only itself") {
   dpx::testing::TempDir dir("gpu_stages");
   const std::string bin = dir.file("bin"), build = dir.file("build"), logs = dir.file("logs");
@@ -250,6 +252,18 @@ TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failin
     CHECK(calls.find(std::string("bench --models a,c --devices cuda:0 --parallel none --batch-sizes 4 --image-size 64 "
                                  "--channels 3 --steps 1 --warmup 0 --dataset synthetic --precision ") +
                      precision) != std::string::npos);
+
+  // Every stage after the build, end to end, and the report: the bench's table and memcheck's line.
+  const DpxResult all =
+      run_command(env + "SANITIZE_MODELS=a " + kSource + "/scripts/gpu profile bench ddp graph sanitize more report");
+  CAPTURE(all.output);
+  CHECK(all.code == 0);
+  const std::string report = dpx::testing::file_text(logs + "/results.md");
+  CAPTURE(report);
+  CHECK(report.find("- compute-sanitizer memcheck: bf16 step 0 errors; fp32 step 0 errors") != std::string::npos);
+  for (const char* row :
+       {"| a | tf32 | search | 10.0 / 20.0 / 1.0 | 31.0 |", "| c | bf16 | search | 10.0 / 20.0 / 1.0 |"})
+    CHECK(report.find(row) != std::string::npos);
 
   // A list that would reach a command line as something else is refused before anything runs.
   for (const char* var : {"PROFILE_MODELS='a;true'", "SANITIZE_MODELS='a b'"}) {
