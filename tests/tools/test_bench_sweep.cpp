@@ -205,9 +205,9 @@ TEST_CASE("bench: a configuration after another peaks as it does alone, without 
                      t.number(row, t.column("peak_host_reserved_bytes"))};
   };
   const auto alone = lenet5_peaks("lenet5");
-  const auto after = lenet5_peaks("mlp,lenet5");  // mlp: 362,856 parameters, 1.45 MB of weights
+  const auto after = lenet5_peaks("mlp,lenet5");  // mlp at 1x28x28: 235,146 parameters, 0.94 MB
   // The same bytes in every run seen (2026-11-29); a margin of a few of the loader's batches (25 KB
-  // each) in case their timing differs, far below mlp's weights and gradients (2.9 MB).
+  // each) in case their timing differs, far below mlp's weights and gradients (1.88 MB).
   const double margin = 256 * 1024;
   CHECK(after.first <= alone.first + margin);
   CHECK(after.second <= alone.second + margin);

@@ -93,7 +93,7 @@ namespace {
 // GFLOPs; `bench` writes results.csv (and with --profile-shapes ops.csv) after each model, as dpx
 // does, and exits 1 at a model of FAIL while it runs with others (a fault that leaves the CUDA
 // context unusable for the models after it), or at one of FAIL_ALONE even alone, unless
-// DPX_HALF_MAPS=0. Each call's arguments are appended to CALLS.
+// DPX_HALF_MAPS=0, or at one of FAIL_ALWAYS in any case. Each call's arguments are appended to CALLS.
 constexpr const char* kFakeDpx = R"SH(#!/usr/bin/env bash
 [[ -n ${CALLS:-} ]] && echo "$*" >>"$CALLS"
 cmd=$1; shift
@@ -111,7 +111,7 @@ case $cmd in
     ops=configuration,run,op,calls,total_ms,ms_per_step,percent_of_step,gflops,host_ms_per_step,kernels_per_step,shape
     for m in "${list[@]}"; do
       if [[ ,${FAIL:-}, == *,$m,* && ${#list[@]} -gt 1 ]] ||
-         [[ ,${FAIL_ALONE:-}, == *,$m,* && ${DPX_HALF_MAPS:-1} != 0 ]]; then
+         [[ ,${FAIL_ALONE:-}, == *,$m,* && ${DPX_HALF_MAPS:-1} != 0 ]] || [[ ,${FAIL_ALWAYS:-}, == *,$m,* ]]; then
         echo "dpx: error: $m: an illegal memory access"; exit 1
       fi
       csv+=$'\n'"$m,0.010,0.020,0.001,64,3200,1000000000,2000000000"
@@ -190,14 +190,24 @@ TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs th
     CHECK(measured(alone.output, m, "tf32 | search"));
     CHECK(measured(alone.output, m, "bf16 | search"));
   }
+
+  // b fails with fp32 maps too: its bf16 row is empty, and that is said.
+  const DpxResult always = bench("POINTS=bf16:search FAIL_ALWAYS=b");
+  CAPTURE(always.output);
+  CHECK(always.code == 1);
+  CHECK(always.output.find("| b | bf16 | search | - | - | - |") != std::string::npos);
+  CHECK(always.output.find("gpu-bench: b at bf16:search failed with fp32 maps (DPX_HALF_MAPS=0) too") !=
+        std::string::npos);
+  CHECK(measured(always.output, "c", "bf16 | search"));
 }
 
 // scripts/gpu's profile and sanitize stages on a stand-in GPU machine: nvidia-smi, nvcc and
 // compute-sanitizer are scripts that say what a one-GPU machine says, dpx is the stand-in above.
 // The profile keeps what a failing dpx process profiled and profiles the rest a process each; the
-// sanitize stage runs memcheck over a step of SANITIZE_MODELS in bf16 and then fp32, each said; and
-// every stage after the build runs through to the report (a bash slip in a stage that only a lent
-// GPU reaches would cost that run).
+// sanitize stage runs memcheck over a step of SANITIZE_MODELS in bf16 and then fp32, each said, a
+// failed process's unfinished models again alone; the bench's failures reach gpu.log; and every
+// stage after the build but the tests runs through to the report (a bash slip in a stage that only
+// a lent GPU reaches would cost that run).
 TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failing model costs only itself") {
   dpx::testing::TempDir dir("gpu_stages");
   const std::string bin = dir.file("bin"), build = dir.file("build"), logs = dir.file("logs");
@@ -220,7 +230,8 @@ TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failin
                           "/nvidia-smi PYTHON=false DPX_BUILD_DIR=" + build + " OUT=" + logs +
                           " CALLS=" + dir.file("calls") + " GPU_DEADLINE_S=0 PROFILE_MODELS=a,b,c ";
 
-  const DpxResult r = run_command(env + "FAIL=b SANITIZE_MODELS=a,c " + kSource + "/scripts/gpu profile sanitize");
+  const DpxResult r = run_command(env + "FAIL=b SANITIZE_MODELS=a,b,c BENCH_POINTS=tf32:search " + kSource +
+                                  "/scripts/gpu profile bench sanitize");
   CAPTURE(r.output);
   const std::string gpu_log = dpx::testing::file_text(logs + "/gpu.log");
   CAPTURE(gpu_log);
@@ -244,18 +255,26 @@ TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failin
       CHECK(at != std::string::npos);
       CHECK(profile.find(row, at + 1) == std::string::npos);
     }
-  // memcheck over both precisions, each said with its summary.
-  CHECK(gpu_log.find("compute-sanitizer memcheck: bf16 step 0 errors; fp32 step 0 errors") != std::string::npos);
+  // The bench's failure and what ran again, in gpu.log.
+  CHECK(gpu_log.find("bench: dpx bench failed at tf32:search") != std::string::npos);
+  CHECK(gpu_log.find("bench: b at tf32:search measured in a dpx process of its own") != std::string::npos);
+  // memcheck over both precisions: the process that failed at b, then b and c alone, each said
+  // with its summary (the stand-in's memcheck finds nothing; dpx's exit status is said).
+  CHECK(gpu_log.find("compute-sanitizer memcheck: bf16 step 0 errors (exit 1); bf16 b 0 errors; bf16 c 0 errors; "
+                     "fp32 step 0 errors (exit 1); fp32 b 0 errors; fp32 c 0 errors") != std::string::npos);
   const std::string calls = dpx::testing::file_text(dir.file("calls"));
   CAPTURE(calls);
   for (const char* precision : {"bf16", "fp32"})
-    CHECK(calls.find(std::string("bench --models a,c --devices cuda:0 --parallel none --batch-sizes 4 --image-size 64 "
-                                 "--channels 3 --steps 1 --warmup 0 --dataset synthetic --precision ") +
-                     precision) != std::string::npos);
+    for (const char* models : {"a,b,c", "b", "c"})
+      CHECK(calls.find(std::string("bench --models ") + models + " --devices cuda:0 --parallel none --batch-sizes 4 " +
+                       "--image-size 64 --channels 3 --steps 1 --warmup 0 --dataset synthetic --precision " +
+                       precision) != std::string::npos);
 
-  // Every stage after the build, end to end, and the report: the bench's table and memcheck's line.
-  const DpxResult all =
-      run_command(env + "SANITIZE_MODELS=a " + kSource + "/scripts/gpu profile bench ddp graph sanitize more report");
+  // Every stage after the build but the tests, end to end (with a deadline, so that the more stage
+  // runs: its bf16 profile of resnet50 and vgg16, its points), and the report: the bench's table
+  // and memcheck's line.
+  const DpxResult all = run_command(env + "SANITIZE_MODELS=a GPU_DEADLINE_S=100000 " + kSource +
+                                    "/scripts/gpu profile bench ddp graph sanitize more report");
   CAPTURE(all.output);
   CHECK(all.code == 0);
   const std::string report = dpx::testing::file_text(logs + "/results.md");
@@ -264,9 +283,12 @@ TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failin
   for (const char* row :
        {"| a | tf32 | search | 10.0 / 20.0 / 1.0 | 31.0 |", "| c | bf16 | search | 10.0 / 20.0 / 1.0 |"})
     CHECK(report.find(row) != std::string::npos);
+  const std::string more_profile = dpx::testing::file_text(logs + "/profile-dpx.csv");
+  CHECK(more_profile.find("bf16,search,vgg16_b64_none_cuda1,") != std::string::npos);
+  CHECK(report.find("| efficientnet_b0 | tf32 | search, dpx --cuda-graph | 10.0 / 20.0 / 1.0 |") != std::string::npos);
 
   // A list that would reach a command line as something else is refused before anything runs.
-  for (const char* var : {"PROFILE_MODELS='a;true'", "SANITIZE_MODELS='a b'"}) {
+  for (const char* var : {"PROFILE_MODELS='a;true'", "SANITIZE_MODELS='a b'", "PROFILE_MODELS=a,,b"}) {
     CAPTURE(var);
     const DpxResult bad = run_command(env + var + " " + kSource + "/scripts/gpu --dry-run");
     CHECK(bad.code == 2);
