@@ -89,19 +89,19 @@ Tensor BatchNormBase<Self>::forward(Context& ctx, const Tensor& x, ops::Epilogue
 }
 
 template <class Self>
-Tensor BatchNormBase<Self>::forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue) {
+Tensor BatchNormBase<Self>::forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue, DType y_dtype) {
   if (channels_last_) {  // the buffer's rows (N*H*W, Cb), their first C columns
     if (buf.dim() != 4 || buf.size(3) < c_)
       fail(describe(), " given buffer ", shape_str(buf.shape()), ": expected channels-last (N, H, W, C) with C >= ",
            c_, " (its first ", c_, " channels are normalised)");
     Shape y_shape = buf.shape();
     y_shape[3] = c_;
-    return forward_checked(ctx, buf.view({-1, buf.size(3)}), epilogue).view(y_shape);
+    return forward_checked(ctx, buf.view({-1, buf.size(3)}), epilogue, y_dtype).view(y_shape);
   }
   if (buf.dim() < 2 || buf.dim() > 4 || buf.size(1) < c_)
     fail(describe(), " given buffer ", shape_str(buf.shape()), ": expected (N, C, ...) with C >= ", c_,
          " (its first ", c_, " channels are normalised)");
-  return forward_checked(ctx, buf, epilogue);
+  return forward_checked(ctx, buf, epilogue, y_dtype);
 }
 
 template <class Self>

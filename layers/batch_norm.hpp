@@ -32,9 +32,10 @@ class BatchNormBase : public Cloneable<Self> {
   Tensor backward(Context& ctx, const Tensor& dy, const Tensor* relu_out);
   // The same on the first C channels of a wider buffer, which is neither copied nor kept twice
   // (a DenseNet layer reads its block's buffer, layers/dense_block.hpp): forward of buf[:, :C]
-  // for buf (N, Cb >= C, ...), returning (N, C, ...); its backward adds dx into
-  // grad_buf[:, :C] (grad_buf buf's shape) instead of returning it.
-  Tensor forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue);
+  // for buf (N, Cb >= C, ...), returning (N, C, ...) in y_dtype (as forward's); its backward adds
+  // dx into grad_buf[:, :C] (grad_buf buf's shape) instead of returning it, from a dy in f32 or in
+  // the compute's half precision (a convolution's gradient as cuDNN gives it).
+  Tensor forward_prefix(Context& ctx, const Tensor& buf, ops::Epilogue epilogue, DType y_dtype = DType::f32);
   void backward_prefix(Context& ctx, Tensor& grad_buf, const Tensor& dy, const Tensor* relu_out);
   std::string describe() const override;
   void clear_cache() override;

@@ -88,8 +88,12 @@ Tensor DenseBlock::forward(Context& ctx, const Tensor& x) {
     Module& layer = child(l);
     Tensor out;
     if (const Head h = head_of(layer); h.norm) {
-      Tensor y = h.relu->forward_applied(h.norm->forward_prefix(ctx, features, ops::Epilogue::relu));
-      out = forward_children(ctx, layer, 2, layer.num_children(), y);
+      // In the compute's half precision under --precision bf16|fp16 where the child after the ReLU
+      // (conv1) takes such maps, as forward_children would hand it: the map the ReLU keeps.
+      const size_t n = layer.num_children();
+      const DType y_dtype = n > 2 ? map_dtype_for(ctx, layer, 2, n) : DType::f32;
+      Tensor y = h.relu->forward_applied(h.norm->forward_prefix(ctx, features, ops::Epilogue::relu, y_dtype));
+      out = forward_children(ctx, layer, 2, n, y);
     } else {
       Tensor input = empty_on(ctx, maps_shape(x_shape_, channels, last));
       Tensor input_c = channel_major(input, last);
@@ -122,8 +126,13 @@ Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
     Tensor d_out_c = channel_major(d_out, last);
     ops::copy_channels(ctx, d_out_c, 0, grad_c, channels, growth_, ops::DxMode::overwrite);
     if (const Head h = head_of(layer); h.norm && h.relu->output().defined()) {
-      for (size_t i = 2; i < layer.num_children(); ++i) layer.child(i).set_input_grad_needed(true);
-      const Tensor d_y = backward_children(ctx, layer, 2, layer.num_children(), d_out);
+      const size_t n = layer.num_children();
+      for (size_t i = 2; i < n; ++i) layer.child(i).set_input_grad_needed(true);
+      // conv1's dx, the batch norm's dy, in the precision backward_children over the whole layer
+      // would hand it (backward_dx_dtype: the compute's half type under --precision bf16|fp16, the
+      // batch norm and ReLU before conv1 having run as one), which batch_norm_backward reads widened.
+      Tensor d_y = d_out;
+      if (n > 2) d_y = backward_child(ctx, layer, 0, 2, backward_children(ctx, layer, 3, n, d_out));
       h.norm->backward_prefix(ctx, grad, d_y, &h.relu->output());
       h.relu->clear_cache();
     } else {

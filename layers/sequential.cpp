@@ -181,6 +181,15 @@ DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t
   return half ? ctx.compute : DType::f32;
 }
 
+DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end) {
+  return takes_half(ctx, parent, j, end, false) ? ctx.compute : DType::f32;
+}
+
+Tensor backward_child(Context& ctx, Module& parent, size_t begin, size_t i, const Tensor& dy) {
+  if (backward_dx_dtype(ctx, parent, begin, i) != DType::f32) return backward_half(ctx, parent.child(i), dy);
+  return parent.child(i).backward(ctx, dy);
+}
+
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into) {
   for (size_t i = end; i-- > begin;) {
     auto pair = i > begin ? bn_activation(parent.child(i - 1), parent.child(i)) : std::nullopt;

@@ -43,6 +43,12 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // MaxPool2d itself, not a subclass (whose backward override the half form would pass over). (A
 // batch norm's own dx has its x's dtype, half where a convolution's output was: not named here.)
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
+// For a caller that runs some children itself (DenseBlock runs a dense layer's batch norm and ReLU
+// over its buffer): the dtype of the map that child j of [.., end) takes as forward_children would
+// hand it (the compute's half precision where j takes such maps: ops.def, "half-precision maps");
+// and child i's backward alone, its dx in backward_dx_dtype(ctx, parent, begin, i).
+DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end);
+Tensor backward_child(Context& ctx, Module& parent, size_t begin, size_t i, const Tensor& dy);
 
 class Sequential : public Cloneable<Sequential> {
  public:

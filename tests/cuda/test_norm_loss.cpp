@@ -254,6 +254,48 @@ TEST_CASE("cuda batch_norm on the first C channels of a wider x matches the refe
   CHECK(norm_rel_diff(gdg, dg) <= 1e-5);
 }
 
+// The same under --precision bf16, as a DenseNet layer's first batch norm runs since the
+// twenty-sixth session: its activated output in bf16 for conv1, and conv1's bf16 gradient read
+// widened, its dx added into the wider fp32 gradient buffer. Each equals, bit for bit, the fp32
+// path (the output rounded; the gradient and the ReLU's output widened first). Written without a
+// GPU at hand: run by scripts/gpu.
+TEST_CASE("cuda batch_norm on the first C channels of a wider x with bf16 maps: the fp32 path's bits") {
+  Context g = gpu();
+  g.compute = DType::bf16;
+  g.deterministic = true;  // the partial sums in the same order both times
+  const int64_t N = 3, C = 5, Cx = 9, H = 7, W = 6;
+  Tensor x = uniform({N, Cx, H, W}, 81, 2.f, 5.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = C * H * W; i < Cx * H * W; ++i) x.data<float>()[n * Cx * H * W + i] = std::nanf("");
+  const Tensor gx = x.to(dev()), gamma = uniform({C}, 82, 0.5f, 1.5f).to(dev()), beta = uniform({C}, 83).to(dev());
+  Tensor rm_a = Tensor::zeros({C}).to(dev()), rv_a = Tensor::zeros({C}).to(dev());
+  Tensor rm_b = Tensor::zeros({C}).to(dev()), rv_b = Tensor::zeros({C}).to(dev());
+  Tensor m_a = poisoned({C}, dev()), s_a = poisoned({C}, dev()), m_b = poisoned({C}, dev()), s_b = poisoned({C}, dev());
+  Tensor yh = Tensor::empty({N, C, H, W}, DType::bf16, dev()), y32 = poisoned({N, C, H, W}, dev());
+  ops::batch_norm_forward_train(g, yh, m_a, s_a, rm_a, rv_a, gx, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::relu);
+  ops::batch_norm_forward_train(g, y32, m_b, s_b, rm_b, rv_b, gx, gamma, beta, 0.1f, 1e-5f, nullptr,
+                                ops::Epilogue::relu);
+  CHECK(bitwise_equal(yh.to(Device::cpu()), y32.to(Device::cpu()).cast(DType::bf16)));
+  CHECK(bitwise_equal(m_a.to(Device::cpu()), m_b.to(Device::cpu())));
+  CHECK(bitwise_equal(rv_a.to(Device::cpu()), rv_b.to(Device::cpu())));
+  // conv1's gradient in bf16, and its widened copy; the ReLU's bf16 output, and its widened copy.
+  Tensor dyh = Tensor::empty({N, C, H, W}, DType::bf16, dev()), dyw = poisoned({N, C, H, W}, dev());
+  ops::cast(g, dyh, uniform({N, C, H, W}, 84).to(dev()), 1.f);
+  ops::cast(g, dyw, dyh, 1.f);
+  Tensor yw = poisoned({N, C, H, W}, dev());
+  ops::cast(g, yw, yh, 1.f);
+  const Tensor held = uniform({N, Cx, H, W}, 85).to(dev());
+  Tensor dx_a = held.clone(), dx_b = held.clone();
+  Tensor dg_a = Tensor::zeros({C}).to(dev()), db_a = Tensor::zeros({C}).to(dev());
+  Tensor dg_b = Tensor::zeros({C}).to(dev()), db_b = Tensor::zeros({C}).to(dev());
+  ops::batch_norm_backward(g, &dx_a, &dg_a, &db_a, dyh, gx, gamma, m_a, s_a, ops::DxMode::add, &yh, nullptr);
+  ops::batch_norm_backward(g, &dx_b, &dg_b, &db_b, dyw, gx, gamma, m_b, s_b, ops::DxMode::add, &yw, nullptr);
+  CHECK(bitwise_equal(dx_a.to(Device::cpu()), dx_b.to(Device::cpu())));  // the channels past C: held's
+  CHECK(bitwise_equal(dg_a.to(Device::cpu()), dg_b.to(Device::cpu())));
+  CHECK(bitwise_equal(db_a.to(Device::cpu()), db_b.to(Device::cpu())));
+}
+
 // Runs of S = 12 floats (four at a time) and of S = 7 (one at a time), shorter than a block
 // (strided over flat), and of S = 256 (float4s) and S = 135 (floats, four a thread, the last ones
 // short) a block layer per image, written over and added.

@@ -297,6 +297,39 @@ TEST_CASE("dense block: torchvision's concatenating loop bit for bit, without a 
   check_block(ctx, replaced, uniform({2, 3, 4, 4}, 14), /*train=*/false);
 }
 
+// Under --precision bf16 each layer's first batch norm and ReLU, run by the block over its buffer,
+// hand conv1 a bf16 map (the one the ReLU keeps) and take conv1's gradient in bf16, as a Sequential
+// runs the same layer (ops.def, "half-precision maps"; on the host the maps rounded): the block
+// equals torchvision's concatenating loop, whose layers run as Sequentials, as in fp32 above.
+TEST_CASE(
+    "dense block under --precision bf16: each layer's first batch norm hands and takes bf16 maps, as a Sequential") {
+  Context ctx = Context::cpu(2);
+  ctx.compute = DType::bf16;
+  Rng rng(17);
+  nn::DenseBlock block(3, 3, 2, 2, 0.f, rng);
+  const Tensor x = uniform({2, 3, 5, 5}, 18), dy = uniform({2, 9, 5, 5}, 19);
+  for (bool train : {true, false}) {
+    CAPTURE(train);
+    auto mine = block.clone(), theirs = block.clone();
+    mine->train(train), theirs->train(train);
+    const Tensor y = mine->forward(ctx, x);
+    for (size_t l = 0; l < mine->num_children(); ++l) {
+      CAPTURE(l);
+      CHECK(static_cast<nn::ReLU&>(mine->child(l).child(1)).output().dtype() == DType::bf16);
+    }
+    const Tensor dx = mine->backward(ctx, dy);
+    const auto [y_want, dx_want] = dense_block_by_concatenation(ctx, static_cast<nn::DenseBlock&>(*theirs), x, dy);
+    CHECK(dpx::testing::bitwise_equal(y, y_want));
+    if (train) {  // as in fp32: the batch norm adds dx into the buffer in its own pass
+      dpx::testing::check_close(dx.to_vector(), dx_want.to_vector(), 1e-5);
+      dpx::testing::check_close(parameter_gradients(*mine), parameter_gradients(*theirs), 1e-5);
+    } else {
+      CHECK(dpx::testing::bitwise_equal(dx, dx_want));
+      CHECK(parameter_gradients(*mine) == parameter_gradients(*theirs));
+    }
+  }
+}
+
 TEST_CASE("Fire: squeeze, both expand branches concatenated; gradients") {
   Context ctx = Context::cpu(1);
   Rng rng(14);
