@@ -127,6 +127,8 @@ bool relu_alone(Module& parent, size_t begin, size_t i) {
 // ReLU or SiLU after it run as one (batch_norm_backward's dy), or a ReLU run alone (relu_backward's).
 bool reads_half_dy(Module& parent, size_t begin, size_t i) {
   Module& m = parent.child(i);
+  if (typeid(m) == typeid(Sequential))  // as its last child does (its backward is backward_children)
+    return m.num_children() > 0 && reads_half_dy(m, 0, m.num_children() - 1);
   if (dynamic_cast<BatchNorm2d*>(&m) || dynamic_cast<BatchNorm1d*>(&m)) return true;
   if (i > begin)
     if (auto pair = bn_activation(parent.child(i - 1), m); pair && pair->ran_as_one()) return true;
@@ -136,6 +138,7 @@ bool reads_half_dy(Module& parent, size_t begin, size_t i) {
 // Child i's backward under backward_dx_dtype's half precision (a ReLU, a convolution or a max pool).
 Tensor backward_half(Context& ctx, Module& m, const Tensor& dy) {
   if (auto* relu = dynamic_cast<ReLU*>(&m)) return relu->backward(ctx, dy, ctx.compute);
+  if (auto* seq = dynamic_cast<Sequential*>(&m)) return seq->backward(ctx, dy, ctx.compute);
   if (auto* pool = dynamic_cast<MaxPool2d*>(&m)) return pool->backward(ctx, dy, ctx.compute);
   return dynamic_cast<Conv2d&>(m).backward(ctx, dy, ctx.compute);
 }
@@ -158,6 +161,8 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
       x = conv->forward_to_norm(ctx, x);
     else if (auto* pool = dynamic_cast<MaxPool2d*>(&parent.child(i)))
       x = pool->forward(ctx, x, map_dtype(i + 1));
+    else if (typeid(parent.child(i)) == typeid(Sequential))
+      x = static_cast<Sequential&>(parent.child(i)).forward(ctx, x, map_dtype(i + 1) != DType::f32);
     else
       x = parent.child(i).forward(ctx, x);
   }
@@ -178,6 +183,9 @@ DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t
     half = dynamic_cast<MaxPool2d*>(&before) || reads_half_dy(parent, begin, i - 1);
   else if (type == typeid(MaxPool2d))  // what that ReLU's dx would round
     half = dynamic_cast<ReLU*>(&before) && backward_dx_dtype(ctx, parent, begin, i - 1) != DType::f32;
+  else if (type == typeid(Sequential))  // as its first child, a convolution, would hand it
+    half = m.num_children() > 0 && typeid(m.child(0)) == typeid(Conv2d) &&
+           (dynamic_cast<MaxPool2d*>(&before) || reads_half_dy(parent, begin, i - 1));
   return half ? ctx.compute : DType::f32;
 }
 
@@ -190,7 +198,8 @@ Tensor backward_child(Context& ctx, Module& parent, size_t begin, size_t i, cons
   return parent.child(i).backward(ctx, dy);
 }
 
-Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into) {
+Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into,
+                         DType first_dx) {
   for (size_t i = end; i-- > begin;) {
     auto pair = i > begin ? bn_activation(parent.child(i - 1), parent.child(i)) : std::nullopt;
     // An activation that did not run as one with its batch norm goes alone.
@@ -199,6 +208,8 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
       --i;
     } else if (backward_dx_dtype(ctx, parent, begin, i) != DType::f32) {
       dy = backward_half(ctx, parent.child(i), dy);
+    } else if (i == begin && first_dx != DType::f32 && typeid(parent.child(i)) == typeid(Conv2d)) {
+      dy = static_cast<Conv2d&>(parent.child(i)).backward(ctx, dy, first_dx);
     } else if (add_into && i == begin) {
       parent.child(i).backward_add(ctx, dy, *add_into);
       return *add_into;
@@ -220,7 +231,13 @@ Tensor Sequential::forward(Context& ctx, const Tensor& x) {
   return forward_children(ctx, *this, 0, num_children(), x);
 }
 
-Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
+Tensor Sequential::forward(Context& ctx, const Tensor& x, bool then_half) {
+  return forward_children(ctx, *this, 0, num_children(), x, then_half);
+}
+
+Tensor Sequential::backward(Context& ctx, const Tensor& dy) { return backward(ctx, dy, DType::f32); }
+
+Tensor Sequential::backward(Context& ctx, const Tensor& dy, DType dx_dtype) {
   if (num_children() == 0) {  // the identity; dx is still a tensor of its own
     Tensor dx = Tensor::empty(dy.shape(), DType::f32, ctx.device);
     ops::copy(ctx, dx, dy);
@@ -238,7 +255,7 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
   }
   for (size_t i = first; i < num_children(); ++i)
     child(i).set_input_grad_needed(i > first || input_grad_needed());
-  Tensor g = backward_children(ctx, *this, first, num_children(), dy);
+  Tensor g = backward_children(ctx, *this, first, num_children(), dy, nullptr, first == 0 ? dx_dtype : DType::f32);
   return first == 0 ? g : Tensor();
 }
 

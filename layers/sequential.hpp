@@ -29,9 +29,10 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
 // into the batch norm's before it (batch_norm_backward's relu_out, silu_beta). Under --precision
 // bf16|fp16 some gradients between children are in that precision (backward_dx_dtype). With
 // `add_into`, the first child's dx is added into that tensor (Module::backward_add), which is
-// returned.
-Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy,
-                         Tensor* add_into = nullptr);
+// returned. `first_dx`: the dtype of the first child's dx where that child is a Conv2d (the half
+// one a parent's backward_dx_dtype asks of a Sequential that starts with a convolution).
+Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into = nullptr,
+                         DType first_dx = DType::f32);
 // The dtype of the gradient child i's backward hands to child i - 1 in backward_children over
 // [begin, ..): under --precision bf16|fp16 (ctx.half_maps) the compute's half type for a ReLU
 // after a convolution (that convolution's dy, which cuDNN takes rounded anyway), a convolution
@@ -40,7 +41,10 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // unchanged), and a max pool after such a ReLU after a convolution (the fp32 sum rounded once,
 // where the ReLU's dx rounded it: rounding commutes with its mask), so that no value differs from
 // the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i must be a ReLU, Conv2d or
-// MaxPool2d itself, not a subclass (whose backward override the half form would pass over). (A
+// MaxPool2d itself, not a subclass (whose backward override the half form would pass over). A
+// Sequential counts as its children: one that starts with a convolution hands a half gradient as
+// that convolution would, and one that ends with a batch norm (and its activation, run as one) or
+// a ReLU alone reads one as they do (EfficientNet's blocks, a Sequential of such Sequentials). (A
 // batch norm's own dx has its x's dtype, half where a convolution's output was: not named here.)
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
 // For a caller that runs some children itself (DenseBlock runs a dense layer's batch norm and ReLU
@@ -73,10 +77,17 @@ class Sequential : public Cloneable<Sequential> {
   std::unique_ptr<Module> replace(const std::string& name, std::unique_ptr<Module> module);
 
   Tensor forward(Context& ctx, const Tensor& x) override;    // each child in order
+  // The same, its output in the compute's half precision where its last batch norm and activation
+  // pair, convolution and ReLU pair or max pool writes it and `then_half` says its reader takes
+  // such maps (forward_children's then_half: a parent's forward_children passes it).
+  Tensor forward(Context& ctx, const Tensor& x, bool then_half);
   // Each child in reverse order. When the caller needs no dx (input_grad_needed() false), it
   // stops at the first child with trainable parameters, which is told it needs no dx either,
   // and returns an undefined Tensor: children before it have nothing to learn.
   Tensor backward(Context& ctx, const Tensor& dy) override;
+  // The same, its first child's dx in dx_dtype where that child is a Conv2d (backward_children's
+  // first_dx: a parent's backward_children passes what backward_dx_dtype says).
+  Tensor backward(Context& ctx, const Tensor& dy, DType dx_dtype);
   std::string type_name() const override { return "Sequential"; }
   bool takes_half_maps() const override;  // its first child's answer
   bool set_channels_last(bool) override { return true; }  // its children decide

@@ -616,3 +616,46 @@ TEST_CASE("Fire under --precision bf16: the squeeze output its two expand convol
   CHECK(norm_rel_diff(dw_half, dw32) > 0);
   CHECK(norm_rel_diff(dw_half, dw32) < 0.01);
 }
+
+// EfficientNet's blocks are Sequentials of Sequentials (conv, batch norm, SiLU): under --precision
+// bf16 the maps between them are chosen as in the one flat chain (a Sequential counts as its first
+// child where it is read, as its last where it reads a gradient: nn::backward_dx_dtype), so nesting
+// changes nothing: the same values, gradients, buffers and kept bytes, bit for bit, in training
+// and in eval; and the map between the two, and its gradient, are bf16.
+TEST_CASE("Sequential: nested Sequentials hand each other bf16 maps as the flat chain does") {
+  Rng rng(61);
+  nn::Sequential flat;
+  flat.emplace<nn::Conv2d>(3, 6, 1, rng, 1, 0, 1, 1, /*bias=*/false);
+  flat.emplace<nn::BatchNorm2d>(6);
+  flat.emplace<nn::SiLU>();
+  flat.emplace<nn::Conv2d>(6, 6, 3, rng, 1, 1, 1, /*groups=*/6, /*bias=*/false);  // depthwise
+  flat.emplace<nn::BatchNorm2d>(6);
+  flat.emplace<nn::SiLU>();
+  nn::Sequential nested;
+  for (size_t first : {0, 3}) {
+    auto inner = std::make_unique<nn::Sequential>();
+    for (size_t i = first; i < first + 3; ++i) inner->add(flat.child(i).clone());
+    nested.add(std::move(inner));
+  }
+  const Tensor x = uniform({2, 3, 5, 5}, 62, -1.f, 1.f), dy = uniform({2, 6, 5, 5}, 63);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    Context ctx = Context::cpu(2);
+    ctx.compute = DType::bf16;
+    nn::Model a = prepared(flat, training), b = prepared(nested, training);
+    const KeptForward fa = forward_keeping(ctx, a, x), fb = forward_keeping(ctx, b, x);
+    // (The rule reads whether each batch norm ran with its SiLU as one: after a forward.)
+    CHECK(nn::backward_dx_dtype(ctx, a.root(), 0, 3) == DType::bf16);
+    CHECK(nn::backward_dx_dtype(ctx, b.root(), 0, 1) == DType::bf16);
+    CHECK(bitwise_equal(fa.y, fb.y));
+    CHECK(fa.bytes == fb.bytes);
+    a.zero_grad(ctx);
+    b.zero_grad(ctx);
+    CHECK(bitwise_equal(a.backward(ctx, dy), b.backward(ctx, dy)));
+    check_same_grads_and_buffers(a, b);
+    // In fp32, or with DPX_HALF_MAPS=0, nothing is half.
+    Context off = ctx;
+    off.half_maps = false;
+    CHECK(nn::backward_dx_dtype(off, b.root(), 0, 1) == DType::f32);
+  }
+}

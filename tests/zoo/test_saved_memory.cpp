@@ -67,11 +67,14 @@ TEST_CASE("a second backward after one forward is refused: backward freed what i
 // were resnet50 0.539, resnet18 0.623, squeezenet1_1 1.000 and alexnet 0.957; now 0.515, 0.528,
 // 0.825 and 0.742. (vgg11 and vgg16, whose 133 M weights take seconds to make twice: 0.941 and
 // 0.783 then, 0.598 and 0.563 now.) densenet121 kept 0.764 while its dense block ran each layer's
-// first batch norm and ReLU over its buffer in fp32 (before the twenty-sixth session), 0.566 now.
-TEST_CASE("under --precision bf16 a training forward keeps nearly half less of resnet50, a fifth less of efficientnet_b0") {
+// first batch norm and ReLU over its buffer in fp32 (before the twenty-sixth session), 0.566 now;
+// efficientnet_b0 kept 0.792 while the maps between its blocks' Sequentials (the expand
+// convolution's batch norm and SiLU, read by the depthwise convolution) were fp32, 0.688 now.
+TEST_CASE(
+    "under --precision bf16 a training forward keeps nearly half less of resnet50, a third less of efficientnet_b0") {
   for (const auto& [name, most] : std::vector<std::pair<std::string, double>>{{"resnet50", 0.53},
                                                                               {"resnet18", 0.55},
-                                                                              {"efficientnet_b0", 0.80},
+                                                                              {"efficientnet_b0", 0.70},
                                                                               {"densenet121", 0.60},
                                                                               {"squeezenet1_1", 0.85},
                                                                               {"alexnet", 0.77}}) {
