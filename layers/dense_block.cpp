@@ -131,8 +131,8 @@ Tensor DenseBlock::backward(Context& ctx, const Tensor& dy) {
       // conv1's dx, the batch norm's dy, in the precision backward_children over the whole layer
       // would hand it (backward_dx_dtype: the compute's half type under --precision bf16|fp16, the
       // batch norm and ReLU before conv1 having run as one), which batch_norm_backward reads widened.
-      Tensor d_y = d_out;
-      if (n > 2) d_y = backward_child(ctx, layer, 0, 2, backward_children(ctx, layer, 3, n, d_out));
+      const DType d_y_dtype = n > 2 ? backward_dx_dtype(ctx, layer, 0, 2) : DType::f32;
+      const Tensor d_y = backward_children(ctx, layer, 2, n, d_out, nullptr, d_y_dtype);
       h.norm->backward_prefix(ctx, grad, d_y, &h.relu->output());
       h.relu->clear_cache();
     } else {

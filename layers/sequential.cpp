@@ -193,11 +193,6 @@ DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end) {
   return takes_half(ctx, parent, j, end, false) ? ctx.compute : DType::f32;
 }
 
-Tensor backward_child(Context& ctx, Module& parent, size_t begin, size_t i, const Tensor& dy) {
-  if (backward_dx_dtype(ctx, parent, begin, i) != DType::f32) return backward_half(ctx, parent.child(i), dy);
-  return parent.child(i).backward(ctx, dy);
-}
-
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into,
                          DType first_dx) {
   for (size_t i = end; i-- > begin;) {
@@ -208,8 +203,8 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
       --i;
     } else if (backward_dx_dtype(ctx, parent, begin, i) != DType::f32) {
       dy = backward_half(ctx, parent.child(i), dy);
-    } else if (i == begin && first_dx != DType::f32 && typeid(parent.child(i)) == typeid(Conv2d)) {
-      dy = static_cast<Conv2d&>(parent.child(i)).backward(ctx, dy, first_dx);
+    } else if (i == begin && first_dx != DType::f32) {  // what the caller's backward_dx_dtype named
+      dy = backward_half(ctx, parent.child(i), dy);
     } else if (add_into && i == begin) {
       parent.child(i).backward_add(ctx, dy, *add_into);
       return *add_into;

@@ -29,8 +29,9 @@ Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, 
 // into the batch norm's before it (batch_norm_backward's relu_out, silu_beta). Under --precision
 // bf16|fp16 some gradients between children are in that precision (backward_dx_dtype). With
 // `add_into`, the first child's dx is added into that tensor (Module::backward_add), which is
-// returned. `first_dx`: the dtype of the first child's dx where that child is a Conv2d (the half
-// one a parent's backward_dx_dtype asks of a Sequential that starts with a convolution).
+// returned. `first_dx`: the dtype of the first child's dx, as backward_dx_dtype names it for that
+// child in a longer range (the caller's: a parent's for a Sequential that starts with a
+// convolution; DenseBlock's for the convolution after the batch norm and ReLU it ran itself).
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into = nullptr,
                          DType first_dx = DType::f32);
 // The dtype of the gradient child i's backward hands to child i - 1 in backward_children over
@@ -40,19 +41,18 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // whose backward runs alone (cuDNN's half result as it is, which the fp32 path widened
 // unchanged), and a max pool after such a ReLU after a convolution (the fp32 sum rounded once,
 // where the ReLU's dx rounded it: rounding commutes with its mask), so that no value differs from
-// the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i must be a ReLU, Conv2d or
-// MaxPool2d itself, not a subclass (whose backward override the half form would pass over). A
-// Sequential counts as its children: one that starts with a convolution hands a half gradient as
-// that convolution would, and one that ends with a batch norm (and its activation, run as one) or
-// a ReLU alone reads one as they do (EfficientNet's blocks, a Sequential of such Sequentials). (A
-// batch norm's own dx has its x's dtype, half where a convolution's output was: not named here.)
+// the fp32 maps' (ops.def, "half-precision maps"); else f32. Child i must be a ReLU, Conv2d,
+// MaxPool2d or Sequential itself, not a subclass (whose backward override the half form would
+// pass over). A Sequential child whose first child is a Conv2d hands a half gradient as that
+// convolution would; one whose last child is a batch norm (alone or with its activation run as
+// one) or a ReLU alone reads one as they do (EfficientNet's blocks, Sequentials of conv-norm-
+// activation Sequentials); a leading or trailing max pool does not count there. (A batch norm's
+// own dx has its x's dtype, half where a convolution's output was: not named here.)
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
 // For a caller that runs some children itself (DenseBlock runs a dense layer's batch norm and ReLU
 // over its buffer): the dtype of the map that child j of [.., end) takes as forward_children would
-// hand it (the compute's half precision where j takes such maps: ops.def, "half-precision maps");
-// and child i's backward alone, its dx in backward_dx_dtype(ctx, parent, begin, i).
+// hand it (the compute's half precision where j takes such maps: ops.def, "half-precision maps").
 DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end);
-Tensor backward_child(Context& ctx, Module& parent, size_t begin, size_t i, const Tensor& dy);
 
 class Sequential : public Cloneable<Sequential> {
  public:

@@ -486,3 +486,38 @@ TEST_CASE("cuda half-precision maps around a convolution (its input, output, gra
         }
     }
 }
+
+// A depthwise convolution (groups = C) on half-precision maps, as EfficientNet's runs in bf16/fp16
+// since the twenty-sixth session (cuDNN's in those precisions: kernels/conv_paths.hpp): a half x is
+// its operand as it is, equal to its widened copy, which the convolution rounds; its half dx is
+// cuDNN's result as it is, which the fp32 path widened; the filter gradient the same. Bit for bit,
+// with the deterministic engines. Not run yet.
+TEST_CASE("cuda depthwise conv2d with half-precision maps: the fp32 maps' bits") {
+  for (DType half : kHalves) {
+    CAPTURE(dtype_name(half));
+    Context g = gpu_in(half);
+    g.deterministic = true;  // the same engine's two runs must give the same bits
+    ops::Conv2dParams p;
+    p.pad_h = p.pad_w = 2;
+    p.stride_h = p.stride_w = 2;
+    p.groups = 8;
+    const int64_t n = 3, c = 8, h = 15, w = 13;
+    const int64_t oh = ops::conv_out_size(h, 5, p.stride_h, p.pad_h, p.dilation_h);
+    const int64_t ow = ops::conv_out_size(w, 5, p.stride_w, p.pad_w, p.dilation_w);
+    const Tensor wt = uniform({c, 1, 5, 5}, 101).to(dev());
+    Tensor xq = Tensor::empty({n, c, h, w}, half, dev()), xw = poisoned({n, c, h, w}, dev());
+    ops::cast(g, xq, uniform({n, c, h, w}, 102).to(dev()), 1.f);
+    ops::cast(g, xw, xq, 1.f);
+    Tensor ya = poisoned({n, c, oh, ow}, dev()), yb = poisoned({n, c, oh, ow}, dev());
+    ops::conv2d_forward(g, ya, xq, wt, nullptr, p);
+    ops::conv2d_forward(g, yb, xw, wt, nullptr, p);
+    CHECK(bitwise_equal(ya.to(Device::cpu()), yb.to(Device::cpu())));
+    const Tensor dy = uniform({n, c, oh, ow}, 103).to(dev());
+    Tensor dxh = Tensor::empty({n, c, h, w}, half, dev()), dx32 = poisoned({n, c, h, w}, dev());
+    Tensor dw_a = Tensor::zeros(wt.shape()).to(dev()), dw_b = Tensor::zeros(wt.shape()).to(dev());
+    ops::conv2d_backward(g, &dxh, &dw_a, nullptr, dy, xq, wt, p, ops::DxMode::overwrite);
+    ops::conv2d_backward(g, &dx32, &dw_b, nullptr, dy, xw, wt, p, ops::DxMode::overwrite);
+    CHECK(bitwise_equal(dxh.to(Device::cpu()).cast(DType::f32), dx32.to(Device::cpu())));
+    CHECK(bitwise_equal(dw_a.to(Device::cpu()), dw_b.to(Device::cpu())));
+  }
+}
