@@ -91,7 +91,7 @@ Tensor DenseBlock::forward(Context& ctx, const Tensor& x) {
       // In the compute's half precision under --precision bf16|fp16 where the child after the ReLU
       // (conv1) takes such maps, as forward_children would hand it: the map the ReLU keeps.
       const size_t n = layer.num_children();
-      const DType y_dtype = n > 2 ? map_dtype_for(ctx, layer, 2, n) : DType::f32;
+      const DType y_dtype = map_dtype_for(ctx, layer, 2, n);
       Tensor y = h.relu->forward_applied(h.norm->forward_prefix(ctx, features, ops::Epilogue::relu, y_dtype));
       out = forward_children(ctx, layer, 2, n, y);
     } else {

@@ -151,9 +151,13 @@ Conv2d* conv_before_norm(Module& first, Module& second) {
 }
 }  // namespace
 
+DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end, bool then_half) {
+  return takes_half(ctx, parent, j, end, then_half) ? ctx.compute : DType::f32;
+}
+
 Tensor forward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor x, bool then_half) {
   // The dtype of the map child j - 1 hands to child j.
-  auto map_dtype = [&](size_t j) { return takes_half(ctx, parent, j, end, then_half) ? ctx.compute : DType::f32; };
+  auto map_dtype = [&](size_t j) { return map_dtype_for(ctx, parent, j, end, then_half); };
   for (size_t i = begin; i < end; ++i) {
     if (i + 1 < end && forward_pair(ctx, parent.child(i), parent.child(i + 1), map_dtype(i + 2), x))
       ++i;
@@ -187,10 +191,6 @@ DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t
     half = m.num_children() > 0 && typeid(m.child(0)) == typeid(Conv2d) &&
            (dynamic_cast<MaxPool2d*>(&before) || reads_half_dy(parent, begin, i - 1));
   return half ? ctx.compute : DType::f32;
-}
-
-DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end) {
-  return takes_half(ctx, parent, j, end, false) ? ctx.compute : DType::f32;
 }
 
 Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end, Tensor dy, Tensor* add_into,

@@ -49,10 +49,11 @@ Tensor backward_children(Context& ctx, Module& parent, size_t begin, size_t end,
 // activation Sequentials); a leading or trailing max pool does not count there. (A batch norm's
 // own dx has its x's dtype, half where a convolution's output was: not named here.)
 DType backward_dx_dtype(const Context& ctx, Module& parent, size_t begin, size_t i);
-// For a caller that runs some children itself (DenseBlock runs a dense layer's batch norm and ReLU
-// over its buffer): the dtype of the map that child j of [.., end) takes as forward_children would
-// hand it (the compute's half precision where j takes such maps: ops.def, "half-precision maps").
-DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end);
+// The dtype of the map child j of [.., end) takes as forward_children hands it (the compute's half
+// precision where j takes such maps, at `end` where then_half says so: ops.def, "half-precision
+// maps"); for a caller that runs some children itself too (DenseBlock runs a dense layer's batch
+// norm and ReLU over its buffer).
+DType map_dtype_for(const Context& ctx, Module& parent, size_t j, size_t end, bool then_half = false);
 
 class Sequential : public Cloneable<Sequential> {
  public:
