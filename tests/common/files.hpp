@@ -1,7 +1,7 @@
 // Files in tests: a fresh, empty directory under the system's temporary folder for one test,
 // removed with everything in it when the test ends (the name carries a tag, the process id and
-// a counter, so tests running in parallel, ctest -j, never share one); a file's contents; and
-// what a call wrote to standard error.
+// a counter, so tests running in parallel, ctest -j, never share one); an executable stand-in
+// script; a file's contents; and what a call wrote to standard error.
 #pragma once
 #include <unistd.h>
 
@@ -44,6 +44,14 @@ struct TempDir {
     return out;
   }
 };
+
+// A script at `path` with `text` (its shebang line first), executable by its owner, its folder made
+// if need be: a stand-in for a program a test runs (gnuplot, nvidia-smi, dpx itself).
+inline void write_executable(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
 
 // The bytes of the file at `path` ("" when it cannot be read).
 inline std::string file_text(const std::filesystem::path& path) {

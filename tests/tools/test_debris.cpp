@@ -28,8 +28,8 @@ bool alive(int pid) { return pid > 0 && ::kill(pid, 0) == 0 && file_text("/proc/
 // A stand-in for gnuplot that writes its pid, then sleeps: dpx is then stopped while it "draws".
 std::string sleepy_gnuplot(const TempDir& dir) {
   const std::string path = dir.file("slow-gnuplot");
-  std::ofstream(path) << "#!/bin/sh\necho $$ > " << dpx::shell_quote(dir.file("gnuplot.pid")) << "\nexec sleep 60\n";
-  fs::permissions(path, fs::perms::owner_all);
+  dpx::testing::write_executable(
+      path, "#!/bin/sh\necho $$ > " + dpx::shell_quote(dir.file("gnuplot.pid")) + "\nexec sleep 60\n");
   return path;
 }
 

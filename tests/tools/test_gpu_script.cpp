@@ -123,12 +123,6 @@ esac
 exit 0
 )SH";
 
-// Writes kFakeDpx to `path`, executable.
-void write_fake_dpx(const std::string& path) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << kFakeDpx;
-  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
-}
 }  // namespace
 
 // gpu-bench on a GPU machine where one model's kernels fail: the models the shared dpx process
@@ -138,7 +132,7 @@ void write_fake_dpx(const std::string& path) {
 TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs the others a process each") {
   dpx::testing::TempDir dir("gpu_bench");
   const std::string fake = dir.file("dpx");
-  write_fake_dpx(fake);
+  dpx::testing::write_executable(fake, kFakeDpx);
   auto bench = [&](const std::string& env) {
     return run_command("DPX=" + fake + " PYTHON=false MODELS=a,b,c " + env + " " + kSource + "/benchmarks/gpu-bench");
   };
@@ -211,14 +205,11 @@ TEST_CASE("gpu-bench keeps the models a failing dpx process measured and runs th
 TEST_CASE("scripts/gpu's profile and sanitize stages on a stand-in GPU: a failing model costs only itself") {
   dpx::testing::TempDir dir("gpu_stages");
   const std::string bin = dir.file("bin"), build = dir.file("build"), logs = dir.file("logs");
-  write_fake_dpx(build + "/bin/dpx");
+  dpx::testing::write_executable(build + "/bin/dpx", kFakeDpx);
   std::ofstream(build + "/CMakeCache.txt") << "# configured\n";  // no configure stage
   auto tool = [&](const std::string& name, const std::string& body) {
-    const std::string path = bin + "/" + name;
-    std::ofstream(path) << "#!/usr/bin/env bash\n" << body;
-    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    dpx::testing::write_executable(bin + "/" + name, "#!/usr/bin/env bash\n" + body);
   };
-  std::filesystem::create_directories(bin);
   tool("nvidia-smi",
        "if [[ $1 == -L ]]; then echo 'GPU 0: NVIDIA Stand-in (UUID: GPU-0)'; else echo 'NVIDIA Stand-in, 1 MiB, 0, 1 "
        "MHz'; fi\n");

@@ -158,9 +158,8 @@ TEST_CASE("dpx study's commands.sh quotes every word and keeps its comment one l
   CHECK(run_command("sh -n " + dpx::shell_quote((out / "commands.sh").string())).code == 0);
   // Run with a dpx that only records its words: nothing else runs, and the words come back whole.
   const fs::path bin = dir.path / "bin";
-  fs::create_directories(bin);
-  std::ofstream(bin / "dpx") << "#!/bin/sh\nfor w in \"$@\"; do printf '%s\\n--\\n' \"$w\"; done >> \"$WORDS\"\n";
-  fs::permissions(bin / "dpx", fs::perms::owner_all);
+  dpx::testing::write_executable(bin / "dpx",
+                                 "#!/bin/sh\nfor w in \"$@\"; do printf '%s\\n--\\n' \"$w\"; done >> \"$WORDS\"\n");
   const std::string words = dir.file("words.txt");
   const DpxResult run = run_command("cd " + dpx::shell_quote(out.string()) + " && PATH=" +
                                     dpx::shell_quote(bin.string()) + ":/usr/bin:/bin WORDS=" + dpx::shell_quote(words) +
